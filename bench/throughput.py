@@ -1,0 +1,94 @@
+"""Throughput benchmark: encode reports/s (vectorised and one at a time) and estimate time.
+
+- vectorised encode, n = 100,000 values, d = 128, ε = 1, seeded numpy Generator;
+- one report at a time through the SDK path (batch of one, OS CSPRNG): µs per report;
+- estimate time for d = 128 and d = 1,000,000 (sketch decoding; OLH only where supported).
+Peers measured on this machine (n = 100,000, from the issue): multi-freq-ldpy GRR 3.3M/s,
+pure-LDP GRR 2.7M/s, multi-freq-ldpy OUE (d=128) 0.68M/s, SS 0.63M/s, pure-LDP OLH 0.37M/s,
+HR 0.26M/s; their OLH estimate takes 6–7 s at d = 128. Run: `python bench/throughput.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+from _common import median_time, print_table
+
+from client_sdk.protocols.factory import build_protocol
+
+PEERS = {"grr": 3.3e6, "oue": 0.68e6, "ss": 0.63e6, "olh": 0.37e6, "hr": 0.26e6}
+PROTOCOLS = ("rr", "grr", "oue", "sue", "olh", "hr", "ss")
+
+
+def vectorised(name: str, d: int, eps: float, n: int) -> float:
+    proto = build_protocol(name, d, eps, {})
+    rng = np.random.default_rng(1)
+    values = rng.integers(0, d, n)
+    proto.encode(values[:1000], rng)  # warm caches
+    return n / median_time(lambda: proto.encode(values, rng), repeat=5)
+
+
+def one_at_a_time(name: str, d: int, eps: float, count: int) -> tuple[float, float]:
+    """(median, p99) µs per single-report encode with the OS CSPRNG."""
+    proto = build_protocol(name, d, eps, {})
+    value = np.array([d // 3])
+    proto.encode(value)
+    samples = []
+    for _ in range(count):
+        start = time.perf_counter_ns()
+        proto.encode(value)
+        samples.append(time.perf_counter_ns() - start)
+    samples.sort()
+    return statistics.median(samples) / 1e3, samples[int(0.99 * len(samples))] / 1e3
+
+
+def estimate_seconds(name: str, d: int, eps: float, n: int) -> float | str:
+    try:
+        proto = build_protocol(name, d, eps, {})
+    except ValueError as exc:
+        return f"n/a ({str(exc)[:30]}...)"
+    rng = np.random.default_rng(2)
+    sketch = proto.new_sketch()
+    if d <= 4096:
+        proto.accumulate(sketch, proto.encode(rng.integers(0, d, n), rng))
+    else:  # decoding cost does not depend on the values: fill the counters directly
+        sketch.counts[...] = rng.integers(0, n // 10 + 1, sketch.counts.shape)
+        sketch.reports[...] = n // sketch.reports.shape[0]
+    proto.estimate(sketch)  # warm (OLH caches its decoding matrices per sketch shape)
+    return median_time(lambda: proto.estimate(sketch), repeat=3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=100_000)
+    parser.add_argument("--single", type=int, default=20_000, help="single-report encodes to time")
+    args = parser.parse_args()
+    rows = []
+    for name in PROTOCOLS:
+        d = 2 if name == "rr" else 128
+        rate = vectorised(name, d, 1.0, args.clients)
+        med, p99 = one_at_a_time(name, d, 1.0, args.single)
+        peer = PEERS.get(name)
+        rows.append((name, d, rate / 1e6, "-" if peer is None else f"{rate / peer:.1f}x", med, p99))
+    print_table(["protocol", "d", "vectorised M reports/s", "vs best peer", "single p50 µs", "single p99 µs"],
+                rows, f"Encode, ε = 1, n = {args.clients:,} (seeded) / one report at a time (OS CSPRNG)")
+    est_rows = []
+    for name in PROTOCOLS:
+        if name == "rr":
+            continue
+        small = estimate_seconds(name, 128, 1.0, args.clients)
+        large = estimate_seconds(name, 1_000_000, 1.0, args.clients)
+        est_rows.append((name, _ms(small), _ms(large)))
+    print_table(["protocol", "estimate d=128 (ms)", "estimate d=1,000,000 (ms)"], est_rows,
+                "Estimate time (median of 3; peers' OLH estimate: 6,000-7,000 ms at d=128)")
+
+
+def _ms(value: float | str) -> str:
+    return value if isinstance(value, str) else f"{value * 1e3:,.2f}"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""Shared CLI plumbing: error translation, registry/store opening, output options."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from client_sdk.errors import LdptError
+from client_sdk.registry import MetricSpec, Registry, load_registry
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+OUTPUT_FORMATS = ("table", "csv", "json")
+
+
+class LdptGroup(click.Group):
+    """A click group whose commands turn library errors into one clean line (exit 1)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LdptError as exc:
+            raise click.ClickException(str(exc)) from None
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except KeyboardInterrupt:
+            raise click.Abort() from None
+        except Exception as exc:  # never a traceback for users; LDPT_DEBUG=1 shows it
+            if os.environ.get("LDPT_DEBUG"):
+                raise
+            raise click.ClickException(f"internal error: {type(exc).__name__}: {exc} "
+                                       "(set LDPT_DEBUG=1 for the traceback)") from None
+
+    def group(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("cls", LdptGroup)
+        return super().group(*args, **kwargs)
+
+
+def output_options(func: F) -> F:
+    """--format table|csv|json and --output FILE."""
+    func = click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True),
+                        help="Write to this file instead of standard output.")(func)
+    func = click.option("--format", "fmt", type=click.Choice(OUTPUT_FORMATS), default="table",
+                        show_default=True, help="Output format.")(func)
+    return func
+
+
+def load_metric(metrics_file: str, metric: str) -> tuple[Registry, MetricSpec]:
+    """Load the registry file and look up one metric (errors name the file and metric)."""
+    registry = load_registry(metrics_file)
+    return registry, registry.get(metric)
+
+
+def emit(text: str, output: str | None) -> None:
+    """Write text to a file or stdout."""
+    if output:
+        try:
+            with open(output, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise click.ClickException(f"{output}: cannot write ({exc.strerror or exc})") from None
+    else:
+        click.echo(text, nl=not text.endswith("\n"))
+
+
+def progress_bar(total: int, label: str, silent: bool) -> Any:
+    """A click progress bar on stderr, or a no-op context when silent or not a terminal-ish run."""
+    if silent:
+        return _NullBar()
+    return click.progressbar(length=total, label=label, file=sys.stderr, show_pos=True)
+
+
+class _NullBar:
+    def __enter__(self) -> "_NullBar":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, n: int) -> None:
+        return None

@@ -1,0 +1,35 @@
+"""`ldpt metrics check FILE`: validate a registry and show each metric's protocol and epsilon."""
+
+from __future__ import annotations
+
+import click
+
+from client_sdk.registry import load_registry
+
+from .common import LdptGroup
+
+
+@click.group(cls=LdptGroup)
+def metrics() -> None:
+    """Work with the metric registry (TOML)."""
+
+
+@metrics.command("check")
+@click.argument("file", type=click.Path(dir_okay=False))
+def check(file: str) -> None:
+    """Validate FILE; print each metric with its protocol and epsilon per report."""
+    registry = load_registry(file)
+    rows = []
+    for spec in registry:
+        proto = spec.protocol_impl
+        chosen = f"{spec.protocol} (auto)" if spec.requested_protocol == "auto" else spec.protocol
+        longitudinal = proto.epsilon_longitudinal
+        rows.append((spec.name, spec.kind.value, str(spec.domain_size or "open"), chosen,
+                     f"{proto.epsilon:.4f}", "-" if longitudinal is None else f"{longitudinal:.4f}",
+                     f"{proto.payload_bits}", spec.fingerprint[:12]))
+    header = ("metric", "kind", "domain", "protocol", "eps/report", "eps/lifetime-of-value",
+              "payload bits", "fingerprint")
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
+    click.echo(f"{file}: {len(registry)} metric(s) OK")
+    for row in [header, *rows]:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())

@@ -1,0 +1,83 @@
+"""`ldpt simulate`: draw a population, randomise it with the real protocol code, store the sketch."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+
+import click
+import numpy as np
+
+from collector.storage.base import SketchKey
+from collector.storage.sqlite import open_store
+from estimators.simulation import draw_population, simulate_sketch
+
+from .common import load_metric, progress_bar
+
+
+def today_utc() -> str:
+    return dt.datetime.now(dt.timezone.utc).date().isoformat()
+
+
+def validate_day(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Accept YYYY-MM-DD (or YYYY-MM-DDTHH for hourly windows)."""
+    if value is None:
+        return None
+    for fmt in ("%Y-%m-%d", "%Y-%m-%dT%H"):
+        try:
+            dt.datetime.strptime(value, fmt)
+            return value
+        except ValueError:
+            continue
+    raise click.BadParameter(f"{value!r} is not a date YYYY-MM-DD (or hour YYYY-MM-DDTHH)")
+
+
+@click.command()
+@click.option("--metrics", "metrics_file", required=True, type=click.Path(dir_okay=False),
+              help="Metric registry (TOML).")
+@click.option("--metric", required=True, help="Metric name in the registry.")
+@click.option("--clients", required=True, type=click.IntRange(min=1), help="Population size.")
+@click.option("--distribution", default="zipf:1.1", show_default=True,
+              help="zipf:S, uniform, geometric:P, or csv:PATH of value,count weights.")
+@click.option("--seed", type=int, default=None, help="Seed (default: fresh entropy, printed).")
+@click.option("--db", type=click.Path(dir_okay=False), default=None,
+              help="SQLite store to accumulate into (created if missing).")
+@click.option("--window", callback=validate_day, default=None,
+              help="Window to write (default: today, UTC).")
+@click.option("--truth", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the true counts as CSV value,count.")
+@click.option("--silent", is_flag=True, help="No progress bar.")
+def simulate(metrics_file: str, metric: str, clients: int, distribution: str, seed: int | None,
+             db: str | None, window: str | None, truth: str | None, silent: bool) -> None:
+    """Simulate CLIENTS devices reporting METRIC once each into a sketch store."""
+    if db is None:
+        raise click.UsageError("give --db PATH (a SQLite store to write)")
+    _, spec = load_metric(metrics_file, metric)
+    if seed is None:
+        seed = int(np.random.SeedSequence().entropy % (2**63))
+    rng = np.random.default_rng(seed)
+    population = draw_population(spec, clients, distribution, rng)
+    store = open_store(db, create=True)  # opened before the long work: a bad store fails fast
+    try:
+        with progress_bar(clients, f"simulating {metric}", silent) as bar:
+            sketch = simulate_sketch(spec, population, rng, progress=bar.update)
+        window = window or today_utc()
+        store.add_sketch(SketchKey(spec.name, spec.fingerprint, window), sketch)
+    finally:
+        store.close()
+    if truth:
+        write_truth(truth, population.values, population.counts)
+    if not silent:
+        click.echo(f"{clients} simulated reports of {metric} ({spec.protocol}, epsilon "
+                   f"{spec.protocol_impl.epsilon:.4g}) -> {db} window {window} (seed {seed})", err=True)
+
+
+def write_truth(path: str, values: list[str], counts: np.ndarray) -> None:
+    """The true population as CSV value,count."""
+    try:
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["value", "count"])
+            writer.writerows(zip(values, (int(c) for c in counts)))
+    except OSError as exc:
+        raise click.ClickException(f"{path}: cannot write truth file ({exc.strerror or exc})") from None

@@ -1,0 +1,14 @@
+"""LDP frequency oracles, one module each, sharing the contract in ``base``.
+
+``PROTOCOLS`` maps a protocol name (as written in the registry) to its class; ``build``
+makes a protocol object from a name and a parameter mapping.
+"""
+
+from __future__ import annotations
+
+from .base import CountEstimate, Payloads, Protocol, Sketch
+
+__all__ = ["CountEstimate", "Payloads", "Protocol", "Sketch", "PROTOCOL_NAMES"]
+
+#: Frequency-oracle protocols, in the order `ldpt plan` lists them.
+PROTOCOL_NAMES = ("rr", "grr", "oue", "sue", "olh", "hr", "ss", "rappor")

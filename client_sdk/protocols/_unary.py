@@ -1,0 +1,137 @@
+"""Unary encoding core shared by OUE and SUE (ldp-facts.md §2).
+
+The true value x becomes the one-hot vector B ∈ {0,1}^d; every bit is reported
+independently, P[1 | Bᵢ=1] = p and P[1 | Bᵢ=0] = q, so
+ε = ln(p(1−q)/((1−p)q)). Subclass params fix p and q; their thresholds are quantised so the
+realised ε is at most the target (p rounded down, q rounded up), and ε and the estimator use
+the realised p', q'.
+
+Pure protocol with S(y) = {i : yᵢ = 1}: p* = p', q* = q'; the sketch is d bit counters.
+
+Payload: ``bits``, shape (n, ⌈d/8⌉) uint8, bit i of a report at byte i//8, bit i%8
+(``np.packbits(..., bitorder="little")``); padding bits beyond d are zero. Wire: one
+``bytes`` object of length ⌈d/8⌉ per report, the same bytes as the payload row.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidPayload
+from ..randomness import SCALE, RandomLike, as_random_source, below_threshold, realised
+from .base import CountEstimate, Payloads, Protocol, Sketch, first_bad, pure_estimate, pure_variance, require_1d
+
+#: Words per encode/accumulate block: ~512 KiB of uint32 stays cache-resident (measured
+#: ~6M reports/s at d=128 with a seeded generator, vs ~1M/s unblocked).
+BLOCK_CELLS = 1 << 17
+#: output_probabilities enumerates all 2^d reports; refuse beyond this d.
+MAX_ENUMERATED_D = 16
+
+
+def check_thresholds(d: int, epsilon: float, p_threshold: int, q_threshold: int) -> None:
+    """Shared params validation: a real domain, a finite budget, and realised p' > q'."""
+    if d < 2:
+        raise ValueError("unary encoding needs a domain of at least 2 values")
+    if not (epsilon > 0 and math.isfinite(epsilon)):
+        raise ValueError("epsilon must be a positive finite number")
+    if not (0 < q_threshold < p_threshold < SCALE):
+        raise ValueError(f"epsilon {epsilon} is too small (or too large) for the 2^-32 probability grid")
+
+
+class UnaryEncoding(Protocol):
+    """Unary encoding over params exposing d, p_threshold and q_threshold."""
+
+    def __init__(self, params: Any) -> None:
+        super().__init__(params)
+        self._p_threshold, self._q_threshold = params.p_threshold, params.q_threshold
+        self.p, self.q = realised(self._p_threshold), realised(self._q_threshold)
+        self._width = (params.d + 7) // 8  # ⌈d/8⌉ payload bytes
+
+    @property
+    def domain_size(self) -> int:
+        return self.params.d
+
+    @property
+    def cell_shape(self) -> tuple[int, ...]:
+        return (self.params.d,)
+
+    @property
+    def epsilon(self) -> float:
+        # ε = ln(p'(1−q') / ((1−p')q')); 1−p' and 1−q' are exact (multiples of 2^-32).
+        return math.log(self.p * (1.0 - self.q) / ((1.0 - self.p) * self.q))
+
+    @property
+    def payload_bits(self) -> int:
+        return self.params.d
+
+    def output_probabilities(self, index: int) -> np.ndarray:
+        """P(y | x) for every report y, enumerated as the integer Σᵢ yᵢ·2^i (bit i = item i)."""
+        d = self.params.d
+        if d > MAX_ENUMERATED_D:
+            raise ValueError(f"refusing to enumerate 2^{d} unary reports (d <= {MAX_ENUMERATED_D})")
+        bits = (np.arange(1 << d, dtype=np.int64)[:, None] >> np.arange(d)) & 1
+        one = np.full(d, self.q)
+        one[index] = self.p
+        return np.where(bits == 1, one, 1.0 - one).prod(axis=1)
+
+    def encode(self, indices: np.ndarray, rng: RandomLike = None,
+               cohorts: np.ndarray | None = None) -> Payloads:
+        x = self.check_indices(indices)
+        source = as_random_source(rng)
+        n, d = x.shape[0], self.params.d
+        out = np.empty((n, self._width), dtype=np.uint8)
+        block = max(1, BLOCK_CELLS // d)
+        for start in range(0, n, block):  # loop over blocks of reports, vectorised inside
+            xs = x[start:start + block]
+            rows = np.arange(xs.shape[0])
+            u = source.words((xs.shape[0], d))
+            bits = below_threshold(u, self._q_threshold)        # every bit: 1 w.p. q'
+            bits[rows, xs] = below_threshold(u[rows, xs], self._p_threshold)  # bit x: 1 w.p. p'
+            out[start:start + block] = np.packbits(bits, axis=1, bitorder="little")
+        return {"bits": out}
+
+    def validate(self, payloads: Payloads) -> None:
+        bits = require_1d(payloads, "bits")
+        if bits.dtype != np.uint8 or bits.ndim != 2 or bits.shape[1] != self._width:
+            raise InvalidPayload(f"unary reports must be uint8 rows of {self._width} bytes, got "
+                                 f"{bits.dtype} of shape {bits.shape}", field="bits")
+        spare = 8 * self._width - self.params.d
+        if spare:
+            # Bits d..8⌈d/8⌉−1 of the last byte do not encode an item; an honest client sends 0.
+            bad = (bits[:, -1] & np.uint8((0xFF << (8 - spare)) & 0xFF)) != 0
+            if bad.any():
+                raise InvalidPayload(f"padding bits beyond item {self.params.d - 1} are set",
+                                     index=first_bad(bad), field="bits")
+
+    def accumulate(self, sketch: Sketch, payloads: Payloads) -> None:
+        bits = np.asarray(payloads["bits"], dtype=np.uint8)
+        d = self.params.d
+        block = max(1, BLOCK_CELLS // d)
+        for start in range(0, bits.shape[0], block):  # blocks bound the unpacked memory
+            unpacked = np.unpackbits(bits[start:start + block], axis=1, count=d, bitorder="little")
+            sketch.counts[0] += unpacked.sum(axis=0, dtype=np.int64)
+        sketch.reports[0] += bits.shape[0]
+
+    def estimate(self, sketch: Sketch) -> CountEstimate:
+        n = sketch.total_reports
+        counts, variances = pure_estimate(sketch.counts[0], n, self.p, self.q)
+        return CountEstimate(counts, variances, n)
+
+    def variance(self, n: int, true_counts: np.ndarray | float) -> np.ndarray:
+        return pure_variance(n, true_counts, self.p, self.q)
+
+    def to_wire(self, payloads: Payloads) -> list[Any]:
+        raw, w = np.ascontiguousarray(payloads["bits"], dtype=np.uint8).tobytes(), self._width
+        return [raw[i:i + w] for i in range(0, len(raw), w)]
+
+    def from_wire(self, objects: list[Any]) -> Payloads:
+        w = self._width
+        for i, obj in enumerate(objects):
+            if type(obj) is not bytes:
+                raise InvalidPayload(f"expected {w} bytes, got {type(obj).__name__}", index=i, field="payload")
+            if len(obj) != w:
+                raise InvalidPayload(f"expected {w} bytes, got {len(obj)}", index=i, field="payload")
+        return {"bits": np.frombuffer(b"".join(objects), dtype=np.uint8).reshape(len(objects), w).copy()}

@@ -1,0 +1,200 @@
+"""The contract every LDP protocol fulfils: the four verbs of ARCHITECTURE.md.
+
+A protocol object wraps a frozen params dataclass and exposes, vectorised over a batch:
+
+1. ``encode(indices, rng, cohorts=None) -> Payloads``   device side
+2. ``validate(payloads)``                                collector side, raises InvalidPayload
+3. ``accumulate(sketch, payloads)``                      collector side, in place, additive
+4. ``estimate(sketch) -> CountEstimate``                 estimators side, unbiased counts
+
+plus the wire mapping (``to_wire`` / ``from_wire``) and the privacy facts (``epsilon``,
+``output_probabilities`` for the exact audit). Values are always 0-based domain indices;
+the metric registry owns the value <-> index map.
+
+A sketch is ``counts[m, *cells]`` plus ``reports[m]``: m cohorts (1 for protocols without
+cohorts), each with fixed-size integer counters and its number of reports. Sketches add.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import DomainError, InvalidPayload
+from ..randomness import RandomLike
+
+Payloads = dict[str, np.ndarray]
+"""A batch of randomised reports: named arrays sharing the leading (batch) dimension."""
+
+
+@dataclasses.dataclass
+class Sketch:
+    """Additive aggregate: per-cohort counters and per-cohort report counts (int64)."""
+
+    counts: np.ndarray
+    reports: np.ndarray
+
+    @property
+    def total_reports(self) -> int:
+        return int(self.reports.sum())
+
+    def merge(self, other: "Sketch") -> "Sketch":
+        """Sum of two sketches of the same shape (shards, collectors, windows)."""
+        if self.counts.shape != other.counts.shape:
+            raise ValueError(f"sketch shapes differ: {self.counts.shape} vs {other.counts.shape}")
+        return Sketch(self.counts + other.counts, self.reports + other.reports)
+
+    def copy(self) -> "Sketch":
+        return Sketch(self.counts.copy(), self.reports.copy())
+
+
+@dataclasses.dataclass(frozen=True)
+class CountEstimate:
+    """Unbiased count estimates over the domain and their (estimated) variances."""
+
+    counts: np.ndarray      # ĉ(v), float64, shape (d,)
+    variances: np.ndarray   # Var-hat[ĉ(v)], float64, shape (d,)
+    n: int                  # number of reports in the sketch
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class Protocol(abc.ABC):
+    """Base class of protocol implementations; subclasses set ``name`` and ``params``."""
+
+    name: ClassVar[str]
+    #: True when the per-client cohort is part of the report (derived from the client secret).
+    uses_cohorts: ClassVar[bool] = False
+
+    def __init__(self, params: Any) -> None:
+        self.params = params
+
+    # --- shape ---------------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def domain_size(self) -> int:
+        """d: number of domain values (0-based indices)."""
+
+    @property
+    def cohorts(self) -> int:
+        """m: number of cohorts in the sketch (1 when the protocol has none)."""
+        return 1
+
+    @property
+    @abc.abstractmethod
+    def cell_shape(self) -> tuple[int, ...]:
+        """Shape of one cohort's counters."""
+
+    def new_sketch(self) -> Sketch:
+        return Sketch(np.zeros((self.cohorts, *self.cell_shape), dtype=np.int64),
+                      np.zeros(self.cohorts, dtype=np.int64))
+
+    # --- privacy ---------------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def epsilon(self) -> float:
+        """Per-report epsilon, from the realised (quantised) probabilities."""
+
+    @property
+    def epsilon_longitudinal(self) -> float | None:
+        """Bound for any number of reports of one value (memoised protocols), else None."""
+        return None
+
+    @abc.abstractmethod
+    def output_probabilities(self, index: int) -> np.ndarray:
+        """P(y | x=index) over an enumeration of all outputs (small params; for the audit).
+
+        For cohort protocols the enumeration is over (cohort, output) pairs conditional on
+        each cohort, i.e. shape (m, outputs_per_cohort), each row summing to one.
+        """
+
+    @property
+    @abc.abstractmethod
+    def payload_bits(self) -> int:
+        """Size of one report's protocol payload on the wire, in bits (information content)."""
+
+    # --- the four verbs ----------------------------------------------------------------------
+    @abc.abstractmethod
+    def encode(self, indices: np.ndarray, rng: RandomLike = None,
+               cohorts: np.ndarray | None = None) -> Payloads:
+        """Randomise a batch of true domain indices. ``rng=None`` uses the OS CSPRNG."""
+
+    @abc.abstractmethod
+    def validate(self, payloads: Payloads) -> None:
+        """Raise InvalidPayload (with the report index) for anything an honest client can't send."""
+
+    @abc.abstractmethod
+    def accumulate(self, sketch: Sketch, payloads: Payloads) -> None:
+        """Fold validated payloads into ``sketch`` in place."""
+
+    @abc.abstractmethod
+    def estimate(self, sketch: Sketch) -> CountEstimate:
+        """Unbiased count estimates for every domain value, with variances."""
+
+    @abc.abstractmethod
+    def variance(self, n: int, true_counts: np.ndarray | float) -> np.ndarray:
+        """Theoretical Var[ĉ(v)] for n reports when the true count of v is ``true_counts``."""
+
+    # --- wire ------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def to_wire(self, payloads: Payloads) -> list[Any]:
+        """One msgpack-able object per report."""
+
+    @abc.abstractmethod
+    def from_wire(self, objects: list[Any]) -> Payloads:
+        """Inverse of to_wire; raises InvalidPayload naming the report index on bad shape."""
+
+    # --- helpers for subclasses ------------------------------------------------------------------
+    def check_indices(self, indices: np.ndarray) -> np.ndarray:
+        """Validate a batch of true indices (device side) and return them as int64."""
+        arr = np.asarray(indices)
+        if arr.ndim != 1:
+            arr = arr.reshape(-1)
+        if arr.size and (arr.dtype.kind not in "iu"):
+            raise DomainError(f"domain indices must be integers, got dtype {arr.dtype}")
+        arr = arr.astype(np.int64, copy=False)
+        if arr.size == 1:  # SDK batch of one: a Python comparison, not two numpy reductions
+            if 0 <= arr.item() < self.domain_size:
+                return arr
+            raise DomainError(f"index {arr.item()} at position 0 is outside the domain "
+                              f"[0, {self.domain_size})")
+        if arr.size and (arr.min() < 0 or arr.max() >= self.domain_size):
+            bad = int(np.flatnonzero((arr < 0) | (arr >= self.domain_size))[0])
+            raise DomainError(f"index {int(arr[bad])} at position {bad} is outside the domain "
+                              f"[0, {self.domain_size})")
+        return arr
+
+
+def pure_estimate(support: np.ndarray, n: int, p_star: float, q_star: float) -> tuple[np.ndarray, np.ndarray]:
+    """Pure-protocol estimator (ldp-facts.md §0): ĉ = (S − n q*)/(p* − q*) and its plug-in variance.
+
+    The variance uses Var = n q*(1−q*)/(p*−q*)² + c(1−p*−q*)/(p*−q*) with c = clip(ĉ, 0, n).
+    """
+    support = np.asarray(support, dtype=np.float64)
+    delta = p_star - q_star
+    counts = (support - n * q_star) / delta
+    return counts, pure_variance(n, np.clip(counts, 0, n), p_star, q_star)
+
+
+def pure_variance(n: int, true_counts: np.ndarray | float, p_star: float, q_star: float) -> np.ndarray:
+    """Var[ĉ(v)] of a pure protocol (ldp-facts.md §0)."""
+    delta = p_star - q_star
+    c = np.asarray(true_counts, dtype=np.float64)
+    return n * q_star * (1 - q_star) / delta**2 + c * (1 - p_star - q_star) / delta
+
+
+def require_1d(payloads: Payloads, key: str, n: int | None = None) -> np.ndarray:
+    """Fetch a named payload array; InvalidPayload if absent or ragged."""
+    if key not in payloads:
+        raise InvalidPayload(f"missing payload field {key!r}", field=key)
+    arr = np.asarray(payloads[key])
+    if n is not None and arr.shape[0] != n:
+        raise InvalidPayload(f"field {key!r} has {arr.shape[0]} entries, expected {n}", field=key)
+    return arr
+
+
+def first_bad(mask: np.ndarray) -> int:
+    """Index of the first True in a boolean mask (for error messages)."""
+    return int(np.flatnonzero(mask)[0])

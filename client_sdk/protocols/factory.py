@@ -1,0 +1,66 @@
+"""Build protocol objects from registry fields, and choose one for ``protocol = "auto"``.
+
+Each protocol module exposes ``OPTION_KEYS`` (the registry keys it accepts besides kind,
+protocol and epsilon) and ``from_options(domain_size, epsilon, options)``. Modules are
+imported lazily so the SDK only loads what its metrics use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+from . import PROTOCOL_NAMES
+from .base import Protocol
+
+#: Protocols `auto` chooses among for a fixed categorical domain (RAPPOR needs candidates).
+AUTO_CANDIDATES = ("rr", "grr", "oue", "sue", "olh", "hr", "ss")
+#: Variances within this relative margin count as a tie; the smaller payload then wins.
+AUTO_TIE_MARGIN = 0.02
+
+
+def protocol_module(name: str) -> ModuleType:
+    """The module implementing protocol ``name`` (KeyError if unknown)."""
+    if name not in PROTOCOL_NAMES:
+        raise KeyError(name)
+    return importlib.import_module(f"{__package__}.{name}")
+
+
+def option_keys(name: str) -> frozenset[str]:
+    return protocol_module(name).OPTION_KEYS
+
+
+def build_protocol(name: str, domain_size: int | None, epsilon: float | None,
+                   options: dict[str, Any] | None = None) -> Protocol:
+    """Instantiate protocol ``name``; raises ValueError with a readable reason on bad params."""
+    return protocol_module(name).from_options(domain_size, epsilon, dict(options or {}))
+
+
+def applicable(name: str, domain_size: int) -> bool:
+    """Whether `auto` may consider ``name`` for a domain of this size."""
+    if name == "rr":
+        return domain_size == 2
+    return name != "rappor"
+
+
+def per_item_variance(protocol: Protocol) -> float:
+    """n·Var[f̂(v)] at f(v)=0 (ldp-facts.md §0 table): the figure `auto` minimises."""
+    n = 1_000_000
+    return float(protocol.variance(n, 0.0)) / n
+
+
+def choose_protocol(domain_size: int, epsilon: float) -> str:
+    """Protocol with the smallest per-item variance; near-ties go to the smaller payload."""
+    scored = []
+    for name in AUTO_CANDIDATES:
+        if not applicable(name, domain_size):
+            continue
+        try:
+            proto = build_protocol(name, domain_size, epsilon, {})
+        except ValueError:
+            continue
+        scored.append((per_item_variance(proto), proto.payload_bits, AUTO_CANDIDATES.index(name), name))
+    best_var = min(s[0] for s in scored)
+    near = [s for s in scored if s[0] <= best_var * (1 + AUTO_TIE_MARGIN)]
+    return min(near, key=lambda s: (s[1], s[0], s[2]))[3]

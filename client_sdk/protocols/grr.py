@@ -1,0 +1,133 @@
+"""Generalised (k-ary) randomised response, a.k.a. Direct Encoding (ldp-facts.md §1).
+
+Report the true value x with probability p = e^ε/(e^ε+d−1), otherwise a uniformly drawn
+*other* value (each with q = (1−p)/(d−1)). p is quantised down to a 2^-32 grid, and the
+epsilon we quote, ln(p'/q'), is computed from the realised p'.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidPayload
+from ..randomness import RandomLike, as_random_source, bernoulli, realised, threshold_floor
+from .base import (
+    CountEstimate,
+    Payloads,
+    Protocol,
+    Sketch,
+    first_bad,
+    pure_estimate,
+    pure_variance,
+    require_1d,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class GRRParams:
+    d: int           # domain size
+    epsilon: float   # target per-report budget
+
+    def __post_init__(self) -> None:
+        if self.d < 2:
+            raise ValueError("GRR needs a domain of at least 2 values")
+        if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
+            raise ValueError("epsilon must be a positive finite number")
+
+    @property
+    def keep_threshold(self) -> int:
+        e = math.exp(self.epsilon)
+        return threshold_floor(e / (e + self.d - 1))
+
+    @property
+    def p(self) -> float:
+        """Realised P(report = x)."""
+        return realised(self.keep_threshold)
+
+    @property
+    def q(self) -> float:
+        """Realised P(report = v) for each v != x."""
+        return (1.0 - self.p) / (self.d - 1)
+
+
+class GRR(Protocol):
+    name = "grr"
+
+    def __init__(self, params: GRRParams) -> None:
+        super().__init__(params)
+        self.p, self.q = params.p, params.q
+        self._threshold = params.keep_threshold
+
+    @property
+    def domain_size(self) -> int:
+        return self.params.d
+
+    @property
+    def cell_shape(self) -> tuple[int, ...]:
+        return (self.params.d,)
+
+    @property
+    def epsilon(self) -> float:
+        return math.log(self.p / self.q)
+
+    @property
+    def payload_bits(self) -> int:
+        return max(1, math.ceil(math.log2(self.params.d)))
+
+    def output_probabilities(self, index: int) -> np.ndarray:
+        probs = np.full(self.params.d, self.q)
+        probs[index] = self.p
+        return probs
+
+    def encode(self, indices: np.ndarray, rng: RandomLike = None,
+               cohorts: np.ndarray | None = None) -> Payloads:
+        x = self.check_indices(indices)
+        source = as_random_source(rng)
+        n = x.shape[0]
+        keep = bernoulli(source, self._threshold, n)
+        other = source.below(self.params.d - 1, n)
+        other += other >= x  # uniform over the d−1 values != x
+        return {"y": np.where(keep, x, other)}
+
+    def validate(self, payloads: Payloads) -> None:
+        y = require_1d(payloads, "y")
+        if y.dtype.kind not in "iu":
+            raise InvalidPayload("GRR report must be an integer", field="y")
+        bad = (y < 0) | (y >= self.params.d)
+        if bad.any():
+            i = first_bad(bad)
+            raise InvalidPayload(f"value {int(y[i])} outside [0, {self.params.d})", index=i, field="y")
+
+    def accumulate(self, sketch: Sketch, payloads: Payloads) -> None:
+        y = np.asarray(payloads["y"], dtype=np.int64)
+        sketch.counts[0] += np.bincount(y, minlength=self.params.d)
+        sketch.reports[0] += y.shape[0]
+
+    def estimate(self, sketch: Sketch) -> CountEstimate:
+        n = sketch.total_reports
+        counts, variances = pure_estimate(sketch.counts[0], n, self.p, self.q)
+        return CountEstimate(counts, variances, n)
+
+    def variance(self, n: int, true_counts: np.ndarray | float) -> np.ndarray:
+        return pure_variance(n, true_counts, self.p, self.q)
+
+    def to_wire(self, payloads: Payloads) -> list[Any]:
+        return [int(v) for v in payloads["y"]]
+
+    def from_wire(self, objects: list[Any]) -> Payloads:
+        for i, obj in enumerate(objects):
+            if type(obj) is not int:
+                raise InvalidPayload(f"expected an integer, got {type(obj).__name__}", index=i, field="payload")
+        return {"y": np.asarray(objects, dtype=np.int64).reshape(-1)}
+
+
+OPTION_KEYS: frozenset[str] = frozenset()
+
+
+def from_options(domain_size: int, epsilon: float, options: dict[str, Any]) -> GRR:
+    """Build from registry fields (GRR takes no extra options)."""
+    return GRR(GRRParams(d=domain_size, epsilon=epsilon))

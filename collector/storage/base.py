@@ -1,0 +1,121 @@
+"""The sketch store contract shared by the SQLite (embedded) and PostgreSQL (shared) backends.
+
+A store holds, per (metric, fingerprint, window, cohort), a protocol's additive counters and
+its report count, plus a table of batch ids for idempotent ingestion. Everything is a sum:
+loading several windows (or rows written by several collectors) adds them up.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import enum
+from collections.abc import Sequence
+
+import numpy as np
+
+from client_sdk.protocols.base import Sketch
+
+SCHEMA_VERSION = 1
+APPLICATION_ID = "ldp-telemetry"
+
+
+class BatchOutcome(str, enum.Enum):
+    """What a commit did with one batch."""
+
+    APPLIED = "applied"        # new batch id: its deltas were added
+    DUPLICATE = "duplicate"    # same id and same digest seen before: counted once, ack again
+    CONFLICT = "conflict"      # same id, different body: rejected
+
+
+@dataclasses.dataclass(frozen=True)
+class SketchKey:
+    """Where a delta goes: metric, its parameter fingerprint, and the time window."""
+
+    metric: str
+    fingerprint: str
+    window: str
+
+
+@dataclasses.dataclass
+class PendingBatch:
+    """One ingested batch: its id (None = no dedupe, e.g. simulation), body digest and deltas."""
+
+    batch_id: bytes | None
+    digest: bytes
+    deltas: dict[SketchKey, Sketch]
+    reports: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowInfo:
+    """A stored window of one metric and its report count."""
+
+    metric: str
+    fingerprint: str
+    window: str
+    reports: int
+
+
+class SketchStore(abc.ABC):
+    """Durable additive sketches + batch-id dedupe. Implementations are thread-safe per call."""
+
+    @abc.abstractmethod
+    def commit(self, batches: Sequence[PendingBatch]) -> list[BatchOutcome]:
+        """One transaction: dedupe every batch id, then add the deltas of the new batches."""
+
+    def add_sketch(self, key: SketchKey, sketch: Sketch) -> None:
+        """Add a sketch without a batch id (simulation, imports)."""
+        self.commit([PendingBatch(None, b"", {key: sketch}, sketch.total_reports)])
+
+    @abc.abstractmethod
+    def load(self, metric: str, fingerprint: str, template: Sketch,
+             windows: Sequence[str] | None = None, since: str | None = None,
+             until: str | None = None) -> Sketch:
+        """Sum of the stored sketches for the windows asked (all when none given).
+
+        ``template`` gives the shape (``protocol.new_sketch()``); rows whose shape differs
+        raise StoreError. ``since``/``until`` are inclusive UTC dates (YYYY-MM-DD).
+        """
+
+    @abc.abstractmethod
+    def windows(self, metric: str | None = None) -> list[WindowInfo]:
+        """Stored windows (optionally of one metric), oldest first."""
+
+    @abc.abstractmethod
+    def check(self) -> None:
+        """Raise StoreError unless the store is reachable and its schema current (readyz)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections."""
+
+    def __enter__(self) -> "SketchStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def counts_to_blob(counts: np.ndarray) -> bytes:
+    """Canonical on-disk form of one cohort's counters: little-endian int64."""
+    return np.ascontiguousarray(counts, dtype="<i8").tobytes()
+
+
+def blob_to_counts(blob: bytes, cell_shape: tuple[int, ...]) -> np.ndarray:
+    return np.frombuffer(blob, dtype="<i8").reshape(cell_shape).astype(np.int64)
+
+
+def merge_deltas(target: dict[SketchKey, Sketch], deltas: dict[SketchKey, Sketch]) -> None:
+    """Add ``deltas`` into ``target`` (copying on first insert)."""
+    for key, sk in deltas.items():
+        if key in target:
+            target[key] = target[key].merge(sk)
+        else:
+            target[key] = sk.copy()
+
+
+def date_filter_ok(window: str, since: str | None, until: str | None) -> bool:
+    """Whether a window (YYYY-MM-DD or YYYY-MM-DDTHH) falls in the inclusive date range."""
+    day = window[:10]
+    return (since is None or day >= since) and (until is None or day <= until)

@@ -1,0 +1,217 @@
+"""SQLite sketch store: the embedded default (WAL mode, one file, many processes).
+
+Schema v1:
+  ldpt_meta(key PRIMARY KEY, value)                     application id and schema version
+  sketches(metric, fingerprint, window, cohort, reports, counts BLOB)   additive counters
+  batches(batch_id PRIMARY KEY, digest, reports, received)              idempotent ingestion
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from client_sdk.errors import StoreError
+from client_sdk.protocols.base import Sketch
+
+from .base import (
+    APPLICATION_ID,
+    SCHEMA_VERSION,
+    BatchOutcome,
+    PendingBatch,
+    SketchKey,
+    SketchStore,
+    WindowInfo,
+    blob_to_counts,
+    counts_to_blob,
+    merge_deltas,
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ldpt_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sketches (
+    metric TEXT NOT NULL, fingerprint TEXT NOT NULL, window TEXT NOT NULL, cohort INTEGER NOT NULL,
+    reports INTEGER NOT NULL, counts BLOB NOT NULL,
+    PRIMARY KEY (metric, fingerprint, window, cohort)
+);
+CREATE TABLE IF NOT EXISTS batches (
+    batch_id BLOB PRIMARY KEY, digest BLOB NOT NULL, reports INTEGER NOT NULL, received TEXT NOT NULL
+);
+"""
+
+BUSY_TIMEOUT_MS = 30_000
+
+
+class SQLiteStore(SketchStore):
+    """Sketch store in one SQLite file; safe for several processes (WAL, busy timeout)."""
+
+    def __init__(self, path: str | Path, *, create: bool = True, synchronous: str = "FULL") -> None:
+        self.path = Path(path)
+        if not create and not self.path.exists():
+            raise StoreError(f"{self.path}: no store here (run `ldpt simulate` or `ldpt serve` "
+                             "to create one)")
+        if self.path.exists() and self.path.is_dir():
+            raise StoreError(f"{self.path}: is a directory, not a store file")
+        self._lock = threading.Lock()
+        try:
+            self._conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000,
+                                         isolation_level=None, check_same_thread=False)
+            self._conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            self._init_schema(create, synchronous)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: not a readable SQLite store ({exc})") from None
+
+    # --- schema -------------------------------------------------------------------------------
+    def _init_schema(self, create: bool, synchronous: str) -> None:
+        conn = self._conn
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "ldpt_meta" not in tables:
+            if tables:
+                raise StoreError(f"{self.path}: a SQLite database, but not an ldp-telemetry store "
+                                 f"(tables: {', '.join(sorted(tables))})")
+            if not create:
+                raise StoreError(f"{self.path}: empty database, not an ldp-telemetry store")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(_SCHEMA)  # idempotent: safe when several processes create at once
+            conn.execute("INSERT OR IGNORE INTO ldpt_meta VALUES ('application', ?)", (APPLICATION_ID,))
+            conn.execute("INSERT OR IGNORE INTO ldpt_meta VALUES ('schema_version', ?)",
+                         (str(SCHEMA_VERSION),))
+        meta = dict(conn.execute("SELECT key, value FROM ldpt_meta").fetchall())
+        if meta.get("application") != APPLICATION_ID:
+            raise StoreError(f"{self.path}: not an ldp-telemetry store")
+        version = int(meta.get("schema_version", "0"))
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: written by a newer ldp-telemetry (schema v{version}; this "
+                             f"version reads up to v{SCHEMA_VERSION}); upgrade ldp-telemetry")
+        if version < SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: schema v{version} is older than v{SCHEMA_VERSION} and "
+                             "has no migration")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+
+    # --- writes -----------------------------------------------------------------------------------
+    def commit(self, batches: Sequence[PendingBatch]) -> list[BatchOutcome]:
+        now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        with self._lock:
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                outcomes: list[BatchOutcome] = []
+                total: dict[SketchKey, Sketch] = {}
+                seen_here: dict[bytes, bytes] = {}
+                for batch in batches:
+                    if batch.batch_id is not None:
+                        bid = bytes(batch.batch_id)
+                        prior = seen_here.get(bid)
+                        if prior is None:
+                            row = conn.execute("SELECT digest FROM batches WHERE batch_id=?",
+                                               (bid,)).fetchone()
+                            prior = None if row is None else bytes(row[0])
+                        if prior is not None:
+                            outcomes.append(BatchOutcome.DUPLICATE if prior == batch.digest
+                                            else BatchOutcome.CONFLICT)
+                            continue
+                        conn.execute("INSERT INTO batches VALUES (?, ?, ?, ?)",
+                                     (bid, batch.digest, batch.reports, now))
+                        seen_here[bid] = batch.digest
+                    merge_deltas(total, batch.deltas)
+                    outcomes.append(BatchOutcome.APPLIED)
+                for key, sketch in total.items():
+                    self._upsert(key, sketch)
+                conn.execute("COMMIT")
+                return outcomes
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    def _upsert(self, key: SketchKey, sketch: Sketch) -> None:
+        rows = {}
+        for cohort, blob, reports in self._conn.execute(
+                "SELECT cohort, counts, reports FROM sketches WHERE metric=? AND fingerprint=? "
+                "AND window=?", (key.metric, key.fingerprint, key.window)):
+            rows[cohort] = (blob, reports)
+        cell_shape = sketch.counts.shape[1:]
+        for cohort in np.flatnonzero((sketch.reports != 0) | sketch.counts.reshape(len(sketch.reports), -1).any(1)):
+            cohort = int(cohort)
+            counts = sketch.counts[cohort]
+            reports = int(sketch.reports[cohort])
+            if cohort in rows:
+                old_blob, old_reports = rows[cohort]
+                counts = counts + self._decode(old_blob, cell_shape, key)
+                reports += old_reports
+            self._conn.execute("INSERT OR REPLACE INTO sketches VALUES (?, ?, ?, ?, ?, ?)",
+                               (key.metric, key.fingerprint, key.window, cohort, reports,
+                                counts_to_blob(counts)))
+
+    def _decode(self, blob: bytes, cell_shape: tuple[int, ...], key: SketchKey) -> np.ndarray:
+        expected = int(np.prod(cell_shape)) * 8
+        if len(blob) != expected:
+            raise StoreError(f"{self.path}: stored sketch for {key.metric!r} window {key.window} has "
+                             f"{len(blob)} bytes, expected {expected}; the store is corrupt or "
+                             "was written under other parameters")
+        return blob_to_counts(blob, cell_shape)
+
+    # --- reads ------------------------------------------------------------------------------------
+    def load(self, metric: str, fingerprint: str, template: Sketch,
+             windows: Sequence[str] | None = None, since: str | None = None,
+             until: str | None = None) -> Sketch:
+        sql = ("SELECT window, cohort, reports, counts FROM sketches WHERE metric=? AND fingerprint=?")
+        args: list[object] = [metric, fingerprint]
+        if windows is not None:
+            if not windows:
+                return Sketch(template.counts.copy(), template.reports.copy())
+            sql += f" AND window IN ({','.join('?' * len(windows))})"
+            args += list(windows)
+        if since is not None:
+            sql += " AND substr(window, 1, 10) >= ?"
+            args.append(since)
+        if until is not None:
+            sql += " AND substr(window, 1, 10) <= ?"
+            args.append(until)
+        out = Sketch(template.counts.copy(), template.reports.copy())
+        cell_shape = template.counts.shape[1:]
+        m = template.reports.shape[0]
+        with self._lock:
+            rows = self._conn.execute(sql, args).fetchall()
+        for window, cohort, reports, blob in rows:
+            if not 0 <= cohort < m:
+                raise StoreError(f"{self.path}: stored cohort {cohort} of {metric!r} window {window} "
+                                 f"is outside [0, {m}); the store does not match the registry")
+            out.counts[cohort] += self._decode(blob, cell_shape, SketchKey(metric, fingerprint, window))
+            out.reports[cohort] += reports
+        return out
+
+    def windows(self, metric: str | None = None) -> list[WindowInfo]:
+        sql = "SELECT metric, fingerprint, window, SUM(reports) FROM sketches"
+        args: tuple = ()
+        if metric is not None:
+            sql += " WHERE metric=?"
+            args = (metric,)
+        sql += " GROUP BY metric, fingerprint, window ORDER BY window, metric"
+        with self._lock:
+            return [WindowInfo(*row) for row in self._conn.execute(sql, args)]
+
+    def check(self) -> None:
+        try:
+            with self._lock:
+                version = self._conn.execute(
+                    "SELECT value FROM ldpt_meta WHERE key='schema_version'").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: unreachable ({exc})") from None
+        if version is None or int(version[0]) != SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: schema is not v{SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def open_store(path: str | Path, *, create: bool = False) -> SQLiteStore:
+    """Open the SQLite store at ``path`` (create it only when asked)."""
+    return SQLiteStore(path, create=create)

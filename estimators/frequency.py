@@ -1,0 +1,94 @@
+"""Sketch -> estimate DataFrame, the one shape every consumer reads (CLI, collector API, docs).
+
+Columns: value, estimate (unbiased count), proportion, std_err (of the count), ci_low,
+ci_high (count bounds), p_value (one-sided test of "count = 0"), detected; with
+``consistent=True`` also raw_estimate (the unbiased one) and the Norm-Sub output in
+estimate/proportion. ``df.attrs`` carries metric, fingerprint, protocol, epsilon, n_reports,
+confidence, simultaneous and post_processed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from client_sdk.errors import EstimationError
+from client_sdk.protocols.base import Sketch
+from client_sdk.registry import Kind, MetricSpec
+
+from .consistency import norm_sub
+from .intervals import wald_interval, z_value
+
+COLUMNS = ["value", "estimate", "proportion", "std_err", "ci_low", "ci_high", "p_value", "detected"]
+
+
+def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95,
+                   simultaneous: bool = False, consistent: bool = False,
+                   candidates: Sequence[str] | None = None, alpha: float = 0.05,
+                   control: str = "fwer") -> pd.DataFrame:
+    """Debiased estimates with intervals for one metric's (merged) sketch."""
+    if not 0 < confidence < 1:
+        raise EstimationError(f"confidence must be between 0 and 1 (exclusive), got {confidence}")
+    proto = spec.protocol_impl
+    if spec.kind is Kind.STRING:
+        if not candidates:
+            raise EstimationError(f"metric {spec.name!r} is a string metric: pass candidate strings "
+                                  "(--candidates FILE) to decode it against")
+        from .rappor import decode
+
+        df = decode(sketch, proto, list(candidates), confidence=confidence, control=control,
+                    alpha=alpha, simultaneous=simultaneous)
+        df.attrs.update(metric=spec.name, fingerprint=spec.fingerprint)
+        if consistent:
+            df = _apply_consistency(df, int(df.attrs.get("n_reports", sketch.total_reports)))
+        return df
+    n = sketch.total_reports
+    if n <= 0:
+        raise EstimationError(f"metric {spec.name!r}: no reports in the selected window(s)")
+    est = proto.estimate(sketch)
+    std = np.sqrt(np.maximum(est.variances, 0.0))
+    low, high = wald_interval(est.counts, est.variances, n, confidence, simultaneous)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(std > 0, est.counts / std, np.inf * np.sign(est.counts))
+    p_value = stats.norm.sf(z)
+    d = len(est.counts)
+    level = alpha / d if control == "fwer" else _bh_level(p_value, alpha)
+    df = pd.DataFrame({
+        "value": list(spec.domain or range(d)),
+        "estimate": est.counts,
+        "proportion": est.counts / n,
+        "std_err": std,
+        "ci_low": low,
+        "ci_high": high,
+        "p_value": p_value,
+        "detected": p_value <= level,
+    })
+    df.attrs.update(metric=spec.name, fingerprint=spec.fingerprint, protocol=proto.name,
+                    epsilon=proto.epsilon, n_reports=n, confidence=confidence,
+                    simultaneous=simultaneous, post_processed=None,
+                    z=z_value(confidence, d if simultaneous else 1))
+    if consistent:
+        df = _apply_consistency(df, n)
+    return df
+
+
+def _apply_consistency(df: pd.DataFrame, n: int) -> pd.DataFrame:
+    """Replace estimate/proportion by Norm-Sub output; keep the unbiased one as raw_estimate."""
+    out = df.copy()
+    out.insert(1, "raw_estimate", df["estimate"])
+    proportions = norm_sub(df["proportion"].to_numpy())
+    out["proportion"] = proportions
+    out["estimate"] = proportions * n
+    out.attrs = dict(df.attrs, post_processed="norm-sub")
+    return out
+
+
+def _bh_level(p_values: np.ndarray, alpha: float) -> float:
+    """Benjamini–Hochberg threshold: the largest p(i) <= i·α/d (0 when none)."""
+    p = np.sort(p_values)
+    d = len(p)
+    ok = p <= alpha * np.arange(1, d + 1) / d
+    return float(p[np.flatnonzero(ok)[-1]]) if ok.any() else -1.0

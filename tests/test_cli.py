@@ -1,0 +1,124 @@
+"""The `ldpt` CLI driven through click's CliRunner: happy paths and one-line errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sqlite3
+
+import pytest
+from click.testing import CliRunner
+
+from cli.main import main
+
+
+@pytest.fixture
+def run():
+    runner = CliRunner()
+
+    def invoke(*args: str, ok: bool = True):
+        result = runner.invoke(main, list(args), catch_exceptions=False)
+        if ok:
+            assert result.exit_code == 0, result.output
+        return result
+
+    return invoke
+
+
+def test_metrics_check_lists_protocol_and_epsilon(run, registry_file):
+    out = run("metrics", "check", str(registry_file)).output
+    assert "3 metric(s) OK" in out
+    assert "theme" in out and "grr (auto)" in out and "1.0000" in out
+    assert "crash" in out and "rr" in out and "2.0000" in out
+
+
+def test_simulate_then_estimate_all_formats(run, registry_file, tmp_path):
+    db, truth = tmp_path / "s.sqlite", tmp_path / "truth.csv"
+    run("simulate", "--metrics", str(registry_file), "--metric", "theme", "--clients", "5000",
+        "--seed", "7", "--db", str(db), "--window", "2026-11-01", "--truth", str(truth), "--silent")
+    rows = list(csv.DictReader(truth.open()))
+    assert [r["value"] for r in rows] == ["light", "dark", "system"]
+    assert sum(int(r["count"]) for r in rows) == 5000
+
+    table = run("estimate", "--metrics", str(registry_file), "--metric", "theme", "--db", str(db)).output
+    assert "protocol grr" in table and "reports 5000" in table and "light" in table
+
+    data = json.loads(run("estimate", "--metrics", str(registry_file), "--metric", "theme",
+                          "--db", str(db), "--window", "2026-11-01", "--format", "json").output)
+    assert data["meta"]["n_reports"] == 5000
+    assert [e["value"] for e in data["estimates"]] == ["light", "dark", "system"]
+    assert set(data["estimates"][0]) >= {"value", "estimate", "proportion", "std_err", "ci_low", "ci_high"}
+
+    out_csv = tmp_path / "est.csv"
+    run("estimate", "--metrics", str(registry_file), "--metric", "theme", "--db", str(db),
+        "--format", "csv", "--output", str(out_csv), "--consistent", "--simultaneous")
+    header = out_csv.read_text().splitlines()[0].split(",")
+    assert header[:3] == ["value", "raw_estimate", "estimate"]
+
+
+def test_same_seed_same_sketch(run, registry_file, tmp_path):
+    outs = []
+    for name in ("a", "b"):
+        db = tmp_path / f"{name}.sqlite"
+        run("simulate", "--metrics", str(registry_file), "--metric", "theme", "--clients", "2000",
+            "--seed", "11", "--db", str(db), "--window", "2026-11-01", "--silent")
+        outs.append(sqlite3.connect(db).execute("SELECT cohort, reports, counts FROM sketches").fetchall())
+    assert outs[0] == outs[1]
+
+
+def test_plot(run, registry_file, tmp_path):
+    db, truth, png = tmp_path / "s.sqlite", tmp_path / "t.csv", tmp_path / "p.png"
+    run("simulate", "--metrics", str(registry_file), "--metric", "theme", "--clients", "3000",
+        "--seed", "1", "--db", str(db), "--truth", str(truth), "--silent")
+    run("estimate", "--metrics", str(registry_file), "--metric", "theme", "--db", str(db),
+        "--plot", str(png), "--truth", str(truth))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plan_marks_auto(run):
+    out = run("plan", "--epsilon", "1", "--domain", "1024", "--clients", "100000").output
+    lines = [line for line in out.splitlines() if line.startswith("* ")]
+    assert len(lines) == 1
+    data = json.loads(run("plan", "--epsilon", "4", "--domain", "3", "--clients", "1000",
+                          "--format", "json").output)
+    assert [p["protocol"] for p in data["protocols"] if p.get("auto")] == ["grr"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["metrics", "check", "nope.toml"], "nope.toml: file not found"),
+    (["simulate", "--metrics", "{reg}", "--metric", "nope", "--clients", "10", "--db", "{db}"],
+     "unknown metric 'nope'"),
+    (["simulate", "--metrics", "{reg}", "--metric", "theme", "--clients", "10", "--db", "{db}",
+      "--distribution", "pareto"], "unknown distribution 'pareto'"),
+    (["estimate", "--metrics", "{reg}", "--metric", "theme", "--db", "{tmp}/absent.sqlite"], "no store here"),
+    (["estimate", "--metrics", "{reg}", "--metric", "theme", "--db", "{tmp}/foreign.sqlite"],
+     "not an ldp-telemetry store"),
+])
+def test_errors_are_one_clean_line(run, registry_file, tmp_path, args, message):
+    foreign = tmp_path / "foreign.sqlite"
+    sqlite3.connect(foreign).execute("CREATE TABLE t(x)").connection.commit()
+    args = [a.format(reg=registry_file, db=tmp_path / "s.sqlite", tmp=tmp_path) for a in args]
+    result = run(*args, ok=False)
+    assert result.exit_code != 0
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "absent.sqlite").exists()
+
+
+def test_value_outside_domain_in_csv_names_file_and_line(run, registry_file, tmp_path):
+    dist = tmp_path / "dist.csv"
+    dist.write_text("value,count\nlight,5\npurple,3\n")
+    result = run("simulate", "--metrics", str(registry_file), "--metric", "theme", "--clients", "10",
+                 "--db", str(tmp_path / "s.sqlite"), "--distribution", f"csv:{dist}", ok=False)
+    assert result.exit_code != 0 and "dist.csv" in result.output and "'purple'" in result.output
+    assert not (tmp_path / "s.sqlite").exists()
+
+
+def test_estimate_refuses_data_stored_under_other_parameters(run, registry_file, tmp_path):
+    db = tmp_path / "s.sqlite"
+    run("simulate", "--metrics", str(registry_file), "--metric", "theme", "--clients", "100",
+        "--seed", "1", "--db", str(db), "--silent")
+    changed = tmp_path / "changed.toml"
+    changed.write_text(registry_file.read_text().replace("epsilon = 1.0", "epsilon = 3.0", 1))
+    result = run("estimate", "--metrics", str(changed), "--metric", "theme", "--db", str(db), ok=False)
+    assert "stored under other parameters" in result.output
