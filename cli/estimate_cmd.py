@@ -18,10 +18,15 @@ from .simulate_cmd import validate_day
 
 
 @click.command()
-@click.option("--metrics", "metrics_file", required=True, type=click.Path(dir_okay=False),
-              help="Metric registry (TOML).")
+@click.option("--metrics", "metrics_file", type=click.Path(dir_okay=False), default=None,
+              help="Metric registry (TOML); required with --db, optional with --url (then the "
+                   "collector's fingerprint is checked against it).")
 @click.option("--metric", required=True, help="Metric name in the registry.")
 @click.option("--db", type=click.Path(dir_okay=False), default=None, help="SQLite store to read.")
+@click.option("--url", default=None, metavar="URL",
+              help="Instead of --db: query a running collector (needs --token-file).")
+@click.option("--token-file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="File holding the collector's query bearer token (with --url).")
 @click.option("--window", callback=validate_day, default=None, help="One window (YYYY-MM-DD).")
 @click.option("--since", callback=validate_day, default=None, help="First day, inclusive.")
 @click.option("--until", callback=validate_day, default=None, help="Last day, inclusive.")
@@ -37,24 +42,62 @@ from .simulate_cmd import validate_day
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Save a PNG of the estimates with their intervals.")
 @output_options
-def estimate(metrics_file: str, metric: str, db: str | None, window: str | None, since: str | None,
+def estimate(metrics_file: str | None, metric: str, db: str | None, url: str | None,
+             token_file: str | None, window: str | None, since: str | None,
              until: str | None, confidence: float, simultaneous: bool, consistent: bool,
              candidates: str | None, truth: str | None, plot_path: str | None, fmt: str,
              output: str | None) -> None:
     """Estimate METRIC's frequencies with confidence intervals."""
-    if db is None:
-        raise click.UsageError("give --db PATH (a SQLite store)")
+    if db is None and url is None:
+        raise click.UsageError("give --db PATH (a SQLite store) or --url URL (a collector)")
+    if db is not None and url is not None:
+        raise click.UsageError("use either --db or --url, not both")
     if window and (since or until):
         raise click.UsageError("use either --window or --since/--until, not both")
-    _, spec = load_metric(metrics_file, metric)
-    sketch = load_sketch(spec, db, [window] if window else None, since, until)
-    df = estimate_frame(spec, sketch, confidence=confidence, simultaneous=simultaneous,
-                        consistent=consistent, candidates=read_candidates(candidates, spec))
+    if url is not None:
+        df = remote_estimate(url, token_file, metrics_file, metric, window, since, until, confidence,
+                             simultaneous, consistent, candidates)
+    else:
+        if metrics_file is None:
+            raise click.UsageError("give --metrics FILE (the metric registry)")
+        _, spec = load_metric(metrics_file, metric)
+        sketch = load_sketch(spec, db, [window] if window else None, since, until)
+        df = estimate_frame(spec, sketch, confidence=confidence, simultaneous=simultaneous,
+                            consistent=consistent, candidates=read_candidates(candidates, spec))
     emit(format_frame(df, fmt), output)
     if plot_path:
         from .plot import plot_estimates
 
         plot_estimates(df, plot_path, truth)
+
+
+def remote_estimate(url: str, token_file: str | None, metrics_file: str | None, metric: str,
+                    window: str | None, since: str | None, until: str | None, confidence: float,
+                    simultaneous: bool, consistent: bool, candidates: str | None):
+    """Ask a collector's query API; the DataFrame it returns, as the local path would build it."""
+    from .remote import fetch_estimates, frame_from_json, read_token
+
+    if token_file is None:
+        raise click.UsageError("--url needs --token-file FILE (the collector's query token)")
+    spec = load_metric(metrics_file, metric)[1] if metrics_file else None
+    cands = read_candidates(candidates, spec) if spec is not None else _read_lines(candidates)
+    params = {"window": window, "since": since, "until": until, "confidence": repr(confidence),
+              "simultaneous": "true" if simultaneous else None,
+              "consistent": "true" if consistent else None, "format": "json"}
+    df = frame_from_json(fetch_estimates(url, metric, read_token(token_file), params, cands))
+    served = df.attrs.get("fingerprint")
+    if spec is not None and served and served != spec.fingerprint:
+        raise click.ClickException(f"{url}: the collector's metric {metric!r} has fingerprint "
+                                   f"{served}, but {metrics_file} gives {spec.fingerprint}; the "
+                                   "registries differ")
+    return df
+
+
+def _read_lines(path: str | None) -> list[str] | None:
+    if path is None:
+        return None
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return list(dict.fromkeys(s for s in (line.strip() for line in lines) if s)) or None
 
 
 def load_sketch(spec: MetricSpec, db: str, windows: list[str] | None, since: str | None,

@@ -67,7 +67,7 @@ def plan(epsilon: float, domain: int, clients: int, fmt: str, output: str | None
             continue
         lines.append(f"{mark}{r['protocol']:<9}{r['std_err_count']:>17,.1f}{r['std_err_proportion']:>17.5f}"
                      f"{_bits(r['payload_bits']):>14}")
-    lines.append("* = what protocol = \"auto\" chooses (smallest variance; near-ties go to the smaller payload)")
+    lines.append("(*) = what protocol = \"auto\" chooses (smallest variance; near-ties go to the smaller payload)")
     emit("\n".join(lines) + "\n", output)
 
 

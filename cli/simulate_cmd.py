@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import datetime as dt
 
 import click
 import numpy as np
 
+from client_sdk.registry import MetricSpec
 from collector.storage.base import SketchKey
 from collector.storage.sqlite import open_store
-from estimators.simulation import draw_population, simulate_sketch
+from estimators.simulation import Population, draw_population, encode_population, simulate_sketch
 
 from .common import load_metric, progress_bar
 
@@ -42,21 +44,40 @@ def validate_day(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.option("--seed", type=int, default=None, help="Seed (default: fresh entropy, printed).")
 @click.option("--db", type=click.Path(dir_okay=False), default=None,
               help="SQLite store to accumulate into (created if missing).")
+@click.option("--url", default=None, metavar="URL",
+              help="Instead of --db: send the reports to a running collector (ldpt serve) in "
+                   "batches over HTTP, e.g. http://127.0.0.1:8080.")
+@click.option("--batch-size", type=click.IntRange(1, 10_000), default=500, show_default=True,
+              help="Reports per HTTP batch with --url.")
 @click.option("--window", callback=validate_day, default=None,
               help="Window to write (default: today, UTC).")
 @click.option("--truth", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write the true counts as CSV value,count.")
 @click.option("--silent", is_flag=True, help="No progress bar.")
 def simulate(metrics_file: str, metric: str, clients: int, distribution: str, seed: int | None,
-             db: str | None, window: str | None, truth: str | None, silent: bool) -> None:
-    """Simulate CLIENTS devices reporting METRIC once each into a sketch store."""
-    if db is None:
-        raise click.UsageError("give --db PATH (a SQLite store to write)")
+             db: str | None, url: str | None, batch_size: int, window: str | None, truth: str | None,
+             silent: bool) -> None:
+    """Simulate CLIENTS devices reporting METRIC once each into a sketch store (or a collector)."""
+    if db is None and url is None:
+        raise click.UsageError("give --db PATH (a SQLite store to write) or --url URL (a collector)")
+    if db is not None and url is not None:
+        raise click.UsageError("use either --db or --url, not both")
+    if url is not None and window is not None:
+        raise click.UsageError("--window applies to --db only; a collector windows reports by "
+                               "their receive time")
     _, spec = load_metric(metrics_file, metric)
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % (2**63))
     rng = np.random.default_rng(seed)
     population = draw_population(spec, clients, distribution, rng)
+    if url is not None:
+        send_population(spec, population, rng, url, batch_size, silent)
+        if truth:
+            write_truth(truth, population.values, population.counts)
+        if not silent:
+            click.echo(f"{clients} simulated reports of {metric} ({spec.protocol}, epsilon "
+                       f"{spec.protocol_impl.epsilon:.4g}) -> {url} (seed {seed})", err=True)
+        return
     store = open_store(db, create=True)  # opened before the long work: a bad store fails fast
     try:
         with progress_bar(clients, f"simulating {metric}", silent) as bar:
@@ -70,6 +91,19 @@ def simulate(metrics_file: str, metric: str, clients: int, distribution: str, se
     if not silent:
         click.echo(f"{clients} simulated reports of {metric} ({spec.protocol}, epsilon "
                    f"{spec.protocol_impl.epsilon:.4g}) -> {db} window {window} (seed {seed})", err=True)
+
+
+def send_population(spec: MetricSpec, population: Population, rng: np.random.Generator, url: str,
+                    batch_size: int, silent: bool) -> None:
+    """Encode the population exactly as the --db path does and post it to a collector."""
+    from .remote import batch_bodies, send_batches
+
+    bodies = batch_bodies(spec, encode_population(spec, population, rng), batch_size)
+    with progress_bar(population.size, f"sending {spec.name}", silent) as bar:
+        stats = asyncio.run(send_batches(url, bodies, progress=bar.update))
+    if not silent and (stats.retries or stats.duplicates):
+        click.echo(f"{stats.batches} batches acknowledged ({stats.retries} retries, "
+                   f"{stats.duplicates} acknowledged as duplicates of a retried batch)", err=True)
 
 
 def write_truth(path: str, values: list[str], counts: np.ndarray) -> None:

@@ -1,0 +1,88 @@
+"""ldp-telemetry client SDK: what runs on the device. Every value is randomised before it leaves.
+
+```python
+from client_sdk import TelemetryClient
+client = TelemetryClient(endpoint="http://127.0.0.1:8080", registry="metrics.toml",
+                         state_dir=".../myapp/ldpt")
+client.report("theme", "dark")
+client.flush(timeout=10.0)
+client.close()
+```
+
+The public surface is ``__all__`` (checked by tests/test_sdk_api.py). Names are imported on
+first use, so ``import client_sdk.registry`` (the collector, the estimators) does not load
+the transport and the uploader.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: Public name -> defining module (relative to this package).
+_EXPORTS = {
+    "TelemetryClient": "client",
+    "AsyncTelemetryClient": "aio",
+    "MemoryState": "state",
+    "FileState": "state",
+    "RetryPolicy": "uploader",
+    "Uploader": "uploader",
+    "AsyncUploader": "aio",
+    "OutboxLimits": "queue",
+    "DropPolicy": "queue",
+    "Transport": "transport",
+    "HTTPTransport": "transport",
+    "MemoryTransport": "transport",
+    "FakeCollector": "transport",
+    "Fault": "transport",
+    "TransportError": "transport",
+    "AsyncTransport": "aio",
+    "AsyncHTTPTransport": "aio",
+    "AsyncMemoryTransport": "aio",
+    "Refusal": "ledger",
+    "read_ledger": "ledger",
+    "registry_from_json": "remote",
+    "load_registry": "registry",
+    "LdptError": "errors",
+}
+
+__all__ = [
+    "AsyncHTTPTransport",
+    "AsyncMemoryTransport",
+    "AsyncTelemetryClient",
+    "AsyncTransport",
+    "AsyncUploader",
+    "DropPolicy",
+    "FakeCollector",
+    "Fault",
+    "FileState",
+    "HTTPTransport",
+    "LdptError",
+    "MemoryState",
+    "MemoryTransport",
+    "OutboxLimits",
+    "Refusal",
+    "RetryPolicy",
+    "TelemetryClient",
+    "Transport",
+    "TransportError",
+    "Uploader",
+    "load_registry",
+    "read_ledger",
+    "registry_from_json",
+]
+
+assert set(__all__) == set(_EXPORTS), "__all__ and _EXPORTS must list the same names"
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'client_sdk' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

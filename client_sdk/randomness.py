@@ -22,7 +22,6 @@ SCALE_BITS = 32
 SCALE = 1 << SCALE_BITS  # thresholds live in [0, 2^32]
 
 _TWO64 = 1 << 64
-_MAX64 = np.uint64(_TWO64 - 1)
 _RAW64_BIT_GENERATORS = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
 
 
@@ -66,19 +65,23 @@ class SecureRandom:
     def below(self, high: int | np.ndarray, shape: int | tuple[int, ...]) -> np.ndarray:
         if isinstance(high, (int, np.integer)) or np.ndim(high) == 0:
             return self._below_scalar(int(high), shape)
-        # Per-element bounds, one urandom call: accept u < 2^64 − (2^64 mod h), a multiple of
-        # h, so u mod h is exactly uniform. (0 − h) mod 2^64 ≡ 2^64 (mod h) gives 2^64 mod h.
-        h = np.broadcast_to(np.asarray(high, dtype=np.uint64), shape).ravel()
-        if h.size and int(h.min()) < 1:
+        # Per-element bounds, one urandom call. r = u mod h is exactly uniform when u is
+        # below 2^64 − (2^64 mod h), a multiple of h; equivalently u − r <= 2^64 − h, which in
+        # wrapping uint64 arithmetic is (u − r) <= (0 − h). Rejection odds < h/2^64 each.
+        h = np.asarray(high, dtype=np.uint64)
+        if h.shape != ((shape,) if isinstance(shape, int) else shape):
+            h = np.broadcast_to(h, shape)
+        h = h.ravel()
+        if not h.all():
             raise ValueError("below() needs high >= 1")
-        count = h.size
-        u = np.frombuffer(os.urandom(8 * count), dtype=np.uint64).copy()
-        accept_max = _MAX64 - (np.uint64(0) - h) % h
-        bad = u > accept_max
-        while bad.any():  # rejection probability < h/2^64 per element: practically never loops
+        u = np.frombuffer(os.urandom(8 * h.size), dtype=np.uint64).copy()
+        r = u % h
+        bad = (u - r) > (np.uint64(0) - h)
+        while bad.any():  # practically never loops
             u[bad] = np.frombuffer(os.urandom(8 * int(bad.sum())), dtype=np.uint64)
-            bad = u > accept_max
-        out = (u % h).astype(np.int64)
+            r = u % h
+            bad = (u - r) > (np.uint64(0) - h)
+        out = r.astype(np.int64)
         return out if isinstance(shape, int) else out.reshape(shape)
 
     @staticmethod

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 
 from client_sdk.errors import DomainError, LdptError
-from client_sdk.protocols.base import Sketch
+from client_sdk.protocols.base import Payloads, Sketch
 from client_sdk.registry import Kind, MetricSpec
 
 CHUNK = 250_000
@@ -128,11 +128,14 @@ def draw_population(spec: MetricSpec, clients: int, distribution: str,
     return Population(values, counts.astype(np.int64))
 
 
-def simulate_sketch(spec: MetricSpec, population: Population, rng: np.random.Generator,
-                    progress: Callable[[int], None] | None = None) -> Sketch:
-    """Encode every client's value once with the real protocol code and accumulate a sketch."""
+def encode_population(spec: MetricSpec, population: Population,
+                      rng: np.random.Generator) -> Iterator[tuple[int, Payloads]]:
+    """Randomise every client's value once with the real protocol code, in chunks.
+
+    Yields (number of reports, payloads). ``simulate_sketch`` accumulates them; `ldpt
+    simulate --url` sends them to a collector — the same draws for the same seed.
+    """
     proto = spec.protocol_impl
-    sketch = proto.new_sketch()
     order = rng.permutation(population.size)
     labels = np.repeat(np.arange(len(population.values)), population.counts)[order]
     values_arr = np.asarray(population.values, dtype=object) if spec.kind is Kind.STRING else None
@@ -144,7 +147,16 @@ def simulate_sketch(spec: MetricSpec, population: Population, rng: np.random.Gen
             payloads = proto.encode(values_arr[chunk], rng)
         else:
             payloads = proto.encode(index_map[chunk], rng)
+        yield len(chunk), payloads
+
+
+def simulate_sketch(spec: MetricSpec, population: Population, rng: np.random.Generator,
+                    progress: Callable[[int], None] | None = None) -> Sketch:
+    """Encode every client's value once with the real protocol code and accumulate a sketch."""
+    proto = spec.protocol_impl
+    sketch = proto.new_sketch()
+    for n, payloads in encode_population(spec, population, rng):
         proto.accumulate(sketch, payloads)
         if progress is not None:
-            progress(len(chunk))
+            progress(n)
     return sketch

@@ -22,7 +22,16 @@ import numpy as np
 
 from ..errors import InvalidPayload
 from ..randomness import SCALE, RandomLike, as_random_source, below_threshold, realised
-from .base import CountEstimate, Payloads, Protocol, Sketch, first_bad, pure_estimate, pure_variance, require_1d
+from .base import (
+    CountEstimate,
+    Payloads,
+    Protocol,
+    Sketch,
+    first_bad,
+    pure_estimate,
+    pure_variance,
+    require_1d,
+)
 
 #: Words per encode/accumulate block: ~512 KiB of uint32 stays cache-resident (measured
 #: ~6M reports/s at d=128 with a seeded generator, vs ~1M/s unblocked).

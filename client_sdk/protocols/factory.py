@@ -18,6 +18,9 @@ from .base import Protocol
 AUTO_CANDIDATES = ("rr", "grr", "oue", "sue", "olh", "hr", "ss")
 #: Variances within this relative margin count as a tie; the smaller payload then wins.
 AUTO_TIE_MARGIN = 0.02
+#: `auto` never picks a protocol whose report exceeds this many bits (8 KiB) when another
+#: fits: a 1,000,000-value metric gets Hadamard response, not a 125 KB unary report.
+AUTO_MAX_PAYLOAD_BITS = 8 * 8192
 
 
 def protocol_module(name: str) -> ModuleType:
@@ -51,7 +54,8 @@ def per_item_variance(protocol: Protocol) -> float:
 
 
 def choose_protocol(domain_size: int, epsilon: float) -> str:
-    """Protocol with the smallest per-item variance; near-ties go to the smaller payload."""
+    """Protocol with the smallest per-item variance among those with a report of at most
+    AUTO_MAX_PAYLOAD_BITS; near-ties (AUTO_TIE_MARGIN) go to the smaller payload."""
     scored = []
     for name in AUTO_CANDIDATES:
         if not applicable(name, domain_size):
@@ -61,6 +65,8 @@ def choose_protocol(domain_size: int, epsilon: float) -> str:
         except ValueError:
             continue
         scored.append((per_item_variance(proto), proto.payload_bits, AUTO_CANDIDATES.index(name), name))
+    compact = [s for s in scored if s[1] <= AUTO_MAX_PAYLOAD_BITS]
+    scored = compact or scored
     best_var = min(s[0] for s in scored)
     near = [s for s in scored if s[0] <= best_var * (1 + AUTO_TIE_MARGIN)]
     return min(near, key=lambda s: (s[1], s[0], s[2]))[3]

@@ -19,7 +19,16 @@ import numpy as np
 
 from ..errors import InvalidPayload
 from ..randomness import SCALE, RandomLike, as_random_source, bernoulli, realised, threshold_ceil
-from .base import CountEstimate, Payloads, Protocol, Sketch, first_bad, pure_estimate, pure_variance, require_1d
+from .base import (
+    CountEstimate,
+    Payloads,
+    Protocol,
+    Sketch,
+    first_bad,
+    pure_estimate,
+    pure_variance,
+    require_1d,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +126,8 @@ class RR(Protocol):
             if type(obj) is not int:  # bool is a subclass of int: reject it explicitly
                 raise InvalidPayload(f"expected the integer 0 or 1, got {type(obj).__name__}",
                                      index=i, field="payload")
+            if obj != 0 and obj != 1:
+                raise InvalidPayload(f"expected the integer 0 or 1, got {obj}", index=i, field="payload")
         return {"y": np.asarray(objects, dtype=np.int64).reshape(-1)}
 
 

@@ -14,8 +14,10 @@ p* = π', q* = π'(s−1)/(d−1) + (1−π')s/(d−1) (ldp-facts.md §6), sketc
 Step 2 is Floyd's algorithm run across the whole batch at once: for j = N−k, …, N−1 (N = d−1
 values ≠ x, k places) draw t uniform in [0, j] and add t, or j if t is already taken; that
 gives a uniform k-subset. The draws are independent of the set, so all are made up front,
-and the loop runs over the s positions, never over reports. Membership is a per-report
-bitmap over the domain, which also yields each subset already sorted.
+and the loop runs over the s positions, never over reports. Rows that include x need
+k = s−1: that is the same run without its first position. Membership is a per-report bitmap
+over the domain when s is a sizeable fraction of d (small ε), and otherwise a stable sort
+plus an s-cell bitmap (``_floyd_sparse``), so large domains cost O(s log s) per report.
 
 Payload: ``subset``, shape (n, s) uint32, each row strictly increasing. Wire: one ``bytes``
 object per report holding the s sorted indices as little-endian uint16 when d <= 65536,
@@ -26,6 +28,7 @@ packed index list.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from typing import Any
@@ -33,11 +36,34 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidPayload
-from ..randomness import SCALE, RandomLike, as_random_source, bernoulli, realised, threshold_ceil
-from .base import CountEstimate, Payloads, Protocol, Sketch, first_bad, pure_estimate, pure_variance, require_1d
+from ..randomness import (
+    SCALE,
+    RandomLike,
+    as_random_source,
+    bernoulli,
+    realised,
+    threshold_ceil,
+)
+from .base import (
+    CountEstimate,
+    Payloads,
+    Protocol,
+    Sketch,
+    first_bad,
+    pure_estimate,
+    pure_variance,
+    require_1d,
+)
 
-#: Bitmap cells per encode block (bool bytes): bounds memory and keeps the bitmap in cache.
-BLOCK_CELLS = 1 << 19
+#: Domain-bitmap Floyd when d <= SPARSE_RATIO·s (small ε), else the sort-based one, whose
+#: cost does not grow with d (measured crossover d/s ≈ 10–50 at d = 128…10^4).
+SPARSE_RATIO = 16
+#: Dense: bitmap cells per encode block (bool bytes), ~1 MiB keeps it cache-resident...
+BLOCK_CELLS = 1 << 20
+#: ...but a block always holds this many reports.
+MIN_BLOCK_ROWS = 16
+#: Sparse: draws per encode block.
+SPARSE_BLOCK_CELLS = 1 << 19
 #: output_probabilities enumerates all C(d, s) subsets; refuse beyond this many.
 MAX_ENUMERATED_SUBSETS = 1 << 20
 #: Largest d whose indices travel as uint16 on the wire.
@@ -126,45 +152,92 @@ class SS(Protocol):
         x = self.check_indices(indices)
         source = as_random_source(rng)
         n, d, s = x.shape[0], self.params.d, self.s
-        highs = np.arange(d - s, d, dtype=np.int64)  # position i draws t_i ~ U[0, j_i], j_i = d−1−s+i
-        if n == 1:
-            include = bool(bernoulli(source, self._threshold, 1)[0])
-            subset = self._floyd_one(int(x[0]), include, source.below(highs, s).tolist())[None, :]
+        if n == 1:  # the SDK's single report: the same algorithm on Python ints
+            # One draw call: u ~ U[0, 2^32) for the inclusion test u < T, then t_0..t_{s−1}.
+            u, *draws = source.below(self._single_highs, s + 1).tolist()
+            return {"subset": self._floyd_one(int(x[0]), u < self._threshold, draws)[None, :]}
+        subset = np.empty((n, s), dtype=np.uint32)
+        if d > SPARSE_RATIO * s:
+            fill, block = self._floyd_sparse, max(1, SPARSE_BLOCK_CELLS // s)
         else:
-            subset = np.empty((n, s), dtype=np.uint32)
-            block = max(1, BLOCK_CELLS // d)
-            for start in range(0, n, block):  # loop over blocks of reports, vectorised inside
-                xs = x[start:start + block]
-                m = xs.shape[0]
-                include = bernoulli(source, self._threshold, m)
-                subset[start:start + m] = self._floyd_block(xs, include, source.below(highs, (m, s)))
+            fill, block = self._floyd_dense, max(MIN_BLOCK_ROWS, BLOCK_CELLS // d)
+        for start in range(0, n, block):  # loop over blocks of reports, vectorised inside
+            xs = x[start:start + block]
+            include = bernoulli(source, self._threshold, xs.shape[0])
+            # t_i ~ U[0, j_i] with j_i = d−1−s+i, for all positions at once: shape (s, m)
+            draws = np.stack([source.below(d - s + i, xs.shape[0]) for i in range(s)])
+            subset[start:start + xs.shape[0]] = fill(xs, include, draws)
         return {"subset": subset}
 
-    def _floyd_block(self, x: np.ndarray, include: np.ndarray, draws: np.ndarray) -> np.ndarray:
-        """Batch-wide Floyd: one vectorised step per position; returns sorted (m, s) subsets."""
+    def _floyd_dense(self, x: np.ndarray, include: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Floyd with a per-report bitmap over the whole domain; returns sorted (m, s) subsets."""
         m, d, s = x.shape[0], self.params.d, self.s
-        taken = np.zeros(m * d, dtype=bool)  # row r's bitmap is taken[r·d : (r+1)·d]
-        base = np.arange(m, dtype=np.int64) * d
-        # Position 0 (j = d−1−s), only for rows without x: the set is empty, so t is new.
-        t0 = draws[:, 0]
-        taken[(base + t0 + (t0 >= x))[~include]] = True  # "value ≠ x" rank t -> domain value
+        base = np.arange(m, dtype=np.int64) * d  # row r's bitmap is taken[r·d : (r+1)·d]
+        xb = base + x
+        # Rank r among the values ≠ x is the domain value r + [r >= x]; offset into the bitmap.
+        t = t + base
+        t += t >= xb
+        j = np.arange(d - 1 - s, d - 1, dtype=np.int64)[:, None] + base  # j_i per row, mapped
+        j += j >= xb
+        taken = np.zeros(m * d, dtype=bool)
+        taken[t[0][~include]] = True  # position 0: the set is still empty, t_0 is always new
         for i in range(1, s):
-            j = d - 1 - s + i
-            t = draws[:, i]
-            t = base + t + (t >= x)
-            taken[np.where(taken[t], base + (j + (j >= x)), t)] = True
-        taken[(base + x)[include]] = True
+            taken[np.where(taken[t[i]], j[i], t[i])] = True  # add t_i, or j_i if t_i is taken
+        taken[xb[include]] = True
+        # Each row has exactly s set cells; row-major order lists them sorted within rows.
         return (np.flatnonzero(taken) - np.repeat(base, s)).astype(np.uint32).reshape(m, s)
 
+    def _floyd_sparse(self, x: np.ndarray, include: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Floyd in O(s log s) time and O(s) memory per report, whatever d; sorted (m, s) subsets.
+
+        With τ = N−s = j_0 ≤ every j_i, a rank r < τ can enter the set only as some t_k, never
+        as a j; so the first occurrence of r among the active positions is always added and
+        every later one collides: low-rank collisions are "not a first occurrence", found by
+        one stable sort per report. The s high ranks [τ, N) are tracked sequentially in a
+        per-report bitmap of s cells.
+        """
+        m, s = x.shape[0], self.s
+        tau = self.params.d - 1 - s
+        key = t.copy()
+        key[0, include] = -1  # rows that include x skip position 0: a unique sentinel
+        order = np.argsort(key, axis=0, kind="stable")
+        ranked = np.take_along_axis(key, order, axis=0)
+        repeat = np.zeros((s, m), dtype=bool)
+        np.put_along_axis(repeat, order[1:], ranked[1:] == ranked[:-1], axis=0)
+        sink = m * s  # a bitmap cell that low ranks point at; cleared after every step
+        high = np.zeros(sink + 1, dtype=bool)
+        offset = np.arange(m, dtype=np.int64) * s - tau  # rank r >= τ of row k -> cell k·s + r − τ
+        cell = np.where(t >= tau, t + offset, sink)
+        v = t.copy()
+        for i in range(s):
+            vi = np.where(high[cell[i]] | repeat[i], tau + i, t[i])  # t_i, or j_i on a collision
+            new = np.where(vi >= tau, vi + offset, sink)
+            if i == 0:
+                new[include] = sink
+            high[new] = True
+            high[sink] = False
+            v[i] = vi
+        v += v >= x  # ranks among the values ≠ x -> domain values
+        v[0, include] = x[include]
+        return np.sort(v.T, axis=1).astype(np.uint32)
+
+    @functools.cached_property
+    def _single_highs(self) -> np.ndarray:
+        """Bounds of the single-report draws: 2^32 (inclusion word), then j_i + 1 = d−s+i."""
+        d, s = self.params.d, self.s
+        return np.concatenate(([SCALE], np.arange(d - s, d))).astype(np.uint64)
+
     def _floyd_one(self, x: int, include: bool, draws: list[int]) -> np.ndarray:
-        """The same algorithm for the SDK's single report, on Python ints (no numpy per step)."""
-        s = self.s
+        """``_floyd_block`` for one report on Python ints (no numpy call per position)."""
+        first = 1 if include else 0
         chosen: set[int] = {x} if include else set()
-        for i in range(0 if not include else 1, s):
-            j = self.params.d - 1 - s + i
-            t = draws[i]
-            t += t >= x
-            chosen.add(j + (j >= x) if t in chosen else t)
+        for j, t in zip(range(self.params.d - 1 - self.s + first, self.params.d - 1), draws[first:]):
+            if t >= x:  # ranks among the values ≠ x -> domain values
+                t += 1
+            if t in chosen:
+                chosen.add(j + 1 if j >= x else j)
+            else:
+                chosen.add(t)
         return np.array(sorted(chosen), dtype=np.uint32)
 
     def validate(self, payloads: Payloads) -> None:

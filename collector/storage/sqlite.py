@@ -29,7 +29,7 @@ from .base import (
     WindowInfo,
     blob_to_counts,
     counts_to_blob,
-    merge_deltas,
+    sum_deltas,
 )
 
 _SCHEMA = """
@@ -102,7 +102,7 @@ class SQLiteStore(SketchStore):
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 outcomes: list[BatchOutcome] = []
-                total: dict[SketchKey, Sketch] = {}
+                applied: list = []
                 seen_here: dict[bytes, bytes] = {}
                 for batch in batches:
                     if batch.batch_id is not None:
@@ -119,9 +119,9 @@ class SQLiteStore(SketchStore):
                         conn.execute("INSERT INTO batches VALUES (?, ?, ?, ?)",
                                      (bid, batch.digest, batch.reports, now))
                         seen_here[bid] = batch.digest
-                    merge_deltas(total, batch.deltas)
+                    applied.append(batch.deltas)
                     outcomes.append(BatchOutcome.APPLIED)
-                for key, sketch in total.items():
+                for key, sketch in sum_deltas(applied).items():
                     self._upsert(key, sketch)
                 conn.execute("COMMIT")
                 return outcomes

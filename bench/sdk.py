@@ -1,0 +1,196 @@
+"""SDK benchmark: `report()` latency on the app's thread, and the worker's throughput.
+
+Latency (goal: p99 <= 50 µs). Each protocol's metric is reported from the app thread by a
+TelemetryClient with a real state directory (ledger and outbox on disk, OS CSPRNG); the
+transport answers 200 after a simulated 1 ms network round trip (the collector is another
+process, so its work does not compete for this interpreter). Two regimes:
+
+- paced: one report every 0.5 ms (2,000/s — far above a real app's rate) while the worker
+  batches, charges the ledger and sends in the background;
+- refused: reports beyond ``reports_per_window`` — the common case for a chatty app with
+  the default budget of one report per window; they stop at the in-memory ledger mirror.
+
+(`--burst` adds back-to-back reports: then the worker competes with the app thread for
+the GIL and the tail reflects the worker's share of the interpreter, not report() itself.)
+
+Throughput: N reports queued first, then ``flush()`` times the worker alone — ledger
+charge, msgpack batch, outbox write (fsync) and send — per batch size, with a disk state
+directory and with in-memory state; optionally against a real `ldpt serve` (``--collector``).
+Run: `python bench/sdk.py` (``--quick`` for a short run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from _common import print_table
+
+from client_sdk import MemoryState, TelemetryClient
+from client_sdk.registry import parse_registry
+from client_sdk.transport import Response, Transport
+
+CATEGORIES = ", ".join(f'"v{i:03d}"' for i in range(128))
+REGISTRY = """
+[metrics.rr]
+kind = "boolean"
+protocol = "rr"
+epsilon = 1.0
+reports_per_window = 10000000
+""" + "".join(f"""
+[metrics.{name}]
+kind = "categorical"
+protocol = "{name}"
+epsilon = 1.0
+reports_per_window = 10000000
+categories = [{CATEGORIES if name != "grr" else '"light", "dark", "system"'}]
+""" for name in ("grr", "oue", "sue", "olh", "hr", "ss")) + """
+[metrics.rappor]
+kind = "string"
+protocol = "rappor"
+bloom_bits = 128
+hashes = 2
+cohorts = 64
+reports_per_window = 10000000
+
+[metrics.budgeted]
+kind = "categorical"
+protocol = "grr"
+epsilon = 1.0
+categories = ["light", "dark", "system"]
+"""
+VALUES = {"rr": True, "grr": "dark", "rappor": "www.example.org", "budgeted": "dark"}
+PROTOCOLS = ("rr", "grr", "oue", "sue", "olh", "hr", "ss", "rappor")
+
+
+class NetworkStub(Transport):
+    """Answers 200 after ``latency`` seconds (time.sleep releases the GIL, as a socket wait does)."""
+
+    def __init__(self, latency: float = 0.001) -> None:
+        self.latency = latency
+        self.requests = 0
+
+    def request(self, method, path, body=None, headers=None) -> Response:
+        time.sleep(self.latency)
+        self.requests += 1
+        return Response(200, {"content-type": "application/json"}, b'{"accepted": 1, "duplicate": false}')
+
+
+@contextlib.contextmanager
+def client(state_dir: Path | None, **kwargs) -> Iterator[TelemetryClient]:
+    registry = parse_registry(REGISTRY)
+    kw = {"state": MemoryState()} if state_dir is None else {"state_dir": state_dir}
+    c = TelemetryClient(registry=registry, transport=NetworkStub(), **kw, **kwargs)
+    try:
+        yield c
+    finally:
+        c.close(30.0)
+
+
+def percentiles(samples_ns: list[int]) -> tuple[float, float, float]:
+    s = sorted(samples_ns)
+    return statistics.median(s) / 1e3, s[int(0.99 * (len(s) - 1))] / 1e3, s[-1] / 1e3
+
+
+def latency(metric: str, count: int, pace: float | None, tmp: Path) -> tuple[float, float, float]:
+    """(p50, p99, max) µs of report() on this thread."""
+    value = VALUES.get(metric, "v042")
+    with client(tmp / f"lat-{metric}-{pace}", batch_size=100, max_batch_age=0.05,
+                queue_size=count + 10) as c:
+        for _ in range(200):  # warm-up: protocol caches, first ledger write
+            c.report(metric, value)
+        c.flush(30.0)
+        samples = []
+        next_at = time.perf_counter()
+        for _ in range(count):
+            if pace:
+                next_at += pace
+                while time.perf_counter() < next_at:
+                    time.sleep(max(0.0, next_at - time.perf_counter() - 5e-5))
+            t0 = time.perf_counter_ns()
+            c.report(metric, value)
+            samples.append(time.perf_counter_ns() - t0)
+        c.flush(60.0)
+    return percentiles(samples)
+
+
+def refused_latency(count: int, tmp: Path) -> tuple[float, float, float]:
+    with client(tmp / "refused") as c:
+        c.report("budgeted", "dark")
+        samples = []
+        for _ in range(count):
+            t0 = time.perf_counter_ns()
+            c.report("budgeted", "dark")
+            samples.append(time.perf_counter_ns() - t0)
+        assert c.stats()["refused_window"] == count
+    return percentiles(samples)
+
+
+def worker_throughput(n: int, batch_size: int, disk: bool, tmp: Path, endpoint: str | None = None) -> tuple[float, int]:
+    """Reports/s from a full queue to acknowledged (the worker alone), and batches sent."""
+    state = tmp / f"tp-{batch_size}-{disk}-{bool(endpoint)}" if disk else None
+    registry = parse_registry(REGISTRY)
+    kw = {"state": MemoryState()} if state is None else {"state_dir": state}
+    transport = {"endpoint": endpoint} if endpoint else {"transport": NetworkStub()}
+    c = TelemetryClient(registry=registry, batch_size=batch_size, max_batch_age=3600.0,
+                        queue_size=n + 1, **kw, **transport)
+    # Fill the queue while the worker waits (batches are due by size only, so hold it back).
+    c.uploader.batcher.batch_size = n + 1
+    for i in range(n):
+        c.report("oue", f"v{i % 128:03d}")
+    c.uploader.batcher.batch_size = batch_size
+    t0 = time.perf_counter()
+    ok = c.flush(300.0)
+    elapsed = time.perf_counter() - t0
+    batches = c.stats()["batches_acked"]
+    c.close(10.0)
+    if not ok:
+        print(f"warning: flush did not complete (batch {batch_size})", file=sys.stderr)
+    return n / elapsed, batches
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer samples")
+    parser.add_argument("--burst", action="store_true", help="also measure back-to-back reports")
+    parser.add_argument("--collector", metavar="URL", help="also measure throughput against a running ldpt serve "
+                        "(its registry must be this benchmark's; see REGISTRY)")
+    args = parser.parse_args()
+    count = 2_000 if args.quick else 10_000
+    with tempfile.TemporaryDirectory() as td:
+        tmp = Path(td)
+        rows = []
+        for name in PROTOCOLS:
+            p50, p99, worst = latency(name, count, 0.0005, tmp)
+            row = [name, p50, p99, worst]
+            if args.burst:
+                b50, b99, _ = latency(name, count, None, tmp)
+                row += [b50, b99]
+            rows.append(row)
+        headers = ["protocol", "p50 µs", "p99 µs", "max µs"] + (["burst p50", "burst p99"] if args.burst else [])
+        print_table(headers, rows, f"report() on the app thread, paced at 2,000/s ({count:,} reports each, "
+                    "state on disk, worker sending in the background)")
+        print_table(["path", "p50 µs", "p99 µs", "max µs"], [["refused (budget)", *refused_latency(count, tmp)]],
+                    "report() refused by the privacy ledger (reports_per_window reached)")
+        n = 20_000 if args.quick else 100_000
+        rows = []
+        for batch_size in (100, 500, 2000):
+            for disk in (True, False):
+                rate, batches = worker_throughput(n, batch_size, disk, tmp)
+                rows.append([batch_size, "disk" if disk else "memory", rate, batches])
+            if args.collector:
+                rate, batches = worker_throughput(n, batch_size, True, tmp, args.collector)
+                rows.append([batch_size, "disk -> ldpt serve", rate, batches])
+        print_table(["batch size", "state", "reports/s", "batches"], rows,
+                    f"worker throughput: {n:,} queued oue (d=128) reports to acknowledged "
+                    "(ledger charge + msgpack + outbox fsync + send, 1 ms simulated round trip)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""`ldpt ledger`: show a device's privacy ledger (what each metric has spent, and what was refused)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import pandas as pd
+
+from client_sdk.ledger import LEDGER_FILE, read_ledger, summarise
+from client_sdk.state import OPT_OUT_FILE, OUTBOX_DIR, SECRET_FILE
+
+from .common import emit, output_options
+
+COLUMNS = ("metric", "window", "window_reports", "reports_per_window", "window_epsilon",
+           "lifetime_reports", "lifetime_epsilon", "lifetime_budget", "epsilon_per_report",
+           "epsilon_longitudinal", "distinct_values", "refused_window", "refused_lifetime")
+
+
+def _fmt_eps(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def ledger_table(rows: list[dict], state_dir: Path) -> str:
+    """The human view: one line per metric, then what the directory holds."""
+    lines = [f"privacy ledger of {state_dir}"]
+    if rows:
+        df = pd.DataFrame([{
+            "metric": r["metric"],
+            "window (UTC)": r["window"],
+            "reports": f"{r['window_reports']}/{r['reports_per_window']}",
+            "eps window": _fmt_eps(r["window_epsilon"]),
+            "eps lifetime": _fmt_eps(r["lifetime_epsilon"]) + (
+                f"/{_fmt_eps(r['lifetime_budget'])}" if r["lifetime_budget"] is not None else ""),
+            "eps/report": _fmt_eps(r["epsilon_per_report"]),
+            "eps inf": _fmt_eps(r["epsilon_longitudinal"]),
+            "distinct": "-" if r["distinct_values"] is None else str(r["distinct_values"]),
+            "refused": f"{r['refused_window']}+{r['refused_lifetime']}",
+        } for r in rows])
+        lines.append(df.to_string(index=False))
+        lines.append("eps lifetime: T·eps for T reports; for memoised protocols (RAPPOR) distinct values × "
+                     "eps inf. refused: beyond reports_per_window + beyond the lifetime budget (never sent).")
+    else:
+        lines.append("no report has been charged yet")
+    outbox = state_dir / OUTBOX_DIR
+    waiting = len(list(outbox.glob("*.ldpb"))) if outbox.is_dir() else 0
+    lines.append(f"secret: {'present' if (state_dir / SECRET_FILE).exists() else 'absent'}; "
+                 f"opted out: {'yes' if (state_dir / OPT_OUT_FILE).exists() else 'no'}; "
+                 f"batches waiting in the offline queue: {waiting}")
+    return "\n".join(lines) + "\n"
+
+
+@click.command()
+@click.option("--state-dir", required=True, type=click.Path(file_okay=False, exists=True),
+              help="The SDK's state directory (the one passed as state_dir=).")
+@output_options
+def ledger(state_dir: str, fmt: str, output: str | None) -> None:
+    """Show the privacy ledger of a device: epsilon spent per metric, per window and lifetime."""
+    path = Path(state_dir)
+    if not (path / LEDGER_FILE).exists() and not (path / SECRET_FILE).exists() \
+            and not (path / OPT_OUT_FILE).exists():
+        raise click.ClickException(f"{path}: not an ldp-telemetry state directory (no {LEDGER_FILE}, "
+                                   f"no {SECRET_FILE})")
+    rows = summarise(read_ledger(path))
+    if fmt == "json":
+        text = json.dumps({"state_dir": str(path), "metrics": rows}, indent=2) + "\n"
+    elif fmt == "csv":
+        text = pd.DataFrame(rows, columns=list(COLUMNS)).to_csv(index=False, float_format="%.6g")
+    else:
+        text = ledger_table(rows, path)
+    emit(text, output)

@@ -1,0 +1,209 @@
+"""The HTTP client side of `ldpt simulate --url` and `ldpt estimate --url`.
+
+``send_batches`` is the load generator: msgpack batches (wire format v1) posted over a few
+keep-alive connections; a batch is retried with the *same* batch id and bytes on network
+errors, 429 and 5xx (honouring Retry-After, exponential back-off with jitter), so the
+collector counts it exactly once; any other 4xx stops the run with the collector's detail.
+``fetch_estimates`` queries the estimates API with a bearer token and rebuilds the DataFrame,
+so the CLI formats it exactly as it formats a local estimate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import random
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pandas as pd
+
+from client_sdk.errors import LdptError
+from client_sdk.protocols.base import Payloads
+from client_sdk.registry import MetricSpec
+
+#: Reports per batch sent by `ldpt simulate --url`.
+REMOTE_BATCH = 500
+#: Batches in flight at once.
+REMOTE_CONCURRENCY = 4
+#: Give up on one batch after retrying this long (seconds).
+RETRY_DEADLINE = 300.0
+BACKOFF_BASE, BACKOFF_CAP = 0.1, 10.0
+REQUEST_TIMEOUT = 60.0
+
+
+class RemoteError(LdptError):
+    """The collector refused a request (its problem detail), or could not be reached."""
+
+    status = 502
+    type = "remote-error"
+
+
+@dataclasses.dataclass
+class SendStats:
+    """What a send run did."""
+
+    batches: int = 0
+    reports: int = 0
+    duplicates: int = 0
+    retries: int = 0
+
+
+def encode_batch(spec: MetricSpec, wire: list[Any], batch_id: bytes | None = None) -> bytes:
+    """One wire-format v1 body for one metric's wire payloads (fresh random id by default)."""
+    reports = [{"m": spec.name, "f": spec.fingerprint, "p": w} for w in wire]
+    return msgpack.packb({"v": 1, "batch_id": batch_id or os.urandom(16), "reports": reports})
+
+
+def batch_bodies(spec: MetricSpec, chunks: Iterable[tuple[int, Payloads]],
+                 batch_size: int = REMOTE_BATCH) -> Iterator[tuple[int, bytes]]:
+    """(reports, body) for every batch of ``batch_size`` reports of the encoded chunks."""
+    proto = spec.protocol_impl
+    for _, payloads in chunks:
+        wire = proto.to_wire(payloads)
+        for start in range(0, len(wire), batch_size):
+            part = wire[start:start + batch_size]
+            yield len(part), encode_batch(spec, part)
+
+
+def _problem_detail(status: int, body: bytes) -> str:
+    try:
+        doc = json.loads(body)
+        return f"{doc.get('detail') or doc.get('title')} [{doc.get('type', '').rsplit('/', 1)[-1]}]"
+    except (ValueError, AttributeError):
+        return body[:200].decode("utf-8", "replace") or f"HTTP {status}"
+
+
+def _retry_after(headers: Any) -> float | None:
+    value = headers.get("Retry-After") if headers is not None else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _backoff(attempt: int, retry_after: float | None) -> float:
+    delay = random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** attempt))  # full jitter
+    return max(delay, retry_after or 0.0)
+
+
+async def send_batches(url: str, bodies: Iterable[tuple[int, bytes]], *,
+                       progress: Callable[[int], None] | None = None,
+                       concurrency: int = REMOTE_CONCURRENCY, retry_deadline: float = RETRY_DEADLINE,
+                       on_ack: Callable[[bytes, dict[str, Any]], None] | None = None) -> SendStats:
+    """POST every body to ``url``/v1/reports, retrying each until acknowledged."""
+    import aiohttp
+
+    endpoint = url.rstrip("/") + "/v1/reports"
+    stats = SendStats()
+    queue: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue(maxsize=2 * concurrency)
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)
+    loop = asyncio.get_running_loop()
+
+    async def post_one(session: aiohttp.ClientSession, n: int, body: bytes) -> None:
+        deadline = loop.time() + retry_deadline
+        attempt = 0
+        while True:
+            retry_after = None
+            try:
+                async with session.post(endpoint, data=body,
+                                        headers={"Content-Type": "application/msgpack"}) as resp:
+                    payload = await resp.read()
+                    if resp.status == 200:
+                        doc = json.loads(payload)
+                        stats.batches += 1
+                        stats.reports += n
+                        stats.duplicates += bool(doc.get("duplicate"))
+                        if on_ack is not None:
+                            on_ack(body, doc)
+                        if progress is not None:
+                            progress(n)
+                        return
+                    if resp.status != 429 and resp.status < 500:
+                        raise RemoteError(f"{endpoint}: HTTP {resp.status}: "
+                                          f"{_problem_detail(resp.status, payload)}")
+                    retry_after = _retry_after(resp.headers)
+                    reason = f"HTTP {resp.status}"
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+            if loop.time() >= deadline:
+                raise RemoteError(f"{endpoint}: gave up on a batch after {retry_deadline:g} s of "
+                                  f"retries (last: {reason})")
+            stats.retries += 1
+            await asyncio.sleep(_backoff(attempt, retry_after))
+            attempt += 1
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        while (item := await queue.get()) is not None:
+            await post_one(session, *item)
+
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        workers = [asyncio.create_task(worker(session)) for _ in range(concurrency)]
+        try:
+            for item in bodies:
+                while True:  # put without blocking forever if a worker has failed
+                    failed = next((w for w in workers if w.done()), None)
+                    if failed is not None:
+                        failed.result()
+                    try:
+                        await asyncio.wait_for(queue.put(item), 1.0)
+                        break
+                    except asyncio.TimeoutError:
+                        continue
+            for _ in workers:
+                await queue.put(None)
+            await asyncio.gather(*workers)
+        finally:
+            for w in workers:
+                w.cancel()
+    return stats
+
+
+def read_token(path: str | Path) -> str:
+    """The first non-empty line of a token file."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise RemoteError(f"{path}: cannot read token file ({exc.strerror or exc})") from None
+    token = next((line.strip() for line in lines if line.strip()), "")
+    if not token:
+        raise RemoteError(f"{path}: the token file is empty")
+    return token
+
+
+def fetch_estimates(url: str, metric: str, token: str, params: dict[str, Any],
+                    candidates: list[str] | None = None) -> dict[str, Any]:
+    """GET (or, with candidates, POST) the estimates API; the parsed {"meta", "estimates"}."""
+    endpoint = f"{url.rstrip('/')}/v1/metrics/{urllib.parse.quote(metric, safe='')}/estimates"
+    query = {k: v for k, v in params.items() if v is not None}
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+    if candidates is None:
+        req = urllib.request.Request(f"{endpoint}?{urllib.parse.urlencode(query)}", headers=headers)
+    else:
+        body = json.dumps({**query, "candidates": candidates}).encode()
+        req = urllib.request.Request(endpoint, data=body, method="POST",
+                                     headers={**headers, "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        raise RemoteError(f"{url}: HTTP {exc.code}: {_problem_detail(exc.code, exc.read())}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise RemoteError(f"{url}: cannot reach the collector ({reason})") from None
+
+
+def frame_from_json(doc: dict[str, Any]) -> pd.DataFrame:
+    """Inverse of ``cli.output.frame_to_json``: rows and ``attrs`` as the estimator made them."""
+    rows = doc.get("estimates", [])
+    columns = list(rows[0]) if rows else []
+    df = pd.DataFrame.from_records(rows, columns=columns)
+    df.attrs.update(doc.get("meta", {}))
+    return df

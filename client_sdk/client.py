@@ -1,0 +1,560 @@
+"""``TelemetryClient``: what an app embeds. One line per value; everything sent is randomised.
+
+```python
+from client_sdk import TelemetryClient
+client = TelemetryClient(endpoint="http://127.0.0.1:8080", registry="metrics.toml",
+                         state_dir=".../myapp/ldpt")
+client.report("theme", "dark")     # never blocks, never raises on the app's hot path
+client.flush(timeout=10.0)         # True when everything queued was acknowledged
+client.close()
+```
+
+``report()`` runs on the app's thread and does only in-memory work: look the value up in
+the metric's domain, check the privacy budget against an in-memory mirror of the ledger,
+encode the value with the metric's protocol (a batch of one, OS CSPRNG — the true value
+ends here), and append the randomised report to a bounded queue. A background worker
+(client_sdk.uploader) charges the ledger, batches, persists and sends. ``report()`` never
+raises: an unknown metric, a value outside the domain, a refused budget, a full queue or an
+opted-out user are counted (``stats()``) and logged once, and ``report()`` returns False.
+``strict=True`` (tests) raises instead; ``validate(metric, value)`` checks without reporting.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ._files import atomic_write
+from .errors import DomainError, FingerprintMismatch, LdptError, RegistryError, UnknownMetricError
+from .ledger import Accounts, Charge, LedgerError, Refusal, RefusalCounts, apply
+from .queue import DEFAULT_QUEUE_SIZE, DiskOutbox, DropPolicy, MemoryOutbox, OutboxLimits
+from .registry import Kind, MetricSpec, Registry, canonical_value, load_registry
+from .remote import check_pins, fetch_registry, registry_from_json
+from .state import REGISTRY_CACHE_FILE, ClientState, FileState, derive_cohort, ledger_key, value_digest
+from .transport import DEFAULT_TIMEOUT, HTTPTransport, Transport
+from .uploader import DEFAULT_BATCH_SIZE, DEFAULT_MAX_BATCH_AGE, QueuedReport, RetryPolicy, Uploader
+
+log = logging.getLogger("client_sdk")
+
+#: Seconds ``close()`` waits by default, and what the interpreter-exit hook allows.
+DEFAULT_CLOSE_TIMEOUT = 10.0
+EXIT_CLOSE_TIMEOUT = 1.0
+DEFAULT_RETRY = RetryPolicy()
+DEFAULT_OUTBOX_LIMITS = OutboxLimits()
+ENDPOINT_ENV = "LDPT_ENDPOINT"
+STATE_DIR_ENV = "LDPT_STATE_DIR"
+
+#: What ``stats()`` counts for a client (the uploader adds its own counters).
+CLIENT_COUNTERS = (
+    "reported",                 # accepted on the app thread and queued (randomised)
+    "charged",                  # charged to the ledger by the worker (will be sent)
+    "refused_window",           # beyond reports_per_window: never sent
+    "refused_lifetime",         # beyond lifetime_epsilon: never sent
+    "invalid_value",            # not in the metric's domain
+    "unknown_metric",           # not in the registry
+    "stale_metric",             # the collector no longer accepts this metric's parameters
+    "dropped_queue_full",       # the bounded queue was full (drop-newest)
+    "dropped",                  # dropped after queueing (evicted, opted out, ledger error)
+    "opted_out",                # report() after opt_out()
+    "closed",                   # report() after close()
+    "disabled",                 # the ledger is unreadable: nothing is reported
+    "internal_error",           # a bug: logged once, never raised
+)
+
+
+class _Metric:
+    """Per-metric constants the hot path needs, resolved once per registry."""
+
+    __slots__ = ("name", "spec", "proto", "kind", "fingerprint", "index", "string", "eps", "eps_inf",
+                 "memoised", "rpw", "budget", "uses_cohorts", "m")
+
+    def __init__(self, spec: MetricSpec) -> None:
+        proto = spec.protocol_impl
+        self.name, self.spec, self.proto, self.kind = spec.name, spec, proto, spec.kind
+        self.fingerprint = spec.fingerprint
+        self.string = spec.kind is Kind.STRING
+        self.index = {v: i for i, v in enumerate(spec.domain or ())}
+        self.eps = float(proto.epsilon)
+        self.eps_inf = proto.epsilon_longitudinal
+        self.memoised = self.eps_inf is not None
+        self.rpw = spec.reports_per_window
+        self.budget = spec.lifetime_epsilon
+        self.uses_cohorts = bool(getattr(proto, "uses_cohorts", False)) and not self.string
+        self.m = proto.cohorts
+
+    def lookup(self, value: Any) -> tuple[str, int] | None:
+        """(canonical key, domain index) of a true value, None when it is not in the domain."""
+        if self.string:
+            return (value, -1) if isinstance(value, str) else None
+        key = canonical_value(self.kind, value)
+        idx = self.index.get(key)
+        return None if idx is None else (key, idx)
+
+
+class _MetricTable:
+    """Lazily built _Metric objects of one registry (shared by every client using it)."""
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self.metrics: dict[str, _Metric] = {}
+        self._lock = threading.Lock()
+
+    def get(self, name: str) -> _Metric | None:
+        rt = self.metrics.get(name)
+        if rt is None and name in self.registry.metrics:
+            with self._lock:
+                rt = self.metrics.get(name)
+                if rt is None:
+                    rt = self.metrics[name] = _Metric(self.registry.metrics[name])
+        return rt
+
+
+_TABLES: dict[int, tuple[weakref.ref[Registry], _MetricTable]] = {}
+_TABLES_LOCK = threading.Lock()
+
+
+def _table_for(registry: Registry) -> _MetricTable:
+    with _TABLES_LOCK:
+        entry = _TABLES.get(id(registry))
+        if entry is not None and entry[0]() is registry:
+            return entry[1]
+        table = _MetricTable(registry)
+        key = id(registry)
+        _TABLES[key] = (weakref.ref(registry, lambda _r, k=key: _TABLES.pop(k, None)), table)
+        return table
+
+
+def resolve_registry(registry: Registry | str | os.PathLike[str] | Mapping[str, Any] | None,
+                     transport: Transport | None, state: ClientState | None = None,
+                     pins: Mapping[str, str] | None = None) -> Registry:
+    """A TOML path, a parsed Registry, the published JSON, or None: fetch /v1/registry.
+
+    A fetched registry is cached in the state directory and used when the collector cannot be
+    reached at start-up. ``pins`` (metric -> fingerprint) turns a changed metric into a
+    FingerprintMismatch instead of a silent switch of parameters.
+    """
+    if isinstance(registry, Registry):
+        check_pins(registry, pins)
+        return registry
+    if isinstance(registry, (str, os.PathLike)):
+        reg = load_registry(registry)
+        check_pins(reg, pins)
+        return reg
+    if isinstance(registry, Mapping):
+        return registry_from_json(registry, pinned=pins)
+    if registry is not None:
+        raise TypeError("registry must be a TOML path, a Registry, the published JSON, or None")
+    if transport is None:
+        raise RegistryError("no registry: pass registry=PATH, or endpoint= to fetch /v1/registry")
+    cache = state.path / REGISTRY_CACHE_FILE if isinstance(state, FileState) else None
+    try:
+        reg, raw = fetch_registry(transport, pins)
+    except FingerprintMismatch:
+        raise
+    except LdptError as exc:
+        if cache is None or not cache.exists():
+            raise RegistryError(f"cannot fetch the registry from the collector ({exc}) and there is no "
+                                "cached copy; pass registry=PATH or retry when the collector is "
+                                "reachable") from None
+        log.warning("ldpt: cannot fetch the registry (%s); using the cached copy %s", exc, cache)
+        return registry_from_json(cache.read_bytes(), source=str(cache), pinned=pins)
+    if cache is not None:
+        try:
+            atomic_write(cache, raw)
+        except OSError as exc:
+            log.warning("ldpt: cannot cache the registry in %s (%s)", cache, exc)
+    return reg
+
+
+class ClientCore:
+    """Everything but the driver: state, registry, budget mirror, encode, queue (sync & async)."""
+
+    def __init__(self, endpoint: str | None = None,
+                 registry: Registry | str | os.PathLike[str] | Mapping[str, Any] | None = None,
+                 state_dir: str | os.PathLike[str] | None = None, *,
+                 state: ClientState | None = None, transport: Transport | None = None,
+                 strict: bool = False, pins: Mapping[str, str] | None = None,
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
+        self._strict = strict
+        self._lock = threading.Lock()
+        self._logged: set[Any] = set()
+        self._counters = dict.fromkeys(CLIENT_COUNTERS, 0)
+        self._closed = False
+        endpoint = endpoint or os.environ.get(ENDPOINT_ENV) or None
+        state_dir = state_dir or os.environ.get(STATE_DIR_ENV) or None
+        if state is None:
+            if state_dir is None:
+                raise ValueError("give state_dir= (where the client secret and privacy ledger live), "
+                                 "or state=MemoryState() for tests and simulations")
+            state = FileState(state_dir)
+        self.state = state
+        self.endpoint = endpoint
+        if transport is None and endpoint is not None:
+            transport = HTTPTransport(endpoint, timeout=timeout)
+        self._transport = transport
+        try:
+            self.registry = resolve_registry(registry, transport, state, pins)
+        except BaseException:
+            if transport is not None:
+                transport.close()
+            raise
+        self._table = _table_for(self.registry)
+        self._opted_out = state.opted_out
+        self._secret: bytes | None = None
+        self._lkey: bytes | None = None
+        self._cohorts: dict[str, np.ndarray] = {}
+        self._disabled: str | None = None
+        self._accounts: Accounts = {}
+        self._mirror: Accounts = {}
+        self._uncommitted: dict[int, Charge] = {}
+        self._refusals: dict[tuple[str, Refusal], list[Any]] = {}
+        self._resync = False
+        if not self._opted_out:
+            self._secret = state.secret
+            self._lkey = ledger_key(self._secret)
+        try:
+            self._accounts = state.ledger.snapshot()
+            self._mirror = {k: v.copy() for k, v in self._accounts.items()}
+        except LedgerError as exc:
+            if strict:
+                raise
+            self._disabled = str(exc)
+            log.error("ldpt: reporting is disabled: %s", exc)
+        self._uploader: Any = None
+        _LIVE_CLIENTS.add(self)
+
+    # --- the hot path ---------------------------------------------------------------------------
+    def report(self, metric: str, value: Any) -> bool:
+        """Randomise ``value`` and queue it for ``metric``; True if queued. Never raises (unless strict)."""
+        try:
+            return self._report(metric, value)
+        except Exception as exc:
+            if self._strict:
+                raise
+            self._counters["internal_error"] += 1
+            self._log_once(("internal", type(exc)), logging.ERROR,
+                           f"ldpt: report({metric!r}) failed internally: {type(exc).__name__}: {exc}")
+            return False
+
+    def _report(self, metric: str, value: Any) -> bool:
+        rt = self._table.get(metric)
+        if rt is None:
+            return self._bad_metric(metric)
+        if self._closed or self._opted_out or self._disabled is not None:
+            return self._not_reporting(metric)
+        if metric in self._uploader.batcher.stale_metrics:
+            self._counters["stale_metric"] += 1
+            if self._strict:
+                raise LdptError(f"metric {metric!r} was rejected by the collector (registry changed)")
+            return False
+        found = rt.lookup(value)
+        if found is None:
+            return self._bad_value(rt, value)
+        key, idx = found
+        if self._resync:
+            self._resync_after_fork()
+        now = time.time()
+        charge = Charge(rt.name, rt.fingerprint, int(now // 86_400), rt.eps, rt.eps_inf,
+                        value_digest(self._lkey, rt.fingerprint, key) if rt.memoised else None,  # type: ignore[arg-type]
+                        rt.rpw, rt.budget)
+        with self._lock:
+            refusal = apply(self._mirror, charge)   # reserve in the mirror of the ledger
+            if refusal is None:
+                self._uncommitted[id(charge)] = charge
+            else:
+                self._refused(charge, refusal)
+        if refusal is not None:
+            return False
+        try:
+            payload = self._encode(rt, key, idx)
+            ok = self._uploader.submit(QueuedReport(self, charge, rt.name, rt.fingerprint, payload),
+                                       time.monotonic())
+        except BaseException:
+            self._unreserve(charge)
+            raise
+        if not ok:
+            self._unreserve(charge)
+            self._counters["dropped_queue_full"] += 1
+            self._log_once("queue-full", logging.WARNING,
+                           "ldpt: the report queue is full; new reports are dropped (drop-newest) "
+                           "until the worker catches up")
+            return False
+        self._counters["reported"] += 1
+        return True
+
+    def _encode(self, rt: _Metric, key: str, idx: int) -> Any:
+        """The randomised wire payload of one value (the true value goes no further)."""
+        proto = rt.proto
+        if rt.string:
+            payloads = proto.encode([key], None, secret=self._secret, metric=rt.name)
+        else:
+            cohorts = self._cohort(rt) if rt.uses_cohorts else None
+            payloads = proto.encode(np.array([idx], dtype=np.int64), None, cohorts)
+        return proto.to_wire(payloads)[0]
+
+    def _cohort(self, rt: _Metric) -> np.ndarray:
+        arr = self._cohorts.get(rt.name)
+        if arr is None:
+            arr = self._cohorts[rt.name] = np.array([derive_cohort(self._secret, rt.name, rt.m)],  # type: ignore[arg-type]
+                                                    dtype=np.int64)
+        return arr
+
+    # --- refusals and bad input ------------------------------------------------------------------
+    def _bad_metric(self, metric: str) -> bool:
+        self._counters["unknown_metric"] += 1
+        if self._strict:
+            self.registry.get(metric)  # raises UnknownMetricError with the known names
+        self._log_once(("unknown", metric), logging.WARNING,
+                       f"ldpt: unknown metric {metric!r} (not in {self.registry.source}); "
+                       "its reports are counted and dropped")
+        return False
+
+    def _bad_value(self, rt: _Metric, value: Any) -> bool:
+        self._counters["invalid_value"] += 1
+        if self._strict:
+            if rt.string:
+                raise DomainError(f"metric {rt.name!r} takes string values, got {type(value).__name__}")
+            rt.spec.index_of([value])  # raises DomainError naming the metric and the value
+        # The log names the metric, never the value (it may be private).
+        self._log_once(("value", rt.name), logging.WARNING,
+                       f"ldpt: a value reported for {rt.name!r} is not in its domain "
+                       f"({rt.spec.domain_size or 'string'} values); such reports are counted and dropped")
+        return False
+
+    def _not_reporting(self, metric: str) -> bool:
+        reason = "closed" if self._closed else "opted_out" if self._opted_out else "disabled"
+        self._counters[reason] += 1
+        if self._strict and self._disabled is not None:
+            raise LdptError(f"reporting is disabled: {self._disabled}")
+        return False
+
+    def _refused(self, charge: Charge, refusal: Refusal) -> None:
+        """Count a budget refusal (lock held); the worker writes it to the ledger."""
+        self._counters[f"refused_{refusal.value}"] += 1
+        entry = self._refusals.get((charge.metric, refusal))
+        if entry is None:
+            self._refusals[(charge.metric, refusal)] = [charge, 1]
+        else:
+            entry[1] += 1
+        self._uploader.note_refusal(self)
+        if self._strict:
+            raise LdptError(f"metric {charge.metric!r}: report refused by the privacy ledger "
+                            f"({refusal.value} budget)")
+
+    def _log_once(self, key: Any, level: int, message: str) -> None:
+        if key not in self._logged:
+            self._logged.add(key)
+            log.log(level, message)
+
+    # --- the worker's callbacks (client_sdk.uploader.Owner) -----------------------------------------
+    @property
+    def ledger(self) -> Any:
+        return self.state.ledger
+
+    def _drain_refusals(self) -> RefusalCounts:
+        with self._lock:
+            out = [(c, reason, n) for (_, reason), (c, n) in self._refusals.items()]
+            self._refusals.clear()
+            return out
+
+    def _accepting(self) -> bool:
+        if self._opted_out:
+            return False
+        if self.state.opted_out:   # another process of the app opted out
+            self._opted_out = True
+            return False
+        return True
+
+    def _committed(self, items: Any, outcomes: Any, accounts: Accounts | None,
+                   foreign: bool = True) -> None:
+        """The worker charged (or dropped) queued reports: update counters and the mirror.
+
+        The mirror is the committed book plus the reports still queued. When every report was
+        charged as reserved and nobody else wrote the book, the mirror is already right and
+        only the committed book is swapped in (no replay: O(batch), not O(queue)).
+        """
+        with self._lock:
+            as_reserved = not foreign and accounts is not None
+            for it, outcome in zip(items, outcomes):
+                self._uncommitted.pop(id(it.charge), None)
+                if outcome is None:
+                    self._counters["charged"] += 1
+                    continue
+                as_reserved = False
+                if isinstance(outcome, Refusal):
+                    self._counters[f"refused_{outcome.value}"] += 1
+                else:
+                    self._counters["dropped"] += 1
+            if accounts is not None:
+                self._accounts = accounts
+            if not as_reserved:
+                self._rebuild_mirror()
+
+    def _unreserve(self, charge: Charge) -> None:
+        with self._lock:
+            self._uncommitted.pop(id(charge), None)
+            self._rebuild_mirror()
+
+    def _rebuild_mirror(self) -> None:
+        """mirror = committed accounts + reports queued but not yet charged (lock held)."""
+        mirror = {k: v.copy() for k, v in self._accounts.items()}
+        for c in self._uncommitted.values():
+            apply(mirror, c)
+        self._mirror = mirror
+
+    def _resync_after_fork(self) -> None:
+        with self._lock:
+            self._resync = False
+            self._uncommitted.clear()
+            self._refusals.clear()
+            try:
+                self._accounts = self.state.ledger.snapshot()
+            except LedgerError as exc:
+                self._disabled = str(exc)
+            self._rebuild_mirror()
+
+    # --- public helpers -------------------------------------------------------------------------------
+    def validate(self, metric: str, value: Any) -> None:
+        """Raise UnknownMetricError / DomainError if ``report(metric, value)`` would be dropped as bad input."""
+        rt = self._table.get(metric)
+        if rt is None:
+            self.registry.get(metric)
+            raise UnknownMetricError(metric)  # pragma: no cover - get() raised
+        if rt.lookup(value) is None:
+            if rt.string:
+                raise DomainError(f"metric {metric!r} takes string values, got {type(value).__name__}")
+            rt.spec.index_of([value])
+
+    def stats(self) -> dict[str, int]:
+        """Counters of this client (and of its uploader when it owns one)."""
+        out = dict(self._counters)
+        if self._uploader is not None and getattr(self, "_owns_uploader", False):
+            out.update(self._uploader.batcher.counters)
+            out["queued"] = len(self._uploader.batcher.queue)
+            out["dropped_queue_full"] = max(out["dropped_queue_full"], self._uploader.batcher.queue.dropped)
+            ob = self._uploader.batcher.outbox
+            out["outbox_pending"] = ob.pending()
+            out["outbox_dropped_reports"] = ob.dropped_reports
+            out["outbox_expired_reports"] = ob.expired_reports
+        return out
+
+    def ledger_snapshot(self) -> Accounts:
+        """The privacy ledger as committed (what `ldpt ledger` shows)."""
+        return self.state.ledger.snapshot()
+
+    def opt_out(self) -> None:
+        """Stop reporting for good: delete queued reports, the offline queue and the secret."""
+        with self._lock:
+            self._opted_out = True
+            self._uncommitted.clear()
+            self._refusals.clear()
+        if self._uploader is not None:
+            self._uploader.batcher.purge(self, outbox_too=getattr(self, "_owns_uploader", False))
+        self.state.opt_out()
+        self._secret = None
+        self._lkey = None
+        self._cohorts.clear()
+
+    @property
+    def opted_out(self) -> bool:
+        return self._opted_out
+
+    def _after_fork_child(self) -> None:
+        self._lock = threading.Lock()
+        self._resync = True
+
+
+def _make_outbox(state: ClientState, limits: OutboxLimits, offline: bool) -> Any:
+    directory = state.outbox_dir if offline else None
+    return DiskOutbox(directory, limits) if directory is not None else MemoryOutbox(limits)
+
+
+class TelemetryClient(ClientCore):
+    """The SDK for threaded apps: ``report``, ``flush``, ``close``, ``opt_out``, ``stats``.
+
+    Parameters beyond endpoint/registry/state_dir (all keyword-only):
+    ``transport`` (e.g. ``MemoryTransport`` in tests), ``uploader`` (share one worker between
+    many clients, e.g. a simulated fleet), ``batch_size`` (default 100), ``max_batch_age``
+    (seconds a report may wait, default 30), ``queue_size`` (default 10,000) and
+    ``drop_policy``, ``retry`` (``RetryPolicy``), ``outbox_limits`` (``OutboxLimits``:
+    count, bytes, age), ``offline`` (keep unsent batches on disk, default True), ``strict``,
+    ``pins`` (metric -> fingerprint), ``timeout`` (HTTP, seconds), ``state`` (a
+    ``MemoryState`` instead of a directory).
+    """
+
+    def __init__(self, endpoint: str | None = None,
+                 registry: Registry | str | os.PathLike[str] | Mapping[str, Any] | None = None,
+                 state_dir: str | os.PathLike[str] | None = None, *,
+                 state: ClientState | None = None, transport: Transport | None = None,
+                 uploader: Uploader | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
+                 max_batch_age: float = DEFAULT_MAX_BATCH_AGE, queue_size: int = DEFAULT_QUEUE_SIZE,
+                 drop_policy: DropPolicy = DropPolicy.DROP_NEWEST, retry: RetryPolicy = DEFAULT_RETRY,
+                 outbox_limits: OutboxLimits = DEFAULT_OUTBOX_LIMITS, offline: bool = True,
+                 strict: bool = False, pins: Mapping[str, str] | None = None,
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
+        super().__init__(endpoint, registry, state_dir, state=state, transport=transport,
+                         strict=strict, pins=pins, timeout=timeout)
+        self._owns_uploader = uploader is None
+        if uploader is None:
+            if self._transport is None:
+                raise ValueError("give endpoint= (the collector URL) or transport=")
+            uploader = Uploader(self._transport, _make_outbox(self.state, outbox_limits, offline),
+                                batch_size=batch_size, max_batch_age=max_batch_age,
+                                queue_size=queue_size, drop_policy=drop_policy, retry=retry)
+            if isinstance(uploader.batcher.outbox, DiskOutbox) and uploader.batcher.outbox.pending():
+                uploader.start()   # batches left by an earlier run go out now
+        self._uploader = uploader
+
+    @property
+    def uploader(self) -> Uploader:
+        return self._uploader
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Send everything queued; True when all of it was acknowledged within ``timeout`` seconds."""
+        return self._uploader.flush(timeout)
+
+    def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> bool:
+        """Stop reporting, flush within ``timeout``; what is unsent stays in the offline queue."""
+        self._closed = True
+        if self._owns_uploader:
+            return self._uploader.close(timeout)
+        return self._uploader.flush(timeout)
+
+    def __enter__(self) -> TelemetryClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --- process-wide hooks ----------------------------------------------------------------------------------
+
+_LIVE_CLIENTS: weakref.WeakSet[ClientCore] = weakref.WeakSet()
+
+
+def _clients_after_fork_child() -> None:
+    for client in list(_LIVE_CLIENTS):
+        client._after_fork_child()
+
+
+def _close_at_exit() -> None:
+    """Interpreter exit: queued reports of unclosed clients go to their offline queue (briefly)."""
+    for client in list(_LIVE_CLIENTS):
+        if isinstance(client, TelemetryClient) and client._owns_uploader and not client._closed:
+            try:
+                client.close(EXIT_CLOSE_TIMEOUT)
+            except Exception:  # noqa: BLE001 - never fail interpreter shutdown
+                pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_clients_after_fork_child)
+atexit.register(_close_at_exit)

@@ -1,0 +1,161 @@
+"""Stable hashes and HMAC derivations: one specification for SDK, collector and estimators.
+
+Everything here defines what a report *means*, so it is frozen: each function is versioned
+by a domain-separation tag and pinned by golden values in tests/test_rappor.py. Changing a
+byte of it is a new protocol version.
+
+Encoding (no two different tuples encode to the same bytes)::
+
+    lp(x)  = len(x) as 4-byte big-endian ‖ x           (length prefix)
+    text   = UTF-8, lone surrogates passed through ("surrogatepass")
+
+Unkeyed — RAPPOR Bloom bits (public: the server hashes candidates the same way)::
+
+    stream(v)  = SHAKE-256(b"ldpt/rappor/bloom/v1" ‖ lp(v))   read as little-endian uint32 words
+    accept u   iff u < L, L = ⌊2^32 / k⌋·k (rejection: bit = u mod k is exactly uniform on [k])
+    the r-th accepted word (r = 0, 1, ...) is hash r mod h of cohort r div h
+
+so cohort c's h Bloom bits are accepted words c·h .. c·h+h−1 (ldp-facts.md §4: "each cohort
+has its own h hashes"). Two hashes may hit the same bit; the filter then has fewer than h ones.
+
+Keyed by the client secret (never leaves the device; ldp-facts.md §13)::
+
+    cohort(secret, metric, m): words of HMAC-SHA256(secret, lp(b"ldpt/rappor/cohort/v1") ‖
+        lp(metric) ‖ lp(counter)) for counter = 0, 1, ...; the first word u < ⌊2^32/m⌋·m gives
+        u mod m.
+    prr_words(secret, metric, value, k): K = HMAC-SHA256(secret, lp(b"ldpt/rappor/prr/v1") ‖
+        lp(metric) ‖ lp(value)); the k words are SHAKE-256(K) read as little-endian uint32.
+        RAPPOR's permanent randomised response thresholds these words, so it is a
+        deterministic function of (secret, metric, value): memoised without storing anything,
+        different for every metric, and recomputed — never cached on disk — at each report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Sequence
+
+import numpy as np
+
+TAG_BLOOM = b"ldpt/rappor/bloom/v1"
+TAG_COHORT = b"ldpt/rappor/cohort/v1"
+TAG_PRR = b"ldpt/rappor/prr/v1"
+
+_TWO32 = 1 << 32
+#: Words read beyond the m·h needed before falling back to a longer stream (rejections are
+#: rare: at most k/2^32 per word).
+_SLACK_WORDS = 8
+#: Shortest secret accepted (the SDK's secrets are 32 bytes; google/rappor's 128).
+MIN_SECRET_BYTES = 16
+
+
+def encode_text(text: str) -> bytes:
+    """UTF-8 bytes of a metric name or value (lone surrogates passed through, never an error)."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+def lp(*parts: bytes) -> bytes:
+    """Length-prefixed concatenation: 4-byte big-endian length, then the bytes, per part."""
+    return b"".join(len(p).to_bytes(4, "big") + p for p in parts)
+
+
+def accept_limit(k: int) -> int:
+    """L = ⌊2^32/k⌋·k: uint32 words below L reduce mod k without bias."""
+    if k < 1 or k > _TWO32:
+        raise ValueError(f"k must be in [1, 2^32], got {k}")
+    return (_TWO32 // k) * k
+
+
+def check_secret(secret: bytes) -> bytes:
+    """The secret as bytes; ValueError if it is not bytes or too short to be a secret."""
+    if not isinstance(secret, (bytes, bytearray, memoryview)):
+        raise ValueError(f"the client secret must be bytes, got {type(secret).__name__}")
+    secret = bytes(secret)
+    if len(secret) < MIN_SECRET_BYTES:
+        raise ValueError(f"the client secret must have at least {MIN_SECRET_BYTES} bytes, got {len(secret)}")
+    return secret
+
+
+# --- keyed: client secret --------------------------------------------------------------------------
+
+def derive_cohort(secret: bytes, metric: str, m: int) -> int:
+    """This client's RAPPOR cohort in [0, m) for ``metric`` (uniform, stable, HMAC-derived)."""
+    if m < 1:
+        raise ValueError(f"the number of cohorts must be at least 1, got {m}")
+    key = check_secret(secret)
+    limit = accept_limit(m)
+    metric_bytes = encode_text(metric)
+    counter = 0
+    while True:  # one HMAC block almost always suffices (8 words, each rejected w.p. < m/2^32)
+        block = hmac.digest(key, lp(TAG_COHORT, metric_bytes, counter.to_bytes(4, "big")), "sha256")
+        for u in np.frombuffer(block, dtype="<u4").tolist():
+            if u < limit:
+                return u % m
+        counter += 1
+
+
+def prr_key(secret: bytes, metric: str, value: str) -> bytes:
+    """K = HMAC-SHA256(secret, lp(tag) ‖ lp(metric) ‖ lp(value)): seeds the PRR coins of one value."""
+    return hmac.digest(secret, lp(TAG_PRR, encode_text(metric), encode_text(value)), "sha256")
+
+
+def prr_words(secret: bytes, metric: str, value: str, k: int) -> np.ndarray:
+    """The k uniform uint32 words behind the permanent randomised response of ``value``."""
+    key = prr_key(check_secret(secret), metric, value)
+    return np.frombuffer(hashlib.shake_256(key).digest(4 * k), dtype="<u4")
+
+
+# --- unkeyed: Bloom bits ---------------------------------------------------------------------------
+
+def _stream_words(value: bytes, count: int) -> np.ndarray:
+    """First ``count`` words of a value's Bloom stream (SHAKE-256 is an XOF: prefixes agree)."""
+    return np.frombuffer(hashlib.shake_256(TAG_BLOOM + lp(value)).digest(4 * count), dtype="<u4")
+
+
+def _accepted_slow(value: bytes, need: int, k: int, limit: int) -> np.ndarray:
+    """First ``need`` accepted words mod k, extending the stream until there are enough."""
+    count = need + _SLACK_WORDS
+    while True:
+        words = _stream_words(value, count).astype(np.uint64)
+        ok = words[words < limit]
+        if ok.shape[0] >= need:
+            return (ok[:need] % np.uint64(k)).astype(np.int64)
+        count *= 2
+
+
+def bloom_positions(values: Sequence[str], k: int, h: int, m: int) -> np.ndarray:
+    """Bloom bit of every (value, cohort, hash): int64 array (len(values), m, h), bits in [0, k).
+
+    One SHAKE-256 call per value (not per cohort); the rejection test and the reduction are
+    vectorised over all values. Rows that hit a rejected word (probability ≈ m·h·k/2^32)
+    are redone one by one.
+    """
+    need = m * h
+    limit = accept_limit(k)
+    encoded = [encode_text(v) for v in values]
+    if not encoded:
+        return np.zeros((0, m, h), dtype=np.int64)
+    width = need + _SLACK_WORDS
+    blob = b"".join(hashlib.shake_256(TAG_BLOOM + lp(v)).digest(4 * width) for v in encoded)
+    words = np.frombuffer(blob, dtype="<u4").reshape(len(encoded), width)
+    head = words[:, :need]
+    if limit == _TWO32:  # k divides 2^32: every word is accepted
+        return (head % np.uint32(k)).astype(np.int64).reshape(-1, m, h)
+    out = (head % np.uint32(k)).astype(np.int64)
+    rejected = (head.astype(np.uint64) >= limit).any(axis=1)
+    for row in np.flatnonzero(rejected):  # rare: a handful of rows per million values
+        out[row] = _accepted_slow(encoded[row], need, k, limit)
+    return out.reshape(-1, m, h)
+
+
+def bloom_positions_one(value: str, cohort: int, k: int, h: int) -> np.ndarray:
+    """The h Bloom bits of one value in one cohort (the SDK path): int64 array (h,)."""
+    need = (cohort + 1) * h
+    limit = accept_limit(k)
+    encoded = encode_text(value)
+    words = _stream_words(encoded, need + _SLACK_WORDS)
+    head = words[:need]
+    if limit == _TWO32 or not (head.astype(np.uint64) >= limit).any():
+        return (head[cohort * h:] % np.uint32(k)).astype(np.int64)
+    return _accepted_slow(encoded, need, k, limit)[cohort * h:]

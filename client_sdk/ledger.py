@@ -1,0 +1,401 @@
+"""The privacy ledger: the per-user budget book of the device (docs/privacy.md).
+
+Per metric it records the epsilon spent in the current window (a UTC day) and over the
+client's lifetime, and refuses a report that would go beyond the registry's
+``reports_per_window`` (default 1) or its optional ``lifetime_epsilon``. A refused report is
+counted and never sent.
+
+What a report costs (ldp-facts.md §12):
+
+- a protocol without memoisation (rr, grr, oue, ...): ε per report, in the window and over
+  the lifetime — T reports compose to T·ε;
+- a memoised protocol (RAPPOR: the permanent randomised response is a deterministic function
+  of secret, metric and value): ε₁ per report in the window, and ε∞ over the lifetime the
+  first time a *distinct* value is reported — any number of reports of one value cost at most
+  ε∞, so the lifetime spend is (number of distinct values) × ε∞. Distinct values are
+  recognised by a keyed digest HMAC(secret, fingerprint‖value) (client_sdk.state), never by
+  the value itself.
+
+The file ``ledger.json`` holds no true value. Every update is a read-modify-write under an
+exclusive flock(2) on ``ledger.lock``, written by write-temp-fsync-rename, so several
+processes sharing the state directory never overspend and a crash never tears the file.
+The SDK charges the ledger on its worker, once per batch and before the batch is written to
+the outbox or sent: a report is either charged and (eventually) sent, or refused and never
+sent. A crash between the charge and the send errs on the safe side (spent, not sent).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import datetime as dt
+import enum
+import functools
+import json
+import os
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from ._files import atomic_write, flocked
+from .errors import LdptError
+
+LEDGER_FILE = "ledger.json"
+LOCK_FILE = "ledger.lock"
+LEDGER_FORMAT = "ldpt-ledger"
+LEDGER_VERSION = 1
+#: Relative slack when comparing spends with a budget: realised epsilons are quantised floats.
+BUDGET_SLACK = 1e-9
+SECONDS_PER_DAY = 86_400
+
+
+class LedgerError(LdptError):
+    """The ledger file is unreadable or not ours."""
+
+    status = 500
+    type = "ledger-unreadable"
+
+
+class Refusal(str, enum.Enum):
+    """Why a report was refused (never sent)."""
+
+    WINDOW = "window"       # reports_per_window already reached in this window
+    LIFETIME = "lifetime"   # the lifetime epsilon budget would be exceeded
+
+
+def day_of(timestamp: float) -> int:
+    """UTC day number (days since 1970-01-01) of a POSIX timestamp: the ledger's window."""
+    return int(timestamp // SECONDS_PER_DAY)
+
+
+@functools.lru_cache(maxsize=16)
+def window_name(day: int) -> str:
+    """The window as shown to users and in the file: YYYY-MM-DD (UTC)."""
+    return (dt.date(1970, 1, 1) + dt.timedelta(days=day)).isoformat()
+
+
+class Charge(NamedTuple):
+    """One report asking to be charged: what it costs and the limits that apply.
+
+    A NamedTuple, not a dataclass: one is built on the app's thread for every report.
+    """
+
+    metric: str
+    fingerprint: str
+    day: int                                # UTC day of the report (the window)
+    epsilon: float                          # ε per report (ε₁ for memoised protocols)
+    epsilon_longitudinal: float | None      # ε∞ when the protocol is memoised, else None
+    digest: str | None                      # keyed digest of the value (memoised protocols)
+    reports_per_window: int = 1
+    lifetime_budget: float | None = None
+
+    @property
+    def memoised(self) -> bool:
+        return self.epsilon_longitudinal is not None
+
+
+@dataclasses.dataclass
+class MetricAccount:
+    """What one metric has spent on this device."""
+
+    window: str                             # current window, YYYY-MM-DD
+    window_reports: int = 0
+    window_epsilon: float = 0.0
+    lifetime_reports: int = 0
+    lifetime_epsilon: float = 0.0
+    refused_window: int = 0                 # refusals ever, by reason
+    refused_lifetime: int = 0
+    fingerprint: str = ""                   # parameters of the last charge
+    epsilon_per_report: float = 0.0
+    epsilon_longitudinal: float | None = None
+    reports_per_window: int = 1
+    lifetime_budget: float | None = None
+    memo: dict[str, set[str]] = dataclasses.field(default_factory=dict)  # fingerprint -> digests
+
+    @property
+    def distinct_values(self) -> int:
+        """Distinct values charged at ε∞ (memoised protocols), over all fingerprints."""
+        return sum(len(s) for s in self.memo.values())
+
+    def copy(self) -> MetricAccount:
+        return dataclasses.replace(self, memo={k: set(v) for k, v in self.memo.items()})
+
+    def to_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["memo"] = {fp: sorted(d) for fp, d in self.memo.items()}
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MetricAccount:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in fields}
+        kwargs["memo"] = {fp: set(d) for fp, d in dict(data.get("memo") or {}).items()}
+        return cls(**kwargs)
+
+
+Accounts = dict[str, MetricAccount]
+
+
+def _roll(account: MetricAccount, window: str) -> None:
+    """Start a new window when the charge is later; a late charge counts in the current one."""
+    if window > account.window:
+        account.window = window
+        account.window_reports = 0
+        account.window_epsilon = 0.0
+
+
+def _new_account(charge: Charge, window: str) -> MetricAccount:
+    return MetricAccount(window=window, fingerprint=charge.fingerprint,
+                         epsilon_per_report=charge.epsilon,
+                         epsilon_longitudinal=charge.epsilon_longitudinal,
+                         reports_per_window=charge.reports_per_window,
+                         lifetime_budget=charge.lifetime_budget)
+
+
+def lifetime_cost(account: MetricAccount | None, charge: Charge) -> float:
+    """Lifetime epsilon this report adds: ε, or ε∞ for a value not seen before (memoised)."""
+    if not charge.memoised:
+        return charge.epsilon
+    seen = account is not None and charge.digest in account.memo.get(charge.fingerprint, ())
+    return 0.0 if seen else float(charge.epsilon_longitudinal)  # type: ignore[arg-type]
+
+
+def decide(account: MetricAccount | None, charge: Charge) -> Refusal | None:
+    """Whether ``charge`` fits the budget of ``account`` (pure; None means it fits)."""
+    window = window_name(charge.day)
+    in_window = 0 if account is None or window > account.window else account.window_reports
+    if in_window + 1 > charge.reports_per_window:
+        return Refusal.WINDOW
+    if charge.lifetime_budget is not None:
+        spent = 0.0 if account is None else account.lifetime_epsilon
+        if spent + lifetime_cost(account, charge) > charge.lifetime_budget * (1 + BUDGET_SLACK):
+            return Refusal.LIFETIME
+    return None
+
+
+def apply(accounts: Accounts, charge: Charge) -> Refusal | None:
+    """Charge ``accounts`` in place if the report fits; otherwise count the refusal."""
+    window = window_name(charge.day)
+    account = accounts.get(charge.metric)
+    refusal = decide(account, charge)
+    if account is None:
+        account = accounts[charge.metric] = _new_account(charge, window)
+    _roll(account, window)
+    if refusal is not None:
+        count_refusal(account, refusal)
+        return refusal
+    cost = lifetime_cost(account, charge)
+    account.window_reports += 1
+    account.window_epsilon += charge.epsilon
+    account.lifetime_reports += 1
+    account.lifetime_epsilon += cost
+    if charge.memoised and cost > 0:
+        account.memo.setdefault(charge.fingerprint, set()).add(charge.digest)  # type: ignore[arg-type]
+    account.fingerprint = charge.fingerprint
+    account.epsilon_per_report = charge.epsilon
+    account.epsilon_longitudinal = charge.epsilon_longitudinal
+    account.reports_per_window = charge.reports_per_window
+    account.lifetime_budget = charge.lifetime_budget
+    return None
+
+
+def count_refusal(account: MetricAccount, reason: Refusal, n: int = 1) -> None:
+    if reason is Refusal.WINDOW:
+        account.refused_window += n
+    else:
+        account.refused_lifetime += n
+
+
+RefusalCounts = Sequence[tuple[Charge, Refusal, int]]
+"""Refusals decided before the worker (on the app's thread), to be recorded in the book."""
+
+
+class CommitResult(NamedTuple):
+    """Outcome per charge (None = charged), the book after the commit, and whether someone
+    else (another process or ledger object) changed the book since this object last wrote it."""
+
+    outcomes: list[Refusal | None]
+    accounts: Accounts
+    foreign: bool
+
+
+class LedgerBase(abc.ABC):
+    """A budget book: read a snapshot, commit charges atomically."""
+
+    @abc.abstractmethod
+    def snapshot(self) -> Accounts:
+        """A copy of every metric's account."""
+
+    @abc.abstractmethod
+    def commit(self, charges: Sequence[Charge], refusals: RefusalCounts = ()) -> CommitResult:
+        """Apply charges in order, in one transaction."""
+
+    @abc.abstractmethod
+    def forget_values(self) -> None:
+        """Drop the memoisation digests (opt-out: the secret they are keyed by is gone)."""
+
+
+def _commit(accounts: Accounts, charges: Sequence[Charge], refusals: RefusalCounts) -> list[Refusal | None]:
+    for charge, reason, n in refusals:
+        window = window_name(charge.day)
+        account = accounts.get(charge.metric)
+        if account is None:
+            account = accounts[charge.metric] = _new_account(charge, window)
+        _roll(account, window)
+        count_refusal(account, reason, n)
+    return [apply(accounts, c) for c in charges]
+
+
+class MemoryLedger(LedgerBase):
+    """The ledger in memory (tests, simulated clients)."""
+
+    def __init__(self) -> None:
+        self._accounts: Accounts = {}
+        self._lock = threading.Lock()
+        _LOCKED_OBJECTS.add(self)
+
+    def snapshot(self) -> Accounts:
+        with self._lock:
+            return {k: v.copy() for k, v in self._accounts.items()}
+
+    def commit(self, charges: Sequence[Charge], refusals: RefusalCounts = ()) -> CommitResult:
+        with self._lock:
+            outcomes = _commit(self._accounts, charges, refusals)
+            return CommitResult(outcomes, {k: v.copy() for k, v in self._accounts.items()}, False)
+
+    def forget_values(self) -> None:
+        with self._lock:
+            for account in self._accounts.values():
+                account.memo.clear()
+
+
+class Ledger(LedgerBase):
+    """The ledger of a state directory, shared by every process of the app."""
+
+    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        self.dir = Path(state_dir)
+        self.path = self.dir / LEDGER_FILE
+        self.lock_path = self.dir / LOCK_FILE
+        self._lock = threading.Lock()
+        self._written: str | None = None   # generation tag of our last write
+        _LOCKED_OBJECTS.add(self)
+
+    def snapshot(self) -> Accounts:
+        """Read without the lock: renames are atomic, so the file is always whole."""
+        return read_ledger_file(self.path)
+
+    def commit(self, charges: Sequence[Charge], refusals: RefusalCounts = ()) -> CommitResult:
+        with self._lock, flocked(self.lock_path):
+            accounts, generation = _read(self.path)
+            foreign = generation != self._written
+            outcomes = _commit(accounts, charges, refusals)
+            if charges or refusals:
+                self._written = os.urandom(8).hex()
+                atomic_write(self.path, dump_ledger(accounts, self._written))
+            return CommitResult(outcomes, accounts, foreign)
+
+    def forget_values(self) -> None:
+        with self._lock, flocked(self.lock_path):
+            accounts, _ = _read(self.path)
+            if any(a.memo for a in accounts.values()):
+                for account in accounts.values():
+                    account.memo.clear()
+                self._written = os.urandom(8).hex()
+                atomic_write(self.path, dump_ledger(accounts, self._written))
+
+
+def dump_ledger(accounts: Accounts, generation: str = "") -> bytes:
+    """The file's bytes: JSON, metrics sorted, readable by `ldpt ledger` and by people.
+
+    ``generation`` is a random tag of this write: a writer that finds its own tag knows
+    nobody else changed the book since.
+    """
+    doc = {"format": LEDGER_FORMAT, "version": LEDGER_VERSION, "generation": generation,
+           "metrics": {name: accounts[name].to_json() for name in sorted(accounts)}}
+    return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+
+
+def read_ledger_file(path: Path) -> Accounts:
+    """Parse a ledger file (empty book when it does not exist yet)."""
+    return _read(path)[0]
+
+
+def _read(path: Path) -> tuple[Accounts, str | None]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return {}, None
+    except OSError as exc:
+        raise LedgerError(f"{path}: cannot read the privacy ledger ({exc.strerror or exc})") from None
+    try:
+        doc = json.loads(raw)
+        if doc.get("format") != LEDGER_FORMAT:
+            raise ValueError("not an ldp-telemetry ledger")
+        if int(doc.get("version", 0)) > LEDGER_VERSION:
+            raise ValueError(f"written by a newer SDK (version {doc['version']})")
+        accounts = {name: MetricAccount.from_json(data) for name, data in doc["metrics"].items()}
+        return accounts, doc.get("generation")
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise LedgerError(f"{path}: the privacy ledger is unreadable ({exc}); the SDK refuses to "
+                          "report until it is repaired or removed (removing it forgets past spend)") from None
+
+
+def read_ledger(state_dir: str | os.PathLike[str]) -> Accounts:
+    """The book of a state directory, for `ldpt ledger` and apps that show it to users."""
+    return read_ledger_file(Path(state_dir) / LEDGER_FILE)
+
+
+def summarise(accounts: Mapping[str, MetricAccount]) -> list[dict[str, Any]]:
+    """One plain row per metric (what `ldpt ledger` prints)."""
+    rows = []
+    for name in sorted(accounts):
+        a = accounts[name]
+        rows.append({
+            "metric": name,
+            "window": a.window,
+            "window_reports": a.window_reports,
+            "reports_per_window": a.reports_per_window,
+            "window_epsilon": a.window_epsilon,
+            "lifetime_reports": a.lifetime_reports,
+            "lifetime_epsilon": a.lifetime_epsilon,
+            "lifetime_budget": a.lifetime_budget,
+            "epsilon_per_report": a.epsilon_per_report,
+            "epsilon_longitudinal": a.epsilon_longitudinal,
+            "distinct_values": a.distinct_values if a.epsilon_longitudinal is not None else None,
+            "refused_window": a.refused_window,
+            "refused_lifetime": a.refused_lifetime,
+        })
+    return rows
+
+
+# --- fork safety -------------------------------------------------------------------------------------
+# Before fork: take every ledger's thread lock, so no commit (and no flock descriptor, which
+# the child would inherit and keep locked) is in progress; release in both processes after.
+
+_LOCKED_OBJECTS: weakref.WeakSet[Any] = weakref.WeakSet()
+_HELD: list[Any] = []
+
+
+def _before_fork() -> None:
+    _HELD[:] = list(_LOCKED_OBJECTS)
+    for obj in _HELD:
+        obj._lock.acquire()
+
+
+def _after_fork_parent() -> None:
+    for obj in _HELD:
+        obj._lock.release()
+    _HELD.clear()
+
+
+def _after_fork_child() -> None:
+    for obj in _HELD:
+        obj._lock = threading.Lock()
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent,
+                        after_in_child=_after_fork_child)

@@ -1,0 +1,514 @@
+"""Optimised local hashing over a fixed seed set ("cohorts"), decoded by least squares (ldp-facts.md §3).
+
+Client. Each client belongs to one cohort s ∈ [m] (the SDK derives it from the client secret;
+simulation draws it uniformly). Cohort s fixes a hash H_s: [d] → [g]. The client reports
+(s, y), where y is GRR on [g] applied to H_s(x): y = H_s(x) with p = e^ε/(e^ε+g−1), quantised
+down to the 2^-32 grid (p'), otherwise one of the g−1 other buckets, each with
+q' = (1−p')/(g−1). The quoted epsilon is ln(p'/q') <= ε.
+
+Hash. H_s is fixed, documented and platform independent (pure uint64 wrap-around arithmetic):
+
+    mix(z)   = SplitMix64 finaliser: z ^= z>>30; z *= 0xBF58476D1CE4E5B9;
+               z ^= z>>27; z *= 0x94D049BB133111EB; z ^= z>>31          (a bijection of uint64)
+    seed_s   = mix(SALT + (s+1)·γ)          γ = 0x9E3779B97F4A7C15, SALT = 0x6C6470742D6F6C68
+    H_s(v)   = ⌊ mix(seed_s + (v+1)·γ) · g / 2^64 ⌋                       (all mod 2^64)
+
+i.e. H_s(v) is the (v+1)-th output of a SplitMix64 stream seeded with seed_s, mapped to [g] by
+Lemire's multiply-high reduction (computed exactly in 32-bit halves). A uniform 64-bit word maps
+to each bucket with probability within g/2^64 of 1/g, so there is no modulo bias.
+
+Sketch. T[s, y] = number of reports (s, y), plus n_s = reports of cohort s: m×g additive cells.
+
+Decoder. Hash collisions are frozen by the fixed seeds, so the naive support Σ_s T[s, H_s(v)]
+is biased by Σ_{v'≠v} c(v')(φ_vv' − 1/g)/(p'−1/g), which never averages out (ldp-facts.md §3).
+With Z_s = (T_s − n_s q')/(p'−q') and A_s the g×d 0/1 matrix A_s[y, v] = 1[H_s(v) = y],
+
+    E[Z_s | n_s] = (n_s/n) A_s c                       (cohorts are independent of values)
+
+and the weighted least-squares solution (weights n_s per cohort after rescaling Z_s/n_s, the
+inverse of the cells' variance when no item dominates) is
+
+    ĉ = Φ⁻¹ Σ_s A_sᵀ Z_s,       Φ = Σ_s (n_s/n) A_sᵀ A_s,   Φ[v, v'] = φ_vv'
+
+i.e. the naive support vector de-convolved by the collision matrix. B = Φ⁻¹Xᵀ satisfies
+B·E[Z] = c exactly, so ĉ is unbiased whatever the collisions, as long as Φ has full rank.
+
+Variance. Up to O(1/n) terms, Cov(ĉ) = B Σ_Z Bᵀ − n(D_f − ffᵀ). The first term is the sandwich
+with multinomial cells, Σ_Zs = n_s(D_π − ππᵀ)/(p'−q')² with π_s = E[T_s]/n_s: it treats each
+cohort as an i.i.d. sample of the population. The second removes the variance of that sampling,
+because the target is the realised counts c (splitting the clients into cohorts only permutes
+them; conditional on n_s the split is hypergeometric). On the diagonal:
+
+    Var[ĉ(v)] = [B Σ_Z Bᵀ]_vv − c(v)(1 − c(v)/n)
+
+``variance(n, true_counts)`` evaluates it at the true counts with equal cohorts n_s = n/m; the
+estimate plugs in the observed n_s and the model's fitted cells π̂_s = q' + (p'−q') A_s ĉ/n (linear
+in ĉ, hence unbiased, and pooled over all cohorts, so far less noisy than the raw T_s).
+
+Sizing. With N = m(g−1) degrees of freedom, Φ behaves like a Wishart matrix and the variance
+of a light item is inflated over plain OLH by about N/(N−d−1) (Marchenko–Pastur). The default
+m = max(8, ⌈3(d+1)/(g−1)⌉) keeps it at ≲ 1.5 (measured figures in docs/protocols-olh.md).
+Full rank needs m(g−1)+1 >= d; the dense decoder is O(m·g·d²) and limits d to MAX_DOMAIN.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+from ..errors import EstimationError, InvalidPayload
+from ..randomness import RandomLike, as_random_source, bernoulli, realised, threshold_floor
+from .base import CountEstimate, Payloads, Protocol, Sketch, first_bad, require_1d
+
+#: Largest supported domain: the dense least-squares decoder costs O(m·g·d²) time and memory.
+MAX_DOMAIN = 1024
+#: Largest sketch (m·g cells); beyond it GRR (d < 3e^ε+2) is the better protocol anyway.
+MAX_CELLS = 1 << 20
+#: Largest least-squares design: at most m·min(g, d) occupied cells (rows of X, d columns each).
+MAX_DESIGN_ROWS = 8 * MAX_DOMAIN
+#: Fewest cohorts the default sizing uses.
+MIN_COHORTS = 8
+#: Default sizing target: light-item variance <= this multiple of plain OLH (N/(N−d−1), see above).
+TARGET_INFLATION = 1.5
+#: Defaults with d up to this are rank-checked at construction (< 1 ms); larger ones on first decode,
+#: where N = m(g−1) >= 3(d+1) and m >= 8 make a rank-deficient random design astronomically unlikely.
+EAGER_CHECK_MAX_DOMAIN = 64
+
+_MASK64 = (1 << 64) - 1
+_GAMMA = 0x9E3779B97F4A7C15
+_MIX1 = 0xBF58476D1CE4E5B9
+_MIX2 = 0x94D049BB133111EB
+_SALT = 0x6C6470742D6F6C68  # b"ldpt-olh"
+
+
+# --- the hash family H_s (module docstring) -------------------------------------------------------
+def _mix_array(z: np.ndarray) -> np.ndarray:
+    """SplitMix64 finaliser on a uint64 array (wraps mod 2^64)."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX1)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX2)
+    return z ^ (z >> np.uint64(31))
+
+
+def _reduce_array(h: np.ndarray, g: int) -> np.ndarray:
+    """⌊h·g/2^64⌋ (Lemire) from 32-bit halves: hi·g + ⌊lo·g/2^32⌋ < 2^64 for g < 2^32."""
+    g64 = np.uint64(g)
+    hi, lo = h >> np.uint64(32), h & np.uint64(0xFFFFFFFF)
+    return ((hi * g64 + ((lo * g64) >> np.uint64(32))) >> np.uint64(32)).astype(np.int64)
+
+
+def cohort_seeds(m: int) -> np.ndarray:
+    """seed_s = mix(SALT + (s+1)·γ) for s ∈ [m], as uint64."""
+    s = np.arange(1, m + 1, dtype=np.uint64)
+    return _mix_array(np.uint64(_SALT) + s * np.uint64(_GAMMA))
+
+
+def hash_values(seeds: np.ndarray, values: np.ndarray, g: int) -> np.ndarray:
+    """H_s(v) = ⌊mix(seed_s + (v+1)·γ)·g/2^64⌋, broadcasting seeds (uint64) against values."""
+    v = np.asarray(values).astype(np.uint64) + np.uint64(1)
+    return _reduce_array(_mix_array(np.asarray(seeds, dtype=np.uint64) + v * np.uint64(_GAMMA)), g)
+
+
+def _mix_int(z: int) -> int:
+    z = ((z ^ (z >> 30)) * _MIX1) & _MASK64
+    z = ((z ^ (z >> 27)) * _MIX2) & _MASK64
+    return z ^ (z >> 31)
+
+
+def hash_one(s: int, v: int, g: int) -> int:
+    """H_s(v) for one (cohort, value) in Python integers (the single-report fast path)."""
+    seed = _mix_int((_SALT + (s + 1) * _GAMMA) & _MASK64)
+    return (_mix_int((seed + (v + 1) * _GAMMA) & _MASK64) * g) >> 64
+
+
+# --- parameters -------------------------------------------------------------------------------------
+def default_hash_range(epsilon: float) -> int:
+    """g = round(e^ε) + 1, the OLH optimum (ldp-facts.md §3), at least 2."""
+    return max(2, round(math.exp(epsilon)) + 1)
+
+
+def default_cohorts(d: int, g: int) -> int:
+    """Smallest m with N/(N−d−1) <= TARGET_INFLATION for N = m(g−1), at least MIN_COHORTS."""
+    need = (d + 1) * TARGET_INFLATION / (TARGET_INFLATION - 1)
+    return max(MIN_COHORTS, math.ceil(need / (g - 1)))
+
+
+def _too_large(d: int) -> ValueError:
+    return ValueError(f"olh decodes by dense least squares and supports at most {MAX_DOMAIN} "
+                      f"domain values (got {d}); use oue, hr or ss for larger domains")
+
+
+@dataclasses.dataclass(frozen=True)
+class OLHParams:
+    d: int           # domain size
+    epsilon: float   # target per-report budget
+    m: int           # cohorts (fixed seed set)
+    g: int           # hash range
+
+    def __post_init__(self) -> None:
+        for field in ("d", "m", "g"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"{field} must be an integer, got {value!r}")
+        if self.d < 2:
+            raise ValueError("OLH needs a domain of at least 2 values")
+        if self.d > MAX_DOMAIN:
+            raise _too_large(self.d)
+        if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
+            raise ValueError("epsilon must be a positive finite number")
+        if self.g < 2:
+            raise ValueError(f"hash_range must be at least 2, got {self.g}")
+        if self.m < 1:
+            raise ValueError(f"cohorts must be at least 1, got {self.m}")
+        if self.m * self.g > MAX_CELLS:
+            raise ValueError(f"cohorts × hash_range = {self.m * self.g} cells exceeds {MAX_CELLS}; "
+                             "lower them (at this epsilon grr is likely better)")
+        if self.m * min(self.g, self.d) > MAX_DESIGN_ROWS:
+            raise ValueError(f"cohorts × min(hash_range, d) = {self.m * min(self.g, self.d)} exceeds the "
+                             f"decoder's limit of {MAX_DESIGN_ROWS} design rows; lower cohorts")
+        if self.m * (self.g - 1) + 1 < self.d:
+            raise ValueError(f"cohorts × (hash_range − 1) + 1 = {self.m * (self.g - 1) + 1} is below the "
+                             f"domain size {self.d}, so the least-squares design cannot have full rank; "
+                             f"use cohorts >= {default_cohorts(self.d, self.g)} (the default)")
+
+    @property
+    def keep_threshold(self) -> int:
+        e = math.exp(self.epsilon)
+        return threshold_floor(e / (e + self.g - 1))
+
+    @property
+    def p(self) -> float:
+        """Realised P(y = H_s(x))."""
+        return realised(self.keep_threshold)
+
+    @property
+    def q(self) -> float:
+        """Realised P(y = b) for each bucket b != H_s(x)."""
+        return (1.0 - self.p) / (self.g - 1)
+
+    @property
+    def approx_inflation(self) -> float:
+        """Marchenko–Pastur N/(N−d−1), N = m(g−1): light-item variance over plain OLH (design average)."""
+        n_dof = self.m * (self.g - 1)
+        return n_dof / (n_dof - self.d - 1) if n_dof > self.d + 1 else math.inf
+
+
+@dataclasses.dataclass(frozen=True)
+class _Decoder:
+    """Per cohort-weighting decoding matrices: B = Φ⁻¹Xᵀ (d × occupied cells) and Φ."""
+
+    B: np.ndarray
+    phi: np.ndarray
+
+
+class OLH(Protocol):
+    name = "olh"
+    uses_cohorts = True
+    _DECODER_CACHE_SIZE = 2  # B is d × (occupied cells) floats: up to ~67 MB at d = MAX_DOMAIN
+
+    def __init__(self, params: OLHParams) -> None:
+        super().__init__(params)
+        self.p, self.q = params.p, params.q
+        self._threshold = params.keep_threshold
+        self._decoders: dict[bytes, _Decoder] = {}
+
+    @property
+    def domain_size(self) -> int:
+        return self.params.d
+
+    @property
+    def cohorts(self) -> int:
+        return self.params.m
+
+    @property
+    def cell_shape(self) -> tuple[int, ...]:
+        return (self.params.g,)
+
+    @property
+    def epsilon(self) -> float:
+        return math.log(self.p / self.q)
+
+    @property
+    def payload_bits(self) -> int:
+        return max(1, math.ceil(math.log2(self.params.m)) + math.ceil(math.log2(self.params.g)))
+
+    # --- hashing ----------------------------------------------------------------------------------
+    @functools.cached_property
+    def seeds(self) -> np.ndarray:
+        """seed_s for every cohort (uint64, shape (m,))."""
+        return cohort_seeds(self.params.m)
+
+    @functools.cached_property
+    def hash_table(self) -> np.ndarray:
+        """H_s(v) for all cohorts and values: int64, shape (m, d). Built on first use."""
+        return hash_values(self.seeds[:, None], np.arange(self.params.d), self.params.g)
+
+    def output_probabilities(self, index: int) -> np.ndarray:
+        """P(y | x=index, cohort s), shape (m, g): q' everywhere except p' at y = H_s(index).
+
+        The cohort does not depend on x, so the audit bounds the ratio within each row.
+        """
+        m, g = self.params.m, self.params.g
+        probs = np.full((m, g), self.q)
+        probs[np.arange(m), hash_values(self.seeds, np.full(m, index), g)] = self.p
+        return probs
+
+    # --- the four verbs -----------------------------------------------------------------------------
+    def encode(self, indices: np.ndarray, rng: RandomLike = None,
+               cohorts: np.ndarray | None = None) -> Payloads:
+        """Randomise: y = H_s(x) w.p. p', else a uniform other bucket; cohorts drawn if not given."""
+        x = self.check_indices(indices)
+        source = as_random_source(rng)
+        n, m, g = x.shape[0], self.params.m, self.params.g
+        if cohorts is None:
+            s = source.below(m, n)
+        else:
+            s = self._check_cohorts(cohorts, x.shape)
+        if n == 1:  # device path: one report, Python-integer hash (no table, no array overhead)
+            h = np.array([hash_one(int(s[0]), int(x[0]), g)], dtype=np.int64)
+        else:
+            h = hash_values(self.seeds[s], x, g)
+        keep = bernoulli(source, self._threshold, n)
+        other = source.below(g - 1, n)
+        other += other >= h  # uniform over the g−1 buckets != H_s(x)
+        return {"cohort": s, "y": np.where(keep, h, other)}
+
+    def _check_cohorts(self, cohorts: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        """Device-side cohort array (from the client secret): integers in [0, m), one per value."""
+        s = np.asarray(cohorts)
+        if s.shape != shape:
+            s = np.broadcast_to(s, shape)
+        m = self.params.m
+        if s.size and s.dtype.kind not in "iu":
+            raise ValueError(f"cohorts must be integers in [0, {m}), got dtype {s.dtype}")
+        if s.size == 1:  # the device path: avoid two array reductions
+            bad = not 0 <= int(s.flat[0]) < m
+        else:
+            bad = bool(s.size) and (s.min() < 0 or s.max() >= m)
+        if bad:
+            raise ValueError(f"cohorts must be integers in [0, {m}), one per value")
+        return s.astype(np.int64, copy=False)
+
+    def validate(self, payloads: Payloads) -> None:
+        s = require_1d(payloads, "cohort")
+        y = require_1d(payloads, "y", s.shape[0] if s.ndim else None)
+        for arr, field, high in ((s, "cohort", self.params.m), (y, "y", self.params.g)):
+            if arr.ndim != 1:
+                raise InvalidPayload(f"expected a 1-d array, got shape {arr.shape}", field=field)
+            if arr.size and arr.dtype.kind not in "iu":
+                raise InvalidPayload(f"OLH {field} must be an integer, got dtype {arr.dtype}", field=field)
+            bad = (arr < 0) | (arr >= high)
+            if bad.any():
+                i = first_bad(bad)
+                raise InvalidPayload(f"{field} {int(arr[i])} outside [0, {high})", index=i, field=field)
+
+    def accumulate(self, sketch: Sketch, payloads: Payloads) -> None:
+        m, g = self.params.m, self.params.g
+        s = np.asarray(payloads["cohort"], dtype=np.int64)
+        y = np.asarray(payloads["y"], dtype=np.int64)
+        sketch.counts += np.bincount(s * g + y, minlength=m * g).reshape(m, g)
+        sketch.reports += np.bincount(s, minlength=m)
+
+    def estimate(self, sketch: Sketch) -> CountEstimate:
+        """Weighted least squares ĉ = Φ⁻¹ Σ_s A_sᵀ Z_s with sandwich per-item variances."""
+        m, g, d = self.params.m, self.params.g, self.params.d
+        T = np.asarray(sketch.counts, dtype=np.float64)
+        n_s = np.asarray(sketch.reports, dtype=np.float64)
+        if T.shape != (m, g) or n_s.shape != (m,):
+            raise EstimationError(f"OLH sketch must have counts of shape {(m, g)} and reports of shape "
+                                  f"{(m,)}, got {T.shape} and {n_s.shape}")
+        n = sketch.total_reports
+        if n == 0:
+            return CountEstimate(np.zeros(d), np.zeros(d), 0, {"method": "wls"})
+        dec = self._decoder(n_s)
+        rows = self._design[0]
+        Z = (T - n_s[:, None] * self.q) / (self.p - self.q)  # E[Z_s] = (n_s/n) A_s c
+        counts = dec.B @ Z.ravel()[rows]
+        variances = self._model_variance(dec.B, counts, n_s)
+        # The plain OLH support estimator (S_T(v) − n/g)/(p'−1/g), S_T(v) = Σ_s T[s, H_s(v)], has mean
+        # (g(Φc)_v − n)/(g−1) on this sketch: report its frozen-collision bias at c = ĉ (ldp-facts §3).
+        naive_bias = (g * (dec.phi @ counts) - n) / (g - 1) - counts
+        extra = {"method": "wls", "cohort_reports": sketch.reports.copy(), "naive_collision_bias": naive_bias}
+        return CountEstimate(counts, variances, n, extra)
+
+    def variance(self, n: int, true_counts: np.ndarray | float) -> np.ndarray:
+        """Theoretical Var[ĉ(v)] with equal cohorts n_s = n/m.
+
+        ``true_counts`` of shape (d,): the exact sandwich for this design and population (O(m·g·d²)
+        on first use, cached). A scalar c: the design-averaged figure for an item of count c whose
+        population is otherwise spread out, N/(N−d−1) × the plain-OLH formula (ldp-facts.md §3).
+        """
+        c = np.asarray(true_counts, dtype=np.float64)
+        p, q_star, d = self.p, 1.0 / self.params.g, self.params.d
+        if c.ndim == 0:
+            delta = p - q_star  # plain OLH: p* = p', q* = 1/g (ldp-facts.md §0, §3)
+            pure = n * q_star * (1 - q_star) / delta**2 + c * (1 - p - q_star) / delta
+            return self.params.approx_inflation * pure
+        if c.shape != (d,):
+            raise ValueError(f"true_counts must be a scalar or have shape ({d},), got {c.shape}")
+        if n <= 0:
+            return np.zeros(d)
+        m = self.params.m
+        return self._model_variance(self._equal_decoder.B, c, np.full(m, n / m))
+
+    # --- wire ---------------------------------------------------------------------------------------
+    def to_wire(self, payloads: Payloads) -> list[Any]:
+        return np.stack([np.asarray(payloads["cohort"], dtype=np.int64),
+                         np.asarray(payloads["y"], dtype=np.int64)], axis=1).tolist()
+
+    def from_wire(self, objects: list[Any]) -> Payloads:
+        for i, obj in enumerate(objects):
+            if type(obj) not in (list, tuple) or len(obj) != 2:
+                raise InvalidPayload("expected [cohort, y], a list of two integers", index=i, field="payload")
+            if type(obj[0]) is not int or type(obj[1]) is not int:
+                raise InvalidPayload(f"expected [cohort, y] integers, got [{type(obj[0]).__name__}, "
+                                     f"{type(obj[1]).__name__}]", index=i, field="payload")
+        try:
+            arr = np.asarray(objects, dtype=np.int64).reshape(-1, 2)
+        except OverflowError:
+            i = next(i for i, obj in enumerate(objects) if not all(-2**63 <= v < 2**63 for v in obj))
+            raise InvalidPayload("integer out of range", index=i, field="payload") from None
+        return {"cohort": arr[:, 0].copy(), "y": arr[:, 1].copy()}
+
+    # --- design ------------------------------------------------------------------------------------
+    def check_design(self) -> None:
+        """Raise ValueError unless Φ (equal cohorts) has full rank, i.e. every c(v) is identifiable."""
+        self._equal_factor  # noqa: B018 - builds and checks
+
+    @functools.cached_property
+    def _design(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Occupied cells: (rows, row_of, row_cohort, cohort_start).
+
+        Only cells some value hashes to enter the model (an empty bucket's row of X is zero), so
+        X has rows = sorted flat cell ids s·g + y that occur; row_of[s, v] is the row of (s, H_s(v)),
+        row_cohort the cohort of each row, cohort_start the first row of each cohort (rows are
+        grouped by cohort, and every cohort has at least one occupied cell).
+        """
+        m, g = self.params.m, self.params.g
+        flat = np.arange(m)[:, None] * g + self.hash_table
+        rows, row_of = np.unique(flat.ravel(), return_inverse=True)
+        row_cohort = rows // g
+        return rows, row_of.reshape(flat.shape), row_cohort, np.searchsorted(row_cohort, np.arange(m))
+
+    def _onehot(self) -> np.ndarray:
+        """X = stacked A_s over occupied cells, dense 0/1 (rebuilt on demand: large and cheap)."""
+        rows, row_of, _, _ = self._design
+        X = np.zeros((rows.shape[0], self.params.d))
+        X[row_of.ravel(), np.tile(np.arange(self.params.d), self.params.m)] = 1.0
+        return X
+
+    def _factor(self, X: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Φ = Σ_s w_s A_sᵀA_s = Xᵀ diag(w) X and its lower Cholesky factor; LinAlgError if singular.
+
+        numpy only, so that the rank check in ``from_options`` (also run by `auto` on devices)
+        does not pull in scipy.
+        """
+        phi = (X * weights[self._design[2]][:, None]).T @ X
+        lower = np.linalg.cholesky(phi)
+        # Collinear columns can leave a pivot of rounding size instead of failing: demand a sane one.
+        # (Healthy designs have pivots of order (1 − 1/g)(1 − √(d/N))², far above this.)
+        if np.min(np.diag(lower)) ** 2 < 1e-9 * np.max(np.diag(phi)):
+            raise np.linalg.LinAlgError("singular collision matrix")
+        return phi, lower
+
+    @staticmethod
+    def _solve(lower: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+        """Φ⁻¹·rhs from the Cholesky factor (server side: scipy imported on first decode)."""
+        from scipy import linalg
+
+        return linalg.cho_solve((lower, True), rhs, check_finite=False)
+
+    @functools.cached_property
+    def _equal_factor(self) -> tuple[np.ndarray, np.ndarray]:
+        """Φ̄ (equal cohorts, w_s = 1/m) and its factor; ValueError if the design is rank deficient."""
+        m = self.params.m
+        try:
+            return self._factor(self._onehot(), np.full(m, 1.0 / m))
+        except np.linalg.LinAlgError:
+            raise ValueError(f"the olh design cohorts={m}, hash_range={self.params.g} for d={self.params.d} "
+                             "is rank deficient (some values collide in every cohort and cannot be told "
+                             f"apart); raise cohorts (default {default_cohorts(self.params.d, self.params.g)})"
+                             ) from None
+
+    @functools.cached_property
+    def _equal_decoder(self) -> _Decoder:
+        """Decoder at equal cohorts n_s = n/m: what ``variance`` evaluates (cached per params)."""
+        phi, lower = self._equal_factor
+        return _Decoder(self._solve(lower, self._onehot().T), phi)
+
+    def _decoder(self, n_s: np.ndarray) -> _Decoder:
+        """Decoder for cohort sizes n_s (cached: the same sketch is usually queried repeatedly)."""
+        key = n_s.tobytes()
+        dec = self._decoders.get(key)
+        if dec is None:
+            self.check_design()
+            X = self._onehot()
+            try:
+                phi, lower = self._factor(X, n_s / n_s.sum())
+            except np.linalg.LinAlgError:
+                empty = int((n_s == 0).sum())
+                raise EstimationError(f"too few reports to decode: {empty} of {self.params.m} cohorts are "
+                                      "empty and the others do not identify every value; collect more "
+                                      "reports") from None
+            dec = _Decoder(self._solve(lower, X.T), phi)
+            if len(self._decoders) >= self._DECODER_CACHE_SIZE:
+                self._decoders.pop(next(iter(self._decoders)))
+            self._decoders[key] = dec
+        return dec
+
+    def _model_variance(self, B: np.ndarray, c: np.ndarray, n_s: np.ndarray) -> np.ndarray:
+        """Var[ĉ(v)] = [B Σ_Z Bᵀ]_vv − c(v)(1 − c(v)/n) at counts c (module docstring).
+
+        Σ_Z is blockwise multinomial, Σ_Zs = n_s(D_π − ππᵀ)/(p'−q')², at the model's cell
+        probabilities π_s,y = q' + (p'−q')·Σ_{v: H_s(v)=y} c(v)/n (rows of B: occupied cells only;
+        empty cells have zero columns in B and drop out).
+        """
+        _, row_of, row_cohort, cohort_start = self._design
+        m, d = self.params.m, self.params.d
+        n = float(n_s.sum())
+        mass = np.bincount(row_of.ravel(), weights=np.broadcast_to(c / n, (m, d)).ravel(),
+                           minlength=B.shape[1])  # Σ_{v: H_s(v)=y} f(v) per occupied cell
+        # Linear in c, so unbiased at c = ĉ (clipping ĉ first would inflate every cell).
+        pi = np.clip(self.q + (self.p - self.q) * mass, 0.0, 1.0)
+        c = np.clip(c, 0.0, n)
+        # diag(B D_T Bᵀ) − Σ_s (B_s T_s)²/n_s with T = n_s π (E[T] under the model)
+        cells = n_s[row_cohort] * pi
+        first = (B * B) @ cells
+        u = np.add.reduceat(B * cells, cohort_start, axis=1)  # (B_s T_s)_v, shape (d, m)
+        second = (u * u) @ np.divide(1.0, n_s, out=np.zeros(m), where=n_s > 0)
+        return np.maximum((first - second) / (self.p - self.q) ** 2 - c * (1 - c / n), 0.0)
+
+
+OPTION_KEYS: frozenset[str] = frozenset({"cohorts", "hash_range"})
+
+
+def from_options(domain_size: int | None, epsilon: float | None, options: dict[str, Any]) -> OLH:
+    """Build from registry fields: optional ``cohorts`` (m) and ``hash_range`` (g).
+
+    Defaults g = max(2, round(e^ε)+1), m = max(8, ⌈3(d+1)/(g−1)⌉). Explicit options, and
+    defaults for small domains, are rank-checked here (ValueError); the rest on first decode.
+    """
+    if domain_size is None:
+        raise ValueError("olh needs a fixed domain (a boolean or categorical metric)")
+    if domain_size > MAX_DOMAIN:
+        raise _too_large(domain_size)
+    if epsilon is None:
+        raise ValueError("olh needs epsilon")
+    unknown = set(options) - OPTION_KEYS
+    if unknown:
+        raise ValueError(f"unknown olh option(s) {sorted(unknown)}; olh takes cohorts, hash_range")
+    for key in ("cohorts", "hash_range"):
+        value = options.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"{key} must be an integer, got {value!r}")
+    g = options["hash_range"] if options.get("hash_range") is not None else default_hash_range(epsilon)
+    if g < 2:
+        raise ValueError(f"hash_range must be at least 2, got {g}")
+    m = options["cohorts"] if options.get("cohorts") is not None else default_cohorts(domain_size, g)
+    proto = OLH(OLHParams(d=domain_size, epsilon=float(epsilon), m=m, g=g))
+    if any(v is not None for v in options.values()) or domain_size <= EAGER_CHECK_MAX_DOMAIN:
+        proto.check_design()
+    return proto

@@ -1,0 +1,414 @@
+"""Where randomised reports wait: a bounded in-memory queue and the offline outbox.
+
+**In-memory queue (``ReportQueue``).** ``report()`` encodes the value on the app's thread
+and appends the randomised report here; the worker takes reports out in FIFO order and
+batches them. The queue is bounded (``maxsize``, default 10,000). Drop policy when it is
+full: **drop the newest** — the report being added is refused, counted in
+``dropped`` and never charged to the privacy ledger (reports are charged when the worker
+batches them), so a dropped report costs no privacy. Reports already queued keep their
+order. With ``reports_per_window = 1`` the queue rarely holds more than one report per
+metric, so it only fills when the worker is stuck for a long time under a flood of metrics.
+
+**Offline outbox (``DiskOutbox``).** Every batch is written to disk — as the exact bytes
+that go on the wire (randomised reports only, with their batch id) — by
+write-temp-fsync-rename *before* its first send, and deleted when the collector
+acknowledges it. It survives restarts and is sent when the collector is reachable again;
+since the bytes on disk are the bytes sent, every retry carries the same batch id and the
+same body, so the collector counts the batch once. Caps: ``max_batches``, ``max_bytes`` and
+``max_age``; when a new batch would exceed a cap the oldest batches are dropped (counted in
+``dropped``), and batches older than ``max_age`` are dropped (counted in ``expired``).
+
+Several processes may share one outbox: a sender claims a batch by renaming it to
+``*.sending`` (no file descriptor is held, so fork is safe); a claim older than
+``claim_timeout`` is considered abandoned and returned to the queue (if its owner was only
+slow, the collector's batch-id dedupe absorbs the second send).
+"""
+
+from __future__ import annotations
+
+import abc
+import collections
+import contextlib
+import dataclasses
+import enum
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ._files import atomic_write, fsync_dir
+
+BATCH_SUFFIX = ".ldpb"
+CLAIM_SUFFIX = ".sending"
+
+DEFAULT_QUEUE_SIZE = 10_000
+DEFAULT_OUTBOX_MAX_BATCHES = 1_000
+DEFAULT_OUTBOX_MAX_BYTES = 16 * 1024 * 1024
+DEFAULT_OUTBOX_MAX_AGE = 7 * 86_400.0
+DEFAULT_CLAIM_TIMEOUT = 120.0
+
+
+class DropPolicy(str, enum.Enum):
+    """What a full in-memory queue does with a new report."""
+
+    DROP_NEWEST = "drop-newest"   # refuse the report being added (the default)
+    DROP_OLDEST = "drop-oldest"   # evict the oldest queued report to make room
+
+
+class ReportQueue:
+    """Bounded FIFO of encoded reports, safe for many producer threads and one consumer."""
+
+    def __init__(self, maxsize: int = DEFAULT_QUEUE_SIZE, policy: DropPolicy = DropPolicy.DROP_NEWEST,
+                 wake_at: int = 1, wake: Callable[[], None] | None = None,
+                 on_evict: Callable[[Any], None] | None = None) -> None:
+        if maxsize < 1:
+            raise ValueError("queue size must be >= 1")
+        self.maxsize = maxsize
+        self.policy = DropPolicy(policy)
+        self.wake_at = wake_at          # call wake() when the length reaches 1 or this
+        self.wake = wake
+        self.on_evict = on_evict        # told about a report evicted by DROP_OLDEST
+        self.dropped = 0
+        self.accepted = 0
+        self._items: collections.deque[Any] = collections.deque()
+        self._times: collections.deque[float] = collections.deque()
+        self._lock = threading.Lock()
+
+    def put(self, item: Any, now: float) -> bool:
+        """Append (never blocks); False when the report was dropped by the policy."""
+        evicted = None
+        with self._lock:
+            if len(self._items) >= self.maxsize:
+                self.dropped += 1
+                if self.policy is DropPolicy.DROP_NEWEST:
+                    return False
+                evicted = self._items.popleft()
+                self._times.popleft()
+            self._items.append(item)
+            self._times.append(now)
+            self.accepted += 1
+            size = len(self._items)
+        if evicted is not None and self.on_evict is not None:
+            self.on_evict(evicted)
+        if (size == 1 or size == self.wake_at) and self.wake is not None:
+            self.wake()
+        return True
+
+    def take(self, n: int) -> list[Any]:
+        """Remove and return up to n reports, oldest first."""
+        with self._lock:
+            k = min(n, len(self._items))
+            out = [self._items.popleft() for _ in range(k)]
+            for _ in range(k):
+                self._times.popleft()
+            return out
+
+    def oldest_time(self) -> float | None:
+        """Enqueue time (monotonic) of the oldest report, None when empty."""
+        with self._lock:
+            return self._times[0] if self._times else None
+
+    def remove_if(self, predicate: Callable[[Any], bool]) -> int:
+        """Remove every report matching ``predicate`` (opt-out); returns how many."""
+        with self._lock:
+            keep = [(i, t) for i, t in zip(self._items, self._times) if not predicate(i)]
+            removed = len(self._items) - len(keep)
+            self._items = collections.deque(i for i, _ in keep)
+            self._times = collections.deque(t for _, t in keep)
+            return removed
+
+    def clear(self) -> int:
+        with self._lock:
+            n = len(self._items)
+            self._items.clear()
+            self._times.clear()
+            return n
+
+    def reset_after_fork(self) -> None:
+        """In a forked child: the parent owns (and will send) what is queued; start empty."""
+        self._lock = threading.Lock()
+        self._items = collections.deque()
+        self._times = collections.deque()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+@dataclasses.dataclass(eq=False)
+class StoredBatch:
+    """A batch as sent: id, exact wire bytes, report count and creation time (POSIX)."""
+
+    batch_id: bytes
+    body: bytes
+    reports: int
+    created: float
+    path: Path | None = None       # the claimed file while a disk batch is being sent
+    attempts: int = 0
+    origin: Any = dataclasses.field(default=None, repr=False)   # the outbox it was claimed from
+
+
+@dataclasses.dataclass(frozen=True)
+class OutboxLimits:
+    """Caps of the offline queue (count, bytes, age in seconds)."""
+
+    max_batches: int = DEFAULT_OUTBOX_MAX_BATCHES
+    max_bytes: int = DEFAULT_OUTBOX_MAX_BYTES
+    max_age: float = DEFAULT_OUTBOX_MAX_AGE
+
+
+class Outbox(abc.ABC):
+    """Batches waiting for an acknowledgement."""
+
+    def __init__(self, limits: OutboxLimits = OutboxLimits()) -> None:
+        self.limits = limits
+        self.dropped_batches = 0      # evicted by a count/bytes cap
+        self.dropped_reports = 0
+        self.expired_batches = 0      # older than max_age
+        self.expired_reports = 0
+
+    @abc.abstractmethod
+    def add(self, batch: StoredBatch) -> None:
+        """Store a new batch (durably for the disk outbox), enforcing the caps."""
+
+    @abc.abstractmethod
+    def claim(self, now: float) -> StoredBatch | None:
+        """The oldest batch nobody is sending, marked as ours; None when there is none."""
+
+    @abc.abstractmethod
+    def release(self, batch: StoredBatch) -> None:
+        """Give a claimed batch back (it will be retried later, same bytes, same id)."""
+
+    @abc.abstractmethod
+    def done(self, batch: StoredBatch) -> None:
+        """Forget a claimed batch (acknowledged, or rejected for good)."""
+
+    @abc.abstractmethod
+    def pending(self) -> int:
+        """Number of batches waiting (ours and, for a shared disk outbox, other processes')."""
+
+    @abc.abstractmethod
+    def clear(self) -> None:
+        """Delete everything (opt-out)."""
+
+    @abc.abstractmethod
+    def reset_after_fork(self) -> None:
+        """In a forked child: forget in-flight claims (the parent owns them)."""
+
+
+class MemoryOutbox(Outbox):
+    """Retries kept in memory: for clients without a state directory (and simulated fleets)."""
+
+    def __init__(self, limits: OutboxLimits = OutboxLimits()) -> None:
+        super().__init__(limits)
+        self._batches: collections.deque[StoredBatch] = collections.deque()
+        self._claimed: set[int] = set()
+        self._lock = threading.Lock()
+
+    def add(self, batch: StoredBatch) -> None:
+        with self._lock:
+            self._batches.append(batch)
+            self._enforce(time.time())
+
+    def _enforce(self, now: float) -> None:
+        lim = self.limits
+        while self._batches and now - self._batches[0].created > lim.max_age \
+                and id(self._batches[0]) not in self._claimed:
+            old = self._batches.popleft()
+            self.expired_batches += 1
+            self.expired_reports += old.reports
+        while len(self._batches) > lim.max_batches or \
+                sum(len(b.body) for b in self._batches) > lim.max_bytes:
+            victim = next((b for b in self._batches if id(b) not in self._claimed), None)
+            if victim is None:
+                break
+            self._batches.remove(victim)
+            self.dropped_batches += 1
+            self.dropped_reports += victim.reports
+
+    def claim(self, now: float) -> StoredBatch | None:
+        with self._lock:
+            self._enforce(now)
+            for batch in self._batches:
+                if id(batch) not in self._claimed:
+                    self._claimed.add(id(batch))
+                    return batch
+            return None
+
+    def release(self, batch: StoredBatch) -> None:
+        with self._lock:
+            self._claimed.discard(id(batch))
+
+    def done(self, batch: StoredBatch) -> None:
+        with self._lock:
+            self._claimed.discard(id(batch))
+            with contextlib.suppress(ValueError):
+                self._batches.remove(batch)
+
+    def pending(self) -> int:
+        return len(self._batches)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._batches.clear()
+            self._claimed.clear()
+
+    def reset_after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._batches = collections.deque()
+        self._claimed = set()
+
+
+class DiskOutbox(Outbox):
+    """The on-disk offline queue of a state directory (see the module docstring).
+
+    File name: ``<created ns, 20 digits>-<reports>-<batch id hex>.ldpb``; sorted names are
+    oldest first. Content: the request body, byte for byte.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], limits: OutboxLimits = OutboxLimits(),
+                 claim_timeout: float = DEFAULT_CLAIM_TIMEOUT, durable: bool = True) -> None:
+        super().__init__(limits)
+        self.dir = Path(directory)
+        self.claim_timeout = claim_timeout
+        self.durable = durable
+        self._lock = threading.Lock()
+
+    # --- names -----------------------------------------------------------------------------------
+    @staticmethod
+    def _name(batch: StoredBatch) -> str:
+        return f"{int(batch.created * 1e9):020d}-{batch.reports}-{batch.batch_id.hex()}{BATCH_SUFFIX}"
+
+    @staticmethod
+    def _parse(name: str) -> tuple[float, int, bytes] | None:
+        stem = name[:-len(BATCH_SUFFIX)] if name.endswith(BATCH_SUFFIX) else None
+        if stem is None:
+            return None
+        parts = stem.split("-")
+        if len(parts) != 3:
+            return None
+        try:
+            return int(parts[0]) / 1e9, int(parts[1]), bytes.fromhex(parts[2])
+        except ValueError:
+            return None
+
+    def _scan(self) -> tuple[list[os.DirEntry[str]], list[os.DirEntry[str]]]:
+        """Waiting batch files (sorted, oldest first) and claim files."""
+        try:
+            entries = list(os.scandir(self.dir))
+        except FileNotFoundError:
+            return [], []
+        waiting = sorted((e for e in entries if e.name.endswith(BATCH_SUFFIX)), key=lambda e: e.name)
+        claims = [e for e in entries if e.name.endswith(CLAIM_SUFFIX)]
+        return waiting, claims
+
+    # --- Outbox --------------------------------------------------------------------------------------
+    def add(self, batch: StoredBatch) -> None:
+        with self._lock:
+            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            atomic_write(self.dir / self._name(batch), batch.body, durable=self.durable)
+            self._enforce(time.time())
+
+    def _enforce(self, now: float) -> None:
+        waiting, _ = self._scan()
+        sizes = []
+        for entry in waiting:
+            meta = self._parse(entry.name)
+            with contextlib.suppress(FileNotFoundError):
+                sizes.append((entry, meta, entry.stat().st_size))
+        lim = self.limits
+        keep = []
+        for entry, meta, size in sizes:
+            if meta is None:
+                continue
+            if now - meta[0] > lim.max_age:
+                if self._unlink(entry.path):
+                    self.expired_batches += 1
+                    self.expired_reports += meta[1]
+            else:
+                keep.append((entry, meta, size))
+        total = sum(s for _, _, s in keep)
+        while keep and (len(keep) > lim.max_batches or total > lim.max_bytes):
+            entry, meta, size = keep.pop(0)
+            if self._unlink(entry.path):
+                self.dropped_batches += 1
+                self.dropped_reports += meta[1]
+            total -= size
+
+    @staticmethod
+    def _unlink(path: str | Path) -> bool:
+        try:
+            os.unlink(path)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def claim(self, now: float) -> StoredBatch | None:
+        with self._lock:
+            self._recover_claims(now)
+            self._enforce(time.time())
+            waiting, _ = self._scan()
+            for entry in waiting:
+                meta = self._parse(entry.name)
+                if meta is None:
+                    continue
+                claimed = self.dir / f"{entry.name}.{os.getpid()}.{os.urandom(3).hex()}{CLAIM_SUFFIX}"
+                try:
+                    os.rename(entry.path, claimed)
+                except FileNotFoundError:
+                    continue  # another process claimed (or finished) it first
+                with contextlib.suppress(OSError):
+                    os.utime(claimed)  # the claim's age starts now
+                try:
+                    body = claimed.read_bytes()
+                except OSError:
+                    continue
+                return StoredBatch(meta[2], body, meta[1], meta[0], path=claimed)
+            return None
+
+    def _recover_claims(self, now: float) -> None:
+        """Return claims older than claim_timeout (their sender died or hangs) to the queue."""
+        _, claims = self._scan()
+        wall = time.time()
+        for entry in claims:
+            try:
+                age = wall - entry.stat().st_mtime
+            except FileNotFoundError:
+                continue
+            if age > self.claim_timeout:
+                original = entry.name.split(BATCH_SUFFIX)[0] + BATCH_SUFFIX
+                with contextlib.suppress(FileNotFoundError):
+                    os.rename(entry.path, self.dir / original)
+
+    def release(self, batch: StoredBatch) -> None:
+        if batch.path is None:
+            return
+        original = batch.path.name.split(BATCH_SUFFIX)[0] + BATCH_SUFFIX
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(batch.path, self.dir / original)
+        batch.path = None
+
+    def done(self, batch: StoredBatch) -> None:
+        if batch.path is not None:
+            self._unlink(batch.path)
+            batch.path = None
+            if self.durable:
+                fsync_dir(self.dir)
+
+    def pending(self) -> int:
+        waiting, claims = self._scan()
+        return len(waiting) + len(claims)
+
+    def iter_batches(self) -> Iterator[Path]:
+        """Paths of the waiting batch files, oldest first (inspection and tests)."""
+        waiting, _ = self._scan()
+        return iter([Path(e.path) for e in waiting])
+
+    def clear(self) -> None:
+        waiting, claims = self._scan()
+        for entry in [*waiting, *claims]:
+            self._unlink(entry.path)
+
+    def reset_after_fork(self) -> None:
+        self._lock = threading.Lock()

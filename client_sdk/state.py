@@ -1,0 +1,257 @@
+"""Client state on the device: the 32-byte secret, the opt-out marker and the privacy ledger.
+
+A state directory holds (mode 0700)::
+
+    secret          32 random bytes, mode 0600, created atomically (never overwritten)
+    ledger.json     epsilon spent per metric (client_sdk.ledger), no true value
+    ledger.lock     flock(2) target shared by every process of the app
+    outbox/         randomised batches waiting for the collector (client_sdk.queue)
+    opted-out       present after opt_out(): nothing is reported any more
+
+Nothing here holds a true value. Cohorts (``client_sdk.hashing.derive_cohort``, for OLH and
+RAPPOR alike), RAPPOR's permanent randomised response and the ledger's memoisation keys are
+all derived from the secret with HMAC (ARCHITECTURE.md,
+ldp-facts.md §13 "derive memoisation from HMAC(secret, metric‖value)"), so a value
+reported every day costs no more than the longitudinal bound ε∞ (ldp-facts.md §12).
+
+``MemoryState`` keeps the same things in memory: tests, and simulated fleets of clients.
+"""
+
+from __future__ import annotations
+
+import abc
+import errno
+import hashlib
+import hmac
+import os
+import shutil
+import stat
+import threading
+from pathlib import Path
+
+from ._files import atomic_write as _atomic_write
+from ._files import fsync_dir as _fsync_dir
+from .errors import LdptError
+from .hashing import derive_cohort  # noqa: F401 - re-exported: cohorts for every protocol
+from .ledger import Ledger, LedgerBase, MemoryLedger
+
+SECRET_BYTES = 32
+SECRET_FILE = "secret"
+OPT_OUT_FILE = "opted-out"
+OUTBOX_DIR = "outbox"
+REGISTRY_CACHE_FILE = "registry.json"
+
+class StateError(LdptError):
+    """The state directory cannot be used (unwritable, foreign secret, wrong mode)."""
+
+    status = 500
+    type = "client-state"
+
+
+class OptedOutError(LdptError):
+    """The user opted out: there is no secret and nothing is reported."""
+
+    status = 403
+    type = "opted-out"
+
+
+# --- derivations from the secret -----------------------------------------------------------------
+
+def ledger_key(secret: bytes) -> bytes:
+    """Key of the ledger's memoisation digests (a sub-key, so the secret itself is never reused)."""
+    return hmac.new(secret, b"ldpt/ledger-key", hashlib.sha256).digest()
+
+
+def value_digest(key: bytes, fingerprint: str, value: str) -> str:
+    """HMAC(key, fingerprint‖value), 128 bits hex: tells "a value seen before" without the value.
+
+    The fingerprint is part of the message, so a metric whose parameters change starts a new
+    memoisation set (a new PRR is a new ε∞ spend). Whoever holds the secret can test guesses
+    against these digests — the state directory is as sensitive as the secret (docs/privacy.md).
+    """
+    msg = fingerprint.encode() + b"\x00" + value.encode("utf-8", "surrogatepass")
+    return hmac.new(key, msg, hashlib.sha256).hexdigest()[:32]
+
+
+# --- state objects ---------------------------------------------------------------------------------
+
+class ClientState(abc.ABC):
+    """What a client needs from the device: a secret, a ledger, an outbox, the opt-out flag."""
+
+    @property
+    @abc.abstractmethod
+    def secret(self) -> bytes:
+        """The client secret (OptedOutError after opt-out)."""
+
+    @property
+    @abc.abstractmethod
+    def ledger(self) -> LedgerBase:
+        """The privacy ledger."""
+
+    @property
+    def outbox_dir(self) -> Path | None:
+        """Directory of the on-disk offline queue (None: keep retries in memory)."""
+        return None
+
+    @property
+    @abc.abstractmethod
+    def opted_out(self) -> bool:
+        """Whether the user opted out."""
+
+    @abc.abstractmethod
+    def opt_out(self) -> None:
+        """Delete the secret and the offline queue; report nothing from now on."""
+
+    @abc.abstractmethod
+    def opt_in(self) -> None:
+        """Undo opt_out: a fresh secret (a fresh ε∞ spend) is created on next use."""
+
+
+class MemoryState(ClientState):
+    """State kept in memory: for tests and many simulated clients in one process (the demo)."""
+
+    def __init__(self, secret: bytes | None = None, ledger: LedgerBase | None = None) -> None:
+        if secret is not None and len(secret) != SECRET_BYTES:
+            raise ValueError(f"a client secret is {SECRET_BYTES} bytes")
+        self._secret = secret if secret is not None else os.urandom(SECRET_BYTES)
+        self._ledger = ledger if ledger is not None else MemoryLedger()
+        self._opted_out = False
+
+    @property
+    def secret(self) -> bytes:
+        if self._opted_out or self._secret is None:
+            raise OptedOutError("this client opted out; there is no secret")
+        return self._secret
+
+    @property
+    def ledger(self) -> LedgerBase:
+        return self._ledger
+
+    @property
+    def opted_out(self) -> bool:
+        return self._opted_out
+
+    def opt_out(self) -> None:
+        self._opted_out = True
+        self._secret = None
+        self._ledger.forget_values()
+
+    def opt_in(self) -> None:
+        if self._opted_out:
+            self._opted_out = False
+            self._secret = os.urandom(SECRET_BYTES)
+
+
+class FileState(ClientState):
+    """State in a directory shared by every process of one app (see the module docstring)."""
+
+    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        self.path = Path(state_dir)
+        try:
+            self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateError(f"{self.path}: cannot create the state directory "
+                             f"({exc.strerror or exc})") from None
+        if not os.access(self.path, os.W_OK | os.X_OK):
+            raise StateError(f"{self.path}: the state directory is not writable")
+        self._secret: bytes | None = None
+        self._lock = threading.Lock()
+        self._ledger = Ledger(self.path)
+
+    @property
+    def secret_path(self) -> Path:
+        return self.path / SECRET_FILE
+
+    @property
+    def ledger(self) -> LedgerBase:
+        return self._ledger
+
+    @property
+    def outbox_dir(self) -> Path:
+        return self.path / OUTBOX_DIR
+
+    @property
+    def opted_out(self) -> bool:
+        return (self.path / OPT_OUT_FILE).exists()
+
+    @property
+    def secret(self) -> bytes:
+        if self._secret is not None:
+            return self._secret
+        with self._lock:
+            if self._secret is None:
+                if self.opted_out:
+                    raise OptedOutError(f"{self.path}: the user opted out; there is no secret")
+                self._secret = load_or_create_secret(self.secret_path)
+            return self._secret
+
+    def opt_out(self) -> None:
+        with self._lock:
+            _atomic_write(self.path / OPT_OUT_FILE, b"opted out: nothing is reported\n")
+            self._secret = None
+            for victim in (self.secret_path,):
+                try:
+                    victim.unlink()
+                except FileNotFoundError:
+                    pass
+            shutil.rmtree(self.outbox_dir, ignore_errors=True)
+            self._ledger.forget_values()
+            _fsync_dir(self.path)
+
+    def opt_in(self) -> None:
+        with self._lock:
+            try:
+                (self.path / OPT_OUT_FILE).unlink()
+            except FileNotFoundError:
+                pass
+
+
+def load_or_create_secret(path: Path) -> bytes:
+    """Read the 32-byte secret, creating it atomically (mode 0600) when absent.
+
+    Creation writes a private temporary file, fsyncs it and hard-links it into place: link(2)
+    fails if the name exists, so two processes racing here end up with the same secret and
+    neither ever overwrites it.
+    """
+    try:
+        return _read_secret(path)
+    except FileNotFoundError:
+        pass
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        os.write(fd, os.urandom(SECRET_BYTES))  # the secret: never leaves this directory
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass  # another process won the race; use its secret
+    except OSError as exc:  # file systems without hard links: rename is atomic too
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+        if not path.exists():
+            os.replace(tmp, path)
+    finally:
+        try:
+            tmp.unlink()
+        except FileNotFoundError:
+            pass
+    _fsync_dir(path.parent)
+    return _read_secret(path)
+
+
+def _read_secret(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            os.fchmod(fd, 0o600)  # tighten a secret someone made group/world readable
+        data = os.read(fd, SECRET_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) != SECRET_BYTES:
+        raise StateError(f"{path}: not a client secret ({len(data)} bytes, expected {SECRET_BYTES}); "
+                         "delete the file to start over (a new secret is a new privacy spend)")
+    return data

@@ -1,0 +1,561 @@
+"""The background half of the SDK: batch, charge, persist, send, retry.
+
+``report()`` (app thread) encodes a value and puts the randomised report on a bounded
+queue. The uploader's worker then, per batch:
+
+1. takes up to ``batch_size`` reports when that many are queued, when the oldest has waited
+   ``max_batch_age`` seconds, or when someone flushes;
+2. charges them to their clients' privacy ledgers in one transaction per ledger — a report
+   the ledger refuses is dropped here, so it is never sent (client_sdk.ledger);
+3. packs the rest into one wire-format-v1 batch with a fresh random 16-byte batch id
+   (docs/wire-format.md) and writes it to the outbox *before* the first send;
+4. POSTs outbox batches oldest first. 200: delete. Network error, 408, 429 or 5xx: keep the
+   batch (same bytes, same id) and retry after ``RetryPolicy.delay`` — exponential backoff
+   with jitter, or exactly the server's ``Retry-After``. Other 4xx: never retried; logged
+   once per kind. A 422 naming one metric (unknown metric, fingerprint mismatch) marks that
+   metric stale — later reports of it are refused — and the rest of the batch is re-sent
+   under a new id (the rejected batch was not committed, so nothing can be counted twice).
+
+``Batcher`` holds that logic with no thread or event loop of its own; ``Uploader`` drives
+it from a daemon thread (``client.TelemetryClient``), ``aio.AsyncUploader`` from an asyncio
+task (``aio.AsyncTelemetryClient``). One uploader can serve many clients (simulated fleets).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import random
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+from typing import Protocol as TypingProtocol
+
+import msgpack
+
+from .errors import LdptError
+from .ledger import Accounts, Charge, LedgerBase, Refusal, RefusalCounts
+from .queue import (
+    DEFAULT_QUEUE_SIZE,
+    DropPolicy,
+    MemoryOutbox,
+    Outbox,
+    ReportQueue,
+    StoredBatch,
+)
+from .transport import BATCH_ID_BYTES, WIRE_VERSION, Response, Transport, TransportError
+
+log = logging.getLogger("client_sdk")
+
+DEFAULT_BATCH_SIZE = 100
+#: Reports wait on the device up to this long before a batch goes out (batching hides when
+#: the app reported: ldp-facts.md §13 "send timing").
+DEFAULT_MAX_BATCH_AGE = 30.0
+#: How often an idle worker looks for batches left in the outbox by earlier runs/processes.
+OUTBOX_RESCAN_INTERVAL = 60.0
+RETRYABLE_STATUSES = frozenset({408, 429})
+#: 422 problem types that name one metric the collector no longer accepts.
+STALE_METRIC_PROBLEMS = frozenset({"unknown-metric", "fingerprint-mismatch"})
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter; ``Retry-After`` from the server wins when present.
+
+    Attempt k (1-based) waits d/2 + U(0, d/2) seconds with d = min(maximum,
+    initial·multiplier^(k−1)): never less than half the nominal delay, so a crowd of
+    devices does not reconnect in lock-step after an outage.
+    """
+
+    initial: float = 1.0
+    maximum: float = 300.0
+    multiplier: float = 2.0
+    max_retry_after: float = 3600.0
+
+    def delay(self, attempt: int, retry_after: float | None, rand: random.Random) -> float:
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_retry_after)
+        nominal = min(self.maximum, self.initial * self.multiplier ** max(0, attempt - 1))
+        return nominal / 2 + rand.random() * nominal / 2
+
+
+def is_retryable(status: int) -> bool:
+    """Network errors aside: 408, 429 and 5xx are retried; every other status is final."""
+    return status in RETRYABLE_STATUSES or 500 <= status <= 599
+
+
+class Owner(TypingProtocol):
+    """What the uploader needs from a client whose reports it carries."""
+
+    ledger: LedgerBase
+
+    def _drain_refusals(self) -> RefusalCounts: ...
+
+    def _committed(self, items: Sequence[QueuedReport], outcomes: Sequence[Refusal | str | None],
+                   accounts: Accounts | None, foreign: bool = True) -> None:
+        """Outcome per report: None = charged (will be sent), a Refusal, or a drop reason."""
+
+    def _accepting(self) -> bool: ...
+
+
+class QueuedReport:
+    """One randomised report waiting on the device (plus its ledger charge; no true value)."""
+
+    __slots__ = ("owner", "charge", "metric", "fingerprint", "payload")
+
+    def __init__(self, owner: Any, charge: Charge, metric: str, fingerprint: str, payload: Any) -> None:
+        self.owner = owner
+        self.charge = charge
+        self.metric = metric
+        self.fingerprint = fingerprint
+        self.payload = payload        # the protocol's wire object: already randomised
+
+
+def pack_batch(reports: Sequence[tuple[str, str, Any]], batch_id: bytes | None = None) -> tuple[bytes, bytes]:
+    """Wire format v1 body for (metric, fingerprint, payload) triples; returns (batch id, body)."""
+    batch_id = os.urandom(BATCH_ID_BYTES) if batch_id is None else batch_id
+    body = msgpack.packb({"v": WIRE_VERSION, "batch_id": batch_id,
+                          "reports": [{"m": m, "f": f, "p": p} for m, f, p in reports]},
+                         use_bin_type=True)
+    return batch_id, body
+
+
+class Batcher:
+    """Batching, ledger charging, outbox and retry decisions; driven by a thread or a task."""
+
+    def __init__(self, outbox: Outbox | None = None, *, batch_size: int = DEFAULT_BATCH_SIZE,
+                 max_batch_age: float = DEFAULT_MAX_BATCH_AGE, queue_size: int = DEFAULT_QUEUE_SIZE,
+                 drop_policy: DropPolicy = DropPolicy.DROP_NEWEST, retry: RetryPolicy = RetryPolicy(),
+                 wake: Callable[[], None] | None = None, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        if max_batch_age < 0:
+            raise ValueError("max_batch_age must be >= 0")
+        self.outbox = outbox if outbox is not None else MemoryOutbox()
+        self._fallback = MemoryOutbox(self.outbox.limits)   # when the disk outbox cannot be written
+        self.batch_size = batch_size
+        self.max_batch_age = max_batch_age
+        self.retry = retry
+        self.clock, self.wall = clock, wall
+        self.queue = ReportQueue(queue_size, drop_policy, wake_at=batch_size, wake=wake,
+                                 on_evict=self._evicted)
+        self.lock = threading.RLock()       # one builder/sender at a time
+        self.rand = random.Random(os.urandom(16))
+        self.backoff_until = 0.0
+        self.attempts = 0
+        self.flushing = 0
+        self.building = False               # reports taken from the queue, not yet in the outbox
+        self.unsent_hint = True             # the outbox may hold batches (startup: look)
+        self.last_rescan = -float("inf")
+        self.stale_metrics: set[str] = set()
+        self.counters = dict.fromkeys((
+            "batches_built", "batches_sent", "batches_acked", "reports_acked", "duplicates",
+            "retries", "network_errors", "batches_rejected", "reports_rejected",
+            "reports_refused_at_commit", "reports_dropped_opted_out", "ledger_errors",
+            "outbox_write_errors", "queue_evicted"), 0)
+        self._dirty: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._logged: set[Any] = set()
+
+    # --- helpers ---------------------------------------------------------------------------------
+    def log_once(self, key: Any, level: int, message: str) -> None:
+        if key not in self._logged:
+            self._logged.add(key)
+            log.log(level, message)
+
+    def _evicted(self, item: QueuedReport) -> None:
+        self.counters["queue_evicted"] += 1
+        item.owner._committed([item], ["evicted"], None)
+
+    def note_refusal(self, owner: Any) -> None:
+        """A client counted a refusal on the app's thread: write it to its ledger next cycle."""
+        self._dirty.add(owner)
+
+    @property
+    def failures(self) -> int:
+        """Reports that will never be acknowledged (rejected, evicted by caps, expired)."""
+        ob, fb = self.outbox, self._fallback
+        return (self.counters["reports_rejected"] + self.counters["ledger_errors"]
+                + ob.dropped_reports + ob.expired_reports + fb.dropped_reports + fb.expired_reports)
+
+    def pending_batches(self) -> int:
+        return self.outbox.pending() + self._fallback.pending()
+
+    def idle(self) -> bool:
+        """Nothing queued, nothing being batched, nothing waiting in the outbox (checked in that order)."""
+        return len(self.queue) == 0 and not self.building and self.pending_batches() == 0
+
+    # --- timing ----------------------------------------------------------------------------------
+    def batch_due(self, now: float) -> bool:
+        n = len(self.queue)
+        if n == 0:
+            return False
+        if n >= self.batch_size or self.flushing:
+            return True
+        oldest = self.queue.oldest_time()
+        return oldest is not None and now - oldest >= self.max_batch_age
+
+    def wait_time(self, now: float) -> float | None:
+        """Seconds the driver may sleep before something is due (None: until woken)."""
+        deadlines = []
+        oldest = self.queue.oldest_time()
+        if oldest is not None:
+            deadlines.append(now if self.flushing else oldest + self.max_batch_age)
+        if self.unsent_hint:
+            deadlines.append(max(now, self.backoff_until))
+        else:
+            deadlines.append(self.last_rescan + OUTBOX_RESCAN_INTERVAL)
+        return max(0.0, min(deadlines) - now)
+
+    def in_backoff(self, now: float) -> bool:
+        return now < self.backoff_until
+
+    # --- build: queue -> ledger -> outbox ------------------------------------------------------------
+    def record_refusals(self) -> None:
+        """Write refusals counted on app threads into the ledgers."""
+        for owner in list(self._dirty):
+            self._dirty.discard(owner)
+            refusals = owner._drain_refusals()
+            if refusals:
+                try:
+                    owner.ledger.commit([], refusals)
+                except (LdptError, OSError) as exc:
+                    self.log_once(("ledger", type(exc)), logging.ERROR,
+                                  f"ldpt: cannot write the privacy ledger: {exc}")
+
+    def build_due(self, force: bool = False) -> int:
+        """Build every batch that is due (all queued reports when ``force``); returns how many."""
+        built = 0
+        with self.lock:
+            while len(self.queue) and (force or self.batch_due(self.clock())):
+                self.building = True
+                try:
+                    if self._build_one():
+                        built += 1
+                finally:
+                    self.building = False
+        return built
+
+    def _build_one(self) -> bool:
+        items: list[QueuedReport] = self.queue.take(self.batch_size)
+        if not items:
+            return False
+        outcome: dict[int, Refusal | None | str] = {}
+        groups: dict[int, tuple[Any, list[QueuedReport]]] = {}
+        for it in items:
+            groups.setdefault(id(it.owner), (it.owner, []))[1].append(it)
+        for owner, its in groups.values():
+            if not owner._accepting():
+                self.counters["reports_dropped_opted_out"] += len(its)
+                owner._committed(its, ["opted-out"] * len(its), None)
+                for it in its:
+                    outcome[id(it)] = "opted-out"
+                continue
+            self._dirty.discard(owner)
+            try:
+                result = owner.ledger.commit([it.charge for it in its], owner._drain_refusals())
+            except (LdptError, OSError) as exc:
+                # Never send what could not be charged: drop, count, log once.
+                self.counters["ledger_errors"] += len(its)
+                self.log_once(("ledger", type(exc)), logging.ERROR,
+                              f"ldpt: cannot update the privacy ledger, reports dropped: {exc}")
+                owner._committed(its, ["ledger-error"] * len(its), None)
+                for it in its:
+                    outcome[id(it)] = "ledger-error"
+                continue
+            owner._committed(its, result.outcomes, result.accounts, result.foreign)
+            for it, o in zip(its, result.outcomes):
+                outcome[id(it)] = o
+                if o is not None:
+                    self.counters["reports_refused_at_commit"] += 1
+        accepted = [it for it in items if outcome.get(id(it)) is None]
+        if not accepted:
+            return False
+        batch_id, body = pack_batch([(it.metric, it.fingerprint, it.payload) for it in accepted])
+        self._store(StoredBatch(batch_id, body, len(accepted), self.wall()))
+        self.counters["batches_built"] += 1
+        return True
+
+    def _store(self, batch: StoredBatch) -> None:
+        try:
+            self.outbox.add(batch)
+        except OSError as exc:
+            self.counters["outbox_write_errors"] += 1
+            self.log_once(("outbox", type(exc)), logging.WARNING,
+                          f"ldpt: cannot write the offline queue ({exc}); keeping batches in memory")
+            self._fallback.add(batch)
+        self.unsent_hint = True
+
+    # --- send: outbox -> collector -------------------------------------------------------------------
+    def claim(self, now: float) -> StoredBatch | None:
+        """The next batch to send, or None (nothing waiting, or backing off)."""
+        if self.in_backoff(now):
+            return None
+        wall = self.wall()
+        for outbox in (self._fallback, self.outbox):
+            batch = outbox.claim(wall)
+            if batch is not None:
+                batch.origin = outbox
+                return batch
+        self.unsent_hint = False
+        self.last_rescan = now
+        return None
+
+    def handle(self, batch: StoredBatch, response: Response | None, error: Exception | None,
+               now: float) -> None:
+        """Account for one send attempt: ack, schedule a retry, or drop for good."""
+        outbox = batch.origin if batch.origin is not None else self.outbox
+        self.counters["batches_sent"] += 1
+        batch.attempts += 1
+        if response is not None and response.status == 200:
+            outbox.done(batch)
+            self.attempts = 0
+            self.backoff_until = 0.0
+            self.counters["batches_acked"] += 1
+            self.counters["reports_acked"] += batch.reports
+            doc = response.json()
+            if isinstance(doc, dict) and doc.get("duplicate"):
+                self.counters["duplicates"] += 1
+            return
+        if response is None or is_retryable(response.status):
+            outbox.release(batch)
+            self.unsent_hint = True
+            self.attempts += 1
+            self.counters["retries"] += 1
+            retry_after = None if response is None else response.retry_after()
+            delay = self.retry.delay(self.attempts, retry_after, self.rand)
+            self.backoff_until = now + delay
+            if response is None:
+                self.counters["network_errors"] += 1
+            what = f"HTTP {response.status}" if response is not None else f"{error}"
+            self.log_once("retrying", logging.WARNING,
+                          f"ldpt: collector unavailable ({what}); batches are kept and retried "
+                          f"(next attempt in {delay:.1f}s; later failures are logged at DEBUG)")
+            log.debug("ldpt: send failed (%s); retry in %.2fs", what, delay)
+            return
+        # A final answer (4xx other than 408/429): never retried.
+        outbox.done(batch)
+        self.attempts = 0
+        self.backoff_until = 0.0
+        self._reject(batch, response)
+
+    def _reject(self, batch: StoredBatch, response: Response) -> None:
+        slug = response.problem_type or "error"
+        doc = response.json() if isinstance(response.json(), dict) else {}
+        metric = doc.get("metric") if isinstance(doc.get("metric"), str) else None
+        index = doc.get("report_index") if isinstance(doc.get("report_index"), int) else None
+        detail = doc.get("detail", "")
+        try:
+            reports = msgpack.unpackb(batch.body, raw=False)["reports"]
+        except Exception:  # noqa: BLE001 - our own bytes; cannot really fail
+            reports = []
+        keep: list[dict[str, Any]] | None = None
+        if response.status == 422 and slug in STALE_METRIC_PROBLEMS and metric is not None:
+            self.stale_metrics.add(metric)
+            keep = [r for r in reports if r.get("m") != metric]
+            self.log_once(("stale", metric), logging.ERROR,
+                          f"ldpt: the collector rejects metric {metric!r} ({slug}: {detail}); its "
+                          "registry changed or does not know it. Reports of it are refused from now on; "
+                          "update the app's registry.")
+        elif response.status == 422 and slug == "invalid-report" and index is not None \
+                and 0 <= index < len(reports):
+            keep = reports[:index] + reports[index + 1:]
+            self.log_once(("invalid", metric, slug), logging.ERROR,
+                          f"ldpt: the collector rejects a report of {metric!r} as invalid ({detail}); "
+                          "the SDK and collector disagree about the protocol — upgrade one of them")
+        elif response.status == 413 and len(reports) > 1:
+            half = len(reports) // 2
+            for part in (reports[:half], reports[half:]):
+                self._resend(part, batch)
+            self.log_once(("too-large",), logging.WARNING,
+                          "ldpt: the collector refused a batch as too large; splitting (lower batch_size)")
+            return
+        else:
+            self.log_once(("rejected", response.status, slug), logging.ERROR,
+                          f"ldpt: the collector rejected a batch of {batch.reports} report(s) with HTTP "
+                          f"{response.status} ({slug}: {detail}); it is not retried "
+                          "(further rejections of this kind are not logged)")
+        dropped = len(reports) - (len(keep) if keep is not None else 0) if reports else batch.reports
+        self.counters["batches_rejected"] += 1
+        self.counters["reports_rejected"] += dropped
+        if keep:
+            self._resend(keep, batch)
+
+    def _resend(self, reports: list[dict[str, Any]], original: StoredBatch) -> None:
+        """What survives a rejection goes out again as a new batch (new id: never committed)."""
+        batch_id, body = pack_batch([(r["m"], r["f"], r["p"]) for r in reports])
+        self._store(StoredBatch(batch_id, body, len(reports), original.created))
+
+    # --- opt-out and fork -------------------------------------------------------------------------------
+    def purge(self, owner: Any, outbox_too: bool) -> int:
+        """Remove an owner's queued reports (and the whole outbox when it is the owner's)."""
+        with self.lock:
+            removed = self.queue.remove_if(lambda it: it.owner is owner)
+            if outbox_too:
+                self.outbox.clear()
+                self._fallback.clear()
+            return removed
+
+    def reset_after_fork(self) -> None:
+        self.lock = threading.RLock()
+        self.queue.reset_after_fork()
+        self.outbox.reset_after_fork()
+        self._fallback.reset_after_fork()
+        self.rand = random.Random(os.urandom(16))
+        self.backoff_until = 0.0
+        self.attempts = 0
+        self.flushing = 0
+        self.unsent_hint = True
+
+
+# --- the thread driver ---------------------------------------------------------------------------------
+
+_LIVE_UPLOADERS: weakref.WeakSet[Uploader] = weakref.WeakSet()
+
+
+class Uploader:
+    """Runs a Batcher on a daemon thread, sending with a (blocking) transport."""
+
+    def __init__(self, transport: Transport, outbox: Outbox | None = None, *,
+                 batch_size: int = DEFAULT_BATCH_SIZE, max_batch_age: float = DEFAULT_MAX_BATCH_AGE,
+                 queue_size: int = DEFAULT_QUEUE_SIZE, drop_policy: DropPolicy = DropPolicy.DROP_NEWEST,
+                 retry: RetryPolicy = RetryPolicy()) -> None:
+        self.transport = transport
+        self.batcher = Batcher(outbox, batch_size=batch_size, max_batch_age=max_batch_age,
+                               queue_size=queue_size, drop_policy=drop_policy, retry=retry,
+                               wake=self._wake)
+        self._event = threading.Event()
+        self._progress = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._stopping = False
+        self.closed = False
+        _LIVE_UPLOADERS.add(self)
+
+    # --- app side ---------------------------------------------------------------------------------
+    def submit(self, item: QueuedReport, now: float) -> bool:
+        """Queue a randomised report (never blocks); False when the queue dropped it."""
+        ok = self.batcher.queue.put(item, now)
+        if self._thread is None:
+            self.start()
+        return ok
+
+    def note_refusal(self, owner: Any) -> None:
+        self.batcher.note_refusal(owner)
+
+    def start(self) -> None:
+        with self._start_lock:
+            if (self._thread is None or not self._thread.is_alive()) and not self.closed:
+                self._stopping = False
+                self._thread = threading.Thread(target=self._run, name="ldpt-uploader", daemon=True)
+                self._thread.start()
+
+    def _wake(self) -> None:
+        self._event.set()
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Send everything queued now; True when all of it was acknowledged within ``timeout``."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        failures = self.batcher.failures
+        if self._thread is None or not self._thread.is_alive():
+            self.start()
+        with self._progress:
+            self.batcher.flushing += 1
+        try:
+            self._event.set()
+            with self._progress:
+                while True:
+                    if self.batcher.idle():
+                        return self.batcher.failures == failures
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0 or self._thread is None or not self._thread.is_alive():
+                        return False
+                    self._progress.wait(min(remaining, 0.05))
+        finally:
+            with self._progress:
+                self.batcher.flushing -= 1
+
+    def close(self, timeout: float = 10.0) -> bool:
+        """Flush within ``timeout``, then stop the worker (unsent batches stay in the outbox)."""
+        if self.closed:
+            return self.batcher.idle()
+        start = time.monotonic()
+        ok = self.flush(timeout)
+        self.closed = True
+        self._stopping = True
+        self._event.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(max(0.05, timeout - (time.monotonic() - start)))
+        if not (thread is not None and thread.is_alive()):
+            with self.batcher.lock:  # whatever is still queued goes to the outbox (charged)
+                self.batcher.build_due(force=True)
+            self.transport.close()
+        return ok
+
+    # --- the worker -------------------------------------------------------------------------------
+    def _run(self) -> None:
+        batcher = self.batcher
+        while True:
+            wait = batcher.wait_time(time.monotonic())
+            if not self._stopping and (wait is None or wait > 0):
+                self._event.wait(wait)
+            self._event.clear()
+            if self._stopping:
+                try:
+                    batcher.record_refusals()
+                    batcher.build_due(force=True)
+                except Exception as exc:  # noqa: BLE001 - the worker never dies on a bug
+                    batcher.log_once(("worker", type(exc)), logging.ERROR, f"ldpt: uploader error: {exc!r}")
+                self._notify()
+                return
+            try:
+                self._cycle()
+            except Exception as exc:  # noqa: BLE001
+                batcher.log_once(("worker", type(exc)), logging.ERROR, f"ldpt: uploader error: {exc!r}")
+                time.sleep(0.1)
+            self._notify()
+
+    def _notify(self) -> None:
+        with self._progress:
+            self._progress.notify_all()
+
+    def _cycle(self) -> None:
+        batcher = self.batcher
+        batcher.record_refusals()
+        batcher.build_due()
+        while not self._stopping:
+            now = time.monotonic()
+            with batcher.lock:
+                batch = batcher.claim(now)
+            if batch is None:
+                break
+            try:
+                response, error = self.transport.post_batch(batch.body), None
+            except TransportError as exc:
+                response, error = None, exc
+            with batcher.lock:
+                batcher.handle(batch, response, error, time.monotonic())
+            self._notify()
+            if len(batcher.queue) >= batcher.batch_size or batcher.flushing:
+                batcher.build_due()
+
+    def _reset_after_fork(self) -> None:
+        self.batcher.reset_after_fork()
+        self._event = threading.Event()
+        self._progress = threading.Condition()
+        self._start_lock = threading.Lock()
+        self._thread = None
+        self._stopping = False
+
+
+def _uploaders_after_fork_child() -> None:
+    for uploader in list(_LIVE_UPLOADERS):
+        uploader._reset_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_uploaders_after_fork_child)

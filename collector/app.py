@@ -1,0 +1,281 @@
+"""The collector's aiohttp application: routes, error middleware and lifecycle.
+
+Routes (docs/openapi.yaml describes each; a test keeps the two equal):
+
+    POST /v1/reports                      ingest one msgpack batch (wire format v1)
+    GET  /v1/registry                     the metrics, parameters and fingerprints
+    GET  /v1/metrics/{name}/estimates     estimates (bearer token); POST for long candidate lists
+    GET  /healthz                         the process is up
+    GET  /readyz                          the store is reachable and its schema current
+    GET  /metrics                         Prometheus text
+
+Lifecycle: on startup the store is opened and the group committer started; on cleanup (after
+aiohttp has stopped accepting and waited for in-flight requests) everything queued is
+committed, then the store is closed. Every error is an RFC 9457 problem (``problems.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from client_sdk.errors import LdptError
+from client_sdk.registry import Registry
+from collector.storage.aio import AsyncSketchStore, ThreadedStore
+from collector.storage.base import SCHEMA_VERSION, BatchOutcome
+
+from . import query
+from .committer import GroupCommitter
+from .config import ServeConfig, read_tokens
+from .ingest import BatchDecoder
+from .problems import Problem
+from .telemetry import Telemetry
+
+log = logging.getLogger("ldpt.collector")
+
+MSGPACK_TYPES = frozenset({"application/msgpack", "application/x-msgpack", "application/vnd.msgpack"})
+ROUTES: tuple[tuple[str, str], ...] = (
+    ("POST", "/v1/reports"),
+    ("GET", "/v1/registry"),
+    ("GET", "/v1/metrics/{name}/estimates"),
+    ("POST", "/v1/metrics/{name}/estimates"),
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/metrics"),
+)
+READY_TIMEOUT = 5.0
+PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+StoreFactory = Callable[[], Awaitable[AsyncSketchStore]]
+
+
+@dataclasses.dataclass
+class CollectorState:
+    """Everything the handlers share within one worker process."""
+
+    config: ServeConfig
+    registry: Registry
+    decoder: BatchDecoder
+    telemetry: Telemetry
+    tokens: tuple[bytes, ...]
+    store_factory: StoreFactory
+    registry_body: bytes
+    registry_etag: str
+    store: AsyncSketchStore | None = None
+    committer: GroupCommitter | None = None
+    draining: bool = False
+    inflight_bytes: int = 0
+    maintenance: asyncio.Task[None] | None = None
+    _window_cache: tuple[int, str] = (-1, "")
+
+    def window_now(self) -> str:
+        """The receive-time window (UTC day or hour) for a report arriving now."""
+        width = 86400 if self.config.window == "day" else 3600
+        slot = int(time.time() // width)
+        if slot != self._window_cache[0]:
+            t = time.gmtime(slot * width)
+            label = time.strftime("%Y-%m-%d" if width == 86400 else "%Y-%m-%dT%H", t)
+            self._window_cache = (slot, label)
+        return self._window_cache[1]
+
+
+STATE = web.AppKey("ldpt_state", CollectorState)
+
+
+def default_store_factory(config: ServeConfig) -> StoreFactory:
+    """Open the store the configuration names (SQLite file or PostgreSQL DSN)."""
+    async def open_store() -> AsyncSketchStore:
+        if config.postgres:
+            from collector.storage.postgres import PostgresStore
+
+            return await PostgresStore.open(config.postgres)
+        return ThreadedStore(config.db, synchronous=config.sqlite_synchronous)
+    return open_store
+
+
+def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry | None = None,
+               store_factory: StoreFactory | None = None) -> web.Application:
+    """Build the application for one worker (the store opens on startup)."""
+    registry_body = json.dumps(registry.to_json(), indent=2).encode()
+    state = CollectorState(
+        config=config, registry=registry,
+        decoder=BatchDecoder(registry, max_reports=config.max_reports_per_batch),
+        telemetry=telemetry or Telemetry.create([m.name for m in registry]),
+        tokens=read_tokens(config.query_token_file),
+        store_factory=store_factory or default_store_factory(config),
+        registry_body=registry_body,
+        registry_etag='"' + hashlib.sha256(registry_body).hexdigest()[:32] + '"')
+    # client_max_size bounds chunked bodies too (Content-Length is checked before reading)
+    app = web.Application(middlewares=[problem_middleware], client_max_size=config.max_body_bytes)
+    app[STATE] = state
+    app.router.add_post("/v1/reports", post_reports)
+    app.router.add_get("/v1/registry", get_registry)
+    app.router.add_get("/v1/metrics/{name}/estimates", get_estimates)
+    app.router.add_post("/v1/metrics/{name}/estimates", get_estimates)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.on_startup.append(_startup)
+    app.on_shutdown.append(_shutdown)
+    app.on_cleanup.append(_cleanup)
+    return app
+
+
+# --- lifecycle ----------------------------------------------------------------------------------------
+async def _startup(app: web.Application) -> None:
+    state = app[STATE]
+    state.store = await state.store_factory()
+    c = state.config
+    state.committer = GroupCommitter(state.store, state.telemetry, max_batches=c.queue_max_batches,
+                                     max_reports=c.queue_max_reports,
+                                     group_max_batches=c.group_max_batches)
+    state.committer.start()
+    state.maintenance = asyncio.get_running_loop().create_task(_maintain(state), name="ldpt-maintain")
+    state.telemetry.set_up(True)
+
+
+async def _maintain(state: CollectorState) -> None:
+    while True:
+        await asyncio.sleep(state.config.maintain_interval)
+        try:
+            await state.store.amaintain()
+        except Exception as exc:  # housekeeping must never take the collector down
+            log.warning("store maintenance failed: %s: %s", type(exc).__name__, exc)
+
+
+async def _shutdown(app: web.Application) -> None:
+    app[STATE].draining = True  # readyz answers 503 from now on
+
+
+async def _cleanup(app: web.Application) -> None:
+    state = app[STATE]
+    state.draining = True
+    if state.maintenance is not None:
+        state.maintenance.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await state.maintenance
+    if state.committer is not None:
+        queued = state.committer.depth[0]
+        await state.committer.close()  # commits everything already accepted
+        if queued:
+            log.info("committed %d queued batches before exit", queued)
+    if state.store is not None:
+        await state.store.aclose()
+    state.telemetry.set_up(False)
+
+
+# --- middleware -----------------------------------------------------------------------------------------
+@web.middleware
+async def problem_middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[Any]]) -> Any:
+    """Every error leaves as application/problem+json, and is counted by its type."""
+    try:
+        return await handler(request)
+    except Problem as problem:
+        request.app[STATE].telemetry.rejected(problem.slug, problem.reports)
+        return problem.response()
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        slug = {404: "not-found", 405: "method-not-allowed", 413: "body-too-large"}.get(exc.status)
+        if slug is None:
+            slug = "invalid-query" if exc.status < 500 else "internal-error"
+        detail = exc.text if exc.status != 413 else \
+            f"the body exceeds {request.app[STATE].config.max_body_bytes} bytes; send smaller batches"
+        problem = Problem(slug, detail or exc.reason, status=exc.status)
+        request.app[STATE].telemetry.rejected(problem.slug)
+        return problem.response()
+    except LdptError as exc:
+        problem = Problem.from_error(exc)
+        request.app[STATE].telemetry.rejected(problem.slug)
+        return problem.response()
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("internal error on %s %s", request.method, request.path)
+        request.app[STATE].telemetry.rejected("internal-error")
+        return Problem("internal-error", "the collector hit an unexpected error; it was logged").response()
+
+
+# --- handlers -------------------------------------------------------------------------------------------
+async def post_reports(request: web.Request) -> web.Response:
+    """Ingest one batch: size and type checks, decode + validate, group commit, ack."""
+    state = request.app[STATE]
+    config = state.config
+    if request.content_type not in MSGPACK_TYPES:
+        raise Problem("unsupported-media-type", f"Content-Type {request.content_type!r} is not "
+                      "accepted; send application/msgpack (wire format v1)",
+                      headers={"Accept-Post": "application/msgpack"})
+    length = request.content_length
+    if length is not None and length > config.max_body_bytes:
+        raise Problem("body-too-large", f"the body has {length} bytes; this collector accepts at "
+                      f"most {config.max_body_bytes} (send smaller batches)")
+    charge = length if length is not None else config.max_body_bytes
+    if state.inflight_bytes and state.inflight_bytes + charge > config.max_inflight_bytes:
+        raise Problem("overloaded", "too many request bodies in flight; retry the same batch "
+                      "after Retry-After seconds", retry_after=state.committer.retry_after())
+    state.inflight_bytes += charge
+    state.telemetry.add_inflight(charge)
+    try:
+        body = await request.read()
+        batch = state.decoder.decode(body, state.window_now())
+    finally:
+        state.inflight_bytes -= charge
+        state.telemetry.add_inflight(-charge)
+    outcome = await state.committer.submit(batch)
+    if outcome is BatchOutcome.CONFLICT:
+        problem = Problem("batch-id-conflict", f"batch id {batch.batch_id.hex()} was already "
+                          "committed with a different body; a retry must resend the same bytes, "
+                          "and a new batch needs a new random id", field="batch_id")
+        problem.reports = batch.reports
+        raise problem
+    return web.json_response({"accepted": batch.reports,
+                              "duplicate": outcome is BatchOutcome.DUPLICATE})
+
+
+async def get_registry(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if request.headers.get("If-None-Match") == state.registry_etag:
+        return web.Response(status=304, headers={"ETag": state.registry_etag})
+    return web.Response(body=state.registry_body, content_type="application/json",
+                        headers={"ETag": state.registry_etag})
+
+
+async def get_estimates(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    return await query.estimates(request, state.registry, state.store, state.tokens,
+                                 state.config.min_reports)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    return web.json_response({"status": "ok", "pid": os.getpid(), "worker": state.telemetry.row})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if state.draining or state.store is None:
+        raise Problem("shutting-down", "the collector is shutting down", retry_after=1)
+    try:
+        await asyncio.wait_for(state.store.acheck(), READY_TIMEOUT)
+    except LdptError as exc:
+        raise Problem("store-unavailable", str(exc), retry_after=5) from None
+    except (asyncio.TimeoutError, OSError) as exc:
+        raise Problem("store-unavailable", f"store check failed: {type(exc).__name__} {exc}",
+                      retry_after=5) from None
+    return web.json_response({"status": "ready", "store": state.store.description,
+                              "schema_version": SCHEMA_VERSION})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    text = request.app[STATE].telemetry.render()
+    return web.Response(body=text.encode(), headers={"Content-Type": PROMETHEUS_CONTENT_TYPE})

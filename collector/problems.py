@@ -1,0 +1,88 @@
+"""RFC 9457 problem documents: the one error body shape of the collector's HTTP API.
+
+Every error the collector answers is ``application/problem+json``::
+
+    {"type": "https://ldp-telemetry.dev/problems/<slug>", "title": ..., "status": ...,
+     "detail": ..., <extension members: report_index, metric, field, retry_after, ...>}
+
+``PROBLEM_TYPES`` declares every slug once (status and title), feeding the responses, the
+Prometheus rejection reasons and docs/openapi.yaml's list of types (a test keeps them equal).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from aiohttp import web
+
+from client_sdk.errors import LdptError
+
+PROBLEM_BASE = "https://ldp-telemetry.dev/problems/"
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+
+#: slug -> (HTTP status, title). The slug is the machine-readable part of ``type``.
+PROBLEM_TYPES: dict[str, tuple[int, str]] = {
+    "undecodable-body": (400, "The request body is not a msgpack document"),
+    "invalid-query": (400, "A query parameter is invalid"),
+    "unauthorized": (401, "A valid bearer token is required"),
+    "query-disabled": (403, "The query API is disabled on this collector"),
+    "too-few-reports": (403, "Too few reports in the selected windows to publish an estimate"),
+    "not-found": (404, "No such resource"),
+    "no-data": (404, "No reports stored for this metric and window"),
+    "method-not-allowed": (405, "Method not allowed"),
+    "body-too-large": (413, "The request body is larger than this collector accepts"),
+    "unsupported-media-type": (415, "Unsupported content type"),
+    "invalid-batch": (422, "The batch envelope is invalid"),
+    "unsupported-version": (422, "Unsupported wire format version"),
+    "unknown-metric": (422, "A report names a metric this collector does not know"),
+    "fingerprint-mismatch": (422, "A report was encoded under other metric parameters"),
+    "invalid-report": (422, "A report could not have been produced by an honest client"),
+    "batch-id-conflict": (422, "This batch id was already used for a different body"),
+    "estimation-error": (422, "The estimate cannot be computed as asked"),
+    "internal-error": (500, "Internal error"),
+    "overloaded": (503, "The collector is overloaded; retry later"),
+    "store-unavailable": (503, "The sketch store is unavailable; retry later"),
+    "shutting-down": (503, "The collector is shutting down; retry later"),
+}
+
+
+class Problem(Exception):
+    """An HTTP error with a problem document; ``extra`` holds the extension members."""
+
+    def __init__(self, slug: str, detail: str, *, status: int | None = None,
+                 retry_after: float | None = None, headers: dict[str, str] | None = None,
+                 **extra: Any) -> None:
+        if slug not in PROBLEM_TYPES:
+            raise ValueError(f"undeclared problem type {slug!r}")
+        super().__init__(detail)
+        default_status, self.title = PROBLEM_TYPES[slug]
+        self.slug = slug
+        self.status = status or default_status
+        self.detail = detail
+        self.retry_after = None if retry_after is None else max(1, math.ceil(retry_after))
+        self.headers = dict(headers or {})
+        self.extra = {k: v for k, v in extra.items() if v is not None}
+        self.reports = 0  # reports in the rejected batch, when it was decoded (telemetry only)
+
+    @classmethod
+    def from_error(cls, exc: LdptError, **extra: Any) -> Problem:
+        """Map a library error (it carries ``status`` and ``type``) to its problem."""
+        slug = exc.type if exc.type in PROBLEM_TYPES else "invalid-report"
+        return cls(slug, str(exc), status=exc.status, **extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        body = {"type": PROBLEM_BASE + self.slug, "title": self.title, "status": self.status,
+                "detail": self.detail}
+        if self.retry_after is not None:
+            body["retry_after"] = self.retry_after
+        body.update(self.extra)
+        return body
+
+    def response(self) -> web.Response:
+        headers = dict(self.headers)
+        if self.retry_after is not None:
+            headers["Retry-After"] = str(self.retry_after)
+        return web.Response(status=self.status, body=json.dumps(self.to_dict()).encode(),
+                            content_type=PROBLEM_CONTENT_TYPE, headers=headers)

@@ -1,0 +1,177 @@
+"""``GET|POST /v1/metrics/{name}/estimates``: the analysts' query API (bearer token).
+
+Returns the estimate DataFrame exactly as ``ldpt estimate --format json|csv`` prints it
+(``{"meta": ..., "estimates": [...]}``), so ``ldpt estimate --url`` and the local path agree
+byte for byte. Tokens come from ``--query-token-file`` (one per line, for rotation) and are
+compared in constant time (``hmac.compare_digest`` against every token, no early exit).
+Windows with fewer than ``--min-reports`` reports are refused with ``too-few-reports``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import functools
+import hmac
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from aiohttp import web
+
+from client_sdk.errors import EstimationError, LdptError
+from client_sdk.registry import Kind, Registry
+from collector.storage.aio import AsyncSketchStore
+
+from .problems import Problem
+
+QUERY_FIELDS = ("window", "since", "until", "confidence", "simultaneous", "consistent", "candidates",
+                "format")
+FORMATS = {"json": "application/json", "csv": "text/csv"}
+MAX_CANDIDATES = 100_000
+BEARER_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="ldpt"'}
+
+
+def check_bearer(header: str | None, tokens: Sequence[bytes]) -> None:
+    """Raise Problem unless ``Authorization: Bearer <token>`` matches a configured token."""
+    if not tokens:
+        raise Problem("query-disabled", "this collector was started without --query-token-file, so "
+                      "estimates cannot be queried over HTTP")
+    scheme, _, given = (header or "").partition(" ")
+    given = given.strip()
+    if scheme.lower() != "bearer" or not given:
+        raise Problem("unauthorized", "send the query token as 'Authorization: Bearer <token>'",
+                      headers=BEARER_CHALLENGE)
+    given_bytes = given.encode()
+    ok = False
+    for token in tokens:  # every comparison runs: the time does not depend on which token matched
+        ok |= hmac.compare_digest(given_bytes, token)
+    if not ok:
+        raise Problem("unauthorized", "the bearer token is not valid", headers=BEARER_CHALLENGE)
+
+
+def _day(name: str, value: Any, hour_ok: bool) -> str:
+    if isinstance(value, str):
+        for fmt in ("%Y-%m-%d", "%Y-%m-%dT%H") if hour_ok else ("%Y-%m-%d",):
+            try:
+                dt.datetime.strptime(value, fmt)
+                return value
+            except ValueError:
+                continue
+    shape = "YYYY-MM-DD or YYYY-MM-DDTHH" if hour_ok else "YYYY-MM-DD"
+    raise Problem("invalid-query", f"{name}={value!r} is not a date {shape}", field=name)
+
+
+def _flag(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", ""):
+        return True
+    if isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise Problem("invalid-query", f"{name}={value!r}: use true or false", field=name)
+
+
+def parse_query(params: Mapping[str, Any], accept: str = "") -> dict[str, Any]:
+    """Validate query fields (from the URL or a JSON body) into estimate arguments."""
+    unknown = sorted(set(params) - set(QUERY_FIELDS))
+    if unknown:
+        raise Problem("invalid-query", f"unknown parameter {unknown[0]!r} (allowed: "
+                      f"{', '.join(QUERY_FIELDS)})", field=unknown[0])
+    window = params.get("window")
+    since, until = params.get("since"), params.get("until")
+    if window is not None and (since is not None or until is not None):
+        raise Problem("invalid-query", "use either window or since/until, not both", field="window")
+    out: dict[str, Any] = {
+        "windows": None if window is None else [_day("window", window, True)],
+        "since": None if since is None else _day("since", since, False),
+        "until": None if until is None else _day("until", until, False),
+        "simultaneous": _flag("simultaneous", params.get("simultaneous", False)),
+        "consistent": _flag("consistent", params.get("consistent", False)),
+    }
+    try:
+        confidence = float(params.get("confidence", 0.95))
+    except (TypeError, ValueError):
+        confidence = math.nan
+    if not 0 < confidence < 1:
+        raise Problem("invalid-query", f"confidence={params.get('confidence')!r}: use a number "
+                      "between 0 and 1", field="confidence")
+    out["confidence"] = confidence
+    candidates = params.get("candidates")
+    if candidates is not None:
+        if isinstance(candidates, str):
+            candidates = [candidates]
+        if not isinstance(candidates, list) or not all(isinstance(c, str) for c in candidates):
+            raise Problem("invalid-query", "candidates must be a list of strings", field="candidates")
+        if len(candidates) > MAX_CANDIDATES:
+            raise Problem("invalid-query", f"at most {MAX_CANDIDATES} candidates", field="candidates")
+        candidates = list(dict.fromkeys(c for c in candidates if c))
+    out["candidates"] = candidates
+    fmt = params.get("format")
+    if fmt is None:
+        fmt = "csv" if "text/csv" in accept else "json"
+    if fmt not in FORMATS:
+        raise Problem("invalid-query", f"format={fmt!r}: use json or csv", field="format")
+    out["format"] = fmt
+    return out
+
+
+async def query_params(request: web.Request) -> dict[str, Any]:
+    """Query fields from the URL (GET; repeated ``candidates``) or a JSON object body (POST)."""
+    if request.method == "POST":
+        try:
+            body = await request.json()
+        except Exception:
+            raise Problem("invalid-query", "the body must be a JSON object of query parameters") from None
+        if not isinstance(body, dict):
+            raise Problem("invalid-query", "the body must be a JSON object of query parameters")
+        params: dict[str, Any] = dict(body)
+        params.update({k: v for k, v in request.query.items() if k != "candidates"})
+    else:
+        params = {k: request.query.getone(k) for k in request.query if k != "candidates"}
+        if "candidates" in request.query:
+            params["candidates"] = request.query.getall("candidates")
+    return parse_query(params, request.headers.get("Accept", ""))
+
+
+async def estimates(request: web.Request, registry: Registry, store: AsyncSketchStore,
+                    tokens: Sequence[bytes], min_reports: int) -> web.Response:
+    """Handler body: auth, parse, load, refuse small windows, estimate, format."""
+    check_bearer(request.headers.get("Authorization"), tokens)
+    name = request.match_info["name"]
+    spec = registry.metrics.get(name)
+    if spec is None:
+        raise Problem("unknown-metric", f"unknown metric {name[:100]!r} (known: "
+                      f"{', '.join(sorted(registry.metrics))})", status=404, metric=name[:100])
+    q = await query_params(request)
+    if q["candidates"] is not None and spec.kind is not Kind.STRING:
+        raise Problem("invalid-query", "candidates are only for string metrics", field="candidates")
+    # pandas/scipy load on the first query only: ingest-only workers stay ~60 MB smaller
+    from cli.output import frame_to_csv, frame_to_json
+    from estimators.frequency import estimate_frame
+
+    proto = spec.protocol_impl
+    try:
+        sketch = await store.aload(spec.name, spec.fingerprint, proto.new_sketch(), q["windows"],
+                                   q["since"], q["until"])
+    except LdptError as exc:
+        raise Problem.from_error(exc) from None
+    n = sketch.total_reports
+    what = f"window {q['windows'][0]}" if q["windows"] else \
+        f"{q['since'] or '...'} to {q['until'] or '...'}" if (q["since"] or q["until"]) else "all windows"
+    if n == 0:
+        raise Problem("no-data", f"no reports of {spec.name!r} in {what}", metric=spec.name)
+    if n < min_reports:
+        raise Problem("too-few-reports", f"{n} reports of {spec.name!r} in {what}; this collector "
+                      f"publishes estimates only from {min_reports} reports (widen the window)",
+                      metric=spec.name, reports=n, min_reports=min_reports)
+    run = functools.partial(estimate_frame, spec, sketch, confidence=q["confidence"],
+                            simultaneous=q["simultaneous"], consistent=q["consistent"],
+                            candidates=q["candidates"])
+    try:  # CPU-bound (RAPPOR decoding may take seconds): off the event loop
+        df = await asyncio.get_running_loop().run_in_executor(None, run)
+    except EstimationError as exc:
+        raise Problem("estimation-error", str(exc), metric=spec.name) from None
+    if q["format"] == "csv":
+        return web.Response(text=frame_to_csv(df), content_type="text/csv")
+    return web.Response(text=frame_to_json(df), content_type="application/json")

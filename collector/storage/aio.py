@@ -1,0 +1,105 @@
+"""The async face of the sketch store, which the collector's event loop talks to.
+
+``AsyncSketchStore`` has the async twins of ``SketchStore`` (``acommit``, ``aload``,
+``awindows``, ``acheck``, ``aclose``). ``ThreadedStore`` adapts the synchronous SQLite store:
+commits run on one dedicated writer thread (SQLite releases the GIL while it writes and
+fsyncs, so the event loop keeps decoding requests meanwhile); reads use a second connection
+on their own thread, so a long estimate query never delays a commit (WAL readers don't block
+the writer). ``PostgresStore`` (``postgres.py``) implements the same API natively.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import functools
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from client_sdk.protocols.base import Sketch
+
+from .base import BatchOutcome, PendingBatch, WindowInfo
+from .sqlite import SQLiteStore
+
+T = TypeVar("T")
+
+
+class AsyncSketchStore(abc.ABC):
+    """Async twins of ``SketchStore``'s methods; same semantics."""
+
+    #: Human description for logs and /readyz ("sqlite:/path", "postgres:host/db").
+    description: str = "store"
+
+    @abc.abstractmethod
+    async def acommit(self, batches: Sequence[PendingBatch]) -> list[BatchOutcome]:
+        """One transaction: dedupe every batch id, then add the deltas of the new batches."""
+
+    @abc.abstractmethod
+    async def aload(self, metric: str, fingerprint: str, template: Sketch,
+                    windows: Sequence[str] | None = None, since: str | None = None,
+                    until: str | None = None) -> Sketch:
+        """Sum of the stored sketches for the windows asked (all when none given)."""
+
+    @abc.abstractmethod
+    async def awindows(self, metric: str | None = None) -> list[WindowInfo]:
+        """Stored windows (optionally of one metric), oldest first."""
+
+    @abc.abstractmethod
+    async def acheck(self) -> None:
+        """Raise StoreError unless the store is reachable and its schema current."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Release connections and threads."""
+
+    async def amaintain(self) -> None:  # noqa: B027 - optional hook, default no-op
+        """Periodic housekeeping (Postgres: compaction of delta rows); no-op by default."""
+
+
+class ThreadedStore(AsyncSketchStore):
+    """A ``SQLiteStore`` driven from asyncio: one writer thread, one reader thread."""
+
+    def __init__(self, path: str | Path, *, synchronous: str = "FULL") -> None:
+        self.path = Path(path)
+        self.description = f"sqlite:{self.path}"
+        self._writer = SQLiteStore(self.path, create=True, synchronous=synchronous)
+        self._reader: SQLiteStore | None = None
+        self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="ldpt-commit")
+        self._read_thread = ThreadPoolExecutor(1, thread_name_prefix="ldpt-read")
+
+    @property
+    def sync_store(self) -> SQLiteStore:
+        """The underlying synchronous store (the writer connection)."""
+        return self._writer
+
+    async def _run(self, pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(pool, functools.partial(fn, *args, **kw))
+
+    def _reader_store(self) -> SQLiteStore:
+        if self._reader is None:  # runs on the reader thread only
+            self._reader = SQLiteStore(self.path, create=False)
+        return self._reader
+
+    async def acommit(self, batches: Sequence[PendingBatch]) -> list[BatchOutcome]:
+        return await self._run(self._write_thread, self._writer.commit, batches)
+
+    async def aload(self, metric: str, fingerprint: str, template: Sketch,
+                    windows: Sequence[str] | None = None, since: str | None = None,
+                    until: str | None = None) -> Sketch:
+        return await self._run(self._read_thread, lambda: self._reader_store().load(
+            metric, fingerprint, template, windows, since, until))
+
+    async def awindows(self, metric: str | None = None) -> list[WindowInfo]:
+        return await self._run(self._read_thread, lambda: self._reader_store().windows(metric))
+
+    async def acheck(self) -> None:
+        await self._run(self._read_thread, lambda: self._reader_store().check())
+
+    async def aclose(self) -> None:
+        await self._run(self._write_thread, self._writer.close)
+        if self._reader is not None:
+            await self._run(self._read_thread, self._reader.close)
+        self._write_thread.shutdown(wait=True)
+        self._read_thread.shutdown(wait=True)

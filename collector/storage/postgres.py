@@ -1,0 +1,357 @@
+"""PostgreSQL sketch store: many collectors on many machines, one database (asyncpg).
+
+Schema v1 (in the first schema of the DSN's ``search_path``, created if missing):
+
+  ldpt_meta(key PRIMARY KEY, value)                  application id and schema version
+  ldpt_batches(batch_id bytea PRIMARY KEY, digest, reports, writer, received)
+  ldpt_deltas(id identity PRIMARY KEY, writer, seq, metric, fingerprint, time_window,
+              cohort, reports, counts bytea)         append-only sketch deltas
+
+Why append-only: an UPDATE of a shared per-window sketch row would serialise every collector
+on that row's lock. Instead each group commit INSERTs its own delta rows (keyed by the
+collector instance ``writer`` and its commit sequence ``seq``), so concurrent commits never
+touch the same row; an estimate is the SUM over rows (ARCHITECTURE.md: sketches add).
+Batch ids live in one table under a unique key, so dedupe is global across collectors: the
+INSERT ... ON CONFLICT DO NOTHING of a batch id another collector is committing waits for
+that transaction and then sees it (duplicate) or, if it rolled back, takes it. Ids are
+inserted in sorted order so two groups sharing ids cannot deadlock.
+
+Compaction (``amaintain``) keeps the row count small: per (metric, fingerprint, window,
+cohort) with many rows, one transaction DELETEs them (RETURNING their values) and INSERTs
+their sum — readers see either all the old rows or the one new row (MVCC), and an advisory
+lock keeps two collectors from compacting the same key at once.
+
+Counters are stored as little-endian int64 blobs (``counts_to_blob``) and summed in numpy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import re
+import uuid
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
+
+from client_sdk.errors import StoreError
+from client_sdk.protocols.base import Sketch
+
+from .aio import AsyncSketchStore
+from .base import (
+    APPLICATION_ID,
+    SCHEMA_VERSION,
+    BatchOutcome,
+    PendingBatch,
+    SketchKey,
+    WindowInfo,
+    blob_to_counts,
+    counts_to_blob,
+    sum_deltas,
+)
+
+try:  # optional extra: `pip install 'ldp-telemetry[postgres]'`
+    import asyncpg
+except ImportError:  # pragma: no cover - exercised only without the extra
+    asyncpg = None
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ldpt_meta (key text PRIMARY KEY, value text NOT NULL);
+CREATE TABLE IF NOT EXISTS ldpt_batches (
+    batch_id bytea PRIMARY KEY, digest bytea NOT NULL, reports integer NOT NULL,
+    writer text NOT NULL, received timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS ldpt_deltas (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    writer text NOT NULL, seq bigint NOT NULL,
+    metric text NOT NULL, fingerprint text NOT NULL, time_window text NOT NULL,
+    cohort integer NOT NULL, reports bigint NOT NULL, counts bytea NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ldpt_deltas_key ON ldpt_deltas (metric, fingerprint, time_window, cohort);
+"""
+#: Advisory lock id serialising schema creation when many collectors start at once.
+_SCHEMA_LOCK = 0x6C647074  # "ldpt"
+#: Compact a (metric, fingerprint, window, cohort) once it has more rows than this.
+COMPACT_MIN_ROWS = 64
+#: Transient failures worth retrying a group commit for (its transaction rolled back).
+_RETRY_SQLSTATES = {"40001", "40P01"}  # serialization_failure, deadlock_detected
+COMMIT_ATTEMPTS = 5
+
+_INSERT_BATCHES = """
+INSERT INTO ldpt_batches (batch_id, digest, reports, writer)
+SELECT b, d, r, $4 FROM unnest($1::bytea[], $2::bytea[], $3::int[]) AS t(b, d, r) ORDER BY b
+ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id
+"""
+_INSERT_DELTAS = """
+INSERT INTO ldpt_deltas (writer, seq, metric, fingerprint, time_window, cohort, reports, counts)
+SELECT $1, $2, m, f, w, c, r, x
+FROM unnest($3::text[], $4::text[], $5::text[], $6::int[], $7::bigint[], $8::bytea[]) AS t(m, f, w, c, r, x)
+"""
+
+
+def schema_of(dsn: str) -> str | None:
+    """The first schema of the DSN's ``search_path`` query parameter, if any."""
+    values = parse_qs(urlsplit(dsn).query).get("search_path")
+    if not values:
+        return None
+    first = values[0].split(",")[0].strip().strip('"')
+    return first or None
+
+
+def _quote_ident(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$]{0,62}", name):
+        raise StoreError(f"schema name {name!r} is not a plain identifier")
+    return f'"{name}"'
+
+
+class PostgresStore(AsyncSketchStore):
+    """Sketch store on PostgreSQL via an asyncpg pool; open with ``await PostgresStore.open()``."""
+
+    def __init__(self, pool: Any, dsn: str, writer: str) -> None:
+        self._pool = pool
+        self.writer = writer
+        self._seq = 0
+        parts = urlsplit(dsn)
+        self.description = f"postgres:{parts.hostname or 'localhost'}{parts.path or ''}"
+
+    @classmethod
+    async def open(cls, dsn: str, *, create: bool = True, min_size: int = 2, max_size: int = 8,
+                   writer: str | None = None) -> PostgresStore:
+        """Connect, create the schema if asked, check its version."""
+        if asyncpg is None:
+            raise StoreError("PostgreSQL support needs asyncpg: pip install 'ldp-telemetry[postgres]'")
+        schema = schema_of(dsn)
+        try:
+            if schema and create:
+                conn = await asyncpg.connect(dsn)  # a search_path naming a missing schema is fine
+                try:
+                    await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {_quote_ident(schema)}")
+                except asyncpg.UniqueViolationError:
+                    pass  # another collector created it at the same moment
+                finally:
+                    await conn.close()
+            pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise StoreError(f"PostgreSQL {urlsplit(dsn).hostname or ''}: cannot connect ({exc})") from None
+        # The writer id names this collector instance in ldpt_deltas/ldpt_batches (no client data).
+        store = cls(pool, dsn, writer or f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}")
+        try:
+            await store._init_schema(create)
+        except BaseException:
+            await pool.close()
+            raise
+        return store
+
+    async def _init_schema(self, create: bool) -> None:
+        async with self._pool.acquire() as conn:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+                exists = await conn.fetchval("SELECT to_regclass('ldpt_meta') IS NOT NULL")
+                if not exists:
+                    others = await conn.fetchval(
+                        "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() "
+                        "AND tablename IN ('ldpt_batches', 'ldpt_deltas')")
+                    if others:
+                        raise StoreError("the schema has ldpt tables but no ldpt_meta; not an "
+                                         "ldp-telemetry store")
+                    if not create:
+                        raise StoreError("no ldp-telemetry store in this database/schema")
+                    await conn.execute(_SCHEMA)
+                    await conn.executemany("INSERT INTO ldpt_meta VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                                           [("application", APPLICATION_ID),
+                                            ("schema_version", str(SCHEMA_VERSION))])
+            await self._check_meta(conn)
+
+    async def _check_meta(self, conn: Any) -> None:
+        meta = dict(await conn.fetch("SELECT key, value FROM ldpt_meta"))
+        if meta.get("application") != APPLICATION_ID:
+            raise StoreError("not an ldp-telemetry store (ldpt_meta has no application id)")
+        version = int(meta.get("schema_version", "0"))
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"written by a newer ldp-telemetry (schema v{version}; this version "
+                             f"reads up to v{SCHEMA_VERSION}); upgrade ldp-telemetry")
+        if version < SCHEMA_VERSION:
+            raise StoreError(f"schema v{version} is older than v{SCHEMA_VERSION} and has no migration")
+
+    # --- writes ---------------------------------------------------------------------------------------
+    async def acommit(self, batches: Sequence[PendingBatch]) -> list[BatchOutcome]:
+        """One transaction: global batch-id dedupe, then append the new batches' summed deltas."""
+        for attempt in range(COMMIT_ATTEMPTS):
+            try:
+                async with self._pool.acquire() as conn:
+                    async with conn.transaction():
+                        return await self._commit(conn, batches)
+            except asyncpg.PostgresError as exc:
+                if getattr(exc, "sqlstate", None) in _RETRY_SQLSTATES and attempt + 1 < COMMIT_ATTEMPTS:
+                    await asyncio.sleep(0.01 * 2 ** attempt)
+                    continue
+                raise StoreError(f"PostgreSQL commit failed: {exc}") from None
+            except (OSError, asyncpg.InterfaceError) as exc:
+                raise StoreError(f"PostgreSQL unreachable: {exc}") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _commit(self, conn: Any, batches: Sequence[PendingBatch]) -> list[BatchOutcome]:
+        first: dict[bytes, int] = {}  # batch id -> index of its first occurrence in this group
+        for i, b in enumerate(batches):
+            if b.batch_id is not None:
+                first.setdefault(bytes(b.batch_id), i)
+        inserted: set[bytes] = set()
+        prior: dict[bytes, bytes] = {}
+        if first:
+            ids = list(first)
+            rows = await conn.fetch(_INSERT_BATCHES, ids, [batches[first[i]].digest for i in ids],
+                                    [batches[first[i]].reports for i in ids], self.writer)
+            inserted = {bytes(r[0]) for r in rows}
+            seen = [i for i in ids if i not in inserted]
+            if seen:
+                prior = {bytes(r[0]): bytes(r[1]) for r in await conn.fetch(
+                    "SELECT batch_id, digest FROM ldpt_batches WHERE batch_id = ANY($1::bytea[])", seen)}
+        outcomes: list[BatchOutcome] = []
+        applied = []
+        for i, b in enumerate(batches):
+            if b.batch_id is None:
+                applied = True
+            else:
+                bid = bytes(b.batch_id)
+                applied = bid in inserted and first[bid] == i
+                if not applied:
+                    ref = batches[first[bid]].digest if bid in inserted else prior.get(bid)
+                    outcomes.append(BatchOutcome.DUPLICATE if ref == b.digest else BatchOutcome.CONFLICT)
+                    continue
+            applied.append(b.deltas)
+            outcomes.append(BatchOutcome.APPLIED)
+        total = sum_deltas(applied)
+        if total:
+            self._seq += 1
+            cols = _delta_columns(total)
+            if cols[0]:
+                await conn.execute(_INSERT_DELTAS, self.writer, self._seq, *cols)
+        return outcomes
+
+    async def add_sketch(self, key: SketchKey, sketch: Sketch) -> None:
+        """Add a sketch without a batch id (imports, simulation)."""
+        await self.acommit([PendingBatch(None, b"", {key: sketch}, sketch.total_reports)])
+
+    # --- reads --------------------------------------------------------------------------------------------
+    async def aload(self, metric: str, fingerprint: str, template: Sketch,
+                    windows: Sequence[str] | None = None, since: str | None = None,
+                    until: str | None = None) -> Sketch:
+        out = Sketch(template.counts.copy(), template.reports.copy())
+        if windows is not None and not windows:
+            return out
+        sql = "SELECT time_window, cohort, reports, counts FROM ldpt_deltas WHERE metric=$1 AND fingerprint=$2"
+        args: list[Any] = [metric, fingerprint]
+        if windows is not None:
+            args.append(list(windows))
+            sql += f" AND time_window = ANY(${len(args)}::text[])"
+        if since is not None:
+            args.append(since)
+            sql += f" AND left(time_window, 10) >= ${len(args)}"
+        if until is not None:
+            args.append(until)
+            sql += f" AND left(time_window, 10) <= ${len(args)}"
+        rows = await self._fetch(sql, *args)
+        cell_shape = template.counts.shape[1:]
+        m = template.reports.shape[0]
+        expected = int(np.prod(cell_shape)) * 8
+        for window, cohort, reports, blob in rows:
+            if not 0 <= cohort < m or len(blob) != expected:
+                raise StoreError(f"stored delta of {metric!r} window {window} cohort {cohort} does not "
+                                 "match the registry's sketch shape; the store was written under "
+                                 "other parameters")
+            out.counts[cohort] += blob_to_counts(blob, cell_shape)
+            out.reports[cohort] += reports
+        return out
+
+    async def awindows(self, metric: str | None = None) -> list[WindowInfo]:
+        sql = "SELECT metric, fingerprint, time_window, SUM(reports)::bigint FROM ldpt_deltas"
+        args: list[Any] = []
+        if metric is not None:
+            sql += " WHERE metric=$1"
+            args.append(metric)
+        sql += " GROUP BY metric, fingerprint, time_window ORDER BY time_window, metric"
+        return [WindowInfo(r[0], r[1], r[2], int(r[3])) for r in await self._fetch(sql, *args)]
+
+    async def abatch_count(self) -> int:
+        """Number of batch ids recorded (tests, operations)."""
+        return int(await self._fetchval("SELECT count(*) FROM ldpt_batches"))
+
+    async def acheck(self) -> None:
+        try:
+            async with self._pool.acquire(timeout=5) as conn:
+                await self._check_meta(conn)
+        except StoreError:
+            raise
+        except (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise StoreError(f"PostgreSQL unreachable: {type(exc).__name__}: {exc}") from None
+
+    async def _fetch(self, sql: str, *args: Any) -> list[Any]:
+        try:
+            return await self._pool.fetch(sql, *args)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise StoreError(f"PostgreSQL query failed: {exc}") from None
+
+    async def _fetchval(self, sql: str, *args: Any) -> Any:
+        try:
+            return await self._pool.fetchval(sql, *args)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise StoreError(f"PostgreSQL query failed: {exc}") from None
+
+    # --- housekeeping ---------------------------------------------------------------------------------
+    async def amaintain(self) -> None:
+        """Compact keys with many delta rows (see the module docstring)."""
+        await self.acompact()
+
+    async def acompact(self, min_rows: int = COMPACT_MIN_ROWS) -> int:
+        """Merge the delta rows of every key with more than ``min_rows`` rows; returns keys done."""
+        keys = await self._fetch(
+            "SELECT metric, fingerprint, time_window, cohort FROM ldpt_deltas "
+            "GROUP BY 1, 2, 3, 4 HAVING count(*) > $1", min_rows)
+        done = 0
+        for metric, fingerprint, window, cohort in keys:
+            lock = int.from_bytes(hashlib.sha256(
+                f"{metric}\0{fingerprint}\0{window}\0{cohort}".encode()).digest()[:8], "big", signed=True)
+            async with self._pool.acquire() as conn:
+                async with conn.transaction():
+                    if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", lock):
+                        continue  # another collector is compacting this key
+                    rows = await conn.fetch(
+                        "DELETE FROM ldpt_deltas WHERE metric=$1 AND fingerprint=$2 AND time_window=$3 "
+                        "AND cohort=$4 RETURNING reports, counts", metric, fingerprint, window, cohort)
+                    if not rows:
+                        continue
+                    width = len(rows[0][1])
+                    if any(len(r[1]) != width for r in rows):
+                        raise StoreError(f"delta rows of {metric!r} window {window} differ in size; "
+                                         "not compacting")
+                    counts = np.zeros(width // 8, dtype=np.int64)
+                    for r in rows:
+                        counts += np.frombuffer(r[1], dtype="<i8")
+                    self._seq += 1
+                    await conn.execute(_INSERT_DELTAS, self.writer, self._seq, [metric], [fingerprint],
+                                       [window], [cohort], [sum(int(r[0]) for r in rows)],
+                                       [counts_to_blob(counts)])
+                    done += 1
+        return done
+
+    async def aclose(self) -> None:
+        await self._pool.close()
+
+
+def _delta_columns(total: dict[SketchKey, Sketch]) -> tuple[list[Any], ...]:
+    """Column arrays (metric, fingerprint, window, cohort, reports, counts) of non-empty cohorts."""
+    metrics, fps, windows, cohorts, reports, blobs = [], [], [], [], [], []
+    for key, sk in total.items():
+        m = len(sk.reports)
+        touched = np.flatnonzero((sk.reports != 0) | sk.counts.reshape(m, -1).any(axis=1))
+        for c in touched:
+            metrics.append(key.metric)
+            fps.append(key.fingerprint)
+            windows.append(key.window)
+            cohorts.append(int(c))
+            reports.append(int(sk.reports[c]))
+            blobs.append(counts_to_blob(sk.counts[c]))
+    return metrics, fps, windows, cohorts, reports, blobs

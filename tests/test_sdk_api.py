@@ -1,0 +1,97 @@
+"""The SDK's public surface: a guarded ``__all__``, lazy imports, and the published registry."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+
+import client_sdk
+from client_sdk import AsyncTelemetryClient, TelemetryClient
+from client_sdk.errors import FingerprintMismatch, RegistryError
+from client_sdk.remote import registry_from_json
+
+from .sdk_support import REGISTRY_TOML, make_registry
+
+EXPECTED_EXPORTS = {
+    "AsyncHTTPTransport", "AsyncMemoryTransport", "AsyncTelemetryClient", "AsyncTransport",
+    "AsyncUploader", "DropPolicy", "FakeCollector", "Fault", "FileState", "HTTPTransport",
+    "LdptError", "MemoryState", "MemoryTransport", "OutboxLimits", "Refusal", "RetryPolicy",
+    "TelemetryClient", "Transport", "TransportError", "Uploader", "load_registry", "read_ledger",
+    "registry_from_json",
+}
+
+
+def test_exported_names_are_exactly_the_public_surface():
+    assert set(client_sdk.__all__) == EXPECTED_EXPORTS
+    assert client_sdk.__all__ == sorted(client_sdk.__all__)
+    for name in client_sdk.__all__:
+        assert getattr(client_sdk, name) is not None
+        assert name in dir(client_sdk)
+    with pytest.raises(AttributeError):
+        client_sdk.NotAThing  # noqa: B018
+
+
+def test_sync_and_async_twins_have_matching_names():
+    for sync_name, async_name in (("flush", "aflush"), ("close", "aclose")):
+        assert callable(getattr(TelemetryClient, sync_name))
+        assert callable(getattr(AsyncTelemetryClient, async_name))
+    for shared in ("report", "validate", "opt_out", "stats", "ledger_snapshot"):
+        assert getattr(TelemetryClient, shared) is getattr(AsyncTelemetryClient, shared)
+
+
+def test_importing_the_registry_does_not_load_the_transport():
+    code = ("import sys, client_sdk.registry; "
+            "print(sorted(m for m in ('client_sdk.client', 'client_sdk.uploader', 'client_sdk.transport', "
+            "'client_sdk.aio', 'aiohttp') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_sdk_imports_no_heavy_dependency():
+    code = ("import sys, client_sdk; client_sdk.TelemetryClient; "
+            "print(sorted(m for m in ('aiohttp', 'pandas', 'scipy', 'collector', 'estimators') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_registry_from_json_round_trips_every_field():
+    registry = make_registry()
+    doc = json.loads(json.dumps(registry.to_json()))             # what GET /v1/registry serves
+    again = registry_from_json(doc)
+    assert list(again.metrics) == list(registry.metrics)
+    for name, spec in registry.metrics.items():
+        other = again.get(name)
+        for field in dataclasses.fields(spec):
+            assert getattr(other, field.name) == getattr(spec, field.name), (name, field.name)
+        assert other.fingerprint == spec.fingerprint
+        assert other.protocol_impl.epsilon == spec.protocol_impl.epsilon
+
+
+def test_auto_is_rebuilt_as_the_collector_resolved_it():
+    registry = make_registry(REGISTRY_TOML.replace('protocol = "grr"', 'protocol = "auto"'))
+    doc = registry.to_json()
+    again = registry_from_json(doc)
+    assert again.get("theme").requested_protocol == "auto"
+    assert again.get("theme").protocol == registry.get("theme").protocol
+    assert again.get("theme").fingerprint == registry.get("theme").fingerprint
+
+
+def test_a_disagreeing_fingerprint_or_pin_is_a_clear_error():
+    doc = make_registry().to_json()
+    doc["metrics"][0]["fingerprint"] = "0" * 32
+    with pytest.raises(FingerprintMismatch, match="would not encode what the collector expects"):
+        registry_from_json(doc)
+    good = make_registry().to_json()
+    with pytest.raises(FingerprintMismatch, match="pinned"):
+        registry_from_json(good, pinned={"theme": "f" * 32})
+    with pytest.raises(RegistryError, match="not published"):
+        registry_from_json(good, pinned={"gone": "f" * 32})
+    with pytest.raises(RegistryError):
+        registry_from_json({"metrics": []})
+    newer = make_registry().to_json()
+    newer["metrics"][0]["a_future_member"] = 1                   # newer collectors may add members
+    assert registry_from_json(newer).get("theme")

@@ -1,0 +1,452 @@
+"""TelemetryClient against the in-memory collector: what goes on the wire, bad input, queue,
+retries, rejections, the offline queue, opt-out and close."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+
+import numpy as np
+import pytest
+
+from client_sdk import FakeCollector, Fault, MemoryState, MemoryTransport, RetryPolicy, TelemetryClient
+from client_sdk.errors import DomainError, LdptError, UnknownMetricError
+from client_sdk.queue import DiskOutbox, DropPolicy, OutboxLimits, StoredBatch
+from client_sdk.registry import parse_registry
+from client_sdk.transport import Response
+from client_sdk.uploader import Batcher, QueuedReport, pack_batch
+
+from .sdk_support import REGISTRY_TOML, decode_body, make_registry, wait_until
+
+FAST = RetryPolicy(initial=0.01, maximum=0.05)
+
+
+@pytest.fixture
+def registry():
+    return make_registry()
+
+
+@pytest.fixture
+def fake(registry):
+    return FakeCollector(registry)
+
+
+def client_for(tmp_path, registry, fake, **kw):
+    kw.setdefault("retry", FAST)
+    if "state" not in kw:
+        kw.setdefault("state_dir", tmp_path / "state")
+    return TelemetryClient(registry=registry, transport=MemoryTransport(fake), **kw)
+
+
+# --- the basic path --------------------------------------------------------------------------------
+
+def test_report_flush_close_delivers_every_report(tmp_path, registry, fake):
+    client = client_for(tmp_path, registry, fake)
+    assert client.report("theme", "dark-secret-theme") is True
+    assert client.report("crash", True) is True
+    assert client.report("country", "country-07") is True
+    assert client.report("app", "c") is True
+    assert client.report("site", "www.example.org") is True
+    assert client.flush(5.0) is True
+    assert fake.accepted_reports == 5
+    assert {r["m"] for b in fake.batches for r in b["reports"]} == {"theme", "crash", "country", "app", "site"}
+    stats = client.stats()
+    assert stats["reported"] == stats["charged"] == stats["reports_acked"] == 5
+    assert stats["queued"] == 0 and stats["outbox_pending"] == 0
+    assert client.close(2.0) is True
+    assert client.report("crash", False) is False
+    assert client.stats()["closed"] == 1
+
+
+def test_reports_are_batched_by_size_and_age(tmp_path, registry, fake):
+    client = client_for(tmp_path, registry, fake, batch_size=10, max_batch_age=0.3)
+    for i in range(25):
+        client.report("country", f"country-{i:02d}")
+    assert wait_until(lambda: fake.accepted_reports == 20, 5)   # two full batches go at once
+    time.sleep(0.05)
+    assert fake.accepted_reports == 20                           # the last 5 wait for their age
+    assert wait_until(lambda: fake.accepted_reports == 25, 5)
+    assert [len(b["reports"]) for b in fake.batches] == [10, 10, 5]
+    client.close()
+
+
+# --- the bytes on the wire -----------------------------------------------------------------------------
+
+def test_wire_bytes_hold_no_true_value_no_secret_no_identifier(tmp_path, registry, fake):
+    clients = [client_for(tmp_path / f"c{i}", registry, fake, batch_size=1000) for i in range(2)]
+    secrets = [c.state.secret for c in clients]
+    true_values = ["dark-secret-theme", "country-33", "very-private-home-page.example"]
+    for c in clients:
+        for _ in range(3):
+            c.report("theme", "dark-secret-theme")
+            c.report("country", "country-33")
+            c.report("site", "very-private-home-page.example")
+            c.report("app", "h")
+        assert c.flush(5.0)
+    requests = [r for r in fake.requests if r[1] == "/v1/reports"]
+    assert len(requests) == 2
+    for _, _, headers, body in requests:
+        for secret in secrets:
+            assert secret not in body and secret.hex().encode() not in body
+        for value in true_values:
+            assert value.encode() not in body
+        doc = decode_body(body)
+        assert set(doc) == {"v", "batch_id", "reports"}      # no client id, device id, timestamp
+        assert doc["v"] == 1 and len(doc["batch_id"]) == 16
+        for rep in doc["reports"]:
+            assert set(rep) == {"m", "f", "p"}
+            assert rep["f"] == registry.get(rep["m"]).fingerprint
+        assert headers == {"User-Agent": "ldpt-sdk", "Content-Type": "application/msgpack"}
+    # Batch ids are fresh random bytes, not a function of the client.
+    ids = [decode_body(b)["batch_id"] for _, _, _, b in requests]
+    assert ids[0] != ids[1]
+    # The only per-client constant is the cohort of cohort protocols: a coarse group of n/m
+    # clients (m = 8 here), derived from the secret, that the decoder needs.
+    for _, _, _, body in requests:
+        cohorts = {(r["m"], r["p"][0]) for r in decode_body(body)["reports"] if r["m"] in ("app", "site")}
+        assert len(cohorts) == 2
+        assert all(0 <= c < 8 for _, c in cohorts)
+
+
+def test_two_reports_of_one_value_differ(tmp_path, registry, fake):
+    client = client_for(tmp_path, registry, fake, batch_size=1000)
+    for _ in range(20):
+        client.report("country", "country-05")             # OUE: 40 fresh random bits per report
+        client.report("site", "same-string.example")       # RAPPOR: memoised PRR, fresh IRR
+    assert client.flush(5.0)
+    reports = [r for b in fake.batches for r in b["reports"]]
+    oue = [r["p"] for r in reports if r["m"] == "country"]
+    rappor = [r["p"] for r in reports if r["m"] == "site"]
+    assert len(oue) == len(rappor) == 20
+    assert len(set(oue)) == 20
+    assert len({bytes(p[1]) for p in rappor}) == 20
+    assert len({p[0] for p in rappor}) == 1                 # one client: one cohort
+
+
+def test_report_uses_the_os_csprng(tmp_path, registry, fake, monkeypatch):
+    calls = []
+    real = os.urandom
+
+    def spy(n):
+        calls.append(n)
+        return real(n)
+
+    client = client_for(tmp_path, registry, fake)
+    monkeypatch.setattr(os, "urandom", spy)
+    client.report("theme", "light-secret-theme")
+    assert calls, "encoding must draw from os.urandom (the OS CSPRNG)"
+
+
+# --- bad input: counted, logged once, never raised ---------------------------------------------------
+
+def test_bad_input_is_counted_and_logged_once_without_the_value(tmp_path, registry, fake, caplog):
+    client = client_for(tmp_path, registry, fake)
+    with caplog.at_level(logging.WARNING, logger="client_sdk"):
+        for _ in range(3):
+            assert client.report("theme", "purple-private-value") is False
+            assert client.report("no-such-metric", 1) is False
+            assert client.report("site", 42) is False
+    stats = client.stats()
+    assert stats["invalid_value"] == 6 and stats["unknown_metric"] == 3
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 3                          # theme, site, unknown metric: once each
+    assert not any("purple-private-value" in m for m in messages)
+
+
+def test_strict_mode_and_validate_raise(tmp_path, registry, fake):
+    client = client_for(tmp_path, registry, fake, strict=True)
+    with pytest.raises(UnknownMetricError):
+        client.report("no-such-metric", 1)
+    with pytest.raises(DomainError):
+        client.report("theme", "purple")
+    with pytest.raises(DomainError):
+        client.report("site", 42)
+    client.report("theme", "dark-secret-theme")
+    with pytest.raises(LdptError, match="refused by the privacy ledger"):
+        client.report("theme", "dark-secret-theme")            # reports_per_window = 1
+    lax = client_for(tmp_path / "lax", registry, fake)
+    lax.validate("theme", "light-secret-theme")
+    lax.validate("crash", "true")
+    with pytest.raises(DomainError):
+        lax.validate("theme", "purple")
+    with pytest.raises(UnknownMetricError):
+        lax.validate("nope", "x")
+    assert lax.stats()["reported"] == 0                         # validate reports nothing
+
+
+def test_an_internal_error_is_counted_not_raised(tmp_path, registry, fake, monkeypatch, caplog):
+    client = client_for(tmp_path, registry, fake)
+    proto = registry.get("country").protocol_impl
+
+    def broken(*a, **k):
+        raise RuntimeError("encoder bug")
+
+    monkeypatch.setattr(proto, "encode", broken)
+    with caplog.at_level(logging.ERROR, logger="client_sdk"):
+        assert client.report("country", "country-01") is False
+        assert client.report("country", "country-01") is False
+    assert client.stats()["internal_error"] == 2
+    assert len(caplog.records) == 1
+    monkeypatch.undo()
+    assert client.report("country", "country-01") is True      # the reservation was undone
+
+
+# --- the bounded queue ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("policy", [DropPolicy.DROP_NEWEST, DropPolicy.DROP_OLDEST])
+def test_a_full_queue_drops_by_policy_and_charges_nothing_dropped(tmp_path, registry, fake, policy):
+    client = client_for(tmp_path, registry, fake, queue_size=3, batch_size=100, max_batch_age=3600,
+                        drop_policy=policy)
+    results = [client.report("country", f"country-{i:02d}") for i in range(5)]
+    if policy is DropPolicy.DROP_NEWEST:
+        assert results == [True, True, True, False, False]
+        assert client.stats()["dropped_queue_full"] == 2
+    else:
+        assert all(results)
+        assert client.stats()["queue_evicted"] == 2
+    assert client.flush(5.0)
+    assert fake.accepted_reports == 3
+    assert client.ledger_snapshot()["country"].window_reports == 3   # dropped reports cost nothing
+
+
+# --- retries -----------------------------------------------------------------------------------------------
+
+def test_backoff_and_retry_after_on_a_fake_clock():
+    clock = [100.0]
+    batcher = Batcher(batch_size=1, retry=RetryPolicy(initial=1.0, maximum=8.0), clock=lambda: clock[0])
+    _, body = pack_batch([("m", "f", 1)])
+    batcher.outbox.add(StoredBatch(b"i" * 16, body, 1, time.time()))
+    batch = batcher.claim(clock[0])
+    batcher.handle(batch, Response(503, {"retry-after": "7"}), None, clock[0])
+    assert batcher.backoff_until == 107.0                     # Retry-After wins, exactly
+    assert batcher.claim(106.9) is None
+    batch = batcher.claim(107.0)
+    assert batch is not None and batch.body == body           # same bytes, same batch id
+    delays = []
+    for _ in range(5):                                         # network errors: exponential + jitter
+        batcher.handle(batch, None, OSError("down"), clock[0])
+        delays.append(batcher.backoff_until - clock[0])
+        batch = batcher.claim(batcher.backoff_until)
+    for k, d in enumerate(delays, start=2):                   # attempt 1 was the 503
+        nominal = min(8.0, 2.0 ** (k - 1))
+        assert nominal / 2 <= d <= nominal
+    batcher.handle(batch, Response(429, {}, b'{"retry_after": 3}'), None, clock[0])
+    assert batcher.backoff_until == clock[0] + 3              # the problem body's retry_after
+    batch = batcher.claim(clock[0] + 3)
+    batcher.handle(batch, Response(200, {}, b'{"accepted": 1}'), None, clock[0])
+    assert batcher.attempts == 0 and batcher.counters["reports_acked"] == 1
+    assert batcher.idle()
+
+
+def test_retry_after_is_honoured_in_real_time_with_the_same_batch(tmp_path, registry, fake):
+    fake.fail(Fault("status", 503, retry_after=0.4), Fault("status", 500))
+    client = client_for(tmp_path, registry, fake)
+    client.report("theme", "dark-secret-theme")
+    start = time.monotonic()
+    assert client.flush(10.0) is True
+    posts = [r for r in fake.requests if r[1] == "/v1/reports"]
+    assert len(posts) == 3
+    assert time.monotonic() - start >= 0.4
+    assert len({body for *_, body in posts}) == 1              # one batch id, one body, 3 attempts
+    assert fake.accepted_reports == 1 and client.stats()["retries"] == 2
+
+
+def test_a_lost_ack_is_retried_and_counted_once(tmp_path, registry, fake):
+    fake.fail(Fault("drop"), Fault("lost-ack"))
+    client = client_for(tmp_path, registry, fake)
+    for i in range(4):
+        client.report("country", f"country-{i:02d}")
+    assert client.flush(10.0) is True
+    assert fake.accepted_reports == 4                          # committed once
+    assert fake.duplicates == 1                                # the retry after the lost ack
+    assert client.stats()["duplicates"] == 1
+
+
+def test_4xx_is_not_retried_and_logged_once(tmp_path, registry, fake, caplog):
+    fake.fail(Fault("status", 400, slug="undecodable"), Fault("status", 413, slug="too-large"),
+              Fault("status", 400, slug="undecodable"))
+    client = client_for(tmp_path, registry, fake, batch_size=1)
+    with caplog.at_level(logging.WARNING, logger="client_sdk"):
+        client.report("crash", True)
+        assert client.flush(5.0) is False                      # rejected, not acknowledged
+        client.report("crash", False)
+        client.flush(5.0)
+        client.report("crash", True)
+        assert client.flush(5.0) is False
+    posts = [r for r in fake.requests if r[1] == "/v1/reports"]
+    assert len(posts) == 3                                     # never retried
+    rejected = [r for r in caplog.records if "HTTP 400" in r.getMessage()]
+    assert len(rejected) == 1
+    assert client.stats()["reports_rejected"] == 3
+
+
+def test_a_changed_registry_marks_the_metric_stale_and_saves_the_rest(tmp_path, registry, caplog):
+    server_registry = parse_registry(REGISTRY_TOML.replace('protocol = "grr"\nepsilon = 1.0',
+                                                           'protocol = "grr"\nepsilon = 1.5'))
+    fake = FakeCollector(server_registry)
+    client = client_for(tmp_path, registry, fake, batch_size=100)
+    with caplog.at_level(logging.ERROR, logger="client_sdk"):
+        client.report("theme", "dark-secret-theme")
+        client.report("country", "country-01")
+        client.report("crash", True)
+        client.flush(5.0)
+    assert fake.accepted_reports == 2                          # the other metrics were re-sent
+    assert {r["m"] for b in fake.batches for r in b["reports"]} == {"country", "crash"}
+    assert any("theme" in r.getMessage() and "fingerprint-mismatch" in r.getMessage() for r in caplog.records)
+    assert client.report("theme", "light-secret-theme") is False
+    assert client.stats()["stale_metric"] == 1
+
+
+# --- offline queue ------------------------------------------------------------------------------------------
+
+def test_the_offline_queue_survives_a_restart_and_keeps_its_batch_id(tmp_path, registry):
+    down = FakeCollector(registry)
+    down.fail(*[Fault("drop")] * 1000)
+    state_dir = tmp_path / "state"
+    first = TelemetryClient(registry=registry, state_dir=state_dir, transport=MemoryTransport(down),
+                            retry=FAST)
+    first.report("theme", "dark-secret-theme")
+    first.report("country", "country-09")
+    assert first.flush(0.3) is False
+    assert first.close(0.3) is False
+    files = list(DiskOutbox(state_dir / "outbox").iter_batches())
+    assert len(files) == 1
+    stored = files[0].read_bytes()
+    sent_while_down = {body for *_, body in down.requests}
+    assert sent_while_down == {stored}                         # every attempt: these exact bytes
+    up = FakeCollector(registry)
+    second = TelemetryClient(registry=registry, state_dir=state_dir, transport=MemoryTransport(up), retry=FAST)
+    assert wait_until(lambda: up.accepted_reports == 2, 5)     # sent without any new report
+    assert [body for *_, body in up.requests if body] == [stored]
+    assert decode_body(stored)["batch_id"] in up.committed
+    assert second.flush(2.0) and second.stats()["outbox_pending"] == 0
+    second.close()
+
+
+def test_the_outbox_is_capped_by_count_bytes_and_age(tmp_path):
+    outbox = DiskOutbox(tmp_path / "outbox", OutboxLimits(max_batches=3, max_bytes=10_000, max_age=3600))
+    now = time.time()
+    bodies = []
+    for i in range(5):
+        bid = bytes([i]) * 16
+        _, body = pack_batch([("m", "f", i)], bid)
+        bodies.append(body)
+        outbox.add(StoredBatch(bid, body, 1, now + i * 1e-3))
+    assert outbox.pending() == 3 and outbox.dropped_batches == 2   # oldest dropped first
+    kept = [p.read_bytes() for p in outbox.iter_batches()]
+    assert kept == bodies[2:]
+    big = DiskOutbox(tmp_path / "big", OutboxLimits(max_batches=100, max_bytes=100, max_age=3600))
+    for i in range(3):
+        big.add(StoredBatch(bytes([i]) * 16, b"x" * 60, 1, now + i * 1e-3))
+    assert big.pending() == 1 and big.dropped_batches == 2
+    old = DiskOutbox(tmp_path / "old", OutboxLimits(max_batches=100, max_bytes=10**6, max_age=60))
+    old.add(StoredBatch(b"o" * 16, b"old", 7, now - 3600))
+    old.add(StoredBatch(b"n" * 16, b"new", 1, now))
+    assert old.pending() == 1 and old.expired_batches == 1 and old.expired_reports == 7
+
+
+def test_two_senders_share_an_outbox_without_sending_one_batch_twice(tmp_path):
+    a = DiskOutbox(tmp_path / "outbox")
+    b = DiskOutbox(tmp_path / "outbox")
+    for i in range(10):
+        a.add(StoredBatch(bytes([i]) * 16, b"body%d" % i, 1, time.time() + i * 1e-3))
+    claimed = []
+    while True:
+        got = [x for x in (a.claim(time.time()), b.claim(time.time())) if x is not None]
+        if not got:
+            break
+        claimed += got
+    assert sorted(c.batch_id for c in claimed) == [bytes([i]) * 16 for i in range(10)]
+    for c in claimed:
+        (a if random.random() < 0.5 else b).done(c)
+    assert a.pending() == 0
+
+
+def test_an_abandoned_claim_is_returned_to_the_queue(tmp_path):
+    a = DiskOutbox(tmp_path / "outbox", claim_timeout=0.2)
+    a.add(StoredBatch(b"z" * 16, b"body", 1, time.time()))
+    assert a.claim(time.time()) is not None                    # claimed, then the sender "dies"
+    assert a.claim(time.time()) is None
+    time.sleep(0.3)
+    again = a.claim(time.time())
+    assert again is not None and again.body == b"body"
+
+
+# --- opt-out and close --------------------------------------------------------------------------------------
+
+def test_opt_out_deletes_queue_and_secret_and_stops_reporting(tmp_path, registry):
+    down = FakeCollector(registry)
+    down.fail(*[Fault("drop")] * 1000)
+    state_dir = tmp_path / "state"
+    client = TelemetryClient(registry=registry, state_dir=state_dir, transport=MemoryTransport(down),
+                             retry=RetryPolicy(initial=30), batch_size=1)
+    client.report("site", "a-value.example")
+    client.report("country", "country-01")
+    assert wait_until(lambda: len(list((state_dir / "outbox").glob("*.ldpb"))) >= 1, 5)
+    assert (state_dir / "secret").exists()
+    assert client.ledger_snapshot()["site"].memo
+    client.opt_out()
+    assert not (state_dir / "secret").exists()
+    assert not (state_dir / "outbox").exists() or not any((state_dir / "outbox").iterdir())
+    assert len(client.uploader.batcher.queue) == 0
+    assert client.ledger_snapshot()["site"].memo == {}         # digests keyed by the deleted secret
+    assert client.report("theme", "dark-secret-theme") is False
+    assert client.stats()["opted_out"] == 1
+    client.close(0.2)
+    again = TelemetryClient(registry=registry, state_dir=state_dir, transport=MemoryTransport(down))
+    assert again.opted_out and again.report("theme", "dark-secret-theme") is False
+    assert not (state_dir / "secret").exists()                 # opting out sticks across restarts
+    again.close(0.2)
+
+
+def test_close_flushes_within_its_timeout(tmp_path, registry, fake):
+    slow = MemoryTransport(fake, latency=0.05)
+    client = TelemetryClient(registry=registry, state_dir=tmp_path / "a", transport=slow, batch_size=5)
+    for i in range(20):
+        client.report("country", f"country-{i:02d}")
+    assert client.close(timeout=5.0) is True
+    assert fake.accepted_reports == 20
+    down = FakeCollector(registry)
+    down.fail(*[Fault("drop")] * 1000)
+    stuck = TelemetryClient(registry=registry, state_dir=tmp_path / "b", transport=MemoryTransport(down),
+                            retry=FAST)
+    stuck.report("country", "country-01")
+    start = time.monotonic()
+    assert stuck.close(timeout=0.5) is False
+    assert time.monotonic() - start < 2.0
+    assert len(list((tmp_path / "b" / "outbox").glob("*.ldpb"))) == 1   # kept for the next run
+
+
+def test_a_client_needs_a_state_and_a_way_to_send(registry):
+    with pytest.raises(ValueError, match="state_dir"):
+        TelemetryClient(registry=registry, transport=MemoryTransport())
+    with pytest.raises(ValueError, match="endpoint"):
+        TelemetryClient(registry=registry, state=MemoryState())
+
+
+def test_many_clients_can_share_one_uploader(registry, fake):
+    from client_sdk import Uploader
+
+    shared = Uploader(MemoryTransport(fake), batch_size=50, max_batch_age=0.05)
+    truth = np.zeros(3, dtype=int)
+    values = ["light-secret-theme", "dark-secret-theme", "system-secret-theme"]
+    for i in range(300):
+        c = TelemetryClient(registry=registry, state=MemoryState(), uploader=shared)
+        c.report("theme", values[i % 3])
+        c.report("theme", values[i % 3])                       # refused: one per window
+        truth[i % 3] += 1
+    assert shared.flush(5.0)
+    assert fake.accepted_reports == 300
+    assert fake.sketch("theme").total_reports == 300
+    shared.close()
+
+
+def test_queued_report_holds_no_true_value(tmp_path, registry, fake):
+    client = client_for(tmp_path, registry, fake, batch_size=1000, max_batch_age=3600)
+    client.report("site", "hidden-value.example")
+    item = client.uploader.batcher.queue.take(1)[0]
+    assert isinstance(item, QueuedReport)
+    blob = repr((item.metric, item.fingerprint, item.payload, item.charge))
+    assert "hidden-value" not in blob

@@ -1,0 +1,224 @@
+"""The privacy ledger: refusal at the budget, lifetime accounting with memoisation, windows,
+the file (atomic, no true value), `ldpt ledger`, and processes that share a state directory."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import threading
+
+import pytest
+from click.testing import CliRunner
+
+from cli.main import main
+from client_sdk import FakeCollector, MemoryTransport, RetryPolicy, TelemetryClient
+from client_sdk.ledger import (
+    Charge,
+    Ledger,
+    LedgerError,
+    MemoryLedger,
+    Refusal,
+    apply,
+    decide,
+    read_ledger,
+    window_name,
+)
+
+from .sdk_support import REGISTRY_TOML, make_registry
+
+DAY = 20_000   # a UTC day number
+
+
+def charge(day=DAY, eps=1.0, eps_inf=None, digest=None, rpw=1, budget=None, metric="m", fp="fp"):
+    return Charge(metric, fp, day, eps, eps_inf, digest, rpw, budget)
+
+
+# --- the accounting rules ------------------------------------------------------------------------------
+
+def test_reports_per_window_refuses_the_extra_report_and_a_new_window_resets():
+    book = {}
+    assert [apply(book, charge(rpw=2)) for _ in range(4)] == [None, None, Refusal.WINDOW, Refusal.WINDOW]
+    acct = book["m"]
+    assert acct.window == window_name(DAY) and acct.window_reports == 2
+    assert acct.window_epsilon == pytest.approx(2.0) and acct.refused_window == 2
+    assert apply(book, charge(day=DAY + 1, rpw=2)) is None      # the next UTC day
+    assert acct.window == window_name(DAY + 1) and acct.window_reports == 1
+    assert acct.lifetime_reports == 3 and acct.lifetime_epsilon == pytest.approx(3.0)
+    assert apply(book, charge(day=DAY, rpw=2)) is None           # late: counts in the current window
+    assert apply(book, charge(day=DAY, rpw=2)) is Refusal.WINDOW
+
+
+def test_the_lifetime_budget_refuses_the_report_that_would_exceed_it():
+    book = {}
+    outcomes = [apply(book, charge(day=DAY + i, eps=0.9999999992, budget=3.0)) for i in range(5)]
+    assert outcomes == [None, None, None, Refusal.LIFETIME, Refusal.LIFETIME]
+    assert book["m"].lifetime_epsilon <= 3.0 and book["m"].refused_lifetime == 2
+
+
+def test_memoised_reports_cost_epsilon_inf_per_distinct_value():
+    book = {}
+    eps1, eps_inf = 1.07, 4.39
+    seq = ["A"] * 5 + ["B"] * 2 + ["A"] * 3
+    for i, v in enumerate(seq):
+        assert apply(book, charge(day=DAY + i // 3, eps=eps1, eps_inf=eps_inf, digest=v, rpw=3)) is None
+    acct = book["m"]
+    assert acct.lifetime_epsilon == pytest.approx(2 * eps_inf)   # 2 distinct values, 10 reports
+    assert acct.lifetime_reports == 10 and acct.distinct_values == 2
+    assert acct.window_epsilon == pytest.approx(acct.window_reports * eps1)  # ε₁ per report in a window
+    # Budget 2.5 ε∞: a third distinct value is refused, a known one still fits.
+    budget = 2.5 * eps_inf
+    assert decide(acct, charge(day=DAY + 9, eps=eps1, eps_inf=eps_inf, digest="C", budget=budget,
+                               rpw=3)) is Refusal.LIFETIME
+    assert decide(acct, charge(day=DAY + 9, eps=eps1, eps_inf=eps_inf, digest="A", budget=budget,
+                               rpw=3)) is None
+    # New parameters (fingerprint) are a new PRR: a known value costs ε∞ again.
+    assert apply(book, charge(day=DAY + 9, eps=eps1, eps_inf=eps_inf, digest="A", fp="fp2", rpw=3)) is None
+    assert acct.lifetime_epsilon == pytest.approx(3 * eps_inf)
+
+
+def test_the_ledger_file_is_atomic_json_and_holds_no_value(tmp_path):
+    ledger = Ledger(tmp_path)
+    result = ledger.commit([charge(eps_inf=4.0, digest="0f" * 16, rpw=5)] * 2,
+                           [(charge(), Refusal.WINDOW, 3)])
+    assert result.outcomes == [None, None]
+    doc = json.loads((tmp_path / "ledger.json").read_text())
+    assert doc["format"] == "ldpt-ledger" and doc["version"] == 1
+    assert doc["metrics"]["m"]["memo"] == {"fp": ["0f" * 16]}
+    assert doc["metrics"]["m"]["refused_window"] == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger.json", "ledger.lock"]  # no temp left
+    assert read_ledger(tmp_path)["m"].lifetime_epsilon == pytest.approx(4.0)
+    (tmp_path / "ledger.json").write_text("{not json")
+    with pytest.raises(LedgerError, match="unreadable"):
+        ledger.commit([charge()])
+
+
+def test_a_corrupt_ledger_disables_reporting_instead_of_crashing(tmp_path):
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "ledger.json").write_text("garbage")
+    client = TelemetryClient(registry=make_registry(), state_dir=tmp_path / "state",
+                             transport=MemoryTransport())
+    assert client.report("crash", True) is False
+    assert client.stats()["disabled"] == 1
+    client.close(0.2)
+
+
+# --- through the client -------------------------------------------------------------------------------------
+
+def test_client_accounting_with_memoisation_matches_the_ledger(tmp_path):
+    registry = make_registry()
+    fake = FakeCollector(registry)
+    client = TelemetryClient(registry=registry, state_dir=tmp_path / "s", transport=MemoryTransport(fake))
+    values = ["alpha.example", "beta.example", "alpha.example", "alpha.example", "gamma.example",
+              "beta.example", "alpha.example", "delta.example", "epsilon.example"]
+    outcomes = [client.report("site", v) for v in values]
+    assert client.flush(5.0)
+    proto = registry.get("site").protocol_impl
+    eps_inf, eps1 = proto.epsilon_longitudinal, proto.epsilon
+    # lifetime_epsilon = 20 = 4.55 ε∞: the 5th distinct value ("epsilon.example") is refused.
+    assert outcomes == [True] * 8 + [False]
+    acct = client.ledger_snapshot()["site"]
+    assert acct.distinct_values == 4
+    assert acct.lifetime_epsilon == pytest.approx(4 * eps_inf)
+    assert acct.window_epsilon == pytest.approx(8 * eps1)
+    assert acct.refused_lifetime == 1
+    text = (tmp_path / "s" / "ledger.json").read_text()
+    for v in values:
+        assert v not in text                                    # digests only, never the value
+    assert fake.accepted_reports == 8
+    # crash: reports_per_window 3, lifetime 5 ε.
+    assert [client.report("crash", True) for _ in range(4)] == [True, True, True, False]
+    client.close()
+
+
+def test_threads_of_one_client_never_overspend(tmp_path):
+    registry = make_registry()
+    fake = FakeCollector(registry)
+    client = TelemetryClient(registry=registry, state_dir=tmp_path / "s", transport=MemoryTransport(fake),
+                             batch_size=7, max_batch_age=0.01)
+    results = []
+
+    def hammer():
+        results.extend(client.report("crash", i % 2 == 0) for i in range(200))
+
+    threads = [threading.Thread(target=hammer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert client.flush(5.0)
+    assert sum(results) == 3 and fake.accepted_reports == 3
+    assert client.ledger_snapshot()["crash"].window_reports == 3
+    client.close()
+
+
+def _process_reports(state_dir: str, attempts: int, queue) -> None:
+    """One app process: its own client on the shared state directory and its own transport."""
+    registry = make_registry(REGISTRY_TOML)
+    fake = FakeCollector(registry)
+    client = TelemetryClient(registry=registry, state_dir=state_dir, transport=MemoryTransport(fake),
+                             batch_size=2, max_batch_age=0.001, retry=RetryPolicy(initial=0.01))
+    for i in range(attempts):
+        client.report("crash", i % 2 == 0)
+        client.report("site", f"value-{i % 7}.example")
+    client.flush(10.0)
+    client.close(5.0)
+    sent = {m: sum(1 for b in fake.batches for r in b["reports"] if r["m"] == m) for m in ("crash", "site")}
+    queue.put(sent)
+
+
+def test_processes_sharing_a_state_dir_never_overspend(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_process_reports, args=(str(tmp_path / "shared"), 30, queue)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    sent = [queue.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    registry = make_registry()
+    acct = read_ledger(tmp_path / "shared")
+    # crash: 3 per window across every process, whatever the interleaving.
+    assert sum(s["crash"] for s in sent) == 3 == acct["crash"].window_reports
+    # site: lifetime budget 20 with ε∞ = 4.39 allows 4 distinct values across all processes.
+    eps_inf = registry.get("site").protocol_impl.epsilon_longitudinal
+    assert acct["site"].distinct_values == 4
+    assert acct["site"].lifetime_epsilon == pytest.approx(4 * eps_inf)
+    assert acct["site"].lifetime_epsilon <= 20.0
+    assert sum(s["site"] for s in sent) == acct["site"].lifetime_reports
+    assert acct["crash"].refused_window + acct["crash"].window_reports == 4 * 30
+
+
+# --- ldpt ledger ----------------------------------------------------------------------------------------------
+
+def test_ldpt_ledger_prints_the_book(tmp_path):
+    registry = make_registry()
+    client = TelemetryClient(registry=registry, state_dir=tmp_path / "s",
+                             transport=MemoryTransport(FakeCollector(registry)))
+    client.report("theme", "dark-secret-theme")
+    client.report("theme", "dark-secret-theme")
+    client.report("site", "x.example")
+    assert client.flush(5.0)
+    client.close()
+    runner = CliRunner()
+    out = runner.invoke(main, ["ledger", "--state-dir", str(tmp_path / "s")])
+    assert out.exit_code == 0, out.output
+    assert "theme" in out.output and "1/1" in out.output and "secret: present" in out.output
+    as_json = runner.invoke(main, ["ledger", "--state-dir", str(tmp_path / "s"), "--format", "json"])
+    rows = {r["metric"]: r for r in json.loads(as_json.output)["metrics"]}
+    assert rows["theme"]["refused_window"] == 1
+    assert rows["site"]["distinct_values"] == 1
+    assert rows["site"]["lifetime_epsilon"] == pytest.approx(registry.get("site").protocol_impl.epsilon_longitudinal)
+    as_csv = runner.invoke(main, ["ledger", "--state-dir", str(tmp_path / "s"), "--format", "csv"])
+    assert as_csv.output.splitlines()[0].startswith("metric,window,window_reports")
+    (tmp_path / "empty").mkdir()
+    bad = runner.invoke(main, ["ledger", "--state-dir", str(tmp_path / "empty")])
+    assert bad.exit_code != 0 and "not an ldp-telemetry state directory" in bad.output
+
+
+def test_memory_ledger_matches_the_file_ledger(tmp_path):
+    charges = [charge(day=DAY + i // 4, eps_inf=3.0, digest=str(i % 3), rpw=2, budget=7.0) for i in range(12)]
+    a = MemoryLedger().commit(charges)
+    b = Ledger(tmp_path).commit(charges)
+    assert a.outcomes == b.outcomes
+    assert a.accounts["m"].to_json() == b.accounts["m"].to_json()
