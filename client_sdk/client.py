@@ -128,7 +128,7 @@ def _table_for(registry: Registry) -> _MetricTable:
             return entry[1]
         table = _MetricTable(registry)
         key = id(registry)
-        _TABLES[key] = (weakref.ref(registry, lambda _r, k=key: _TABLES.pop(k, None)), table)
+        _TABLES[key] = (weakref.ref(registry, lambda _r, k=key, tables=_TABLES: tables.pop(k, None)), table)
         return table
 
 

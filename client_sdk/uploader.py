@@ -37,7 +37,7 @@ from typing import Protocol as TypingProtocol
 import msgpack
 
 from .errors import LdptError
-from .ledger import Accounts, Charge, LedgerBase, Refusal, RefusalCounts
+from .ledger import YIELD_EVERY, Accounts, Charge, LedgerBase, Refusal, RefusalCounts, yield_gil
 from .queue import (
     DEFAULT_QUEUE_SIZE,
     DropPolicy,
@@ -117,9 +117,12 @@ class QueuedReport:
 def pack_batch(reports: Sequence[tuple[str, str, Any]], batch_id: bytes | None = None) -> tuple[bytes, bytes]:
     """Wire format v1 body for (metric, fingerprint, payload) triples; returns (batch id, body)."""
     batch_id = os.urandom(BATCH_ID_BYTES) if batch_id is None else batch_id
-    body = msgpack.packb({"v": WIRE_VERSION, "batch_id": batch_id,
-                          "reports": [{"m": m, "f": f, "p": p} for m, f, p in reports]},
-                         use_bin_type=True)
+    items = []
+    for i, (m, f, p) in enumerate(reports, start=1):
+        items.append({"m": m, "f": f, "p": p})
+        if i % (4 * YIELD_EVERY) == 0:
+            yield_gil()
+    body = msgpack.packb({"v": WIRE_VERSION, "batch_id": batch_id, "reports": items}, use_bin_type=True)
     return batch_id, body
 
 
@@ -271,6 +274,7 @@ class Batcher:
                 outcome[id(it)] = o
                 if o is not None:
                     self.counters["reports_refused_at_commit"] += 1
+            yield_gil()
         accepted = [it for it in items if outcome.get(id(it)) is None]
         if not accepted:
             return False

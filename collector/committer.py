@@ -104,7 +104,14 @@ class GroupCommitter:
             group = [self._queue.popleft() for _ in range(min(len(self._queue), self.group_max_batches))]
             reports = sum(b.reports for b, _ in group)
             self._queued_reports -= reports
-            await self._commit_group(group, reports)
+            try:
+                await self._commit_group(group, reports)
+            except Exception:  # never let a bug stop the committer: later requests would hang
+                log.exception("committer error")
+                for _, fut in group:
+                    if not fut.done():
+                        fut.set_exception(Problem("internal-error", "the batch was not acknowledged; "
+                                                  "retry the same batch"))
             self._publish_depth()
 
     async def _commit_group(self, group: list[tuple[PendingBatch, asyncio.Future[BatchOutcome]]],

@@ -19,9 +19,11 @@ from typing import Any
 
 from aiohttp import web
 
+from cli.output import frame_to_csv, frame_to_json
 from client_sdk.errors import EstimationError, LdptError
 from client_sdk.registry import Kind, Registry
 from collector.storage.aio import AsyncSketchStore
+from estimators.frequency import estimate_frame
 
 from .problems import Problem
 
@@ -146,10 +148,6 @@ async def estimates(request: web.Request, registry: Registry, store: AsyncSketch
     q = await query_params(request)
     if q["candidates"] is not None and spec.kind is not Kind.STRING:
         raise Problem("invalid-query", "candidates are only for string metrics", field="candidates")
-    # pandas/scipy load on the first query only: ingest-only workers stay ~60 MB smaller
-    from cli.output import frame_to_csv, frame_to_json
-    from estimators.frequency import estimate_frame
-
     proto = spec.protocol_impl
     try:
         sketch = await store.aload(spec.name, spec.fingerprint, proto.new_sketch(), q["windows"],

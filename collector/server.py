@@ -31,7 +31,7 @@ from aiohttp import web
 from client_sdk.registry import Registry, load_registry
 
 from .app import create_app
-from .config import ServeConfig, read_tokens
+from .config import ConfigError, ServeConfig, read_tokens
 from .telemetry import Telemetry
 
 log = logging.getLogger("ldpt.collector")
@@ -46,16 +46,35 @@ MAX_RESTARTS, RESTART_WINDOW = 5, 60.0
 
 def make_socket(host: str, port: int, *, reuse_port: bool) -> socket.socket:
     """A bound TCP socket (not yet listening); SO_REUSEPORT when workers share the port."""
-    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if reuse_port:
         if not hasattr(socket, "SO_REUSEPORT"):  # pragma: no cover - not on Linux/macOS
             raise OSError("--workers > 1 needs SO_REUSEPORT, which this platform lacks")
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     sock.set_inheritable(False)
     return sock
+
+
+def reserve_port(host: str, port: int) -> socket.socket:
+    """The supervisor's SO_REUSEPORT socket on a port nobody else listens on.
+
+    SO_REUSEPORT would let us *join* another process's group on a busy port (same user), so
+    the port is first bound without it: that fails if anything already listens there.
+    """
+    probe = make_socket(host, port, reuse_port=False)
+    port = probe.getsockname()[1]
+    probe.close()
+    return make_socket(host, port, reuse_port=True)
 
 
 def prepare_store(config: ServeConfig) -> None:
@@ -81,7 +100,8 @@ def serve(config: ServeConfig, *, announce: Callable[[str], None] | None = None)
     read_tokens(config.query_token_file)  # a bad token file fails before the port is taken
     prepare_store(config)
     telemetry = Telemetry.create([m.name for m in registry], config.workers)
-    sock = make_socket(config.host, config.port, reuse_port=config.workers > 1)
+    sock = reserve_port(config.host, config.port) if config.workers > 1 else \
+        make_socket(config.host, config.port, reuse_port=False)
     host, port = sock.getsockname()[:2]
     line = (f"ldpt serve: listening on http://{_url_host(host)}:{port} (workers {config.workers}, "
             f"store {config.store_description}, window {config.window})")

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import os
 
-import pytest
+# Small dense factorisations (OLH and RAPPOR decoders) run 10-30x slower with multi-threaded
+# BLAS on this 2-core machine; one thread per process keeps tests fast and deterministic.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import pytest  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -386,3 +386,85 @@ def test_every_setting_is_documented_and_env_overrides_work(tmp_path):
     cfg = make_config(tmp_path / "m.toml", environ={"LDPT_QUEUE_MAX_BATCHES": "7"}, queue_max_batches=9)
     assert cfg.queue_max_batches == 9
     assert os.environ.get("LDPT_QUEUE_MAX_BATCHES") is None
+
+
+def test_string_metric_query_with_candidates_in_a_post_body(tmp_path):
+    pytest.importorskip("client_sdk.protocols.rappor")
+    registry_path = tmp_path / "strings.toml"
+    registry_path.write_text('[metrics.home]\nkind = "string"\nprotocol = "rappor"\nbloom_bits = 32\n'
+                             'hashes = 2\ncohorts = 4\n', encoding="utf-8")
+    registry = load_registry(registry_path)
+    spec = registry.get("home")
+    proto = spec.protocol_impl
+    rng = np.random.default_rng(9)
+    truth = np.asarray(["a.com"] * 600 + ["b.org"] * 300 + ["c.net"] * 100, dtype=object)
+    wire = proto.to_wire(proto.encode(truth, rng))
+    bodies = [make_body([{"m": "home", "f": spec.fingerprint, "p": w} for w in wire[i:i + 250]])
+              for i in range(0, len(wire), 250)]
+    candidates = ["a.com", "b.org", "c.net", "nobody.example"]
+    setup = (registry_path, registry, write_token(tmp_path / "token"), tmp_path / "c.sqlite")
+
+    async def scenario():
+        async with running(setup) as (client, _):
+            for body in bodies:
+                assert (await post(client, body))[0] == 200
+            resp = await client.post("/v1/metrics/home/estimates", json={"candidates": candidates},
+                                     headers=AUTH)
+            text = await resp.text()
+            assert resp.status == 200, text
+            want = estimate_frame(spec, expected_sketch(spec, bodies), candidates=candidates)
+            assert text == frame_to_json(want)
+            query = "&".join(f"candidates={c}" for c in candidates)
+            resp = await client.get(f"/v1/metrics/home/estimates?{query}", headers=AUTH)
+            assert await resp.text() == frame_to_json(want)
+            resp = await client.get("/v1/metrics/home/estimates", headers=AUTH)
+            assert_problem(resp.status, resp.headers, await resp.read(), 422, "estimation-error")
+    asyncio.run(scenario())
+
+
+def test_the_load_generator_retries_through_overload_and_counts_once(setup):
+    from cli.remote import send_batches
+
+    registry = setup[1]
+    bodies = bodies_for(registry, 30, seed=10, size=10)
+
+    class QuickerStore(SlowStore):
+        delay = 0.1
+
+    async def factory():
+        return QuickerStore(setup[3])
+
+    async def scenario():
+        async with running(setup, store_factory=factory, queue_max_batches=2) as (client, _):
+            seen = []
+            stats = await send_batches(str(client.make_url("/")), [(75, b) for b in bodies],
+                                       concurrency=8, on_ack=lambda body, doc: seen.append(body))
+            assert stats.batches == 30 and stats.reports == 30 * 75 and stats.retries > 0
+            assert sorted(seen) == sorted(bodies)
+    asyncio.run(scenario())
+    spec = registry.get("page")
+    sketch, batches = stored(setup[3], spec)
+    np.testing.assert_array_equal(sketch.counts, expected_sketch(spec, bodies).counts)
+    assert batches == 30
+
+
+def test_the_load_generator_stops_on_a_4xx_with_the_collectors_detail(setup):
+    from cli.remote import RemoteError, send_batches
+
+    async def scenario():
+        async with running(setup) as (client, _):
+            with pytest.raises(RemoteError, match="unknown-metric"):
+                await send_batches(str(client.make_url("/")),
+                                   [(1, make_body([{"m": "nope", "f": "0" * 32, "p": 0}]))])
+    asyncio.run(scenario())
+
+
+def test_request_bodies_in_flight_are_bounded(setup):
+    async def scenario():
+        async with running(setup, max_inflight_bytes=4096) as (client, app):
+            app[STATE].inflight_bytes = 4000  # as if other bodies were being read right now
+            doc = assert_problem(*await post(client, bodies_for(setup[1], 1)[0]), 503, "overloaded")
+            assert doc["retry_after"] >= 1
+            app[STATE].inflight_bytes = 0
+            assert (await post(client, bodies_for(setup[1], 1)[0]))[0] == 200
+    asyncio.run(scenario())

@@ -78,6 +78,12 @@ def test_posted_batches_estimate_exactly_like_the_in_process_simulation(tmp_path
                 local = run_cli("estimate", "--metrics", reg, "--metric", metric, "--db",
                                 str(tmp_path / "local.sqlite"), "--format", fmt)
                 assert remote == local
+        stale = tmp_path / "stale.toml"  # the client's registry has another epsilon
+        stale.write_text((tmp_path / "metrics.toml").read_text().replace("epsilon = 1.0", "epsilon = 1.5"))
+        result = CliRunner().invoke(main, ["simulate", "--metrics", str(stale), "--metric", "theme",
+                                           "--clients", "10", "--url", server.url, "--silent"])
+        assert result.exit_code == 1 and "fingerprint-mismatch" in result.output
+        assert "Traceback" not in result.output
         assert server.terminate() == 0
     from client_sdk.registry import load_registry
 
@@ -233,3 +239,14 @@ def test_bad_arguments_fail_with_one_line(tmp_path):
                                        "--query-token-file", str(tmp_path / "empty"),
                                        "--db", str(tmp_path / "x.sqlite")])
     assert result.exit_code != 0 and "token file is empty" in result.output
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        for workers in ("1", "2"):
+            result = CliRunner().invoke(main, ["serve", "--metrics", str(tmp_path / "metrics.toml"),
+                                               "--port", port, "--workers", workers,
+                                               "--db", str(tmp_path / "x.sqlite")])
+            assert result.exit_code == 1 and "cannot listen on 127.0.0.1:" in result.output, result.output

@@ -365,7 +365,7 @@ def test_two_senders_share_an_outbox_without_sending_one_batch_twice(tmp_path):
 
 
 def test_an_abandoned_claim_is_returned_to_the_queue(tmp_path):
-    a = DiskOutbox(tmp_path / "outbox", claim_timeout=0.2)
+    a = DiskOutbox(tmp_path / "outbox", claim_timeout=0.2, sweep_interval=0.0)
     a.add(StoredBatch(b"z" * 16, b"body", 1, time.time()))
     assert a.claim(time.time()) is not None                    # claimed, then the sender "dies"
     assert a.claim(time.time()) is None

@@ -72,8 +72,10 @@ MAX_CELLS = 1 << 20
 MAX_DESIGN_ROWS = 8 * MAX_DOMAIN
 #: Fewest cohorts the default sizing uses.
 MIN_COHORTS = 8
-#: Default sizing target: light-item variance <= this multiple of plain OLH (N/(N−d−1), see above).
-TARGET_INFLATION = 1.5
+#: Default sizing: N = m(g−1) >= DOF_FACTOR·(d+1) degrees of freedom, which bounds the light-item
+#: variance over plain OLH, N/(N−d−1), by TARGET_INFLATION = 3/2 (see above).
+DOF_FACTOR = 3
+TARGET_INFLATION = DOF_FACTOR / (DOF_FACTOR - 1)
 #: Defaults with d up to this are rank-checked at construction (< 1 ms); larger ones on first decode,
 #: where N = m(g−1) >= 3(d+1) and m >= 8 make a rank-deficient random design astronomically unlikely.
 EAGER_CHECK_MAX_DOMAIN = 64
@@ -132,8 +134,7 @@ def default_hash_range(epsilon: float) -> int:
 
 def default_cohorts(d: int, g: int) -> int:
     """Smallest m with N/(N−d−1) <= TARGET_INFLATION for N = m(g−1), at least MIN_COHORTS."""
-    need = (d + 1) * TARGET_INFLATION / (TARGET_INFLATION - 1)
-    return max(MIN_COHORTS, math.ceil(need / (g - 1)))
+    return max(MIN_COHORTS, -(-DOF_FACTOR * (d + 1) // (g - 1)))  # ⌈3(d+1)/(g−1)⌉ in integers
 
 
 def _too_large(d: int) -> ValueError:

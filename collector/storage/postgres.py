@@ -210,7 +210,7 @@ class PostgresStore(AsyncSketchStore):
                 prior = {bytes(r[0]): bytes(r[1]) for r in await conn.fetch(
                     "SELECT batch_id, digest FROM ldpt_batches WHERE batch_id = ANY($1::bytea[])", seen)}
         outcomes: list[BatchOutcome] = []
-        applied = []
+        applied_deltas = []
         for i, b in enumerate(batches):
             if b.batch_id is None:
                 applied = True
@@ -221,9 +221,9 @@ class PostgresStore(AsyncSketchStore):
                     ref = batches[first[bid]].digest if bid in inserted else prior.get(bid)
                     outcomes.append(BatchOutcome.DUPLICATE if ref == b.digest else BatchOutcome.CONFLICT)
                     continue
-            applied.append(b.deltas)
+            applied_deltas.append(b.deltas)
             outcomes.append(BatchOutcome.APPLIED)
-        total = sum_deltas(applied)
+        total = sum_deltas(applied_deltas)
         if total:
             self._seq += 1
             cols = _delta_columns(total)
