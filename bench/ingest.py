@@ -171,7 +171,7 @@ class Generator:
 
 
 class RssSampler(threading.Thread):
-    """Peak total RSS of a process tree, sampled every 100 ms."""
+    """Peak total RSS of a process tree, sampled every 100 ms; CPU seconds it used."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
@@ -179,14 +179,45 @@ class RssSampler(threading.Thread):
         self.peak = 0
         self.done = threading.Event()
 
+    def tree(self) -> list[psutil.Process]:
+        return [self.proc, *self.proc.children(recursive=True)]
+
+    def cpu_seconds(self) -> float:
+        total = 0.0
+        for p in self.tree():
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        return total
+
     def run(self) -> None:
         while not self.done.is_set():
             try:
-                procs = [self.proc, *self.proc.children(recursive=True)]
-                self.peak = max(self.peak, sum(p.memory_info().rss for p in procs))
+                self.peak = max(self.peak, sum(p.memory_info().rss for p in self.tree()))
             except psutil.Error:
                 pass
             self.done.wait(0.1)
+
+
+def run_measured(gen: Generator, sampler: RssSampler, warmup: float, seconds: float) -> tuple[float, float, float]:
+    """Run the load; (elapsed, collector CPU cores, generator CPU cores) over the measured part."""
+    marks: dict[str, float] = {}
+
+    async def go() -> float:
+        async def mark() -> None:
+            await asyncio.sleep(warmup)
+            marks["srv0"], marks["gen0"] = sampler.cpu_seconds(), time.process_time()
+            await asyncio.sleep(seconds)
+            marks["srv1"], marks["gen1"] = sampler.cpu_seconds(), time.process_time()
+        marker = asyncio.create_task(mark())
+        elapsed = await gen.run(warmup, seconds)
+        await marker
+        return elapsed
+
+    elapsed = asyncio.run(go())
+    return (elapsed, (marks["srv1"] - marks["srv0"]) / seconds, (marks["gen1"] - marks["gen0"]) / seconds)
 
 
 @contextlib.contextmanager
@@ -222,6 +253,8 @@ class Result:
     peak_rss_mb: float
     overloaded: int
     errors: int
+    server_cpu: float     # cores used by the collector's processes
+    generator_cpu: float  # cores used by the load generator
 
 
 def run_one(store: str, store_args: list[str], workers: int, protocol: str, registry: Path,
@@ -232,12 +265,13 @@ def run_one(store: str, store_args: list[str], workers: int, protocol: str, regi
         gen = Generator("127.0.0.1", port, request, offset, connections)
         sampler = RssSampler(pid)
         sampler.start()
-        elapsed = asyncio.run(gen.run(warmup, seconds))
+        elapsed, srv_cpu, gen_cpu = run_measured(gen, sampler, warmup, seconds)
         sampler.done.set()
         sampler.join()
     lat = np.asarray(gen.latencies) * 1000 if gen.latencies else np.asarray([np.nan])
     return Result(store, workers, protocol, gen.acked / elapsed, float(np.percentile(lat, 50)),
-                  float(np.percentile(lat, 99)), sampler.peak / 2**20, gen.overloaded, gen.errors)
+                  float(np.percentile(lat, 99)), sampler.peak / 2**20, gen.overloaded, gen.errors,
+                  srv_cpu, gen_cpu)
 
 
 def drop_schema(dsn: str, schema: str) -> None:
@@ -297,10 +331,15 @@ def main() -> None:
     print(f"\nIngest: batches of {BATCH} reports, d = k = {D}, {args.connections} connections, "
           f"{args.seconds:g} s measured, durable commits, {os.cpu_count()} cores shared with the generator\n")
     print(f"{'store':8s} {'workers':>7s} {'protocol':8s} {'reports/s':>12s} {'p50 ms':>8s} {'p99 ms':>8s} "
-          f"{'peak RSS MB':>11s} {'503s':>6s} {'errors':>6s}")
+          f"{'peak RSS MB':>11s} {'srv CPU':>7s} {'gen CPU':>7s} {'µs CPU/batch':>12s} {'503s':>6s} {'errors':>6s}")
     for r in results:
+        per_batch = r.server_cpu / (r.reports_per_s / BATCH) * 1e6 if r.reports_per_s else float("nan")
         print(f"{r.store:8s} {r.workers:7d} {r.protocol:8s} {r.reports_per_s:12,.0f} {r.p50_ms:8.2f} "
-              f"{r.p99_ms:8.2f} {r.peak_rss_mb:11.0f} {r.overloaded:6d} {r.errors:6d}")
+              f"{r.p99_ms:8.2f} {r.peak_rss_mb:11.0f} {r.server_cpu:7.2f} {r.generator_cpu:7.2f} "
+              f"{per_batch:12.0f} {r.overloaded:6d} {r.errors:6d}")
+    print("\nsrv CPU / gen CPU: cores used by the collector's processes / the load generator while "
+          "measuring (PostgreSQL's own backends are not included); µs CPU/batch: collector CPU "
+          "per acknowledged batch.")
 
 
 if __name__ == "__main__":

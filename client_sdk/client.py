@@ -49,6 +49,8 @@ DEFAULT_CLOSE_TIMEOUT = 10.0
 EXIT_CLOSE_TIMEOUT = 1.0
 DEFAULT_RETRY = RetryPolicy()
 DEFAULT_OUTBOX_LIMITS = OutboxLimits()
+#: Distinct problems logged per client (then silence: e.g. endless made-up metric names).
+MAX_LOGGED_KINDS = 100
 ENDPOINT_ENV = "LDPT_ENDPOINT"
 STATE_DIR_ENV = "LDPT_STATE_DIR"
 
@@ -350,7 +352,7 @@ class ClientCore:
                             f"({refusal.value} budget)")
 
     def _log_once(self, key: Any, level: int, message: str) -> None:
-        if key not in self._logged:
+        if key not in self._logged and len(self._logged) < MAX_LOGGED_KINDS:
             self._logged.add(key)
             log.log(level, message)
 

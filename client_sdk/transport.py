@@ -275,20 +275,22 @@ class FakeCollector:
         try:
             doc = msgpack.unpackb(body, raw=False, strict_map_key=True)
         except Exception as exc:  # noqa: BLE001 - any decoding failure is a 400
-            return problem(400, "undecodable", f"not msgpack: {exc}")
-        if not isinstance(doc, dict) or doc.get("v") != WIRE_VERSION:
-            return problem(400, "undecodable", "expected a map with v = 1")
+            return problem(400, "undecodable-body", f"not msgpack: {exc}")
+        if not isinstance(doc, dict):
+            return problem(422, "invalid-batch", "the body must be a msgpack map")
+        if doc.get("v") != WIRE_VERSION:
+            return problem(422, "unsupported-version", f"wire format version {doc.get('v')!r}; expected 1")
         batch_id, reports = doc.get("batch_id"), doc.get("reports")
         if not isinstance(batch_id, bytes) or len(batch_id) != BATCH_ID_BYTES:
-            return problem(400, "undecodable", "batch_id must be 16 bytes", field="batch_id")
+            return problem(422, "invalid-batch", "batch_id must be 16 bytes", field="batch_id")
         if not isinstance(reports, list) or not reports:
-            return problem(400, "undecodable", "reports must be a non-empty array", field="reports")
+            return problem(422, "invalid-batch", "reports must be a non-empty array", field="reports")
         digest = hashlib.sha256(body).digest()
         with self.lock:
             seen = self.committed.get(batch_id)
         if seen is not None:
             if seen != digest:
-                return problem(422, "batch-id-reused", "batch id reused with a different body")
+                return problem(422, "batch-id-conflict", "batch id reused with a different body")
             with self.lock:
                 self.duplicates += 1
             return Response(200, {"content-type": "application/json"},

@@ -348,7 +348,8 @@ class Batcher:
 
     def _reject(self, batch: StoredBatch, response: Response) -> None:
         slug = response.problem_type or "error"
-        doc = response.json() if isinstance(response.json(), dict) else {}
+        doc = response.json()
+        doc = doc if isinstance(doc, dict) else {}
         metric = doc.get("metric") if isinstance(doc.get("metric"), str) else None
         index = doc.get("report_index") if isinstance(doc.get("report_index"), int) else None
         detail = doc.get("detail", "")

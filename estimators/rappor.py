@@ -63,7 +63,7 @@ from .intervals import wald_interval, z_value
 COLUMNS = ["value", "estimate", "proportion", "std_err", "ci_low", "ci_high", "p_value", "detected"]
 CONTROLS = ("fwer", "fdr")
 #: Candidates with a screening z-score above this enter the model set S (many-candidate mode).
-SCREEN_Z = 3.0
+SCREEN_Z = 4.0
 #: Fit all candidates at once while M <= rows / ROWS_PER_CANDIDATE; screen beyond.
 ROWS_PER_CANDIDATE = 4
 SCREEN_ROUNDS = 4
@@ -349,8 +349,11 @@ def decode(sketch: Sketch, params_or_protocol: RapporParams | Rappor,
     background = (float(est[intercept]), float(var_rr[intercept]))
     est, var_rr = est[:m_cand], var_rr[:m_cand]
 
-    # population sampling variance of a proportion, at the clipped estimate (module docstring, 2)
+    gof = _goodness_of_fit(cells, fit, params, model.shape[0])
+    # population sampling variance of a proportion, at the clipped estimate (module docstring, 2),
+    # and the frozen-collision variance of strings outside the model (module docstring, 5)
     clipped = np.clip(est, 0.0, 1.0)
+    var_rr = var_rr + gof["collision_variance"]
     var = var_rr + clipped * (1 - clipped) / n
     se0 = np.sqrt(var_rr)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -371,7 +374,7 @@ def decode(sketch: Sketch, params_or_protocol: RapporParams | Rappor,
     order = np.lexsort((np.arange(m_cand), -np.nan_to_num(est, nan=-np.inf)))
     df = df.iloc[order].reset_index(drop=True)
 
-    summary = _summary(cells, fit, model, params, n, est, detected, alias, empty, screened, control, alpha,
+    summary = _summary(gof, fit, model, params, n, est, detected, alias, empty, screened, control, alpha,
                        background)
     df.attrs.update(protocol="rappor", epsilon=params.epsilon_one,
                     epsilon_longitudinal=params.epsilon_inf, n_reports=n, confidence=confidence,
@@ -390,21 +393,39 @@ def _candidate_map(candidates: Sequence[str], params: RapporParams) -> Candidate
     return CandidateMap.from_strings(values, params)
 
 
-def _summary(cells: _Cells, fit: _Fit, model: np.ndarray, params: RapporParams, n: int,
-             est: np.ndarray, detected: np.ndarray, alias: np.ndarray, empty: np.ndarray,
-             screened: bool, control: str, alpha: float, background: tuple[float, float]) -> dict[str, Any]:
-    """Reports, mass, detections, explained variance and the goodness-of-fit checks."""
+def _goodness_of_fit(cells: _Cells, fit: _Fit, params: RapporParams, model_size: int) -> dict[str, float]:
+    """χ² of the model fit, explained variance, and the collision variance it implies.
+
+    V is each cell's variance under the fit (randomised response + sampling). Strings outside
+    the model (mass π_v) leave structure in the residual: Σ_c r_c²/V_c exceeds its degrees of
+    freedom by ≈ Σ_v π_v² · m·h̄(1 − h̄/k) · mean(1/V), h̄ = k(1 − (1 − 1/k)^h) their distinct
+    bits per cohort. Their frozen hash collisions with a candidate shift its estimate by
+    ≈ Σ_v π_v (s_uv − E s_uv)/(m h̄) (s_uv shared cells, ≈ Poisson), which over hash draws has
+    variance Σ_v π_v² / (m·k): added to every candidate's variance (method of moments,
+    clipped at 0; it is ≈ 0 when the candidates explain the data).
+    """
     n_rows = cells.y.shape[0]
+    m_live = n_rows // params.k
     delta = params.q_star - params.p_star
-    # total variance of each cell under the fit (randomised response + sampling), V
     rho = np.clip(cells.y - fit.resid, 0.0, 1.0)
     vz, vo = params.p_star * (1 - params.p_star), params.q_star * (1 - params.q_star)
     v = (rho * vo + (1 - rho) * vz) / (cells.n_cohort * delta**2) + rho * (1 - rho) / cells.n_cohort
     chi2 = float((fit.resid**2 / v).sum())
-    dof = max(1, n_rows - model.shape[0])
-    gof_p = float(stats.chi2.sf(chi2, dof))
+    dof = max(1, n_rows - model_size)
     signal = float((cells.y**2 / v).sum()) - n_rows
     explained = float(np.clip(1 - max(0.0, chi2 - dof) / signal, 0.0, 1.0)) if signal > 0 else math.nan
+    bits = params.k * (1 - (1 - 1 / params.k) ** params.h)           # h̄
+    sum_sq = max(0.0, chi2 - dof) / (m_live * bits * (1 - bits / params.k) * float(np.mean(1 / v)))
+    return {"chi2": chi2, "dof": float(dof), "p_value": float(stats.chi2.sf(chi2, dof)),
+            "explained_variance": explained, "outside_sum_sq": sum_sq,
+            "collision_variance": sum_sq / (m_live * params.k)}
+
+
+def _summary(gof: dict[str, float], fit: _Fit, model: np.ndarray, params: RapporParams, n: int,
+             est: np.ndarray, detected: np.ndarray, alias: np.ndarray, empty: np.ndarray,
+             screened: bool, control: str, alpha: float, background: tuple[float, float]) -> dict[str, Any]:
+    """Reports, mass, detections, explained variance and the goodness-of-fit checks."""
+    chi2, dof, gof_p = gof["chi2"], int(gof["dof"]), gof["p_value"]
     # the intercept b is the background bit rate of strings outside the model: mass = b·k/h̄,
     # h̄ = k(1 − (1 − 1/k)^h) the expected number of distinct Bloom bits of a string
     per_mass = (1 - (1 - 1 / params.k) ** params.h)
@@ -415,12 +436,11 @@ def _summary(cells: _Cells, fit: _Fit, model: np.ndarray, params: RapporParams, 
     if gof_p < GOF_WARNING_P:
         warnings.append(
             f"the candidates do not explain the data (goodness of fit chi2 = {chi2:.0f} on {dof} df, "
-            f"p = {gof_p:.2g}): a frequent string is probably missing from the candidate list, and "
-            "candidates sharing its Bloom bits are overestimated")
+            f"p = {gof_p:.2g}): a frequent string is probably missing from the candidate list; the "
+            "standard errors include the collision noise this causes")
     if math.isfinite(outside_p) and outside_p < GOF_WARNING_P and not screened:
         warnings.append(f"about {outside:.3f} (± {outside_se:.3f}) of the reports' mass is in strings "
-                        "outside the candidate list (p = {outside_p:.2g}); the estimates allow for a "
-                        "uniform background of such strings")
+                        f"outside the candidate list (p = {outside_p:.2g})")
     if n_alias:
         warnings.append(f"{n_alias} candidate(s) set exactly the same Bloom bits as another candidate "
                         "and cannot be told apart (their rows are empty)")
@@ -432,7 +452,7 @@ def _summary(cells: _Cells, fit: _Fit, model: np.ndarray, params: RapporParams, 
     finite = np.isfinite(est)
     return {
         "reports": int(n),
-        "cohorts_with_reports": int(n_rows // params.k),
+        "cohorts_with_reports": int(fit.resid.shape[0] // params.k),
         "candidates": int(est.shape[0]),
         "model_size": int(model.shape[0] - 1),
         "screened": bool(screened),
@@ -442,10 +462,11 @@ def _summary(cells: _Cells, fit: _Fit, model: np.ndarray, params: RapporParams, 
         "mass_outside_model": outside,
         "mass_outside_model_se": outside_se,
         "mass_outside_model_p_value": outside_p,
-        "explained_variance": explained,
+        "explained_variance": gof["explained_variance"],
         "gof_statistic": chi2,
-        "gof_df": int(dof),
+        "gof_df": dof,
         "gof_p_value": gof_p,
+        "collision_variance": gof["collision_variance"],
         "control": control,
         "alpha": alpha,
         "warning": "; ".join(warnings) if warnings else None,

@@ -43,7 +43,7 @@ kind = "categorical"
 protocol = "oue"
 epsilon = 2.0
 reports_per_window = 1000
-categories = [%s]
+categories = [COUNTRIES]
 
 [metrics.app]
 kind = "categorical"
@@ -63,7 +63,7 @@ prob_p = 0.5
 prob_q = 0.75
 reports_per_window = 1000
 lifetime_epsilon = 20.0
-""" % ", ".join(f'"country-{i:02d}"' for i in range(40))
+""".replace("COUNTRIES", ", ".join(f'"country-{i:02d}"' for i in range(40)))
 
 
 def make_registry(text: str = REGISTRY_TOML) -> Registry:

@@ -468,3 +468,14 @@ def test_request_bodies_in_flight_are_bounded(setup):
             app[STATE].inflight_bytes = 0
             assert (await post(client, bodies_for(setup[1], 1)[0]))[0] == 200
     asyncio.run(scenario())
+
+
+def test_hourly_windows(setup):
+    async def scenario():
+        async with running(setup, window="hour") as (client, app):
+            assert (await post(client, bodies_for(setup[1], 1)[0]))[0] == 200
+            windows = await app[STATE].store.awindows("theme")
+            assert len(windows) == 1 and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d", windows[0].window)
+            resp = await client.get(f"/v1/metrics/theme/estimates?window={windows[0].window}", headers=AUTH)
+            assert resp.status == 200 and (await resp.json())["meta"]["n_reports"] == 50
+    asyncio.run(scenario())

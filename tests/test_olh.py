@@ -30,7 +30,7 @@ from estimators.intervals import wald_interval, z_value
 
 
 def small() -> OLH:
-    """Defaults at d=16, ε=1: g=4, m=17."""
+    """Defaults at d=16, ε=1: g=4, m=23."""
     return from_options(16, 1.0, {})
 
 
@@ -86,7 +86,7 @@ def test_quantised_probabilities_and_epsilon() -> None:
 
 
 @pytest.mark.parametrize(("d", "eps", "g", "m"), [
-    (16, 1.0, 4, 17), (200, 2.0, 8, 87), (2, 0.1, 2, 9), (1024, 4.0, 56, 56), (10, 4.0, 56, 8),
+    (16, 1.0, 4, 23), (200, 2.0, 8, 115), (2, 0.1, 2, 12), (1024, 4.0, 56, 75), (10, 4.0, 56, 8),
 ])
 def test_default_sizing(d: int, eps: float, g: int, m: int) -> None:
     proto = from_options(d, eps, {})
@@ -222,7 +222,7 @@ def test_encode_checks_inputs() -> None:
     with pytest.raises(DomainError):
         proto.encode(np.array([16]))
     with pytest.raises(ValueError, match="cohorts"):
-        proto.encode(np.array([1, 2]), cohorts=np.array([0, 17]))
+        proto.encode(np.array([1, 2]), cohorts=np.array([0, 23]))
     with pytest.raises(ValueError, match="cohorts"):
         proto.encode(np.array([1, 2]), cohorts=np.array([0.0, 1.0]))
     empty = proto.encode(np.array([], dtype=np.int64), np.random.default_rng(0))
@@ -271,7 +271,7 @@ def test_from_wire_rejects(objects: list, index: int, fragment: str) -> None:
 
 
 @pytest.mark.parametrize(("payload", "field", "index"), [
-    ({"cohort": np.array([0, 17, 3]), "y": np.array([0, 1, 2])}, "cohort", 1),
+    ({"cohort": np.array([0, 23, 3]), "y": np.array([0, 1, 2])}, "cohort", 1),
     ({"cohort": np.array([0, 1, -1]), "y": np.array([0, 1, 2])}, "cohort", 2),
     ({"cohort": np.array([0, 1, 2]), "y": np.array([0, 4, 2])}, "y", 1),
     ({"cohort": np.array([0, 1, 2]), "y": np.array([-1, 0, 2])}, "y", 0),
@@ -309,7 +309,7 @@ def test_accumulate_is_additive_and_estimates_merge() -> None:
     merged = sa.merge(sb)
     np.testing.assert_array_equal(merged.counts, both.counts)
     np.testing.assert_array_equal(merged.reports, both.reports)
-    assert merged.counts.shape == (17, 4) and merged.counts.dtype == np.int64
+    assert merged.counts.shape == (23, 4) and merged.counts.dtype == np.int64
     assert merged.total_reports == 5000 and merged.counts.sum() == 5000
     np.testing.assert_array_equal(merged.reports, merged.counts.sum(axis=1))
     np.testing.assert_allclose(proto.estimate(merged).counts, proto.estimate(both).counts)
@@ -320,7 +320,7 @@ def test_estimate_edge_cases() -> None:
     empty = proto.estimate(proto.new_sketch())
     assert empty.n == 0 and (empty.counts == 0).all() and (empty.variances == 0).all()
     with pytest.raises(EstimationError, match="shape"):
-        proto.estimate(Sketch(np.zeros((17, 5), dtype=np.int64), np.zeros(17, dtype=np.int64)))
+        proto.estimate(Sketch(np.zeros((23, 5), dtype=np.int64), np.zeros(23, dtype=np.int64)))
     # Two reports leave most cohorts empty: the remaining design cannot identify 16 values.
     sk = proto.new_sketch()
     proto.accumulate(sk, proto.encode(np.array([1, 2]), np.random.default_rng(0)))

@@ -265,8 +265,8 @@ def test_a_lost_ack_is_retried_and_counted_once(tmp_path, registry, fake):
 
 
 def test_4xx_is_not_retried_and_logged_once(tmp_path, registry, fake, caplog):
-    fake.fail(Fault("status", 400, slug="undecodable"), Fault("status", 413, slug="too-large"),
-              Fault("status", 400, slug="undecodable"))
+    fake.fail(Fault("status", 400, slug="undecodable-body"), Fault("status", 413, slug="too-large"),
+              Fault("status", 400, slug="undecodable-body"))
     client = client_for(tmp_path, registry, fake, batch_size=1)
     with caplog.at_level(logging.WARNING, logger="client_sdk"):
         client.report("crash", True)

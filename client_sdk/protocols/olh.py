@@ -47,7 +47,7 @@ in ĉ, hence unbiased, and pooled over all cohorts, so far less noisy than the r
 
 Sizing. With N = m(g−1) degrees of freedom, Φ behaves like a Wishart matrix and the variance
 of a light item is inflated over plain OLH by about N/(N−d−1) (Marchenko–Pastur). The default
-m = max(8, ⌈3(d+1)/(g−1)⌉) keeps it at ≲ 1.5 (measured figures in docs/protocols-olh.md).
+m = max(8, ⌈4(d+1)/(g−1)⌉) keeps it at ≲ 4/3 (measured figures in docs/protocols-olh.md).
 Full rank needs m(g−1)+1 >= d; the dense decoder is O(m·g·d²) and limits d to MAX_DOMAIN.
 """
 
@@ -69,15 +69,15 @@ MAX_DOMAIN = 1024
 #: Largest sketch (m·g cells); beyond it GRR (d < 3e^ε+2) is the better protocol anyway.
 MAX_CELLS = 1 << 20
 #: Largest least-squares design: at most m·min(g, d) occupied cells (rows of X, d columns each).
-MAX_DESIGN_ROWS = 8 * MAX_DOMAIN
+MAX_DESIGN_ROWS = 9 * MAX_DOMAIN
 #: Fewest cohorts the default sizing uses.
 MIN_COHORTS = 8
 #: Default sizing: N = m(g−1) >= DOF_FACTOR·(d+1) degrees of freedom, which bounds the light-item
-#: variance over plain OLH, N/(N−d−1), by TARGET_INFLATION = 3/2 (see above).
-DOF_FACTOR = 3
+#: variance over plain OLH, N/(N−d−1), by TARGET_INFLATION = 4/3 (see above).
+DOF_FACTOR = 4
 TARGET_INFLATION = DOF_FACTOR / (DOF_FACTOR - 1)
 #: Defaults with d up to this are rank-checked at construction (< 1 ms); larger ones on first decode,
-#: where N = m(g−1) >= 3(d+1) and m >= 8 make a rank-deficient random design astronomically unlikely.
+#: where N = m(g−1) >= 4(d+1) and m >= 8 make a rank-deficient random design astronomically unlikely.
 EAGER_CHECK_MAX_DOMAIN = 64
 
 _MASK64 = (1 << 64) - 1
@@ -134,7 +134,7 @@ def default_hash_range(epsilon: float) -> int:
 
 def default_cohorts(d: int, g: int) -> int:
     """Smallest m with N/(N−d−1) <= TARGET_INFLATION for N = m(g−1), at least MIN_COHORTS."""
-    return max(MIN_COHORTS, -(-DOF_FACTOR * (d + 1) // (g - 1)))  # ⌈3(d+1)/(g−1)⌉ in integers
+    return max(MIN_COHORTS, -(-DOF_FACTOR * (d + 1) // (g - 1)))  # ⌈4(d+1)/(g−1)⌉ in integers
 
 
 def _too_large(d: int) -> ValueError:
@@ -489,7 +489,7 @@ OPTION_KEYS: frozenset[str] = frozenset({"cohorts", "hash_range"})
 def from_options(domain_size: int | None, epsilon: float | None, options: dict[str, Any]) -> OLH:
     """Build from registry fields: optional ``cohorts`` (m) and ``hash_range`` (g).
 
-    Defaults g = max(2, round(e^ε)+1), m = max(8, ⌈3(d+1)/(g−1)⌉). Explicit options, and
+    Defaults g = max(2, round(e^ε)+1), m = max(8, ⌈4(d+1)/(g−1)⌉). Explicit options, and
     defaults for small domains, are rank-checked here (ValueError); the rest on first decode.
     """
     if domain_size is None:
