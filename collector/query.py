@@ -19,10 +19,10 @@ from typing import Any
 
 from aiohttp import web
 
-from cli.output import frame_to_csv, frame_to_json
 from client_sdk.errors import EstimationError, LdptError
 from client_sdk.registry import Kind, Registry
 from collector.storage.aio import AsyncSketchStore
+from estimators.formats import frame_to_csv, frame_to_json
 from estimators.frequency import estimate_frame
 
 from .problems import Problem

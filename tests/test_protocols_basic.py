@@ -398,3 +398,15 @@ def test_sources_draw_uniform_words_and_bounded_integers(source):
     assert bernoulli(src, 0, 100).sum() == 0 and bernoulli(src, SCALE, 100).all()
     with pytest.raises(ValueError):
         src.below(np.array([3, 0]), 2) if source == "secure" else SecureRandom().below(0, 3)
+
+
+@pytest.mark.parametrize("name", ["rr", "grr", "hr"])
+def test_from_wire_rejects_huge_integers_with_the_report_index(name):
+    """msgpack can carry integers up to 2^64; they must be an InvalidPayload, not an OverflowError."""
+    from client_sdk.errors import InvalidPayload
+    from client_sdk.protocols.factory import build_protocol
+
+    proto = build_protocol(name, 2 if name == "rr" else 16, 1.0, {})
+    for huge in (2**63, 2**64 - 1, -(2**63) - 1):
+        with pytest.raises(InvalidPayload, match="report 1"):
+            proto.from_wire([0, huge])
