@@ -123,6 +123,26 @@ def design_from_positions(positions: np.ndarray, k: int) -> sparse.csc_matrix:
     return _binary_csc(rows, cols, m * k, n_cand)
 
 
+def sample_sketch(params: RapporParams, candidates: CandidateMap, proportions: np.ndarray, n: int,
+                  rng: np.random.Generator) -> Sketch:
+    """A sketch of n reports drawn from the exact per-bit model (benchmarks and tests).
+
+    Cohort sizes are multinomial; in cohort j bit i is set in a report with probability
+    λᵢⱼ = p* + (q*−p*)ρᵢⱼ, ρ = Xπ (π = ``proportions``, summing to at most 1), so
+    cᵢⱼ ~ Binomial(Nⱼ, λᵢⱼ). This is the distribution of one report per client whose value is
+    drawn from π (bits of one report are treated as independent given π: a fast stand-in for
+    encoding every report, with the same per-cell means and variances).
+    """
+    pi = np.asarray(proportions, dtype=np.float64)
+    if pi.shape != (len(candidates),) or (pi < 0).any() or pi.sum() > 1 + 1e-9:
+        raise ValueError("proportions must be one non-negative number per candidate, summing to <= 1")
+    m, k = params.m, params.k
+    reports = rng.multinomial(n, np.full(m, 1.0 / m))
+    rho = np.clip((candidates.design @ pi).reshape(m, k), 0.0, 1.0)
+    lam = params.p_star + (params.q_star - params.p_star) * rho
+    return Sketch(rng.binomial(reports[:, None], lam).astype(np.int64), reports.astype(np.int64))
+
+
 def params_of(params_or_protocol: RapporParams | Rappor) -> RapporParams:
     if isinstance(params_or_protocol, Rappor):
         return params_or_protocol.params

@@ -123,7 +123,7 @@ class GRR(Protocol):
             if type(obj) is not int:
                 raise InvalidPayload(f"expected an integer, got {type(obj).__name__}", index=i, field="payload")
             if not 0 <= obj < self.params.d:  # also keeps the int64 conversion from overflowing
-                raise InvalidPayload(f"value {obj} outside [0, {self.params.d})", index=i, field="payload")
+                raise InvalidPayload(f"value {obj} outside [0, {self.params.d})", index=i, field="y")
         return {"y": np.asarray(objects, dtype=np.int64).reshape(-1)}
 
 

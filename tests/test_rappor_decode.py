@@ -1,0 +1,234 @@
+"""RAPPOR decoder: honest intervals, controlled false positives, checks, and the estimate frame.
+
+Statistical tests draw sketches from the exact per-bit model (``sample_sketch``: cohort sizes
+multinomial, each (cohort, bit) count Binomial(Nⱼ, p* + (q*−p*)ρ)), which is fast and has the
+same per-cell means and variances as encoding every report; one test runs the real encoder
+end to end through the registry and ``estimate_frame``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from client_sdk.errors import EstimationError
+from client_sdk.protocols.base import Sketch
+from client_sdk.protocols.factory import build_protocol
+from client_sdk.protocols.rappor import RapporParams
+from client_sdk.registry import parse_registry
+from estimators import rappor as dec
+from estimators.frequency import COLUMNS, estimate_frame
+from estimators.rappor import CandidateMap, decode, sample_sketch
+from estimators.simulation import Population, simulate_sketch
+
+DEFAULT = build_protocol("rappor", None, None, {})
+
+
+def zipf(n_true: int) -> np.ndarray:
+    w = 1.0 / np.arange(1, n_true + 1)
+    return w / w.sum()
+
+
+def setup(n_true: int, n_decoys: int, params: RapporParams = DEFAULT.params):
+    values = [f"true-{i:03d}.example" for i in range(n_true)] + [f"decoy-{i:05d}.example" for i in range(n_decoys)]
+    cmap = CandidateMap.from_strings(values, params)
+    truth = np.r_[zipf(n_true), np.zeros(n_decoys)]
+    return values, cmap, truth
+
+
+def aligned(df, values):
+    return df.set_index("value").loc[values]
+
+
+def test_frame_columns_attrs_and_order():
+    values, cmap, truth = setup(20, 20)
+    sk = sample_sketch(DEFAULT.params, cmap, truth, 200_000, np.random.default_rng(0))
+    df = decode(sk, DEFAULT, values)
+    assert list(df.columns) == COLUMNS
+    assert sorted(df["value"]) == sorted(values)
+    assert (np.diff(df["estimate"].to_numpy()) <= 0).all()          # largest first
+    a = df.attrs
+    assert a["protocol"] == "rappor" and a["n_reports"] == 200_000 and a["confidence"] == 0.95
+    assert a["epsilon"] == pytest.approx(DEFAULT.epsilon) and a["control"] == "fwer"
+    assert a["epsilon_longitudinal"] == pytest.approx(DEFAULT.epsilon_longitudinal)
+    s = a["summary"]
+    for key in ("reports", "allocated_mass", "detected", "explained_variance", "gof_statistic",
+                "gof_p_value", "warning", "model_size", "screened", "mass_outside_model"):
+        assert key in s
+    assert s["reports"] == 200_000 and s["detected"] == int(df["detected"].sum()) and not s["screened"]
+    assert s["allocated_mass"] == pytest.approx(df.loc[df["detected"], "proportion"].sum())
+    assert s["warning"] is None
+    np.testing.assert_allclose(df["proportion"] * 200_000, df["estimate"])
+    assert (df["ci_low"] >= 0).all() and (df["ci_high"] <= 200_000).all()
+    # the same sketch decoded with a CandidateMap or the strings gives the same frame
+    again = decode(sk, DEFAULT.params, cmap)
+    np.testing.assert_allclose(again["estimate"], df["estimate"])
+
+
+@pytest.mark.statistical
+def test_intervals_cover_and_decoys_stay_undetected():
+    """100 Zipf(1) strings + 100 decoys, n = 100k: Google's decoder covers 64–71% here."""
+    values, cmap, truth = setup(100, 100)
+    rng = np.random.default_rng(2026)
+    R, n = 200, 100_000
+    covered, z, fp, any_fp, det = [], [], 0, 0, 0
+    for _ in range(R):
+        df = aligned(decode(sample_sketch(DEFAULT.params, cmap, truth, n, rng), DEFAULT, cmap), values)
+        covered.append(((df["ci_low"] <= truth * n) & (truth * n <= df["ci_high"])).to_numpy())
+        z.append(((df["estimate"] - truth * n) / df["std_err"]).to_numpy())
+        fp += int(df["detected"].to_numpy()[100:].sum())
+        any_fp += bool(df["detected"].to_numpy()[100:].any())
+        det += int(df["detected"].to_numpy()[:100].sum())
+    covered, z = np.array(covered), np.array(z)
+    per_item = covered[:, :100].mean(axis=0)
+    assert per_item.mean() >= 0.94, per_item.mean()
+    assert per_item.min() >= 0.90, per_item.min()      # R = 200: sd of one item's rate ≈ 1.5%
+    zt = z[:, :100]
+    assert abs(zt.mean()) < 3 * zt.std() / math.sqrt(zt.size) * 3  # items are correlated within a run
+    assert abs(zt.var() - 1) < 0.06
+    assert abs(z[:, 100:].var() - 1) < 0.06
+    assert fp / R <= 1.0                                # at most 1 false positive per 100 decoys
+    assert any_fp / R <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / R)  # Holm: family-wise error <= 5%
+    assert det / R >= 5                                 # the heavy strings are found
+
+
+@pytest.mark.statistical
+def test_screened_mode_keeps_coverage():
+    """More candidates than rows/4: the model set is screened; coverage and calibration hold."""
+    params = RapporParams(k=32, h=2, m=16, f=0.5, p=0.5, q=0.75)    # 512 rows -> 128 fitted at once
+    values, cmap, truth = setup(40, 600, params)
+    rng = np.random.default_rng(7)
+    R, n = 60, 400_000
+    covered, z_decoy, any_fp = [], [], 0
+    for _ in range(R):
+        out = decode(sample_sketch(params, cmap, truth, n, rng), params, cmap)
+        assert out.attrs["summary"]["screened"]
+        df = aligned(out, values)
+        covered.append(((df["ci_low"] <= truth * n) & (truth * n <= df["ci_high"])).to_numpy()[:40])
+        z_decoy.append((df["estimate"] / df["std_err"]).to_numpy()[40:])
+        any_fp += bool(df["detected"].to_numpy()[40:].any())
+    assert np.mean(covered) >= 0.93, np.mean(covered)
+    assert abs(np.var(z_decoy) - 1) < 0.08
+    assert any_fp / R <= 0.15
+
+
+def test_fdr_detects_at_least_as_much_as_fwer():
+    values, cmap, truth = setup(100, 100)
+    sk = sample_sketch(DEFAULT.params, cmap, truth, 1_000_000, np.random.default_rng(4))
+    fwer = decode(sk, DEFAULT, cmap)
+    fdr = decode(sk, DEFAULT, cmap, control="fdr")
+    assert fdr["detected"].sum() >= fwer["detected"].sum() > 10
+    assert fdr.attrs["summary"]["control"] == "fdr"
+    # the one-sided p-value and the interval come from the same estimate and standard error
+    row = fwer.iloc[0]
+    assert row["p_value"] < 1e-12 and row["ci_low"] < row["estimate"] < row["ci_high"]
+
+
+def test_missing_heavy_string_is_flagged():
+    values, cmap, truth = setup(100, 100)
+    sk = sample_sketch(DEFAULT.params, cmap, truth, 1_000_000, np.random.default_rng(9))
+    complete = decode(sk, DEFAULT, values)
+    assert complete.attrs["summary"]["warning"] is None
+    assert complete.attrs["summary"]["gof_p_value"] > 1e-3
+    missing = decode(sk, DEFAULT, values[1:])               # the top string (19%) is not a candidate
+    s = missing.attrs["summary"]
+    assert s["gof_p_value"] < 1e-3 and "do not explain" in s["warning"]
+    assert s["explained_variance"] < complete.attrs["summary"]["explained_variance"]
+    assert s["collision_variance"] > complete.attrs["summary"]["collision_variance"]
+
+
+def test_duplicates_and_indistinguishable_candidates():
+    values, cmap, truth = setup(5, 5)
+    sk = sample_sketch(DEFAULT.params, cmap, truth, 100_000, np.random.default_rng(1))
+    with pytest.raises(EstimationError, match="listed twice"):
+        decode(sk, DEFAULT, values + [values[0]])
+    rows = [cmap.design[:, j].indices for j in range(10)]
+    twin = CandidateMap.from_rows(values + ["twin"], rows + [rows[0]], cmap.design.shape[0])
+    df = aligned(decode(sk, DEFAULT, twin), values + ["twin"])
+    assert np.isnan(df.loc["twin", "estimate"]) and not df.loc["twin", "detected"]
+    assert "cannot be told apart" in decode(sk, DEFAULT, twin).attrs["summary"]["warning"]
+
+
+def test_cohorts_without_reports_are_dropped():
+    values, cmap, truth = setup(10, 10)
+    sk = sample_sketch(DEFAULT.params, cmap, truth, 100_000, np.random.default_rng(3))
+    sk.counts[:8] = 0
+    sk.reports[:8] = 0
+    df = decode(sk, DEFAULT, cmap)
+    assert df.attrs["summary"]["cohorts_with_reports"] == 56
+    assert df["detected"].sum() >= 1
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    ({"confidence": 1.5}, "confidence"), ({"control": "bonferroni"}, "control"), ({"alpha": 0}, "alpha"),
+])
+def test_bad_arguments(kwargs, words):
+    values, cmap, truth = setup(3, 3)
+    sk = sample_sketch(DEFAULT.params, cmap, truth, 10_000, np.random.default_rng(0))
+    with pytest.raises(EstimationError, match=words):
+        decode(sk, DEFAULT, cmap, **kwargs)
+
+
+def test_bad_sketches_and_candidates():
+    good = DEFAULT.new_sketch()
+    good.reports[:] = 10
+    with pytest.raises(EstimationError, match="shape"):
+        decode(Sketch(np.zeros((2, 3), dtype=np.int64), np.zeros(2, dtype=np.int64)), DEFAULT, ["a"])
+    bad = good.copy()
+    bad.counts[3, 5] = 11
+    with pytest.raises(EstimationError, match="cohort 3"):
+        decode(bad, DEFAULT, ["a"])
+    with pytest.raises(EstimationError, match="no reports"):
+        decode(DEFAULT.new_sketch(), DEFAULT, ["a"])
+    with pytest.raises(EstimationError, match="no candidate"):
+        decode(good, DEFAULT, [])
+    with pytest.raises(EstimationError, match="strings"):
+        decode(good, DEFAULT, ["a", 3])
+    with pytest.raises(EstimationError, match="RAPPOR"):
+        decode(good, object(), ["a"])
+
+
+def test_simultaneous_intervals_are_wider():
+    values, cmap, truth = setup(10, 10)
+    sk = sample_sketch(DEFAULT.params, cmap, truth, 100_000, np.random.default_rng(5))
+    plain = aligned(decode(sk, DEFAULT, cmap), values)
+    simul = aligned(decode(sk, DEFAULT, cmap, simultaneous=True), values)
+    assert ((simul["ci_high"] - simul["ci_low"]) >= (plain["ci_high"] - plain["ci_low"]) - 1e-9).all()
+    np.testing.assert_allclose(simul["estimate"], plain["estimate"])
+
+
+@pytest.mark.statistical
+def test_end_to_end_with_the_real_encoder():
+    """Registry -> real encode of every report -> accumulate -> estimate_frame with candidates."""
+    reg = parse_registry('[metrics.home]\nkind = "string"\nbloom_bits = 32\ncohorts = 16\n')
+    spec = reg.get("home")
+    values = [f"site-{i}.example" for i in range(12)]
+    counts = np.round(200_000 * zipf(12)).astype(np.int64)
+    sketch = simulate_sketch(spec, Population(values, counts), np.random.default_rng(8))
+    decoys = [f"decoy-{i}" for i in range(30)]
+    df = aligned(estimate_frame(spec, sketch, candidates=values + decoys), values + decoys)
+    assert df.attrs["metric"] == "home" and df.attrs["protocol"] == "rappor"
+    z = ((df["estimate"].to_numpy()[:12] - counts) / df["std_err"].to_numpy()[:12])
+    assert np.abs(z).max() < 3.5
+    assert df["detected"].to_numpy()[:3].all() and not df["detected"].to_numpy()[12:].any()
+
+
+@pytest.mark.statistical
+def test_decoding_is_fast():
+    """Goals: 1,100 candidates <= 2 s, 10,100 <= 10 s (x2 slack here: a shared machine)."""
+    for n_decoys, budget in ((1000, 4.0), (10_000, 20.0)):
+        values, cmap, truth = setup(100, n_decoys)
+        sk = sample_sketch(DEFAULT.params, cmap, truth, 1_000_000, np.random.default_rng(0))
+        start = time.perf_counter()
+        df = decode(sk, DEFAULT, values)
+        assert time.perf_counter() - start < budget
+        assert df.attrs["summary"]["screened"] == (n_decoys > 2000)
+
+
+def test_holm_and_bh_rules():
+    p = np.array([0.001, 0.02, 0.03, 0.5])
+    assert dec._holm(p, 0.05).tolist() == [True, False, False, False]   # 0.004, 0.06 stops
+    assert dec._bh(p, 0.05).tolist() == [True, True, True, False]       # 0.03 <= 3·0.05/4
