@@ -95,22 +95,32 @@ def derive_cohort(secret: bytes, metric: str, m: int) -> int:
         counter += 1
 
 
+_LP_TAG_PRR = lp(TAG_PRR)
+
+
 def prr_key(secret: bytes, metric: str, value: str) -> bytes:
     """K = HMAC-SHA256(secret, lp(tag) ‖ lp(metric) ‖ lp(value)): seeds the PRR coins of one value."""
-    return hmac.digest(secret, lp(TAG_PRR, encode_text(metric), encode_text(value)), "sha256")
+    m, v = encode_text(metric), encode_text(value)
+    msg = b"".join((_LP_TAG_PRR, len(m).to_bytes(4, "big"), m, len(v).to_bytes(4, "big"), v))
+    return hmac.digest(secret, msg, "sha256")
 
 
 def prr_words(secret: bytes, metric: str, value: str, k: int) -> np.ndarray:
     """The k uniform uint32 words behind the permanent randomised response of ``value``."""
-    key = prr_key(check_secret(secret), metric, value)
-    return np.frombuffer(hashlib.shake_256(key).digest(4 * k), dtype="<u4")
+    return prr_words_checked(check_secret(secret), metric, value, k)
+
+
+def prr_words_checked(secret: bytes, metric: str, value: str, k: int) -> np.ndarray:
+    """``prr_words`` for a secret already validated by ``check_secret`` (the SDK hot path)."""
+    return np.frombuffer(hashlib.shake_256(prr_key(secret, metric, value)).digest(4 * k), dtype="<u4")
 
 
 # --- unkeyed: Bloom bits ---------------------------------------------------------------------------
 
 def _stream_words(value: bytes, count: int) -> np.ndarray:
     """First ``count`` words of a value's Bloom stream (SHAKE-256 is an XOF: prefixes agree)."""
-    return np.frombuffer(hashlib.shake_256(TAG_BLOOM + lp(value)).digest(4 * count), dtype="<u4")
+    seed = b"".join((TAG_BLOOM, len(value).to_bytes(4, "big"), value))
+    return np.frombuffer(hashlib.shake_256(seed).digest(4 * count), dtype="<u4")
 
 
 def _accepted_slow(value: bytes, need: int, k: int, limit: int) -> np.ndarray:
@@ -154,8 +164,9 @@ def bloom_positions_one(value: str, cohort: int, k: int, h: int) -> np.ndarray:
     need = (cohort + 1) * h
     limit = accept_limit(k)
     encoded = encode_text(value)
-    words = _stream_words(encoded, need + _SLACK_WORDS)
-    head = words[:need]
-    if limit == _TWO32 or not (head.astype(np.uint64) >= limit).any():
+    if limit == _TWO32:  # k divides 2^32: no word is ever rejected
+        return (_stream_words(encoded, need)[cohort * h:] % np.uint32(k)).astype(np.int64)
+    head = _stream_words(encoded, need + _SLACK_WORDS)[:need]
+    if not (head >= limit).any():
         return (head[cohort * h:] % np.uint32(k)).astype(np.int64)
     return _accepted_slow(encoded, need, k, limit)[cohort * h:]

@@ -3,11 +3,12 @@
 Model (ldp-facts.md §4). In cohort j with Nⱼ reports, the unbiased true-bit count of Bloom
 bit i is t̂ᵢⱼ = (cᵢⱼ − p*Nⱼ)/(q* − p*), and the bit proportion Yᵢⱼ = t̂ᵢⱼ/Nⱼ satisfies
 
-    E[Y] = X π,   X ∈ {0,1}^{km×M}, X[(j,i), s] = 1 iff candidate s sets bit i in cohort j,
+    E[Y] = X π + b·1,   X ∈ {0,1}^{km×M}, X[(j,i), s] = 1 iff candidate s sets bit i in cohort j,
 
-when the candidates carry all the mass (π = candidate proportions). We estimate π by
-weighted least squares, which is unbiased whatever the weights, and compute its variance
-exactly from the per-cell variances (sandwich), so the intervals are honest:
+π the candidates' proportions and b the bit rate of strings outside the model (a string
+sets ≈ h̄ of k bits, so b ≈ mass·h̄/k on average: a uniform "background" column). We estimate
+(π, b) by weighted least squares, which is unbiased whatever the weights, and compute the
+variance exactly from the per-cell variances (sandwich), so the intervals are honest:
 
 1.  Cells. Dᵢⱼ = [ρ q*(1−q*) + (1−ρ) p*(1−p*)] / (Nⱼ (q*−p*)²) is the randomised-response
     variance of Yᵢⱼ, evaluated at the cell's own ρ = clip(Yᵢⱼ, 0, 1) (it is linear in ρ, so
@@ -26,19 +27,31 @@ exactly from the per-cell variances (sandwich), so the intervals are honest:
     (Frisch–Waugh–Lovell: for s ∈ S the WLS coefficient, for u ∉ S the added-variable
     estimate x̃ᵤᵀWr / x̃ᵤᵀWx̃ᵤ with x̃ᵤ = xᵤ partialled on S and r the residual). Every
     candidate therefore gets the same kind of estimate whether or not it was selected — no
-    candidate is zeroed or shrunk by selection, which is what keeps the coverage.
+    candidate is zeroed or shrunk by selection, which is what keeps the coverage. SCREEN_Z is
+    high because decoys selected on noise inflate each other through the shared background.
 4.  Tests. p = P(Z > π̂/SE₀) one-sided (proportions are >= 0), SE₀ the randomised-response
     standard error (the sampling term is 0 under "π = 0"). ``control="fwer"`` (default):
     Holm's step-down at level α over all M candidates (family-wise error <= α);
     ``control="fdr"``: Benjamini–Hochberg at level α (expected share of false discoveries
     among detections <= α, under independence or positive dependence).
-5.  Checks. χ² = Σ r²/V over cells (V the cell's total variance under the fit) against
-    χ²(rows − |S|), and an unexplained-mass z-test on the weighted residual sum; when either
-    p-value is below GOF_WARNING_P the summary carries a warning: the candidates do not
-    explain the data (a frequent string missing from the list biases the others upwards).
-
-Intervals are Wald intervals on counts (estimators.intervals), clipped to [0, n];
-``simultaneous=True`` makes them Bonferroni over all M candidates.
+5.  Checks and collision noise. χ² = Σ r²/V over cells (V the cell's total variance under
+    the fit) against χ²(rows − |S|): below GOF_WARNING_P the summary warns that the
+    candidates do not explain the data (a frequent string missing from the list). Strings
+    outside the model also collide with candidates through frozen hashes; the χ² excess
+    estimates their Σπ², and the variance of that collision bias over hash draws, Σπ²/(m·k),
+    is added to every candidate's variance (``_goodness_of_fit``). The background b gives
+    the mass outside the model, tested one-sided against 0.
+6.  Intervals. Undetected candidates get Wald intervals on counts (estimators.intervals),
+    clipped to [0, n]. A detected candidate was *selected* because its estimate passed the
+    threshold a = c·SE₀ (c the test's critical z at the final step: Holm α/(M−R+1), BH αR/M,
+    for R detections), and Wald intervals of selected estimates undercover (winner's curse:
+    ~0.85–0.9 for the borderline ones). Its interval is therefore the selective one: the
+    values μ for which the observed estimate is within the central ``confidence`` of
+    N(μ, SE²) truncated to (a, ∞) (inverted by bisection, vectorised), so intervals of the
+    detected list cover at the nominal rate. It reduces to the Wald interval far above the
+    threshold; just above it, it widens downwards (and may end below the estimate).
+    ``simultaneous=True`` gives Bonferroni Wald intervals over all M candidates instead,
+    which hold simultaneously and so after any selection.
 """
 
 from __future__ import annotations
@@ -324,6 +337,29 @@ def _bh(p: np.ndarray, alpha: float) -> np.ndarray:
     return out
 
 
+def selective_interval(x: np.ndarray, sd: np.ndarray, threshold: np.ndarray,
+                       confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """Interval for μ from X ~ N(μ, sd²) observed *given* X > threshold (vectorised).
+
+    G(μ) = P_μ(X ≥ x | X > a) = Φ̄((x−μ)/sd) / Φ̄((a−μ)/sd) increases in μ; the limits solve
+    G = (1−confidence)/2 and G = (1+confidence)/2 (bisection in log space, 80 steps over a
+    bracket of ±60 sd around [min(x, 0), max(x, 1)]: proportions live in [0, 1]).
+    """
+    tail = (1.0 - confidence) / 2
+    x, sd, a = (np.asarray(v, dtype=np.float64) for v in (x, sd, threshold))
+
+    def solve(log_target: float) -> np.ndarray:
+        lo, hi = np.minimum(x, 0.0) - 60 * sd, np.maximum(x, 1.0) + 60 * sd
+        for _ in range(80):
+            mid = (lo + hi) / 2
+            log_g = stats.norm.logsf((x - mid) / sd) - stats.norm.logsf((a - mid) / sd)
+            below = log_g < log_target
+            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+        return (lo + hi) / 2
+
+    return solve(math.log(tail)), solve(math.log1p(-tail))
+
+
 def decode(sketch: Sketch, params_or_protocol: RapporParams | Rappor,
            candidates: Sequence[str] | CandidateMap, *, confidence: float = 0.95,
            control: str = "fwer", alpha: float = 0.05, simultaneous: bool = False) -> pd.DataFrame:
@@ -331,7 +367,7 @@ def decode(sketch: Sketch, params_or_protocol: RapporParams | Rappor,
 
     Rows are sorted by estimate (largest first). ``df.attrs``: protocol, epsilon (ε₁),
     epsilon_longitudinal, n_reports, confidence, simultaneous, control, alpha, z and
-    ``summary`` (see ``summary_fields`` in docs/rappor.md).
+    ``summary`` (fields in docs/rappor.md).
     """
     params = params_of(params_or_protocol)
     if not 0 < confidence < 1:
@@ -371,7 +407,8 @@ def decode(sketch: Sketch, params_or_protocol: RapporParams | Rappor,
 
     gof = _goodness_of_fit(cells, fit, params, model.shape[0])
     # population sampling variance of a proportion, at the clipped estimate (module docstring, 2),
-    # and the frozen-collision variance of strings outside the model (module docstring, 5)
+    # and the frozen-collision variance of strings outside the model (module docstring, 5);
+    # both are 0 under "π = 0" except the collision term, so SE₀ keeps only that one
     clipped = np.clip(est, 0.0, 1.0)
     var_rr = var_rr + gof["collision_variance"]
     var = var_rr + clipped * (1 - clipped) / n
@@ -386,6 +423,13 @@ def decode(sketch: Sketch, params_or_protocol: RapporParams | Rappor,
 
     counts, count_var = est * n, var * float(n) ** 2
     low, high = wald_interval(np.nan_to_num(counts), np.nan_to_num(count_var), n, confidence, simultaneous)
+    if detected.any() and not simultaneous:  # module docstring, 6
+        n_det, n_tests = int(detected.sum()), m_cand
+        level = alpha / (n_tests - n_det + 1) if control == "fwer" else alpha * n_det / n_tests
+        threshold = stats.norm.isf(level) * se0[detected]
+        sel_low, sel_high = selective_interval(est[detected], np.sqrt(var[detected]), threshold, confidence)
+        low[detected] = np.clip(sel_low, 0.0, 1.0) * n
+        high[detected] = np.clip(sel_high, 0.0, 1.0) * n
     low[~np.isfinite(counts)] = np.nan
     high[~np.isfinite(counts)] = np.nan
     df = pd.DataFrame({"value": list(cmap.values), "estimate": counts, "proportion": est,
@@ -435,7 +479,8 @@ def _goodness_of_fit(cells: _Cells, fit: _Fit, params: RapporParams, model_size:
     signal = float((cells.y**2 / v).sum()) - n_rows
     explained = float(np.clip(1 - max(0.0, chi2 - dof) / signal, 0.0, 1.0)) if signal > 0 else math.nan
     bits = params.k * (1 - (1 - 1 / params.k) ** params.h)           # h̄
-    sum_sq = max(0.0, chi2 - dof) / (m_live * bits * (1 - bits / params.k) * float(np.mean(1 / v)))
+    scale = m_live * bits * (1 - bits / params.k) * float(np.mean(1 / v))
+    sum_sq = max(0.0, chi2 - dof) / scale if scale > 0 else 0.0     # k = 1: no collisions to speak of
     return {"chi2": chi2, "dof": float(dof), "p_value": float(stats.chi2.sf(chi2, dof)),
             "explained_variance": explained, "outside_sum_sq": sum_sq,
             "collision_variance": sum_sq / (m_live * params.k)}
@@ -454,10 +499,12 @@ def _summary(gof: dict[str, float], fit: _Fit, model: np.ndarray, params: Rappor
     n_alias = int((alias != np.arange(alias.shape[0])).sum())
     warnings = []
     if gof_p < GOF_WARNING_P:
+        cause = ("many candidates outside the screened model carry mass, or a frequent string is missing "
+                 "from the candidate list" if screened else
+                 "a frequent string is probably missing from the candidate list")
         warnings.append(
             f"the candidates do not explain the data (goodness of fit chi2 = {chi2:.0f} on {dof} df, "
-            f"p = {gof_p:.2g}): a frequent string is probably missing from the candidate list; the "
-            "standard errors include the collision noise this causes")
+            f"p = {gof_p:.2g}): {cause}; the standard errors include the collision noise this causes")
     if math.isfinite(outside_p) and outside_p < GOF_WARNING_P and not screened:
         warnings.append(f"about {outside:.3f} (± {outside_se:.3f}) of the reports' mass is in strings "
                         f"outside the candidate list (p = {outside_p:.2g})")

@@ -482,3 +482,19 @@ def test_constructor_is_cheap_and_module_contract():
     assert rp.AUDIT_SKIP_REASON
     proto = from_options(None, None, {"bloom_bits": 4096, "cohorts": 4096})
     assert proto.domain_size == 4096 * 4096
+
+
+def test_parameter_table_in_the_docs_matches_the_code():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "rappor.md").read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| ") and line.count("|") == 12
+            and line.split("|")[2].strip().isdigit()]
+    assert len(rows) == 5
+    for line in rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        k, h, m = (int(c) for c in cells[1:4])
+        f, p, q = (float(c) for c in cells[4:7])
+        params = RapporParams(k=k, h=h, m=m, f=f, p=p, q=q)
+        assert f"{params.p_star:.4f}" == cells[7] and f"{params.q_star:.4f}" == cells[8], line
+        assert f"{params.epsilon_one:.4f}" == cells[9] and f"{params.epsilon_inf:.4f}" == cells[10], line

@@ -52,8 +52,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import DomainError, InvalidPayload
-from ..hashing import bloom_positions, bloom_positions_one, check_secret, derive_cohort, prr_words
+from ..hashing import bloom_positions, bloom_positions_one, check_secret, derive_cohort, prr_words_checked
 from ..randomness import (
+    SCALE,
     RandomLike,
     as_random_source,
     below_threshold,
@@ -235,6 +236,7 @@ class Rappor(Protocol):
         self._t_half = params.half_f_threshold
         self._t_fake = 2 * self._t_half          # words below this are PRR noise coins
         self._t_p, self._t_q = params.p_threshold, params.q_threshold
+        self._u32_p, self._u32_q = np.uint32(min(self._t_p, SCALE - 1)), np.uint32(min(self._t_q, SCALE - 1))
         self._width = (params.k + 7) // 8         # ⌈k/8⌉ payload bytes
         self._bloom_cache: dict[tuple[int, str], np.ndarray] = {}
         self._cohort_cache: dict[tuple[bytes, str], int] = {}
@@ -338,11 +340,13 @@ class Rappor(Protocol):
 
     def _irr(self, prr: np.ndarray, words: np.ndarray) -> np.ndarray:
         """Sᵢ = 1 w.p. q if B'ᵢ = 1 and w.p. p if B'ᵢ = 0 (fresh words every report)."""
+        if self._t_q < SCALE:  # both thresholds fit in uint32: one select, one compare
+            return words < np.where(prr, self._u32_q, self._u32_p)
         return np.where(prr, below_threshold(words, self._t_q), below_threshold(words, self._t_p))
 
     def _prr(self, secret: bytes, metric: str, value: str, cohort: int) -> np.ndarray:
         """The permanent randomised response of ``value`` (deterministic in secret, metric, value)."""
-        words = prr_words(secret, metric, value, self.params.k)
+        words = prr_words_checked(secret, metric, value, self.params.k)
         return self._prr_from_words(self._bloom_row(cohort, value), words)
 
     def encode(self, values: Sequence[str], rng: RandomLike = None, cohorts: np.ndarray | None = None,
