@@ -65,6 +65,9 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, url: str | N
         df = estimate_frame(spec, sketch, confidence=confidence, simultaneous=simultaneous,
                             consistent=consistent, candidates=read_candidates(candidates, spec))
     emit(format_frame(df, fmt), output)
+    warning = (df.attrs.get("summary") or {}).get("warning")
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
     if plot_path:
         from .plot import plot_estimates
 

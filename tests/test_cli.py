@@ -122,3 +122,24 @@ def test_estimate_refuses_data_stored_under_other_parameters(run, registry_file,
     changed.write_text(registry_file.read_text().replace("epsilon = 1.0", "epsilon = 3.0", 1))
     result = run("estimate", "--metrics", str(changed), "--metric", "theme", "--db", str(db), ok=False)
     assert "stored under other parameters" in result.output
+
+
+def test_string_metric_end_to_end_and_missing_candidate_warning(run, tmp_path):
+    reg = tmp_path / "m.toml"
+    reg.write_text('[metrics.page]\nkind = "string"\nprotocol = "rappor"\nbloom_bits = 32\nhashes = 2\n'
+                   'cohorts = 16\nprob_f = 0.25\nprob_p = 0.25\nprob_q = 0.75\n')
+    db, truth = tmp_path / "s.sqlite", tmp_path / "t.csv"
+    run("simulate", "--metrics", str(reg), "--metric", "page", "--clients", "40000", "--seed", "3",
+        "--db", str(db), "--truth", str(truth), "--distribution", "zipf:1.5", "--silent")
+    values = [line.split(",")[0] for line in truth.read_text().splitlines()[1:]]
+    full, partial = tmp_path / "full.txt", tmp_path / "partial.txt"
+    full.write_text("\n".join(values[:20] + ["nobody-reports-this"]) + "\n")
+    partial.write_text("\n".join(values[1:20]) + "\n")  # the most frequent string is missing
+    data = json.loads(run("estimate", "--metrics", str(reg), "--metric", "page", "--db", str(db),
+                          "--candidates", str(full), "--format", "json").stdout)
+    rows = {r["value"]: r for r in data["estimates"]}
+    assert rows[values[0]]["detected"] and not rows["nobody-reports-this"]["detected"]
+    assert {"p_value", "detected", "ci_low", "ci_high"} <= set(rows[values[0]])
+    result = run("estimate", "--metrics", str(reg), "--metric", "page", "--db", str(db),
+                 "--candidates", str(partial))
+    assert "warning:" in result.stderr

@@ -87,8 +87,10 @@ def audit(protocol, target: float) -> tuple[float, float]:
     return ratio, bound
 
 
-GRID = [(name, d, eps) for name in PROTOCOL_NAMES for d in ((2,) if name == "rr" else DOMAINS)
-        for eps in EPSILONS]
+#: RAPPOR's inputs are Bloom patterns and its outputs 2^k bit vectors; tests/test_rappor.py
+#: audits its ε₁ and ε∞ exactly, so it is not part of this (d, ε) grid.
+GRID = [(name, d, eps) for name in PROTOCOL_NAMES if name != "rappor"
+        for d in ((2,) if name == "rr" else DOMAINS) for eps in EPSILONS]
 
 
 @pytest.mark.parametrize("name,d,eps", GRID, ids=[f"{n}-d{d}-e{e}" for n, d, e in GRID])
