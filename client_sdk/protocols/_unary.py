@@ -23,13 +23,10 @@ import numpy as np
 from ..errors import InvalidPayload
 from ..randomness import SCALE, RandomLike, as_random_source, below_threshold, realised
 from .base import (
-    CountEstimate,
     Payloads,
-    Protocol,
+    PureProtocol,
     Sketch,
     first_bad,
-    pure_estimate,
-    pure_variance,
     require_1d,
 )
 
@@ -50,7 +47,7 @@ def check_thresholds(d: int, epsilon: float, p_threshold: int, q_threshold: int)
         raise ValueError(f"epsilon {epsilon} is too small (or too large) for the 2^-32 probability grid")
 
 
-class UnaryEncoding(Protocol):
+class UnaryEncoding(PureProtocol):
     """Unary encoding over params exposing d, p_threshold and q_threshold."""
 
     def __init__(self, params: Any) -> None:
@@ -124,13 +121,7 @@ class UnaryEncoding(Protocol):
             sketch.counts[0] += unpacked.sum(axis=0, dtype=np.int64)
         sketch.reports[0] += bits.shape[0]
 
-    def estimate(self, sketch: Sketch) -> CountEstimate:
-        n = sketch.total_reports
-        counts, variances = pure_estimate(sketch.counts[0], n, self.p, self.q)
-        return CountEstimate(counts, variances, n)
 
-    def variance(self, n: int, true_counts: np.ndarray | float) -> np.ndarray:
-        return pure_variance(n, true_counts, self.p, self.q)
 
     def to_wire(self, payloads: Payloads) -> list[Any]:
         raw, w = np.ascontiguousarray(payloads["bits"], dtype=np.uint8).tobytes(), self._width

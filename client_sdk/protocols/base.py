@@ -167,6 +167,37 @@ class Protocol(abc.ABC):
         return arr
 
 
+class PureProtocol(Protocol):
+    """A pure protocol (ldp-facts.md §0): ``counts[0]`` holds each value's support count and
+    the subclass sets the realised support probabilities ``p`` (= p*) and ``q`` (= q*)."""
+
+    p: float
+    q: float
+
+    def support_counts(self, sketch: Sketch) -> np.ndarray:
+        """Σᵢ 1[v ∈ S(yᵢ)] for every v (the sketch itself for most pure protocols)."""
+        return sketch.counts[0]
+
+    def estimate(self, sketch: Sketch) -> CountEstimate:
+        n = sketch.total_reports
+        counts, variances = pure_estimate(self.support_counts(sketch), n, self.p, self.q)
+        return CountEstimate(counts, variances, n)
+
+    def variance(self, n: int, true_counts: np.ndarray | float) -> np.ndarray:
+        return pure_variance(n, true_counts, self.p, self.q)
+
+
+def integers_from_wire(objects: list, high: int, field: str) -> np.ndarray:
+    """Wire payloads that are plain integers in [0, high) (bools rejected), as int64."""
+    for i, obj in enumerate(objects):
+        if type(obj) is not int:  # bool is a subclass of int: rejected here too
+            raise InvalidPayload(f"expected an integer in [0, {high}), got {type(obj).__name__}",
+                                 index=i, field=field)
+        if not 0 <= obj < high:  # also keeps the int64 conversion from overflowing
+            raise InvalidPayload(f"value {obj} outside [0, {high})", index=i, field=field)
+    return np.asarray(objects, dtype=np.int64).reshape(-1)
+
+
 def pure_estimate(support: np.ndarray, n: int, p_star: float, q_star: float) -> tuple[np.ndarray, np.ndarray]:
     """Pure-protocol estimator (ldp-facts.md §0): ĉ = (S − n q*)/(p* − q*) and its plug-in variance.
 

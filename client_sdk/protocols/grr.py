@@ -16,13 +16,11 @@ import numpy as np
 from ..errors import InvalidPayload
 from ..randomness import RandomLike, as_random_source, bernoulli, realised, threshold_floor
 from .base import (
-    CountEstimate,
     Payloads,
-    Protocol,
+    PureProtocol,
     Sketch,
     first_bad,
-    pure_estimate,
-    pure_variance,
+    integers_from_wire,
     require_1d,
 )
 
@@ -54,7 +52,7 @@ class GRRParams:
         return (1.0 - self.p) / (self.d - 1)
 
 
-class GRR(Protocol):
+class GRR(PureProtocol):
     name = "grr"
 
     def __init__(self, params: GRRParams) -> None:
@@ -107,24 +105,13 @@ class GRR(Protocol):
         sketch.counts[0] += np.bincount(y, minlength=self.params.d)
         sketch.reports[0] += y.shape[0]
 
-    def estimate(self, sketch: Sketch) -> CountEstimate:
-        n = sketch.total_reports
-        counts, variances = pure_estimate(sketch.counts[0], n, self.p, self.q)
-        return CountEstimate(counts, variances, n)
 
-    def variance(self, n: int, true_counts: np.ndarray | float) -> np.ndarray:
-        return pure_variance(n, true_counts, self.p, self.q)
 
     def to_wire(self, payloads: Payloads) -> list[Any]:
         return [int(v) for v in payloads["y"]]
 
     def from_wire(self, objects: list[Any]) -> Payloads:
-        for i, obj in enumerate(objects):
-            if type(obj) is not int:
-                raise InvalidPayload(f"expected an integer, got {type(obj).__name__}", index=i, field="payload")
-            if not 0 <= obj < self.params.d:  # also keeps the int64 conversion from overflowing
-                raise InvalidPayload(f"value {obj} outside [0, {self.params.d})", index=i, field="y")
-        return {"y": np.asarray(objects, dtype=np.int64).reshape(-1)}
+        return {"y": integers_from_wire(objects, self.params.d, "y")}
 
 
 OPTION_KEYS: frozenset[str] = frozenset()

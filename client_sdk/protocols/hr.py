@@ -35,9 +35,10 @@ from ..randomness import SCALE, RandomLike, as_random_source, bernoulli, realise
 from .base import (
     CountEstimate,
     Payloads,
-    Protocol,
+    PureProtocol,
     Sketch,
     first_bad,
+    integers_from_wire,
     pure_estimate,
     pure_variance,
     require_1d,
@@ -113,7 +114,7 @@ def fwht(h: np.ndarray) -> np.ndarray:
     return w
 
 
-class HR(Protocol):
+class HR(PureProtocol):
     name = "hr"
 
     def __init__(self, params: HRParams) -> None:
@@ -184,19 +185,12 @@ class HR(Protocol):
         variances = pure_variance(n, np.clip(counts - VARIANCE_SHIFT_SD * sd0, 0, n), self.p, self.q)
         return CountEstimate(counts, variances, n)
 
-    def variance(self, n: int, true_counts: np.ndarray | float) -> np.ndarray:
-        return pure_variance(n, true_counts, self.p, self.q)
 
     def to_wire(self, payloads: Payloads) -> list[Any]:
         return np.asarray(payloads["y"], dtype=np.int64).tolist()
 
     def from_wire(self, objects: list[Any]) -> Payloads:
-        for i, obj in enumerate(objects):
-            if type(obj) is not int:
-                raise InvalidPayload(f"expected an integer, got {type(obj).__name__}", index=i, field="payload")
-            if not 0 <= obj < self.k:  # also keeps int64 conversion from overflowing
-                raise InvalidPayload(f"value {obj} outside [0, {self.k})", index=i, field="payload")
-        return {"y": np.asarray(objects, dtype=np.int64).reshape(-1)}
+        return {"y": integers_from_wire(objects, self.k, "y")}
 
 
 OPTION_KEYS: frozenset[str] = frozenset()

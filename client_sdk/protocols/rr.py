@@ -20,13 +20,11 @@ import numpy as np
 from ..errors import InvalidPayload
 from ..randomness import SCALE, RandomLike, as_random_source, bernoulli, realised, threshold_ceil
 from .base import (
-    CountEstimate,
     Payloads,
-    Protocol,
+    PureProtocol,
     Sketch,
     first_bad,
-    pure_estimate,
-    pure_variance,
+    integers_from_wire,
     require_1d,
 )
 
@@ -60,7 +58,7 @@ class RRParams:
         return realised(SCALE - self.keep_threshold)
 
 
-class RR(Protocol):
+class RR(PureProtocol):
     name = "rr"
 
     def __init__(self, params: RRParams) -> None:
@@ -110,25 +108,13 @@ class RR(Protocol):
         sketch.counts[0] += (y.shape[0] - ones, ones)
         sketch.reports[0] += y.shape[0]
 
-    def estimate(self, sketch: Sketch) -> CountEstimate:
-        n = sketch.total_reports
-        counts, variances = pure_estimate(sketch.counts[0], n, self.p, self.q)
-        return CountEstimate(counts, variances, n)
 
-    def variance(self, n: int, true_counts: np.ndarray | float) -> np.ndarray:
-        return pure_variance(n, true_counts, self.p, self.q)
 
     def to_wire(self, payloads: Payloads) -> list[Any]:
         return np.asarray(payloads["y"], dtype=np.int64).tolist()
 
     def from_wire(self, objects: list[Any]) -> Payloads:
-        for i, obj in enumerate(objects):
-            if type(obj) is not int:  # bool is a subclass of int: reject it explicitly
-                raise InvalidPayload(f"expected the integer 0 or 1, got {type(obj).__name__}",
-                                     index=i, field="payload")
-            if obj != 0 and obj != 1:
-                raise InvalidPayload(f"expected the integer 0 or 1, got {obj}", index=i, field="payload")
-        return {"y": np.asarray(objects, dtype=np.int64).reshape(-1)}
+        return {"y": integers_from_wire(objects, 2, "y")}
 
 
 OPTION_KEYS: frozenset[str] = frozenset()

@@ -45,13 +45,10 @@ from ..randomness import (
     threshold_ceil,
 )
 from .base import (
-    CountEstimate,
     Payloads,
-    Protocol,
+    PureProtocol,
     Sketch,
     first_bad,
-    pure_estimate,
-    pure_variance,
     require_1d,
 )
 
@@ -111,7 +108,7 @@ class SSParams:
         return (pi * (s - 1) + (1.0 - pi) * s) / (d - 1)
 
 
-class SS(Protocol):
+class SS(PureProtocol):
     name = "ss"
 
     def __init__(self, params: SSParams) -> None:
@@ -262,13 +259,7 @@ class SS(Protocol):
         sketch.counts[0] += np.bincount(sub.reshape(-1).astype(np.int64), minlength=self.params.d)
         sketch.reports[0] += sub.shape[0]
 
-    def estimate(self, sketch: Sketch) -> CountEstimate:
-        n = sketch.total_reports
-        counts, variances = pure_estimate(sketch.counts[0], n, self.p, self.q)
-        return CountEstimate(counts, variances, n)
 
-    def variance(self, n: int, true_counts: np.ndarray | float) -> np.ndarray:
-        return pure_variance(n, true_counts, self.p, self.q)
 
     def to_wire(self, payloads: Payloads) -> list[Any]:
         raw = np.ascontiguousarray(payloads["subset"]).astype(self._wire_dtype).tobytes()
