@@ -12,7 +12,10 @@ from .common import emit, output_options
 
 
 def plan_rows(epsilon: float, domain: int, clients: int) -> list[dict]:
-    """One row per protocol: std error of a count and a proportion at f=0, payload bits."""
+    """One row per protocol: std error of a count and a proportion, payload bits.
+
+    The error is the root of the mean per-value variance, variance(n, n/d): exact for any
+    distribution (variances are linear in the true count) and what `auto` minimises."""
     auto = choose_protocol(domain, epsilon)
     rows = []
     for name in AUTO_CANDIDATES:
@@ -23,7 +26,7 @@ def plan_rows(epsilon: float, domain: int, clients: int) -> list[dict]:
         except ValueError as exc:
             rows.append({"protocol": name, "available": False, "note": str(exc)})
             continue
-        var = float(proto.variance(clients, 0.0))
+        var = float(proto.variance(clients, clients / domain))
         rows.append({"protocol": name, "available": True, "auto": name == auto,
                      "epsilon": proto.epsilon, "std_err_count": math.sqrt(var),
                      "std_err_proportion": math.sqrt(var) / clients,
@@ -57,8 +60,8 @@ def plan(epsilon: float, domain: int, clients: int, fmt: str, output: str | None
         writer.writerows(rows)
         emit(buf.getvalue(), output)
         return
-    lines = [f"epsilon {epsilon:g}, domain {domain}, clients {clients}: expected error of each "
-             "value's estimate (at frequency 0)",
+    lines = [f"epsilon {epsilon:g}, domain {domain}, clients {clients}: expected error of a value's "
+             "estimate (root mean variance over the domain)",
              f"{'':2}{'protocol':<9}{'std err (count)':>17}{'std err (share)':>17}{'payload':>14}"]
     for r in rows:
         mark = "* " if r.get("auto") else "  "
