@@ -212,7 +212,7 @@ class ClientCore:
         self._opted_out = state.opted_out
         self._secret: bytes | None = None
         self._lkey: bytes | None = None
-        self._cohorts: dict[str, np.ndarray] = {}
+        self._cohorts: dict[tuple[str, int], np.ndarray] = {}
         self._disabled: str | None = None
         self._accounts: Accounts = {}
         self._mirror: Accounts = {}
@@ -303,10 +303,19 @@ class ClientCore:
         return proto.to_wire(payloads)[0]
 
     def _cohort(self, rt: _Metric) -> np.ndarray:
-        arr = self._cohorts.get(rt.name)
+        """OLH cohort for this metric and UTC day: HMAC(secret, metric, day).
+
+        Re-derived every day so the cohort is no stable identifier across windows (estimates
+        only need it independent of the value); within a day the batch links reports anyway.
+        """
+        day = int(time.time() // 86_400)
+        key = (rt.name, day)
+        arr = self._cohorts.get(key)
         if arr is None:
-            arr = self._cohorts[rt.name] = np.array([derive_cohort(self._secret, rt.name, rt.m)],  # type: ignore[arg-type]
-                                                    dtype=np.int64)
+            if len(self._cohorts) > 256:
+                self._cohorts.clear()
+            arr = self._cohorts[key] = np.array(
+                [derive_cohort(self._secret, f"olh\x00{rt.name}\x00{day}", rt.m)], dtype=np.int64)  # type: ignore[arg-type]
         return arr
 
     # --- refusals and bad input ------------------------------------------------------------------

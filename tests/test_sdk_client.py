@@ -450,3 +450,32 @@ def test_queued_report_holds_no_true_value(tmp_path, registry, fake):
     assert isinstance(item, QueuedReport)
     blob = repr((item.metric, item.fingerprint, item.payload, item.charge))
     assert "hidden-value" not in blob
+
+
+# --- cohorts: no fingerprint across metrics or windows ---------------------------------------------
+
+def test_rappor_cohort_is_one_per_client_across_metrics():
+    from client_sdk.protocols.factory import build_protocol
+
+    options = {"bloom_bits": 32, "hashes": 2, "cohorts": 64, "prob_f": 0.5, "prob_p": 0.5, "prob_q": 0.75}
+    proto = build_protocol("rappor", None, None, options)
+    secrets = [os.urandom(32) for _ in range(50)]
+    for secret in secrets:
+        a = proto.encode(["x"], secret=secret, metric="home_page")["cohort"][0]
+        b = proto.encode(["y"], secret=secret, metric="process_name")["cohort"][0]
+        assert a == b  # a per-metric cohort would make the tuple of cohorts a fingerprint
+    assert len({int(proto.cohort_of(s)) for s in secrets}) > 20  # still spread over the cohorts
+
+
+def test_olh_cohort_changes_with_the_utc_day(tmp_path, registry, fake, monkeypatch):
+    client = client_for(tmp_path, registry, fake)
+    rt = client._table.get("app")
+    day0 = 20_000 * 86_400.0
+    cohorts = []
+    for day in range(12):
+        monkeypatch.setattr(time, "time", lambda d=day: day0 + d * 86_400 + 5)
+        first = int(client._cohort(rt)[0])
+        assert int(client._cohort(rt)[0]) == first  # stable within the day
+        cohorts.append(first)
+    assert len(set(cohorts)) > 1
+    client.close(1.0)

@@ -78,6 +78,8 @@ MAX_ENUMERATED_K = 16
 #: Words per encode/accumulate block (bounds temporary memory; stays cache friendly).
 BLOCK_CELLS = 1 << 17
 #: Bloom rows kept per protocol object for the SDK path ((cohort, value) -> bits; public hash).
+#: derive_cohort scope of the client-level RAPPOR cohort (the same for every metric).
+COHORT_SCOPE = "rappor"
 BLOOM_CACHE_SIZE = 4096
 
 #: test_privacy_audit's generic audit enumerates domain values; RAPPOR's inputs are Bloom
@@ -312,14 +314,19 @@ class Rappor(Protocol):
                               f"a {type(vals[pos]).__name__}")
         return vals
 
-    def cohort_of(self, secret: bytes, metric: str) -> int:
-        """This client's cohort for ``metric`` (HMAC-derived, cached per secret and metric)."""
-        key = (secret, metric)
+    def cohort_of(self, secret: bytes, metric: str = "") -> int:
+        """This client's cohort: one per client, shared by all its RAPPOR metrics (as in Chrome).
+
+        Deriving it per metric would give a client one independent cohort per metric, and the
+        tuple of cohorts would single it out across reports; a shared one reveals log2(m) bits
+        in all. ``metric`` is accepted for symmetry and ignored.
+        """
+        key = (secret, self.params.m)
         cohort = self._cohort_cache.get(key)
         if cohort is None:
             if len(self._cohort_cache) > 64:
                 self._cohort_cache.clear()
-            cohort = self._cohort_cache[key] = derive_cohort(secret, metric, self.params.m)
+            cohort = self._cohort_cache[key] = derive_cohort(secret, COHORT_SCOPE, self.params.m)
         return cohort
 
     def _bloom_row(self, cohort: int, value: str) -> np.ndarray:
