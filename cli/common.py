@@ -55,6 +55,17 @@ def load_metric(metrics_file: str, metric: str) -> tuple[Registry, MetricSpec]:
     return registry, registry.get(metric)
 
 
+def read_lines(path: str, what: str) -> list[str]:
+    """The lines of a UTF-8 text file; errors name the file (one line, no traceback)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().splitlines()
+    except OSError as exc:
+        raise click.ClickException(f"{path}: cannot read {what} ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise click.ClickException(f"{path}: the {what} is not UTF-8 text") from None
+
+
 def emit(text: str, output: str | None) -> None:
     """Write text to a file or stdout."""
     if output:

@@ -237,6 +237,10 @@ def demo(clients: int, metric_names: tuple[str, ...], metrics_file: str | None, 
     """Run a collector, drive CLIENTS simulated apps through the real SDK over HTTP, print estimates vs truth."""
     t0 = time.perf_counter()
     workdir = Path(keep_dir) if keep_dir else Path(tempfile.mkdtemp(prefix="ldpt-demo-"))
+    if keep_dir and (workdir / "ldpt.sqlite").exists():  # its reports would add to this run's
+        raise click.ClickException(f"{workdir}: holds the store of an earlier demo (ldpt.sqlite), "
+                                   "whose reports would be mixed into this run's estimates; "
+                                   "choose a new --keep directory or delete that one")
     workdir.mkdir(parents=True, exist_ok=True)
     try:
         registry_path = workdir / "metrics.toml"

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from client_sdk.errors import EstimationError, StoreError
@@ -12,9 +10,9 @@ from collector.storage.sqlite import open_store
 from estimators.frequency import estimate_frame
 from estimators.simulation import DistributionError, read_weights_csv
 
-from .common import emit, load_metric, output_options
+from .common import emit, load_metric, output_options, read_lines
 from .output import format_frame
-from .simulate_cmd import validate_day
+from .simulate_cmd import validate_date, validate_day
 
 
 @click.command()
@@ -28,8 +26,8 @@ from .simulate_cmd import validate_day
 @click.option("--token-file", type=click.Path(dir_okay=False, exists=True), default=None,
               help="File holding the collector's query bearer token (with --url).")
 @click.option("--window", callback=validate_day, default=None, help="One window (YYYY-MM-DD).")
-@click.option("--since", callback=validate_day, default=None, help="First day, inclusive.")
-@click.option("--until", callback=validate_day, default=None, help="Last day, inclusive.")
+@click.option("--since", callback=validate_date, default=None, help="First day, inclusive (YYYY-MM-DD).")
+@click.option("--until", callback=validate_date, default=None, help="Last day, inclusive (YYYY-MM-DD).")
 @click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True),
               default=0.95, show_default=True, help="Confidence level of the intervals.")
 @click.option("--simultaneous", is_flag=True, help="Bonferroni intervals that hold for all values at once.")
@@ -99,7 +97,7 @@ def remote_estimate(url: str, token_file: str | None, metrics_file: str | None, 
 def _read_lines(path: str | None) -> list[str] | None:
     if path is None:
         return None
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    lines = read_lines(path, "candidates file")
     return list(dict.fromkeys(s for s in (line.strip() for line in lines) if s)) or None
 
 
@@ -138,7 +136,7 @@ def read_candidates(path: str | None, spec: MetricSpec) -> list[str] | None:
             return read_weights_csv(path)[0]
         except DistributionError as exc:
             raise click.ClickException(str(exc)) from None
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    lines = read_lines(path, "candidates file")
     out = [line for line in (s.strip() for s in lines) if line]
     if not out:
         raise click.ClickException(f"{path}: no candidate strings")

@@ -36,5 +36,9 @@ def plot_estimates(df: pd.DataFrame, path: str, truth_csv: str | None = None) ->
     ax.axhline(0, color="grey", lw=0.5)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as exc:
+        raise click.ClickException(f"{path}: cannot write the plot ({exc.strerror or exc})") from None
+    finally:
+        plt.close(fig)

@@ -20,6 +20,7 @@ from estimators.rappor import CONTROLS, CandidateMap, decode
 
 from .common import LdptGroup, emit, load_metric, output_options
 from .output import format_frame
+from .simulate_cmd import validate_date, validate_day
 
 
 @click.group(cls=LdptGroup)
@@ -100,9 +101,10 @@ def _warn(df: pd.DataFrame) -> None:
               help="Candidate strings, one per line (written to map.csv with their Bloom bits).")
 @click.option("--out-dir", required=True, type=click.Path(file_okay=False),
               help="Directory for params.csv, counts.csv and map.csv (created if missing).")
-@click.option("--window", default=None, help="One window (YYYY-MM-DD); all windows by default.")
-@click.option("--since", default=None, help="First day, inclusive (YYYY-MM-DD).")
-@click.option("--until", default=None, help="Last day, inclusive (YYYY-MM-DD).")
+@click.option("--window", callback=validate_day, default=None,
+              help="One window (YYYY-MM-DD); all windows by default.")
+@click.option("--since", callback=validate_date, default=None, help="First day, inclusive (YYYY-MM-DD).")
+@click.option("--until", callback=validate_date, default=None, help="Last day, inclusive (YYYY-MM-DD).")
 def export_cmd(metrics_file: str, metric: str, db: str, candidates: str, out_dir: str,
                window: str | None, since: str | None, until: str | None) -> None:
     """Write a RAPPOR metric's sketch as google/rappor params.csv, counts.csv and map.csv."""

@@ -172,6 +172,8 @@ def read_token(path: str | Path) -> str:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise RemoteError(f"{path}: cannot read token file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise RemoteError(f"{path}: the token file is not UTF-8 text") from None
     token = next((line.strip() for line in lines if line.strip()), "")
     if not token:
         raise RemoteError(f"{path}: the token file is empty")
@@ -192,10 +194,36 @@ def fetch_estimates(url: str, metric: str, token: str, params: dict[str, Any],
                                      headers={**headers, "Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT) as resp:
-            return json.loads(resp.read())
+            data = resp.read()
     except urllib.error.HTTPError as exc:
         raise RemoteError(f"{url}: HTTP {exc.code}: {_problem_detail(exc.code, exc.read())}") from None
-    except (urllib.error.URLError, OSError) as exc:
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise RemoteError(f"{url}: cannot reach the collector ({reason})") from None
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict) or not isinstance(doc.get("estimates"), list):
+        raise RemoteError(f"{url}: the answer is not an estimate document; is this an ldpt "
+                          "collector's address?")
+    return doc
+
+
+def check_reachable(url: str, timeout: float = 10.0) -> None:
+    """Fail fast, with one line, when nothing answers GET /healthz at ``url``.
+
+    ``send_batches`` retries network errors for minutes (a collector restarting mid-run), which
+    is the wrong behaviour for a mistyped address or a collector that was never started.
+    """
+    endpoint = url.rstrip("/") + "/healthz"
+    try:
+        with urllib.request.urlopen(endpoint, timeout=timeout) as resp:
+            resp.read()
+    except urllib.error.HTTPError as exc:
+        raise RemoteError(f"{url}: GET /healthz answered HTTP {exc.code}; is this an ldpt "
+                          "collector's address?") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         raise RemoteError(f"{url}: cannot reach the collector ({reason})") from None
 

@@ -10,7 +10,7 @@ import click
 import numpy as np
 
 from client_sdk.registry import MetricSpec
-from collector.storage.base import SketchKey
+from collector.storage.base import SketchKey, canonical_window
 from collector.storage.sqlite import open_store
 from estimators.simulation import Population, draw_population, encode_population, simulate_sketch
 
@@ -22,16 +22,24 @@ def today_utc() -> str:
 
 
 def validate_day(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """Accept YYYY-MM-DD (or YYYY-MM-DDTHH for hourly windows)."""
+    """Accept YYYY-MM-DD (or YYYY-MM-DDTHH for hourly windows); returns the zero-padded label."""
     if value is None:
         return None
-    for fmt in ("%Y-%m-%d", "%Y-%m-%dT%H"):
-        try:
-            dt.datetime.strptime(value, fmt)
-            return value
-        except ValueError:
-            continue
-    raise click.BadParameter(f"{value!r} is not a date YYYY-MM-DD (or hour YYYY-MM-DDTHH)")
+    window = canonical_window(value)
+    if window is None:
+        raise click.BadParameter(f"{value!r} is not a date YYYY-MM-DD (or hour YYYY-MM-DDTHH)")
+    return window
+
+
+def validate_date(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Accept YYYY-MM-DD only (--since/--until select whole UTC days); zero-padded."""
+    if value is None:
+        return None
+    day = canonical_window(value, hour_ok=False)
+    if day is None:
+        raise click.BadParameter(f"{value!r} is not a date YYYY-MM-DD (--since and --until "
+                                 "select whole days; use --window for one hour)")
+    return day
 
 
 @click.command()
@@ -70,10 +78,10 @@ def simulate(metrics_file: str, metric: str, clients: int, distribution: str, se
         seed = int(np.random.SeedSequence().entropy % (2**63))
     rng = np.random.default_rng(seed)
     population = draw_population(spec, clients, distribution, rng)
+    if truth:  # before the reports are stored: a bad path must not leave a half-done run behind
+        write_truth(truth, population.values, population.counts)
     if url is not None:
         send_population(spec, population, rng, url, batch_size, silent)
-        if truth:
-            write_truth(truth, population.values, population.counts)
         if not silent:
             click.echo(f"{clients} simulated reports of {metric} ({spec.protocol}, epsilon "
                        f"{spec.protocol_impl.epsilon:.4g}) -> {url} (seed {seed})", err=True)
@@ -86,8 +94,6 @@ def simulate(metrics_file: str, metric: str, clients: int, distribution: str, se
         store.add_sketch(SketchKey(spec.name, spec.fingerprint, window), sketch)
     finally:
         store.close()
-    if truth:
-        write_truth(truth, population.values, population.counts)
     if not silent:
         click.echo(f"{clients} simulated reports of {metric} ({spec.protocol}, epsilon "
                    f"{spec.protocol_impl.epsilon:.4g}) -> {db} window {window} (seed {seed})", err=True)
@@ -96,8 +102,9 @@ def simulate(metrics_file: str, metric: str, clients: int, distribution: str, se
 def send_population(spec: MetricSpec, population: Population, rng: np.random.Generator, url: str,
                     batch_size: int, silent: bool) -> None:
     """Encode the population exactly as the --db path does and post it to a collector."""
-    from .remote import batch_bodies, send_batches
+    from .remote import batch_bodies, check_reachable, send_batches
 
+    check_reachable(url)
     bodies = batch_bodies(spec, encode_population(spec, population, rng), batch_size)
     with progress_bar(population.size, f"sending {spec.name}", silent) as bar:
         stats = asyncio.run(send_batches(url, bodies, progress=bar.update))

@@ -203,8 +203,9 @@ class AsyncUploader:
         try:
             self._wake()
             while True:
-                if self.batcher.idle():
-                    return self.batcher.failures == failures
+                settled = self.batcher.settled_failures()
+                if settled is not None:
+                    return settled == failures
                 if time.monotonic() >= deadline or self._task is None or self._task.done():
                     return False
                 await asyncio.sleep(FLUSH_POLL)

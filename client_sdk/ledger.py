@@ -32,6 +32,7 @@ import datetime as dt
 import enum
 import functools
 import json
+import math
 import os
 import threading
 import time
@@ -138,10 +139,36 @@ class MetricAccount:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> MetricAccount:
+        """Parse one account; ValueError when a field has the wrong type (an edited or foreign file)."""
         fields = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in fields}
         kwargs["memo"] = {fp: set(d) for fp, d in dict(data.get("memo") or {}).items()}
-        return cls(**kwargs)
+        account = cls(**kwargs)
+        _check_types(account)
+        return account
+
+
+_COUNT_FIELDS = ("window_reports", "lifetime_reports", "refused_window", "refused_lifetime", "reports_per_window")
+_EPSILON_FIELDS = ("window_epsilon", "lifetime_epsilon", "epsilon_per_report")
+_OPTIONAL_EPSILON_FIELDS = ("epsilon_longitudinal", "lifetime_budget")
+
+
+def _check_types(account: MetricAccount) -> None:
+    """The budget arithmetic only ever sees ints, finite floats and strings where it expects them."""
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+    bad = [name for name in _COUNT_FIELDS
+           if not isinstance(getattr(account, name), int) or isinstance(getattr(account, name), bool)]
+    bad += [name for name in _EPSILON_FIELDS if not number(getattr(account, name))]
+    bad += [name for name in _OPTIONAL_EPSILON_FIELDS
+            if getattr(account, name) is not None and not number(getattr(account, name))]
+    bad += [name for name in ("window", "fingerprint") if not isinstance(getattr(account, name), str)]
+    if not all(isinstance(fp, str) and all(isinstance(d, str) for d in digests)
+               for fp, digests in account.memo.items()):
+        bad.append("memo")
+    if bad:
+        raise ValueError(f"field(s) {', '.join(bad)} have the wrong type")
 
 
 Accounts = dict[str, MetricAccount]

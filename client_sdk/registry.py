@@ -230,7 +230,7 @@ def parse_metric(name: str, table: Any, source: str = "<registry>") -> MetricSpe
     def fail(message: str, field: str | None = None) -> RegistryError:
         return RegistryError(message, source=source, metric=name, field=field)
 
-    if not NAME_PATTERN.match(name):
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):  # not match: $ allows a trailing \n
         raise fail("metric names start with a letter and use letters, digits, '_', '.', '-' "
                    "(at most 100 characters)")
     if not isinstance(table, Mapping):
@@ -256,7 +256,8 @@ def parse_metric(name: str, table: Any, source: str = "<registry>") -> MetricSpe
         if not all(isinstance(c, str) for c in cats):
             raise fail("categories must all be strings", "categories")
         if len(set(cats)) != len(cats):
-            dup = next(c for c in cats if cats.count(c) > 1)
+            seen: set[str] = set()
+            dup = next(c for c in cats if c in seen or seen.add(c))  # O(d), not O(d²) with count()
             raise fail(f"category {dup!r} appears more than once", "categories")
         if len(cats) > MAX_CATEGORIES:
             raise fail(f"at most {MAX_CATEGORIES} categories", "categories")
@@ -287,7 +288,10 @@ def parse_metric(name: str, table: Any, source: str = "<registry>") -> MetricSpe
         raise fail("missing; set the per-report privacy budget, e.g. epsilon = 1.0", "epsilon")
 
     if protocol == "auto":
-        protocol = choose_protocol(d, epsilon)
+        try:
+            protocol = choose_protocol(d, epsilon)
+        except ValueError as exc:
+            raise fail(str(exc), "epsilon") from None
 
     allowed = option_keys(protocol)
     options = {}

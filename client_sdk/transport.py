@@ -23,6 +23,7 @@ import email.utils
 import hashlib
 import http.client
 import json
+import math
 import os
 import socket
 import ssl
@@ -95,7 +96,10 @@ class Response:
         doc = self.json()
         if isinstance(doc, dict) and isinstance(doc.get("retry_after"), (int, float)) \
                 and not isinstance(doc.get("retry_after"), bool):
-            return max(0.0, float(doc["retry_after"]))
+            try:
+                return max(0.0, float(doc["retry_after"]))
+            except OverflowError:  # an integer beyond float range: "very long" (capped by RetryPolicy)
+                return math.inf if doc["retry_after"] > 0 else 0.0
         return None
 
 

@@ -147,7 +147,7 @@ class Batcher:
         self.queue = ReportQueue(queue_size, drop_policy, wake_at=batch_size, wake=wake,
                                  on_evict=self._evicted)
         self.lock = threading.RLock()       # one builder/sender at a time
-        self.rand = random.Random(os.urandom(16))
+        self.rand = random.SystemRandom()  # backoff jitter: OS CSPRNG, like every SDK draw
         self.backoff_until = 0.0
         self.attempts = 0
         self.flushing = 0
@@ -190,6 +190,21 @@ class Batcher:
     def idle(self) -> bool:
         """Nothing queued, nothing being batched, nothing waiting in the outbox (checked in that order)."""
         return len(self.queue) == 0 and not self.building and self.pending_batches() == 0
+
+    def settled_failures(self) -> int | None:
+        """``failures`` if idle, else None; read under the lock, never halfway through ``handle``.
+
+        ``handle`` removes a rejected batch from the outbox before it counts the rejection (and
+        re-queues what survives it), so an unlocked ``idle()`` can see an empty outbox with the
+        failure not yet counted: flush() would report a rejected batch as acknowledged. Never
+        blocks (the asyncio driver calls it on the loop): None while the worker holds the lock.
+        """
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            return self.failures if self.idle() else None
+        finally:
+            self.lock.release()
 
     # --- timing ----------------------------------------------------------------------------------
     def batch_due(self, now: float) -> bool:
@@ -409,7 +424,7 @@ class Batcher:
         self.queue.reset_after_fork()
         self.outbox.reset_after_fork()
         self._fallback.reset_after_fork()
-        self.rand = random.Random(os.urandom(16))
+        self.rand = random.SystemRandom()  # backoff jitter: OS CSPRNG, like every SDK draw
         self.backoff_until = 0.0
         self.attempts = 0
         self.flushing = 0
@@ -473,8 +488,9 @@ class Uploader:
             self._event.set()
             with self._progress:
                 while True:
-                    if self.batcher.idle():
-                        return self.batcher.failures == failures
+                    settled = self.batcher.settled_failures()
+                    if settled is not None:
+                        return settled == failures
                     remaining = deadline - time.monotonic()
                     if remaining <= 0 or self._thread is None or not self._thread.is_alive():
                         return False

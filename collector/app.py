@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from client_sdk.errors import LdptError
 from client_sdk.registry import Registry
@@ -116,7 +117,8 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
         registry_body=registry_body,
         registry_etag='"' + hashlib.sha256(registry_body).hexdigest()[:32] + '"')
     # client_max_size bounds chunked bodies too (Content-Length is checked before reading)
-    app = web.Application(middlewares=[problem_middleware], client_max_size=config.max_body_bytes)
+    app = web.Application(middlewares=[problem_middleware], client_max_size=config.max_body_bytes,
+                          handler_args={"logger": AddressFreeLog(logging.getLogger("aiohttp.server"))})
     app[STATE] = state
     app.router.add_post("/v1/reports", post_reports)
     app.router.add_get("/v1/registry", get_registry)
@@ -129,6 +131,26 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
     app.on_shutdown.append(_shutdown)
     app.on_cleanup.append(_cleanup)
     return app
+
+
+class AddressFreeLog(logging.LoggerAdapter):
+    """aiohttp's connection-level log without client addresses (ARCHITECTURE privacy rules).
+
+    aiohttp logs a malformed request as "Error handling request from <client address>" with a
+    traceback; here it becomes one warning line without the address (a client's bad HTTP is
+    not a collector failure), and any other error keeps its traceback but loses the address.
+    """
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        if isinstance(msg, str) and msg.startswith("Error handling request from"):
+            exc = kwargs.get("exc_info")
+            if isinstance(exc, HttpProcessingError):
+                kwargs.pop("exc_info")
+                level = min(level, logging.WARNING)
+                msg, args = "bad HTTP request: %s", (" ".join(str(exc).split())[:200],)
+            else:
+                msg, args = "error handling a request", ()
+        super().log(level, msg, *args, **kwargs)
 
 
 # --- lifecycle ----------------------------------------------------------------------------------------
@@ -191,7 +213,8 @@ async def problem_middleware(request: web.Request, handler: Callable[[web.Reques
             slug = "invalid-query" if exc.status < 500 else "internal-error"
         detail = exc.text if exc.status != 413 else \
             f"the body exceeds {request.app[STATE].config.max_body_bytes} bytes; send smaller batches"
-        problem = Problem(slug, detail or exc.reason, status=exc.status)
+        allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+        problem = Problem(slug, detail or exc.reason, status=exc.status, headers=allow)
         request.app[STATE].telemetry.rejected(problem.slug)
         return problem.response()
     except LdptError as exc:

@@ -136,6 +136,8 @@ def read_tokens(path: Path | None) -> tuple[bytes, ...]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read query token file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: the query token file is not UTF-8 text") from None
     tokens = tuple(line.strip().encode() for line in text.splitlines() if line.strip())
     if not tokens:
         raise ConfigError(f"{path}: the query token file is empty")

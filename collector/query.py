@@ -10,9 +10,9 @@ Windows with fewer than ``--min-reports`` reports are refused with ``too-few-rep
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import functools
 import hmac
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,6 +22,7 @@ from aiohttp import web
 from client_sdk.errors import EstimationError, LdptError
 from client_sdk.registry import Kind, Registry
 from collector.storage.aio import AsyncSketchStore
+from collector.storage.base import canonical_window, date_filter_ok
 from estimators.formats import frame_to_csv, frame_to_json
 from estimators.frequency import estimate_frame
 
@@ -31,6 +32,9 @@ QUERY_FIELDS = ("window", "since", "until", "confidence", "simultaneous", "consi
                 "format")
 FORMATS = {"json": "application/json", "csv": "text/csv"}
 MAX_CANDIDATES = 100_000
+#: Largest JSON body of a POST query: room for MAX_CANDIDATES strings of ~150 bytes. Read only
+#: after the bearer token was checked, so it is not the ingestion limit (LDPT_MAX_BODY_BYTES).
+MAX_QUERY_BODY_BYTES = 16 << 20
 BEARER_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="ldpt"'}
 
 
@@ -44,7 +48,7 @@ def check_bearer(header: str | None, tokens: Sequence[bytes]) -> None:
     if scheme.lower() != "bearer" or not given:
         raise Problem("unauthorized", "send the query token as 'Authorization: Bearer <token>'",
                       headers=BEARER_CHALLENGE)
-    given_bytes = given.encode()
+    given_bytes = given.encode("utf-8", "surrogateescape")  # the bytes sent, even if not UTF-8
     ok = False
     for token in tokens:  # every comparison runs: the time does not depend on which token matched
         ok |= hmac.compare_digest(given_bytes, token)
@@ -53,13 +57,10 @@ def check_bearer(header: str | None, tokens: Sequence[bytes]) -> None:
 
 
 def _day(name: str, value: Any, hour_ok: bool) -> str:
-    if isinstance(value, str):
-        for fmt in ("%Y-%m-%d", "%Y-%m-%dT%H") if hour_ok else ("%Y-%m-%d",):
-            try:
-                dt.datetime.strptime(value, fmt)
-                return value
-            except ValueError:
-                continue
+    """The canonical (zero-padded) window label: stored windows are compared as strings."""
+    window = canonical_window(value, hour_ok) if isinstance(value, str) else None
+    if window is not None:
+        return window
     shape = "YYYY-MM-DD or YYYY-MM-DDTHH" if hour_ok else "YYYY-MM-DD"
     raise Problem("invalid-query", f"{name}={value!r} is not a date {shape}", field=name)
 
@@ -112,7 +113,7 @@ def parse_query(params: Mapping[str, Any], accept: str = "") -> dict[str, Any]:
     fmt = params.get("format")
     if fmt is None:
         fmt = "csv" if "text/csv" in accept else "json"
-    if fmt not in FORMATS:
+    if not isinstance(fmt, str) or fmt not in FORMATS:
         raise Problem("invalid-query", f"format={fmt!r}: use json or csv", field="format")
     out["format"] = fmt
     return out
@@ -121,9 +122,10 @@ def parse_query(params: Mapping[str, Any], accept: str = "") -> dict[str, Any]:
 async def query_params(request: web.Request) -> dict[str, Any]:
     """Query fields from the URL (GET; repeated ``candidates``) or a JSON object body (POST)."""
     if request.method == "POST":
+        raw = await _read_query_body(request)
         try:
-            body = await request.json()
-        except Exception:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
             raise Problem("invalid-query", "the body must be a JSON object of query parameters") from None
         if not isinstance(body, dict):
             raise Problem("invalid-query", "the body must be a JSON object of query parameters")
@@ -134,6 +136,38 @@ async def query_params(request: web.Request) -> dict[str, Any]:
         if "candidates" in request.query:
             params["candidates"] = request.query.getall("candidates")
     return parse_query(params, request.headers.get("Accept", ""))
+
+
+async def _read_query_body(request: web.Request) -> bytes:
+    """The POST body, refused with 413 beyond MAX_QUERY_BODY_BYTES (checked while reading)."""
+    too_large = Problem("body-too-large", f"the query body exceeds {MAX_QUERY_BODY_BYTES} bytes; "
+                        f"send at most {MAX_CANDIDATES} candidates of reasonable length")
+    if request.content_length is not None and request.content_length > MAX_QUERY_BODY_BYTES:
+        raise too_large
+    body = bytearray()
+    async for chunk in request.content.iter_any():
+        body += chunk
+        if len(body) > MAX_QUERY_BODY_BYTES:
+            raise too_large
+    return bytes(body)
+
+
+async def _other_parameters(store: AsyncSketchStore, fingerprint: str, metric: str,
+                            q: Mapping[str, Any]) -> str:
+    """A hint when the windows asked hold reports encoded under an older registry entry."""
+    try:
+        stored = await store.awindows(metric)
+    except LdptError:
+        return ""
+    other = [w for w in stored if w.fingerprint != fingerprint
+             and (q["windows"] is None or w.window in q["windows"])
+             and date_filter_ok(w.window, q["since"], q["until"])]
+    if not other:
+        return ""
+    fps = ", ".join(sorted({w.fingerprint[:12] for w in other}))
+    return (f" under the registry's parameters (fingerprint {fingerprint[:12]}); "
+            f"{sum(w.reports for w in other)} reports there were encoded under other parameters "
+            f"(fingerprint {fps}) and are never mixed in")
 
 
 async def estimates(request: web.Request, registry: Registry, store: AsyncSketchStore,
@@ -158,7 +192,9 @@ async def estimates(request: web.Request, registry: Registry, store: AsyncSketch
     what = f"window {q['windows'][0]}" if q["windows"] else \
         f"{q['since'] or '...'} to {q['until'] or '...'}" if (q["since"] or q["until"]) else "all windows"
     if n == 0:
-        raise Problem("no-data", f"no reports of {spec.name!r} in {what}", metric=spec.name)
+        raise Problem("no-data", f"no reports of {spec.name!r} in {what}"
+                      f"{await _other_parameters(store, spec.fingerprint, spec.name, q)}",
+                      metric=spec.name)
     if n < min_reports:
         raise Problem("too-few-reports", f"{n} reports of {spec.name!r} in {what}; this collector "
                       f"publishes estimates only from {min_reports} reports (widen the window)",

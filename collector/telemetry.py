@@ -116,6 +116,10 @@ class Telemetry:
 
     # --- writers (own row only) -------------------------------------------------------------------
     def set_up(self, up: bool) -> None:
+        """Mark this worker serving (its gauges start at zero: a restarted worker's row may hold
+        the queue and in-flight bytes of the process that died in it) or stopped."""
+        if up:
+            self._values[[self._queue_batches, self._queue_reports, self._inflight]] = 0.0
         self._values[self._up] = 1.0 if up else 0.0
 
     def rejected(self, slug: str, reports: int = 0) -> None:

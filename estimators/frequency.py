@@ -23,6 +23,8 @@ from .consistency import norm_sub
 from .intervals import wald_interval, z_value
 
 COLUMNS = ["value", "estimate", "proportion", "std_err", "ci_low", "ci_high", "p_value", "detected"]
+#: Multiple-testing control of ``detected``: Bonferroni family-wise, or Benjamini–Hochberg FDR.
+CONTROLS = ("fwer", "fdr")
 
 
 def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95,
@@ -32,6 +34,10 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
     """Debiased estimates with intervals for one metric's (merged) sketch."""
     if not 0 < confidence < 1:
         raise EstimationError(f"confidence must be between 0 and 1 (exclusive), got {confidence}")
+    if control not in CONTROLS:  # a typo must not silently turn family-wise control into FDR
+        raise EstimationError(f"control must be one of {', '.join(CONTROLS)}, got {control!r}")
+    if not 0 < alpha < 1:
+        raise EstimationError(f"alpha must be between 0 and 1 (exclusive), got {alpha}")
     proto = spec.protocol_impl
     if spec.kind is Kind.STRING:
         if not candidates:
@@ -79,7 +85,10 @@ def _apply_consistency(df: pd.DataFrame, n: int) -> pd.DataFrame:
     """Replace estimate/proportion by Norm-Sub output; keep the unbiased one as raw_estimate."""
     out = df.copy()
     out.insert(1, "raw_estimate", df["estimate"])
-    proportions = norm_sub(df["proportion"].to_numpy())
+    raw = df["proportion"].to_numpy(dtype=np.float64)
+    finite = np.isfinite(raw)  # RAPPOR leaves unidentifiable (aliased) candidates NaN: they stay NaN
+    proportions = np.full(raw.shape, np.nan)
+    proportions[finite] = norm_sub(raw[finite])
     out["proportion"] = proportions
     out["estimate"] = proportions * n
     out.attrs = dict(df.attrs, post_processed="norm-sub")

@@ -71,10 +71,10 @@ from client_sdk.hashing import bloom_positions
 from client_sdk.protocols.base import Sketch
 from client_sdk.protocols.rappor import Rappor, RapporParams
 
+from .frequency import CONTROLS  # one definition, shared with estimate_frame
 from .intervals import wald_interval, z_value
 
 COLUMNS = ["value", "estimate", "proportion", "std_err", "ci_low", "ci_high", "p_value", "detected"]
-CONTROLS = ("fwer", "fdr")
 #: Candidates with a screening z-score above this enter the model set S (many-candidate mode).
 SCREEN_Z = 4.0
 #: Fit all candidates at once while M <= rows / ROWS_PER_CANDIDATE; screen beyond.

@@ -32,6 +32,7 @@ from .rappor import CandidateMap
 
 PARAMS_HEADER = ["k", "h", "m", "p", "q", "f"]
 _EMPTY = -(1 << 62)  # an empty map field (google/rappor drops colliding positions)
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 RAPPOR_COLUMNS = ["string", "estimate", "std_error", "proportion", "prop_std_error", "prop_low_95",
                   "prop_high_95"]
 
@@ -67,16 +68,18 @@ def _rows(path: str | Path) -> Iterator[tuple[int, list[str]]]:
 def _int(text: str, where: str) -> int:
     value = text.strip()
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
-        pass
-    try:
-        number = float(value)
-    except ValueError:
-        raise RapporFileError(f"{where}: {text!r} is not an integer") from None
-    if not (math.isfinite(number) and number.is_integer()):
-        raise RapporFileError(f"{where}: {text!r} is not an integer")
-    return int(number)
+        try:
+            real = float(value)
+        except ValueError:
+            raise RapporFileError(f"{where}: {text!r} is not an integer") from None
+        if not (math.isfinite(real) and real.is_integer()):
+            raise RapporFileError(f"{where}: {text!r} is not an integer") from None
+        number = int(real)
+    if not _INT64_MIN <= number <= _INT64_MAX:  # counts are int64: numpy would raise OverflowError
+        raise RapporFileError(f"{where}: {text!r} is out of range")
+    return number
 
 
 # --- params.csv ------------------------------------------------------------------------------------
@@ -177,10 +180,10 @@ def read_map(path: str | Path, params: RapporParams) -> CandidateMap:
         string = fields[0]
         try:
             positions = np.array([int(f) if f.strip() else _EMPTY for f in fields[1:]], dtype=np.int64)
-        except ValueError:
+        except (ValueError, OverflowError):
             bad = next(i for i, f in enumerate(fields[1:], start=2) if f.strip() and not _is_int_text(f))
             raise RapporFileError(f"{path}: line {line}, column {bad}: {fields[bad - 1]!r} is not an "
-                                  "integer position") from None
+                                  f"integer position in [1, m·k = {n_rows}]") from None
         filled = positions != _EMPTY
         given = positions[filled]
         out = (given < 1) | (given > n_rows)
@@ -201,11 +204,11 @@ def read_map(path: str | Path, params: RapporParams) -> CandidateMap:
 
 
 def _is_int_text(text: str) -> bool:
+    """Whether ``text`` is an integer that fits int64."""
     try:
-        int(text)
+        return _INT64_MIN <= int(text) <= _INT64_MAX
     except ValueError:
         return False
-    return True
 
 
 def write_map(path: str | Path, cmap: CandidateMap, params: RapporParams) -> None:

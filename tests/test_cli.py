@@ -143,3 +143,109 @@ def test_string_metric_end_to_end_and_missing_candidate_warning(run, tmp_path):
     result = run("estimate", "--metrics", str(reg), "--metric", "page", "--db", str(db),
                  "--candidates", str(partial))
     assert "warning:" in result.stderr
+
+
+# --- review fixes -------------------------------------------------------------------------------------
+def test_dates_are_zero_padded_and_since_until_take_whole_days(run, registry_file, tmp_path):
+    """--window 2026-9-1 was stored unpadded; --since 2026-11-30T01 silently dropped that day."""
+    db = tmp_path / "s.sqlite"
+    run("simulate", "--metrics", str(registry_file), "--metric", "theme", "--clients", "100",
+        "--seed", "1", "--db", str(db), "--window", "2026-9-1", "--silent")
+    assert sqlite3.connect(db).execute("SELECT DISTINCT window FROM sketches").fetchall() == [("2026-09-01",)]
+    base = ["estimate", "--metrics", str(registry_file), "--metric", "theme", "--db", str(db),
+            "--format", "json"]
+    for extra in (["--since", "2026-8-31"], ["--until", "2026-10-1"], ["--window", "2026-9-01"]):
+        assert json.loads(run(*base, *extra).output)["meta"]["n_reports"] == 100, extra
+    result = run(*base, "--since", "2026-09-01T05", ok=False)
+    assert result.exit_code == 2 and "select whole days" in result.output
+    result = run("rappor", "export", "--metrics", str(registry_file), "--metric", "theme", "--db", str(db),
+                 "--candidates", str(registry_file), "--out-dir", str(tmp_path / "x"),
+                 "--window", "garbage", ok=False)
+    assert result.exit_code == 2 and "'garbage' is not a date" in result.output
+
+
+def test_unreadable_inputs_and_unwritable_outputs_name_the_file(run, registry_file, tmp_path):
+    reg = tmp_path / "m.toml"
+    reg.write_text('[metrics.page]\nkind = "string"\nprotocol = "rappor"\nbloom_bits = 32\nhashes = 2\n'
+                   'cohorts = 4\n')
+    db = tmp_path / "s.sqlite"
+    run("simulate", "--metrics", str(reg), "--metric", "page", "--clients", "200", "--seed", "3",
+        "--db", str(db), "--silent")
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(b"\xff\xfe\x00junk")
+    result = run("estimate", "--metrics", str(reg), "--metric", "page", "--db", str(db),
+                 "--candidates", str(binary), ok=False)
+    assert result.exit_code == 1 and "binary.txt: the candidates file is not UTF-8 text" in result.output
+    result = run("estimate", "--metric", "page", "--url", "http://127.0.0.1:9", "--token-file", str(binary),
+                 ok=False)
+    assert result.exit_code == 1 and "binary.txt: the token file is not UTF-8 text" in result.output
+    run("simulate", "--metrics", str(registry_file), "--metric", "theme", "--clients", "100",
+        "--seed", "1", "--db", str(db), "--silent")
+    result = run("estimate", "--metrics", str(registry_file), "--metric", "theme", "--db", str(db),
+                 "--plot", str(tmp_path / "no" / "such" / "dir.png"), ok=False)
+    assert result.exit_code == 1 and "dir.png: cannot write the plot" in result.output
+    assert "internal error" not in result.output
+
+
+def test_an_unwritable_truth_file_leaves_the_store_untouched(run, registry_file, tmp_path):
+    """The store used to be written first: re-running after the error counted the run twice."""
+    db = tmp_path / "s.sqlite"
+    result = run("simulate", "--metrics", str(registry_file), "--metric", "theme", "--clients", "100",
+                 "--db", str(db), "--truth", str(tmp_path / "no" / "truth.csv"), "--silent", ok=False)
+    assert result.exit_code == 1 and "cannot write truth file" in result.output
+    assert not db.exists() or sqlite3.connect(db).execute("SELECT count(*) FROM sketches").fetchone() == (0,)
+
+
+def test_simulate_url_fails_fast_when_nothing_listens(run, registry_file, tmp_path):
+    """It used to retry the first batch for 300 s against a collector that was never there."""
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens on it
+    start = time.monotonic()
+    result = run("simulate", "--metrics", str(registry_file), "--metric", "theme", "--clients", "10",
+                 "--url", f"http://127.0.0.1:{port}", "--silent", ok=False)
+    assert result.exit_code == 1 and "cannot reach the collector" in result.output
+    assert time.monotonic() - start < 10
+    result = run("simulate", "--metrics", str(registry_file), "--metric", "theme", "--clients", "10",
+                 "--url", f"127.0.0.1:{port}", "--silent", ok=False)
+    assert result.exit_code == 1 and "cannot reach the collector" in result.output
+
+
+def test_estimate_url_that_is_not_a_collector(run, tmp_path):
+    import http.server
+    import threading
+
+    class Html(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            body = b"<html>hello</html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    token = tmp_path / "token"
+    token.write_text("t" * 32 + "\n")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Html)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        result = run("estimate", "--metric", "theme", "--url", f"http://127.0.0.1:{server.server_port}",
+                     "--token-file", str(token), ok=False)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.exit_code == 1 and "is not an estimate document" in result.output
+    assert "internal error" not in result.output
+
+
+def test_demo_keep_refuses_a_directory_holding_an_earlier_store(run, tmp_path):
+    """Re-running `ldpt demo --keep DIR` mixed both runs' reports: 0 of 3 truths covered."""
+    (tmp_path / "ldpt.sqlite").write_bytes(b"")
+    result = run("demo", "--clients", "10", "--keep", str(tmp_path), "--silent", ok=False)
+    assert result.exit_code == 1 and "holds the store of an earlier demo" in result.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -22,7 +23,7 @@ from collector.committer import GroupCommitter
 from collector.config import SETTINGS, make_config
 from collector.problems import PROBLEM_TYPES
 from collector.storage.aio import ThreadedStore
-from collector.storage.base import BatchOutcome
+from collector.storage.base import BatchOutcome, SketchKey
 from collector.storage.sqlite import SQLiteStore
 from collector.telemetry import Telemetry
 from estimators.frequency import estimate_frame
@@ -479,3 +480,145 @@ def test_hourly_windows(setup):
             resp = await client.get(f"/v1/metrics/theme/estimates?window={windows[0].window}", headers=AUTH)
             assert resp.status == 200 and (await resp.json())["meta"]["n_reports"] == 50
     asyncio.run(scenario())
+
+
+# --- review fixes: odd-but-plausible input ----------------------------------------------------------
+def test_odd_query_input_is_a_problem_never_a_500(setup):
+    path = "/v1/metrics/page/estimates"
+
+    async def scenario():
+        async with running(setup) as (client, _):
+            resp = await client.post(path, json={"format": []}, headers=AUTH)
+            doc = assert_problem(resp.status, resp.headers, await resp.read(), 400, "invalid-query")
+            assert doc["field"] == "format"
+            resp = await client.post(path, data=b"[" * 100_000, headers=AUTH)  # too deep for json
+            assert_problem(resp.status, resp.headers, await resp.read(), 400, "invalid-query")
+            # a token that is not UTF-8 (aiohttp keeps the raw bytes as surrogates)
+            raw = await raw_request(client, b"GET " + path.encode() + b" HTTP/1.1\r\nHost: x\r\n"
+                                    b"Authorization: Bearer \xff\xfe" + b"a" * 20 + b"\r\n"
+                                    b"Connection: close\r\n\r\n")
+            assert raw.startswith(b"HTTP/1.1 401"), raw[:200]
+            resp = await client.delete("/v1/reports")
+            assert_problem(resp.status, resp.headers, await resp.read(), 405, "method-not-allowed")
+            assert resp.headers["Allow"] == "POST"  # RFC 9110: a 405 names the allowed methods
+    asyncio.run(scenario())
+
+
+async def raw_request(client, data: bytes) -> bytes:
+    """Send raw bytes to the test server; everything it answers until it closes."""
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    writer.write(data)
+    await writer.drain()
+    out = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    return out
+
+
+def test_malformed_http_is_logged_without_the_client_address(setup, caplog):
+    caplog.set_level(logging.DEBUG, logger="aiohttp")
+
+    async def scenario():
+        async with running(setup) as (client, _):
+            raw = await raw_request(client, b"POST /v1/reports HTTP/1.1\r\nHost: x\r\n"
+                                    b"Content-Length: abc\r\n\r\n")
+            assert raw.startswith(b"HTTP/1.0 400") or raw.startswith(b"HTTP/1.1 400"), raw[:200]
+    asyncio.run(scenario())
+    # (the test server's access log is on; `ldpt serve` runs without one unless --access-log)
+    records = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert any("bad HTTP request" in r.getMessage() for r in records), caplog.text
+    assert not any("127.0.0.1" in r.getMessage() for r in records)
+    assert all(r.exc_info is None for r in records)  # one line, not a traceback per bad client
+
+
+def test_dates_are_zero_padded_before_they_are_compared(setup):
+    """2026-9-1 parses as a date; compared unpadded with stored '2026-11-30' it selected nothing."""
+    spec = setup[1].get("theme")
+    store = SQLiteStore(setup[3], create=True)
+    sketch = spec.protocol_impl.new_sketch()
+    sketch.reports[0] = 10
+    store.add_sketch(SketchKey("theme", spec.fingerprint, "2026-11-30"), sketch)
+    store.close()
+    path = "/v1/metrics/theme/estimates"
+
+    async def scenario():
+        async with running(setup) as (client, _):
+            for query in ("since=2026-9-1", "since=2026-9-1&until=2026-11-30", "window=2026-11-30",
+                          "until=2026-12-1"):
+                resp = await client.get(f"{path}?{query}", headers=AUTH)
+                assert resp.status == 200, (query, await resp.text())
+                assert (await resp.json())["meta"]["n_reports"] == 10
+            resp = await client.get(f"{path}?until=2026-9-1", headers=AUTH)
+            assert_problem(resp.status, resp.headers, await resp.read(), 404, "no-data")
+    asyncio.run(scenario())
+
+
+def test_no_data_says_when_the_reports_are_under_other_parameters(setup):
+    spec = setup[1].get("theme")
+    store = SQLiteStore(setup[3], create=True)
+    sketch = spec.protocol_impl.new_sketch()
+    sketch.reports[0] = 1234
+    store.add_sketch(SketchKey("theme", "0" * 32, "2026-11-30"), sketch)  # an older registry
+    store.close()
+
+    async def scenario():
+        async with running(setup) as (client, _):
+            resp = await client.get("/v1/metrics/theme/estimates", headers=AUTH)
+            doc = assert_problem(resp.status, resp.headers, await resp.read(), 404, "no-data")
+            assert "1234 reports" in doc["detail"] and "other parameters" in doc["detail"]
+            resp = await client.get("/v1/metrics/theme/estimates?window=2026-11-29", headers=AUTH)
+            doc = assert_problem(resp.status, resp.headers, await resp.read(), 404, "no-data")
+            assert "other parameters" not in doc["detail"]  # none in the window asked
+    asyncio.run(scenario())
+
+
+def test_long_candidate_lists_are_not_bound_by_the_ingestion_body_limit(tmp_path, monkeypatch):
+    """A POST query larger than LDPT_MAX_BODY_BYTES was answered 400 'must be a JSON object'."""
+    from collector import query
+
+    registry_path = tmp_path / "strings.toml"
+    registry_path.write_text('[metrics.home]\nkind = "string"\nprotocol = "rappor"\nbloom_bits = 32\n'
+                             'hashes = 2\ncohorts = 4\n', encoding="utf-8")
+    registry = load_registry(registry_path)
+    spec = registry.get("home")
+    proto = spec.protocol_impl
+    wire = proto.to_wire(proto.encode(np.asarray(["a.com"] * 50, dtype=object), np.random.default_rng(1)))
+    body = make_body([{"m": "home", "f": spec.fingerprint, "p": w} for w in wire])
+    candidates = [f"candidate-{i}.example" for i in range(2000)]  # ~50 KB of JSON
+    assert len(json.dumps({"candidates": candidates})) > 10 * len(body)
+    setup = (registry_path, registry, write_token(tmp_path / "token"), tmp_path / "c.sqlite")
+
+    async def scenario():
+        async with running(setup, max_body_bytes=len(body) + 100) as (client, _):
+            assert (await post(client, body))[0] == 200
+            resp = await client.post("/v1/metrics/home/estimates", json={"candidates": candidates},
+                                     headers=AUTH)
+            assert resp.status == 200, await resp.text()
+            assert len((await resp.json())["estimates"]) == 2000
+            monkeypatch.setattr(query, "MAX_QUERY_BODY_BYTES", 5000)
+            resp = await client.post("/v1/metrics/home/estimates", json={"candidates": candidates},
+                                     headers=AUTH)
+            doc = assert_problem(resp.status, resp.headers, await resp.read(), 413, "body-too-large")
+            assert "candidates" in doc["detail"]
+    asyncio.run(scenario())
+
+
+def test_a_token_file_that_is_not_text_is_one_clear_error(tmp_path):
+    from collector.config import ConfigError, read_tokens
+
+    bad = tmp_path / "token"
+    bad.write_bytes(b"\xff\xfe" + b"x" * 30)
+    with pytest.raises(ConfigError, match="token: the query token file is not UTF-8 text"):
+        read_tokens(bad)
+
+
+def test_a_restarted_worker_does_not_inherit_the_dead_workers_gauges():
+    tel = Telemetry.create(["a"], workers=2)
+    dead = tel.for_worker(1)
+    dead.set_up(True)
+    dead.add_inflight(4096)  # SIGKILLed while reading a body and with batches queued
+    dead.set_queue(3, 300)
+    dead.rejected("invalid-report", 5)
+    tel.for_worker(1).set_up(True)  # the supervisor's replacement in the same row
+    text = tel.render()
+    assert "ldpt_inflight_bytes 0" in text and "ldpt_queue_reports 0" in text
+    assert 'ldpt_reports_rejected_total{reason="invalid-report"} 5' in text  # counters carry on

@@ -92,3 +92,47 @@ def test_norm_sub_large_domain_fast_enough():
     f = np.random.default_rng(1).normal(0, 1e-3, 1_000_000)
     out = norm_sub(f)
     assert out.sum() == pytest.approx(1.0)
+
+
+def test_control_and_alpha_are_validated():
+    """A misspelt control used to fall through to Benjamini–Hochberg (FDR) silently."""
+    for bad in ("FWER", "holm", "bh"):
+        with pytest.raises(EstimationError, match="control must be one of fwer, fdr"):
+            frame(control=bad)
+    for alpha in (0.0, 1.0, -0.1):
+        with pytest.raises(EstimationError, match="alpha"):
+            frame(alpha=alpha)
+
+
+def test_fdr_control_is_benjamini_hochberg():
+    spec, pop, fwer = frame(alpha=0.05)
+    _, _, fdr = frame(alpha=0.05, control="fdr")
+    p = fdr["p_value"].to_numpy()
+    order = np.sort(p)
+    passing = np.flatnonzero(order <= 0.05 * np.arange(1, len(p) + 1) / len(p))
+    cut = order[passing[-1]] if passing.size else -1.0
+    assert (fdr["detected"].to_numpy() == (p <= cut)).all()
+    assert (fwer["detected"].to_numpy() == (p <= 0.05 / len(p))).all()
+
+
+def test_norm_sub_of_all_negative_estimates():
+    out = norm_sub(np.full(1_000_000, -1.0))
+    assert out.sum() == pytest.approx(1.0) and np.ptp(out) == 0
+    assert norm_sub(np.array([-5.0, -1.0, -3.0])).tolist() == [0.0, 1.0, 0.0]
+
+
+def test_consistent_rappor_frame_with_unidentifiable_candidates():
+    """Aliased candidates have NaN estimates; Norm-Sub used to raise IndexError on them."""
+    from estimators.rappor import CandidateMap, sample_sketch
+
+    spec = parse_registry('[metrics.s]\nkind = "string"\nbloom_bits = 8\nhashes = 2\ncohorts = 1\n').get("s")
+    params = spec.protocol_impl.params
+    cands = [f"c{i}" for i in range(40)]  # 40 strings in 8 bits: many share a Bloom pattern
+    sketch = sample_sketch(params, CandidateMap.from_strings(cands, params), np.r_[0.5, 0.3, np.zeros(38)],
+                           20_000, np.random.default_rng(0))
+    raw = estimate_frame(spec, sketch, candidates=cands)
+    assert raw["estimate"].isna().any()
+    con = estimate_frame(spec, sketch, candidates=cands, consistent=True)
+    assert con.attrs["post_processed"] == "norm-sub"
+    assert (con["proportion"].isna() == raw["proportion"].isna()).all()
+    assert np.nansum(con["proportion"]) == pytest.approx(1.0) and np.nanmin(con["proportion"]) >= 0

@@ -172,3 +172,28 @@ def test_audit_catches_an_understated_epsilon():
 
     with pytest.raises(AssertionError):
         audit(Understated(honest.params), 2.0)
+
+
+@pytest.mark.parametrize("name", [n for n in PROTOCOL_NAMES if n != "rappor"])
+def test_tiny_epsilon_is_refused_or_realised_safely(name):
+    """Down to the registry's smallest ε, a protocol either refuses the grid or has 0 < ε' <= ε.
+
+    GRR and OLH used to round p down below q = (1−p)/(d−1): ε' < 0, i.e. a privacy loss |ε'|
+    above the target (GRR at d = 10⁶, ε = 10⁻⁶ leaked 2.3·10⁻⁴), or p' = q' and a division by 0.
+    """
+    for d in ((2,) if name == "rr" else (2, 3, 5, 16, 33, 1000, 1_000_000)):
+        for eps in (1e-300, 1e-12, 1e-10, 1e-9, 3e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4):
+            try:
+                protocol = build_protocol(name, d, eps, {})
+            except ValueError:
+                continue
+            assert 0 < protocol.epsilon <= eps * (1 + 1e-12), (d, eps, protocol.epsilon)
+            assert np.isfinite(protocol.variance(1000, 10.0)).all()
+
+
+def test_auto_with_an_unrealisable_epsilon_is_a_registry_error():
+    from client_sdk.errors import RegistryError
+    from client_sdk.registry import parse_registry
+
+    with pytest.raises(RegistryError, match="epsilon"):
+        parse_registry('[metrics.m]\nkind = "categorical"\ncategories = ["a", "b", "c"]\nepsilon = 1e-300\n')

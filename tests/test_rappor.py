@@ -81,6 +81,7 @@ def test_epsilon_is_a_cap():
     ({"prob_q": math.nan}, "prob_q must be a number"),
     ({"colour": 1}, "unknown option"),
     ({"prob_p": 0.5, "prob_q": 0.5 + 2**-34}, "p < q|grid"),
+    ({"prob_f": 1 - 1e-11}, "grid"),  # f/2 rounds up to ½: q* = p*, the estimator divided by 0
 ])
 def test_bad_options_are_refused(options, words):
     with pytest.raises(ValueError, match=words):

@@ -95,6 +95,9 @@ BAD_FILES = [
     ("map", "a,1,2,129" + ",1" * 13 + "\n", "line 1, column 4: position 129 is outside [1, m·k = 128]"),
     ("map", "a,1,2,0" + ",1" * 13 + "\n", "column 4: position 0 is outside"),
     ("map", "a" + "," * 16 + "\n", "candidate 'a' has no positions"),
+    # integers beyond int64 used to escape as a numpy OverflowError (a traceback)
+    ("counts", "1" + "0" * 30 + ",5" * 16 + "\n", "column 1 (reports): '1" + "0" * 30 + "' is out of range"),
+    ("map", "a,1,2," + "9" * 30 + ",1" * 13 + "\n", "line 1, column 4: '" + "9" * 30 + "' is not an integer position"),
     ("map", "", "no candidate strings"),
 ]
 

@@ -105,3 +105,21 @@ def test_auto_follows_the_variance_rule(d, eps):
         assert name in ("grr", "ss")  # SS equals GRR when s = 1
     else:
         assert name in ("oue", "olh", "ss")
+
+
+def test_metric_names_are_matched_whole():
+    """``$`` also matches before a trailing newline: "theme\\n" must not pass as a metric name."""
+    with pytest.raises(RegistryError, match="metric names"):
+        parse_registry('[metrics."theme\\n"]\nkind = "boolean"\nepsilon = 1.0\n')
+    with pytest.raises(RegistryError, match="metric names"):
+        parse_registry({"metrics": {7: {"kind": "boolean", "epsilon": 1.0}}})
+
+
+def test_a_duplicate_in_a_large_domain_is_found_fast():
+    import time
+
+    cats = [f"v{i}" for i in range(200_000)] + ["v199999"]
+    start = time.perf_counter()
+    with pytest.raises(RegistryError, match="'v199999' appears more than once"):
+        parse_registry({"metrics": {"big": {"kind": "categorical", "categories": cats, "epsilon": 1.0}}})
+    assert time.perf_counter() - start < 5.0

@@ -139,6 +139,12 @@ def test_report_uses_the_os_csprng(tmp_path, registry, fake, monkeypatch):
     assert calls, "encoding must draw from os.urandom (the OS CSPRNG)"
 
 
+
+def test_no_sdk_draw_uses_a_seedable_generator():
+    """Even the retry jitter (send timing is a side channel) comes from the OS CSPRNG."""
+    assert isinstance(Batcher().rand, random.SystemRandom)
+
+
 # --- bad input: counted, logged once, never raised ---------------------------------------------------
 
 def test_bad_input_is_counted_and_logged_once_without_the_value(tmp_path, registry, fake, caplog):
@@ -193,6 +199,33 @@ def test_an_internal_error_is_counted_not_raised(tmp_path, registry, fake, monke
     assert client.report("country", "country-01") is True      # the reservation was undone
 
 
+def test_metrics_are_resolved_before_the_first_report(registry, fake):
+    """Resolving a metric (domain index, fingerprint) took 0.35 s on the first report() of a
+    10⁶-value metric; the constructor does it, so report() stays in microseconds."""
+    client = client_for(None, registry, fake, state=MemoryState())
+    assert set(client._table.metrics) == set(registry.metrics)
+    client.close(0.2)
+
+
+def test_report_never_raises_even_for_unprintable_arguments(tmp_path, registry, fake):
+    class Hostile:
+        def __hash__(self):
+            raise RuntimeError("no hash")
+
+        def __eq__(self, other):
+            raise RuntimeError("no eq")
+
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+        __str__ = __repr__
+
+    client = client_for(tmp_path, registry, fake, state=MemoryState())
+    assert client.report(Hostile(), "x") is False              # used to raise from the error log
+    assert client.report("theme", Hostile()) is False
+    assert client.stats()["internal_error"] == 2
+
+
 # --- the bounded queue ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("policy", [DropPolicy.DROP_NEWEST, DropPolicy.DROP_OLDEST])
@@ -240,6 +273,19 @@ def test_backoff_and_retry_after_on_a_fake_clock():
     assert batcher.idle()
 
 
+def test_an_absurd_retry_after_is_capped_not_a_worker_crash():
+    """A problem body's integer retry_after beyond float range raised OverflowError in handle()."""
+    assert Response(503, {}, b'{"retry_after": 1' + b"0" * 400 + b'}').retry_after() == float("inf")
+    assert Response(503, {}, b'{"retry_after": -1' + b"0" * 400 + b'}').retry_after() == 0.0
+    clock = [100.0]
+    batcher = Batcher(batch_size=1, retry=RetryPolicy(max_retry_after=60.0), clock=lambda: clock[0])
+    _, body = pack_batch([("m", "f", 1)])
+    batcher.outbox.add(StoredBatch(b"i" * 16, body, 1, time.time()))
+    batch = batcher.claim(clock[0])
+    batcher.handle(batch, Response(503, {}, b'{"retry_after": 1' + b"0" * 400 + b'}'), None, clock[0])
+    assert batcher.backoff_until == 160.0
+
+
 def test_retry_after_is_honoured_in_real_time_with_the_same_batch(tmp_path, registry, fake):
     fake.fail(Fault("status", 503, retry_after=0.4), Fault("status", 500))
     client = client_for(tmp_path, registry, fake)
@@ -280,6 +326,28 @@ def test_4xx_is_not_retried_and_logged_once(tmp_path, registry, fake, caplog):
     rejected = [r for r in caplog.records if "HTTP 400" in r.getMessage()]
     assert len(rejected) == 1
     assert client.stats()["reports_rejected"] == 3
+
+
+def test_flush_never_reports_a_rejected_batch_as_acknowledged(tmp_path, registry, fake):
+    """The worker logs a rejection after removing the batch from the outbox: with a slow log
+    handler, flush() used to poll in that gap, see nothing pending and return True."""
+
+    class SlowHandler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            time.sleep(0.15)  # longer than flush's 50 ms poll
+
+    handler = SlowHandler(logging.ERROR)
+    logger = logging.getLogger("client_sdk")
+    logger.addHandler(handler)
+    try:
+        fake.fail(Fault("status", 400, slug="undecodable-body"))
+        client = client_for(tmp_path, registry, fake, state=MemoryState())
+        client.report("crash", True)
+        assert client.flush(5.0) is False
+        assert client.stats()["reports_rejected"] == 1
+        client.close(1.0)
+    finally:
+        logger.removeHandler(handler)
 
 
 def test_a_changed_registry_marks_the_metric_stale_and_saves_the_rest(tmp_path, registry, caplog):

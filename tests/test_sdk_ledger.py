@@ -102,6 +102,22 @@ def test_a_corrupt_ledger_disables_reporting_instead_of_crashing(tmp_path):
     client.close(0.2)
 
 
+
+def test_a_ledger_with_wrongly_typed_fields_disables_reporting(tmp_path):
+    """Parseable JSON with a string where a number belongs used to surface as a TypeError per report."""
+    state = tmp_path / "state"
+    state.mkdir()
+    doc = {"format": "ldpt-ledger", "version": 1, "generation": "x",
+           "metrics": {"crash": {"window": "2024-01-01", "lifetime_epsilon": "5", "window_reports": 0}}}
+    (state / "ledger.json").write_text(json.dumps(doc))
+    with pytest.raises(LedgerError, match="lifetime_epsilon"):
+        read_ledger(state)
+    client = TelemetryClient(registry=make_registry(), state_dir=state, transport=MemoryTransport())
+    assert client.report("crash", True) is False
+    assert client.stats()["disabled"] == 1 and client.stats()["internal_error"] == 0
+    client.close(0.2)
+
+
 # --- through the client -------------------------------------------------------------------------------------
 
 def test_client_accounting_with_memoisation_matches_the_ledger(tmp_path):

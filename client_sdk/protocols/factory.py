@@ -61,7 +61,8 @@ def per_item_variance(protocol: Protocol) -> float:
 
 def choose_protocol(domain_size: int, epsilon: float) -> str:
     """Protocol with the smallest per-item variance among those with a report of at most
-    AUTO_MAX_PAYLOAD_BITS; near-ties (AUTO_TIE_MARGIN) go to the smaller payload."""
+    AUTO_MAX_PAYLOAD_BITS; near-ties (AUTO_TIE_MARGIN) go to the smaller payload.
+    ValueError when no protocol can be built (epsilon too small for the probability grid)."""
     scored = []
     for name in AUTO_CANDIDATES:
         if not applicable(name, domain_size):
@@ -71,6 +72,9 @@ def choose_protocol(domain_size: int, epsilon: float) -> str:
         except ValueError:
             continue
         scored.append((per_item_variance(proto), proto.payload_bits, AUTO_CANDIDATES.index(name), name))
+    if not scored:
+        raise ValueError(f"no protocol can realise epsilon {epsilon} for {domain_size} values on the "
+                         "2^-32 probability grid; use a larger epsilon")
     compact = [s for s in scored if s[1] <= AUTO_MAX_PAYLOAD_BITS]
     scored = compact or scored
     best_var = min(s[0] for s in scored)

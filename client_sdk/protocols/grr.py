@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidPayload
-from ..randomness import RandomLike, as_random_source, bernoulli, realised, threshold_floor
+from ..randomness import SCALE, RandomLike, as_random_source, bernoulli, realised, threshold_floor
 from .base import (
     Payloads,
     PureProtocol,
@@ -35,6 +35,11 @@ class GRRParams:
             raise ValueError("GRR needs a domain of at least 2 values")
         if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
             raise ValueError("epsilon must be a positive finite number")
+        # Realised p' > q' = (1−p')/(d−1)  ⇔  T·d > 2^32; otherwise the quantised mechanism
+        # has ε' <= 0 (p' < q' leaks |ε'| > the target, p' = q' estimates nothing).
+        if self.keep_threshold * self.d <= SCALE:
+            raise ValueError(f"epsilon {self.epsilon} is too small for the 2^-32 probability grid "
+                             f"at d = {self.d}")
 
     @property
     def keep_threshold(self) -> int:

@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EstimationError, InvalidPayload
-from ..randomness import RandomLike, as_random_source, bernoulli, realised, threshold_floor
+from ..randomness import SCALE, RandomLike, as_random_source, bernoulli, realised, threshold_floor
 from .base import CountEstimate, Payloads, Protocol, Sketch, first_bad, require_1d
 
 #: Largest supported domain: the dense least-squares decoder costs O(m·g·d²) time and memory.
@@ -170,6 +170,9 @@ class OLHParams:
         if self.m * min(self.g, self.d) > MAX_DESIGN_ROWS:
             raise ValueError(f"cohorts × min(hash_range, d) = {self.m * min(self.g, self.d)} exceeds the "
                              f"decoder's limit of {MAX_DESIGN_ROWS} design rows; lower cohorts")
+        if self.keep_threshold * self.g <= SCALE:  # realised p' <= q' (GRR on [g], see grr.py)
+            raise ValueError(f"epsilon {self.epsilon} is too small for the 2^-32 probability grid "
+                             f"at hash_range = {self.g}")
         if self.m * (self.g - 1) + 1 < self.d:
             raise ValueError(f"cohorts × (hash_range − 1) + 1 = {self.m * (self.g - 1) + 1} is below the "
                              f"domain size {self.d}, so the least-squares design cannot have full rank; "

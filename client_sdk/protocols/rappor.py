@@ -120,6 +120,8 @@ class RapporParams:
                 raise ValueError(f"{name} must be a finite number, got {getattr(self, name)!r}")
         if not 0 <= self.f < 1:
             raise ValueError(f"f must be in [0, 1) (f = 1 reports pure noise), got {self.f}")
+        if 2 * self.half_f_threshold >= SCALE:  # f/2 rounds up to ½: q* = p*, nothing to estimate
+            raise ValueError(f"f = {self.f} is 1 on the 2^-32 probability grid (pure noise); use f < 1 - 1e-9")
         if not 0 <= self.p < self.q <= 1:
             raise ValueError(f"need 0 <= p < q <= 1, got p = {self.p}, q = {self.q}")
         if not self.p_threshold < self.q_threshold:

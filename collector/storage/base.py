@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import datetime as dt
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -141,6 +142,20 @@ def sum_deltas(deltas_seq: Iterable[Mapping[SketchKey, Sketch]]) -> dict[SketchK
             {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
         proto.accumulate(sketch, payloads)
     return total
+
+
+def canonical_window(value: str, hour_ok: bool = True) -> str | None:
+    """``value`` as a stored window label (zero-padded YYYY-MM-DD or YYYY-MM-DDTHH), or None.
+
+    Windows are compared as strings (``since``/``until`` by their first 10 characters), so a
+    date such as 2026-9-1, which ``strptime`` accepts, must be padded before it is used.
+    """
+    for fmt, width in (("%Y-%m-%d", 10), ("%Y-%m-%dT%H", 13))[:2 if hour_ok else 1]:
+        try:
+            return dt.datetime.strptime(value, fmt).isoformat()[:width]
+        except ValueError:
+            continue
+    return None
 
 
 def date_filter_ok(window: str, since: str | None, until: str | None) -> bool:
