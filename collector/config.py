@@ -9,6 +9,7 @@ default.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -91,8 +92,8 @@ class ServeConfig:
                               "FULL or EXTRA")
         for s in SETTINGS:
             value = getattr(self, s.name)
-            if isinstance(value, (int, float)) and value <= 0:
-                raise ConfigError(f"setting {s.name} must be positive, got {value}")
+            if isinstance(value, (int, float)) and not 0 < value < math.inf:  # also refuses nan
+                raise ConfigError(f"setting {s.name} must be a positive finite number, got {value}")
 
     @property
     def store_description(self) -> str:

@@ -16,11 +16,11 @@ import pandas as pd
 from scipy import stats
 
 from client_sdk.errors import EstimationError
-from client_sdk.protocols.base import Sketch
+from client_sdk.protocols.base import PureProtocol, Sketch
 from client_sdk.registry import Kind, MetricSpec
 
 from .consistency import norm_sub
-from .intervals import wald_interval, z_value
+from .intervals import exact_small_counts, wald_interval, z_value
 
 COLUMNS = ["value", "estimate", "proportion", "std_err", "ci_low", "ci_high", "p_value", "detected"]
 #: Multiple-testing control of ``detected``: Bonferroni family-wise, or Benjamini–Hochberg FDR.
@@ -57,6 +57,9 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
     est = proto.estimate(sketch)
     std = np.sqrt(np.maximum(est.variances, 0.0))
     low, high = wald_interval(est.counts, est.variances, n, confidence, simultaneous)
+    if isinstance(proto, PureProtocol):  # tiny support counts: exact interval (intervals.py)
+        low, high = exact_small_counts(low, high, proto.support_counts(sketch), n, proto.p, proto.q,
+                                       confidence, simultaneous)
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.where(std > 0, est.counts / std, np.inf * np.sign(est.counts))
     p_value = stats.norm.sf(z)

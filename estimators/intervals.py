@@ -3,6 +3,12 @@
 Per item: ĉ ± z·√Var-hat, with the variance plugged in at the clipped estimate; the
 interval (not the estimate) is clipped to [0, n], which keeps coverage. Simultaneous
 intervals use the Bonferroni level α/d so that all d intervals hold together.
+
+Wald fails when a value's support count is tiny (GRR at large d and ε, where n·q* < 1: the
+count is nearly Poisson and a 95% Wald interval covers ~88%). For pure protocols the support
+count of v is a sum of independent Bernoullis with mean λ = q* + (p*−q*)·f(v), so a
+Clopper–Pearson interval on λ, mapped linearly, covers at least nominally (ldp-facts §10);
+``exact_small_counts`` uses it for the items whose support count is below SMALL_SUPPORT.
 """
 
 from __future__ import annotations
@@ -17,6 +23,36 @@ def z_value(confidence: float, family_size: int = 1) -> float:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     alpha = (1.0 - confidence) / max(1, family_size)
     return float(stats.norm.isf(alpha / 2))
+
+
+#: Support counts below this get the Clopper–Pearson interval instead of Wald.
+SMALL_SUPPORT = 30
+
+
+def clopper_pearson_counts(support: np.ndarray, n: int, p_star: float, q_star: float,
+                           confidence: float = 0.95, family_size: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Count bounds from the exact binomial interval on λ = support/n, mapped to counts."""
+    s = np.asarray(support, dtype=np.float64)
+    alpha = (1.0 - confidence) / max(1, family_size)
+    lam_lo = np.where(s > 0, stats.beta.ppf(alpha / 2, np.maximum(s, 1e-300), n - s + 1), 0.0)
+    lam_hi = np.where(s < n, stats.beta.ppf(1 - alpha / 2, s + 1, np.maximum(n - s, 1e-300)), 1.0)
+    delta = p_star - q_star
+    low, high = (n * lam_lo - n * q_star) / delta, (n * lam_hi - n * q_star) / delta
+    return np.clip(low, 0, n), np.clip(high, 0, n)
+
+
+def exact_small_counts(low: np.ndarray, high: np.ndarray, support: np.ndarray, n: int, p_star: float,
+                       q_star: float, confidence: float, simultaneous: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Replace Wald bounds by Clopper–Pearson ones where the support count is small."""
+    support = np.asarray(support, dtype=np.float64)
+    small = support < SMALL_SUPPORT
+    if not small.any():
+        return low, high
+    cp_low, cp_high = clopper_pearson_counts(support[small], n, p_star, q_star, confidence,
+                                             support.shape[0] if simultaneous else 1)
+    low, high = low.copy(), high.copy()
+    low[small], high[small] = cp_low, cp_high
+    return low, high
 
 
 def wald_interval(counts: np.ndarray, variances: np.ndarray, n: int, confidence: float = 0.95,

@@ -622,3 +622,12 @@ def test_a_restarted_worker_does_not_inherit_the_dead_workers_gauges():
     text = tel.render()
     assert "ldpt_inflight_bytes 0" in text and "ldpt_queue_reports 0" in text
     assert 'ldpt_reports_rejected_total{reason="invalid-report"} 5' in text  # counters carry on
+
+
+@pytest.mark.parametrize("raw", ["nan", "inf", "-1", "0"])
+def test_settings_must_be_positive_and_finite(tmp_path, raw):
+    """nan passed `value <= 0`; as a timer delay it would sit in the event loop's timer heap."""
+    from collector.config import ConfigError
+
+    with pytest.raises(ConfigError, match="maintain_interval must be a positive finite number"):
+        make_config(tmp_path / "m.toml", environ={"LDPT_MAINTAIN_INTERVAL": raw})
