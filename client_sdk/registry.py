@@ -120,10 +120,17 @@ class MetricSpec:
         return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
     def canonical(self) -> dict[str, Any]:
-        """The parameters that define what a report means (not descriptions or SDK limits)."""
+        """The parameters that define what a report means (not descriptions or SDK limits).
+
+        Besides what the file says, it holds the protocol's *resolved* parameters (defaults
+        such as OLH's cohorts or RAPPOR's Bloom size filled in), so a version that changes a
+        default can never share a fingerprint with an older one. (Only exact inputs go in: a
+        value computed with libm could differ in its last bit between a phone and a server.)
+        """
+        resolved = dataclasses.asdict(self.protocol_impl.params)
         return {"name": self.name, "kind": self.kind.value, "protocol": self.protocol,
                 "epsilon": self.epsilon, "categories": list(self.categories or []),
-                "options": {k: v for k, v in self.options}}
+                "options": {k: v for k, v in self.options}, "resolved": resolved}
 
     def to_toml_table(self) -> dict[str, Any]:
         """The TOML table this spec was loaded from (dump side of the round trip)."""

@@ -123,3 +123,16 @@ def test_a_duplicate_in_a_large_domain_is_found_fast():
     with pytest.raises(RegistryError, match="'v199999' appears more than once"):
         parse_registry({"metrics": {"big": {"kind": "categorical", "categories": cats, "epsilon": 1.0}}})
     assert time.perf_counter() - start < 5.0
+
+
+def test_fingerprint_covers_resolved_defaults(monkeypatch):
+    """A version that changes a protocol default (here OLH's cohort count) changes the fingerprint."""
+    from client_sdk.protocols import olh
+
+    text = BASE + 'protocol = "olh"\n'
+    before = parse_registry(text).get("theme")
+    assert before.canonical()["resolved"]["m"] == olh.default_cohorts(3, before.protocol_impl.params.g)
+    monkeypatch.setattr(olh, "MIN_COHORTS", olh.MIN_COHORTS + 1)
+    after = parse_registry(text).get("theme")
+    assert after.protocol_impl.params.m != before.protocol_impl.params.m
+    assert after.fingerprint != before.fingerprint
