@@ -62,14 +62,14 @@ def plan(epsilon: float, domain: int, clients: int, fmt: str, output: str | None
         return
     lines = [f"epsilon {epsilon:g}, domain {domain}, clients {clients}: expected error of a value's "
              "estimate (root mean variance over the domain)",
-             f"{'':2}{'protocol':<9}{'std err (count)':>17}{'std err (share)':>17}{'payload':>14}"]
+             f"{'':2}{'protocol':<9}{'std err (count)':>17}{'std err (share)':>17}{'payload':>18}"]
     for r in rows:
         mark = "* " if r.get("auto") else "  "
         if not r["available"]:
             lines.append(f"{mark}{r['protocol']:<9}  not available: {r['note']}")
             continue
         lines.append(f"{mark}{r['protocol']:<9}{r['std_err_count']:>17,.1f}{r['std_err_proportion']:>17.5f}"
-                     f"{_bits(r['payload_bits']):>14}")
+                     f"  {_bits(r['payload_bits']):>16}")  # 2 spaces: wide payloads stay apart
     lines.append("(*) = what protocol = \"auto\" chooses (smallest variance; near-ties go to the smaller payload)")
     emit("\n".join(lines) + "\n", output)
 

@@ -217,8 +217,9 @@ def check_reachable(url: str, timeout: float = 10.0) -> None:
     is the wrong behaviour for a mistyped address or a collector that was never started.
     """
     endpoint = url.rstrip("/") + "/healthz"
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # as aiohttp: no env proxy
     try:
-        with urllib.request.urlopen(endpoint, timeout=timeout) as resp:
+        with direct.open(endpoint, timeout=timeout) as resp:
             resp.read()
     except urllib.error.HTTPError as exc:
         raise RemoteError(f"{url}: GET /healthz answered HTTP {exc.code}; is this an ldpt "

@@ -249,3 +249,13 @@ def test_demo_keep_refuses_a_directory_holding_an_earlier_store(run, tmp_path):
     (tmp_path / "ldpt.sqlite").write_bytes(b"")
     result = run("demo", "--clients", "10", "--keep", str(tmp_path), "--silent", ok=False)
     assert result.exit_code == 1 and "holds the store of an earlier demo" in result.output
+
+
+def test_plan_table_columns_stay_apart_for_wide_payloads(run):
+    """At d = 10^7 the share ran into the payload: '0.060691,250,000 bytes'."""
+    out = run("plan", "--epsilon", "1", "--domain", "10000000", "--clients", "1000").output
+    rows = {line[2:].split()[0]: line[2:].split() for line in out.splitlines()[2:-1]
+            if "not available" not in line}
+    assert rows["oue"][1:] == ["60.7", "0.06069", "1,250,000", "bytes"]
+    for cells in rows.values():
+        float(cells[2])  # the share column is a number on its own
