@@ -159,12 +159,30 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+def die_with_parent(parent: int) -> None:
+    """Ask Linux to SIGTERM this worker when its supervisor dies (even by SIGKILL), so no
+    orphan keeps serving the port; a graceful SIGTERM drains as usual. No-op elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the supervisor died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _supervise(config: ServeConfig, registry: Registry, telemetry: Telemetry,
                reserved: socket.socket, port: int, on_ready: Callable[[], None]) -> int:
     """Fork the workers, forward signals, restart crashed workers, exit when all are done."""
     ready_r, ready_w = os.pipe()
     children: dict[int, int] = {}  # pid -> worker index
     stopping = False
+
+    supervisor = os.getpid()
 
     def spawn(index: int) -> None:
         pid = os.fork()
@@ -173,6 +191,7 @@ def _supervise(config: ServeConfig, registry: Registry, telemetry: Telemetry,
             try:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
+                die_with_parent(supervisor)
                 os.close(ready_r)
                 reserved.close()
                 sock = make_socket(config.host, port, reuse_port=True)

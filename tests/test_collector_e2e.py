@@ -229,6 +229,22 @@ def test_workers_share_the_port_the_store_and_the_metrics(tmp_path):
     assert assert_consistent(db, spec, bodies) == set(bodies)
 
 
+def test_workers_exit_when_the_supervisor_is_killed(tmp_path):
+    """SIGKILL of the supervisor leaves no orphan worker serving the port (PR_SET_PDEATHSIG)."""
+    import psutil
+
+    write_registry(tmp_path / "metrics.toml")
+    with serving(["--metrics", str(tmp_path / "metrics.toml"), "--db", str(tmp_path / "c.sqlite"),
+                  "--port", "0", "--workers", "2"], tmp_path) as server:
+        workers = psutil.Process(server.pid).children()
+        assert len(workers) == 2
+        server.kill()
+        gone, alive = psutil.wait_procs(workers, timeout=20)
+        for proc in alive:
+            proc.kill()
+        assert not alive
+
+
 def test_bad_arguments_fail_with_one_line(tmp_path):
     write_registry(tmp_path / "metrics.toml")
     result = CliRunner().invoke(main, ["serve", "--metrics", str(tmp_path / "nope.toml"), "--port", "0",
