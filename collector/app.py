@@ -249,7 +249,12 @@ async def post_reports(request: web.Request) -> web.Response:
     state.inflight_bytes += charge
     state.telemetry.add_inflight(charge)
     try:
-        body = await request.read()
+        try:
+            body = await asyncio.wait_for(request.read(), config.body_read_timeout)
+        except asyncio.TimeoutError:
+            raise Problem("request-timeout", f"the body did not arrive within "
+                          f"{config.body_read_timeout:g} s; send it at once (the same batch id "
+                          "may be retried)") from None
         batch = state.decoder.decode(body, state.window_now())
     finally:
         state.inflight_bytes -= charge

@@ -30,6 +30,9 @@ class Setting:
 SETTINGS: tuple[Setting, ...] = (
     Setting("max_body_bytes", 1 << 20,
             "Largest request body accepted; larger bodies get 413."),
+    Setting("body_read_timeout", 30.0,
+            "Seconds a request body may take to arrive once its headers are in; slower bodies "
+            "get 408 and free their in-flight allowance (no slow client can hold ingestion)."),
     Setting("max_reports_per_batch", 10_000,
             "Most reports one batch may carry; more is a 422 invalid-batch."),
     Setting("max_inflight_bytes", 64 << 20,
@@ -72,6 +75,7 @@ class ServeConfig:
     query_token_file: Path | None = None
     min_reports: int = 0
     access_log: bool = False
+    body_read_timeout: float = 30.0
     max_body_bytes: int = 1 << 20
     max_reports_per_batch: int = 10_000
     max_inflight_bytes: int = 64 << 20

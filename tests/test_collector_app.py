@@ -631,3 +631,24 @@ def test_settings_must_be_positive_and_finite(tmp_path, raw):
 
     with pytest.raises(ConfigError, match="maintain_interval must be a positive finite number"):
         make_config(tmp_path / "m.toml", environ={"LDPT_MAINTAIN_INTERVAL": raw})
+
+
+def test_a_slow_body_gets_408_and_frees_its_inflight_allowance(setup):
+    """A client that announces a body and never sends it cannot hold ingestion (slowloris)."""
+    registry = setup[1]
+    good = bodies_for(registry, 1)[0]
+
+    async def scenario():
+        async with running(setup, body_read_timeout=0.3) as (client, app):
+            reader, writer = await asyncio.open_connection(client.host, client.port)
+            writer.write(b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/msgpack\r\n"
+                         b"Content-Length: 5000\r\n\r\n" + good[:10])
+            await writer.drain()
+            head = await asyncio.wait_for(reader.read(4096), 10)
+            writer.close()
+            assert head.startswith(b"HTTP/1.1 408"), head[:200]
+            assert b"request-timeout" in head
+            assert app[STATE].inflight_bytes == 0
+            status, _, _ = await post(client, good)  # the collector still ingests
+            assert status == 200
+    asyncio.run(scenario())
