@@ -21,6 +21,8 @@ from client_sdk.errors import LdptError
 
 PROBLEM_BASE = "https://ldp-telemetry.dev/problems/"
 PROBLEM_CONTENT_TYPE = "application/problem+json"
+#: Seconds a client is told to wait when the store is unavailable.
+STORE_RETRY_AFTER = 5
 
 #: slug -> (HTTP status, title). The slug is the machine-readable part of ``type``.
 PROBLEM_TYPES: dict[str, tuple[int, str]] = {
@@ -71,6 +73,8 @@ class Problem(Exception):
     def from_error(cls, exc: LdptError, **extra: Any) -> Problem:
         """Map a library error (it carries ``status`` and ``type``) to its problem."""
         slug = exc.type if exc.type in PROBLEM_TYPES else "invalid-report"
+        if exc.status == 503:  # every 503 says when to come back (openapi's Retry response)
+            extra.setdefault("retry_after", STORE_RETRY_AFTER)
         return cls(slug, str(exc), status=exc.status, **extra)
 
     def to_dict(self) -> dict[str, Any]:

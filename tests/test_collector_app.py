@@ -652,3 +652,13 @@ def test_a_slow_body_gets_408_and_frees_its_inflight_allowance(setup):
             status, _, _ = await post(client, good)  # the collector still ingests
             assert status == 200
     asyncio.run(scenario())
+
+
+def test_a_store_error_on_the_query_path_says_when_to_retry():
+    """Every 503 carries Retry-After, including a store failure surfacing as a StoreError."""
+    from collector.problems import STORE_RETRY_AFTER, Problem
+
+    response = Problem.from_error(StoreError("the database went away")).response()
+    assert response.status == 503
+    assert response.headers["Retry-After"] == str(STORE_RETRY_AFTER)
+    assert json.loads(response.body)["retry_after"] == STORE_RETRY_AFTER
