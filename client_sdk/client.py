@@ -301,11 +301,9 @@ class ClientCore:
         """The randomised wire payload of one value (the true value goes no further)."""
         proto = rt.proto
         if rt.string:
-            payloads = proto.encode([key], None, secret=self._secret, metric=rt.name)
-        else:
-            cohorts = self._cohort(rt) if rt.uses_cohorts else None
-            payloads = proto.encode(np.array([idx], dtype=np.int64), None, cohorts)
-        return proto.to_wire(payloads)[0]
+            return proto.encode_secret_one(key, self._secret, rt.name)
+        cohort = int(self._cohort(rt)[0]) if rt.uses_cohorts else None
+        return proto.encode_one(idx, cohort)  # OS CSPRNG; plain-integer fast path where there is one
 
     def _cohort(self, rt: _Metric) -> np.ndarray:
         """OLH cohort for this metric and UTC day: HMAC(secret, metric, day).

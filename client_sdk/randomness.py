@@ -134,6 +134,22 @@ class GeneratorRandom:
 RandomLike = RandomSource | np.random.Generator | None
 
 
+def secure_word() -> int:
+    """One uniform 32-bit word from the OS CSPRNG, as a Python int (single-report SDK path)."""
+    return int.from_bytes(os.urandom(4), "little")
+
+
+def secure_below(high: int) -> int:
+    """A uniform integer in [0, high) from the OS CSPRNG, by rejection (no modulo bias)."""
+    if high < 1:
+        raise ValueError("secure_below() needs high >= 1")
+    limit = (_TWO64 // high) * high
+    while True:
+        u = int.from_bytes(os.urandom(8), "little")
+        if u < limit:
+            return u % high
+
+
 def as_random_source(rng: RandomLike) -> RandomSource:
     """None -> the OS CSPRNG; a numpy Generator -> seeded source; a source passes through."""
     if rng is None:

@@ -410,3 +410,36 @@ def test_from_wire_rejects_huge_integers_with_the_report_index(name):
     for huge in (2**63, 2**64 - 1, -(2**63) - 1):
         with pytest.raises(InvalidPayload, match="report 1"):
             proto.from_wire([0, huge])
+
+
+@pytest.mark.parametrize("name, d", [("rr", 2), ("grr", 5), ("hr", 5), ("oue", 5), ("sue", 4), ("ss", 6), ("olh", 6)])
+def test_encode_one_samples_the_exact_mechanism(name, d):
+    """The SDK's single-report path (OS CSPRNG, plain integers where overridden) has the output
+    distribution of ``output_probabilities`` (chi-square per true value)."""
+    proto = build_protocol(name, d, 1.0, {})
+    draws = 20_000 if name in ("rr", "grr", "hr") else 3_000
+    cohort = 0 if proto.uses_cohorts else None
+    for x in (0, d - 1):
+        decoded = proto.from_wire([proto.encode_one(x, cohort) for _ in range(draws)])
+        proto.validate(decoded)
+        probs = np.asarray(proto.output_probabilities(x))
+        if name == "olh":  # per-cohort distribution over y
+            assert (decoded["cohort"] == cohort).all()
+            probs, index = probs[cohort], np.asarray(decoded["y"], dtype=np.int64)
+        else:
+            index = outcome_index(name, proto, decoded)
+        observed = np.bincount(index, minlength=probs.size)
+        keep = probs > 0
+        assert observed[~keep].sum() == 0
+        p_value = stats.chisquare(observed[keep], probs[keep] / probs[keep].sum() * draws).pvalue
+        assert p_value > 1e-4, (name, x, p_value)
+
+
+def test_encode_one_rejects_values_outside_the_domain():
+    from client_sdk.errors import DomainError
+
+    for name in ("rr", "grr", "hr", "oue"):
+        proto = build_protocol(name, 2 if name == "rr" else 5, 1.0, {})
+        for bad in (-1, proto.domain_size):
+            with pytest.raises(DomainError):
+                proto.encode_one(bad)

@@ -499,3 +499,18 @@ def test_parameter_table_in_the_docs_matches_the_code():
         params = RapporParams(k=k, h=h, m=m, f=f, p=p, q=q)
         assert f"{params.p_star:.4f}" == cells[7] and f"{params.q_star:.4f}" == cells[8], line
         assert f"{params.epsilon_one:.4f}" == cells[9] and f"{params.epsilon_inf:.4f}" == cells[10], line
+
+
+def test_sdk_single_report_path_matches_encode_with_a_secret():
+    """encode_secret_one (the SDK path, with its PRR cache) has the same cohort and PRR as
+    encode(secret=...): with the IRR switched off (p=0, q=1) both return the PRR itself."""
+    from client_sdk.protocols.factory import build_protocol
+
+    options = {"bloom_bits": 24, "hashes": 2, "cohorts": 8, "prob_f": 0.5, "prob_p": 0.0, "prob_q": 1.0}
+    proto = build_protocol("rappor", None, None, options)
+    for value in ("a.example", "b.example", "a.example"):
+        fast = proto.encode_secret_one(value, SECRET, "home")
+        slow = proto.to_wire(proto.encode([value], secret=SECRET, metric="home"))[0]
+        assert fast == slow
+    other = build_protocol("rappor", None, None, options).encode_secret_one("a.example", SECRET, "process")
+    assert other[0] == fast[0]  # one cohort per client across metrics

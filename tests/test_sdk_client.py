@@ -189,7 +189,7 @@ def test_an_internal_error_is_counted_not_raised(tmp_path, registry, fake, monke
     def broken(*a, **k):
         raise RuntimeError("encoder bug")
 
-    monkeypatch.setattr(proto, "encode", broken)
+    monkeypatch.setattr(proto, "encode_one", broken)  # the SDK's single-report path
     with caplog.at_level(logging.ERROR, logger="client_sdk"):
         assert client.report("country", "country-01") is False
         assert client.report("country", "country-01") is False

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidPayload
-from ..randomness import SCALE, RandomLike, as_random_source, below_threshold, realised
+from ..randomness import SCALE, RandomLike, SecureRandom, as_random_source, below_threshold, realised
 from .base import (
     Payloads,
     PureProtocol,
@@ -98,6 +98,14 @@ class UnaryEncoding(PureProtocol):
             bits[rows, xs] = below_threshold(u[rows, xs], self._p_threshold)  # bit x: 1 w.p. p'
             out[start:start + block] = np.packbits(bits, axis=1, bitorder="little")
         return {"bits": out}
+
+    def encode_one(self, index: int, cohort: int | None = None) -> bytes:
+        """One report from the OS CSPRNG: the same threshold tests as ``encode``, fewer arrays."""
+        x = self._check_index(index)
+        u = SecureRandom().words(self.params.d)
+        bits = below_threshold(u, self._q_threshold)
+        bits[x] = below_threshold(u[x:x + 1], self._p_threshold)[0]
+        return np.packbits(bits, bitorder="little").tobytes()
 
     def validate(self, payloads: Payloads) -> None:
         bits = require_1d(payloads, "bits")

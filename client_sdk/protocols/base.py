@@ -121,6 +121,24 @@ class Protocol(abc.ABC):
                cohorts: np.ndarray | None = None) -> Payloads:
         """Randomise a batch of true domain indices. ``rng=None`` uses the OS CSPRNG."""
 
+    def encode_one(self, index: int, cohort: int | None = None) -> Any:
+        """One report's wire payload from the OS CSPRNG: the SDK's hot path.
+
+        The default runs the vectorised ``encode`` on a batch of one; protocols whose report is
+        one integer override it with the same mechanism in plain Python integers (fewer
+        allocations), and tests check both against ``output_probabilities``.
+        """
+        cohorts = None if cohort is None else np.array([cohort], dtype=np.int64)
+        return self.to_wire(self.encode(np.array([index], dtype=np.int64), None, cohorts))[0]
+
+    def _check_index(self, index: int) -> int:
+        """Device-side check of one true index (DomainError when outside the domain)."""
+        if type(index) is not int:
+            index = int(self.check_indices(np.array([index]))[0])
+        if not 0 <= index < self.domain_size:
+            raise DomainError(f"index {index} at position 0 is outside the domain [0, {self.domain_size})")
+        return index
+
     @abc.abstractmethod
     def validate(self, payloads: Payloads) -> None:
         """Raise InvalidPayload (with the report index) for anything an honest client can't send."""

@@ -14,7 +14,16 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidPayload
-from ..randomness import SCALE, RandomLike, as_random_source, bernoulli, realised, threshold_floor
+from ..randomness import (
+    SCALE,
+    RandomLike,
+    as_random_source,
+    bernoulli,
+    realised,
+    secure_below,
+    secure_word,
+    threshold_floor,
+)
 from .base import (
     Payloads,
     PureProtocol,
@@ -95,6 +104,14 @@ class GRR(PureProtocol):
         other = source.below(self.params.d - 1, n)
         other += other >= x  # uniform over the d−1 values != x
         return {"y": np.where(keep, x, other)}
+
+    def encode_one(self, index: int, cohort: int | None = None) -> int:
+        """GRR for one value in Python integers: keep x if u < T, else a uniform other value."""
+        x = self._check_index(index)
+        if secure_word() < self._threshold:
+            return x
+        other = secure_below(self.params.d - 1)
+        return other + (other >= x)
 
     def validate(self, payloads: Payloads) -> None:
         y = require_1d(payloads, "y")

@@ -31,7 +31,16 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidPayload
-from ..randomness import SCALE, RandomLike, as_random_source, bernoulli, realised, threshold_ceil
+from ..randomness import (
+    SCALE,
+    RandomLike,
+    as_random_source,
+    bernoulli,
+    realised,
+    secure_below,
+    secure_word,
+    threshold_ceil,
+)
 from .base import (
     CountEstimate,
     Payloads,
@@ -157,6 +166,16 @@ class HR(PureProtocol):
         wrong = parity(row & y) == inside                 # y ∈ C_x iff popcount((x+1)&y) even
         y ^= (row & -row) * wrong                         # z = lowest set bit of x+1
         return {"y": y}
+
+    def encode_one(self, index: int, cohort: int | None = None) -> int:
+        """HR for one value in Python integers: the same draws and XOR fix-up as ``encode``."""
+        x = self._check_index(index)
+        inside = secure_word() < self._threshold
+        y = secure_below(self.k)
+        row = x + 1
+        if (bin(row & y).count("1") & 1) == inside:     # y on the wrong side of C_x
+            y ^= row & -row
+        return y
 
     def validate(self, payloads: Payloads) -> None:
         y = require_1d(payloads, "y")

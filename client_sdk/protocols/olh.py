@@ -61,7 +61,16 @@ from typing import Any
 import numpy as np
 
 from ..errors import EstimationError, InvalidPayload
-from ..randomness import SCALE, RandomLike, as_random_source, bernoulli, realised, threshold_floor
+from ..randomness import (
+    SCALE,
+    RandomLike,
+    as_random_source,
+    bernoulli,
+    realised,
+    secure_below,
+    secure_word,
+    threshold_floor,
+)
 from .base import CountEstimate, Payloads, Protocol, Sketch, first_bad, require_1d
 
 #: Largest supported domain: the dense least-squares decoder costs O(m·g·d²) time and memory.
@@ -279,6 +288,19 @@ class OLH(Protocol):
         other = source.below(g - 1, n)
         other += other >= h  # uniform over the g−1 buckets != H_s(x)
         return {"cohort": s, "y": np.where(keep, h, other)}
+
+    def encode_one(self, index: int, cohort: int | None = None) -> list[int]:
+        """OLH for one value in Python integers: GRR on [g] of H_s(x); wire form [cohort, y]."""
+        x = self._check_index(index)
+        m, g = self.params.m, self.params.g
+        s = secure_below(m) if cohort is None else int(cohort)
+        if not 0 <= s < m:
+            raise ValueError(f"cohorts must be integers in [0, {m}), one per value")
+        h = hash_one(s, x, g)
+        if secure_word() < self._threshold:
+            return [s, h]
+        other = secure_below(g - 1)
+        return [s, other + (other >= h)]
 
     def _check_cohorts(self, cohorts: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
         """Device-side cohort array (from the client secret): integers in [0, m), one per value."""

@@ -56,6 +56,7 @@ from ..hashing import bloom_positions, bloom_positions_one, check_secret, derive
 from ..randomness import (
     SCALE,
     RandomLike,
+    SecureRandom,
     as_random_source,
     below_threshold,
     realised,
@@ -244,6 +245,9 @@ class Rappor(Protocol):
         self._width = (params.k + 7) // 8         # ⌈k/8⌉ payload bytes
         self._bloom_cache: dict[tuple[int, str], np.ndarray] = {}
         self._cohort_cache: dict[tuple[bytes, str], int] = {}
+        # PRR per (secret, metric, value): deterministic, so caching changes nothing observable;
+        # in memory only (never on disk), bounded, for the SDK's repeated values.
+        self._prr_cache: dict[tuple[bytes, str, str], np.ndarray] = {}
 
     # --- shape ---------------------------------------------------------------------------------
     @property
@@ -393,6 +397,24 @@ class Rappor(Protocol):
             out[start:stop] = np.packbits(self._irr(prr, source.words((stop - start, k))), axis=1,
                                           bitorder="little")
         return {"cohort": c, "irr": out}
+
+    def encode_secret_one(self, value: str, secret: bytes, metric: str) -> list[Any]:
+        """One client's report of one string, as its wire payload [cohort, IRR bytes] (SDK path).
+
+        The same PRR (HMAC-derived, memoised) and IRR (fresh OS-CSPRNG words) as ``encode``
+        with a secret; a repeated value skips the HMAC and Bloom hashing.
+        """
+        if not isinstance(value, str):
+            self.check_values([value])  # raises DomainError naming the type
+        key = (secret, metric, value)
+        prr = self._prr_cache.get(key)
+        cohort = self.cohort_of(check_secret(secret), metric)
+        if prr is None:
+            if len(self._prr_cache) >= BLOOM_CACHE_SIZE:
+                self._prr_cache.clear()
+            prr = self._prr_cache[key] = self._prr(secret, metric, value, cohort)
+        irr = self._irr(prr, SecureRandom().words(self.params.k))
+        return [cohort, np.packbits(irr, bitorder="little").tobytes()]
 
     def _encode_client(self, vals: Sequence[str], source: Any, cohorts: np.ndarray | None,
                        secret: bytes, metric: str) -> Payloads:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidPayload
-from ..randomness import SCALE, RandomLike, as_random_source, bernoulli, realised, threshold_ceil
+from ..randomness import SCALE, RandomLike, as_random_source, bernoulli, realised, secure_word, threshold_ceil
 from .base import (
     Payloads,
     PureProtocol,
@@ -92,6 +92,11 @@ class RR(PureProtocol):
         x = self.check_indices(indices)
         keep = bernoulli(as_random_source(rng), self._threshold, x.shape[0])
         return {"y": np.where(keep, x, 1 - x)}
+
+    def encode_one(self, index: int, cohort: int | None = None) -> int:
+        """Binary RR for one value in Python integers: truthful iff u < T."""
+        x = self._check_index(index)
+        return x if secure_word() < self._threshold else 1 - x
 
     def validate(self, payloads: Payloads) -> None:
         y = require_1d(payloads, "y")

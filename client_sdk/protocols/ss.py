@@ -31,6 +31,8 @@ import dataclasses
 import functools
 import itertools
 import math
+import os
+import struct
 from typing import Any
 
 import numpy as np
@@ -42,6 +44,7 @@ from ..randomness import (
     as_random_source,
     bernoulli,
     realised,
+    secure_below,
     threshold_ceil,
 )
 from .base import (
@@ -152,7 +155,7 @@ class SS(PureProtocol):
         if n == 1:  # the SDK's single report: the same algorithm on Python ints
             # One draw call: u ~ U[0, 2^32) for the inclusion test u < T, then t_0..t_{s−1}.
             u, *draws = source.below(self._single_highs, s + 1).tolist()
-            return {"subset": self._floyd_one(int(x[0]), u < self._threshold, draws)[None, :]}
+            return {"subset": self._floyd_one(int(x[0]), u < self._threshold, draws)[None, :]}  # type: ignore[index]
         subset = np.empty((n, s), dtype=np.uint32)
         if d > SPARSE_RATIO * s:
             fill, block = self._floyd_sparse, max(1, SPARSE_BLOCK_CELLS // s)
@@ -224,7 +227,21 @@ class SS(PureProtocol):
         d, s = self.params.d, self.s
         return np.concatenate(([SCALE], np.arange(d - s, d))).astype(np.uint64)
 
-    def _floyd_one(self, x: int, include: bool, draws: list[int]) -> np.ndarray:
+    @functools.cached_property
+    def _single_limits(self) -> list[tuple[int, int]]:
+        """(bound, acceptance limit) per single-report draw: u < limit makes u % bound uniform."""
+        return [(int(h), ((1 << 64) // int(h)) * int(h)) for h in self._single_highs]
+
+    def encode_one(self, index: int, cohort: int | None = None) -> bytes:
+        """One report from the OS CSPRNG in one urandom call (rare rejections redrawn alone)."""
+        x = self._check_index(index)
+        limits = self._single_limits
+        words = struct.unpack(f"<{len(limits)}Q", os.urandom(8 * len(limits)))
+        draws = [u % h if u < limit else secure_below(h) for u, (h, limit) in zip(words, limits)]
+        subset = self._floyd_one(x, draws[0] < self._threshold, draws[1:], as_list=True)
+        return struct.pack(f"<{self.s}{self._wire_dtype.char}", *subset)
+
+    def _floyd_one(self, x: int, include: bool, draws: list[int], as_list: bool = False) -> Any:
         """``_floyd_block`` for one report on Python ints (no numpy call per position)."""
         first = 1 if include else 0
         chosen: set[int] = {x} if include else set()
@@ -235,7 +252,8 @@ class SS(PureProtocol):
                 chosen.add(j + 1 if j >= x else j)
             else:
                 chosen.add(t)
-        return np.array(sorted(chosen), dtype=np.uint32)
+        ordered = sorted(chosen)
+        return ordered if as_list else np.array(ordered, dtype=np.uint32)
 
     def validate(self, payloads: Payloads) -> None:
         sub = require_1d(payloads, "subset")
