@@ -14,6 +14,9 @@ from .common import emit, load_metric, output_options, read_lines
 from .output import format_frame
 from .simulate_cmd import validate_date, validate_day
 
+#: A terminal table of a million rows helps nobody: larger results show the largest estimates.
+TABLE_MAX_ROWS = 1000
+
 
 @click.command()
 @click.option("--metrics", "metrics_file", type=click.Path(dir_okay=False), default=None,
@@ -39,12 +42,15 @@ from .simulate_cmd import validate_date, validate_day
               help="CSV value,count of the true population (shown in --plot).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Save a PNG of the estimates with their intervals.")
+@click.option("--top", type=click.IntRange(min=1), default=None,
+              help="Only the N values with the largest estimates, largest first (tables show at "
+                   f"most {TABLE_MAX_ROWS:,} rows unless --top says otherwise).")
 @output_options
 def estimate(metrics_file: str | None, metric: str, db: str | None, url: str | None,
              token_file: str | None, window: str | None, since: str | None,
              until: str | None, confidence: float, simultaneous: bool, consistent: bool,
-             candidates: str | None, truth: str | None, plot_path: str | None, fmt: str,
-             output: str | None) -> None:
+             candidates: str | None, truth: str | None, plot_path: str | None, top: int | None,
+             fmt: str, output: str | None) -> None:
     """Estimate METRIC's frequencies with confidence intervals."""
     if db is None and url is None:
         raise click.UsageError("give --db PATH (a SQLite store) or --url URL (a collector)")
@@ -62,7 +68,15 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, url: str | N
         sketch = load_sketch(spec, db, [window] if window else None, since, until)
         df = estimate_frame(spec, sketch, confidence=confidence, simultaneous=simultaneous,
                             consistent=consistent, candidates=read_candidates(candidates, spec))
+    full = df
+    if top is None and fmt == "table" and len(df) > TABLE_MAX_ROWS:
+        top = TABLE_MAX_ROWS
+        click.echo(f"showing the {TABLE_MAX_ROWS:,} largest of {len(df):,} estimates "
+                   "(--top N to choose, --format csv or json for all)", err=True)
+    if top is not None:
+        df = largest(df, top)
     emit(format_frame(df, fmt), output)
+    df = full
     warning = (df.attrs.get("summary") or {}).get("warning")
     if warning:
         click.echo(f"warning: {warning}", err=True)
@@ -70,6 +84,14 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, url: str | N
         from .plot import plot_estimates
 
         plot_estimates(df, plot_path, truth)
+
+
+def largest(df, top: int):
+    """The ``top`` rows with the largest estimates, largest first (attrs kept)."""
+    out = df.nlargest(top, "estimate") if len(df) > top else \
+        df.sort_values("estimate", ascending=False, kind="stable")
+    out.attrs = dict(df.attrs)
+    return out
 
 
 def remote_estimate(url: str, token_file: str | None, metrics_file: str | None, metric: str,

@@ -259,3 +259,29 @@ def test_plan_table_columns_stay_apart_for_wide_payloads(run):
     assert rows["oue"][1:] == ["60.7", "0.06069", "1,250,000", "bytes"]
     for cells in rows.values():
         float(cells[2])  # the share column is a number on its own
+
+
+def test_top_keeps_the_largest_estimates(run, registry_file, tmp_path):
+    db = tmp_path / "s.sqlite"
+    run("simulate", "--metrics", str(registry_file), "--metric", "country", "--clients", "20000",
+        "--seed", "2", "--db", str(db), "--silent")
+    data = json.loads(run("estimate", "--metrics", str(registry_file), "--metric", "country", "--db", str(db),
+                          "--top", "5", "--format", "json").stdout)
+    estimates = [row["estimate"] for row in data["estimates"]]
+    assert len(estimates) == 5 and estimates == sorted(estimates, reverse=True)
+    full = json.loads(run("estimate", "--metrics", str(registry_file), "--metric", "country", "--db", str(db),
+                          "--format", "json").stdout)
+    assert max(row["estimate"] for row in full["estimates"]) == estimates[0]
+    assert len(full["estimates"]) == 40
+
+
+def test_large_tables_are_cut_to_the_largest_with_a_note(run, registry_file, tmp_path, monkeypatch):
+    from cli import estimate_cmd
+
+    monkeypatch.setattr(estimate_cmd, "TABLE_MAX_ROWS", 10)
+    db = tmp_path / "s.sqlite"
+    run("simulate", "--metrics", str(registry_file), "--metric", "country", "--clients", "5000",
+        "--seed", "2", "--db", str(db), "--silent")
+    result = run("estimate", "--metrics", str(registry_file), "--metric", "country", "--db", str(db))
+    assert "showing the 10 largest of 40" in result.stderr
+    assert len(result.stdout.strip().splitlines()) == 12  # header line, column line, 10 rows
