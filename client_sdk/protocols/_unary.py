@@ -26,6 +26,7 @@ from .base import (
     Payloads,
     PureProtocol,
     Sketch,
+    check_domain_and_epsilon,
     first_bad,
     require_1d,
 )
@@ -39,10 +40,7 @@ MAX_ENUMERATED_D = 16
 
 def check_thresholds(d: int, epsilon: float, p_threshold: int, q_threshold: int) -> None:
     """Shared params validation: a real domain, a finite budget, and realised p' > q'."""
-    if d < 2:
-        raise ValueError("unary encoding needs a domain of at least 2 values")
-    if not (epsilon > 0 and math.isfinite(epsilon)):
-        raise ValueError("epsilon must be a positive finite number")
+    check_domain_and_epsilon(d, epsilon, "unary encoding")
     if not (0 < q_threshold < p_threshold < SCALE):
         raise ValueError(f"epsilon {epsilon} is too small (or too large) for the 2^-32 probability grid")
 

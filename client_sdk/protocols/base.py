@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -183,6 +184,14 @@ class Protocol(abc.ABC):
             raise DomainError(f"index {int(arr[bad])} at position {bad} is outside the domain "
                               f"[0, {self.domain_size})")
         return arr
+
+
+def check_domain_and_epsilon(d: int, epsilon: float, protocol: str) -> None:
+    """The checks every params class starts with: a real domain and a finite positive budget."""
+    if d < 2:
+        raise ValueError(f"{protocol} needs a domain of at least 2 values")
+    if not (epsilon > 0 and math.isfinite(epsilon)):
+        raise ValueError("epsilon must be a positive finite number")
 
 
 class PureProtocol(Protocol):

@@ -28,10 +28,20 @@ from .base import (
     Payloads,
     PureProtocol,
     Sketch,
+    check_domain_and_epsilon,
     first_bad,
     integers_from_wire,
     require_1d,
 )
+
+
+def keep_threshold(epsilon: float, k: int) -> int:
+    """Threshold of P(report the true value) = e^ε/(e^ε+k−1), rounded down (ldp-facts §1).
+
+    Shared with OLH, which runs GRR on its hash range [g].
+    """
+    e = math.exp(epsilon)
+    return threshold_floor(e / (e + k - 1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,10 +50,7 @@ class GRRParams:
     epsilon: float   # target per-report budget
 
     def __post_init__(self) -> None:
-        if self.d < 2:
-            raise ValueError("GRR needs a domain of at least 2 values")
-        if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
-            raise ValueError("epsilon must be a positive finite number")
+        check_domain_and_epsilon(self.d, self.epsilon, "GRR")
         # Realised p' > q' = (1−p')/(d−1)  ⇔  T·d > 2^32; otherwise the quantised mechanism
         # has ε' <= 0 (p' < q' leaks |ε'| > the target, p' = q' estimates nothing).
         if self.keep_threshold * self.d <= SCALE:
@@ -52,8 +59,7 @@ class GRRParams:
 
     @property
     def keep_threshold(self) -> int:
-        e = math.exp(self.epsilon)
-        return threshold_floor(e / (e + self.d - 1))
+        return keep_threshold(self.epsilon, self.d)
 
     @property
     def p(self) -> float:

@@ -46,6 +46,7 @@ from .base import (
     Payloads,
     PureProtocol,
     Sketch,
+    check_domain_and_epsilon,
     first_bad,
     integers_from_wire,
     pure_estimate,
@@ -66,10 +67,7 @@ class HRParams:
     epsilon: float   # target per-report budget
 
     def __post_init__(self) -> None:
-        if self.d < 2:
-            raise ValueError("Hadamard response needs a domain of at least 2 values")
-        if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
-            raise ValueError("epsilon must be a positive finite number")
+        check_domain_and_epsilon(self.d, self.epsilon, "Hadamard response")
         if self.inside_threshold <= SCALE // 2:
             raise ValueError(f"epsilon {self.epsilon} is too small for the 2^-32 probability grid")
 

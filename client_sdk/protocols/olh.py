@@ -69,9 +69,9 @@ from ..randomness import (
     realised,
     secure_below,
     secure_word,
-    threshold_floor,
 )
-from .base import CountEstimate, Payloads, Protocol, Sketch, first_bad, require_1d
+from .base import CountEstimate, Payloads, Protocol, Sketch, check_domain_and_epsilon, first_bad, require_1d
+from .grr import keep_threshold as grr_keep_threshold
 
 #: Largest supported domain: the dense least-squares decoder costs O(m·g·d²) time and memory.
 MAX_DOMAIN = 1024
@@ -163,12 +163,9 @@ class OLHParams:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise ValueError(f"{field} must be an integer, got {value!r}")
-        if self.d < 2:
-            raise ValueError("OLH needs a domain of at least 2 values")
+        check_domain_and_epsilon(self.d, self.epsilon, "OLH")
         if self.d > MAX_DOMAIN:
             raise _too_large(self.d)
-        if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
-            raise ValueError("epsilon must be a positive finite number")
         if self.g < 2:
             raise ValueError(f"hash_range must be at least 2, got {self.g}")
         if self.m < 1:
@@ -189,8 +186,8 @@ class OLHParams:
 
     @property
     def keep_threshold(self) -> int:
-        e = math.exp(self.epsilon)
-        return threshold_floor(e / (e + self.g - 1))
+        """GRR on the hash range [g] (ldp-facts §3)."""
+        return grr_keep_threshold(self.epsilon, self.g)
 
     @property
     def p(self) -> float:

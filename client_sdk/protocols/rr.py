@@ -23,6 +23,7 @@ from .base import (
     Payloads,
     PureProtocol,
     Sketch,
+    check_domain_and_epsilon,
     first_bad,
     integers_from_wire,
     require_1d,
@@ -37,8 +38,7 @@ class RRParams:
     def __post_init__(self) -> None:
         if self.d != 2:
             raise ValueError(f"binary RR needs a boolean domain (2 values), got {self.d}; use grr")
-        if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
-            raise ValueError("epsilon must be a positive finite number")
+        check_domain_and_epsilon(self.d, self.epsilon, "binary RR")
         if self.keep_threshold <= SCALE // 2:
             raise ValueError(f"epsilon {self.epsilon} is too small for the 2^-32 probability grid")
 

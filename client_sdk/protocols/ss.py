@@ -51,6 +51,7 @@ from .base import (
     Payloads,
     PureProtocol,
     Sketch,
+    check_domain_and_epsilon,
     first_bad,
     require_1d,
 )
@@ -76,10 +77,7 @@ class SSParams:
     epsilon: float   # target per-report budget
 
     def __post_init__(self) -> None:
-        if self.d < 2:
-            raise ValueError("subset selection needs a domain of at least 2 values")
-        if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
-            raise ValueError("epsilon must be a positive finite number")
+        check_domain_and_epsilon(self.d, self.epsilon, "subset selection")
         t = self.include_threshold
         if not (0 < SCALE - t and t * (self.d - self.s) > (SCALE - t) * self.s):
             raise ValueError(f"epsilon {self.epsilon} is too small for the 2^-32 probability grid")
