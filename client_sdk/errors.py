@@ -7,7 +7,18 @@
     ├── DomainError                a value is outside the metric's domain
     ├── InvalidPayload             a randomised report no honest client could produce
     ├── StoreError                 the sketch store is unreadable, foreign or too new
-    └── EstimationError            the sketch cannot be decoded as asked
+    ├── EstimationError            the sketch cannot be decoded as asked
+    │   └── RapporFileError        a google/rappor CSV is malformed (estimators.rappor_io)
+    ├── TransportError             SDK: no HTTP response from the collector
+    ├── LedgerError                SDK: the privacy ledger file is unreadable or not ours
+    ├── StateError                 SDK: the state directory cannot be used
+    ├── OptedOutError              SDK: the user opted out
+    ├── DistributionError          a simulation distribution is invalid (estimators.simulation)
+    ├── ConfigError                a collector setting is invalid (collector.config)
+    └── RemoteError                a collector answered the CLI unusably (cli.remote)
+
+The last three and RapporFileError live beside the code that raises them, because
+client_sdk must not know the layers above it; everything else is defined here.
 
 HTTP-facing errors carry ``status`` and a machine-readable ``type`` slug so the collector
 can turn them into RFC 9457 problem documents without a lookup table.
@@ -87,3 +98,31 @@ class EstimationError(LdptError):
 
     status = 422
     type = "estimation-error"
+
+
+class TransportError(LdptError):
+    """No HTTP response: the collector is unreachable, the connection dropped or timed out."""
+
+    status = 503
+    type = "transport-error"
+
+
+class LedgerError(LdptError):
+    """The ledger file is unreadable or not ours."""
+
+    status = 500
+    type = "ledger-unreadable"
+
+
+class StateError(LdptError):
+    """The state directory cannot be used (unwritable, foreign secret, wrong mode)."""
+
+    status = 500
+    type = "client-state"
+
+
+class OptedOutError(LdptError):
+    """The user opted out: there is no secret and nothing is reported."""
+
+    status = 403
+    type = "opted-out"

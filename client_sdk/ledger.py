@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ._files import atomic_write, flocked
-from .errors import LdptError
+from .errors import LedgerError
 
 LEDGER_FILE = "ledger.json"
 LOCK_FILE = "ledger.lock"
@@ -60,12 +60,6 @@ def yield_gil() -> None:
     """Let other threads run (the app's): time.sleep(0) releases the GIL."""
     time.sleep(0)
 
-
-class LedgerError(LdptError):
-    """The ledger file is unreadable or not ours."""
-
-    status = 500
-    type = "ledger-unreadable"
 
 
 class Refusal(str, enum.Enum):

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ._files import atomic_write as _atomic_write
 from ._files import fsync_dir as _fsync_dir
-from .errors import LdptError
+from .errors import OptedOutError, StateError
 from .hashing import derive_cohort  # noqa: F401 - re-exported: cohorts for every protocol
 from .ledger import Ledger, LedgerBase, MemoryLedger
 
@@ -41,18 +41,6 @@ OPT_OUT_FILE = "opted-out"
 OUTBOX_DIR = "outbox"
 REGISTRY_CACHE_FILE = "registry.json"
 
-class StateError(LdptError):
-    """The state directory cannot be used (unwritable, foreign secret, wrong mode)."""
-
-    status = 500
-    type = "client-state"
-
-
-class OptedOutError(LdptError):
-    """The user opted out: there is no secret and nothing is reported."""
-
-    status = 403
-    type = "opted-out"
 
 
 # --- derivations from the secret -----------------------------------------------------------------

@@ -36,7 +36,7 @@ from typing import Any
 
 import msgpack
 
-from .errors import LdptError, UnknownMetricError
+from .errors import LdptError, TransportError, UnknownMetricError
 from .registry import Registry
 
 WIRE_VERSION = 1
@@ -48,12 +48,6 @@ PROBLEM_BASE = "https://ldp-telemetry.dev/problems/"
 USER_AGENT = "ldpt-sdk"             # the same for every client: no version, no platform
 DEFAULT_TIMEOUT = 10.0
 
-
-class TransportError(LdptError):
-    """No HTTP response: the collector is unreachable, the connection dropped or timed out."""
-
-    status = 503
-    type = "transport-error"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,7 +36,7 @@ from typing import Protocol as TypingProtocol
 
 import msgpack
 
-from .errors import LdptError
+from .errors import LdptError, TransportError
 from .ledger import YIELD_EVERY, Accounts, Charge, LedgerBase, Refusal, RefusalCounts, yield_gil
 from .queue import (
     DEFAULT_QUEUE_SIZE,
@@ -46,7 +46,7 @@ from .queue import (
     ReportQueue,
     StoredBatch,
 )
-from .transport import BATCH_ID_BYTES, WIRE_VERSION, Response, Transport, TransportError
+from .transport import BATCH_ID_BYTES, WIRE_VERSION, Response, Transport
 
 log = logging.getLogger("client_sdk")
 
