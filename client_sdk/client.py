@@ -33,7 +33,14 @@ from typing import Any
 import numpy as np
 
 from ._files import atomic_write
-from .errors import DomainError, FingerprintMismatch, LdptError, LedgerError, RegistryError, UnknownMetricError
+from .errors import (
+    DomainError,
+    FingerprintMismatch,
+    LdptError,
+    LedgerError,
+    RegistryError,
+    UnknownMetricError,
+)
 from .ledger import Accounts, Charge, Refusal, RefusalCounts, apply
 from .queue import DEFAULT_QUEUE_SIZE, DiskOutbox, DropPolicy, MemoryOutbox, OutboxLimits
 from .registry import Kind, MetricSpec, Registry, canonical_value, load_registry
