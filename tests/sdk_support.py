@@ -9,7 +9,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,8 @@ from aiohttp import web
 
 from client_sdk.registry import Registry, parse_registry
 from client_sdk.transport import FakeCollector
+
+from .collector_support import free_port  # noqa: F401 - one helper for both suites
 
 REGISTRY_TOML = """
 [metrics.theme]
@@ -68,12 +69,6 @@ lifetime_epsilon = 20.0
 
 def make_registry(text: str = REGISTRY_TOML) -> Registry:
     return parse_registry(text, source="test-registry")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02) -> bool:
