@@ -1,0 +1,207 @@
+"""Mean mechanisms for numeric metrics: the shared contract and its generic verbs.
+
+A numeric metric's value x in [lo, hi] is clipped and mapped to t = 2(x − lo)/(hi − lo) − 1 in
+[−1, 1] by the registry; everything here works on that normalised t.
+
+Floating-point noise is not ε-DP (Mironov 2012: the set of doubles a textbook Laplace
+sampler can reach depends on the input), so every mechanism here is *discrete*:
+
+1. ``discretise``: t is rounded at random to the input grid t_j = −1 + 2j/K (j = 0..K), up
+   with probability equal to its fractional position, so E[t_j] = t. The rounding happens
+   before any privacy-relevant randomness: whatever the raw value, the report is drawn from
+   one of the K+1 rows below, so the guarantee is that of the rows.
+2. ``encode``: grid index j -> an output cell y in [0, cells), drawn by integer threshold
+   tests on uniform words, so P(y | j) is a rational number the mechanism realises exactly.
+   ``probability_table()[j, y]`` is that number; the quoted epsilon is
+   ``max_y max_{j,j'} ln P(y|j)/P(y|j')`` over the realised table (the privacy audit checks it).
+3. ``debiased_values()[y]``: the server's unbiased value of output y, E[v(y) | j] = t_j exactly.
+
+The sketch of one metric and window is the histogram of output cells (``counts[0, y]``), so
+it is additive and fixed-size, and validation is "an integer cell in range". The estimate of
+the mean is Σ_y h_y v(y)/n; its standard error comes from the spread of the reports' own
+debiased values (so it is honest for any data, not only for the worst case).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidPayload
+from ..randomness import SCALE, RandomLike, as_random_source, secure_word
+from .base import Payloads, Protocol, Sketch, first_bad, integers_from_wire, require_1d
+
+#: Numeric mean mechanisms, in the order `ldpt plan` lists them.
+NUMERIC_PROTOCOL_NAMES = ("laplace", "duchi", "bitmean", "piecewise", "hybrid")
+
+
+@dataclasses.dataclass(frozen=True)
+class MeanEstimate:
+    """Unbiased estimate of the mean of t (normalised to [−1, 1]) and its estimated variance."""
+
+    mean: float
+    variance: float   # Var-hat of ``mean``: sample variance of the debiased reports / n
+    n: int
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def check_grid_and_epsilon(grid: int, epsilon: float, protocol: str) -> None:
+    """The checks every numeric params class starts with."""
+    if isinstance(grid, bool) or not isinstance(grid, int) or not 2 <= grid <= 65_536 or grid % 2:
+        raise ValueError(f"{protocol}: grid must be an even integer in [2, 65536], got {grid!r}")
+    if not (epsilon > 0 and math.isfinite(epsilon)):
+        raise ValueError("epsilon must be a positive finite number")
+
+
+class NumericProtocol(Protocol):
+    """A discrete mean mechanism on the input grid t_j = −1 + 2j/K, j = 0..K.
+
+    Subclasses provide ``grid`` (K), ``cells``, ``probability_table``, ``debiased_values``
+    and a vectorised ``encode`` from grid indices to ``{"y": cells}``. Everything else
+    (validation, sketch, wire, estimator, exact variances) is generic and lives here.
+    """
+
+    # --- what a mechanism defines ---------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def grid(self) -> int:
+        """K: the input grid has K+1 points −1, −1 + 2/K, ..., 1."""
+
+    @property
+    @abc.abstractmethod
+    def cells(self) -> int:
+        """Number of distinct outputs (cells of the sketch histogram)."""
+
+    @abc.abstractmethod
+    def probability_table(self) -> np.ndarray:
+        """P(y | j), shape (K+1, cells), float64: the realised (quantised) probabilities."""
+
+    @abc.abstractmethod
+    def debiased_values(self) -> np.ndarray:
+        """v(y), shape (cells,): the server's unbiased value of each output (E[v | j] = t_j)."""
+
+    # --- shape ----------------------------------------------------------------------------------
+    @property
+    def domain_size(self) -> int:
+        """Input grid points (K+1); encode takes grid indices in [0, K]."""
+        return self.grid + 1
+
+    @property
+    def cell_shape(self) -> tuple[int, ...]:
+        return (self.cells,)
+
+    @property
+    def payload_bits(self) -> int:
+        return max(1, math.ceil(math.log2(self.cells)))
+
+    def grid_points(self) -> np.ndarray:
+        """t_j for j = 0..K."""
+        return -1.0 + 2.0 * np.arange(self.grid + 1) / self.grid
+
+    # --- privacy --------------------------------------------------------------------------------
+    def output_probabilities(self, index: int) -> np.ndarray:
+        return self.probability_table()[index]
+
+    @property
+    def epsilon(self) -> float:
+        """Exact per-report epsilon of the realised table (every mechanism here has full support)."""
+        table = self.probability_table()
+        return float(np.log(table.max(axis=0) / table.min(axis=0)).max())
+
+    # --- device side ----------------------------------------------------------------------------
+    def discretise(self, t: np.ndarray, rng: RandomLike = None) -> np.ndarray:
+        """Randomised rounding of normalised values (clipped to [−1, 1]) to grid indices.
+
+        Rounds up with probability floor(frac·2^32)/2^32, so E[t_j] = t up to 2^-32 of a grid step.
+        """
+        pos = (np.clip(np.asarray(t, dtype=np.float64), -1.0, 1.0) + 1.0) * (self.grid / 2)
+        low = np.floor(pos)
+        up_threshold = np.floor((pos - low) * SCALE).astype(np.uint64)
+        up = as_random_source(rng).words(pos.shape).astype(np.uint64) < up_threshold
+        return np.minimum(low.astype(np.int64) + up, self.grid)
+
+    def discretise_one(self, t: float) -> int:
+        """``discretise`` for one value from the OS CSPRNG, in plain Python (SDK hot path)."""
+        pos = (min(1.0, max(-1.0, t)) + 1.0) * (self.grid / 2)
+        low = math.floor(pos)
+        if secure_word() < math.floor((pos - low) * SCALE):
+            low += 1
+        return min(low, self.grid)
+
+    def encode_values(self, t: np.ndarray, rng: RandomLike = None) -> Payloads:
+        """Normalised values -> randomised reports (discretise, then encode)."""
+        source = as_random_source(rng)
+        return self.encode(self.discretise(t, source), source)
+
+    # --- collector side -------------------------------------------------------------------------
+    def validate(self, payloads: Payloads) -> None:
+        y = require_1d(payloads, "y")
+        if y.dtype.kind not in "iu":
+            raise InvalidPayload("a numeric report must be an integer output cell", field="y")
+        bad = (y < 0) | (y >= self.cells)
+        if bad.any():
+            i = first_bad(bad)
+            raise InvalidPayload(f"value {int(y[i])} outside [0, {self.cells})", index=i, field="y")
+
+    def accumulate(self, sketch: Sketch, payloads: Payloads) -> None:
+        y = np.asarray(payloads["y"], dtype=np.int64)
+        sketch.counts[0] += np.bincount(y, minlength=self.cells)
+        sketch.reports[0] += y.shape[0]
+
+    def to_wire(self, payloads: Payloads) -> list[Any]:
+        return [int(v) for v in payloads["y"]]
+
+    def from_wire(self, objects: list[Any]) -> Payloads:
+        return {"y": integers_from_wire(objects, self.cells, "y")}
+
+    # --- estimators side ------------------------------------------------------------------------
+    def estimate(self, sketch: Sketch) -> MeanEstimate:  # type: ignore[override]
+        """Mean of the debiased reports and its variance from their own spread (s²/n)."""
+        h = sketch.counts.reshape(-1).astype(np.float64)
+        n = int(sketch.total_reports)
+        if n <= 0:
+            return MeanEstimate(math.nan, math.nan, 0)
+        v = self.debiased_values()
+        mean = float(h @ v) / n
+        if n < 2:
+            return MeanEstimate(mean, math.inf, n)
+        centred = v - mean
+        sample_var = float(h @ (centred * centred)) / (n - 1)
+        return MeanEstimate(mean, sample_var / n, n)
+
+    def report_variance(self) -> np.ndarray:
+        """Exact Var[v(y) | j] for every grid point j (shape (K+1,))."""
+        table = self.probability_table()
+        v = self.debiased_values()
+        t = self.grid_points()
+        return table @ (v * v) - t * t
+
+    def value_variance(self, t: np.ndarray | float) -> np.ndarray:
+        """Exact per-report variance for raw normalised values t, randomised rounding included."""
+        t = np.clip(np.asarray(t, dtype=np.float64), -1.0, 1.0)
+        second = self.report_variance() + self.grid_points() ** 2   # E[v² | j]
+        pos = (t + 1.0) * (self.grid / 2)
+        low = np.minimum(np.floor(pos).astype(np.int64), self.grid - 1)
+        frac = pos - low
+        return (1 - frac) * second[low] + frac * second[low + 1] - t * t
+
+    def worst_case_variance(self) -> float:
+        """max over t in [−1, 1] of the per-report variance (grid points and 8 points between)."""
+        fine = np.linspace(-1.0, 1.0, 8 * self.grid + 1)
+        return float(self.value_variance(fine).max())
+
+    def variance(self, n: int, true_counts: np.ndarray | float) -> np.ndarray:
+        """Var of the mean of n reports whose values all equal t (``true_counts`` is t here)."""
+        return self.value_variance(true_counts) / n
+
+
+def is_numeric(protocol: Protocol) -> bool:
+    return isinstance(protocol, NumericProtocol)
+
+
+__all__ = ["MeanEstimate", "NumericProtocol", "NUMERIC_PROTOCOL_NAMES", "check_grid_and_epsilon",
+           "is_numeric"]
