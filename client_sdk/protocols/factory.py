@@ -13,6 +13,7 @@ from typing import Any
 
 from . import PROTOCOL_NAMES
 from .base import Protocol
+from .numeric import NUMERIC_PROTOCOL_NAMES
 
 #: Protocols `auto` chooses among for a fixed categorical domain (RAPPOR needs candidates).
 AUTO_CANDIDATES = ("rr", "grr", "oue", "sue", "olh", "hr", "ss")
@@ -25,7 +26,7 @@ AUTO_MAX_PAYLOAD_BITS = 8 * 8192
 
 def protocol_module(name: str) -> ModuleType:
     """The module implementing protocol ``name`` (KeyError if unknown)."""
-    if name not in PROTOCOL_NAMES:
+    if name not in PROTOCOL_NAMES and name not in NUMERIC_PROTOCOL_NAMES:
         raise KeyError(name)
     return importlib.import_module(f"{__package__}.{name}")
 
@@ -80,3 +81,20 @@ def choose_protocol(domain_size: int, epsilon: float) -> str:
     best_var = min(s[0] for s in scored)
     near = [s for s in scored if s[0] <= best_var * (1 + AUTO_TIE_MARGIN)]
     return min(near, key=lambda s: (s[1], s[0], s[2]))[3]
+
+
+def choose_numeric_protocol(epsilon: float, options: dict[str, Any] | None = None) -> str:
+    """Numeric mean mechanism with the smallest worst-case per-report variance at ``epsilon``
+    (the variance of the mean is that over n; ties go to the earlier, smaller-report name)."""
+    scored = []
+    for rank, name in enumerate(NUMERIC_PROTOCOL_NAMES):
+        try:
+            proto = build_protocol(name, None, epsilon, dict(options or {}))
+        except ValueError:
+            continue
+        scored.append((proto.worst_case_variance(), proto.payload_bits, rank, name))
+    if not scored:
+        raise ValueError(f"no numeric mechanism can realise epsilon {epsilon}; use a larger epsilon")
+    best_var = min(s[0] for s in scored)
+    near = [s for s in scored if s[0] <= best_var * (1 + AUTO_TIE_MARGIN)]
+    return min(near, key=lambda s: (s[0], s[1], s[2]))[3]
