@@ -22,7 +22,9 @@ opted-out user are counted (``stats()``) and logged once, and ``report()`` retur
 from __future__ import annotations
 
 import atexit
+import bisect
 import logging
+import math
 import os
 import threading
 import time
@@ -67,7 +69,8 @@ CLIENT_COUNTERS = (
     "charged",                  # charged to the ledger by the worker (will be sent)
     "refused_window",           # beyond reports_per_window: never sent
     "refused_lifetime",         # beyond lifetime_epsilon: never sent
-    "invalid_value",            # not in the metric's domain
+    "invalid_value",            # not in the metric's domain (numeric: NaN, ±inf, not a number)
+    "clipped",                  # numeric: outside the metric's range, clipped to it and reported
     "unknown_metric",           # not in the registry
     "stale_metric",             # the collector no longer accepts this metric's parameters
     "dropped_queue_full",       # the bounded queue was full (drop-newest)
@@ -83,7 +86,8 @@ class _Metric:
     """Per-metric constants the hot path needs, resolved once per registry."""
 
     __slots__ = ("name", "spec", "proto", "kind", "fingerprint", "index", "string", "eps", "eps_inf",
-                 "memoised", "rpw", "budget", "uses_cohorts", "m")
+                 "memoised", "rpw", "budget", "uses_cohorts", "m", "numeric", "lo", "hi", "scale",
+                 "inner_edges", "labels")
 
     def __init__(self, spec: MetricSpec) -> None:
         proto = spec.protocol_impl
@@ -98,6 +102,38 @@ class _Metric:
         self.budget = spec.lifetime_epsilon
         self.uses_cohorts = bool(getattr(proto, "uses_cohorts", False)) and not self.string
         self.m = proto.cohorts
+        self.numeric = spec.kind is Kind.NUMERIC
+        if self.numeric:
+            self.lo, self.hi = spec.bounds
+            self.scale = 2.0 / (self.hi - self.lo)
+            self.inner_edges = [float(e) for e in spec.edges[1:-1]] if spec.is_histogram else None
+            self.labels = spec.domain
+
+    def number(self, value: Any) -> tuple[str, int, bool] | None:
+        """Numeric metrics: (key, index, clipped) of a value, None when it is not a finite number.
+
+        Mean metrics: the index is the grid point of t = 2(x − lo)/(hi − lo) − 1 after randomised
+        rounding (``discretise_one``, OS CSPRNG); histogram metrics: the bucket index. Values
+        outside [lo, hi] are clipped first. Plain Python: this is report()'s hot path.
+        """
+        kind = type(value)
+        if kind is not float and kind is not int:
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                            np.floating)):
+                return None
+        try:
+            x = float(value)
+        except (OverflowError, ValueError, TypeError):   # an int beyond the float range
+            return None
+        if not math.isfinite(x):
+            return None
+        clipped = x < self.lo or x > self.hi
+        if clipped:
+            x = self.lo if x < self.lo else self.hi
+        if self.inner_edges is None:
+            return "", self.proto.discretise_one((x - self.lo) * self.scale - 1.0), clipped
+        idx = bisect.bisect_right(self.inner_edges, x)
+        return self.labels[idx], idx, clipped
 
     def lookup(self, value: Any) -> tuple[str, int] | None:
         """(canonical key, domain index) of a true value, None when it is not in the domain."""
@@ -269,10 +305,18 @@ class ClientCore:
             if self._strict:
                 raise LdptError(f"metric {metric!r} was rejected by the collector (registry changed)")
             return False
-        found = rt.lookup(value)
-        if found is None:
-            return self._bad_value(rt, value)
-        key, idx = found
+        if rt.numeric:
+            found = rt.number(value)
+            if found is None:
+                return self._bad_value(rt, value)
+            key, idx, clipped = found
+            if clipped:
+                self._counters["clipped"] += 1
+        else:
+            found = rt.lookup(value)
+            if found is None:
+                return self._bad_value(rt, value)
+            key, idx = found
         if self._resync:
             self._resync_after_fork()
         now = time.time()
@@ -341,13 +385,12 @@ class ClientCore:
     def _bad_value(self, rt: _Metric, value: Any) -> bool:
         self._counters["invalid_value"] += 1
         if self._strict:
-            if rt.string:
-                raise DomainError(f"metric {rt.name!r} takes string values, got {type(value).__name__}")
-            rt.spec.index_of([value])  # raises DomainError naming the metric and the value
+            _raise_domain_error(rt, value)
         # The log names the metric, never the value (it may be private).
+        domain = "finite numbers" if rt.numeric else f"{rt.spec.domain_size or 'string'} values"
         self._log_once(("value", rt.name), logging.WARNING,
                        f"ldpt: a value reported for {rt.name!r} is not in its domain "
-                       f"({rt.spec.domain_size or 'string'} values); such reports are counted and dropped")
+                       f"({domain}); such reports are counted and dropped")
         return False
 
     def _not_reporting(self, metric: str) -> bool:
@@ -449,10 +492,8 @@ class ClientCore:
         if rt is None:
             self.registry.get(metric)
             raise UnknownMetricError(metric)  # pragma: no cover - get() raised
-        if rt.lookup(value) is None:
-            if rt.string:
-                raise DomainError(f"metric {metric!r} takes string values, got {type(value).__name__}")
-            rt.spec.index_of([value])
+        if (rt.number(value) if rt.numeric else rt.lookup(value)) is None:
+            _raise_domain_error(rt, value)
 
     def stats(self) -> dict[str, int]:
         """Counters of this client (and of its uploader when it owns one)."""
@@ -491,6 +532,16 @@ class ClientCore:
     def _after_fork_child(self) -> None:
         self._lock = threading.Lock()
         self._resync = True
+
+
+def _raise_domain_error(rt: _Metric, value: Any) -> None:
+    """DomainError naming the metric (and, for categorical domains, the allowed values)."""
+    if rt.string:
+        raise DomainError(f"metric {rt.name!r} takes string values, got {type(value).__name__}")
+    if rt.numeric:
+        rt.spec.number(value)  # raises for non-numbers, NaN and infinities
+        raise DomainError(f"metric {rt.name!r}: {value!r} cannot be reported")  # pragma: no cover
+    rt.spec.index_of([value])  # raises DomainError naming the metric and the value
 
 
 def _make_outbox(state: ClientState, limits: OutboxLimits, offline: bool) -> Any:

@@ -2,11 +2,29 @@
 
 ```toml
 [metrics.theme]
-kind = "categorical"            # boolean | categorical | string
+kind = "categorical"            # boolean | categorical | string | numeric
 categories = ["light", "dark", "system"]
 protocol = "auto"               # or rr, grr, oue, sue, olh, hr, ss, rappor
 epsilon = 1.0
+
+[metrics.session_minutes]
+kind = "numeric"                # a mean: values in [lo, hi], clipped on the device
+range = [0, 120]
+protocol = "auto"               # or laplace, duchi, bitmean, piecewise, hybrid
+epsilon = 1.0
+
+[metrics.startup_ms]
+kind = "numeric"                # a histogram: buckets = B equal-width, or a list of edges
+range = [0, 5000]
+buckets = [0, 250, 500, 1000, 2000, 5000]
+epsilon = 2.0                   # protocol: a frequency oracle over the buckets, as categorical
 ```
+
+A numeric metric without ``buckets`` is a *mean* metric: the device maps x to
+t = 2(x − lo)/(hi − lo) − 1 in [−1, 1] and reports it with a numeric mechanism
+(client_sdk.protocols.numeric). With ``buckets`` it is a *histogram* metric whose domain is
+the bucket labels "[lo, hi)" (the last one "[lo, hi]"); the device reports its bucket index
+through a frequency oracle, exactly like a categorical metric.
 
 Every metric gets a *fingerprint*: a hash of its canonical parameters. Reports and sketches
 carry it, so data randomised under other parameters can never be mixed in. ``auto`` is
@@ -32,7 +50,8 @@ import numpy as np
 from .errors import DomainError, RegistryError, UnknownMetricError
 from .protocols import PROTOCOL_NAMES
 from .protocols.base import Protocol
-from .protocols.factory import build_protocol, choose_protocol, option_keys
+from .protocols.factory import build_protocol, choose_numeric_protocol, choose_protocol, option_keys
+from .protocols.numeric import NUMERIC_PROTOCOL_NAMES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -41,8 +60,10 @@ else:  # pragma: no cover
 
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,99}$")
 COMMON_KEYS = ("kind", "protocol", "epsilon", "categories", "description",
-               "reports_per_window", "lifetime_epsilon")
+               "reports_per_window", "lifetime_epsilon", "range", "buckets")
 MAX_CATEGORIES = 10_000_000
+#: Most buckets a histogram metric may declare (its domain goes through a frequency oracle).
+MAX_BUCKETS = 10_000
 
 
 class Kind(str, enum.Enum):
@@ -51,6 +72,7 @@ class Kind(str, enum.Enum):
     BOOLEAN = "boolean"
     CATEGORICAL = "categorical"
     STRING = "string"
+    NUMERIC = "numeric"
 
 
 BOOLEAN_VALUES = ("false", "true")
@@ -71,6 +93,72 @@ class MetricSpec:
     description: str = ""
     reports_per_window: int = 1
     lifetime_epsilon: float | None = None
+    #: numeric metrics: [lo, hi] as written in the file (ints stay ints for the round trip)
+    range: tuple[float, float] | None = None
+    #: histogram metrics: the ``buckets`` field as written (an int B or a tuple of edges)
+    buckets: int | tuple[float, ...] | None = None
+
+    # --- numeric values ------------------------------------------------------------------------
+    @property
+    def is_mean(self) -> bool:
+        """A numeric metric without buckets: reported with a mean mechanism."""
+        return self.kind is Kind.NUMERIC and self.buckets is None
+
+    @property
+    def is_histogram(self) -> bool:
+        """A numeric metric with buckets: reported through a frequency oracle over buckets."""
+        return self.kind is Kind.NUMERIC and self.buckets is not None
+
+    @functools.cached_property
+    def bounds(self) -> tuple[float, float]:
+        """(lo, hi) as floats (numeric metrics only)."""
+        if self.range is None:
+            raise TypeError(f"metric {self.name!r} is not numeric")
+        return float(self.range[0]), float(self.range[1])
+
+    @functools.cached_property
+    def edges(self) -> np.ndarray:
+        """Bucket edges e_0 = lo < e_1 < ... < e_B = hi of a histogram metric (float64)."""
+        if self.buckets is None:
+            raise TypeError(f"metric {self.name!r} is not a histogram metric")
+        lo, hi = self.bounds
+        if isinstance(self.buckets, int):
+            edges = np.linspace(lo, hi, self.buckets + 1)
+            edges[0], edges[-1] = lo, hi
+            return edges
+        return np.asarray(self.buckets, dtype=np.float64)
+
+    def number(self, value: Any) -> float:
+        """A reported value as a finite float; DomainError (naming the metric) otherwise.
+
+        int, float and numpy numbers are numbers; bool is not (``True`` is no duration).
+        """
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise DomainError(f"metric {self.name!r} takes numbers, got {type(value).__name__}")
+        x = float(value)
+        if not math.isfinite(x):
+            raise DomainError(f"metric {self.name!r} takes finite numbers, got {x!r}")
+        return x
+
+    def normalise(self, x: np.ndarray | float) -> np.ndarray | float:
+        """t = 2(x − lo)/(hi − lo) − 1, clipped to [−1, 1] (values outside the range are clipped)."""
+        lo, hi = self.bounds
+        return np.clip(2.0 * (np.asarray(x, dtype=np.float64) - lo) / (hi - lo) - 1.0, -1.0, 1.0)
+
+    def denormalise(self, t: np.ndarray | float) -> np.ndarray | float:
+        """x = lo + (t + 1)(hi − lo)/2: a normalised value back in the metric's units."""
+        lo, hi = self.bounds
+        return lo + (np.asarray(t, dtype=np.float64) + 1.0) * (hi - lo) / 2.0
+
+    def bucket_of(self, x: np.ndarray) -> np.ndarray:
+        """Bucket index of each value (clipped to the range): [e_i, e_{i+1}), the last one closed."""
+        edges = self.edges
+        idx = np.searchsorted(edges, np.asarray(x, dtype=np.float64), side="right") - 1
+        return np.clip(idx, 0, len(edges) - 2).astype(np.int64)
+
+    @functools.cached_property
+    def _bucket_labels(self) -> tuple[str, ...]:
+        return bucket_labels(self.edges)
 
     # --- domain -----------------------------------------------------------------------------
     @property
@@ -78,6 +166,8 @@ class MetricSpec:
         """Domain values in index order (None for open-domain string metrics)."""
         if self.kind is Kind.BOOLEAN:
             return BOOLEAN_VALUES
+        if self.kind is Kind.NUMERIC:
+            return self._bucket_labels if self.buckets is not None else None
         return self.categories
 
     @property
@@ -128,9 +218,13 @@ class MetricSpec:
         value computed with libm could differ in its last bit between a phone and a server.)
         """
         resolved = dataclasses.asdict(self.protocol_impl.params)
-        return {"name": self.name, "kind": self.kind.value, "protocol": self.protocol,
-                "epsilon": self.epsilon, "categories": list(self.categories or []),
-                "options": {k: v for k, v in self.options}, "resolved": resolved}
+        out = {"name": self.name, "kind": self.kind.value, "protocol": self.protocol,
+               "epsilon": self.epsilon, "categories": list(self.categories or []),
+               "options": {k: v for k, v in self.options}, "resolved": resolved}
+        if self.kind is Kind.NUMERIC:  # only here: other kinds keep their fingerprints
+            out["range"] = list(self.bounds)
+            out["buckets"] = None if self.buckets is None else [float(e) for e in self.edges]
+        return out
 
     def to_toml_table(self) -> dict[str, Any]:
         """The TOML table this spec was loaded from (dump side of the round trip)."""
@@ -139,6 +233,10 @@ class MetricSpec:
             table["epsilon"] = self.epsilon
         if self.categories is not None:
             table["categories"] = list(self.categories)
+        if self.range is not None:
+            table["range"] = list(self.range)
+        if self.buckets is not None:
+            table["buckets"] = self.buckets if isinstance(self.buckets, int) else list(self.buckets)
         for key, value in self.options:
             table[key] = value
         if self.description:
@@ -155,6 +253,18 @@ class MetricSpec:
         return {**self.to_toml_table(), "name": self.name, "resolved_protocol": self.protocol,
                 "fingerprint": self.fingerprint, "epsilon_per_report": proto.epsilon,
                 "epsilon_longitudinal": proto.epsilon_longitudinal}
+
+
+def _edge_text(x: float) -> str:
+    """An edge as a label writes it: integers without '.0', other floats by repr (exact)."""
+    return str(int(x)) if x.is_integer() and abs(x) < 1e15 else repr(float(x))
+
+
+def bucket_labels(edges: np.ndarray) -> tuple[str, ...]:
+    """"[lo, hi)" per bucket, the last one "[lo, hi]" (it includes the range's top)."""
+    text = [_edge_text(float(e)) for e in edges]
+    last = len(text) - 2
+    return tuple(f"[{text[i]}, {text[i + 1]}{']' if i == last else ')'}" for i in range(last + 1))
 
 
 def canonical_value(kind: Kind, value: Any) -> str:
@@ -247,12 +357,20 @@ def parse_metric(name: str, table: Any, source: str = "<registry>") -> MetricSpe
     try:
         kind = Kind(kind_raw)
     except ValueError:
-        raise fail(f"{kind_raw!r} is not allowed; use one of boolean, categorical, string",
+        raise fail(f"{kind_raw!r} is not allowed; use one of boolean, categorical, string, numeric",
                    "kind") from None
 
+    value_range, buckets = _parse_numeric_fields(kind, table, fail)
+    mean_metric = kind is Kind.NUMERIC and buckets is None
+    names = NUMERIC_PROTOCOL_NAMES if mean_metric else PROTOCOL_NAMES
     requested = table.get("protocol", "auto")
-    if requested != "auto" and requested not in PROTOCOL_NAMES:
-        raise fail(f"{requested!r} is not a protocol; use auto or one of {', '.join(PROTOCOL_NAMES)}",
+    if requested != "auto" and requested not in names:
+        what = "a numeric mean mechanism" if mean_metric else "a protocol"
+        hint = ("; a histogram metric (buckets set) uses a frequency oracle"
+                if mean_metric and requested in PROTOCOL_NAMES else
+                "; numeric mechanisms are for numeric metrics without buckets"
+                if requested in NUMERIC_PROTOCOL_NAMES else "")
+        raise fail(f"{requested!r} is not {what}; use auto or one of {', '.join(names)}{hint}",
                    "protocol")
 
     categories = None
@@ -276,13 +394,16 @@ def parse_metric(name: str, table: Any, source: str = "<registry>") -> MetricSpe
         protocol = "rappor" if requested == "auto" else requested
         if protocol != "rappor":
             raise fail("string metrics use protocol rappor (or auto)", "protocol")
+    elif mean_metric:
+        protocol = requested
     else:
-        d = 2 if kind is Kind.BOOLEAN else len(categories or ())
+        d = 2 if kind is Kind.BOOLEAN else len(categories) if categories is not None else \
+            _bucket_count(buckets)
         if requested == "rappor":
             raise fail("rappor is for string metrics; use kind = \"string\"", "protocol")
         if requested == "rr" and d != 2:
             raise fail("rr is binary randomised response; it needs a boolean metric or 2 "
-                       "categories (use grr for more)", "protocol")
+                       "categories or buckets (use grr for more)", "protocol")
         protocol = requested
 
     epsilon = table.get("epsilon")
@@ -296,7 +417,11 @@ def parse_metric(name: str, table: Any, source: str = "<registry>") -> MetricSpe
 
     if protocol == "auto":
         try:
-            protocol = choose_protocol(d, epsilon)
+            if mean_metric:
+                grid = {k: table[k] for k in ("grid",) if k in table}
+                protocol = choose_numeric_protocol(epsilon, grid)
+            else:
+                protocol = choose_protocol(d, epsilon)
         except ValueError as exc:
             raise fail(str(exc), "epsilon") from None
 
@@ -326,9 +451,63 @@ def parse_metric(name: str, table: Any, source: str = "<registry>") -> MetricSpe
                       epsilon=epsilon, categories=categories,
                       options=tuple(sorted(options.items())), description=description,
                       reports_per_window=rpw,
-                      lifetime_epsilon=None if lifetime is None else float(lifetime))
+                      lifetime_epsilon=None if lifetime is None else float(lifetime),
+                      range=value_range, buckets=buckets)
     try:
         spec.protocol_impl  # noqa: B018 - validates the protocol parameters now
     except (ValueError, TypeError) as exc:
         raise fail(f"invalid {protocol} parameters: {exc}", "protocol") from None
     return spec
+
+
+def _number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _parse_numeric_fields(kind: Kind, table: Mapping[str, Any], fail: Any
+                          ) -> tuple[tuple[float, float] | None, int | tuple[float, ...] | None]:
+    """``range`` and ``buckets`` (as written) of a numeric metric; errors name the field."""
+    if kind is not Kind.NUMERIC:
+        for key in ("range", "buckets"):
+            if key in table:
+                raise fail(f"only numeric metrics take {key} (this one is {kind.value})", key)
+        return None, None
+    raw = table.get("range")
+    if raw is None:
+        raise fail("missing; a numeric metric needs range = [lo, hi], e.g. range = [0, 120]", "range")
+    if not isinstance(raw, list) or len(raw) != 2 or not all(_number(v) for v in raw):
+        raise fail(f"{raw!r} is not allowed; use range = [lo, hi] with two finite numbers", "range")
+    lo, hi = raw
+    if not lo < hi:
+        raise fail(f"lo must be below hi, got [{lo}, {hi}]", "range")
+    if not math.isfinite(float(hi) - float(lo)):
+        raise fail("the range is too wide (hi − lo overflows)", "range")
+    value_range = (lo, hi)
+    buckets = table.get("buckets")
+    if buckets is None:
+        return value_range, None
+    if isinstance(buckets, int) and not isinstance(buckets, bool):
+        if not 2 <= buckets <= MAX_BUCKETS:
+            raise fail(f"{buckets} is not allowed; use an integer in [2, {MAX_BUCKETS}] or a list of "
+                       "edges", "buckets")
+        edges = np.linspace(float(lo), float(hi), buckets + 1)
+        if np.any(np.diff(edges) <= 0):
+            raise fail(f"{buckets} equal-width buckets are too narrow for the range", "buckets")
+        return value_range, buckets
+    if not isinstance(buckets, list) or not all(_number(v) for v in buckets):
+        raise fail(f"{buckets!r} is not allowed; use an integer B (equal-width buckets) or a list of "
+                   "increasing edges", "buckets")
+    if not 3 <= len(buckets) <= MAX_BUCKETS + 1:
+        raise fail(f"a list of edges needs 3 to {MAX_BUCKETS + 1} numbers (2 to {MAX_BUCKETS} buckets)",
+                   "buckets")
+    if float(buckets[0]) != float(lo) or float(buckets[-1]) != float(hi):
+        raise fail(f"edges must span the range: the first must be {lo} and the last {hi}", "buckets")
+    bad = next((i for i in range(1, len(buckets)) if not buckets[i - 1] < buckets[i]), None)
+    if bad is not None:
+        raise fail(f"edges must increase: {buckets[bad - 1]} then {buckets[bad]} (position {bad})",
+                   "buckets")
+    return value_range, tuple(buckets)
+
+
+def _bucket_count(buckets: int | tuple[float, ...] | None) -> int:
+    return buckets if isinstance(buckets, int) else len(buckets or ()) - 1

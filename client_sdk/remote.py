@@ -16,6 +16,7 @@ from typing import Any
 from .errors import FingerprintMismatch, LdptError, RegistryError
 from .protocols import PROTOCOL_NAMES
 from .protocols.factory import option_keys
+from .protocols.numeric import NUMERIC_PROTOCOL_NAMES
 from .registry import COMMON_KEYS, Registry, parse_metric
 
 #: Members `GET /v1/registry` adds to each metric's TOML table (not registry input).
@@ -45,7 +46,7 @@ def registry_from_json(doc: Mapping[str, Any] | str | bytes, source: str = "GET 
         name = entry["name"]
         requested = entry.get("protocol", "auto")
         resolved = entry.get("resolved_protocol") or requested
-        if resolved not in PROTOCOL_NAMES:
+        if resolved not in PROTOCOL_NAMES and resolved not in NUMERIC_PROTOCOL_NAMES:
             raise RegistryError(f"protocol {resolved!r} is not known to this SDK; upgrade the SDK",
                                 source=source, metric=name, field="resolved_protocol")
         # Build exactly what the collector resolved (`auto` may resolve differently in another
