@@ -1,0 +1,164 @@
+"""Wang et al. (2019)'s Hybrid Mechanism: the Piecewise Mechanism with probability α, else Duchi.
+
+Both parts run at the same ε on the same input grid (K steps). Outputs: the Piecewise cells
+0..M−1, then two cells M (Duchi's bit 0) and M + 1 (bit 1). The mixture weight α is a 32-bit
+threshold H (α = H/2^32) drawn independently of the input, so for every output cell the
+ratio P(c | j)/P(c | j') is that of the part owning the cell: ε(HM) = max(ε(PM), ε(Duchi))
+over the parts with positive weight. Each part's debiased value is unbiased for t_j, so the
+mixture's is too, and E[v² | j] = α·E_PM[v² | j] + (1 − α)·E_Duchi[v² | j].
+
+Wang et al. use α = 1 − e^{−ε/2} above ε* ≈ 0.61 and α = 0 below, which makes the continuous
+variance flat in t, (a+3)/(3a(a−1)) + (e^ε+1)²/(a(e^ε−1)²) with a = e^{ε/2}: 4.29 at ε = 1,
+1.04 at ε = 2, 0.219 at ε = 4 on [−1, 1]. Here α (and the Piecewise window) minimise the
+exact worst-case variance of the discrete mechanism instead (a convex minimax in α, solved by
+golden-section search); ``HybridParams(alpha=..., window=...)`` reproduces the paper's choice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidPayload
+from ..randomness import SCALE, RandomLike, as_random_source, secure_word
+from .base import Payloads, first_bad
+from .duchi import Duchi, DuchiParams
+from .numeric import NumericProtocol, check_grid_and_epsilon
+from .piecewise import Piecewise, PiecewiseParams
+
+DEFAULT_GRID = 256
+_GOLDEN = (math.sqrt(5) - 1) / 2
+
+
+def paper_alpha(epsilon: float) -> float:
+    """Wang et al. (2019)'s mixture weight: 1 − e^{−ε/2} above ε* ≈ 0.61, else 0."""
+    return 1.0 - math.exp(-epsilon / 2) if epsilon > 0.61 else 0.0
+
+
+def _variance_curves(pm: Piecewise, duchi: Duchi) -> tuple[np.ndarray, np.ndarray]:
+    """Per-report variance of each part on the fine grid ``worst_case_variance`` scans."""
+    fine = np.linspace(-1.0, 1.0, 8 * pm.grid + 1)
+    return pm.value_variance(fine), duchi.value_variance(fine)
+
+
+def best_threshold(pm: Piecewise, duchi: Duchi) -> int:
+    """H = α·2^32 minimising max_t [α·Var_PM(t) + (1 − α)·Var_Duchi(t)] (convex in α)."""
+    a_curve, b_curve = _variance_curves(pm, duchi)
+
+    def worst(alpha: float) -> float:
+        return float((alpha * a_curve + (1 - alpha) * b_curve).max())
+
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        m1, m2 = hi - _GOLDEN * (hi - lo), lo + _GOLDEN * (hi - lo)
+        if worst(m1) <= worst(m2):
+            hi = m2
+        else:
+            lo = m1
+    candidates = {0, SCALE, round((lo + hi) / 2 * SCALE)}
+    return min(candidates, key=lambda h: (worst(h / SCALE), h))
+
+
+@functools.lru_cache(maxsize=64)
+def _parts(epsilon: float, grid: int, window: int | None) -> tuple[Piecewise, Duchi]:
+    return Piecewise(PiecewiseParams(epsilon, grid, window)), Duchi(DuchiParams(epsilon, grid))
+
+
+@dataclasses.dataclass(frozen=True)
+class HybridParams:
+    epsilon: float               # target per-report budget
+    grid: int = DEFAULT_GRID     # K: input grid steps over [−1, 1]
+    alpha: float | None = None   # P(Piecewise); None = minimise the worst-case variance
+    window: int | None = None    # Piecewise window; None = minimise its worst-case variance
+
+    def __post_init__(self) -> None:
+        check_grid_and_epsilon(self.grid, self.epsilon, "hybrid")
+        if self.alpha is not None and not 0.0 <= self.alpha <= 1.0:
+            raise ValueError("hybrid: alpha must be in [0, 1]")
+
+
+class Hybrid(NumericProtocol):
+    """Mixture of discrete Piecewise (cells 0..M−1) and Duchi (cells M, M+1)."""
+
+    name = "hybrid"
+
+    def __init__(self, params: HybridParams) -> None:
+        super().__init__(params)
+        self._pm, self._duchi = _parts(params.epsilon, params.grid, params.window)
+        if params.alpha is None:
+            self._h = best_threshold(self._pm, self._duchi)
+        else:
+            self._h = round(params.alpha * SCALE)
+        self._m = self._pm.cells
+        mix = self._h / SCALE
+        self._table = np.concatenate([mix * self._pm.probability_table(),
+                                      (1 - mix) * self._duchi.probability_table()], axis=1)
+        self._values = np.concatenate([self._pm.debiased_values(), self._duchi.debiased_values()])
+
+    @property
+    def grid(self) -> int:
+        return self.params.grid
+
+    @property
+    def cells(self) -> int:
+        return self._m + 2
+
+    @property
+    def alpha(self) -> float:
+        """The realised mixture weight P(Piecewise) = H/2^32."""
+        return self._h / SCALE
+
+    @property
+    def parts(self) -> tuple[Piecewise, Duchi]:
+        return self._pm, self._duchi
+
+    @property
+    def epsilon(self) -> float:
+        used = ([self._pm.epsilon] if self._h > 0 else []) + ([self._duchi.epsilon] if self._h < SCALE else [])
+        return max(used)
+
+    def probability_table(self) -> np.ndarray:
+        return self._table
+
+    def debiased_values(self) -> np.ndarray:
+        return self._values
+
+    def validate(self, payloads: Payloads) -> None:
+        """Cells in range, and only cells of a part that is ever used (α = 0 or 1 leaves one idle)."""
+        super().validate(payloads)
+        y = np.asarray(payloads["y"])
+        lo = 0 if self._h > 0 else self._m
+        hi = self.cells if self._h < SCALE else self._m
+        bad = (y < lo) | (y >= hi)
+        if bad.any():
+            i = first_bad(bad)
+            raise InvalidPayload(f"value {int(y[i])} is a cell this hybrid never reports (alpha = {self.alpha})",
+                                 index=i, field="y")
+
+    def encode(self, indices: np.ndarray, rng: RandomLike = None,
+               cohorts: np.ndarray | None = None) -> Payloads:
+        j = self.check_indices(indices)
+        source = as_random_source(rng)
+        n = j.shape[0]
+        use_pm = source.words(n).astype(np.int64) < self._h
+        pm_cells = self._pm.cells_from_uniform(j, self._pm.uniform_below_total(source, n))
+        bits = self._duchi.encode(j, source)["y"]
+        return {"y": np.where(use_pm, pm_cells, self._m + bits)}
+
+    def encode_one(self, index: int, cohort: int | None = None) -> int:
+        j = self._check_index(index)
+        if secure_word() < self._h:
+            return self._pm.cell_one(j)
+        return self._m + self._duchi.encode_one(j)
+
+
+OPTION_KEYS: frozenset[str] = frozenset({"grid"})
+
+
+def from_options(domain_size: int | None, epsilon: float, options: dict[str, Any]) -> Hybrid:
+    """Build from registry fields (the domain size is not used: numeric metrics have a range)."""
+    return Hybrid(HybridParams(epsilon=epsilon, grid=options.get("grid", DEFAULT_GRID)))

@@ -1,0 +1,208 @@
+"""The Laplace mechanism made exact: discrete Laplace (two-sided geometric) noise on the grid.
+
+The textbook local mechanism adds Laplace noise of scale 2/ε to t in [−1, 1]; its per-report
+variance is 2·(2/ε)² = 8/ε². Floating-point Laplace noise is not ε-DP (Mironov 2012), so here
+the noise is integer-valued: the discretised input j (grid t_j = −1 + 2j/K) gets
+Z ~ two-sided geometric with P(Z = z) ∝ α^|z|, α = e^{−ε/K} (Ghosh, Roughgarden, Sundararajan
+2009's geometric mechanism), which moves j by one grid step at a privacy cost of ε/K, i.e. the
+whole range at ε. The output y = clamp(j + Z, −L, K + L) has M = K + 2L + 1 cells.
+
+Exact integer weights (out of 2^64, drawn by inverse CDF on a 64-bit word made of two 32-bit
+words): W(0) is the centre, W(z+1) = ceil(α·W(z)) for z >= 0 (so W(z)/W(z+1) <= 1/α), the
+noise is clamped at ±N = ±(K + L) with a lump W(N) = ceil(α·W(N−1)/(1−α)) standing in for the
+geometric tail (so every tail sum S(m) = Σ_{z>=m} W(z) also has S(m)/S(m+1) <= 1/α), and W(0)
+absorbs the rounding so each row sums to exactly 2^64. Every ratio of the realised table is
+then at most α^{−K}; the quoted epsilon is the table's own max ratio, and the internal ε is
+adjusted (a few rebuilds) until that is <= the target and within ``EPSILON_TOLERANCE`` of it.
+
+Window and bias. L is the smallest window with tail mass α^L/(1+α) <= ``TAIL_MASS``/2, so for
+every input at most ``TAIL_MASS`` = 1e-12 of the probability is clamped. The two end cells
+carry the geometric tail's memoryless mean, v = −L − α/(1−α) (and K + L + α/(1−α)), so even
+that clamp is unbiased up to the integer rounding; ``bias()`` computes the exact residual
+from the realised table (about 1e-13 or less; tests/test_numeric_mechanisms.py checks it).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import itertools
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+from ..randomness import RandomLike, as_random_source
+from .base import Payloads
+from .numeric import NumericProtocol, check_grid_and_epsilon
+
+DEFAULT_GRID = 32
+#: Largest probability clamped into an end cell, for any input.
+TAIL_MASS = 1e-12
+#: Refuse parameters whose output alphabet would exceed this (tiny ε): the table gets huge.
+MAX_CELLS = 1 << 17
+#: The realised epsilon is within this of the target (from below).
+EPSILON_TOLERANCE = 1e-6
+_TWO64 = 1 << 64
+
+
+def _window(alpha_log: float) -> int:
+    """L: smallest integer with α^L/(1+α) <= TAIL_MASS/2, where ln α = alpha_log < 0."""
+    alpha = math.exp(alpha_log)
+    return max(1, math.ceil(math.log(TAIL_MASS / 2 * (1 + alpha)) / alpha_log))
+
+
+def _noise_weights(eps_internal: float, grid: int, window: int) -> list[int]:
+    """Integer weights W(z), z = −N..N (N = K + L), summing to 2^64; see the module docstring."""
+    alpha = math.exp(-eps_internal / grid)
+    n = grid + window
+    half = [math.ceil(_TWO64 * (1 - alpha) / (1 + alpha))]
+    for _ in range(1, n):
+        half.append(math.ceil(alpha * half[-1]))
+    lump = math.ceil(alpha * half[-1] / (1 - alpha))
+    if half[-1] < 1 or lump < 1:
+        raise ValueError("epsilon too small for 64-bit noise weights")
+    half.append(lump)
+    centre = _TWO64 - 2 * sum(half[1:])
+    if centre < half[1]:
+        raise ValueError("noise weights do not normalise")
+    half[0] = centre
+    return half[:0:-1] + half
+
+
+@dataclasses.dataclass(frozen=True)
+class LaplaceParams:
+    epsilon: float            # target per-report budget
+    grid: int = DEFAULT_GRID  # K: input grid steps over [−1, 1]
+
+    def __post_init__(self) -> None:
+        check_grid_and_epsilon(self.grid, self.epsilon, "laplace")
+        if self.epsilon < 1e-3 or self.window > (MAX_CELLS - self.grid) // 2:
+            raise ValueError(f"laplace: epsilon {self.epsilon} needs more than {MAX_CELLS} output cells "
+                             f"with {self.grid} grid steps; use a larger epsilon or another protocol")
+
+    @property
+    def window(self) -> int:
+        """L: output cells beyond each end of the input grid (from the target ε)."""
+        return _window(-self.epsilon / self.grid)
+
+
+class Laplace(NumericProtocol):
+    """Discrete Laplace mechanism; output cell index c = y + L for y in [−L, K + L]."""
+
+    name = "laplace"
+
+    def __init__(self, params: LaplaceParams) -> None:
+        super().__init__(params)
+        k, window = params.grid, params.window
+        self._k, self._l, self._n = k, window, k + window
+        self._eps_internal, self._weights, self._epsilon = self._calibrate(params.epsilon)
+        # inverse CDF: noise index i in [0, 2N] is the number of boundaries <= u
+        bounds, acc = [], 0
+        for w in self._weights[:-1]:
+            acc += w
+            bounds.append(acc)
+        self._bounds = bounds
+        self._bounds_np = np.array(bounds, dtype=np.uint64)
+        self._table = self._integer_table().astype(np.float64) / float(_TWO64)
+        alpha = math.exp(-self._eps_internal / k)
+        y = np.arange(-window, k + window + 1, dtype=np.float64)
+        y[0] -= alpha / (1 - alpha)     # memoryless mean of the clamped lower tail
+        y[-1] += alpha / (1 - alpha)
+        self._values = -1.0 + 2.0 * y / k
+
+    # --- construction ---------------------------------------------------------------------------
+    def _calibrate(self, target: float) -> tuple[float, list[int], float]:
+        """Internal ε whose realised table has target − EPSILON_TOLERANCE <= ε' <= target."""
+        best = None
+        eps_int = target
+        for _ in range(8):
+            weights = _noise_weights(eps_int, self._k, self._l)
+            realised = _max_log_ratio(self._integer_table(weights))
+            if realised <= target and (best is None or realised > best[2]):
+                best = (eps_int, weights, realised)
+            if realised <= target and target - realised <= EPSILON_TOLERANCE:
+                break
+            eps_int += (target - realised) * (0.999 if realised < target else 1.001)
+        if best is None or best[2] <= 0:
+            raise ValueError(f"laplace: cannot realise epsilon {target} with {self._k} grid steps")
+        return best
+
+    def _integer_table(self, weights: list[int] | None = None) -> np.ndarray:
+        """P(y | j)·2^64 as uint64, shape (K+1, M)."""
+        w = self._weights if weights is None else weights
+        k, window, n = self._k, self._l, self._n
+        cells = k + 2 * window + 1
+        w_np = np.array(w, dtype=np.uint64)
+        j = np.arange(k + 1)[:, None]
+        y = np.arange(-window, k + window + 1)[None, :]
+        table = w_np[y - j + n]
+        prefix = list(itertools.accumulate(w, initial=0))  # prefix[i] = Σ_{z index < i} W
+        for row in range(k + 1):
+            # clamped ends: z <= −L − j goes to y = −L; z >= K + L − j goes to y = K + L
+            table[row, 0] = prefix[n - window - row + 1]
+            table[row, cells - 1] = prefix[-1] - prefix[n + k + window - row]
+        return table
+
+    # --- the mechanism ----------------------------------------------------------------------------
+    @property
+    def grid(self) -> int:
+        return self._k
+
+    @property
+    def cells(self) -> int:
+        return self._k + 2 * self._l + 1
+
+    @property
+    def window(self) -> int:
+        return self._l
+
+    @property
+    def epsilon(self) -> float:
+        return self._epsilon
+
+    def probability_table(self) -> np.ndarray:
+        return self._table
+
+    def debiased_values(self) -> np.ndarray:
+        return self._values
+
+    def bias(self) -> np.ndarray:
+        """E[v(y) | j] − t_j for every grid point, from the realised table (the clamp's residue)."""
+        return self._table @ self._values - self.grid_points()
+
+    def clamped_mass(self) -> float:
+        """Largest probability, over inputs, of landing in an end cell."""
+        return float(max(self._table[:, 0].max(), self._table[:, -1].max()))
+
+    def encode(self, indices: np.ndarray, rng: RandomLike = None,
+               cohorts: np.ndarray | None = None) -> Payloads:
+        j = self.check_indices(indices)
+        words = np.ascontiguousarray(as_random_source(rng).words(2 * j.shape[0]))
+        u = words.view(np.uint64)
+        noise = np.searchsorted(self._bounds_np, u, side="right").astype(np.int64)
+        y = np.clip(j + noise, self._n - self._l, self._n + self._k + self._l)
+        return {"y": y - (self._n - self._l)}
+
+    def encode_one(self, index: int, cohort: int | None = None) -> int:
+        j = self._check_index(index)
+        i = bisect.bisect_right(self._bounds, int.from_bytes(os.urandom(8), "little"))
+        return min(max(j + i - self._k, 0), self.cells - 1)
+
+
+def _max_log_ratio(table: np.ndarray) -> float:
+    """ln max_y max_{j,j'} W(y|j)/W(y|j') for an integer table with full support."""
+    hi, lo = table.max(axis=0), table.min(axis=0)
+    if (lo == 0).any():
+        return math.inf
+    # uint64 -> float64 rounds each weight by <= 2^-53 relative: ε' is exact to ~1e-15
+    return float(np.log((hi.astype(np.float64) / lo.astype(np.float64)).max()))
+
+
+OPTION_KEYS: frozenset[str] = frozenset({"grid"})
+
+
+def from_options(domain_size: int | None, epsilon: float, options: dict[str, Any]) -> Laplace:
+    """Build from registry fields (the domain size is not used: numeric metrics have a range)."""
+    return Laplace(LaplaceParams(epsilon=epsilon, grid=options.get("grid", DEFAULT_GRID)))
