@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pandas as pd
 
 from estimators.formats import frame_to_csv, frame_to_json
@@ -22,6 +25,8 @@ def frame_to_table(df: pd.DataFrame) -> str:
             + (f"  post-processed: {a['post_processed']}" if a.get("post_processed") else "")
             if eps is not None else f"metric {a.get('metric')}")
     shown = df.copy()
+    if str(a.get("kind", "")).startswith("numeric"):
+        return "\n".join(head + [_numeric_table(shown)]) + "\n"
     for col in ("estimate", "raw_estimate", "std_err", "ci_low", "ci_high"):
         if col in shown:
             shown[col] = shown[col].map(lambda v: f"{v:,.1f}")
@@ -31,6 +36,30 @@ def frame_to_table(df: pd.DataFrame) -> str:
         shown["p_value"] = shown["p_value"].map(lambda v: f"{v:.2g}")
     body = shown.to_string(index=False)
     return "\n".join(head + [body]) + "\n"
+
+
+def _number(v: object) -> str:
+    """Numeric metrics' values in their own units: 4 significant digits, thousands separated."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v))
+    x = float(v)  # type: ignore[arg-type]
+    return f"{x:,.0f}" if abs(x) >= 1e4 else f"{x:.4g}"
+
+
+def _numeric_table(shown: pd.DataFrame) -> str:
+    """Rows of a numeric metric's frame (mean/sum/n, or buckets then mean and quantiles)."""
+    for col in ("estimate", "raw_estimate", "std_err", "ci_low", "ci_high"):
+        if col in shown:
+            shown[col] = shown[col].map(_number)
+    if "proportion" in shown:
+        shown["proportion"] = shown["proportion"].map(lambda v: "" if pd.isna(v) else f"{v:.4f}")
+    if "p_value" in shown:
+        shown["p_value"] = shown["p_value"].map(lambda v: "" if pd.isna(v) else f"{v:.2g}")
+    if "detected" in shown:
+        shown["detected"] = shown["detected"].map(lambda v: "" if v is None or pd.isna(v) else str(bool(v)))
+    return shown.to_string(index=False)
 
 
 def format_frame(df: pd.DataFrame, fmt: str) -> str:

@@ -5,14 +5,23 @@ from __future__ import annotations
 import asyncio
 import csv
 import datetime as dt
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import click
 import numpy as np
 
-from client_sdk.registry import MetricSpec
+from client_sdk.registry import Kind, MetricSpec
 from collector.storage.base import SketchKey, canonical_window
 from collector.storage.sqlite import open_store
-from estimators.simulation import Population, draw_population, encode_population, simulate_sketch
+from estimators.simulation import (
+    NumericPopulation,
+    Population,
+    draw_population,
+    encode_population,
+    numeric_truth,
+    simulate_sketch,
+)
 
 from .common import load_metric, progress_bar
 
@@ -47,8 +56,11 @@ def validate_date(ctx: click.Context, param: click.Parameter, value: str | None)
               help="Metric registry (TOML).")
 @click.option("--metric", required=True, help="Metric name in the registry.")
 @click.option("--clients", required=True, type=click.IntRange(min=1), help="Population size.")
-@click.option("--distribution", default="zipf:1.1", show_default=True,
-              help="zipf:S, uniform, geometric:P, or csv:PATH of value,count weights.")
+@click.option("--distribution", default=None,
+              help="zipf:S (default zipf:1.1), uniform, geometric:P, or csv:PATH of value,count "
+                   "weights; numeric metrics: normal:MEAN,SD, uniform (default, over the range), "
+                   "exponential:MEAN, lognormal:MU,SIGMA, or csv:PATH with a column value "
+                   "(sampled with replacement).")
 @click.option("--seed", type=int, default=None, help="Seed (default: fresh entropy, printed).")
 @click.option("--db", type=click.Path(dir_okay=False), default=None,
               help="SQLite store to accumulate into (created if missing).")
@@ -60,9 +72,10 @@ def validate_date(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--window", callback=validate_day, default=None,
               help="Window to write (default: today, UTC).")
 @click.option("--truth", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write the true counts as CSV value,count.")
+              help="Write the true counts as CSV value,count (numeric metrics: statistic,value "
+                   "rows mean, sum, n, clipped, and bucket counts and quantiles for histograms).")
 @click.option("--silent", is_flag=True, help="No progress bar.")
-def simulate(metrics_file: str, metric: str, clients: int, distribution: str, seed: int | None,
+def simulate(metrics_file: str, metric: str, clients: int, distribution: str | None, seed: int | None,
              db: str | None, url: str | None, batch_size: int, window: str | None, truth: str | None,
              silent: bool) -> None:
     """Simulate CLIENTS devices reporting METRIC once each into a sketch store (or a collector)."""
@@ -77,9 +90,14 @@ def simulate(metrics_file: str, metric: str, clients: int, distribution: str, se
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % (2**63))
     rng = np.random.default_rng(seed)
+    if distribution is None:
+        distribution = "uniform" if spec.kind is Kind.NUMERIC else "zipf:1.1"
     population = draw_population(spec, clients, distribution, rng)
     if truth:  # before the reports are stored: a bad path must not leave a half-done run behind
-        write_truth(truth, population.values, population.counts)
+        if isinstance(population, NumericPopulation):
+            write_rows(truth, ["statistic", "value"], numeric_truth(spec, population))
+        else:
+            write_truth(truth, population.values, population.counts)
     if url is not None:
         send_population(spec, population, rng, url, batch_size, silent)
         if not silent:
@@ -99,7 +117,7 @@ def simulate(metrics_file: str, metric: str, clients: int, distribution: str, se
                    f"{spec.protocol_impl.epsilon:.4g}) -> {db} window {window} (seed {seed})", err=True)
 
 
-def send_population(spec: MetricSpec, population: Population, rng: np.random.Generator, url: str,
+def send_population(spec: MetricSpec, population: Population | NumericPopulation, rng: np.random.Generator, url: str,
                     batch_size: int, silent: bool) -> None:
     """Encode the population exactly as the --db path does and post it to a collector."""
     from .remote import batch_bodies, check_reachable, send_batches
@@ -115,10 +133,15 @@ def send_population(spec: MetricSpec, population: Population, rng: np.random.Gen
 
 def write_truth(path: str, values: list[str], counts: np.ndarray) -> None:
     """The true population as CSV value,count."""
+    write_rows(path, ["value", "count"], zip(values, (int(c) for c in counts)))
+
+
+def write_rows(path: str, header: list[str], rows: Iterable[Sequence[Any]]) -> None:
+    """A CSV file with a header row (numbers written exactly, by repr)."""
     try:
         with open(path, "w", newline="", encoding="utf-8") as fh:
             writer = csv.writer(fh)
-            writer.writerow(["value", "count"])
-            writer.writerows(zip(values, (int(c) for c in counts)))
+            writer.writerow(header)
+            writer.writerows(rows)
     except OSError as exc:
         raise click.ClickException(f"{path}: cannot write truth file ({exc.strerror or exc})") from None

@@ -1,5 +1,9 @@
 """Sketch -> estimate DataFrame, the one shape every consumer reads (CLI, collector API, docs).
 
+Numeric metrics: a mean metric's frame has rows mean, sum, n (estimators.numeric); a
+histogram metric's frame is the frequency frame over its buckets with a leading ``statistic``
+column and rows for the mean and quantiles appended.
+
 Columns: value, estimate (unbiased count), proportion, std_err (of the count), ci_low,
 ci_high (count bounds), p_value (one-sided test of "count = 0"), detected; with
 ``consistent=True`` also raw_estimate (the unbiased one) and the Norm-Sub output in
@@ -39,6 +43,15 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
     if not 0 < alpha < 1:
         raise EstimationError(f"alpha must be between 0 and 1 (exclusive), got {alpha}")
     proto = spec.protocol_impl
+    if spec.is_mean:
+        if consistent:
+            raise EstimationError(f"metric {spec.name!r} is a numeric mean metric: --consistent "
+                                  "applies to frequencies and histograms")
+        if candidates:
+            raise EstimationError(f"metric {spec.name!r} is numeric: candidates are for string metrics")
+        from .numeric import mean_frame
+
+        return mean_frame(spec, sketch, confidence=confidence)
     if spec.kind is Kind.STRING:
         if not candidates:
             raise EstimationError(f"metric {spec.name!r} is a string metric: pass candidate strings "
@@ -81,6 +94,11 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
                     z=z_value(confidence, d if simultaneous else 1))
     if consistent:
         df = _apply_consistency(df, n)
+    if spec.is_histogram:
+        from .numeric import with_histogram_rows
+
+        df = with_histogram_rows(spec, sketch, df, est.variances, confidence=confidence,
+                                 consistent=consistent)
     return df
 
 

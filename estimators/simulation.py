@@ -3,7 +3,10 @@
 This is how users plan a deployment and how we test: the same ``encode`` and ``accumulate``
 the SDK and collector run, driven by a seeded numpy Generator instead of the OS CSPRNG.
 Distributions: ``zipf:S``, ``uniform``, ``geometric:P`` over the domain in declared order, or
-``csv:PATH`` (a file of value,count whose counts are relative weights).
+``csv:PATH`` (a file of value,count whose counts are relative weights). Numeric metrics take
+``normal:MEAN,SD``, ``uniform`` (over the range), ``exponential:MEAN``, ``lognormal:MU,SIGMA``
+or ``csv:PATH`` (a column ``value``, sampled with replacement); values outside the range are
+clipped, as the SDK clips them on the device.
 """
 
 from __future__ import annotations
@@ -41,6 +44,96 @@ class Population:
     @property
     def size(self) -> int:
         return int(self.counts.sum())
+
+
+@dataclasses.dataclass(frozen=True)
+class NumericPopulation:
+    """True values of a numeric metric, one per client, as drawn (before clipping)."""
+
+    values: np.ndarray  # float64
+
+    @property
+    def size(self) -> int:
+        return int(self.values.shape[0])
+
+
+NUMERIC_DISTRIBUTIONS = "normal:MEAN,SD, uniform, exponential:MEAN, lognormal:MU,SIGMA or csv:PATH"
+
+
+def draw_numeric(spec: MetricSpec, clients: int, distribution: str,
+                 rng: np.random.Generator) -> NumericPopulation:
+    """Draw ``clients`` values of a numeric metric from one of NUMERIC_DISTRIBUTIONS."""
+    name, _, arg = distribution.partition(":")
+    if name == "csv" or distribution.endswith(".csv"):
+        pool = read_values_csv(arg if name == "csv" else distribution)
+        return NumericPopulation(rng.choice(pool, size=clients, replace=True))
+    try:
+        params = [float(a) for a in arg.split(",")] if arg else []
+    except ValueError:
+        raise DistributionError(f"distribution {distribution!r}: parameters must be numbers") from None
+    if not all(np.isfinite(params)):
+        raise DistributionError(f"distribution {distribution!r}: parameters must be finite")
+    lo, hi = spec.bounds
+    if name == "uniform" and not params:
+        return NumericPopulation(rng.uniform(lo, hi, clients))
+    if name == "normal" and len(params) == 2 and params[1] >= 0:
+        return NumericPopulation(rng.normal(params[0], params[1], clients))
+    if name == "exponential" and len(params) == 1 and params[0] > 0:
+        return NumericPopulation(rng.exponential(params[0], clients))
+    if name == "lognormal" and len(params) == 2 and params[1] >= 0:
+        return NumericPopulation(rng.lognormal(params[0], params[1], clients))
+    if name in ("uniform", "normal", "exponential", "lognormal"):
+        raise DistributionError(f"distribution {distribution!r}: bad parameters; use "
+                                f"{NUMERIC_DISTRIBUTIONS} (SD, MEAN of exponential and SIGMA > 0)")
+    raise DistributionError(f"unknown distribution {distribution!r} for numeric metric {spec.name!r}; "
+                            f"use {NUMERIC_DISTRIBUTIONS}")
+
+
+def read_values_csv(path: str | Path) -> np.ndarray:
+    """The ``value`` column of a CSV file with a header row: finite numbers, at least one."""
+    path = Path(path)
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            if reader.fieldnames is None or "value" not in [f.strip() for f in reader.fieldnames]:
+                raise DistributionError(f"{path}: needs a header row with a column 'value'")
+            key = next(f for f in reader.fieldnames if f.strip() == "value")
+            values = []
+            for line, row in enumerate(reader, start=2):
+                text = (row.get(key) or "").strip()
+                try:
+                    x = float(text)
+                except ValueError:
+                    raise DistributionError(f"{path}: line {line}: field 'value' is {text!r}, "
+                                            "not a number") from None
+                if not np.isfinite(x):
+                    raise DistributionError(f"{path}: line {line}: field 'value' must be finite")
+                values.append(x)
+    except OSError as exc:
+        raise DistributionError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise DistributionError(f"{path}: not a UTF-8 text file") from None
+    if not values:
+        raise DistributionError(f"{path}: no values")
+    return np.asarray(values, dtype=np.float64)
+
+
+def numeric_truth(spec: MetricSpec, population: NumericPopulation) -> list[tuple[str, float]]:
+    """``statistic,value`` rows of the truth an estimate targets: the clipped values' mean, sum
+    and n, how many were clipped, and for histograms the bucket counts and quantiles p10..p99."""
+    lo, hi = spec.bounds
+    x = np.clip(population.values, lo, hi)
+    rows = [("mean", float(x.mean())), ("sum", float(x.sum())), ("n", float(x.size)),
+            ("clipped", float(np.count_nonzero(x != population.values)))]
+    if spec.is_histogram:
+        counts = np.bincount(spec.bucket_of(x), minlength=len(spec.edges) - 1)
+        rows += [(label, float(c)) for label, c in zip(spec.domain or (), counts)]
+        from .numeric import QUANTILES
+
+        ordered = np.sort(x)
+        for name, q in QUANTILES:  # the smallest value whose empirical CDF reaches q
+            rows.append((name, float(ordered[max(0, int(np.ceil(q * x.size)) - 1)])))
+    return rows
 
 
 def parse_weights(distribution: str, size: int) -> np.ndarray:
@@ -103,10 +196,13 @@ def read_weights_csv(path: str | Path) -> tuple[list[str], np.ndarray]:
 
 
 def draw_population(spec: MetricSpec, clients: int, distribution: str,
-                    rng: np.random.Generator) -> Population:
-    """Draw ``clients`` true values for a metric (multinomial over the distribution's weights)."""
+                    rng: np.random.Generator) -> Population | NumericPopulation:
+    """Draw ``clients`` true values for a metric (multinomial over the distribution's weights;
+    numeric metrics: independent draws from a numeric distribution)."""
     if clients < 1:
         raise DistributionError("the number of clients must be at least 1")
+    if spec.kind is Kind.NUMERIC:
+        return draw_numeric(spec, clients, distribution, rng)
     if distribution.startswith("csv:") or distribution.endswith(".csv"):
         path = distribution[4:] if distribution.startswith("csv:") else distribution
         csv_values, weights = read_weights_csv(path)
@@ -128,7 +224,7 @@ def draw_population(spec: MetricSpec, clients: int, distribution: str,
     return Population(values, counts.astype(np.int64))
 
 
-def encode_population(spec: MetricSpec, population: Population,
+def encode_population(spec: MetricSpec, population: Population | NumericPopulation,
                       rng: np.random.Generator) -> Iterator[tuple[int, Payloads]]:
     """Randomise every client's value once with the real protocol code, in chunks.
 
@@ -136,6 +232,14 @@ def encode_population(spec: MetricSpec, population: Population,
     simulate --url` sends them to a collector — the same draws for the same seed.
     """
     proto = spec.protocol_impl
+    if isinstance(population, NumericPopulation):
+        for start in range(0, population.size, CHUNK):
+            chunk = population.values[start:start + CHUNK]
+            if spec.is_mean:
+                yield len(chunk), proto.encode_values(spec.normalise(chunk), rng)
+            else:
+                yield len(chunk), proto.encode(spec.bucket_of(chunk), rng)
+        return
     order = rng.permutation(population.size)
     labels = np.repeat(np.arange(len(population.values)), population.counts)[order]
     values_arr = np.asarray(population.values, dtype=object) if spec.kind is Kind.STRING else None
@@ -150,7 +254,7 @@ def encode_population(spec: MetricSpec, population: Population,
         yield len(chunk), payloads
 
 
-def simulate_sketch(spec: MetricSpec, population: Population, rng: np.random.Generator,
+def simulate_sketch(spec: MetricSpec, population: Population | NumericPopulation, rng: np.random.Generator,
                     progress: Callable[[int], None] | None = None) -> Sketch:
     """Encode every client's value once with the real protocol code and accumulate a sketch."""
     proto = spec.protocol_impl
