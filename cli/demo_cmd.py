@@ -36,10 +36,11 @@ from client_sdk.state import MemoryState
 from client_sdk.transport import HTTPTransport
 from client_sdk.uploader import RetryPolicy, Uploader
 from estimators.frequency import estimate_frame
-from estimators.simulation import draw_population
+from estimators.simulation import NumericPopulation, draw_population, numeric_truth
 
 from .common import progress_bar
 from .estimate_cmd import load_sketch
+from .output import format_number
 
 #: The demo's metrics: one per kind, with the budgets an app team might pick.
 DEMO_REGISTRY = """\
@@ -76,7 +77,25 @@ prob_f = 0.25
 prob_p = 0.25
 prob_q = 0.75
 description = "Home page domain (open set of strings, decoded against candidates)"
+
+[metrics.session_minutes]
+kind = "numeric"
+range = [0, 120]
+protocol = "auto"
+epsilon = 1.0
+description = "Minutes in the session (a mean; values above 120 are clipped on the device)"
+
+[metrics.startup_ms]
+kind = "numeric"
+range = [0, 5000]
+buckets = [0, 250, 500, 750, 1000, 1500, 2000, 3000, 5000]
+protocol = "auto"
+epsilon = 2.0
+description = "Start-up time (a histogram: bucket shares, quantiles and a mean)"
 """
+
+#: True values of the demo's numeric metrics (other numeric metrics: uniform over the range).
+DEMO_NUMERIC_DISTRIBUTIONS = {"session_minutes": "exponential:20", "startup_ms": "lognormal:6.5,0.6"}
 
 #: The true strings of the demo's string metric (Zipf weights in this order), plus decoys
 #: nobody reports: the decoder must not detect them.
@@ -135,6 +154,10 @@ def stop_collector(proc: subprocess.Popen, timeout: float = 20.0) -> int | None:
 def true_values(spec: MetricSpec, clients: int, distribution: str,
                 rng: np.random.Generator) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Domain (or demo strings), per-client value indices, and the true count of each value."""
+    if spec.kind is Kind.NUMERIC:  # one value per client: values[labels[i]] is client i's number
+        population = draw_population(spec, clients, DEMO_NUMERIC_DISTRIBUTIONS.get(spec.name, "uniform"),
+                                     rng)
+        return list(population.values), np.arange(clients), population.values
     if spec.kind is Kind.STRING:
         values = list(DEMO_STRINGS)
         weights = np.arange(1, len(values) + 1, dtype=np.float64) ** -1.0
@@ -187,8 +210,21 @@ def wait_acknowledged(uploader: Uploader, reports: int, silent: bool, timeout: f
 
 
 def estimates_vs_truth(spec: MetricSpec, db: Path, values: Sequence[str], counts: np.ndarray) -> pd.DataFrame:
-    """The estimate frame with the truth beside it and whether the 95% interval covers it."""
+    """The estimate frame with the truth beside it and whether the 95% interval covers it.
+
+    Numeric metrics: ``counts`` holds the true values; the truth of each row (mean, sum, n,
+    bucket counts, quantiles) comes from them (estimators.simulation.numeric_truth)."""
     sketch = load_sketch(spec, str(db), None, None, None)
+    if spec.kind is Kind.NUMERIC:
+        df = estimate_frame(spec, sketch)
+        truth_of = dict(numeric_truth(spec, NumericPopulation(np.asarray(counts, dtype=np.float64))))
+        stats = list(df["statistic"])
+        keys = [v if st == "count" else st for st, v in zip(stats, df["value"])] if spec.is_histogram \
+            else stats
+        df["value"] = keys      # a bucket label or a statistic (mean, sum, n, p50, ...)
+        df["truth"] = [truth_of[k] for k in keys]
+        df["covered"] = (df["ci_low"] <= df["truth"]) & (df["truth"] <= df["ci_high"])
+        return df
     candidates = list(values) + DEMO_DECOYS if spec.kind is Kind.STRING else None
     df = estimate_frame(spec, sketch, candidates=candidates)
     truth = dict(zip(values, (int(c) for c in counts)))
@@ -207,11 +243,14 @@ def format_result(spec: MetricSpec, df: pd.DataFrame) -> str:
     covered = int(df["covered"].sum())
     head = (f"{spec.name} ({spec.kind.value}, {spec.protocol}, {eps}): {n:,} reports; "
             f"{covered} of {len(df)} true counts inside their 95% interval")
+    what = "true values" if spec.kind is Kind.NUMERIC else "true counts"
+    head = head.replace("true counts", what)
+    num = format_number if spec.kind is Kind.NUMERIC else (lambda v: f"{v:,.0f}")
     shown = pd.DataFrame({
         "value": df["value"],
-        "truth": df["truth"].map(lambda v: f"{v:,}"),
-        "estimate": df["estimate"].map(lambda v: f"{v:,.0f}"),
-        "95% interval": [f"[{lo:,.0f}, {hi:,.0f}]" for lo, hi in zip(df["ci_low"], df["ci_high"])],
+        "truth": df["truth"].map(lambda v: f"{v:,}" if spec.kind is not Kind.NUMERIC else format_number(v)),
+        "estimate": df["estimate"].map(num),
+        "95% interval": [f"[{num(lo)}, {num(hi)}]" for lo, hi in zip(df["ci_low"], df["ci_high"])],
         "covered": df["covered"].map(lambda b: "yes" if b else "NO"),
     })
     if "detected" in df and spec.kind is Kind.STRING:

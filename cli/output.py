@@ -38,7 +38,7 @@ def frame_to_table(df: pd.DataFrame) -> str:
     return "\n".join(head + [body]) + "\n"
 
 
-def _number(v: object) -> str:
+def format_number(v: object) -> str:
     """Numeric metrics' values in their own units: 4 significant digits, thousands separated."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
@@ -52,7 +52,7 @@ def _numeric_table(shown: pd.DataFrame) -> str:
     """Rows of a numeric metric's frame (mean/sum/n, or buckets then mean and quantiles)."""
     for col in ("estimate", "raw_estimate", "std_err", "ci_low", "ci_high"):
         if col in shown:
-            shown[col] = shown[col].map(_number)
+            shown[col] = shown[col].map(format_number)
     if "proportion" in shown:
         shown["proportion"] = shown["proportion"].map(lambda v: "" if pd.isna(v) else f"{v:.4f}")
     if "p_value" in shown:
