@@ -39,7 +39,8 @@ TABLE_MAX_ROWS = 1000
 @click.option("--candidates", type=click.Path(dir_okay=False, exists=True), default=None,
               help="String metrics: file of candidate strings, one per line.")
 @click.option("--truth", type=click.Path(dir_okay=False, exists=True), default=None,
-              help="CSV value,count of the true population (shown in --plot).")
+              help="CSV value,count of the true population, or statistic,value for numeric "
+                   "metrics (ldpt simulate --truth); shown in --plot.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Save a PNG of the estimates with their intervals.")
 @click.option("--top", type=click.IntRange(min=1), default=None,

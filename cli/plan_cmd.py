@@ -1,4 +1,5 @@
-"""`ldpt plan`: expected per-item standard error and payload size of every protocol."""
+"""`ldpt plan`: expected per-item standard error and payload size of every protocol (or, with
+--range, every numeric mechanism's standard error of the mean)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,41 @@ import math
 
 import click
 
-from client_sdk.protocols.factory import AUTO_CANDIDATES, applicable, build_protocol, choose_protocol
+from client_sdk.protocols.factory import (
+    AUTO_CANDIDATES,
+    applicable,
+    build_protocol,
+    choose_numeric_protocol,
+    choose_protocol,
+)
+from client_sdk.protocols.numeric import NUMERIC_PROTOCOL_NAMES
 
 from .common import emit, output_options
+
+
+def numeric_rows(epsilon: float, lo: float, hi: float, clients: int,
+                 options: dict | None = None) -> list[dict]:
+    """One row per numeric mean mechanism: worst-case standard error of the mean of ``clients``
+    reports in the range's units, ((hi − lo)/2)·√(max_t Var[v | t] / n), and payload bits.
+
+    ``best`` marks the smallest error, ``auto`` what ``protocol = "auto"`` resolves to."""
+    auto = choose_numeric_protocol(epsilon, options)
+    rows = []
+    for name in NUMERIC_PROTOCOL_NAMES:
+        try:
+            proto = build_protocol(name, None, epsilon, dict(options or {}))
+        except ValueError as exc:
+            rows.append({"protocol": name, "available": False, "note": str(exc)})
+            continue
+        var = proto.worst_case_variance()
+        rows.append({"protocol": name, "available": True, "auto": name == auto,
+                     "epsilon": proto.epsilon, "variance_per_report": var,
+                     "std_err_mean": (hi - lo) / 2.0 * math.sqrt(var / clients),
+                     "payload_bits": proto.payload_bits, "note": ""})
+    best = min((r["std_err_mean"] for r in rows if r["available"]), default=math.nan)
+    for r in rows:
+        r["best"] = bool(r["available"] and r["std_err_mean"] == best)
+    return rows
 
 
 def plan_rows(epsilon: float, domain: int, clients: int) -> list[dict]:
@@ -34,14 +67,37 @@ def plan_rows(epsilon: float, domain: int, clients: int) -> list[dict]:
     return rows
 
 
+def parse_range(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[float, float] | None:
+    """LO,HI: two finite numbers with LO < HI."""
+    if value is None:
+        return None
+    try:
+        lo, hi = (float(v) for v in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not LO,HI (two numbers, e.g. 0,120)") from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise click.BadParameter(f"{value!r}: LO and HI must be finite with LO < HI")
+    return lo, hi
+
+
 @click.command()
 @click.option("--epsilon", required=True, type=click.FloatRange(0, 20, min_open=True),
               help="Per-report privacy budget.")
-@click.option("--domain", required=True, type=click.IntRange(min=2), help="Number of distinct values.")
+@click.option("--domain", type=click.IntRange(min=2), default=None,
+              help="Number of distinct values (categorical metrics and histogram buckets).")
+@click.option("--range", "value_range", callback=parse_range, default=None, metavar="LO,HI",
+              help="Instead of --domain: a numeric mean metric's range; compares the numeric "
+                   "mechanisms' standard error of the mean.")
 @click.option("--clients", required=True, type=click.IntRange(min=1), help="Reports per window.")
 @output_options
-def plan(epsilon: float, domain: int, clients: int, fmt: str, output: str | None) -> None:
-    """Compare protocols for EPSILON, DOMAIN and CLIENTS; mark the one `auto` picks."""
+def plan(epsilon: float, domain: int | None, value_range: tuple[float, float] | None, clients: int,
+         fmt: str, output: str | None) -> None:
+    """Compare protocols for EPSILON, DOMAIN (or --range) and CLIENTS; mark the one `auto` picks."""
+    if (domain is None) == (value_range is None):
+        raise click.UsageError("give --domain D (categorical) or --range LO,HI (numeric), not both")
+    if value_range is not None:
+        emit(format_numeric_plan(epsilon, value_range, clients, fmt), output)
+        return
     rows = plan_rows(epsilon, domain, clients)
     if fmt == "json":
         import json
@@ -76,3 +132,38 @@ def plan(epsilon: float, domain: int, clients: int, fmt: str, output: str | None
 
 def _bits(bits: int) -> str:
     return f"{bits} bits" if bits < 64 else f"{math.ceil(bits / 8):,} bytes"
+
+
+def format_numeric_plan(epsilon: float, value_range: tuple[float, float], clients: int, fmt: str) -> str:
+    """The numeric mechanisms' comparison as a table, CSV or JSON."""
+    lo, hi = value_range
+    rows = numeric_rows(epsilon, lo, hi, clients)
+    if fmt == "json":
+        import json
+
+        return json.dumps({"epsilon": epsilon, "range": [lo, hi], "clients": clients,
+                           "protocols": rows}, indent=2) + "\n"
+    if fmt == "csv":
+        import csv
+        import io
+
+        buf = io.StringIO()
+        keys = ["protocol", "best", "auto", "epsilon", "variance_per_report", "std_err_mean",
+                "payload_bits", "note"]
+        writer = csv.DictWriter(buf, keys, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+        return buf.getvalue()
+    lines = [f"epsilon {epsilon:g}, range [{lo:g}, {hi:g}], clients {clients}: worst-case standard "
+             "error of the mean (any data in the range)",
+             f"{'':2}{'protocol':<10}{'std err (mean)':>16}{'var/report (t)':>16}{'payload':>10}"]
+    for r in rows:
+        mark = "* " if r.get("best") else "  "
+        if not r["available"]:
+            lines.append(f"{mark}{r['protocol']:<10}  not available: {r['note']}")
+            continue
+        auto = "  <- auto" if r["auto"] else ""
+        lines.append(f"{mark}{r['protocol']:<10}{r['std_err_mean']:>16.4g}{r['variance_per_report']:>16.4g}"
+                     f"{_bits(r['payload_bits']):>10}{auto}")
+    lines.append("(*) = smallest standard error; var/report is in normalised units t in [-1, 1]")
+    return "\n".join(lines) + "\n"
