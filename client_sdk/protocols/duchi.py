@@ -6,9 +6,12 @@ Ding, Kulkarni, Yekhanin (2017)'s 1BitMean, deployed in Windows telemetry, is th
 mechanism on [0, m] (``bitmean`` below: the same code under the name users know it by).
 
 Exactness: on the input grid t_j = −1 + 2j/K the threshold is T_j = A + j·D (integers, out of
-2^32), affine in j so that the debiased value stays exactly unbiased, and symmetric
-(T_0 + T_K = 2^32). A is the smallest integer with (2^32 − A)/A <= e^ε, D the largest that
-fits, and the quoted epsilon is ln((2^32 − A)/A) of those realised integers.
+2^64, tested against a 64-bit word made of two 32-bit words), affine in j so that the debiased
+value stays exactly unbiased, and symmetric (T_0 + T_K = 2^64). A is the smallest integer
+with (2^64 − A)/A <= e^ε that makes 2^64 − 2A a multiple of K, D = (2^64 − 2A)/K, and the
+quoted epsilon is ln((2^64 − A)/A) of those realised integers. Rounding A up to the multiple
+costs at most K/(2A) of e^ε: with 64-bit words that is below 1e-9 for ε <= 20 at K = 256
+(32-bit thresholds lost 1e-5 at ε = 8 and realised only 17.3 of ε = 20).
 """
 
 from __future__ import annotations
@@ -19,11 +22,16 @@ from typing import Any
 
 import numpy as np
 
-from ..randomness import SCALE, RandomLike, as_random_source, secure_word
+from ..randomness import RandomLike, as_random_source
 from .base import Payloads
-from .numeric import NumericProtocol, check_grid_and_epsilon
+from .numeric import SCALE64, NumericProtocol, check_grid_and_epsilon, secure_word64, words64
 
 DEFAULT_GRID = 256
+
+
+def realised_epsilon(low: int) -> float:
+    """ln((2^64 − A)/A) for T_0 = A, T_K = 2^64 − A; log1p keeps tiny ε to full precision."""
+    return math.log1p((SCALE64 - 2 * low) / low)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,19 +42,21 @@ class DuchiParams:
     def __post_init__(self) -> None:
         check_grid_and_epsilon(self.grid, self.epsilon, "duchi")
         if self.step < 1:
-            raise ValueError(f"epsilon {self.epsilon} is too small for the 2^-32 probability grid "
+            raise ValueError(f"epsilon {self.epsilon} is too small for the 2^-64 probability grid "
                              f"with {self.grid} grid steps")
 
     @property
     def low_threshold(self) -> int:
-        """A = T_0: P(1 | t = −1) = A/2^32 >= 1/(e^ε + 1) (ceil keeps the ratio <= e^ε)."""
-        return (SCALE - self.grid * self.step) // 2  # exact: K is even
+        """A = T_0: P(1 | t = −1) = A/2^64 >= 1/(e^ε + 1), so (2^64 − A)/A <= e^ε."""
+        return (SCALE64 - self.grid * self.step) // 2  # exact: K is even
 
     @property
     def step(self) -> int:
-        """D: the threshold grows by D per grid step; K·D <= 2^32 − 2·A_min."""
-        a_min = math.ceil(SCALE / (math.exp(self.epsilon) + 1.0))
-        return (SCALE - 2 * a_min) // self.grid
+        """D: the threshold grows by D per grid step; K·D <= 2^64 − 2·A_min."""
+        a_min = max(1, math.ceil(SCALE64 / (2.0 + math.expm1(min(self.epsilon, 700.0)))))
+        while realised_epsilon(a_min) > self.epsilon:  # the float quotient may round down
+            a_min += 1
+        return max(0, SCALE64 - 2 * a_min) // self.grid
 
 
 class Duchi(NumericProtocol):
@@ -56,13 +66,15 @@ class Duchi(NumericProtocol):
         super().__init__(params)
         self._a = params.low_threshold
         self._d = params.step
-        self._thresholds = self._a + self._d * np.arange(params.grid + 1, dtype=np.int64)
-        # v(y) solves E[v | j] = t_j: P_j = (A + jD)/2^32 and t_j = −1 + 2j/K.
-        scale = 2.0 * SCALE / (self._d * params.grid)
-        self._values = np.array([(0.0 - self._a / SCALE) * scale - 1.0,
-                                 (1.0 - self._a / SCALE) * scale - 1.0])
-        p1 = self._thresholds / SCALE
-        self._table = np.stack([1.0 - p1, p1], axis=1)
+        thresholds = [self._a + self._d * j for j in range(params.grid + 1)]
+        self._thresholds = np.array(thresholds, dtype=np.uint64)   # all < 2^64: T_K = 2^64 − A
+        # v(y) solves E[v | j] = t_j: P_j = (A + jD)/2^64 and t_j = −1 + 2j/K.
+        scale = 2.0 * SCALE64 / (self._d * params.grid)
+        self._values = np.array([(0.0 - self._a / SCALE64) * scale - 1.0,
+                                 (1.0 - self._a / SCALE64) * scale - 1.0])
+        p1 = np.array([t / SCALE64 for t in thresholds])
+        p0 = np.array([(SCALE64 - t) / SCALE64 for t in thresholds])  # exact, not 1 − p1
+        self._table = np.stack([p0, p1], axis=1)
 
     @property
     def grid(self) -> int:
@@ -74,7 +86,7 @@ class Duchi(NumericProtocol):
 
     @property
     def epsilon(self) -> float:
-        return math.log((SCALE - self._a) / self._a)
+        return realised_epsilon(self._a)
 
     def probability_table(self) -> np.ndarray:
         return self._table
@@ -85,12 +97,12 @@ class Duchi(NumericProtocol):
     def encode(self, indices: np.ndarray, rng: RandomLike = None,
                cohorts: np.ndarray | None = None) -> Payloads:
         j = self.check_indices(indices)
-        words = as_random_source(rng).words(j.shape[0]).astype(np.int64)
-        return {"y": (words < self._thresholds[j]).astype(np.int64)}
+        u = words64(as_random_source(rng), j.shape[0])
+        return {"y": (u < self._thresholds[j]).astype(np.int64)}
 
     def encode_one(self, index: int, cohort: int | None = None) -> int:
         j = self._check_index(index)
-        return int(secure_word() < self._a + self._d * j)
+        return int(secure_word64() < self._a + self._d * j)
 
 
 class BitMean(Duchi):

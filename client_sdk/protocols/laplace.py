@@ -28,14 +28,13 @@ import bisect
 import dataclasses
 import itertools
 import math
-import os
 from typing import Any
 
 import numpy as np
 
 from ..randomness import RandomLike, as_random_source
 from .base import Payloads
-from .numeric import NumericProtocol, check_grid_and_epsilon
+from .numeric import SCALE64, NumericProtocol, check_grid_and_epsilon, secure_word64, words64
 
 DEFAULT_GRID = 32
 #: Largest probability clamped into an end cell, for any input.
@@ -44,7 +43,6 @@ TAIL_MASS = 1e-12
 MAX_CELLS = 1 << 17
 #: The realised epsilon is within this of the target (from below).
 EPSILON_TOLERANCE = 1e-6
-_TWO64 = 1 << 64
 
 
 def _window(alpha_log: float) -> int:
@@ -57,14 +55,14 @@ def _noise_weights(eps_internal: float, grid: int, window: int) -> list[int]:
     """Integer weights W(z), z = −N..N (N = K + L), summing to 2^64; see the module docstring."""
     alpha = math.exp(-eps_internal / grid)
     n = grid + window
-    half = [math.ceil(_TWO64 * (1 - alpha) / (1 + alpha))]
+    half = [math.ceil(SCALE64 * (1 - alpha) / (1 + alpha))]
     for _ in range(1, n):
         half.append(math.ceil(alpha * half[-1]))
     lump = math.ceil(alpha * half[-1] / (1 - alpha))
     if half[-1] < 1 or lump < 1:
         raise ValueError("epsilon too small for 64-bit noise weights")
     half.append(lump)
-    centre = _TWO64 - 2 * sum(half[1:])
+    centre = SCALE64 - 2 * sum(half[1:])
     if centre < half[1]:
         raise ValueError("noise weights do not normalise")
     half[0] = centre
@@ -105,7 +103,7 @@ class Laplace(NumericProtocol):
             bounds.append(acc)
         self._bounds = bounds
         self._bounds_np = np.array(bounds, dtype=np.uint64)
-        self._table = self._integer_table().astype(np.float64) / float(_TWO64)
+        self._table = self._integer_table().astype(np.float64) / float(SCALE64)
         alpha = math.exp(-self._eps_internal / k)
         y = np.arange(-window, k + window + 1, dtype=np.float64)
         y[0] -= alpha / (1 - alpha)     # memoryless mean of the clamped lower tail
@@ -179,15 +177,14 @@ class Laplace(NumericProtocol):
     def encode(self, indices: np.ndarray, rng: RandomLike = None,
                cohorts: np.ndarray | None = None) -> Payloads:
         j = self.check_indices(indices)
-        words = np.ascontiguousarray(as_random_source(rng).words(2 * j.shape[0]))
-        u = words.view(np.uint64)
+        u = words64(as_random_source(rng), j.shape[0])
         noise = np.searchsorted(self._bounds_np, u, side="right").astype(np.int64)
         y = np.clip(j + noise, self._n - self._l, self._n + self._k + self._l)
         return {"y": y - (self._n - self._l)}
 
     def encode_one(self, index: int, cohort: int | None = None) -> int:
         j = self._check_index(index)
-        i = bisect.bisect_right(self._bounds, int.from_bytes(os.urandom(8), "little"))
+        i = bisect.bisect_right(self._bounds, secure_word64())
         return min(max(j + i - self._k, 0), self.cells - 1)
 
 

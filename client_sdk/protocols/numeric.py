@@ -27,13 +27,28 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
+import os
 from typing import Any
 
 import numpy as np
 
 from ..errors import InvalidPayload
-from ..randomness import SCALE, RandomLike, as_random_source, secure_word
+from ..randomness import SCALE, RandomLike, RandomSource, as_random_source, secure_word
 from .base import Payloads, Protocol, Sketch, first_bad, integers_from_wire, require_1d
+
+#: Mechanisms whose probabilities need finer steps than 2^-32 test 64-bit words against them.
+SCALE64 = 1 << 64
+
+
+def words64(source: RandomSource, count: int) -> np.ndarray:
+    """``count`` uniform 64-bit words (uint64), each made of two uniform 32-bit words."""
+    return np.ascontiguousarray(source.words(2 * count)).view(np.uint64)
+
+
+def secure_word64() -> int:
+    """One uniform 64-bit word from the OS CSPRNG, as a Python int (single-report SDK path)."""
+    return int.from_bytes(os.urandom(8), "little")
+
 
 #: Numeric mean mechanisms, in the order `ldpt plan` lists them.
 NUMERIC_PROTOCOL_NAMES = ("laplace", "duchi", "bitmean", "piecewise", "hybrid")
@@ -203,5 +218,5 @@ def is_numeric(protocol: Protocol) -> bool:
     return isinstance(protocol, NumericProtocol)
 
 
-__all__ = ["MeanEstimate", "NumericProtocol", "NUMERIC_PROTOCOL_NAMES", "check_grid_and_epsilon",
-           "is_numeric"]
+__all__ = ["MeanEstimate", "NumericProtocol", "NUMERIC_PROTOCOL_NAMES", "SCALE64", "check_grid_and_epsilon",
+           "is_numeric", "secure_word64", "words64"]
