@@ -55,7 +55,7 @@ def test_fingerprint_changes_with_any_parameter():
 
 
 @pytest.mark.parametrize("text, field, words", [
-    (BASE.replace("categorical", "numeric"), "kind", "boolean, categorical, string"),
+    (BASE.replace("categorical", "weird"), "kind", "boolean, categorical, string, numeric"),
     (BASE.replace("epsilon = 1.0", "epsilon = -1"), "epsilon", "(0, 20]"),
     (BASE.replace("epsilon = 1.0", 'epsilon = "high"'), "epsilon", "number"),
     (BASE.replace("epsilon = 1.0\n", ""), "epsilon", "missing"),
