@@ -153,10 +153,10 @@ def test_ldpt_demo_runs_end_to_end(tmp_path):
                                        "--keep", str(tmp_path / "demo")])
     assert result.exit_code == 0, result.output
     assert time.monotonic() - start < 60
-    for name in ("theme", "crashed_today", "country", "home_page"):
+    for name in ("theme", "crashed_today", "country", "home_page", "session_minutes", "startup_ms"):
         assert f"\n{name} (" in "\n" + result.output
     assert "inside their 95% interval" in result.output
-    assert "1,500 clients sent 6,000 randomised reports" in result.output
+    assert "1,500 clients sent 9,000 randomised reports" in result.output
     assert (tmp_path / "demo" / "ldpt.sqlite").exists()
     again = CliRunner().invoke(main, ["estimate", "--metrics", str(tmp_path / "demo" / "metrics.toml"),
                                       "--metric", "theme", "--db", str(tmp_path / "demo" / "ldpt.sqlite")])
