@@ -103,7 +103,7 @@ class Laplace(NumericProtocol):
             bounds.append(acc)
         self._bounds = bounds
         self._bounds_np = np.array(bounds, dtype=np.uint64)
-        self._table = self._integer_table().astype(np.float64) / float(SCALE64)
+        self._table: np.ndarray | None = None  # built on first use: the device never needs it
         alpha = math.exp(-self._eps_internal / k)
         y = np.arange(-window, k + window + 1, dtype=np.float64)
         y[0] -= alpha / (1 - alpha)     # memoryless mean of the clamped lower tail
@@ -161,6 +161,8 @@ class Laplace(NumericProtocol):
         return self._epsilon
 
     def probability_table(self) -> np.ndarray:
+        if self._table is None:
+            self._table = self._integer_table().astype(np.float64) / float(SCALE64)
         return self._table
 
     def debiased_values(self) -> np.ndarray:
@@ -168,11 +170,12 @@ class Laplace(NumericProtocol):
 
     def bias(self) -> np.ndarray:
         """E[v(y) | j] − t_j for every grid point, from the realised table (the clamp's residue)."""
-        return self._table @ self._values - self.grid_points()
+        return self.probability_table() @ self._values - self.grid_points()
 
     def clamped_mass(self) -> float:
         """Largest probability, over inputs, of landing in an end cell."""
-        return float(max(self._table[:, 0].max(), self._table[:, -1].max()))
+        table = self.probability_table()
+        return float(max(table[:, 0].max(), table[:, -1].max()))
 
     def encode(self, indices: np.ndarray, rng: RandomLike = None,
                cohorts: np.ndarray | None = None) -> Payloads:
