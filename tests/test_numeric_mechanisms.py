@@ -249,6 +249,8 @@ def test_auto_is_within_two_percent_of_the_best(eps):
             continue
     chosen = choose_numeric_protocol(eps)
     assert variances[chosen] <= 1.02 * min(variances.values()), (chosen, variances)
+    if eps < 0.61:  # the optimised hybrid is pure Duchi here: the one-bit report wins the tie
+        assert chosen == "duchi"
 
 
 @pytest.mark.parametrize("eps", (1e-300, 1e-12, 1e-9, 1e-8, 1e-7, 1e-6, 1e-4, 1e-3, 0.01))

@@ -22,6 +22,9 @@ AUTO_TIE_MARGIN = 0.02
 #: `auto` never picks a protocol whose report exceeds this many bits (8 KiB) when another
 #: fits: a 1,000,000-value metric gets Hadamard response, not a 125 KB unary report.
 AUTO_MAX_PAYLOAD_BITS = 8 * 8192
+#: Numeric mechanisms whose worst-case variances agree to this relative precision are tied
+#: (the same mechanism computed through different tables); otherwise the smallest wins.
+NUMERIC_TIE_RELATIVE = 1e-9
 
 
 def protocol_module(name: str) -> ModuleType:
@@ -85,7 +88,10 @@ def choose_protocol(domain_size: int, epsilon: float) -> str:
 
 def choose_numeric_protocol(epsilon: float, options: dict[str, Any] | None = None) -> str:
     """Numeric mean mechanism with the smallest worst-case per-report variance at ``epsilon``
-    (the variance of the mean is that over n; ties go to the earlier, smaller-report name)."""
+    (the variance of the mean is that over n). Variances equal up to rounding
+    (NUMERIC_TIE_RELATIVE) go to the smaller report, then the earlier name: below ε ≈ 0.61
+    the optimised hybrid is pure Duchi, and `duchi` (one bit) is the one chosen.
+    ValueError when no mechanism can realise ``epsilon`` (too small for the integer grids)."""
     scored = []
     for rank, name in enumerate(NUMERIC_PROTOCOL_NAMES):
         try:
@@ -96,5 +102,5 @@ def choose_numeric_protocol(epsilon: float, options: dict[str, Any] | None = Non
     if not scored:
         raise ValueError(f"no numeric mechanism can realise epsilon {epsilon}; use a larger epsilon")
     best_var = min(s[0] for s in scored)
-    near = [s for s in scored if s[0] <= best_var * (1 + AUTO_TIE_MARGIN)]
-    return min(near, key=lambda s: (s[0], s[1], s[2]))[3]
+    near = [s for s in scored if s[0] <= best_var * (1 + NUMERIC_TIE_RELATIVE)]
+    return min(near, key=lambda s: (s[1], s[2]))[3]
