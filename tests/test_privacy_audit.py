@@ -15,6 +15,10 @@ cohort does not depend on x, so ratios compare the same (cohort, y) cell across 
 A negative control shows the audit catches a broken mechanism: unary encoding whose true
 bit is always reported (P[report 0 | true bit] = 0, the bug pure-LDP shipped) has an
 infinite ratio whatever epsilon it claims.
+
+The numeric mean mechanisms (docs/protocols-numeric.md) are audited the same way, input grid
+point by output cell, with their own negative control: a floating-point Laplace sampler,
+whose reachable doubles depend on the input (Mironov 2012).
 """
 
 from __future__ import annotations

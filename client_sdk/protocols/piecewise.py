@@ -18,7 +18,7 @@ v(c) = β(c − c₀) with β = 2T/(K w (A−B)) is exactly unbiased: E[v | j] =
 The window w is the one minimising the exact worst-case variance over w = 1..K. Wang et al.'s
 window, w/K = e^{−ε/2} (``paper_window``), reproduces the continuous 4a/(3(a−1)²) within 1%
 at K = 256 for ε <= 4, but it is not the best window for the worst case: the optimised one
-is lower by 3% at ε = 1, 11% at ε = 2 and 33% at ε = 4 (docs/protocols-numeric.md).
+is lower by 3% at ε = 1, 11% at ε = 2 and 32% at ε = 4 (docs/protocols-numeric.md).
 """
 
 from __future__ import annotations
