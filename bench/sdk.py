@@ -62,14 +62,29 @@ hashes = 2
 cohorts = 64
 reports_per_window = 10000000
 
+[metrics.mean]
+kind = "numeric"
+range = [0, 120]
+protocol = "auto"
+epsilon = 1.0
+reports_per_window = 10000000
+
+[metrics.histogram]
+kind = "numeric"
+range = [0, 5000]
+buckets = [0, 250, 500, 750, 1000, 1500, 2000, 3000, 5000]
+epsilon = 2.0
+reports_per_window = 10000000
+
 [metrics.budgeted]
 kind = "categorical"
 protocol = "grr"
 epsilon = 1.0
 categories = ["light", "dark", "system"]
 """
-VALUES = {"rr": True, "grr": "dark", "rappor": "www.example.org", "budgeted": "dark"}
-PROTOCOLS = ("rr", "grr", "oue", "sue", "olh", "hr", "ss", "rappor")
+VALUES = {"rr": True, "grr": "dark", "rappor": "www.example.org", "budgeted": "dark", "mean": 37.5,
+          "histogram": 812.0}
+PROTOCOLS = ("rr", "grr", "oue", "sue", "olh", "hr", "ss", "rappor", "mean", "histogram")
 
 
 class NetworkStub(Transport):
