@@ -70,7 +70,11 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, url: str | N
         df = estimate_frame(spec, sketch, confidence=confidence, simultaneous=simultaneous,
                             consistent=consistent, candidates=read_candidates(candidates, spec))
     full = df
-    if top is None and fmt == "table" and len(df) > TABLE_MAX_ROWS:
+    numeric = str(df.attrs.get("kind", "")).startswith("numeric")
+    if top is not None and numeric:
+        raise click.UsageError(f"--top ranks the values of a frequency estimate; metric {metric!r} is "
+                               "numeric (its rows are buckets and statistics): leave --top out")
+    if top is None and fmt == "table" and len(df) > TABLE_MAX_ROWS and not numeric:
         top = TABLE_MAX_ROWS
         click.echo(f"showing the {TABLE_MAX_ROWS:,} largest of {len(df):,} estimates "
                    "(--top N to choose, --format csv or json for all)", err=True)

@@ -28,7 +28,10 @@ def plot_estimates(df: pd.DataFrame, path: str, truth_csv: str | None = None) ->
     fig, ax = plt.subplots(figsize=(max(6, 0.35 * len(shown) + 2), 4.5))
     err = np.vstack([shown["estimate"] - shown["ci_low"], shown["ci_high"] - shown["estimate"]])
     err = np.clip(err, 0, None)
-    ax.errorbar(x, shown["estimate"], yerr=err, fmt="o", capsize=3, label="estimate ± CI")
+    if kind == "numeric-histogram":
+        ax.bar(x, shown["estimate"], yerr=err, capsize=3, alpha=0.6, label="estimate ± CI")
+    else:
+        ax.errorbar(x, shown["estimate"], yerr=err, fmt="o", capsize=3, label="estimate ± CI")
     if truth_csv:
         from estimators.simulation import read_weights_csv
 

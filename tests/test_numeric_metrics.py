@@ -175,6 +175,17 @@ def test_sdk_clips_refuses_and_counts(registry):
     client.close()
 
 
+def test_published_registry_round_trips_numeric_metrics(registry):
+    """What GET /v1/registry publishes rebuilds the same metrics in an SDK (same fingerprints)."""
+    from client_sdk.remote import registry_from_json
+
+    again = registry_from_json(json.dumps(registry.to_json()))
+    for name, spec in registry.metrics.items():
+        other = again.get(name)
+        assert other.fingerprint == spec.fingerprint
+        assert (other.range, other.buckets, other.protocol) == (spec.range, spec.buckets, spec.protocol)
+
+
 def test_strict_mode_and_validate_raise_domain_errors(registry):
     client = TelemetryClient(registry=registry, state=MemoryState(),
                              transport=MemoryTransport(FakeCollector(registry)), strict=True)
@@ -393,6 +404,8 @@ def test_estimate_table_and_plot_of_numeric_metrics(cli_files):
                        str(tmp / f"{metric}.png"), "--truth", str(tmp / f"{metric}.csv")).output
         assert "mean" in table and "nan" not in table
         assert (tmp / f"{metric}.png").stat().st_size > 1000
+    top = invoke("estimate", "--metrics", reg, "--metric", "startup_ms", "--db", db, "--top", "3", ok=False)
+    assert top.exit_code == 2 and "numeric" in top.output
     csv_text = invoke("estimate", "--metrics", reg, "--metric", "session_minutes", "--db", db,
                       "--format", "csv").output
     assert next(csv.reader(io.StringIO(csv_text))) == ["statistic", "estimate", "std_err", "ci_low",
