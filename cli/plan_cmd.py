@@ -106,15 +106,8 @@ def plan(epsilon: float, domain: int | None, value_range: tuple[float, float] | 
                         indent=2) + "\n", output)
         return
     if fmt == "csv":
-        import csv
-        import io
-
-        buf = io.StringIO()
-        keys = ["protocol", "auto", "epsilon", "std_err_count", "std_err_proportion", "payload_bits", "note"]
-        writer = csv.DictWriter(buf, keys, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-        emit(buf.getvalue(), output)
+        emit(rows_to_csv(rows, ["protocol", "auto", "epsilon", "std_err_count", "std_err_proportion",
+                                "payload_bits", "note"]), output)
         return
     lines = [f"epsilon {epsilon:g}, domain {domain}, clients {clients}: expected error of a value's "
              "estimate (root mean variance over the domain)",
@@ -144,16 +137,8 @@ def format_numeric_plan(epsilon: float, value_range: tuple[float, float], client
         return json.dumps({"epsilon": epsilon, "range": [lo, hi], "clients": clients,
                            "protocols": rows}, indent=2) + "\n"
     if fmt == "csv":
-        import csv
-        import io
-
-        buf = io.StringIO()
-        keys = ["protocol", "best", "auto", "epsilon", "variance_per_report", "std_err_mean",
-                "payload_bits", "note"]
-        writer = csv.DictWriter(buf, keys, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-        return buf.getvalue()
+        return rows_to_csv(rows, ["protocol", "best", "auto", "epsilon", "variance_per_report",
+                                  "std_err_mean", "payload_bits", "note"])
     lines = [f"epsilon {epsilon:g}, range [{lo:g}, {hi:g}], clients {clients}: worst-case standard "
              "error of the mean (any data in the range)",
              f"{'':2}{'protocol':<10}{'std err (mean)':>16}{'var/report (t)':>16}{'payload':>10}"]
@@ -167,3 +152,15 @@ def format_numeric_plan(epsilon: float, value_range: tuple[float, float], client
                      f"{_bits(r['payload_bits']):>10}{auto}")
     lines.append("(*) = smallest standard error; var/report is in normalised units t in [-1, 1]")
     return "\n".join(lines) + "\n"
+
+
+def rows_to_csv(rows: list[dict], keys: list[str]) -> str:
+    """Plan rows as CSV with the given columns (unavailable protocols leave theirs empty)."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, keys, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
