@@ -283,6 +283,18 @@ def test_validate_rejects_cells_out_of_range(name):
     assert proto.payload_bits == max(1, math.ceil(math.log2(proto.cells)))
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_grid_option_is_checked(name):
+    """Odd, tiny or huge grids are refused with the protocol's name (tables stay small)."""
+    for grid in (3, 0, 1 << 17, "64", True):
+        with pytest.raises(ValueError, match=name if name != "bitmean" else "duchi"):
+            build_protocol(name, None, 1.0, {"grid": grid})
+    assert build_protocol(name, None, 1.0, {"grid": 64}).grid == 64
+    if name in ("laplace", "piecewise", "hybrid"):  # (K+1) × cells tables: capped
+        with pytest.raises(ValueError, match=name):
+            build_protocol(name, None, 1.0, {"grid": 2048})
+
+
 def test_hybrid_without_piecewise_rejects_piecewise_cells():
     proto = build("hybrid", 0.5)  # below ε* the mixture is pure Duchi
     assert proto.alpha == 0

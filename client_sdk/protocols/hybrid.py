@@ -28,7 +28,7 @@ from ..randomness import SCALE, RandomLike, as_random_source, secure_word
 from .base import Payloads, first_bad
 from .duchi import Duchi, DuchiParams
 from .numeric import NumericProtocol, check_grid_and_epsilon
-from .piecewise import Piecewise, PiecewiseParams
+from .piecewise import MAX_GRID, Piecewise, PiecewiseParams
 
 DEFAULT_GRID = 256
 _GOLDEN = (math.sqrt(5) - 1) / 2
@@ -77,6 +77,8 @@ class HybridParams:
 
     def __post_init__(self) -> None:
         check_grid_and_epsilon(self.grid, self.epsilon, "hybrid")
+        if self.grid > MAX_GRID:
+            raise ValueError(f"hybrid: grid must be at most {MAX_GRID}, got {self.grid}")
         if self.alpha is not None and not 0.0 <= self.alpha <= 1.0:
             raise ValueError("hybrid: alpha must be in [0, 1]")
 

@@ -39,8 +39,10 @@ from .numeric import SCALE64, NumericProtocol, check_grid_and_epsilon, secure_wo
 DEFAULT_GRID = 32
 #: Largest probability clamped into an end cell, for any input.
 TAIL_MASS = 1e-12
-#: Refuse parameters whose output alphabet would exceed this (tiny ε): the table gets huge.
+#: Refuse parameters whose output alphabet (tiny ε) or probability table (huge grid) would
+#: exceed these: the table is (K+1) × cells integers, built when the protocol is.
 MAX_CELLS = 1 << 17
+MAX_TABLE_ENTRIES = 1 << 23
 #: The realised epsilon is within this of the target (from below).
 EPSILON_TOLERANCE = 1e-6
 
@@ -79,6 +81,9 @@ class LaplaceParams:
         if self.epsilon < 1e-3 or self.window > (MAX_CELLS - self.grid) // 2:
             raise ValueError(f"laplace: epsilon {self.epsilon} needs more than {MAX_CELLS} output cells "
                              f"with {self.grid} grid steps; use a larger epsilon or another protocol")
+        if (self.grid + 1) * (self.grid + 2 * self.window + 1) > MAX_TABLE_ENTRIES:
+            raise ValueError(f"laplace: grid {self.grid} at epsilon {self.epsilon} needs a probability "
+                             f"table over {MAX_TABLE_ENTRIES} entries; use a smaller grid")
 
     @property
     def window(self) -> int:

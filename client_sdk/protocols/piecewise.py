@@ -35,6 +35,8 @@ from .base import Payloads
 from .numeric import NumericProtocol, check_grid_and_epsilon
 
 DEFAULT_GRID = 256
+#: The probability table is (K+1) × (K+w) and the window search O(K²): cap the grid option.
+MAX_GRID = 1024
 
 
 def weights_for(epsilon: float, grid: int, window: int) -> tuple[int, int]:
@@ -102,6 +104,8 @@ class PiecewiseParams:
 
     def __post_init__(self) -> None:
         check_grid_and_epsilon(self.grid, self.epsilon, "piecewise")
+        if self.grid > MAX_GRID:
+            raise ValueError(f"piecewise: grid must be at most {MAX_GRID}, got {self.grid}")
         if self.window is not None and not (isinstance(self.window, int) and 1 <= self.window <= self.grid):
             raise ValueError(f"piecewise: window must be an integer in [1, {self.grid}]")
 
