@@ -415,15 +415,16 @@ def test_estimate_table_and_plot_of_numeric_metrics(cli_files):
 # --- coverage (seeded Monte-Carlo) ------------------------------------------------------------------------------
 
 @pytest.mark.statistical
-@pytest.mark.parametrize("protocol", ["grr", "oue", "olh"])
-def test_quantile_intervals_cover(protocol):
-    """Every quantile interval covers the population's quantile in >= 93% of R = 150 seeded runs
-    (by construction they cover at least nominally: see estimators.numeric), and the histogram
-    mean's interval (midpoint estimate widened by its bias bound) covers as well."""
+@pytest.mark.parametrize("protocol, runs", [("grr", 1000), ("oue", 1000), ("olh", 200)])
+def test_quantile_intervals_cover(protocol, runs):
+    """Every quantile interval covers the population's quantile in >= 93% of R seeded runs, and
+    the histogram mean's interval (midpoint estimate widened by its bias bound) covers as well.
+    By construction they cover at least nominally (estimators.numeric); at R = 1000 the sampling
+    SE of a 95% coverage is 0.7%, so 93% is 2.9 SE below nominal (OLH's Cauchy–Schwarz band is
+    wider still, so R = 200 suffices there)."""
     spec = parse_registry(HIST.replace("buckets = 4", "buckets = 10") + f'protocol = "{protocol}"\n'
                           ).get("m")
     rng = np.random.default_rng(20261201)
-    runs = 150
     hits = {name: 0 for name, _ in QUANTILES} | {"mean": 0}
     for _ in range(runs):
         values = rng.gamma(3.0, 9.0, 5000)
