@@ -82,20 +82,42 @@ def mean_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95) ->
     return df
 
 
-def linear_variance(spec: MetricSpec, sketch: Sketch, variances: np.ndarray,
-                    weights: np.ndarray) -> np.ndarray:
-    """Estimated Var[Σ_v a_v ĉ_v] for each row a of ``weights`` (shape (rows, d)); see the module doc."""
+def _oracle_structure(spec: MetricSpec) -> str:
+    """How the oracle's bucket estimates co-vary: "one" (GRR/RR: one supported bucket per
+    report), "independent" (unary encodings: independent bits), or "any" (bound only)."""
     proto = spec.protocol_impl
-    a = np.atleast_2d(np.asarray(weights, dtype=np.float64))
-    n = sketch.total_reports
     if isinstance(proto, PureProtocol) and proto.name in ("grr", "rr"):
+        return "one"
+    return "independent" if isinstance(proto, UnaryEncoding) else "any"
+
+
+def linear_variance(spec: MetricSpec, sketch: Sketch, variances: np.ndarray,
+                    weights: np.ndarray) -> float:
+    """Estimated Var[Σ_v a_v ĉ_v] for the weights a (shape (d,)); see the module docstring."""
+    a = np.asarray(weights, dtype=np.float64)
+    structure = _oracle_structure(spec)
+    if structure == "one":
+        proto = spec.protocol_impl
+        n = sketch.total_reports
         share = np.asarray(proto.support_counts(sketch), dtype=np.float64) / n   # π̂_v, sums to 1
-        first = a @ share
-        second = (a * a) @ share
-        return n * np.maximum(second - first * first, 0.0) / (proto.p - proto.q) ** 2
-    if isinstance(proto, UnaryEncoding):
-        return (a * a) @ np.maximum(variances, 0.0)
-    return (np.abs(a) @ np.sqrt(np.maximum(variances, 0.0))) ** 2
+        spread = max(float((a * a) @ share - (a @ share) ** 2), 0.0)
+        return n * spread / (proto.p - proto.q) ** 2
+    if structure == "independent":
+        return float((a * a) @ np.maximum(variances, 0.0))
+    return float(np.abs(a) @ np.sqrt(np.maximum(variances, 0.0))) ** 2
+
+
+def cumulative_variance(spec: MetricSpec, sketch: Sketch, variances: np.ndarray) -> np.ndarray:
+    """``linear_variance`` of every prefix sum Σ_{i<=k} ĉ_i at once, in O(d) (d up to 10,000)."""
+    structure = _oracle_structure(spec)
+    if structure == "one":
+        proto = spec.protocol_impl
+        n = sketch.total_reports
+        share = np.cumsum(np.asarray(proto.support_counts(sketch), dtype=np.float64) / n)
+        return n * np.maximum(share - share * share, 0.0) / (proto.p - proto.q) ** 2
+    if structure == "independent":
+        return np.cumsum(np.maximum(variances, 0.0))
+    return np.cumsum(np.sqrt(np.maximum(variances, 0.0))) ** 2
 
 
 def histogram_rows(spec: MetricSpec, sketch: Sketch, freq: pd.DataFrame, variances: np.ndarray, *,
@@ -109,16 +131,14 @@ def histogram_rows(spec: MetricSpec, sketch: Sketch, freq: pd.DataFrame, varianc
     raw_share = raw_counts / n
     shares = norm_sub(raw_share)   # plug-in distribution: non-negative, sums to 1
     z = z_value(confidence)
-    d = len(mids)
 
-    cumulative = np.tril(np.ones((d, d)))           # row k sums buckets 0..k: F at e_{k+1}
-    cdf_raw = cumulative @ raw_share
-    cdf_se = np.sqrt(linear_variance(spec, sketch, variances, cumulative)) / n
+    cdf_raw = np.cumsum(raw_share)                  # entry k sums buckets 0..k: F at e_{k+1}
+    cdf_se = np.sqrt(cumulative_variance(spec, sketch, variances)) / n
     cdf_point = np.cumsum(shares) if consistent else cdf_raw
     rows = []
 
     mean = float(mids @ raw_share)
-    mean_se = float(np.sqrt(linear_variance(spec, sketch, variances, mids)[0])) / n
+    mean_se = math.sqrt(linear_variance(spec, sketch, variances, mids)) / n
     bias_bound = float(shares @ widths) / 2.0
     lo, hi = spec.bounds
     rows.append(("mean", mean, mean_se, max(lo, mean - z * mean_se - bias_bound),
@@ -174,5 +194,6 @@ def with_histogram_rows(spec: MetricSpec, sketch: Sketch, freq: pd.DataFrame, va
     return df
 
 
-__all__ = ["MEAN_COLUMNS", "QUANTILES", "histogram_rows", "linear_variance", "mean_frame",
+__all__ = ["MEAN_COLUMNS", "QUANTILES", "cumulative_variance", "histogram_rows", "linear_variance",
+           "mean_frame",
            "with_histogram_rows"]

@@ -450,3 +450,23 @@ def test_mean_interval_coverage_of_a_mean_metric():
         row = estimate_frame(spec, simulate_sketch(spec, pop, rng)).set_index("statistic").loc["mean"]
         hits += bool(row["ci_low"] <= truth <= row["ci_high"])
     assert hits / runs >= 0.95 - 3 * math.sqrt(0.95 * 0.05 / runs)
+
+
+@pytest.mark.parametrize("protocol", ["grr", "oue", "olh"])
+def test_cumulative_variance_is_the_linear_variance_of_each_prefix(protocol):
+    """The O(d) prefix variances equal the general linear-functional ones (and 10,000 buckets
+    need no d × d matrix)."""
+    from estimators.numeric import cumulative_variance, linear_variance
+
+    spec = parse_registry(HIST.replace("buckets = 4", "buckets = 12") + f'protocol = "{protocol}"\n'
+                          ).get("m")
+    rng = np.random.default_rng(6)
+    sketch = simulate_sketch(spec, draw_population(spec, 20_000, "normal:40,20", rng), rng)
+    variances = spec.protocol_impl.estimate(sketch).variances
+    fast = cumulative_variance(spec, sketch, variances)
+    slow = [linear_variance(spec, sketch, variances, np.arange(12) <= k) for k in range(12)]
+    np.testing.assert_allclose(fast, slow, rtol=1e-9)
+    big = parse_registry(HIST.replace("buckets = 4", "buckets = 10000") + 'protocol = "oue"\n').get("m")
+    sketch = simulate_sketch(big, draw_population(big, 2000, "uniform", rng), rng)
+    df = estimate_frame(big, sketch)
+    assert len(df) == 10_000 + 1 + len(QUANTILES)
