@@ -13,6 +13,8 @@ import math
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cli.main import main
 from client_sdk import (
@@ -470,3 +472,24 @@ def test_cumulative_variance_is_the_linear_variance_of_each_prefix(protocol):
     sketch = simulate_sketch(big, draw_population(big, 2000, "uniform", rng), rng)
     df = estimate_frame(big, sketch)
     assert len(df) == 10_000 + 1 + len(QUANTILES)
+
+
+@given(lo=st.one_of(st.integers(-10**6, 10**6), st.floats(-1e6, 1e6)),
+       width=st.one_of(st.integers(1, 10**6), st.floats(1e-3, 1e6)),
+       cuts=st.lists(st.floats(0.001, 0.999), min_size=1, max_size=8, unique=True),
+       equal=st.integers(2, 50), use_list=st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_any_valid_numeric_table_round_trips_exactly(lo, width, cuts, equal, use_list):
+    hi = lo + width
+    if not lo < hi:
+        return
+    edges = sorted({lo, hi, *(lo + c * (hi - lo) for c in cuts)})
+    if any(not a < b for a, b in zip(edges, edges[1:])):
+        return
+    buckets = edges if use_list else equal
+    table = {"kind": "numeric", "range": [lo, hi], "buckets": buckets, "epsilon": 1.0}
+    spec = parse_registry({"metrics": {"m": table}}).get("m")
+    again = parse_registry(parse_registry({"metrics": {"m": table}}).to_toml()).get("m")
+    assert again == spec and again.fingerprint == spec.fingerprint
+    assert len(spec.domain) == len(set(spec.domain)) == len(spec.edges) - 1
+    assert spec.edges[0] == lo and spec.edges[-1] == hi
