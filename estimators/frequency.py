@@ -98,7 +98,7 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
         from .numeric import with_histogram_rows
 
         df = with_histogram_rows(spec, sketch, df, est.variances, confidence=confidence,
-                                 consistent=consistent)
+                                 consistent=consistent, simultaneous=simultaneous)
     return df
 
 

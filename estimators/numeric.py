@@ -121,8 +121,9 @@ def cumulative_variance(spec: MetricSpec, sketch: Sketch, variances: np.ndarray)
 
 
 def histogram_rows(spec: MetricSpec, sketch: Sketch, freq: pd.DataFrame, variances: np.ndarray, *,
-                   confidence: float, consistent: bool) -> pd.DataFrame:
-    """Rows for the mean and the quantiles of a histogram metric (columns of ``freq``)."""
+                   confidence: float, consistent: bool, simultaneous: bool = False) -> pd.DataFrame:
+    """Rows for the mean and the quantiles of a histogram metric (columns of ``freq``);
+    ``simultaneous``: Bonferroni over these 7 statistics, so all their intervals hold at once."""
     n = sketch.total_reports
     edges = spec.edges
     widths = np.diff(edges)
@@ -130,8 +131,7 @@ def histogram_rows(spec: MetricSpec, sketch: Sketch, freq: pd.DataFrame, varianc
     raw_counts = (freq["raw_estimate"] if "raw_estimate" in freq else freq["estimate"]).to_numpy(np.float64)
     raw_share = raw_counts / n
     shares = norm_sub(raw_share)   # plug-in distribution: non-negative, sums to 1
-    z = z_value(confidence)
-
+    z = z_value(confidence, 1 + len(QUANTILES) if simultaneous else 1)
     cdf_raw = np.cumsum(raw_share)                  # entry k sums buckets 0..k: F at e_{k+1}
     cdf_se = np.sqrt(cumulative_variance(spec, sketch, variances)) / n
     cdf_point = np.cumsum(shares) if consistent else cdf_raw
@@ -181,12 +181,13 @@ def _invert(cdf: np.ndarray, edges: np.ndarray, q: float) -> float:
 
 
 def with_histogram_rows(spec: MetricSpec, sketch: Sketch, freq: pd.DataFrame, variances: np.ndarray,
-                        *, confidence: float, consistent: bool) -> pd.DataFrame:
+                        *, confidence: float, consistent: bool, simultaneous: bool = False) -> pd.DataFrame:
     """The frequency frame of a histogram metric with a leading ``statistic`` column ("count"
     for the bucket rows) and the mean and quantile rows appended, in the metric's units."""
     freq = freq.copy()
     freq.insert(0, "statistic", "count")
-    extra = histogram_rows(spec, sketch, freq, variances, confidence=confidence, consistent=consistent)
+    extra = histogram_rows(spec, sketch, freq, variances, confidence=confidence, consistent=consistent,
+                           simultaneous=simultaneous)
     df = pd.concat([freq, extra], ignore_index=True)
     df.attrs = dict(freq.attrs, kind="numeric-histogram", range=list(spec.bounds),
                     mean_bias_bound=extra.attrs["mean_bias_bound"],

@@ -270,6 +270,10 @@ def test_histogram_frame_has_bucket_rows_then_mean_and_quantiles(registry):
         assert (np.diff(quantiles) >= 0).all() or not consistent   # monotone CDF: ordered quantiles
         assert set(summary["ci_low"].iloc[1:]) <= set(spec.edges)   # bucket-resolution bounds
     assert df.attrs["post_processed"] == "norm-sub" and df.attrs["mean_bias_bound"] > 0
+    wide = estimate_frame(spec, sketch, simultaneous=True).set_index("statistic")
+    narrow = df.set_index("statistic")
+    assert wide.loc["mean", "ci_high"] > narrow.loc["mean", "ci_high"]   # Bonferroni over 7 rows
+    assert (wide.iloc[8:]["ci_high"] >= narrow.iloc[8:]["ci_high"]).all()
 
 
 def test_mean_metric_refuses_consistent():
