@@ -266,7 +266,9 @@ def format_result(spec: MetricSpec, df: pd.DataFrame) -> str:
 @click.option("--metrics", "metrics_file", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Registry to use instead of the built-in demo registry.")
 @click.option("--distribution", default="zipf:1.1", show_default=True,
-              help="True values: zipf:S, uniform, geometric:P or csv:PATH (as in ldpt simulate).")
+              help="True values: zipf:S, uniform, geometric:P or csv:PATH (as in ldpt simulate); "
+                   "numeric metrics draw exponential:20 (session_minutes), lognormal:6.5,0.6 "
+                   "(startup_ms) or uniform over their range.")
 @click.option("--seed", type=int, default=None, help="Seed of the true values (default: fresh, printed).")
 @click.option("--keep", "keep_dir", type=click.Path(file_okay=False), default=None,
               help="Keep the registry, store and collector log in this directory (ldpt estimate --db works on it).")
