@@ -135,7 +135,11 @@ class MetricSpec:
         """
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise DomainError(f"metric {self.name!r} takes numbers, got {type(value).__name__}")
-        x = float(value)
+        try:
+            x = float(value)
+        except OverflowError:
+            raise DomainError(f"metric {self.name!r} takes finite numbers; this integer is beyond "
+                              "the float range") from None
         if not math.isfinite(x):
             raise DomainError(f"metric {self.name!r} takes finite numbers, got {x!r}")
         return x

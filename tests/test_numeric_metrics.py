@@ -197,6 +197,8 @@ def test_strict_mode_and_validate_raise_domain_errors(registry):
         client.validate("startup_ms", float("nan"))
     with pytest.raises(DomainError, match="takes numbers, got str"):
         client.validate("startup_ms", "fast")
+    with pytest.raises(DomainError, match="beyond the float range"):
+        client.validate("startup_ms", 10**400)
     client.validate("startup_ms", 10**6)        # clipped, not refused
     client.close()
 
