@@ -21,7 +21,7 @@ import msgpack
 from aiohttp import web
 
 from client_sdk.registry import Registry, parse_registry
-from client_sdk.transport import FakeCollector
+from client_sdk.testing import FakeCollector
 
 from .collector_support import free_port  # noqa: F401 - one helper for both suites
 

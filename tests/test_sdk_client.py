@@ -11,10 +11,11 @@ import time
 import numpy as np
 import pytest
 
-from client_sdk import FakeCollector, Fault, MemoryState, MemoryTransport, RetryPolicy, TelemetryClient
+from client_sdk import MemoryState, RetryPolicy, TelemetryClient
 from client_sdk.errors import DomainError, LdptError, UnknownMetricError
 from client_sdk.queue import DiskOutbox, DropPolicy, OutboxLimits, StoredBatch
 from client_sdk.registry import parse_registry
+from client_sdk.testing import FakeCollector, Fault, MemoryTransport
 from client_sdk.transport import Response
 from client_sdk.uploader import Batcher, QueuedReport, pack_batch
 

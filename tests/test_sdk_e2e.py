@@ -73,6 +73,7 @@ def test_clients_in_threads_and_processes_to_a_real_collector_then_ldpt_estimate
         assert all(results) and len(results) == len(thread_labels)
         assert all(ok for ok, _ in fleets) and sum(n for _, n in fleets) == 2 * 900
         fetched = TelemetryClient(col.url, state_dir=tmp_path / "fetched")   # GET /v1/registry
+        assert fetched.wait_for_registry(10.0)
         assert {m.name: m.fingerprint for m in fetched.registry} == \
             {m.name: m.fingerprint for m in make_registry()}
         fetched.close(1.0)

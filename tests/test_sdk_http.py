@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from client_sdk import FakeCollector, HTTPTransport, RetryPolicy, TelemetryClient
+from client_sdk import HTTPTransport, RetryPolicy, TelemetryClient
 from client_sdk.errors import FingerprintMismatch, RegistryError
+from client_sdk.testing import FakeCollector
 from client_sdk.transport import TransportError
 
 from .sdk_support import WireServer, decode_body, free_port, make_registry
@@ -80,21 +81,28 @@ def test_headers_are_constant_and_identify_nobody(tmp_path, registry, server):
 def test_the_registry_is_fetched_pinned_and_cached(tmp_path, registry, server):
     state = tmp_path / "s"
     client = TelemetryClient(server.url, state_dir=state)
+    assert client.wait_for_registry(5.0)                          # fetched in the background
     assert client.registry.get("theme").fingerprint == registry.get("theme").fingerprint
     assert (state / "registry.json").exists()
     assert client.report("theme", "dark-secret-theme") and client.flush(5.0)
     client.close()
     with pytest.raises(FingerprintMismatch, match="pinned"):
-        TelemetryClient(server.url, state_dir=state, pins={"theme": "0" * 32})
+        TelemetryClient(server.url, state_dir=state, pins={"theme": "0" * 32}, strict=True)
+    changed = TelemetryClient(server.url, state_dir=state, pins={"theme": "0" * 32})   # never raises
+    assert changed.wait_for_registry(5.0) is False and changed.report("theme", "dark-secret-theme") is False
+    assert changed.stats()["disabled"] == 1
+    changed.close(0.1)
     pinned = TelemetryClient(server.url, state_dir=state, pins={"theme": registry.get("theme").fingerprint})
+    assert pinned.wait_for_registry(5.0)
     pinned.close(0.1)
     dead = f"http://127.0.0.1:{free_port()}"
     offline = TelemetryClient(dead, state_dir=state, timeout=1.0)   # the collector is down: cached copy
+    assert offline.wait_for_registry(5.0)
     assert offline.registry.get("crash").fingerprint == registry.get("crash").fingerprint
     assert offline.report("crash", True)
     offline.close(0.2)
     with pytest.raises(RegistryError, match="no cached copy"):
-        TelemetryClient(dead, state_dir=tmp_path / "fresh", timeout=1.0)
+        TelemetryClient(dead, state_dir=tmp_path / "fresh", timeout=1.0, strict=True)
 
 
 def test_http_transport_errors_and_keep_alive(server):
