@@ -181,7 +181,7 @@ class AsyncUploader:
         deadline = time.monotonic() + max(0.0, timeout)
         failures = self.batcher.failures
         self.start()
-        self.batcher.flushing += 1
+        self.batcher.begin_flush(time.monotonic())
         try:
             self._wake()
             while True:
@@ -192,7 +192,7 @@ class AsyncUploader:
                     return False
                 await asyncio.sleep(FLUSH_POLL)
         finally:
-            self.batcher.flushing -= 1
+            self.batcher.end_flush()
 
     async def aclose(self, timeout: float = 10.0) -> bool:
         """Flush within ``timeout``, stop the task; unsent batches stay in the outbox."""

@@ -18,6 +18,11 @@ same body, so the collector counts the batch once. Caps: ``max_batches``, ``max_
 ``max_age``; when a new batch would exceed a cap the oldest batches are dropped (counted in
 ``dropped``), and batches older than ``max_age`` are dropped (counted in ``expired``).
 
+Files in the outbox that the SDK did not write (a name it cannot parse, a body it cannot
+read) are moved to ``outbox/quarantine/`` and logged once: they never count as pending, so
+they cannot keep ``flush()`` waiting. Temporary files of a write a kill interrupted are
+removed when the outbox is opened.
+
 Several processes may share one outbox: a sender claims a batch by renaming it to
 ``*.sending`` (no file descriptor is held, so fork is safe); a claim older than
 ``claim_timeout`` is considered abandoned and returned to the queue (if its owner was only
@@ -31,6 +36,7 @@ import collections
 import contextlib
 import dataclasses
 import enum
+import logging
 import os
 import threading
 import time
@@ -38,10 +44,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ._files import atomic_write
+from ._files import atomic_write, remove_stale_temps
+
+log = logging.getLogger("client_sdk")
 
 BATCH_SUFFIX = ".ldpb"
 CLAIM_SUFFIX = ".sending"
+QUARANTINE_DIR = "quarantine"
+#: Temporary batch files older than this when the outbox is opened were left by a kill (s).
+STALE_TEMP_AGE = 600.0
 
 DEFAULT_QUEUE_SIZE = 10_000
 DEFAULT_OUTBOX_MAX_BATCHES = 1_000
@@ -279,6 +290,9 @@ class DiskOutbox(Outbox):
         self.durable = durable
         self._lock = threading.Lock()
         self._last_sweep = -float("inf")
+        self.quarantined = 0
+        self._warned = False
+        remove_stale_temps(self.dir, None, STALE_TEMP_AGE)
 
     # --- names -----------------------------------------------------------------------------------
     @staticmethod
@@ -304,9 +318,31 @@ class DiskOutbox(Outbox):
             entries = list(os.scandir(self.dir))
         except FileNotFoundError:
             return [], []
-        waiting = sorted((e for e in entries if e.name.endswith(BATCH_SUFFIX)), key=lambda e: e.name)
-        claims = [e for e in entries if e.name.endswith(CLAIM_SUFFIX)]
+        waiting, claims = [], []
+        for e in entries:
+            if e.name.endswith(BATCH_SUFFIX):
+                if self._parse(e.name) is None:
+                    self._quarantine(e.path, "its name is not an SDK batch name")
+                else:
+                    waiting.append(e)
+            elif e.name.endswith(CLAIM_SUFFIX):
+                claims.append(e)
+        waiting.sort(key=lambda e: e.name)
         return waiting, claims
+
+    def _quarantine(self, path: str | Path, why: str) -> None:
+        """Move a file the SDK cannot send to outbox/quarantine/ (so it never blocks a flush)."""
+        target_dir = self.dir / QUARANTINE_DIR
+        try:
+            target_dir.mkdir(mode=0o700, exist_ok=True)
+            os.replace(path, target_dir / f"{Path(path).name}.{os.urandom(3).hex()}")
+        except OSError:
+            return
+        self.quarantined += 1
+        if not self._warned:
+            self._warned = True
+            log.warning("ldpt: moved %s out of the offline queue into %s (%s); further such files are "
+                        "moved silently", Path(path).name, target_dir, why)
 
     # --- Outbox --------------------------------------------------------------------------------------
     def add(self, batch: StoredBatch) -> None:
@@ -370,7 +406,8 @@ class DiskOutbox(Outbox):
                     os.utime(claimed)  # the claim's age starts now
                 try:
                     body = claimed.read_bytes()
-                except OSError:
+                except OSError as exc:
+                    self._quarantine(claimed, f"it cannot be read: {exc.strerror or exc}")
                     continue
                 return StoredBatch(meta[2], body, meta[1], meta[0], path=claimed)
             return None

@@ -1,6 +1,8 @@
 """Shared helpers of the SDK tests: a registry with every kind of metric, an aiohttp server
-that speaks wire format v1 (backed by FakeCollector) with scriptable faults, and a real
-`ldpt serve` subprocess on a chosen port."""
+that speaks wire format v1 (backed by FakeCollector) with scriptable faults, a real
+`ldpt serve` subprocess on a chosen port, and ``file_lock``: every SDK test module imports
+it, so each of its tests runs twice — with the POSIX flock and with the portable lock
+(``ByteRangeLock``, the Windows code path, on ``FlockMsvcrt``)."""
 
 from __future__ import annotations
 
@@ -18,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import pytest
 from aiohttp import web
 
+from client_sdk import _files
 from client_sdk.registry import Registry, parse_registry
-from client_sdk.testing import FakeCollector
+from client_sdk.testing import FakeCollector, FlockMsvcrt
 
 from .collector_support import free_port  # noqa: F401 - one helper for both suites
 
@@ -65,6 +69,14 @@ prob_q = 0.75
 reports_per_window = 1000
 lifetime_epsilon = 20.0
 """.replace("COUNTRIES", ", ".join(f'"country-{i:02d}"' for i in range(40)))
+
+
+@pytest.fixture(params=["posix", "portable"], autouse=True)
+def file_lock(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Run the test with flock(2), then with msvcrt-style byte-range locking (as on Windows)."""
+    if request.param == "portable":
+        monkeypatch.setattr(_files, "LOCK", _files.ByteRangeLock(FlockMsvcrt()))
+    return _files.LOCK
 
 
 def make_registry(text: str = REGISTRY_TOML) -> Registry:

@@ -14,7 +14,7 @@ from client_sdk import AsyncTelemetryClient, TelemetryClient
 from client_sdk.errors import FingerprintMismatch, RegistryError
 from client_sdk.remote import registry_from_json
 
-from .sdk_support import REGISTRY_TOML, make_registry
+from .sdk_support import REGISTRY_TOML, file_lock, make_registry  # noqa: F401 - file_lock: autouse
 
 EXPECTED_EXPORTS = {
     "AsyncHTTPTransport", "AsyncTelemetryClient", "AsyncTransport", "AsyncUploader",

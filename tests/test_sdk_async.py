@@ -9,7 +9,7 @@ import time
 from client_sdk import AsyncHTTPTransport, AsyncTelemetryClient, MemoryState, RetryPolicy
 from client_sdk.testing import AsyncMemoryTransport, FakeCollector, Fault
 
-from .sdk_support import WireServer, decode_body, make_registry
+from .sdk_support import WireServer, decode_body, file_lock, make_registry  # noqa: F401 - file_lock: autouse
 
 FAST = RetryPolicy(initial=0.02, maximum=0.1)
 

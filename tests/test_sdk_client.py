@@ -19,7 +19,7 @@ from client_sdk.testing import FakeCollector, Fault, MemoryTransport
 from client_sdk.transport import Response
 from client_sdk.uploader import Batcher, QueuedReport, pack_batch
 
-from .sdk_support import REGISTRY_TOML, decode_body, make_registry, wait_until
+from .sdk_support import REGISTRY_TOML, decode_body, file_lock, make_registry, wait_until  # noqa: F401 - file_lock: autouse
 
 FAST = RetryPolicy(initial=0.01, maximum=0.05)
 

@@ -20,7 +20,7 @@ from client_sdk import MemoryState, RetryPolicy, TelemetryClient, Uploader
 from client_sdk.transport import HTTPTransport
 from collector.storage.sqlite import open_store
 
-from .sdk_support import REGISTRY_TOML, Collector, collector, free_port, make_registry
+from .sdk_support import REGISTRY_TOML, Collector, collector, file_lock, free_port, make_registry  # noqa: F401 - file_lock: autouse
 
 pytestmark = pytest.mark.e2e
 

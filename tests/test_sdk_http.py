@@ -13,7 +13,7 @@ from client_sdk.errors import FingerprintMismatch, RegistryError
 from client_sdk.testing import FakeCollector
 from client_sdk.transport import TransportError
 
-from .sdk_support import WireServer, decode_body, free_port, make_registry
+from .sdk_support import WireServer, decode_body, file_lock, free_port, make_registry  # noqa: F401 - file_lock: autouse
 
 FAST = RetryPolicy(initial=0.02, maximum=0.1)
 

@@ -25,7 +25,7 @@ from client_sdk.ledger import (
 )
 from client_sdk.testing import FakeCollector, MemoryTransport
 
-from .sdk_support import REGISTRY_TOML, make_registry
+from .sdk_support import REGISTRY_TOML, file_lock, make_registry  # noqa: F401 - file_lock: autouse
 
 DAY = 20_000   # a UTC day number
 

@@ -21,7 +21,7 @@ from client_sdk.state import (
 )
 from client_sdk.testing import FakeCollector, MemoryTransport
 
-from .sdk_support import make_registry, wait_until
+from .sdk_support import file_lock, make_registry, wait_until  # noqa: F401 - file_lock: autouse
 
 
 def test_the_secret_is_32_private_bytes_created_once(tmp_path):
