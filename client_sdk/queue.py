@@ -282,8 +282,9 @@ class DiskOutbox(Outbox):
 
     def __init__(self, directory: str | os.PathLike[str], limits: OutboxLimits = OutboxLimits(),
                  claim_timeout: float = DEFAULT_CLAIM_TIMEOUT, durable: bool = True,
-                 sweep_interval: float = SWEEP_INTERVAL) -> None:
+                 sweep_interval: float = SWEEP_INTERVAL, clock: Callable[[], float] = time.time) -> None:
         super().__init__(limits)
+        self.clock = clock              # wall clock (POSIX seconds): ages of batches and claims
         self.dir = Path(directory)
         self.claim_timeout = claim_timeout
         self.sweep_interval = sweep_interval
@@ -349,7 +350,7 @@ class DiskOutbox(Outbox):
         with self._lock:
             self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             atomic_write(self.dir / self._name(batch), batch.body, durable=self.durable)
-            self._enforce(time.time())
+            self._enforce(self.clock())
 
     def _enforce(self, now: float) -> None:
         waiting, _ = self._scan()
@@ -387,7 +388,7 @@ class DiskOutbox(Outbox):
 
     def claim(self, now: float) -> StoredBatch | None:
         with self._lock:
-            wall = time.time()
+            wall = self.clock()
             if wall - self._last_sweep >= self.sweep_interval:   # caps and stale claims: now and then
                 self._last_sweep = wall
                 self._recover_claims(now)
@@ -415,7 +416,7 @@ class DiskOutbox(Outbox):
     def _recover_claims(self, now: float) -> None:
         """Return claims older than claim_timeout (their sender died or hangs) to the queue."""
         _, claims = self._scan()
-        wall = time.time()
+        wall = self.clock()
         for entry in claims:
             try:
                 age = wall - entry.stat().st_mtime

@@ -95,7 +95,7 @@ def test_reports_from_other_threads_wake_the_loop():
             t.start()
         for t in threads:
             t.join()
-        for _ in range(200):                       # full batches go without any flush
+        for _ in range(1000):                      # full batches go without any flush (10 s at most)
             if fake.accepted_reports == 10:
                 break
             await asyncio.sleep(0.01)
