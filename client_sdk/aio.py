@@ -330,7 +330,7 @@ class AsyncTelemetryClient(ClientCore):
 
     @classmethod
     async def create(cls, *args: Any, **kwargs: Any) -> AsyncTelemetryClient:
-        """Construct off the loop (fetching the registry and reading the state do blocking I/O)."""
+        """Construct off the loop: opening the state directory (and, strict, fetching the registry) is disk and network I/O."""
         client = await asyncio.to_thread(cls, *args, **kwargs)
         client._uploader._maybe_start()
         return client
