@@ -320,10 +320,11 @@ class AsyncTelemetryClient(ClientCore):
             uploader = AsyncUploader(atransport, _make_outbox(self.state, options.outbox_limits, options.offline),
                                      **options.uploader_kwargs())
         self._uploader = uploader
+        self._fetch_only_transport = sync is None
         try:
             self._start_registry()
         finally:
-            if sync is None and self._transport is not None and self._resolver is None:
+            if self._fetch_only_transport and self._transport is not None and self._resolver is None:
                 self._transport.close()  # only used to fetch the registry (reconnects if used again)
         if self._owns_uploader:
             uploader._maybe_start()

@@ -244,6 +244,7 @@ class ClientCore:
         self._table: _MetricTable | None = None
         self._waiting: collections.deque[tuple[str, Any]] = collections.deque()   # before the registry
         self._resolver: RegistryResolver | None = None
+        self._fetch_only_transport = False      # the async client fetches with a blocking transport
         self._opted_out = state.opted_out
         self._secret: bytes | None = None
         self._lkey: bytes | None = None
@@ -297,9 +298,15 @@ class ClientCore:
         """Resolve ``registry=`` now, or (no registry, non-strict, an endpoint) in the background."""
         registry, transport, pins = self._registry_arg, self._transport, self.options.pins
         if registry is None and transport is not None and not self._strict:
-            self._resolver = RegistryResolver(
-                lambda: resolve_registry(None, transport, self.state, pins),
-                self._install_registry, self._registry_failed, self.options.retry)
+            def fetch() -> Registry:
+                try:
+                    return resolve_registry(None, transport, self.state, pins)
+                finally:
+                    if self._fetch_only_transport:
+                        transport.close()   # no idle connection kept for a one-off fetch
+
+            self._resolver = RegistryResolver(fetch, self._install_registry, self._registry_failed,
+                                              self.options.retry)
             self._resolver.start()
             return
         self._install_registry(resolve_registry(registry, transport, self.state, pins))
@@ -642,6 +649,7 @@ class ClientCore:
     def _after_fork_child(self) -> None:
         self._lock = threading.Lock()
         self._resync = True
+        self._waiting.clear()   # like the report queue: the parent encodes and sends what waited
         if self._resolver is not None and not self._closed:
             self._resolver.after_fork_child()
 

@@ -20,7 +20,6 @@ reported every day costs no more than the longitudinal bound ε∞ (ldp-facts.md
 from __future__ import annotations
 
 import abc
-import errno
 import hashlib
 import hmac
 import logging
@@ -238,9 +237,7 @@ def load_or_create_secret(path: Path) -> bytes:
         os.link(tmp, path)
     except FileExistsError:
         pass  # another process won the race; use its secret
-    except OSError as exc:  # file systems without hard links: rename is atomic too
-        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
-            raise
+    except OSError:  # file systems without hard links (FAT, some network shares): rename is atomic too
         if not path.exists():
             os.replace(tmp, path)
     finally:

@@ -271,6 +271,28 @@ def test_collector_down_at_start_then_back_flush_sends_at_once(tmp_path, registr
     assert never.stats()["dropped_no_registry"] == 1 and never.report("crash", True) is False
 
 
+def _child_has_nothing_waiting(client, out) -> None:
+    out.put(client.stats()["awaiting_registry"])
+
+
+def test_a_forked_child_does_not_replay_what_waited_in_the_parent(tmp_path, registry):
+    import multiprocessing
+
+    transport = Switch(FakeCollector(registry))
+    transport.hang.set()
+    client = TelemetryClient(state_dir=tmp_path / "s", transport=transport, retry=FAST)
+    assert client.report("crash", True) and client.stats()["awaiting_registry"] == 1
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_child_has_nothing_waiting, args=(client, out))
+    child.start()
+    assert out.get(timeout=30) == 0 and client.stats()["awaiting_registry"] == 1
+    child.join(30)
+    transport.release.set()
+    assert client.flush(10.0) and transport.collector.accepted_reports == 1
+    client.close(1.0)
+
+
 def test_async_client_without_registry_never_blocks(tmp_path, registry):
     import asyncio
 
