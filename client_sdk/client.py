@@ -493,14 +493,17 @@ class ClientCore:
         else:
             entry[1] += 1
         self._uploader.note_refusal(self)
-        # Routine with the default budget (one report per window), hence INFO, once per kind.
-        self._log_once(("refused", charge.metric, refusal), logging.INFO,
-                       f"ldpt: a report of {charge.metric!r} was refused by the privacy budget "
-                       f"({REFUSAL_TEXT[refusal]}); it is not sent. Further refusals of this kind "
-                       "are counted in stats() only")
+        self._log_refusal(charge.metric, refusal)
         if self._strict:
             raise LdptError(f"metric {charge.metric!r}: report refused by the privacy ledger "
                             f"({refusal.value} budget)")
+
+    def _log_refusal(self, metric: str, refusal: Refusal) -> None:
+        """Routine with the default budget (one report per window), hence INFO, once per kind."""
+        self._log_once(("refused", metric, refusal), logging.INFO,
+                       f"ldpt: a report of {metric!r} was refused by the privacy budget "
+                       f"({REFUSAL_TEXT[refusal]}); it is not sent. Further refusals of this kind "
+                       "are counted in stats() only")
 
     def _log_once(self, key: Any, level: int, message: str) -> None:
         if key not in self._logged and len(self._logged) < MAX_LOGGED_KINDS:
@@ -544,6 +547,7 @@ class ClientCore:
                 as_reserved = False
                 if isinstance(outcome, Refusal):
                     self._counters[f"refused_{outcome.value}"] += 1
+                    self._log_refusal(it.metric, outcome)   # another process spent the budget first
                 else:
                     self._counters["dropped"] += 1
             if accounts is not None:

@@ -388,6 +388,20 @@ def test_budget_refusals_are_logged_once_per_metric_and_kind(tmp_path, registry,
     client.close(1.0)
 
 
+def test_a_refusal_at_commit_time_is_logged_too(tmp_path, registry, caplog):
+    fake = FakeCollector(registry)
+    a, b = (TelemetryClient(registry=registry, state_dir=tmp_path / "shared", transport=MemoryTransport(fake),
+                            retry=FAST) for _ in range(2))          # two processes of one app, say
+    assert all(a.report("crash", True) for _ in range(3)) and a.flush(5.0)
+    with caplog.at_level(logging.INFO, logger="client_sdk"):
+        assert b.report("crash", True) is True                      # b's mirror predates a's spend
+        b.flush(5.0)
+    assert b.stats()["refused_window"] == 1 and fake.accepted_reports == 3
+    assert sum("refused by the privacy budget" in r.getMessage() for r in caplog.records) == 1
+    a.close(1.0)
+    b.close(1.0)
+
+
 def test_stray_files_in_the_outbox_never_block_flush(tmp_path, registry, caplog):
     outbox = tmp_path / "s" / "outbox"
     outbox.mkdir(parents=True)
