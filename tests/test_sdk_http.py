@@ -13,7 +13,7 @@ from client_sdk.errors import FingerprintMismatch, RegistryError
 from client_sdk.testing import FakeCollector
 from client_sdk.transport import TransportError
 
-from .sdk_support import WireServer, decode_body, file_lock, free_port, make_registry  # noqa: F401 - file_lock: autouse
+from .sdk_support import WireServer, decode_body, file_lock, make_registry, refusing_port  # noqa: F401 - file_lock: autouse
 
 FAST = RetryPolicy(initial=0.02, maximum=0.1)
 
@@ -95,22 +95,24 @@ def test_the_registry_is_fetched_pinned_and_cached(tmp_path, registry, server):
     pinned = TelemetryClient(server.url, state_dir=state, pins={"theme": registry.get("theme").fingerprint})
     assert pinned.wait_for_registry(5.0)
     pinned.close(0.1)
-    dead = f"http://127.0.0.1:{free_port()}"
-    offline = TelemetryClient(dead, state_dir=state, timeout=1.0)   # the collector is down: cached copy
-    assert offline.wait_for_registry(5.0)
-    assert offline.registry.get("crash").fingerprint == registry.get("crash").fingerprint
-    assert offline.report("crash", True)
-    offline.close(0.2)
-    with pytest.raises(RegistryError, match="no cached copy"):
-        TelemetryClient(dead, state_dir=tmp_path / "fresh", timeout=1.0, strict=True)
+    with refusing_port() as port:
+        dead = f"http://127.0.0.1:{port}"
+        offline = TelemetryClient(dead, state_dir=state, timeout=1.0)   # the collector is down: cached copy
+        assert offline.wait_for_registry(5.0)
+        assert offline.registry.get("crash").fingerprint == registry.get("crash").fingerprint
+        assert offline.report("crash", True)
+        offline.close(0.2)
+        with pytest.raises(RegistryError, match="no cached copy"):
+            TelemetryClient(dead, state_dir=tmp_path / "fresh", timeout=1.0, strict=True)
 
 
 def test_http_transport_errors_and_keep_alive(server):
     transport = HTTPTransport(server.url)
     for _ in range(3):
-        assert transport.get_registry().status == 200           # one kept-alive connection
+        assert transport.get_registry().status == 200
+    assert len(server.registry_peers) == 3 and len(set(server.registry_peers)) == 1   # one kept-alive connection
     transport.close()
-    with pytest.raises(TransportError):
-        HTTPTransport(f"http://127.0.0.1:{free_port()}", timeout=1.0).get_registry()
+    with refusing_port() as port, pytest.raises(TransportError):
+        HTTPTransport(f"http://127.0.0.1:{port}", timeout=1.0).get_registry()
     with pytest.raises(ValueError):
         HTTPTransport("ftp://example.org")
