@@ -295,7 +295,11 @@ class ClientCore:
         return os.urandom(32) if self._opted_out else self.state.secret
 
     def _start_registry(self) -> None:
-        """Resolve ``registry=`` now, or (no registry, non-strict, an endpoint) in the background."""
+        """Resolve ``registry=`` now, or (no registry, non-strict, an endpoint) in the background.
+
+        Non-strict, a registry that cannot be read or does not match the pins disables
+        reporting (logged, counted) instead of failing the app's start.
+        """
         registry, transport, pins = self._registry_arg, self._transport, self.options.pins
         if registry is None and transport is not None and not self._strict:
             def fetch() -> Registry:
@@ -309,7 +313,14 @@ class ClientCore:
                                               self.options.retry)
             self._resolver.start()
             return
-        self._install_registry(resolve_registry(registry, transport, self.state, pins))
+        try:
+            resolved = resolve_registry(registry, transport, self.state, pins)
+        except (LdptError, OSError) as exc:
+            if self._strict or registry is None:   # strict, or no way to get a registry at all
+                raise
+            self._registry_failed(exc)              # e.g. the app's metrics.toml went missing
+            return
+        self._install_registry(resolved)
 
     def _install_registry(self, registry: Registry) -> None:
         """Make ``registry`` current, then encode the reports that waited for it."""

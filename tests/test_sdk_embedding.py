@@ -240,6 +240,21 @@ def test_a_corrupt_secret_is_moved_aside_and_replaced(tmp_path, registry, caplog
     client.close(1.0)
 
 
+def test_a_missing_or_mismatched_registry_file_disables_reporting_instead_of_raising(tmp_path, registry, caplog):
+    missing = tmp_path / "metrics.toml"
+    with pytest.raises(RegistryError, match="not found"):
+        TelemetryClient(registry=missing, state=MemoryState(), transport=MemoryTransport(), strict=True)
+    with caplog.at_level(logging.ERROR, logger="client_sdk"):
+        client = TelemetryClient(registry=missing, state=MemoryState(), transport=MemoryTransport())
+        pinned = TelemetryClient(registry=registry, state=MemoryState(), transport=MemoryTransport(),
+                                 pins={"theme": "0" * 32})
+    for c in (client, pinned):
+        assert c.report("crash", True) is False and c.stats()["disabled"] == 1
+        assert c.flush(1.0) is True                   # nothing to send
+        c.close(0.5)
+    assert sum("reporting is disabled" in r.getMessage() for r in caplog.records) == 2
+
+
 def test_without_registry_a_hung_collector_never_blocks_construction(tmp_path, registry):
     transport = Switch(FakeCollector(registry))
     transport.hang.set()
