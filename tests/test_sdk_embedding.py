@@ -366,6 +366,38 @@ def test_flush_after_an_outage_returns_once_the_collector_is_back(tmp_path, regi
     client.close(1.0)
 
 
+def test_aflush_after_an_outage_returns_once_the_collector_is_back(tmp_path, registry):
+    import asyncio
+
+    from client_sdk.testing import AsyncMemoryTransport
+
+    class Down(AsyncMemoryTransport):
+        down = True
+
+        async def arequest(self, method, path, body=None, headers=None):
+            if self.down:
+                raise TransportError("connection refused (test)")
+            return await super().arequest(method, path, body, headers)
+
+    transport = Down(FakeCollector(registry))
+
+    async def main():
+        client = AsyncTelemetryClient(registry=registry, state_dir=tmp_path / "s", transport=transport,
+                                      retry=RetryPolicy(initial=60.0, maximum=60.0), max_batch_age=0.0)
+        client.report("crash", True)
+        for _ in range(1000):                       # the worker's first send fails by itself
+            if client.stats()["network_errors"]:
+                break
+            await asyncio.sleep(0.01)
+        assert client.stats()["network_errors"] >= 1
+        transport.down = False
+        assert await client.aflush(10.0) is True    # not after the 30-60 s back-off
+        await client.aclose()
+
+    asyncio.run(main())
+    assert transport.collector.accepted_reports == 1
+
+
 def _wait(predicate, timeout: float = 10.0) -> bool:
     """Poll for a condition the worker reaches by itself (not a race against a timeout)."""
     from .sdk_support import wait_until
