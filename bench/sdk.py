@@ -19,6 +19,11 @@ thread handed the GIL back may wait for a CPU.
 Throughput: N reports queued first, then ``flush()`` times the worker alone — ledger
 charge, msgpack batch, outbox write (fsync) and send — per batch size, with a disk state
 directory and with in-memory state; optionally against a real `ldpt serve` (``--collector``).
+Start-up and recovery (``--startup-only`` runs just this): how long ``TelemetryClient(...)``
+takes with a registry file, without ``registry=`` while the collector hangs (the fetch runs
+in the background), and with a state directory that cannot be created (state in memory);
+and how long ``flush(60)`` takes once the collector is back after an outage long enough for
+the default retry back-off to have grown (flush cuts it short).
 Run: `python bench/sdk.py` (``--quick`` for a short run).
 """
 
@@ -26,9 +31,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +44,7 @@ from _common import print_table
 
 from client_sdk import MemoryState, TelemetryClient
 from client_sdk.registry import parse_registry
-from client_sdk.transport import Response, Transport
+from client_sdk.transport import Response, Transport, TransportError
 
 CATEGORIES = ", ".join(f'"v{i:03d}"' for i in range(128))
 REGISTRY = """
@@ -98,6 +105,66 @@ class NetworkStub(Transport):
         time.sleep(self.latency)
         self.requests += 1
         return Response(200, {"content-type": "application/json"}, b'{"accepted": 1, "duplicate": false}')
+
+
+class FlakyStub(NetworkStub):
+    """NetworkStub that can be down (connection refused) or hang on GET /v1/registry."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+        self.release = threading.Event()
+        self.hang = False
+
+    def request(self, method, path, body=None, headers=None) -> Response:
+        if path == "/v1/registry" and self.hang:
+            self.release.wait(60)
+        if self.down:
+            raise TransportError("connection refused (benchmark)")
+        if path == "/v1/registry":
+            return Response(200, {}, json.dumps(parse_registry(REGISTRY).to_json()).encode())
+        return super().request(method, path, body, headers)
+
+
+def startup_and_recovery(tmp: Path) -> list[list[object]]:
+    """Rows: (what, milliseconds) — constructor times, and flush after an outage."""
+    registry_file = tmp / "metrics.toml"
+    registry_file.write_text(REGISTRY, encoding="utf-8")
+    rows: list[list[object]] = []
+
+    def construct(label: str, **kw) -> TelemetryClient:
+        t0 = time.perf_counter()
+        c = TelemetryClient(**kw)
+        rows.append([label, (time.perf_counter() - t0) * 1e3])
+        return c
+
+    c = construct("TelemetryClient(registry=file, state_dir)", registry=registry_file,
+                  state_dir=tmp / "s1", transport=NetworkStub())
+    c.close(5.0)
+    hung = FlakyStub()
+    hung.hang = True
+    c = construct("TelemetryClient(no registry, collector hung)", state_dir=tmp / "s2", transport=hung)
+    c.report("rr", True)
+    hung.release.set()
+    c.close(10.0)
+    blocker = tmp / "a-file"
+    blocker.write_text("x")
+    c = construct("TelemetryClient(state_dir not creatable)", registry=registry_file,
+                  state_dir=blocker / "s", transport=NetworkStub())
+    c.close(5.0)
+    flaky = FlakyStub()
+    c = TelemetryClient(registry=registry_file, state_dir=tmp / "s3", transport=flaky, max_batch_age=0.0)
+    flaky.down = True
+    c.report("rr", True)
+    while c.stats()["network_errors"] < 4:    # default RetryPolicy: ~0.5 + 1 + 2 s so far, next in 2-4 s
+        time.sleep(0.05)
+    flaky.down = False
+    t0 = time.perf_counter()
+    ok = c.flush(60.0)
+    rows.append([f"flush(60) once the collector is back (after 4 failed sends), ok={ok}",
+                 (time.perf_counter() - t0) * 1e3])
+    c.close(5.0)
+    return rows
 
 
 @contextlib.contextmanager
@@ -186,10 +253,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer samples")
     parser.add_argument("--collector", metavar="URL", help="also measure throughput against a running ldpt serve "
                         "(its registry must be this benchmark's; see REGISTRY)")
+    parser.add_argument("--startup-only", action="store_true", help="only the start-up and recovery table")
     args = parser.parse_args()
     count = 2_000 if args.quick else 10_000
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
+        print_table(["what", "ms"], startup_and_recovery(tmp), "start-up and recovery (wall time)")
+        if args.startup_only:
+            return
         rows = []
         for name in PROTOCOLS:
             rows.append([name, *latency(name, count, False, tmp), *latency(name, count, True, tmp)[:2]])

@@ -9,7 +9,8 @@ client.flush(timeout=10.0)
 client.close()
 ```
 
-The public surface is ``__all__`` (checked by tests/test_sdk_api.py). Names are imported on
+The public surface is ``__all__`` (checked by tests/test_sdk_api.py); test doubles live in
+``client_sdk.testing``. Names are imported on
 first use, so ``import client_sdk.registry`` (the collector, the estimators) does not load
 the transport and the uploader.
 """
@@ -22,6 +23,7 @@ from typing import Any
 #: Public name -> defining module (relative to this package).
 _EXPORTS = {
     "TelemetryClient": "client",
+    "ClientOptions": "options",
     "AsyncTelemetryClient": "aio",
     "MemoryState": "state",
     "FileState": "state",
@@ -32,13 +34,9 @@ _EXPORTS = {
     "DropPolicy": "queue",
     "Transport": "transport",
     "HTTPTransport": "transport",
-    "MemoryTransport": "transport",
-    "FakeCollector": "transport",
-    "Fault": "transport",
     "TransportError": "transport",
     "AsyncTransport": "aio",
     "AsyncHTTPTransport": "aio",
-    "AsyncMemoryTransport": "aio",
     "Refusal": "ledger",
     "read_ledger": "ledger",
     "registry_from_json": "remote",
@@ -48,18 +46,15 @@ _EXPORTS = {
 
 __all__ = [
     "AsyncHTTPTransport",
-    "AsyncMemoryTransport",
     "AsyncTelemetryClient",
     "AsyncTransport",
     "AsyncUploader",
+    "ClientOptions",
     "DropPolicy",
-    "FakeCollector",
-    "Fault",
     "FileState",
     "HTTPTransport",
     "LdptError",
     "MemoryState",
-    "MemoryTransport",
     "OutboxLimits",
     "Refusal",
     "RetryPolicy",

@@ -13,7 +13,7 @@ work only, safe from the loop and from other threads. The uploader is an asyncio
 the app's loop (started by the first ``report()`` made inside a running loop, or by
 ``aflush``/``async with``); ledger commits and outbox files run in the default executor so
 the loop never waits on fsync. HTTP goes through aiohttp (imported only when this transport
-is used) or any ``AsyncTransport`` — ``AsyncMemoryTransport`` in tests.
+is used) or any ``AsyncTransport`` — ``client_sdk.testing.AsyncMemoryTransport`` in tests.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from .client import DEFAULT_OUTBOX_LIMITS, DEFAULT_RETRY, ClientCore, _make_outbox
-from .queue import DEFAULT_QUEUE_SIZE, DiskOutbox, DropPolicy, OutboxLimits
+from .client import DEFAULT_RETRY, ClientCore, _make_outbox
+from .options import ClientOptions
+from .queue import DEFAULT_QUEUE_SIZE, DiskOutbox, DropPolicy
 from .registry import Registry
 from .state import ClientState
 from .transport import (
@@ -37,8 +38,6 @@ from .transport import (
     MSGPACK,
     REPORTS_PATH,
     USER_AGENT,
-    FakeCollector,
-    MemoryTransport,
     Response,
     Transport,
     TransportError,
@@ -99,23 +98,6 @@ class AsyncHTTPTransport(AsyncTransport):
         if self._session is not None:
             await self._session.close()
             self._session = None
-
-
-class AsyncMemoryTransport(MemoryTransport, AsyncTransport):
-    """A FakeCollector behind both the sync and the async interface (tests)."""
-
-    def __init__(self, collector: FakeCollector | None = None, *, latency: float = 0.0) -> None:
-        super().__init__(collector, latency=latency)
-
-    async def arequest(self, method: str, path: str, body: bytes | None = None,
-                       headers: Mapping[str, str] | None = None) -> Response:
-        if self.latency:
-            await asyncio.sleep(self.latency)
-        saved, self.latency = self.latency, 0.0
-        try:
-            return self.request(method, path, body, headers)
-        finally:
-            self.latency = saved
 
 
 class ThreadedTransport(AsyncTransport):
@@ -199,7 +181,7 @@ class AsyncUploader:
         deadline = time.monotonic() + max(0.0, timeout)
         failures = self.batcher.failures
         self.start()
-        self.batcher.flushing += 1
+        self.batcher.begin_flush(time.monotonic())
         try:
             self._wake()
             while True:
@@ -210,7 +192,7 @@ class AsyncUploader:
                     return False
                 await asyncio.sleep(FLUSH_POLL)
         finally:
-            self.batcher.flushing -= 1
+            self.batcher.end_flush()
 
     async def aclose(self, timeout: float = 10.0) -> bool:
         """Flush within ``timeout``, stop the task; unsent batches stay in the outbox."""
@@ -307,30 +289,24 @@ if hasattr(os, "register_at_fork"):
 
 
 class AsyncTelemetryClient(ClientCore):
-    """The SDK for asyncio apps: ``report``, ``aflush``, ``aclose``, ``opt_out``, ``stats``.
+    """The SDK for asyncio apps: ``report``, ``aflush``, ``aclose``, ``opt_out``, ``opt_in``, ``stats``.
 
-    Takes the same arguments as ``TelemetryClient``; ``transport`` may be an
-    ``AsyncTransport`` (default: ``AsyncHTTPTransport(endpoint)``) or a blocking
-    ``Transport`` (run in the executor). With ``registry=None`` the constructor fetches
-    ``/v1/registry`` with a blocking request; ``await AsyncTelemetryClient.create(...)``
-    does that off the loop.
+    Takes the same arguments as ``TelemetryClient`` (``options=ClientOptions(...)`` or its
+    fields as keywords); ``transport`` may be an ``AsyncTransport`` (default:
+    ``AsyncHTTPTransport(endpoint)``) or a blocking ``Transport`` (run in the executor).
+    With ``registry=None`` the registry is fetched on a background thread (blocking
+    ``HTTPTransport``), so construction never waits on the network.
     """
 
     def __init__(self, endpoint: str | None = None,
                  registry: Registry | str | os.PathLike[str] | Mapping[str, Any] | None = None,
                  state_dir: str | os.PathLike[str] | None = None, *,
                  state: ClientState | None = None, transport: AsyncTransport | Transport | None = None,
-                 uploader: AsyncUploader | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
-                 max_batch_age: float = DEFAULT_MAX_BATCH_AGE, queue_size: int = DEFAULT_QUEUE_SIZE,
-                 drop_policy: DropPolicy = DropPolicy.DROP_NEWEST, retry: RetryPolicy = DEFAULT_RETRY,
-                 outbox_limits: OutboxLimits = DEFAULT_OUTBOX_LIMITS, offline: bool = True,
-                 strict: bool = False, pins: Mapping[str, str] | None = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+                 uploader: AsyncUploader | None = None, options: ClientOptions | None = None,
+                 **option_overrides: Any) -> None:
+        options = ClientOptions.merge(options, option_overrides)
         sync = transport if isinstance(transport, Transport) else None
-        super().__init__(endpoint, registry, state_dir, state=state, transport=sync,
-                         strict=strict, pins=pins, timeout=timeout)
-        if sync is None and self._transport is not None:
-            self._transport.close()  # only used to fetch the registry
+        super().__init__(endpoint, registry, state_dir, state=state, transport=sync, options=options)
         self._owns_uploader = uploader is None
         if uploader is None:
             if isinstance(transport, AsyncTransport):
@@ -338,18 +314,24 @@ class AsyncTelemetryClient(ClientCore):
             elif isinstance(transport, Transport):
                 atransport = ThreadedTransport(transport)
             elif self.endpoint is not None:
-                atransport = AsyncHTTPTransport(self.endpoint, timeout=timeout)
+                atransport = AsyncHTTPTransport(self.endpoint, timeout=options.timeout)
             else:
                 raise ValueError("give endpoint= (the collector URL) or transport=")
-            uploader = AsyncUploader(atransport, _make_outbox(self.state, outbox_limits, offline),
-                                     batch_size=batch_size, max_batch_age=max_batch_age,
-                                     queue_size=queue_size, drop_policy=drop_policy, retry=retry)
-            uploader._maybe_start()
+            uploader = AsyncUploader(atransport, _make_outbox(self.state, options.outbox_limits, options.offline),
+                                     **options.uploader_kwargs())
         self._uploader = uploader
+        self._fetch_only_transport = sync is None
+        try:
+            self._start_registry()
+        finally:
+            if self._fetch_only_transport and self._transport is not None and self._resolver is None:
+                self._transport.close()  # only used to fetch the registry (reconnects if used again)
+        if self._owns_uploader:
+            uploader._maybe_start()
 
     @classmethod
     async def create(cls, *args: Any, **kwargs: Any) -> AsyncTelemetryClient:
-        """Construct off the loop (fetching the registry and reading the state do blocking I/O)."""
+        """Construct off the loop: opening the state directory (and, strict, fetching the registry) is disk and network I/O."""
         client = await asyncio.to_thread(cls, *args, **kwargs)
         client._uploader._maybe_start()
         return client
@@ -359,12 +341,25 @@ class AsyncTelemetryClient(ClientCore):
         return self._uploader
 
     async def aflush(self, timeout: float = 10.0) -> bool:
-        """Send everything queued; True when all of it was acknowledged within ``timeout`` seconds."""
-        return await self._uploader.aflush(timeout)
+        """Send everything now; True when all of it was acknowledged within ``timeout`` seconds.
+
+        Like ``TelemetryClient.flush``: a registry still being fetched is fetched at once, and
+        a retry back-off is cut short.
+        """
+        deadline = time.monotonic() + max(0.0, timeout)
+        if self._table is None and self._waiting \
+                and not await asyncio.to_thread(self.wait_for_registry, timeout):
+            return False
+        return await self._uploader.aflush(max(0.0, deadline - time.monotonic()))
 
     async def aclose(self, timeout: float = 10.0) -> bool:
         """Stop reporting, flush within ``timeout``; what is unsent stays in the offline queue."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        if self._table is None and self._waiting:
+            await asyncio.to_thread(self.wait_for_registry, timeout)
         self._closed = True
+        self._stop_registry()
+        timeout = max(0.0, deadline - time.monotonic())
         if self._owns_uploader:
             return await self._uploader.aclose(timeout)
         return await self._uploader.aflush(timeout)

@@ -17,12 +17,20 @@ ends here), and append the randomised report to a bounded queue. A background wo
 raises: an unknown metric, a value outside the domain, a refused budget, a full queue or an
 opted-out user are counted (``stats()``) and logged once, and ``report()`` returns False.
 ``strict=True`` (tests) raises instead; ``validate(metric, value)`` checks without reporting.
+
+Construction never raises for environmental reasons and never waits on the network
+(non-strict mode): a state directory that cannot be written becomes state in memory
+(client_sdk.state.open_state), a corrupt secret is moved aside and replaced, and without
+``registry=`` the registry is fetched on a background thread (client_sdk.startup) while
+reports wait in memory. Options: ``ClientOptions`` (client_sdk.options), as an object or
+as keywords.
 """
 
 from __future__ import annotations
 
 import atexit
 import bisect
+import collections
 import logging
 import math
 import os
@@ -30,6 +38,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,15 +50,28 @@ from .errors import (
     LdptError,
     LedgerError,
     RegistryError,
+    StateError,
     UnknownMetricError,
 )
 from .ledger import Accounts, Charge, Refusal, RefusalCounts, apply
-from .queue import DEFAULT_QUEUE_SIZE, DiskOutbox, DropPolicy, MemoryOutbox, OutboxLimits
+from .options import ClientOptions
+from .queue import DiskOutbox, MemoryOutbox, OutboxLimits
 from .registry import Kind, MetricSpec, Registry, canonical_value, load_registry
 from .remote import check_pins, fetch_registry, registry_from_json
-from .state import REGISTRY_CACHE_FILE, ClientState, FileState, derive_cohort, ledger_key, value_digest
-from .transport import DEFAULT_TIMEOUT, HTTPTransport, Transport
-from .uploader import DEFAULT_BATCH_SIZE, DEFAULT_MAX_BATCH_AGE, QueuedReport, RetryPolicy, Uploader
+from .startup import RegistryResolver
+from .state import (
+    REGISTRY_CACHE_FILE,
+    ClientState,
+    FileState,
+    MemoryState,
+    derive_cohort,
+    ledger_key,
+    memory_fallback,
+    open_state,
+    value_digest,
+)
+from .transport import HTTPTransport, Transport
+from .uploader import QueuedReport, RetryPolicy, Uploader
 
 log = logging.getLogger("client_sdk")
 
@@ -57,7 +79,10 @@ log = logging.getLogger("client_sdk")
 DEFAULT_CLOSE_TIMEOUT = 10.0
 EXIT_CLOSE_TIMEOUT = 1.0
 DEFAULT_RETRY = RetryPolicy()
-DEFAULT_OUTBOX_LIMITS = OutboxLimits()
+REFUSAL_TEXT = {
+    Refusal.WINDOW: "reports_per_window reached for this window",
+    Refusal.LIFETIME: "lifetime_epsilon would be exceeded",
+}
 #: Distinct problems logged per client (then silence: e.g. endless made-up metric names).
 MAX_LOGGED_KINDS = 100
 ENDPOINT_ENV = "LDPT_ENDPOINT"
@@ -77,6 +102,7 @@ CLIENT_COUNTERS = (
     "dropped",                  # dropped after queueing (evicted, opted out, ledger error)
     "opted_out",                # report() after opt_out()
     "closed",                   # report() after close()
+    "dropped_no_registry",      # waited for the registry, which never came before close()
     "disabled",                 # the ledger is unreadable: nothing is reported
     "internal_error",           # a bug: logged once, never raised
 )
@@ -220,15 +246,19 @@ def resolve_registry(registry: Registry | str | os.PathLike[str] | Mapping[str, 
 
 
 class ClientCore:
-    """Everything but the driver: state, registry, budget mirror, encode, queue (sync & async)."""
+    """Everything but the driver: state, registry, budget mirror, encode, queue (sync & async).
+
+    Subclasses build their uploader, then call ``_start_registry`` (which raises only in
+    strict mode or for an unusable ``registry=`` argument).
+    """
 
     def __init__(self, endpoint: str | None = None,
                  registry: Registry | str | os.PathLike[str] | Mapping[str, Any] | None = None,
                  state_dir: str | os.PathLike[str] | None = None, *,
                  state: ClientState | None = None, transport: Transport | None = None,
-                 strict: bool = False, pins: Mapping[str, str] | None = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
-        self._strict = strict
+                 options: ClientOptions | None = None) -> None:
+        self.options = options = options if options is not None else ClientOptions()
+        self._strict = strict = options.strict
         self._lock = threading.Lock()
         self._logged: set[Any] = set()
         self._counters = dict.fromkeys(CLIENT_COUNTERS, 0)
@@ -239,21 +269,18 @@ class ClientCore:
             if state_dir is None:
                 raise ValueError("give state_dir= (where the client secret and privacy ledger live), "
                                  "or state=MemoryState() for tests and simulations")
-            state = FileState(state_dir)
+            state = open_state(state_dir, strict=strict)
         self.state = state
         self.endpoint = endpoint
         if transport is None and endpoint is not None:
-            transport = HTTPTransport(endpoint, timeout=timeout)
+            transport = HTTPTransport(endpoint, timeout=options.timeout)
         self._transport = transport
-        try:
-            self.registry = resolve_registry(registry, transport, state, pins)
-        except BaseException:
-            if transport is not None:
-                transport.close()
-            raise
-        self._table = _table_for(self.registry)
-        for name in self.registry.metrics:  # resolve now: a 10⁶-value domain takes ~0.3 s, not report()'s
-            self._table.get(name)
+        self._registry_arg = registry
+        self.registry: Registry | None = None
+        self._table: _MetricTable | None = None
+        self._waiting: collections.deque[tuple[str, Any]] = collections.deque()   # before the registry
+        self._resolver: RegistryResolver | None = None
+        self._fetch_only_transport = False      # the async client fetches with a blocking transport
         self._opted_out = state.opted_out
         self._secret: bytes | None = None
         self._lkey: bytes | None = None
@@ -265,10 +292,9 @@ class ClientCore:
         self._refusals: dict[tuple[str, Refusal], list[Any]] = {}
         self._resync = False
         if not self._opted_out:
-            self._secret = state.secret
-            self._lkey = ledger_key(self._secret)
+            self._load_secret(state_dir)
         try:
-            self._accounts = state.ledger.snapshot()
+            self._accounts = self.state.ledger.snapshot()
             self._mirror = {k: v.copy() for k, v in self._accounts.items()}
         except LedgerError as exc:
             if strict:
@@ -277,6 +303,113 @@ class ClientCore:
             log.error("ldpt: reporting is disabled: %s", exc)
         self._uploader: Any = None
         _LIVE_CLIENTS.add(self)
+
+    # --- start-up ---------------------------------------------------------------------------------
+    def _load_secret(self, state_dir: str | os.PathLike[str] | None) -> None:
+        """Read (or create) the secret; a corrupt one is moved aside, an unreadable one means memory."""
+        try:
+            self._secret = self.state.secret
+        except (StateError, OSError) as exc:
+            if self._strict:
+                raise
+            self._secret = self._recover_secret(exc, state_dir)
+        self._lkey = ledger_key(self._secret)
+
+    def _recover_secret(self, exc: Exception, state_dir: str | os.PathLike[str] | None) -> bytes:
+        if isinstance(exc, StateError) and isinstance(self.state, FileState):
+            try:
+                moved = self.state.quarantine_secret()
+                log.warning("ldpt: %s; moved it to %s and created a new secret (a new privacy spend: "
+                            "the ledger charges values afresh)", exc, moved.name)
+                return self.state.secret
+            except (StateError, OSError) as again:
+                exc = again
+        log.warning("ldpt: cannot use the client secret (%s); the client state is kept in memory "
+                    "for this run", exc)
+        self.state = memory_fallback(Path(state_dir)) if state_dir is not None else MemoryState()
+        self._opted_out = self.state.opted_out
+        return os.urandom(32) if self._opted_out else self.state.secret
+
+    def _start_registry(self) -> None:
+        """Resolve ``registry=`` now, or (no registry, non-strict, an endpoint) in the background.
+
+        Non-strict, a registry that cannot be read or does not match the pins disables
+        reporting (logged, counted) instead of failing the app's start.
+        """
+        registry, transport, pins = self._registry_arg, self._transport, self.options.pins
+        if registry is None and transport is not None and not self._strict:
+            def fetch() -> Registry:
+                try:
+                    return resolve_registry(None, transport, self.state, pins)
+                finally:
+                    if self._fetch_only_transport:
+                        transport.close()   # no idle connection kept for a one-off fetch
+
+            self._resolver = RegistryResolver(fetch, self._install_registry, self._registry_failed,
+                                              self.options.retry)
+            self._resolver.start()
+            return
+        try:
+            resolved = resolve_registry(registry, transport, self.state, pins)
+        except (LdptError, OSError) as exc:
+            if self._strict or registry is None:   # strict, or no way to get a registry at all
+                raise
+            self._registry_failed(exc)              # e.g. the app's metrics.toml went missing
+            return
+        self._install_registry(resolved)
+
+    def _install_registry(self, registry: Registry) -> None:
+        """Make ``registry`` current, then encode the reports that waited for it."""
+        table = _table_for(registry)
+        for name in registry.metrics:  # resolve now: a 10⁶-value domain takes ~0.3 s, not report()'s
+            table.get(name)
+        with self._lock:
+            self.registry, self._table = registry, table
+            waiting = list(self._waiting)
+            self._waiting.clear()
+        for metric, value in waiting:
+            self.report(metric, value)
+
+    def _registry_failed(self, exc: Exception) -> None:
+        with self._lock:
+            self._disabled = f"the metric registry cannot be used: {exc}"
+            dropped = len(self._waiting)
+            self._waiting.clear()
+        self._counters["disabled"] += dropped
+        log.error("ldpt: reporting is disabled: %s", exc)
+
+    def _wait_for(self, metric: str, value: Any) -> bool:
+        """report() before the registry is known: keep the call in memory (bounded), True if kept."""
+        with self._lock:
+            if self._table is None:
+                if len(self._waiting) >= self.options.queue_size:
+                    self._counters["dropped_queue_full"] += 1
+                    return False
+                self._waiting.append((metric, value))   # the true value: memory only, never disk
+                return True
+        return self._report(metric, value)
+
+    def wait_for_registry(self, timeout: float = 10.0) -> bool:
+        """True when the registry is known (at once unless it is being fetched in the background)."""
+        if self._table is not None:
+            return True
+        if self._resolver is None:
+            return False
+        self._resolver.hurry()
+        self._resolver.wait(timeout)
+        return self._table is not None
+
+    def _stop_registry(self) -> None:
+        """close(): stop fetching; what still waits for a registry is dropped (counted)."""
+        if self._resolver is not None:
+            self._resolver.stop()
+        with self._lock:
+            dropped = len(self._waiting)
+            self._waiting.clear()
+        if dropped:
+            self._counters["dropped_no_registry"] += dropped
+            log.warning("ldpt: %d report(s) were dropped at close: the metric registry could not be "
+                        "fetched (pass registry= or check the endpoint)", dropped)
 
     # --- the hot path ---------------------------------------------------------------------------
     def report(self, metric: str, value: Any) -> bool:
@@ -295,7 +428,12 @@ class ClientCore:
             return False
 
     def _report(self, metric: str, value: Any) -> bool:
-        rt = self._table.get(metric)
+        table = self._table
+        if table is None:
+            if self._closed or self._opted_out or self._disabled is not None:
+                return self._not_reporting(metric)
+            return self._wait_for(metric, value)
+        rt = table.get(metric)
         if rt is None:
             return self._bad_metric(metric)
         if self._closed or self._opted_out or self._disabled is not None:
@@ -409,9 +547,17 @@ class ClientCore:
         else:
             entry[1] += 1
         self._uploader.note_refusal(self)
+        self._log_refusal(charge.metric, refusal)
         if self._strict:
             raise LdptError(f"metric {charge.metric!r}: report refused by the privacy ledger "
                             f"({refusal.value} budget)")
+
+    def _log_refusal(self, metric: str, refusal: Refusal) -> None:
+        """Routine with the default budget (one report per window), hence INFO, once per kind."""
+        self._log_once(("refused", metric, refusal), logging.INFO,
+                       f"ldpt: a report of {metric!r} was refused by the privacy budget "
+                       f"({REFUSAL_TEXT[refusal]}); it is not sent. Further refusals of this kind "
+                       "are counted in stats() only")
 
     def _log_once(self, key: Any, level: int, message: str) -> None:
         if key not in self._logged and len(self._logged) < MAX_LOGGED_KINDS:
@@ -455,6 +601,7 @@ class ClientCore:
                 as_reserved = False
                 if isinstance(outcome, Refusal):
                     self._counters[f"refused_{outcome.value}"] += 1
+                    self._log_refusal(it.metric, outcome)   # another process spent the budget first
                 else:
                     self._counters["dropped"] += 1
             if accounts is not None:
@@ -487,7 +634,13 @@ class ClientCore:
 
     # --- public helpers -------------------------------------------------------------------------------
     def validate(self, metric: str, value: Any) -> None:
-        """Raise UnknownMetricError / DomainError if ``report(metric, value)`` would be dropped as bad input."""
+        """Raise UnknownMetricError / DomainError if ``report(metric, value)`` would be dropped as bad input.
+
+        RegistryError while the registry is still being fetched (``wait_for_registry`` first).
+        """
+        if self._table is None or self.registry is None:
+            raise RegistryError("the metric registry is not known yet (it is being fetched from the "
+                                "collector); call wait_for_registry() first")
         rt = self._table.get(metric)
         if rt is None:
             self.registry.get(metric)
@@ -498,6 +651,7 @@ class ClientCore:
     def stats(self) -> dict[str, int]:
         """Counters of this client (and of its uploader when it owns one)."""
         out = dict(self._counters)
+        out["awaiting_registry"] = len(self._waiting)
         if self._uploader is not None and getattr(self, "_owns_uploader", False):
             out.update(self._uploader.batcher.counters)
             out["queued"] = len(self._uploader.batcher.queue)
@@ -518,12 +672,31 @@ class ClientCore:
             self._opted_out = True
             self._uncommitted.clear()
             self._refusals.clear()
+            self._waiting.clear()
         if self._uploader is not None:
             self._uploader.batcher.purge(self, outbox_too=getattr(self, "_owns_uploader", False))
         self.state.opt_out()
         self._secret = None
         self._lkey = None
         self._cohorts.clear()
+
+    def opt_in(self) -> None:
+        """Undo ``opt_out``: this client reports again, with a fresh secret (a new privacy spend).
+
+        The ledger's totals were kept, so the lifetime budget still binds; memoised values are
+        charged afresh (their digests were keyed by the deleted secret).
+        """
+        self.state.opt_in()
+        with self._lock:
+            self._cohorts.clear()
+        self._load_secret(getattr(self.state, "path", None))
+        with self._lock:
+            self._opted_out = self.state.opted_out
+            try:
+                self._accounts = self.state.ledger.snapshot()
+            except LedgerError as exc:
+                self._disabled = str(exc)
+            self._rebuild_mirror()
 
     @property
     def opted_out(self) -> bool:
@@ -532,6 +705,9 @@ class ClientCore:
     def _after_fork_child(self) -> None:
         self._lock = threading.Lock()
         self._resync = True
+        self._waiting.clear()   # like the report queue: the parent encodes and sends what waited
+        if self._resolver is not None and not self._closed:
+            self._resolver.after_fork_child()
 
 
 def _raise_domain_error(rt: _Metric, value: Any) -> None:
@@ -550,52 +726,66 @@ def _make_outbox(state: ClientState, limits: OutboxLimits, offline: bool) -> Any
 
 
 class TelemetryClient(ClientCore):
-    """The SDK for threaded apps: ``report``, ``flush``, ``close``, ``opt_out``, ``stats``.
+    """The SDK for threaded apps: ``report``, ``flush``, ``close``, ``opt_out``, ``opt_in``, ``stats``.
 
-    Parameters beyond endpoint/registry/state_dir (all keyword-only):
-    ``transport`` (e.g. ``MemoryTransport`` in tests), ``uploader`` (share one worker between
-    many clients, e.g. a simulated fleet), ``batch_size`` (default 100), ``max_batch_age``
-    (seconds a report may wait, default 30), ``queue_size`` (default 10,000) and
-    ``drop_policy``, ``retry`` (``RetryPolicy``), ``outbox_limits`` (``OutboxLimits``:
-    count, bytes, age), ``offline`` (keep unsent batches on disk, default True), ``strict``,
-    ``pins`` (metric -> fingerprint), ``timeout`` (HTTP, seconds), ``state`` (a
-    ``MemoryState`` instead of a directory).
+    Keyword-only beyond endpoint/registry/state_dir: ``state`` (a ``MemoryState`` instead of
+    a directory), ``transport`` (e.g. ``client_sdk.testing.MemoryTransport`` in tests),
+    ``uploader`` (share one worker between many clients, e.g. a simulated fleet),
+    ``options`` (``ClientOptions``), and any ``ClientOptions`` field as a keyword
+    (``batch_size``, ``max_batch_age``, ``queue_size``, ``drop_policy``, ``retry``,
+    ``outbox_limits``, ``offline``, ``strict``, ``pins``, ``timeout``).
     """
 
     def __init__(self, endpoint: str | None = None,
                  registry: Registry | str | os.PathLike[str] | Mapping[str, Any] | None = None,
                  state_dir: str | os.PathLike[str] | None = None, *,
                  state: ClientState | None = None, transport: Transport | None = None,
-                 uploader: Uploader | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
-                 max_batch_age: float = DEFAULT_MAX_BATCH_AGE, queue_size: int = DEFAULT_QUEUE_SIZE,
-                 drop_policy: DropPolicy = DropPolicy.DROP_NEWEST, retry: RetryPolicy = DEFAULT_RETRY,
-                 outbox_limits: OutboxLimits = DEFAULT_OUTBOX_LIMITS, offline: bool = True,
-                 strict: bool = False, pins: Mapping[str, str] | None = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
-        super().__init__(endpoint, registry, state_dir, state=state, transport=transport,
-                         strict=strict, pins=pins, timeout=timeout)
+                 uploader: Uploader | None = None, options: ClientOptions | None = None,
+                 **option_overrides: Any) -> None:
+        options = ClientOptions.merge(options, option_overrides)
+        super().__init__(endpoint, registry, state_dir, state=state, transport=transport, options=options)
         self._owns_uploader = uploader is None
         if uploader is None:
             if self._transport is None:
                 raise ValueError("give endpoint= (the collector URL) or transport=")
-            uploader = Uploader(self._transport, _make_outbox(self.state, outbox_limits, offline),
-                                batch_size=batch_size, max_batch_age=max_batch_age,
-                                queue_size=queue_size, drop_policy=drop_policy, retry=retry)
-            if isinstance(uploader.batcher.outbox, DiskOutbox) and uploader.batcher.outbox.pending():
-                uploader.start()   # batches left by an earlier run go out now
+            uploader = Uploader(self._transport, _make_outbox(self.state, options.outbox_limits, options.offline),
+                                **options.uploader_kwargs())
         self._uploader = uploader
+        try:
+            self._start_registry()
+        except BaseException:
+            if self._owns_uploader:
+                uploader.close(0)
+            elif self._transport is not None:
+                self._transport.close()
+            raise
+        if self._owns_uploader and isinstance(uploader.batcher.outbox, DiskOutbox) \
+                and uploader.batcher.outbox.pending():
+            uploader.start()   # batches left by an earlier run go out now
 
     @property
     def uploader(self) -> Uploader:
         return self._uploader
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Send everything queued; True when all of it was acknowledged within ``timeout`` seconds."""
-        return self._uploader.flush(timeout)
+        """Send everything now; True when all of it was acknowledged within ``timeout`` seconds.
+
+        "Now": a registry still being fetched is fetched again at once, and a retry back-off
+        after an outage is cut short (client_sdk.uploader).
+        """
+        deadline = time.monotonic() + max(0.0, timeout)
+        if self._table is None and self._waiting and not self.wait_for_registry(timeout):
+            return False
+        return self._uploader.flush(max(0.0, deadline - time.monotonic()))
 
     def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> bool:
         """Stop reporting, flush within ``timeout``; what is unsent stays in the offline queue."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        if self._table is None and self._waiting:
+            self.wait_for_registry(timeout)
         self._closed = True
+        self._stop_registry()
+        timeout = max(0.0, deadline - time.monotonic())
         if self._owns_uploader:
             return self._uploader.close(timeout)
         return self._uploader.flush(timeout)

@@ -17,8 +17,10 @@ What a report costs (ldp-facts.md §12):
   the value itself.
 
 The file ``ledger.json`` holds no true value. Every update is a read-modify-write under an
-exclusive flock(2) on ``ledger.lock``, written by write-temp-fsync-rename, so several
-processes sharing the state directory never overspend and a crash never tears the file.
+exclusive lock on ``ledger.lock`` (flock(2), or msvcrt.locking on Windows: client_sdk._files),
+written by write-temp-fsync-rename, so several processes sharing the state directory never
+overspend and a crash never tears the file (a killed write's temporary file is removed when
+the ledger is next opened).
 The SDK charges the ledger on its worker, once per batch and before the batch is written to
 the outbox or sent: a report is either charged and (eventually) sent, or refused and never
 sent. A crash between the charge and the send errs on the safe side (spent, not sent).
@@ -41,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ._files import atomic_write, flocked
+from ._files import atomic_write, flocked, remove_stale_temps
 from .errors import LedgerError
 
 LEDGER_FILE = "ledger.json"
@@ -286,8 +288,9 @@ def _commit(accounts: Accounts, charges: Sequence[Charge], refusals: RefusalCoun
 class MemoryLedger(LedgerBase):
     """The ledger in memory (tests, simulated clients)."""
 
-    def __init__(self) -> None:
-        self._accounts: Accounts = {}
+    def __init__(self, accounts: Accounts | None = None) -> None:
+        """Start empty, or from ``accounts`` (a book read from a directory that cannot be written)."""
+        self._accounts: Accounts = {k: v.copy() for k, v in (accounts or {}).items()}
         self._lock = threading.Lock()
         _LOCKED_OBJECTS.add(self)
 
@@ -316,6 +319,18 @@ class Ledger(LedgerBase):
         self._lock = threading.Lock()
         self._written: str | None = None   # generation tag of our last write
         _LOCKED_OBJECTS.add(self)
+        self._remove_stale_temps()
+
+    def _remove_stale_temps(self) -> None:
+        """Every writer holds the lock, so under it any temporary ledger file is a killed write's."""
+        prefix = f".{LEDGER_FILE}."
+        try:
+            if not any(name.startswith(prefix) for name in os.listdir(self.dir)):
+                return   # the common case: no lock file created, no lock taken
+            with self._lock, flocked(self.lock_path):
+                remove_stale_temps(self.dir, LEDGER_FILE)
+        except OSError:
+            pass  # a directory that cannot be read or written: nothing to clean that we could
 
     def snapshot(self) -> Accounts:
         """Read without the lock: renames are atomic, so the file is always whole."""

@@ -18,6 +18,11 @@ same body, so the collector counts the batch once. Caps: ``max_batches``, ``max_
 ``max_age``; when a new batch would exceed a cap the oldest batches are dropped (counted in
 ``dropped``), and batches older than ``max_age`` are dropped (counted in ``expired``).
 
+Files in the outbox that the SDK did not write (a name it cannot parse, a body it cannot
+read) are moved to ``outbox/quarantine/`` and logged once: they never count as pending, so
+they cannot keep ``flush()`` waiting. Temporary files of a write a kill interrupted are
+removed when the outbox is opened.
+
 Several processes may share one outbox: a sender claims a batch by renaming it to
 ``*.sending`` (no file descriptor is held, so fork is safe); a claim older than
 ``claim_timeout`` is considered abandoned and returned to the queue (if its owner was only
@@ -31,6 +36,7 @@ import collections
 import contextlib
 import dataclasses
 import enum
+import logging
 import os
 import threading
 import time
@@ -38,10 +44,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ._files import atomic_write
+from ._files import atomic_write, remove_stale_temps
+
+log = logging.getLogger("client_sdk")
 
 BATCH_SUFFIX = ".ldpb"
 CLAIM_SUFFIX = ".sending"
+QUARANTINE_DIR = "quarantine"
+#: Temporary batch files older than this when the outbox is opened were left by a kill (s).
+STALE_TEMP_AGE = 600.0
 
 DEFAULT_QUEUE_SIZE = 10_000
 DEFAULT_OUTBOX_MAX_BATCHES = 1_000
@@ -271,14 +282,18 @@ class DiskOutbox(Outbox):
 
     def __init__(self, directory: str | os.PathLike[str], limits: OutboxLimits = OutboxLimits(),
                  claim_timeout: float = DEFAULT_CLAIM_TIMEOUT, durable: bool = True,
-                 sweep_interval: float = SWEEP_INTERVAL) -> None:
+                 sweep_interval: float = SWEEP_INTERVAL, clock: Callable[[], float] = time.time) -> None:
         super().__init__(limits)
+        self.clock = clock              # wall clock (POSIX seconds): ages of batches and claims
         self.dir = Path(directory)
         self.claim_timeout = claim_timeout
         self.sweep_interval = sweep_interval
         self.durable = durable
         self._lock = threading.Lock()
         self._last_sweep = -float("inf")
+        self.quarantined = 0
+        self._warned = False
+        remove_stale_temps(self.dir, None, STALE_TEMP_AGE)
 
     # --- names -----------------------------------------------------------------------------------
     @staticmethod
@@ -304,16 +319,38 @@ class DiskOutbox(Outbox):
             entries = list(os.scandir(self.dir))
         except FileNotFoundError:
             return [], []
-        waiting = sorted((e for e in entries if e.name.endswith(BATCH_SUFFIX)), key=lambda e: e.name)
-        claims = [e for e in entries if e.name.endswith(CLAIM_SUFFIX)]
+        waiting, claims = [], []
+        for e in entries:
+            if e.name.endswith(BATCH_SUFFIX):
+                if self._parse(e.name) is None:
+                    self._quarantine(e.path, "its name is not an SDK batch name")
+                else:
+                    waiting.append(e)
+            elif e.name.endswith(CLAIM_SUFFIX):
+                claims.append(e)
+        waiting.sort(key=lambda e: e.name)
         return waiting, claims
+
+    def _quarantine(self, path: str | Path, why: str) -> None:
+        """Move a file the SDK cannot send to outbox/quarantine/ (so it never blocks a flush)."""
+        target_dir = self.dir / QUARANTINE_DIR
+        try:
+            target_dir.mkdir(mode=0o700, exist_ok=True)
+            os.replace(path, target_dir / f"{Path(path).name}.{os.urandom(3).hex()}")
+        except OSError:
+            return
+        self.quarantined += 1
+        if not self._warned:
+            self._warned = True
+            log.warning("ldpt: moved %s out of the offline queue into %s (%s); further such files are "
+                        "moved silently", Path(path).name, target_dir, why)
 
     # --- Outbox --------------------------------------------------------------------------------------
     def add(self, batch: StoredBatch) -> None:
         with self._lock:
             self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             atomic_write(self.dir / self._name(batch), batch.body, durable=self.durable)
-            self._enforce(time.time())
+            self._enforce(self.clock())
 
     def _enforce(self, now: float) -> None:
         waiting, _ = self._scan()
@@ -351,7 +388,7 @@ class DiskOutbox(Outbox):
 
     def claim(self, now: float) -> StoredBatch | None:
         with self._lock:
-            wall = time.time()
+            wall = self.clock()
             if wall - self._last_sweep >= self.sweep_interval:   # caps and stale claims: now and then
                 self._last_sweep = wall
                 self._recover_claims(now)
@@ -370,7 +407,8 @@ class DiskOutbox(Outbox):
                     os.utime(claimed)  # the claim's age starts now
                 try:
                     body = claimed.read_bytes()
-                except OSError:
+                except OSError as exc:
+                    self._quarantine(claimed, f"it cannot be read: {exc.strerror or exc}")
                     continue
                 return StoredBatch(meta[2], body, meta[1], meta[0], path=claimed)
             return None
@@ -378,7 +416,7 @@ class DiskOutbox(Outbox):
     def _recover_claims(self, now: float) -> None:
         """Return claims older than claim_timeout (their sender died or hangs) to the queue."""
         _, claims = self._scan()
-        wall = time.time()
+        wall = self.clock()
         for entry in claims:
             try:
                 age = wall - entry.stat().st_mtime

@@ -4,7 +4,7 @@ A state directory holds (mode 0700)::
 
     secret          32 random bytes, mode 0600, created atomically (never overwritten)
     ledger.json     epsilon spent per metric (client_sdk.ledger), no true value
-    ledger.lock     flock(2) target shared by every process of the app
+    ledger.lock     lock file shared by every process of the app (client_sdk._files)
     outbox/         randomised batches waiting for the collector (client_sdk.queue)
     opted-out       present after opt_out(): nothing is reported any more
 
@@ -20,27 +20,34 @@ reported every day costs no more than the longitudinal bound ε∞ (ldp-facts.md
 from __future__ import annotations
 
 import abc
-import errno
 import hashlib
 import hmac
+import logging
 import os
 import shutil
 import stat
 import threading
+import time
 from pathlib import Path
 
+from ._files import OPEN_FLAGS, remove_stale_temps, temp_name
 from ._files import atomic_write as _atomic_write
 from ._files import fsync_dir as _fsync_dir
-from .errors import OptedOutError, StateError
+from .errors import LedgerError, OptedOutError, StateError
 from .hashing import derive_cohort  # noqa: F401 - re-exported: cohorts for every protocol
-from .ledger import Ledger, LedgerBase, MemoryLedger
+from .ledger import Ledger, LedgerBase, MemoryLedger, read_ledger
+
+log = logging.getLogger("client_sdk")
 
 SECRET_BYTES = 32
 SECRET_FILE = "secret"
 OPT_OUT_FILE = "opted-out"
 OUTBOX_DIR = "outbox"
 REGISTRY_CACHE_FILE = "registry.json"
-
+#: A corrupt secret is renamed to this (plus a timestamp) and a new one is created.
+CORRUPT_SECRET_PREFIX = "secret.corrupt-"
+#: Temporary files older than this at start-up were left by a killed process (seconds).
+STALE_TEMP_AGE = 600.0
 
 
 # --- derivations from the secret -----------------------------------------------------------------
@@ -144,6 +151,7 @@ class FileState(ClientState):
             raise StateError(f"{self.path}: the state directory is not writable")
         self._secret: bytes | None = None
         self._lock = threading.Lock()
+        remove_stale_temps(self.path, None, STALE_TEMP_AGE)   # writes a kill interrupted
         self._ledger = Ledger(self.path)
 
     @property
@@ -172,6 +180,19 @@ class FileState(ClientState):
                     raise OptedOutError(f"{self.path}: the user opted out; there is no secret")
                 self._secret = load_or_create_secret(self.secret_path)
             return self._secret
+
+    def quarantine_secret(self) -> Path:
+        """Move a corrupt secret aside (``secret.corrupt-<time>``); the next use creates a new one.
+
+        A new secret is a new privacy spend: memoised responses and cohorts change, and the
+        ledger charges every value reported from now on afresh (its totals are kept).
+        """
+        with self._lock:
+            self._secret = None
+            target = self.path / f"{CORRUPT_SECRET_PREFIX}{time.strftime('%Y%m%dT%H%M%S')}-{os.urandom(2).hex()}"
+            os.replace(self.secret_path, target)
+            _fsync_dir(self.path)
+            return target
 
     def opt_out(self) -> None:
         with self._lock:
@@ -205,8 +226,8 @@ def load_or_create_secret(path: Path) -> bytes:
         return _read_secret(path)
     except FileNotFoundError:
         pass
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+    tmp = temp_name(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | OPEN_FLAGS, 0o600)
     try:
         os.write(fd, os.urandom(SECRET_BYTES))  # the secret: never leaves this directory
         os.fsync(fd)
@@ -216,9 +237,7 @@ def load_or_create_secret(path: Path) -> bytes:
         os.link(tmp, path)
     except FileExistsError:
         pass  # another process won the race; use its secret
-    except OSError as exc:  # file systems without hard links: rename is atomic too
-        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
-            raise
+    except OSError:  # file systems without hard links (FAT, some network shares): rename is atomic too
         if not path.exists():
             os.replace(tmp, path)
     finally:
@@ -231,10 +250,11 @@ def load_or_create_secret(path: Path) -> bytes:
 
 
 def _read_secret(path: Path) -> bytes:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(path, os.O_RDONLY | OPEN_FLAGS)
     try:
         info = os.fstat(fd)
-        if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        # POSIX only: Windows reports every file as 0o666 and has ACLs instead.
+        if os.name == "posix" and info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
             os.fchmod(fd, 0o600)  # tighten a secret someone made group/world readable
         data = os.read(fd, SECRET_BYTES + 1)
     finally:
@@ -243,3 +263,46 @@ def _read_secret(path: Path) -> bytes:
         raise StateError(f"{path}: not a client secret ({len(data)} bytes, expected {SECRET_BYTES}); "
                          "delete the file to start over (a new secret is a new privacy spend)")
     return data
+
+
+# --- opening a state directory without ever failing the app ------------------------------------------
+
+def open_state(state_dir: str | os.PathLike[str], *, strict: bool = False) -> ClientState:
+    """``FileState(state_dir)``; when the directory cannot be used, state in memory (logged).
+
+    A read-only or uncreatable directory must not crash the app (strict mode raises
+    ``StateError``). The fallback keeps what can still be read there: the secret (so
+    memoised responses stay the same), the ledger's book (so the budget spent so far still
+    binds) and the opt-out marker. Spend in this run is not persisted; the next run with a
+    writable directory starts again from the book on disk (docs/guide-app-teams.md).
+    """
+    try:
+        return FileState(state_dir)
+    except (StateError, OSError) as exc:
+        if strict:
+            if isinstance(exc, StateError):
+                raise
+            raise StateError(f"{state_dir}: cannot open the state directory ({exc})") from None
+        log.warning("ldpt: %s; the client state is kept in memory for this run (no offline queue; "
+                    "privacy spend of this run is not persisted)", exc)
+        return memory_fallback(Path(state_dir))
+
+
+def memory_fallback(path: Path) -> MemoryState:
+    """A MemoryState seeded with whatever of the state directory ``path`` is readable."""
+    try:
+        secret: bytes | None = _read_secret(path / SECRET_FILE)
+    except (StateError, OSError):
+        secret = None
+    try:
+        accounts = read_ledger(path)
+    except (LedgerError, OSError):
+        accounts = {}
+    state = MemoryState(secret, MemoryLedger(accounts))
+    try:
+        opted_out = (path / OPT_OUT_FILE).exists()
+    except OSError:
+        opted_out = False
+    if opted_out:
+        state.opt_out()
+    return state

@@ -11,7 +11,10 @@ queue. The uploader's worker then, per batch:
    (docs/wire-format.md) and writes it to the outbox *before* the first send;
 4. POSTs outbox batches oldest first. 200: delete. Network error, 408, 429 or 5xx: keep the
    batch (same bytes, same id) and retry after ``RetryPolicy.delay`` — exponential backoff
-   with jitter, or exactly the server's ``Retry-After``. Other 4xx: never retried; logged
+   with jitter, or exactly the server's ``Retry-After``. ``flush()`` means "send now": it
+   ends a back-off at once (one attempt right away) and, while it waits, retries at least
+   every ``RetryPolicy.flush_interval`` seconds, so a flush after an outage returns as soon
+   as the collector is back — except when the server itself asked for a ``Retry-After``. Other 4xx: never retried; logged
    once per kind. A 422 naming one metric (unknown metric, fingerprint mismatch) marks that
    metric stale — later reports of it are refused — and the rest of the batch is re-sent
    under a new id (the rejected batch was not committed, so nothing can be counted twice).
@@ -67,13 +70,15 @@ class RetryPolicy:
 
     Attempt k (1-based) waits d/2 + U(0, d/2) seconds with d = min(maximum,
     initial·multiplier^(k−1)): never less than half the nominal delay, so a crowd of
-    devices does not reconnect in lock-step after an outage.
+    devices does not reconnect in lock-step after an outage. While the app flushes, waits
+    are capped at ``flush_interval`` (a flush is bounded by its timeout).
     """
 
     initial: float = 1.0
     maximum: float = 300.0
     multiplier: float = 2.0
     max_retry_after: float = 3600.0
+    flush_interval: float = 1.0
 
     def delay(self, attempt: int, retry_after: float | None, rand: random.Random) -> float:
         if retry_after is not None:
@@ -149,6 +154,7 @@ class Batcher:
         self.lock = threading.RLock()       # one builder/sender at a time
         self.rand = random.SystemRandom()  # backoff jitter: OS CSPRNG, like every SDK draw
         self.backoff_until = 0.0
+        self.server_backoff = False          # the back-off is the collector's Retry-After
         self.attempts = 0
         self.flushing = 0
         self.building = False               # reports taken from the queue, not yet in the outbox
@@ -230,6 +236,19 @@ class Batcher:
 
     def in_backoff(self, now: float) -> bool:
         return now < self.backoff_until
+
+    def begin_flush(self, now: float) -> None:
+        """A flush started: send now — end our own back-off (not a server's Retry-After).
+
+        Lock-free (the asyncio driver calls it on the loop): a send that fails concurrently
+        sets a new back-off, already capped at ``flush_interval`` because ``flushing`` is set.
+        """
+        self.flushing += 1
+        if not self.server_backoff:
+            self.backoff_until = min(self.backoff_until, now)
+
+    def end_flush(self) -> None:
+        self.flushing -= 1
 
     # --- build: queue -> ledger -> outbox ------------------------------------------------------------
     def record_refusals(self) -> None:
@@ -333,6 +352,7 @@ class Batcher:
             outbox.done(batch)
             self.attempts = 0
             self.backoff_until = 0.0
+            self.server_backoff = False
             self.counters["batches_acked"] += 1
             self.counters["reports_acked"] += batch.reports
             doc = response.json()
@@ -346,7 +366,10 @@ class Batcher:
             self.counters["retries"] += 1
             retry_after = None if response is None else response.retry_after()
             delay = self.retry.delay(self.attempts, retry_after, self.rand)
+            if self.flushing and retry_after is None:
+                delay = min(delay, self.retry.flush_interval)
             self.backoff_until = now + delay
+            self.server_backoff = retry_after is not None
             if response is None:
                 self.counters["network_errors"] += 1
             what = f"HTTP {response.status}" if response is not None else f"{error}"
@@ -359,6 +382,7 @@ class Batcher:
         outbox.done(batch)
         self.attempts = 0
         self.backoff_until = 0.0
+        self.server_backoff = False
         self._reject(batch, response)
 
     def _reject(self, batch: StoredBatch, response: Response) -> None:
@@ -426,6 +450,7 @@ class Batcher:
         self._fallback.reset_after_fork()
         self.rand = random.SystemRandom()  # backoff jitter: OS CSPRNG, like every SDK draw
         self.backoff_until = 0.0
+        self.server_backoff = False
         self.attempts = 0
         self.flushing = 0
         self.unsent_hint = True
@@ -482,8 +507,7 @@ class Uploader:
         failures = self.batcher.failures
         if self._thread is None or not self._thread.is_alive():
             self.start()
-        with self._progress:
-            self.batcher.flushing += 1
+        self.batcher.begin_flush(time.monotonic())
         try:
             self._event.set()
             with self._progress:
@@ -496,8 +520,7 @@ class Uploader:
                         return False
                     self._progress.wait(min(remaining, 0.05))
         finally:
-            with self._progress:
-                self.batcher.flushing -= 1
+            self.batcher.end_flush()
 
     def close(self, timeout: float = 10.0) -> bool:
         """Flush within ``timeout``, then stop the worker (unsent batches stay in the outbox)."""

@@ -1,6 +1,8 @@
 """Shared helpers of the SDK tests: a registry with every kind of metric, an aiohttp server
-that speaks wire format v1 (backed by FakeCollector) with scriptable faults, and a real
-`ldpt serve` subprocess on a chosen port."""
+that speaks wire format v1 (backed by FakeCollector) with scriptable faults, a real
+`ldpt serve` subprocess on a chosen port, and ``file_lock``: every SDK test module imports
+it, so each of its tests runs twice — with the POSIX flock and with the portable lock
+(``ByteRangeLock``, the Windows code path, on ``FlockMsvcrt``)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -18,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import pytest
 from aiohttp import web
 
+from client_sdk import _files
 from client_sdk.registry import Registry, parse_registry
-from client_sdk.transport import FakeCollector
+from client_sdk.testing import FakeCollector, FlockMsvcrt
 
 from .collector_support import free_port  # noqa: F401 - one helper for both suites
 
@@ -67,6 +72,14 @@ lifetime_epsilon = 20.0
 """.replace("COUNTRIES", ", ".join(f'"country-{i:02d}"' for i in range(40)))
 
 
+@pytest.fixture(params=["posix", "portable"], autouse=True)
+def file_lock(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Run the test with flock(2), then with msvcrt-style byte-range locking (as on Windows)."""
+    if request.param == "portable":
+        monkeypatch.setattr(_files, "LOCK", _files.ByteRangeLock(FlockMsvcrt()))
+    return _files.LOCK
+
+
 def make_registry(text: str = REGISTRY_TOML) -> Registry:
     return parse_registry(text, source="test-registry")
 
@@ -98,6 +111,7 @@ class WireServer:
         self.script: list[Any] = []
         self.retry_after: str | None = None
         self.seen: list[tuple[dict[str, str], bytes, float]] = []
+        self.registry_peers: list[Any] = []     # client (host, port) of each GET /v1/registry
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -124,6 +138,7 @@ class WireServer:
                             content_type=resp.headers.get("content-type", "application/json"))
 
     async def _registry(self, request: web.Request) -> web.Response:
+        self.registry_peers.append(request.transport.get_extra_info("peername") if request.transport else None)
         resp = self.collector.handle("GET", "/v1/registry", dict(request.headers), b"")
         return web.Response(status=resp.status, body=resp.body, content_type="application/json")
 
@@ -164,13 +179,28 @@ class WireServer:
         self.stop()
 
 
+@contextlib.contextmanager
+def refusing_port() -> Iterator[int]:
+    """A port of 127.0.0.1 held bound but never listening: connecting is refused, and nobody
+    else can take the port meanwhile (unlike a free_port() that was closed again)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
 LISTEN = re.compile(r"listening on (http://\S+)")
 
 
 class Collector:
-    """A real `ldpt serve` subprocess (SQLite store) on a fixed port of 127.0.0.1."""
+    """A real `ldpt serve` subprocess (SQLite store) on 127.0.0.1.
 
-    def __init__(self, metrics: Path, db: Path, port: int, log: Path, extra: tuple[str, ...] = ()) -> None:
+    ``port=0`` (the default): the first start binds an ephemeral port, read back from the
+    "listening on" line, and a restart reuses it — no free_port() bind-close-reuse race.
+    """
+
+    def __init__(self, metrics: Path, db: Path, port: int = 0, log: Path | None = None,
+                 extra: tuple[str, ...] = ()) -> None:
+        log = log if log is not None else db.with_suffix(".log")
         self.metrics, self.db, self.port, self.log = metrics, db, port, log
         self.extra = extra
         self.proc: subprocess.Popen | None = None
@@ -191,6 +221,9 @@ class Collector:
                         or self.proc.poll() is not None, timeout)
         if not ok or self.proc.poll() is not None:
             raise RuntimeError(f"collector did not start: {self.log.read_text(errors='replace')}")
+        found = LISTEN.search(self.log.read_text(errors="replace")[start_len:])
+        assert found is not None
+        self.port = int(found.group(1).rsplit(":", 1)[1].rstrip("/"))
         return self
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
@@ -210,7 +243,7 @@ class Collector:
 def collector(tmp_path: Path, registry_text: str = REGISTRY_TOML, extra: tuple[str, ...] = ()) -> Iterator[Collector]:
     metrics = tmp_path / "metrics.toml"
     metrics.write_text(registry_text, encoding="utf-8")
-    col = Collector(metrics, tmp_path / "store.sqlite", free_port(), tmp_path / "collector.log", extra)
+    col = Collector(metrics, tmp_path / "store.sqlite", 0, tmp_path / "collector.log", extra)
     col.start()
     try:
         yield col

@@ -14,15 +14,16 @@ from client_sdk import AsyncTelemetryClient, TelemetryClient
 from client_sdk.errors import FingerprintMismatch, RegistryError
 from client_sdk.remote import registry_from_json
 
-from .sdk_support import REGISTRY_TOML, make_registry
+from .sdk_support import REGISTRY_TOML, file_lock, make_registry  # noqa: F401 - file_lock: autouse
 
 EXPECTED_EXPORTS = {
-    "AsyncHTTPTransport", "AsyncMemoryTransport", "AsyncTelemetryClient", "AsyncTransport",
-    "AsyncUploader", "DropPolicy", "FakeCollector", "Fault", "FileState", "HTTPTransport",
-    "LdptError", "MemoryState", "MemoryTransport", "OutboxLimits", "Refusal", "RetryPolicy",
-    "TelemetryClient", "Transport", "TransportError", "Uploader", "load_registry", "read_ledger",
-    "registry_from_json",
+    "AsyncHTTPTransport", "AsyncTelemetryClient", "AsyncTransport", "AsyncUploader",
+    "ClientOptions", "DropPolicy", "FileState", "HTTPTransport", "LdptError", "MemoryState",
+    "OutboxLimits", "Refusal", "RetryPolicy", "TelemetryClient", "Transport", "TransportError",
+    "Uploader", "load_registry", "read_ledger", "registry_from_json",
 }
+#: Test doubles: importable from client_sdk.testing only, never from the production surface.
+TEST_DOUBLES = {"AsyncMemoryTransport", "FakeCollector", "Fault", "MemoryTransport"}
 
 
 def test_exported_names_are_exactly_the_public_surface():
@@ -33,6 +34,16 @@ def test_exported_names_are_exactly_the_public_surface():
         assert name in dir(client_sdk)
     with pytest.raises(AttributeError):
         client_sdk.NotAThing  # noqa: B018
+
+
+def test_test_doubles_live_in_client_sdk_testing_only():
+    import client_sdk.testing
+    import client_sdk.transport
+
+    for name in TEST_DOUBLES:
+        assert getattr(client_sdk.testing, name) is not None
+        assert name in client_sdk.testing.__all__
+        assert not hasattr(client_sdk, name) and not hasattr(client_sdk.transport, name)
 
 
 def test_sync_and_async_twins_have_matching_names():

@@ -6,17 +6,10 @@ import asyncio
 import threading
 import time
 
-from client_sdk import (
-    AsyncHTTPTransport,
-    AsyncMemoryTransport,
-    AsyncTelemetryClient,
-    FakeCollector,
-    Fault,
-    MemoryState,
-    RetryPolicy,
-)
+from client_sdk import AsyncHTTPTransport, AsyncTelemetryClient, MemoryState, RetryPolicy
+from client_sdk.testing import AsyncMemoryTransport, FakeCollector, Fault
 
-from .sdk_support import WireServer, decode_body, make_registry
+from .sdk_support import WireServer, decode_body, file_lock, make_registry  # noqa: F401 - file_lock: autouse
 
 FAST = RetryPolicy(initial=0.02, maximum=0.1)
 
@@ -102,7 +95,7 @@ def test_reports_from_other_threads_wake_the_loop():
             t.start()
         for t in threads:
             t.join()
-        for _ in range(200):                       # full batches go without any flush
+        for _ in range(1000):                      # full batches go without any flush (10 s at most)
             if fake.accepted_reports == 10:
                 break
             await asyncio.sleep(0.01)
@@ -139,6 +132,7 @@ def test_async_create_fetches_the_registry_off_the_loop(tmp_path):
     with WireServer(FakeCollector(registry)) as server:
         async def main():
             client = await AsyncTelemetryClient.create(server.url, state_dir=tmp_path / "s")
+            assert await asyncio.to_thread(client.wait_for_registry, 5.0)
             assert client.registry.get("theme").fingerprint == registry.get("theme").fingerprint
             client.report("theme", "light-secret-theme")
             assert await client.aflush(5.0)

@@ -20,7 +20,7 @@ from client_sdk import MemoryState, RetryPolicy, TelemetryClient, Uploader
 from client_sdk.transport import HTTPTransport
 from collector.storage.sqlite import open_store
 
-from .sdk_support import REGISTRY_TOML, Collector, collector, free_port, make_registry
+from .sdk_support import REGISTRY_TOML, Collector, collector, file_lock, make_registry  # noqa: F401 - file_lock: autouse
 
 pytestmark = pytest.mark.e2e
 
@@ -73,6 +73,7 @@ def test_clients_in_threads_and_processes_to_a_real_collector_then_ldpt_estimate
         assert all(results) and len(results) == len(thread_labels)
         assert all(ok for ok, _ in fleets) and sum(n for _, n in fleets) == 2 * 900
         fetched = TelemetryClient(col.url, state_dir=tmp_path / "fetched")   # GET /v1/registry
+        assert fetched.wait_for_registry(10.0)
         assert {m.name: m.fingerprint for m in fetched.registry} == \
             {m.name: m.fingerprint for m in make_registry()}
         fetched.close(1.0)
@@ -115,7 +116,7 @@ def _steady_reporter(url: str, state_dir: str, seconds: float, queue) -> None:
 def test_a_collector_crash_and_restart_loses_and_doubles_nothing(tmp_path):
     metrics = tmp_path / "metrics.toml"
     metrics.write_text(REGISTRY_TOML, encoding="utf-8")
-    col = Collector(metrics, tmp_path / "store.sqlite", free_port(), tmp_path / "collector.log").start()
+    col = Collector(metrics, tmp_path / "store.sqlite", 0, tmp_path / "collector.log").start()   # port kept on restart
     try:
         ctx = multiprocessing.get_context("fork")
         queue = ctx.Queue()

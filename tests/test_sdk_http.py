@@ -8,11 +8,12 @@ import time
 
 import pytest
 
-from client_sdk import FakeCollector, HTTPTransport, RetryPolicy, TelemetryClient
+from client_sdk import HTTPTransport, RetryPolicy, TelemetryClient
 from client_sdk.errors import FingerprintMismatch, RegistryError
+from client_sdk.testing import FakeCollector
 from client_sdk.transport import TransportError
 
-from .sdk_support import WireServer, decode_body, free_port, make_registry
+from .sdk_support import WireServer, decode_body, file_lock, make_registry, refusing_port  # noqa: F401 - file_lock: autouse
 
 FAST = RetryPolicy(initial=0.02, maximum=0.1)
 
@@ -80,29 +81,38 @@ def test_headers_are_constant_and_identify_nobody(tmp_path, registry, server):
 def test_the_registry_is_fetched_pinned_and_cached(tmp_path, registry, server):
     state = tmp_path / "s"
     client = TelemetryClient(server.url, state_dir=state)
+    assert client.wait_for_registry(5.0)                          # fetched in the background
     assert client.registry.get("theme").fingerprint == registry.get("theme").fingerprint
     assert (state / "registry.json").exists()
     assert client.report("theme", "dark-secret-theme") and client.flush(5.0)
     client.close()
     with pytest.raises(FingerprintMismatch, match="pinned"):
-        TelemetryClient(server.url, state_dir=state, pins={"theme": "0" * 32})
+        TelemetryClient(server.url, state_dir=state, pins={"theme": "0" * 32}, strict=True)
+    changed = TelemetryClient(server.url, state_dir=state, pins={"theme": "0" * 32})   # never raises
+    assert changed.wait_for_registry(5.0) is False and changed.report("theme", "dark-secret-theme") is False
+    assert changed.stats()["disabled"] == 1
+    changed.close(0.1)
     pinned = TelemetryClient(server.url, state_dir=state, pins={"theme": registry.get("theme").fingerprint})
+    assert pinned.wait_for_registry(5.0)
     pinned.close(0.1)
-    dead = f"http://127.0.0.1:{free_port()}"
-    offline = TelemetryClient(dead, state_dir=state, timeout=1.0)   # the collector is down: cached copy
-    assert offline.registry.get("crash").fingerprint == registry.get("crash").fingerprint
-    assert offline.report("crash", True)
-    offline.close(0.2)
-    with pytest.raises(RegistryError, match="no cached copy"):
-        TelemetryClient(dead, state_dir=tmp_path / "fresh", timeout=1.0)
+    with refusing_port() as port:
+        dead = f"http://127.0.0.1:{port}"
+        offline = TelemetryClient(dead, state_dir=state, timeout=1.0)   # the collector is down: cached copy
+        assert offline.wait_for_registry(5.0)
+        assert offline.registry.get("crash").fingerprint == registry.get("crash").fingerprint
+        assert offline.report("crash", True)
+        offline.close(0.2)
+        with pytest.raises(RegistryError, match="no cached copy"):
+            TelemetryClient(dead, state_dir=tmp_path / "fresh", timeout=1.0, strict=True)
 
 
 def test_http_transport_errors_and_keep_alive(server):
     transport = HTTPTransport(server.url)
     for _ in range(3):
-        assert transport.get_registry().status == 200           # one kept-alive connection
+        assert transport.get_registry().status == 200
+    assert len(server.registry_peers) == 3 and len(set(server.registry_peers)) == 1   # one kept-alive connection
     transport.close()
-    with pytest.raises(TransportError):
-        HTTPTransport(f"http://127.0.0.1:{free_port()}", timeout=1.0).get_registry()
+    with refusing_port() as port, pytest.raises(TransportError):
+        HTTPTransport(f"http://127.0.0.1:{port}", timeout=1.0).get_registry()
     with pytest.raises(ValueError):
         HTTPTransport("ftp://example.org")

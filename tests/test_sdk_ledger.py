@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import main
-from client_sdk import FakeCollector, MemoryTransport, RetryPolicy, TelemetryClient
+from client_sdk import RetryPolicy, TelemetryClient
 from client_sdk.ledger import (
     Charge,
     Ledger,
@@ -23,8 +23,9 @@ from client_sdk.ledger import (
     read_ledger,
     window_name,
 )
+from client_sdk.testing import FakeCollector, MemoryTransport
 
-from .sdk_support import REGISTRY_TOML, make_registry
+from .sdk_support import REGISTRY_TOML, file_lock, make_registry  # noqa: F401 - file_lock: autouse
 
 DAY = 20_000   # a UTC day number
 

@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from client_sdk import FakeCollector, MemoryState, MemoryTransport, TelemetryClient
+from client_sdk import MemoryState, TelemetryClient
 from client_sdk.state import (
     FileState,
     OptedOutError,
@@ -19,8 +19,9 @@ from client_sdk.state import (
     load_or_create_secret,
     value_digest,
 )
+from client_sdk.testing import FakeCollector, MemoryTransport
 
-from .sdk_support import make_registry, wait_until
+from .sdk_support import file_lock, make_registry, wait_until  # noqa: F401 - file_lock: autouse
 
 
 def test_the_secret_is_32_private_bytes_created_once(tmp_path):

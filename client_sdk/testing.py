@@ -1,0 +1,233 @@
+"""Test doubles for apps embedding the SDK: a collector in memory and transports to reach it.
+
+Not part of the production surface (``client_sdk.__all__``): import them from here.
+
+```python
+from client_sdk.testing import FakeCollector, Fault, MemoryTransport
+```
+
+``FakeCollector`` answers ``POST /v1/reports`` like the real collector: it decodes and
+validates every body with the collector's own code (``collector.ingest.BatchDecoder`` and
+its RFC 9457 problems), so the double cannot drift from the service. That import happens
+when a FakeCollector is built, never when the SDK is imported: the SDK must not load the
+collector (tests/test_layering.py exempts exactly this module). On top it dedupes batch ids
+(same id and body: duplicate; another body: 422), accumulates sketches so tests can
+estimate from what the SDK sent, and fails on request (``Fault``: status codes with
+Retry-After, dropped connections, acknowledgements lost after the commit).
+``MemoryTransport`` / ``AsyncMemoryTransport`` connect a client to it without a socket.
+
+``FlockMsvcrt`` gives ``client_sdk._files.ByteRangeLock`` (the Windows lock) msvcrt's
+contract on POSIX, so the SDK tests run the Windows locking code here as well.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import errno
+import hashlib
+import importlib
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import msgpack
+
+from .aio import AsyncTransport
+from .registry import Registry
+from .transport import (
+    MSGPACK,
+    PROBLEM_BASE,
+    REGISTRY_PATH,
+    REPORTS_PATH,
+    USER_AGENT,
+    Response,
+    Transport,
+    TransportError,
+)
+
+__all__ = ["AsyncMemoryTransport", "FakeCollector", "Fault", "FlockMsvcrt", "MemoryTransport", "problem"]
+
+
+def problem(status: int, slug: str, detail: str, **members: Any) -> Response:
+    """An RFC 9457 problem response, shaped as the real collector's."""
+    doc = {"type": PROBLEM_BASE + slug, "title": slug.replace("-", " "), "status": status,
+           "detail": detail, **{k: v for k, v in members.items() if v is not None}}
+    headers = {"content-type": "application/problem+json"}
+    if members.get("retry_after") is not None:
+        headers["retry-after"] = str(members["retry_after"])
+    return Response(status, headers, json.dumps(doc).encode())
+
+
+def _ok(accepted: int, duplicate: bool) -> Response:
+    return Response(200, {"content-type": "application/json"},
+                    json.dumps({"accepted": accepted, "duplicate": duplicate}).encode())
+
+
+@dataclasses.dataclass
+class Fault:
+    """One scripted failure of FakeCollector.
+
+    kind: "status" (answer ``status`` with optional Retry-After), "drop" (no response, nothing
+    committed) or "lost-ack" (commit the batch, then drop the connection: the retry must be
+    counted as a duplicate).
+    """
+
+    kind: str = "status"
+    status: int = 503
+    retry_after: float | None = None
+    slug: str = "overloaded"
+
+
+class FakeCollector:
+    """Wire format v1 in memory: the collector's validation, batch-id dedupe, sketches."""
+
+    def __init__(self, registry: Registry | None = None, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        # Lazily (see the module docstring): the collector's own decoder and problem type.
+        from collector.ingest import BatchDecoder
+        from collector.problems import Problem
+
+        self._problem_type = Problem
+        self.registry = registry
+        # Without a registry only the envelope is checked: every metric is accepted.
+        self._decoder = BatchDecoder(registry if registry is not None else Registry({}, "none"))
+        self._clock = clock
+        self.lock = threading.Lock()
+        self.faults: collections.deque[Fault] = collections.deque()
+        self.requests: list[tuple[str, str, dict[str, str], bytes]] = []   # every request seen
+        self.committed: dict[bytes, bytes] = {}                             # batch id -> digest
+        self.batches: list[dict[str, Any]] = []                             # committed, decoded
+        self.duplicates = 0
+        self.accepted_reports = 0
+        self.sketches: dict[tuple[str, str], Any] = {}
+        self.respond: Callable[[bytes], Response | None] | None = None    # custom hook
+
+    def fail(self, *faults: Fault) -> None:
+        """Queue faults for the next POSTs (one each)."""
+        with self.lock:
+            self.faults.extend(faults)
+
+    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Response:
+        """Answer one request; raises TransportError for "drop"/"lost-ack" faults."""
+        with self.lock:
+            self.requests.append((method, path, dict(headers), body))
+            fault = self.faults.popleft() if (self.faults and path == REPORTS_PATH) else None
+        if method == "GET" and path == REGISTRY_PATH and self.registry is not None:
+            return Response(200, {"content-type": "application/json"},
+                            json.dumps(self.registry.to_json()).encode())
+        if method != "POST" or path != REPORTS_PATH:
+            return problem(404, "not-found", f"no route {method} {path}")
+        if fault is not None and fault.kind == "drop":
+            raise TransportError("connection dropped (scripted)")
+        if fault is not None and fault.kind == "status":
+            return problem(fault.status, fault.slug, "scripted failure", retry_after=fault.retry_after)
+        if self.respond is not None:
+            custom = self.respond(body)
+            if custom is not None:
+                return custom
+        ctype = {k.lower(): v for k, v in headers.items()}.get("content-type", "")
+        if ctype.split(";")[0].strip() != MSGPACK:
+            return problem(415, "unsupported-media-type", f"expected {MSGPACK}, got {ctype!r}")
+        response = self.ingest(body)
+        if fault is not None and fault.kind == "lost-ack":
+            raise TransportError("connection dropped after the commit (scripted)")
+        return response
+
+    def _decode(self, body: bytes) -> tuple[bytes, int, dict[tuple[str, str], Any]]:
+        """(batch id, reports, sketch deltas) through the collector's decoder; raises Problem."""
+        if self.registry is None:
+            doc = msgpack.unpackb(body, raw=False, strict_map_key=True) if body else None
+            batch_id, reports = self._decoder._envelope(doc)
+            return batch_id, len(reports), {}
+        window = time.strftime("%Y-%m-%d", time.gmtime(self._clock()))
+        pending = self._decoder.decode(body, window)
+        deltas = {(key.metric, key.fingerprint): sketch for key, sketch in pending.deltas.items()}
+        return pending.batch_id, pending.reports, deltas
+
+    def ingest(self, body: bytes) -> Response:
+        """Decode, validate and commit one batch (all or nothing), as the collector does."""
+        try:
+            batch_id, reports, deltas = self._decode(body)
+        except self._problem_type as exc:
+            return problem(exc.status, exc.slug, exc.detail, retry_after=exc.retry_after, **exc.extra)
+        except Exception as exc:  # noqa: BLE001 - registry=None: any undecodable body is a 400
+            return problem(400, "undecodable-body", f"not msgpack: {exc}")
+        digest = hashlib.sha256(body).digest()
+        with self.lock:
+            seen = self.committed.get(batch_id)
+            if seen is not None:
+                if seen != digest:
+                    return problem(422, "batch-id-conflict", "batch id reused with a different body")
+                self.duplicates += 1
+                return _ok(reports, True)
+            self.committed[batch_id] = digest
+            self.batches.append(msgpack.unpackb(body, raw=False))
+            self.accepted_reports += reports
+            for key, sketch in deltas.items():
+                old = self.sketches.get(key)
+                self.sketches[key] = sketch if old is None else old.merge(sketch)
+        return _ok(reports, False)
+
+    def sketch(self, metric: str) -> Any:
+        """The accumulated sketch of a metric (under its current fingerprint)."""
+        if self.registry is None:
+            raise ValueError("FakeCollector() without a registry keeps no sketches")
+        spec = self.registry.get(metric)
+        return self.sketches.get((metric, spec.fingerprint)) or spec.protocol_impl.new_sketch()
+
+
+class MemoryTransport(Transport):
+    """A transport wired straight to a FakeCollector (or any handler): tests, benchmarks."""
+
+    def __init__(self, collector: FakeCollector | None = None, *, latency: float = 0.0) -> None:
+        self.collector = collector if collector is not None else FakeCollector()
+        self.latency = latency
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                headers: Mapping[str, str] | None = None) -> Response:
+        if self.latency:
+            time.sleep(self.latency)
+        hdrs = {"User-Agent": USER_AGENT, **(headers or {})}
+        return self.collector.handle(method, path, hdrs, body or b"")
+
+
+class AsyncMemoryTransport(MemoryTransport, AsyncTransport):
+    """A FakeCollector behind both the sync and the async interface (tests)."""
+
+    async def arequest(self, method: str, path: str, body: bytes | None = None,
+                       headers: Mapping[str, str] | None = None) -> Response:
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        hdrs = {"User-Agent": USER_AGENT, **(headers or {})}
+        return self.collector.handle(method, path, hdrs, body or b"")
+
+
+class FlockMsvcrt:
+    """``msvcrt.locking``'s contract on POSIX flock(2), to test ``ByteRangeLock`` off Windows.
+
+    ``locking(fd, LK_NBLCK, 1)`` raises OSError(EACCES) while another open file holds the
+    lock, as msvcrt does for another handle; ``LK_UNLCK`` releases it. Like msvcrt, and unlike
+    POSIX record locks, a second open in the same process is excluded too.
+    """
+
+    LK_UNLCK, LK_LOCK, LK_NBLCK = 0, 1, 2
+
+    def __init__(self) -> None:
+        self._fcntl = importlib.import_module("fcntl")
+        self.calls = collections.Counter[int]()
+
+    def locking(self, fd: int, mode: int, nbytes: int) -> None:
+        if nbytes != 1:
+            raise ValueError("the SDK locks exactly one byte")
+        self.calls[mode] += 1
+        if mode == self.LK_UNLCK:
+            self._fcntl.flock(fd, self._fcntl.LOCK_UN)
+            return
+        try:
+            self._fcntl.flock(fd, self._fcntl.LOCK_EX | self._fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OSError(errno.EACCES, "the region is locked by another handle") from None
