@@ -17,17 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli.main import main
-from client_sdk import (
-    AsyncMemoryTransport,
-    AsyncTelemetryClient,
-    FakeCollector,
-    MemoryState,
-    MemoryTransport,
-    TelemetryClient,
-)
+from client_sdk import AsyncTelemetryClient, MemoryState, TelemetryClient
 from client_sdk.errors import DomainError, RegistryError
 from client_sdk.protocols.factory import choose_numeric_protocol
 from client_sdk.registry import Kind, parse_registry
+from client_sdk.testing import AsyncMemoryTransport, FakeCollector, MemoryTransport
 from estimators.frequency import estimate_frame
 from estimators.numeric import QUANTILES
 from estimators.simulation import NumericPopulation, draw_population, numeric_truth, simulate_sketch
