@@ -19,7 +19,6 @@ from client_sdk.protocols.base import Sketch
 from client_sdk.protocols.factory import build_protocol
 from client_sdk.protocols.rappor import RapporParams
 from client_sdk.registry import parse_registry
-from estimators import rappor as dec
 from estimators.frequency import COLUMNS, estimate_frame
 from estimators.rappor import CandidateMap, decode, sample_sketch
 from estimators.simulation import Population, simulate_sketch
@@ -229,9 +228,3 @@ def test_decoding_is_fast():
         df = decode(sk, DEFAULT, values)
         assert time.perf_counter() - start < budget
         assert df.attrs["summary"]["screened"] == (n_decoys > 2000)
-
-
-def test_holm_and_bh_rules():
-    p = np.array([0.001, 0.02, 0.03, 0.5])
-    assert dec._holm(p, 0.05).tolist() == [True, False, False, False]   # 0.004, 0.06 stops
-    assert dec._bh(p, 0.05).tolist() == [True, True, True, False]       # 0.03 <= 3·0.05/4
