@@ -49,6 +49,26 @@ def output_options(func: F) -> F:
     return func
 
 
+def validate_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A collector URL must say http:// or https:// (``127.0.0.1:8080`` alone is a common slip)."""
+    if value is None:
+        return None
+    scheme, sep, rest = value.partition("://")
+    if not sep:
+        raise click.BadParameter(f"{value!r} has no scheme; did you mean http://{value} ?")
+    if scheme.lower() not in ("http", "https") or not rest.strip("/"):
+        raise click.BadParameter(f"{value!r} is not an http:// or https:// URL (e.g. "
+                                 "http://127.0.0.1:8080)")
+    return value
+
+
+def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    """Left-aligned text columns, header first (no pandas: small tables must print at once)."""
+    widths = [max(len(r[i]) for r in [*rows, header]) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
+                     for row in [header, *rows]) + "\n"
+
+
 def load_metric(metrics_file: str, metric: str) -> tuple[Registry, MetricSpec]:
     """Load the registry file and look up one metric (errors name the file and metric)."""
     registry = load_registry(metrics_file)

@@ -24,10 +24,10 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import numpy as np
-import pandas as pd
 
 from client_sdk.client import TelemetryClient
 from client_sdk.queue import MemoryOutbox
@@ -35,11 +35,13 @@ from client_sdk.registry import Kind, MetricSpec, Registry, load_registry
 from client_sdk.state import MemoryState
 from client_sdk.transport import HTTPTransport
 from client_sdk.uploader import RetryPolicy, Uploader
-from estimators.frequency import estimate_frame
 from estimators.simulation import draw_population
 
 from .common import progress_bar
 from .estimate_cmd import load_sketch
+
+if TYPE_CHECKING:  # pandas loads only when the demo runs (a fast `ldpt --help`)
+    import pandas as pd
 
 #: The demo's metrics: one per kind, with the budgets an app team might pick.
 DEMO_REGISTRY = """\
@@ -188,6 +190,8 @@ def wait_acknowledged(uploader: Uploader, reports: int, silent: bool, timeout: f
 
 def estimates_vs_truth(spec: MetricSpec, db: Path, values: Sequence[str], counts: np.ndarray) -> pd.DataFrame:
     """The estimate frame with the truth beside it and whether the 95% interval covers it."""
+    from estimators.frequency import estimate_frame
+
     sketch = load_sketch(spec, str(db), None, None, None)
     candidates = list(values) + DEMO_DECOYS if spec.kind is Kind.STRING else None
     df = estimate_frame(spec, sketch, candidates=candidates)
@@ -207,6 +211,8 @@ def format_result(spec: MetricSpec, df: pd.DataFrame) -> str:
     covered = int(df["covered"].sum())
     head = (f"{spec.name} ({spec.kind.value}, {spec.protocol}, {eps}): {n:,} reports; "
             f"{covered} of {len(df)} true counts inside their 95% interval")
+    import pandas as pd
+
     shown = pd.DataFrame({
         "value": df["value"],
         "truth": df["truth"].map(lambda v: f"{v:,}"),
