@@ -211,7 +211,7 @@ def test_simulate_url_fails_fast_when_nothing_listens(run, registry_file, tmp_pa
     assert time.monotonic() - start < 10
     result = run("simulate", "--metrics", str(registry_file), "--metric", "theme", "--clients", "10",
                  "--url", f"127.0.0.1:{port}", "--silent", ok=False)
-    assert result.exit_code == 1 and "cannot reach the collector" in result.output
+    assert result.exit_code == 2 and f"did you mean http://127.0.0.1:{port}" in result.output
 
 
 def test_estimate_url_that_is_not_a_collector(run, tmp_path):
