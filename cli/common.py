@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from client_sdk.errors import LdptError
-from client_sdk.registry import MetricSpec, Registry, load_registry
+
+if TYPE_CHECKING:  # the registry (and numpy) load when a command needs them, not for `ldpt --help`
+    from client_sdk.registry import MetricSpec, Registry
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -71,6 +73,8 @@ def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 
 def load_metric(metrics_file: str, metric: str) -> tuple[Registry, MetricSpec]:
     """Load the registry file and look up one metric (errors name the file and metric)."""
+    from client_sdk.registry import load_registry
+
     registry = load_registry(metrics_file)
     return registry, registry.get(metric)
 

@@ -112,7 +112,7 @@ def check_ldpt_command(group: click.Group, argv: list[str]) -> list[str]:
     words = [w.strip("[]") for w in argv[1:]]
     names = ["ldpt"]
     while isinstance(cmd, click.Group) and words and not words[0].startswith("-"):
-        sub = cmd.commands.get(words[0])
+        sub = cmd.get_command(click.Context(cmd), words[0])
         if sub is None:
             return problems + [f"{' '.join(names)} has no subcommand {words[0]!r}"]
         names.append(words.pop(0))

@@ -6,10 +6,11 @@ import json
 import subprocess
 import sys
 
+import click
 import pytest
 from click.testing import CliRunner
 
-from cli.main import main
+from cli.main import COMMANDS, main
 
 #: Loaded only inside the commands that need them, so `ldpt --help` answers at once (bench/cli.py).
 HEAVY = ("pandas", "scipy", "matplotlib", "aiohttp")
@@ -26,11 +27,32 @@ def test_import_cli_main_loads_no_heavy_package():
     assert heavy_modules_after("import cli.main") == []
 
 
+def test_ldpt_help_imports_no_subcommand_module():
+    probe = ("import sys\nfrom click.testing import CliRunner\nfrom cli.main import main\n"
+             "result = CliRunner().invoke(main, ['--help'])\nassert result.exit_code == 0\n"
+             "print(sorted(m for m in sys.modules if m.endswith('_cmd') or m.startswith('numpy')))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_lazy_command_table_matches_the_commands():
+    """`ldpt --help` shows COMMANDS' text without importing; it must be each command's own."""
+    ctx = click.Context(main)
+    assert main.list_commands(ctx) == sorted(COMMANDS)
+    for name, (_, _, short_help) in COMMANDS.items():
+        cmd = main.get_command(ctx, name)
+        assert cmd is not None and cmd.name == name
+        assert short_help == cmd.get_short_help_str(limit=200), f"update COMMANDS[{name!r}] in cli/main.py"
+    assert main.get_command(ctx, "no-such-command") is None
+
+
 def test_help_of_every_command_loads_no_heavy_package():
     code = ("from click.testing import CliRunner\nfrom cli.main import main\n"
             "import click\n"
             "def walk(group, path):\n"
-            "    for name, cmd in group.commands.items():\n"
+            "    ctx = click.Context(group)\n"
+            "    for name in group.list_commands(ctx):\n"
+            "        cmd = group.get_command(ctx, name)\n"
             "        r = CliRunner().invoke(main, [*path, name, '--help'])\n"
             "        assert r.exit_code == 0, (path, name, r.output)\n"
             "        if isinstance(cmd, click.Group):\n"

@@ -25,7 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def iter_commands(group: click.Group, prefix: str = "ldpt"):
-    for name, cmd in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # loads lazily registered subcommands (cli/main.py)
+        cmd = group.get_command(ctx, name)
         path = f"{prefix} {name}"
         yield path, cmd
         if isinstance(cmd, click.Group):
