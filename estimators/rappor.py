@@ -1,6 +1,6 @@
 """RAPPOR decoding: frequencies of candidate strings from a sketch, with honest errors.
 
-Model (ldp-facts.md §4). In cohort j with Nⱼ reports, the unbiased true-bit count of Bloom
+Model (docs/math.md §7). In cohort j with Nⱼ reports, the unbiased true-bit count of Bloom
 bit i is t̂ᵢⱼ = (cᵢⱼ − p*Nⱼ)/(q* − p*), and the bit proportion Yᵢⱼ = t̂ᵢⱼ/Nⱼ satisfies
 
     E[Y] = X π + b·1,   X ∈ {0,1}^{km×M}, X[(j,i), s] = 1 iff candidate s sets bit i in cohort j,

@@ -213,3 +213,36 @@ def test_doc_blocks_run_as_written(path: Path, tmp_path: Path):
                 run_block(block, servers.rewrite(block.text), checkout, env)
     finally:
         servers.stop()
+
+
+# --- the repository explains itself ----------------------------------------------------------------
+
+#: Notes that live outside the repository; a future maintainer will not have them.
+OUTSIDE_NOTES = ("ldp-" + "facts", "../" + "shared", "ARCHI" + "TECTURE.md")
+
+
+def test_no_file_cites_notes_outside_the_repository():
+    """Comments and docs cite papers or docs/ pages (docs/math.md, docs/design.md), nothing else."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True)
+    offenders = []
+    for name in filter(None, listed.stdout.decode().split("\0")):
+        path = ROOT / name
+        if not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        offenders += [f"{name}: {note}" for note in OUTSIDE_NOTES if note in text]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_math_citations_name_existing_sections():
+    """Every `docs/math.md §n` citation points at a section heading that exists."""
+    sections = set(re.findall(r"^## §(\d+) ", (ROOT / "docs" / "math.md").read_text(encoding="utf-8"), re.M))
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True)
+    dangling = []
+    for name in filter(None, listed.stdout.decode().split("\0")):
+        path = ROOT / name
+        if path.suffix not in (".py", ".md") or not path.is_file():
+            continue
+        for cited in re.findall(r"math\.md(?:\)?) §(\d+(?:, §\d+)*)", path.read_text(encoding="utf-8")):
+            dangling += [f"{name}: §{n}" for n in re.findall(r"\d+", cited) if n not in sections]
+    assert sections and not dangling, "\n".join(dangling)

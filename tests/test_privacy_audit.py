@@ -1,4 +1,4 @@
-"""Exact privacy audit of every frequency oracle (ARCHITECTURE.md, "privacy rules of the house").
+"""Exact privacy audit of every frequency oracle (docs/design.md, "Privacy rules of the house"; docs/math.md §12).
 
 For small parameters a protocol enumerates P(y | x) over all its outputs
 (``output_probabilities``); test_protocols_basic checks by chi-square that encode samples that

@@ -97,7 +97,7 @@ def test_unknown_metric_and_out_of_domain_value():
 
 @pytest.mark.parametrize("d, eps", [(2, 0.5), (3, 1.0), (16, 1.0), (16, 4.0), (128, 1.0), (1024, 4.0)])
 def test_auto_follows_the_variance_rule(d, eps):
-    """GRR wins iff d < 3e^ε + 2 (ldp-facts §0); otherwise a unary/subset-selection protocol."""
+    """GRR wins iff d < 3e^ε + 2 (docs/math.md §2); otherwise a unary/subset-selection protocol."""
     name = choose_protocol(d, eps)
     if d == 2:
         assert name in ("rr", "grr")

@@ -1,4 +1,4 @@
-"""Unary encoding core shared by OUE and SUE (ldp-facts.md §2).
+"""Unary encoding core shared by OUE and SUE (docs/math.md §4).
 
 The true value x becomes the one-hot vector B ∈ {0,1}^d; every bit is reported
 independently, P[1 | Bᵢ=1] = p and P[1 | Bᵢ=0] = q, so

@@ -1,4 +1,4 @@
-"""The contract every LDP protocol fulfils: the four verbs of ARCHITECTURE.md.
+"""The contract every LDP protocol fulfils: the four verbs of docs/design.md.
 
 A protocol object wraps a frozen params dataclass and exposes, vectorised over a batch:
 
@@ -195,7 +195,7 @@ def check_domain_and_epsilon(d: int, epsilon: float, protocol: str) -> None:
 
 
 class PureProtocol(Protocol):
-    """A pure protocol (ldp-facts.md §0): ``counts[0]`` holds each value's support count and
+    """A pure protocol (docs/math.md §2): ``counts[0]`` holds each value's support count and
     the subclass sets the realised support probabilities ``p`` (= p*) and ``q`` (= q*)."""
 
     p: float
@@ -226,7 +226,7 @@ def integers_from_wire(objects: list, high: int, field: str) -> np.ndarray:
 
 
 def pure_estimate(support: np.ndarray, n: int, p_star: float, q_star: float) -> tuple[np.ndarray, np.ndarray]:
-    """Pure-protocol estimator (ldp-facts.md §0): ĉ = (S − n q*)/(p* − q*) and its plug-in variance.
+    """Pure-protocol estimator (docs/math.md §2): ĉ = (S − n q*)/(p* − q*) and its plug-in variance.
 
     The variance uses Var = n q*(1−q*)/(p*−q*)² + c(1−p*−q*)/(p*−q*) with c = clip(ĉ, 0, n).
     """
@@ -237,7 +237,7 @@ def pure_estimate(support: np.ndarray, n: int, p_star: float, q_star: float) -> 
 
 
 def pure_variance(n: int, true_counts: np.ndarray | float, p_star: float, q_star: float) -> np.ndarray:
-    """Var[ĉ(v)] of a pure protocol (ldp-facts.md §0)."""
+    """Var[ĉ(v)] of a pure protocol (docs/math.md §2)."""
     delta = p_star - q_star
     c = np.asarray(true_counts, dtype=np.float64)
     return n * q_star * (1 - q_star) / delta**2 + c * (1 - p_star - q_star) / delta

@@ -1,4 +1,4 @@
-"""Generalised (k-ary) randomised response, a.k.a. Direct Encoding (ldp-facts.md §1).
+"""Generalised (k-ary) randomised response, a.k.a. Direct Encoding (docs/math.md §3).
 
 Report the true value x with probability p = e^ε/(e^ε+d−1), otherwise a uniformly drawn
 *other* value (each with q = (1−p)/(d−1)). p is quantised down to a 2^-32 grid, and the
@@ -36,7 +36,7 @@ from .base import (
 
 
 def keep_threshold(epsilon: float, k: int) -> int:
-    """Threshold of P(report the true value) = e^ε/(e^ε+k−1), rounded down (ldp-facts §1).
+    """Threshold of P(report the true value) = e^ε/(e^ε+k−1), rounded down (docs/math.md §3).
 
     Shared with OLH, which runs GRR on its hash range [g].
     """

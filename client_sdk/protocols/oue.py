@@ -1,4 +1,4 @@
-"""Optimised unary encoding, Wang et al. USENIX Security 2017 (ldp-facts.md §2).
+"""Optimised unary encoding, Wang et al. USENIX Security 2017 (docs/math.md §4).
 
 Unary encoding (see ``_unary``) with p = ½ and q = 1/(e^ε+1), the optimal UE choice:
 Var* = n·4e^ε/(e^ε−1)². p = ½ is exact on the 2^-32 grid; q is quantised *up*, so the

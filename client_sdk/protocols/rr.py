@@ -1,4 +1,4 @@
-"""Binary randomised response, Warner 1965 (ldp-facts.md §1), for boolean metrics.
+"""Binary randomised response, Warner 1965 (docs/math.md §3), for boolean metrics.
 
 The domain is {0 = false, 1 = true}. Report the true bit with probability
 p = e^ε/(1+e^ε), otherwise its negation. p is quantised down to the 2^-32 grid (by rounding

@@ -1,4 +1,4 @@
-"""Symmetric unary encoding = basic one-time RAPPOR (ldp-facts.md §2).
+"""Symmetric unary encoding = basic one-time RAPPOR (docs/math.md §4).
 
 Unary encoding (see ``_unary``) with p = e^{ε/2}/(e^{ε/2}+1) and q = 1−p = 1/(e^{ε/2}+1):
 Var* = n·e^{ε/2}/(e^{ε/2}−1)². q is quantised *up* and p is set to 1−q' (so p is quantised
