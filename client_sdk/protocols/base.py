@@ -74,9 +74,9 @@ class Protocol(abc.ABC):
 
     # --- shape ---------------------------------------------------------------------------
     @property
-    @abc.abstractmethod
     def domain_size(self) -> int:
-        """d: number of domain values (0-based indices)."""
+        """d: number of domain values (0-based indices); ``params.d`` unless a protocol says otherwise."""
+        return self.params.d
 
     @property
     def cohorts(self) -> int:
@@ -84,9 +84,9 @@ class Protocol(abc.ABC):
         return 1
 
     @property
-    @abc.abstractmethod
     def cell_shape(self) -> tuple[int, ...]:
-        """Shape of one cohort's counters."""
+        """Shape of one cohort's counters: one per domain value unless a protocol says otherwise."""
+        return (self.domain_size,)
 
     def new_sketch(self) -> Sketch:
         return Sketch(np.zeros((self.cohorts, *self.cell_shape), dtype=np.int64),
@@ -212,6 +212,33 @@ class PureProtocol(Protocol):
 
     def variance(self, n: int, true_counts: np.ndarray | float) -> np.ndarray:
         return pure_variance(n, true_counts, self.p, self.q)
+
+
+class DirectResponse(PureProtocol):
+    """A pure protocol whose report is one domain value (binary RR, GRR; docs/math.md §3).
+
+    The report is the true value with probability p and each other value with probability q,
+    so S(y) = {y}, p* = p, q* = q and ε = ln(p/q). ``params`` gives the realised ``p`` and
+    ``q`` and the integer ``keep_threshold`` of p.
+    """
+
+    def __init__(self, params: Any) -> None:
+        super().__init__(params)
+        self.p, self.q = params.p, params.q
+        self._threshold = params.keep_threshold
+
+    @property
+    def epsilon(self) -> float:
+        return math.log(self.p / self.q)
+
+    @property
+    def payload_bits(self) -> int:
+        return max(1, math.ceil(math.log2(self.domain_size)))
+
+    def output_probabilities(self, index: int) -> np.ndarray:
+        probs = np.full(self.domain_size, self.q)
+        probs[index] = self.p
+        return probs
 
 
 def integers_from_wire(objects: list, high: int, field: str) -> np.ndarray:

@@ -25,8 +25,8 @@ from ..randomness import (
     threshold_floor,
 )
 from .base import (
+    DirectResponse,
     Payloads,
-    PureProtocol,
     Sketch,
     check_domain_and_epsilon,
     first_bad,
@@ -72,34 +72,8 @@ class GRRParams:
         return (1.0 - self.p) / (self.d - 1)
 
 
-class GRR(PureProtocol):
+class GRR(DirectResponse):
     name = "grr"
-
-    def __init__(self, params: GRRParams) -> None:
-        super().__init__(params)
-        self.p, self.q = params.p, params.q
-        self._threshold = params.keep_threshold
-
-    @property
-    def domain_size(self) -> int:
-        return self.params.d
-
-    @property
-    def cell_shape(self) -> tuple[int, ...]:
-        return (self.params.d,)
-
-    @property
-    def epsilon(self) -> float:
-        return math.log(self.p / self.q)
-
-    @property
-    def payload_bits(self) -> int:
-        return max(1, math.ceil(math.log2(self.params.d)))
-
-    def output_probabilities(self, index: int) -> np.ndarray:
-        probs = np.full(self.params.d, self.q)
-        probs[index] = self.p
-        return probs
 
     def encode(self, indices: np.ndarray, rng: RandomLike = None,
                cohorts: np.ndarray | None = None) -> Payloads:

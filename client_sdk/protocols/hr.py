@@ -132,10 +132,6 @@ class HR(PureProtocol):
         self._threshold = params.inside_threshold
 
     @property
-    def domain_size(self) -> int:
-        return self.params.d
-
-    @property
     def cell_shape(self) -> tuple[int, ...]:
         return (self.k,)
 

@@ -226,10 +226,6 @@ class OLH(Protocol):
         self._decoders: dict[bytes, _Decoder] = {}
 
     @property
-    def domain_size(self) -> int:
-        return self.params.d
-
-    @property
     def cohorts(self) -> int:
         return self.params.m
 

@@ -120,14 +120,6 @@ class SS(PureProtocol):
         self._wire_dtype = np.dtype("<u2") if params.d <= UINT16_MAX_D else np.dtype("<u4")
 
     @property
-    def domain_size(self) -> int:
-        return self.params.d
-
-    @property
-    def cell_shape(self) -> tuple[int, ...]:
-        return (self.params.d,)
-
-    @property
     def epsilon(self) -> float:
         # Q(S|x∈S)/Q(S|x∉S) = [π'/C(d−1,s−1)] / [(1−π')/C(d−1,s)] = π'(d−s)/((1−π')s).
         return math.log(self.pi * (self.params.d - self.s) / ((1.0 - self.pi) * self.s))
