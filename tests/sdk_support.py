@@ -168,7 +168,11 @@ LISTEN = re.compile(r"listening on (http://\S+)")
 
 
 class Collector:
-    """A real `ldpt serve` subprocess (SQLite store) on a fixed port of 127.0.0.1."""
+    """A real `ldpt serve` subprocess (SQLite store) on 127.0.0.1.
+
+    ``port=0`` (the default of ``collector()``) lets the collector bind a free port; ``start``
+    reads it from the listening line, and later restarts reuse it.
+    """
 
     def __init__(self, metrics: Path, db: Path, port: int, log: Path, extra: tuple[str, ...] = ()) -> None:
         self.metrics, self.db, self.port, self.log = metrics, db, port, log
@@ -191,6 +195,9 @@ class Collector:
                         or self.proc.poll() is not None, timeout)
         if not ok or self.proc.poll() is not None:
             raise RuntimeError(f"collector did not start: {self.log.read_text(errors='replace')}")
+        listening = LISTEN.search(self.log.read_text(errors="replace")[start_len:])
+        assert listening is not None
+        self.port = int(listening.group(1).rsplit(":", 1)[1])
         return self
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
@@ -210,7 +217,7 @@ class Collector:
 def collector(tmp_path: Path, registry_text: str = REGISTRY_TOML, extra: tuple[str, ...] = ()) -> Iterator[Collector]:
     metrics = tmp_path / "metrics.toml"
     metrics.write_text(registry_text, encoding="utf-8")
-    col = Collector(metrics, tmp_path / "store.sqlite", free_port(), tmp_path / "collector.log", extra)
+    col = Collector(metrics, tmp_path / "store.sqlite", 0, tmp_path / "collector.log", extra)
     col.start()
     try:
         yield col

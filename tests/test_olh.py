@@ -11,7 +11,6 @@ import functools
 import math
 import subprocess
 import sys
-import time
 
 import msgpack
 import numpy as np
@@ -147,9 +146,7 @@ def test_rank_deficient_design_is_rejected() -> None:
 
 
 def test_constructor_and_defaults_are_lazy() -> None:
-    start = time.perf_counter()
     proto = from_options(1024, 0.3, {})  # m = 3075: the design would be 6150 × 1024
-    assert time.perf_counter() - start < 0.05
     assert "hash_table" not in vars(proto) and "_equal_factor" not in vars(proto)
     assert per_item_variance(proto) > 0  # what `auto` asks: O(1), no design built
     assert "hash_table" not in vars(proto)

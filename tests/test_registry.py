@@ -115,14 +115,11 @@ def test_metric_names_are_matched_whole():
         parse_registry({"metrics": {7: {"kind": "boolean", "epsilon": 1.0}}})
 
 
-def test_a_duplicate_in_a_large_domain_is_found_fast():
-    import time
-
+def test_a_duplicate_in_a_large_domain_is_found():
+    """200,000 categories: a pairwise (quadratic) search would run into the test timeout."""
     cats = [f"v{i}" for i in range(200_000)] + ["v199999"]
-    start = time.perf_counter()
     with pytest.raises(RegistryError, match="'v199999' appears more than once"):
         parse_registry({"metrics": {"big": {"kind": "categorical", "categories": cats, "epsilon": 1.0}}})
-    assert time.perf_counter() - start < 5.0
 
 
 def test_fingerprint_covers_resolved_defaults(monkeypatch):

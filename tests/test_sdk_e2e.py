@@ -20,7 +20,7 @@ from client_sdk import MemoryState, RetryPolicy, TelemetryClient, Uploader
 from client_sdk.transport import HTTPTransport
 from collector.storage.sqlite import open_store
 
-from .sdk_support import REGISTRY_TOML, Collector, collector, free_port, make_registry
+from .sdk_support import REGISTRY_TOML, Collector, collector, make_registry
 
 pytestmark = pytest.mark.e2e
 
@@ -115,7 +115,7 @@ def _steady_reporter(url: str, state_dir: str, seconds: float, queue) -> None:
 def test_a_collector_crash_and_restart_loses_and_doubles_nothing(tmp_path):
     metrics = tmp_path / "metrics.toml"
     metrics.write_text(REGISTRY_TOML, encoding="utf-8")
-    col = Collector(metrics, tmp_path / "store.sqlite", free_port(), tmp_path / "collector.log").start()
+    col = Collector(metrics, tmp_path / "store.sqlite", 0, tmp_path / "collector.log").start()
     try:
         ctx = multiprocessing.get_context("fork")
         queue = ctx.Queue()
