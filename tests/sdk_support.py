@@ -89,7 +89,8 @@ class WireServer:
 
     ``script`` is a list of actions consumed one per POST: an int status (with
     ``retry_after``), "drop" (close the connection without answering) or None (ingest).
-    Every request's headers and body are recorded in ``seen``.
+    Every request's headers and body are recorded in ``seen``; the client address of every
+    GET /v1/registry in ``registry_peers`` (one address = one kept-alive connection).
     """
 
     def __init__(self, collector: FakeCollector, port: int = 0) -> None:
@@ -98,6 +99,7 @@ class WireServer:
         self.script: list[Any] = []
         self.retry_after: str | None = None
         self.seen: list[tuple[dict[str, str], bytes, float]] = []
+        self.registry_peers: list[Any] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -124,6 +126,7 @@ class WireServer:
                             content_type=resp.headers.get("content-type", "application/json"))
 
     async def _registry(self, request: web.Request) -> web.Response:
+        self.registry_peers.append(request.transport.get_extra_info("peername") if request.transport else None)
         resp = self.collector.handle("GET", "/v1/registry", dict(request.headers), b"")
         return web.Response(status=resp.status, body=resp.body, content_type="application/json")
 

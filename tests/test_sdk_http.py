@@ -100,7 +100,8 @@ def test_the_registry_is_fetched_pinned_and_cached(tmp_path, registry, server):
 def test_http_transport_errors_and_keep_alive(server):
     transport = HTTPTransport(server.url)
     for _ in range(3):
-        assert transport.get_registry().status == 200           # one kept-alive connection
+        assert transport.get_registry().status == 200
+    assert len(server.registry_peers) == 3 and len(set(server.registry_peers)) == 1  # one kept-alive connection
     transport.close()
     with pytest.raises(TransportError):
         HTTPTransport(f"http://127.0.0.1:{free_port()}", timeout=1.0).get_registry()
