@@ -480,7 +480,6 @@ def test_estimate_shape_and_variance_formula():
 
 def test_constructor_is_cheap_and_module_contract():
     assert rp.OPTION_KEYS == {"bloom_bits", "hashes", "cohorts", "prob_f", "prob_p", "prob_q"}
-    assert rp.AUDIT_SKIP_REASON
     proto = from_options(None, None, {"bloom_bits": 4096, "cohorts": 4096})
     assert proto.domain_size == 4096 * 4096
 
