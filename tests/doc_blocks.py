@@ -52,13 +52,19 @@ def doc_files(root: Path) -> list[Path]:
 
 
 def blocks(path: Path) -> list[Block]:
-    """Every top-level fenced block of a Markdown file (an unclosed fence is an error)."""
+    """Every fenced block of a Markdown file.
+
+    Fences must start at the margin: an indented one (inside a list) would silently escape
+    the docs test, so it is an error, as is an unclosed fence.
+    """
     out: list[Block] = []
     lines = path.read_text(encoding="utf-8").splitlines()
     i = 0
     while i < len(lines):
         opening = FENCE.match(lines[i])
         if not opening:
+            if lines[i].lstrip().startswith("```"):
+                raise ValueError(f"{path.name}:{i + 1}: an indented fence; start code blocks at the margin")
             i += 1
             continue
         words = opening.group(1).split()

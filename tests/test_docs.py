@@ -99,6 +99,9 @@ def test_doc_block_parser_reads_the_convention(tmp_path):
     page.write_text("```sh\necho never closed\n", encoding="utf-8")
     with pytest.raises(ValueError, match="never closed"):
         blocks(page)
+    page.write_text("- a list\n  ```sh\n  echo hidden\n  ```\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="indented fence"):
+        blocks(page)
     argv = list(ldpt_commands("ldpt estimate --top N \\\n  [--format table|csv|json] && .venv/bin/ldpt nope\n"))
     assert argv[0][:2] == ["ldpt", "estimate"] and argv[1] == [".venv/bin/ldpt", "nope"]
     assert check_ldpt_command(main, argv[0]) == ["write '.venv/bin/ldpt', not 'ldpt' (the README "
