@@ -80,9 +80,13 @@ def test_reversed_since_until_says_so(run, registry_file, tmp_path, order):
 
 
 def test_equal_since_and_until_is_one_day_not_an_error(run, registry_file, tmp_path):
-    result = run("estimate", "--metrics", str(registry_file), "--metric", "theme",
-                 "--db", str(tmp_path / "none.sqlite"), "--since", "2026-01-01", "--until", "2026-01-01")
-    assert "is after" not in result.output
+    db = tmp_path / "s.sqlite"
+    run("simulate", "--metrics", str(registry_file), "--metric", "theme", "--clients", "500",
+        "--seed", "3", "--db", str(db), "--window", "2026-01-01", "--silent")
+    result = run("estimate", "--metrics", str(registry_file), "--metric", "theme", "--format", "json",
+                 "--db", str(db), "--since", "2026-01-01", "--until", "2026-01-01")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["meta"]["n_reports"] == 500
 
 
 @pytest.mark.parametrize("command", ["estimate", "simulate"])
