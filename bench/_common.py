@@ -1,10 +1,21 @@
-"""Shared helpers for the benchmarks: tables, medians, timing."""
+"""Shared helpers for the benchmarks: tables, medians, timing.
+
+Every benchmark imports this module before the package, so importing it also puts the
+repository root on ``sys.path``: ``python bench/NAME.py`` then works from a plain checkout,
+whether or not the package is installed into the interpreter that runs it.
+"""
 
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]], title: str = "") -> None:

@@ -2,7 +2,7 @@
 
 For ε ∈ {0.5, 1, 2, 4} × d ∈ {2, 16, 128, 1024}, n = 100,000 (Zipf 1.1 truth), every protocol
 and `auto`: ratio = mean over items and R runs of (f̂ − f)² divided by the protocol's own
-theoretical Σ Var[f̂]/d (ldp-facts.md §0), and `auto`'s MSE over the best protocol's MSE.
+theoretical Σ Var[f̂]/d (docs/math.md §2), and `auto`'s MSE over the best protocol's MSE.
 Goals: every protocol within 1.1× of its theory (OLH within 1.5× of *plain* OLH theory),
 auto within 1.1× of the best. Run: `python bench/accuracy.py [--runs R] [--quick]`.
 """
@@ -23,7 +23,7 @@ DOMAINS = (2, 16, 128, 1024)
 
 
 def plain_olh_variance(n: int, counts: np.ndarray, eps: float) -> np.ndarray:
-    """Per-item variance of OLH with per-user hashes (ldp-facts §0 pure formula, g = round(e^ε)+1)."""
+    """Per-item variance of OLH with per-user hashes (docs/math.md §2 pure formula, g = round(e^ε)+1)."""
     g = round(math.exp(eps)) + 1
     p = math.exp(eps) / (math.exp(eps) + g - 1)
     q = 1 / g

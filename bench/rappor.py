@@ -37,6 +37,7 @@ from _common import median_time, print_table  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from client_sdk.protocols.factory import build_protocol  # noqa: E402
+from estimators.multiple_testing import holm  # noqa: E402
 from estimators.rappor import CandidateMap, decode, sample_sketch  # noqa: E402
 
 N_TRUE = 100
@@ -50,14 +51,6 @@ def candidates(n_decoys: int) -> list[str]:
 def truth_vector(n_decoys: int) -> np.ndarray:
     w = 1.0 / np.arange(1, N_TRUE + 1)
     return np.r_[w / w.sum(), np.zeros(n_decoys)]
-
-
-def holm(p: np.ndarray, alpha: float = 0.05) -> np.ndarray:
-    order = np.argsort(p)
-    adjusted = np.maximum.accumulate(np.minimum(1.0, (p.size - np.arange(p.size)) * p[order]))
-    out = np.zeros(p.size, dtype=bool)
-    out[order] = adjusted <= alpha
-    return out
 
 
 def accuracy(n: int, seeds: int) -> list[list[object]]:
@@ -82,7 +75,7 @@ def accuracy(n: int, seeds: int) -> list[list[object]]:
             if control == "fwer":  # oracle: unbiased normal estimates with the decoder's SEs
                 se = (df["std_err"] / n).to_numpy()
                 ideal = truth + rng.normal(0.0, se)
-                odet = holm(stats.norm.sf(ideal / se))
+                odet = holm(stats.norm.sf(ideal / se), 0.05)
                 o = stats_by["oracle"]
                 o["tv"].append(0.5 * np.abs(np.where(odet, ideal, 0.0) - truth).sum())
                 o["det"].append(odet[:N_TRUE].sum())

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from client_sdk.errors import LdptError
-from client_sdk.registry import MetricSpec, Registry, load_registry
+
+if TYPE_CHECKING:  # the registry (and numpy) load when a command needs them, not for `ldpt --help`
+    from client_sdk.registry import MetricSpec, Registry
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -49,8 +51,30 @@ def output_options(func: F) -> F:
     return func
 
 
+def validate_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A collector URL must say http:// or https:// (``127.0.0.1:8080`` alone is a common slip)."""
+    if value is None:
+        return None
+    scheme, sep, rest = value.partition("://")
+    if not sep:
+        raise click.BadParameter(f"{value!r} has no scheme; did you mean http://{value} ?")
+    if scheme.lower() not in ("http", "https") or not rest.strip("/"):
+        raise click.BadParameter(f"{value!r} is not an http:// or https:// URL (e.g. "
+                                 "http://127.0.0.1:8080)")
+    return value
+
+
+def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    """Left-aligned text columns, header first (no pandas: small tables must print at once)."""
+    widths = [max(len(r[i]) for r in [*rows, header]) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
+                     for row in [header, *rows]) + "\n"
+
+
 def load_metric(metrics_file: str, metric: str) -> tuple[Registry, MetricSpec]:
     """Load the registry file and look up one metric (errors name the file and metric)."""
+    from client_sdk.registry import load_registry
+
     registry = load_registry(metrics_file)
     return registry, registry.get(metric)
 

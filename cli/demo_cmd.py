@@ -24,10 +24,10 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import numpy as np
-import pandas as pd
 
 from client_sdk.client import TelemetryClient
 from client_sdk.queue import MemoryOutbox
@@ -35,12 +35,14 @@ from client_sdk.registry import Kind, MetricSpec, Registry, load_registry
 from client_sdk.state import MemoryState
 from client_sdk.transport import HTTPTransport
 from client_sdk.uploader import RetryPolicy, Uploader
-from estimators.frequency import estimate_frame
 from estimators.simulation import NumericPopulation, draw_population, numeric_truth
 
 from .common import progress_bar
 from .estimate_cmd import load_sketch
 from .output import format_number
+
+if TYPE_CHECKING:  # pandas loads only when the demo runs (a fast `ldpt --help`)
+    import pandas as pd
 
 #: The demo's metrics: one per kind, with the budgets an app team might pick.
 DEMO_REGISTRY = """\
@@ -214,6 +216,8 @@ def estimates_vs_truth(spec: MetricSpec, db: Path, values: Sequence[str], counts
 
     Numeric metrics: ``counts`` holds the true values; the truth of each row (mean, sum, n,
     bucket counts, quantiles) comes from them (estimators.simulation.numeric_truth)."""
+    from estimators.frequency import estimate_frame
+
     sketch = load_sketch(spec, str(db), None, None, None)
     if spec.kind is Kind.NUMERIC:
         df = estimate_frame(spec, sketch)
@@ -243,6 +247,8 @@ def format_result(spec: MetricSpec, df: pd.DataFrame) -> str:
     covered = int(df["covered"].sum())
     head = (f"{spec.name} ({spec.kind.value}, {spec.protocol}, {eps}): {n:,} reports; "
             f"{covered} of {len(df)} true counts inside their 95% interval")
+    import pandas as pd
+
     what = "true values" if spec.kind is Kind.NUMERIC else "true counts"
     head = head.replace("true counts", what)
     num = format_number if spec.kind is Kind.NUMERIC else (lambda v: f"{v:,.0f}")

@@ -7,11 +7,9 @@ import click
 from client_sdk.errors import EstimationError, StoreError
 from client_sdk.registry import Kind, MetricSpec
 from collector.storage.sqlite import open_store
-from estimators.frequency import estimate_frame
 from estimators.simulation import DistributionError, read_weights_csv
 
-from .common import emit, load_metric, output_options, read_lines
-from .output import format_frame
+from .common import emit, load_metric, output_options, read_lines, validate_url
 from .simulate_cmd import validate_date, validate_day
 
 #: A terminal table of a million rows helps nobody: larger results show the largest estimates.
@@ -24,7 +22,7 @@ TABLE_MAX_ROWS = 1000
                    "collector's fingerprint is checked against it).")
 @click.option("--metric", required=True, help="Metric name in the registry.")
 @click.option("--db", type=click.Path(dir_okay=False), default=None, help="SQLite store to read.")
-@click.option("--url", default=None, metavar="URL",
+@click.option("--url", default=None, metavar="URL", callback=validate_url,
               help="Instead of --db: query a running collector (needs --token-file).")
 @click.option("--token-file", type=click.Path(dir_okay=False, exists=True), default=None,
               help="File holding the collector's query bearer token (with --url).")
@@ -53,6 +51,10 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, url: str | N
              candidates: str | None, truth: str | None, plot_path: str | None, top: int | None,
              fmt: str, output: str | None) -> None:
     """Estimate METRIC's frequencies with confidence intervals."""
+    from estimators.frequency import estimate_frame  # scipy and pandas: only when estimating
+
+    from .output import format_frame
+
     if db is None and url is None:
         raise click.UsageError("give --db PATH (a SQLite store) or --url URL (a collector)")
     if db is not None and url is not None:

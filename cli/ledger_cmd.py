@@ -6,12 +6,11 @@ import json
 from pathlib import Path
 
 import click
-import pandas as pd
 
 from client_sdk.ledger import LEDGER_FILE, read_ledger, summarise
 from client_sdk.state import OPT_OUT_FILE, OUTBOX_DIR, SECRET_FILE
 
-from .common import emit, output_options
+from .common import emit, format_table, output_options
 
 COLUMNS = ("metric", "window", "window_reports", "reports_per_window", "window_epsilon",
            "lifetime_reports", "lifetime_epsilon", "lifetime_budget", "epsilon_per_report",
@@ -26,19 +25,20 @@ def ledger_table(rows: list[dict], state_dir: Path) -> str:
     """The human view: one line per metric, then what the directory holds."""
     lines = [f"privacy ledger of {state_dir}"]
     if rows:
-        df = pd.DataFrame([{
-            "metric": r["metric"],
-            "window (UTC)": r["window"],
-            "reports": f"{r['window_reports']}/{r['reports_per_window']}",
-            "eps window": _fmt_eps(r["window_epsilon"]),
-            "eps lifetime": _fmt_eps(r["lifetime_epsilon"]) + (
+        header = ("metric", "window (UTC)", "reports", "eps window", "eps lifetime", "eps/report",
+                  "eps inf", "distinct", "refused")
+        lines.append(format_table(header, [(
+            r["metric"],
+            r["window"],
+            f"{r['window_reports']}/{r['reports_per_window']}",
+            _fmt_eps(r["window_epsilon"]),
+            _fmt_eps(r["lifetime_epsilon"]) + (
                 f"/{_fmt_eps(r['lifetime_budget'])}" if r["lifetime_budget"] is not None else ""),
-            "eps/report": _fmt_eps(r["epsilon_per_report"]),
-            "eps inf": _fmt_eps(r["epsilon_longitudinal"]),
-            "distinct": "-" if r["distinct_values"] is None else str(r["distinct_values"]),
-            "refused": f"{r['refused_window']}+{r['refused_lifetime']}",
-        } for r in rows])
-        lines.append(df.to_string(index=False))
+            _fmt_eps(r["epsilon_per_report"]),
+            _fmt_eps(r["epsilon_longitudinal"]),
+            "-" if r["distinct_values"] is None else str(r["distinct_values"]),
+            f"{r['refused_window']}+{r['refused_lifetime']}",
+        ) for r in rows]).rstrip("\n"))
         lines.append("eps lifetime: T·eps for T reports; for memoised protocols (RAPPOR) distinct values × "
                      "eps inf. refused: beyond reports_per_window + beyond the lifetime budget (never sent).")
     else:
@@ -66,6 +66,8 @@ def ledger(state_dir: str, fmt: str, output: str | None) -> None:
     if fmt == "json":
         text = json.dumps({"state_dir": str(path), "metrics": rows}, indent=2) + "\n"
     elif fmt == "csv":
+        import pandas as pd  # only for CSV: the table and JSON print without it
+
         text = pd.DataFrame(rows, columns=list(COLUMNS)).to_csv(index=False, float_format="%.6g")
     else:
         text = ledger_table(rows, path)

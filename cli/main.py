@@ -1,35 +1,71 @@
-"""The `ldpt` command: a thin layer over the library (parse, call, format)."""
+"""The `ldpt` command: a thin layer over the library (parse, call, format).
+
+Subcommands load lazily: `ldpt --help` imports none of them, and `ldpt NAME` imports only
+NAME's module (and that module imports pandas, scipy or aiohttp only inside the functions that
+need them), so the CLI answers at once (bench/cli.py; tests/test_cli_first_use.py).
+"""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 import click
 
 from .common import LdptGroup
-from .estimate_cmd import estimate
-from .metrics_cmd import metrics
-from .plan_cmd import plan
-from .simulate_cmd import simulate
 
-#: Commands that live in their own modules and may be absent while being built.
-_OPTIONAL_COMMANDS = (("cli.rappor_cmd", "rappor"), ("cli.serve_cmd", "serve"),
-                      ("cli.demo_cmd", "demo"), ("cli.ledger_cmd", "ledger"))
+#: name -> (module, attribute, the one line `ldpt --help` shows without importing the module;
+#: tests/test_cli_first_use.py checks it is the command's own short help). A module that
+#: is absent (a command still being built) is left out of the CLI.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "demo": ("cli.demo_cmd", "demo", "Run a collector, drive CLIENTS simulated apps through the real SDK "
+             "over HTTP, print estimates vs truth."),
+    "estimate": ("cli.estimate_cmd", "estimate", "Estimate METRIC's frequencies with confidence intervals."),
+    "ledger": ("cli.ledger_cmd", "ledger", "Show the privacy ledger of a device: epsilon spent per metric, "
+               "per window and lifetime."),
+    "metrics": ("cli.metrics_cmd", "metrics", "Work with the metric registry (TOML)."),
+    "plan": ("cli.plan_cmd", "plan", "Compare protocols for EPSILON, DOMAIN and CLIENTS; mark the one `auto` picks."),
+    "rappor": ("cli.rappor_cmd", "rappor", "RAPPOR tools: decode google/rappor's files, export sketches in "
+               "their format."),
+    "serve": ("cli.serve_cmd", "serve", "Run the collector until SIGTERM/SIGINT (then commit what was "
+              "accepted and exit 0)."),
+    "simulate": ("cli.simulate_cmd", "simulate", "Simulate CLIENTS devices reporting METRIC once each into a "
+                 "sketch store (or a collector)."),
+}
 
 
-@click.group(cls=LdptGroup, context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(LdptGroup):
+    """A group whose subcommands are imported on first use, from ``COMMANDS``."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        lazy = [name for name, (module, _, _) in COMMANDS.items() if importlib.util.find_spec(module)]
+        return sorted(set(self.commands) | set(lazy))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module_name, attr, _ = COMMANDS[cmd_name]
+            try:
+                module = importlib.import_module(module_name)
+            except ModuleNotFoundError as exc:
+                if exc.name != module_name:
+                    raise
+                return None
+            self.add_command(getattr(module, attr), cmd_name)
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list of `ldpt --help`, from ``COMMANDS`` (nothing is imported)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            loaded = self.commands.get(name)
+            text = loaded.get_short_help_str(formatter.width) if loaded is not None else COMMANDS[name][2]
+            rows.append((name, text))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="ldp-telemetry")
 def main() -> None:
     """ldp-telemetry: local-differential-privacy telemetry (simulate, collect, estimate)."""
-
-
-main.add_command(metrics)
-main.add_command(simulate)
-main.add_command(estimate)
-main.add_command(plan)
-for module_name, attr in _OPTIONAL_COMMANDS:
-    try:
-        main.add_command(getattr(importlib.import_module(module_name), attr))
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise

@@ -6,7 +6,7 @@ import click
 
 from client_sdk.registry import MetricSpec, load_registry
 
-from .common import LdptGroup
+from .common import LdptGroup, format_table
 from .plan_cmd import numeric_rows
 
 
@@ -35,13 +35,11 @@ def check(file: str) -> None:
             domain = str(spec.domain_size or "open")
         rows.append((spec.name, spec.kind.value, domain, chosen,
                      f"{proto.epsilon:.4f}", "-" if longitudinal is None else f"{longitudinal:.4f}",
-                     f"{proto.payload_bits}", spec.fingerprint[:12]))
+                     f"{proto.payload_bits}", spec.fingerprint))  # in full: it is what pins= takes
     header = ("metric", "kind", "domain", "protocol", "eps/report", "eps/lifetime-of-value",
               "payload bits", "fingerprint")
-    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
     click.echo(f"{file}: {len(registry)} metric(s) OK")
-    for row in [header, *rows]:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    click.echo(format_table(header, rows), nl=False)
     for note in notes:
         click.echo(note)
 

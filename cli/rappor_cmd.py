@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import pandas as pd
 
 from client_sdk.errors import EstimationError
-from estimators import rappor_io
-from estimators.rappor import CONTROLS, CandidateMap, decode
+from estimators.multiple_testing import CONTROLS
 
 from .common import LdptGroup, emit, load_metric, output_options
-from .output import format_frame
 from .simulate_cmd import validate_date, validate_day
+
+if TYPE_CHECKING:  # the decoder (scipy, pandas) loads only when a command runs: a fast `ldpt --help`
+    import pandas as pd
 
 
 @click.group(cls=LdptGroup)
@@ -55,6 +56,9 @@ def decoder_options(func):
 def decode_cmd(params_path: str, counts_path: str, map_path: str, rappor_columns: bool,
                confidence: float, control: str, alpha: float, fmt: str, output: str | None) -> None:
     """Decode google/rappor files: estimates, intervals, p-values and detections per string."""
+    from estimators import rappor_io
+    from estimators.rappor import decode
+
     params, sketch, cmap = rappor_io.read_google(params_path, counts_path, map_path)
     df = decode(sketch, params, cmap, confidence=confidence, control=control, alpha=alpha)
     df.attrs["metric"] = Path(counts_path).name
@@ -64,6 +68,10 @@ def decode_cmd(params_path: str, counts_path: str, map_path: str, rappor_columns
 
 def _render(df: pd.DataFrame, fmt: str, google_columns: bool) -> str:
     """The estimate frame (or Google's columns) as table, CSV or JSON; tables end with the summary."""
+    from estimators import rappor_io
+
+    from .output import format_frame
+
     if google_columns:
         out = rappor_io.rappor_columns(df)
         if fmt == "csv":
@@ -108,6 +116,9 @@ def _warn(df: pd.DataFrame) -> None:
 def export_cmd(metrics_file: str, metric: str, db: str, candidates: str, out_dir: str,
                window: str | None, since: str | None, until: str | None) -> None:
     """Write a RAPPOR metric's sketch as google/rappor params.csv, counts.csv and map.csv."""
+    from estimators import rappor_io
+    from estimators.rappor import CandidateMap
+
     from .estimate_cmd import load_sketch, read_candidates
 
     _, spec = load_metric(metrics_file, metric)

@@ -23,7 +23,7 @@ from estimators.simulation import (
     simulate_sketch,
 )
 
-from .common import load_metric, progress_bar
+from .common import load_metric, progress_bar, validate_url
 
 
 def today_utc() -> str:
@@ -48,6 +48,11 @@ def validate_date(ctx: click.Context, param: click.Parameter, value: str | None)
     if day is None:
         raise click.BadParameter(f"{value!r} is not a date YYYY-MM-DD (--since and --until "
                                  "select whole days; use --window for one hour)")
+    # whichever of --since/--until click parses second sees the other: a reversed range is empty
+    since, until = (day, ctx.params.get("until")) if param.name == "since" else (ctx.params.get("since"), day)
+    if since and until and since > until:
+        raise click.UsageError(f"--since {since} is after --until {until}: the range is empty "
+                               "(swap them; both days are inclusive)")
     return day
 
 
@@ -64,7 +69,7 @@ def validate_date(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--seed", type=int, default=None, help="Seed (default: fresh entropy, printed).")
 @click.option("--db", type=click.Path(dir_okay=False), default=None,
               help="SQLite store to accumulate into (created if missing).")
-@click.option("--url", default=None, metavar="URL",
+@click.option("--url", default=None, metavar="URL", callback=validate_url,
               help="Instead of --db: send the reports to a running collector (ldpt serve) in "
                    "batches over HTTP, e.g. http://127.0.0.1:8080.")
 @click.option("--batch-size", type=click.IntRange(1, 10_000), default=500, show_default=True,

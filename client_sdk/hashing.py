@@ -15,10 +15,10 @@ Unkeyed — RAPPOR Bloom bits (public: the server hashes candidates the same way
     accept u   iff u < L, L = ⌊2^32 / k⌋·k (rejection: bit = u mod k is exactly uniform on [k])
     the r-th accepted word (r = 0, 1, ...) is hash r mod h of cohort r div h
 
-so cohort c's h Bloom bits are accepted words c·h .. c·h+h−1 (ldp-facts.md §4: "each cohort
+so cohort c's h Bloom bits are accepted words c·h .. c·h+h−1 (docs/math.md §7: "each cohort
 has its own h hashes"). Two hashes may hit the same bit; the filter then has fewer than h ones.
 
-Keyed by the client secret (never leaves the device; ldp-facts.md §13)::
+Keyed by the client secret (never leaves the device; docs/math.md §11)::
 
     cohort(secret, metric, m): words of HMAC-SHA256(secret, lp(b"ldpt/rappor/cohort/v1") ‖
         lp(metric) ‖ lp(counter)) for counter = 0, 1, ...; the first word u < ⌊2^32/m⌋·m gives

@@ -5,7 +5,7 @@ client's lifetime, and refuses a report that would go beyond the registry's
 ``reports_per_window`` (default 1) or its optional ``lifetime_epsilon``. A refused report is
 counted and never sent.
 
-What a report costs (ldp-facts.md §12):
+What a report costs (docs/math.md §10):
 
 - a protocol without memoisation (rr, grr, oue, ...): ε per report, in the window and over
   the lifetime — T reports compose to T·ε;

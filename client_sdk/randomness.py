@@ -1,7 +1,7 @@
 """Randomness sources for encoders: the OS CSPRNG in production, seeded numpy in simulation.
 
 Every probabilistic choice an encoder makes is an *integer threshold* test on a uniform
-32-bit word (ldp-facts.md §13): ``u < T`` with ``u ~ U[0, 2^32)`` happens with probability
+32-bit word (docs/math.md §11): ``u < T`` with ``u ~ U[0, 2^32)`` happens with probability
 exactly ``T / 2^32``. Protocols quantise their probabilities to such thresholds once, and
 compute epsilon and the estimator from the quantised values, so the guarantee we quote is
 the one the mechanism actually has, whatever randomness source drives it.

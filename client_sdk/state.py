@@ -10,9 +10,9 @@ A state directory holds (mode 0700)::
 
 Nothing here holds a true value. Cohorts (``client_sdk.hashing.derive_cohort``, for OLH and
 RAPPOR alike), RAPPOR's permanent randomised response and the ledger's memoisation keys are
-all derived from the secret with HMAC (ARCHITECTURE.md,
-ldp-facts.md §13 "derive memoisation from HMAC(secret, metric‖value)"), so a value
-reported every day costs no more than the longitudinal bound ε∞ (ldp-facts.md §12).
+all derived from the secret with HMAC (docs/design.md, "Privacy rules of the house";
+docs/math.md §11), so a value
+reported every day costs no more than the longitudinal bound ε∞ (docs/math.md §10).
 
 ``MemoryState`` keeps the same things in memory: tests, and simulated fleets of clients.
 """

@@ -55,7 +55,7 @@ log = logging.getLogger("client_sdk")
 
 DEFAULT_BATCH_SIZE = 100
 #: Reports wait on the device up to this long before a batch goes out (batching hides when
-#: the app reported: ldp-facts.md §13 "send timing").
+#: the app reported: docs/math.md §11, "Metadata").
 DEFAULT_MAX_BATCH_AGE = 30.0
 #: How often an idle worker looks for batches left in the outbox by earlier runs/processes.
 OUTBOX_RESCAN_INTERVAL = 60.0

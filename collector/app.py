@@ -134,7 +134,7 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
 
 
 class AddressFreeLog(logging.LoggerAdapter):
-    """aiohttp's connection-level log without client addresses (ARCHITECTURE privacy rules).
+    """aiohttp's connection-level log without client addresses (docs/design.md, "Privacy rules of the house").
 
     aiohttp logs a malformed request as "Error handling request from <client address>" with a
     traceback; here it becomes one warning line without the address (a client's bad HTTP is

@@ -7,7 +7,7 @@ Pipeline for one ``POST /v1/reports`` body (wire format v1, docs/wire-format.md)
 2. reports grouped by (metric, fingerprint): unknown metric or stale fingerprint is a 422
    naming the first offending report;
 3. per group, one vectorised ``protocol.from_wire`` and ``protocol.validate`` over all its
-   payloads (ldp-facts.md §13 poisoning: a payload an honest client could not produce is
+   payloads (docs/math.md §11 poisoning: a payload an honest client could not produce is
    rejected; the error names the report's index in the batch, the metric and the field);
 4. the result is a ``PendingBatch`` whose deltas are the validated payloads
    (``BatchDeltas``): the store accumulates all applied batches of a transaction per key in

@@ -1,4 +1,4 @@
-"""Consistency post-processing (ldp-facts.md §10).
+"""Consistency post-processing (docs/math.md §9).
 
 Norm-Sub is the Euclidean projection of the estimated frequency vector onto the probability
 simplex: f̃ = max(f̂ + δ, 0) with δ chosen so Σ f̃ = 1. It never increases the L2 error, but it

@@ -25,10 +25,10 @@ from client_sdk.registry import Kind, MetricSpec
 
 from .consistency import norm_sub
 from .intervals import exact_small_counts, wald_interval, z_value
+from .multiple_testing import CONTROLS, check_control, detect
 
 COLUMNS = ["value", "estimate", "proportion", "std_err", "ci_low", "ci_high", "p_value", "detected"]
-#: Multiple-testing control of ``detected``: Bonferroni family-wise, or Benjamini–Hochberg FDR.
-CONTROLS = ("fwer", "fdr")
+__all__ = ["COLUMNS", "CONTROLS", "estimate_frame"]
 
 
 def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95,
@@ -38,8 +38,7 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
     """Debiased estimates with intervals for one metric's (merged) sketch."""
     if not 0 < confidence < 1:
         raise EstimationError(f"confidence must be between 0 and 1 (exclusive), got {confidence}")
-    if control not in CONTROLS:  # a typo must not silently turn family-wise control into FDR
-        raise EstimationError(f"control must be one of {', '.join(CONTROLS)}, got {control!r}")
+    check_control(control)
     if not 0 < alpha < 1:
         raise EstimationError(f"alpha must be between 0 and 1 (exclusive), got {alpha}")
     proto = spec.protocol_impl
@@ -77,7 +76,6 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
         z = np.where(std > 0, est.counts / std, np.inf * np.sign(est.counts))
     p_value = stats.norm.sf(z)
     d = len(est.counts)
-    level = alpha / d if control == "fwer" else _bh_level(p_value, alpha)
     df = pd.DataFrame({
         "value": list(spec.domain or range(d)),
         "estimate": est.counts,
@@ -86,7 +84,7 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
         "ci_low": low,
         "ci_high": high,
         "p_value": p_value,
-        "detected": p_value <= level,
+        "detected": detect(p_value, alpha, control),  # Holm or Benjamini–Hochberg
     })
     df.attrs.update(metric=spec.name, fingerprint=spec.fingerprint, protocol=proto.name,
                     epsilon=proto.epsilon, n_reports=n, confidence=confidence,
@@ -115,10 +113,3 @@ def _apply_consistency(df: pd.DataFrame, n: int) -> pd.DataFrame:
     out.attrs = dict(df.attrs, post_processed="norm-sub")
     return out
 
-
-def _bh_level(p_values: np.ndarray, alpha: float) -> float:
-    """Benjamini–Hochberg threshold: the largest p(i) <= i·α/d (0 when none)."""
-    p = np.sort(p_values)
-    d = len(p)
-    ok = p <= alpha * np.arange(1, d + 1) / d
-    return float(p[np.flatnonzero(ok)[-1]]) if ok.any() else -1.0

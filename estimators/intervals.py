@@ -1,4 +1,4 @@
-"""Confidence intervals for count estimates (ldp-facts.md §10).
+"""Confidence intervals for count estimates (docs/math.md §8).
 
 Per item: ĉ ± z·√Var-hat, with the variance plugged in at the clipped estimate; the
 interval (not the estimate) is clipped to [0, n], which keeps coverage. Simultaneous
@@ -7,7 +7,7 @@ intervals use the Bonferroni level α/d so that all d intervals hold together.
 Wald fails when a value's support count is tiny (GRR at large d and ε, where n·q* < 1: the
 count is nearly Poisson and a 95% Wald interval covers ~88%). For pure protocols the support
 count of v is a sum of independent Bernoullis with mean λ = q* + (p*−q*)·f(v), so a
-Clopper–Pearson interval on λ, mapped linearly, covers at least nominally (ldp-facts §10);
+Clopper–Pearson interval on λ, mapped linearly, covers at least nominally (docs/math.md §8);
 ``exact_small_counts`` uses it for the items whose support count is below SMALL_SUPPORT.
 """
 

@@ -1,6 +1,6 @@
 """RAPPOR decoding: frequencies of candidate strings from a sketch, with honest errors.
 
-Model (ldp-facts.md §4). In cohort j with Nⱼ reports, the unbiased true-bit count of Bloom
+Model (docs/math.md §7). In cohort j with Nⱼ reports, the unbiased true-bit count of Bloom
 bit i is t̂ᵢⱼ = (cᵢⱼ − p*Nⱼ)/(q* − p*), and the bit proportion Yᵢⱼ = t̂ᵢⱼ/Nⱼ satisfies
 
     E[Y] = X π + b·1,   X ∈ {0,1}^{km×M}, X[(j,i), s] = 1 iff candidate s sets bit i in cohort j,
@@ -71,8 +71,8 @@ from client_sdk.hashing import bloom_positions
 from client_sdk.protocols.base import Sketch
 from client_sdk.protocols.rappor import Rappor, RapporParams
 
-from .frequency import CONTROLS  # one definition, shared with estimate_frame
 from .intervals import wald_interval, z_value
+from .multiple_testing import check_control, detect, last_step_level
 
 COLUMNS = ["value", "estimate", "proportion", "std_err", "ci_low", "ci_high", "p_value", "detected"]
 #: Candidates with a screening z-score above this enter the model set S (many-candidate mode).
@@ -317,26 +317,6 @@ def _aliases(x: sparse.csc_matrix) -> np.ndarray:
     return first[inverse.reshape(-1)]
 
 
-def _holm(p: np.ndarray, alpha: float) -> np.ndarray:
-    """Holm step-down: reject p₍ᵢ₎ while p₍ᵢ₎ <= α/(M−i+1); family-wise error <= α."""
-    m_tests = p.shape[0]
-    order = np.argsort(p, kind="stable")
-    adjusted = np.maximum.accumulate(np.minimum(1.0, (m_tests - np.arange(m_tests)) * p[order]))
-    out = np.zeros(m_tests, dtype=bool)
-    out[order] = adjusted <= alpha
-    return out
-
-
-def _bh(p: np.ndarray, alpha: float) -> np.ndarray:
-    """Benjamini–Hochberg: reject the i smallest p for the largest i with p₍ᵢ₎ <= iα/M."""
-    m_tests = p.shape[0]
-    order = np.argsort(p, kind="stable")
-    adjusted = np.minimum.accumulate((m_tests / np.arange(1, m_tests + 1) * p[order])[::-1])[::-1]
-    out = np.zeros(m_tests, dtype=bool)
-    out[order] = adjusted <= alpha
-    return out
-
-
 def selective_interval(x: np.ndarray, sd: np.ndarray, threshold: np.ndarray,
                        confidence: float) -> tuple[np.ndarray, np.ndarray]:
     """Interval for μ from X ~ N(μ, sd²) observed *given* X > threshold (vectorised).
@@ -372,8 +352,7 @@ def decode(sketch: Sketch, params_or_protocol: RapporParams | Rappor,
     params = params_of(params_or_protocol)
     if not 0 < confidence < 1:
         raise EstimationError(f"confidence must be between 0 and 1 (exclusive), got {confidence}")
-    if control not in CONTROLS:
-        raise EstimationError(f"control must be one of {', '.join(CONTROLS)}, got {control!r}")
+    check_control(control)
     if not 0 < alpha < 1:
         raise EstimationError(f"alpha must be between 0 and 1 (exclusive), got {alpha}")
     check_sketch(sketch, params)
@@ -418,14 +397,14 @@ def decode(sketch: Sketch, params_or_protocol: RapporParams | Rappor,
     testable = np.isfinite(p_value)
     detected = np.zeros(m_cand, dtype=bool)
     p_for_tests = np.where(testable, p_value, 1.0)
-    detected[:] = (_holm if control == "fwer" else _bh)(p_for_tests, alpha)
+    detected[:] = detect(p_for_tests, alpha, control)
     detected &= testable
 
     counts, count_var = est * n, var * float(n) ** 2
     low, high = wald_interval(np.nan_to_num(counts), np.nan_to_num(count_var), n, confidence, simultaneous)
     if detected.any() and not simultaneous:  # module docstring, 6
         n_det, n_tests = int(detected.sum()), m_cand
-        level = alpha / (n_tests - n_det + 1) if control == "fwer" else alpha * n_det / n_tests
+        level = last_step_level(n_det, n_tests, alpha, control)
         threshold = stats.norm.isf(level) * se0[detected]
         sel_low, sel_high = selective_interval(est[detected], np.sqrt(var[detected]), threshold, confidence)
         low[detected] = np.clip(sel_low, 0.0, 1.0) * n

@@ -140,9 +140,12 @@ def parse_weights(distribution: str, size: int) -> np.ndarray:
     """Relative weights over ``size`` ordered values for zipf:S, uniform, geometric:P."""
     name, _, arg = distribution.partition(":")
     ranks = np.arange(1, size + 1, dtype=np.float64)
+    if name == "zipf" and not arg:  # no silent default exponent: it decides the whole population
+        raise DistributionError(f"distribution {distribution!r}: zipf needs its exponent, zipf:S "
+                                "(e.g. zipf:1.1; S >= 0, larger S is more skewed)")
     try:
         if name == "zipf":
-            s = float(arg) if arg else 1.1
+            s = float(arg)
             if not np.isfinite(s) or s < 0:
                 raise ValueError
             return ranks ** -s

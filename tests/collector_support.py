@@ -139,6 +139,12 @@ class Server:
     def pid(self) -> int:
         return self.proc.pid
 
+    @property
+    def port(self) -> int:
+        """The port the server reported it listens on (start it with --port 0 to get a free one)."""
+        assert self.url is not None
+        return int(self.url.rsplit(":", 1)[1])
+
     def terminate(self, timeout: float = 60.0) -> int:
         self.proc.send_signal(signal.SIGTERM)
         code = self.proc.wait(timeout)
@@ -165,6 +171,12 @@ def serving(args: Sequence[str], cwd: Path, env: dict[str, str] | None = None) -
 
 
 def free_port() -> int:
+    """A port nothing listens on right now: for "connection refused" tests only.
+
+    Servers under test are never started on it (another process could take it between this
+    call and the bind): they bind port 0 themselves and report the port they got in their
+    listening line (``Server.port``, ``sdk_support.Collector.port``).
+    """
     import socket
 
     with socket.socket() as s:

@@ -102,7 +102,8 @@ class WireServer:
 
     ``script`` is a list of actions consumed one per POST: an int status (with
     ``retry_after``), "drop" (close the connection without answering) or None (ingest).
-    Every request's headers and body are recorded in ``seen``.
+    Every request's headers and body are recorded in ``seen``; the client address of every
+    GET /v1/registry in ``registry_peers`` (one address = one kept-alive connection).
     """
 
     def __init__(self, collector: FakeCollector, port: int = 0) -> None:

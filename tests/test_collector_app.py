@@ -390,7 +390,6 @@ def test_every_setting_is_documented_and_env_overrides_work(tmp_path):
 
 
 def test_string_metric_query_with_candidates_in_a_post_body(tmp_path):
-    pytest.importorskip("client_sdk.protocols.rappor")
     registry_path = tmp_path / "strings.toml"
     registry_path.write_text('[metrics.home]\nkind = "string"\nprotocol = "rappor"\nbloom_bits = 32\n'
                              'hashes = 2\ncohorts = 4\n', encoding="utf-8")

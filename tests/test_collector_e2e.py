@@ -22,7 +22,6 @@ from .collector_support import (
     Http,
     Server,
     expected_sketch,
-    free_port,
     make_body,
     serving,
     wait_until,
@@ -155,12 +154,13 @@ def test_sigkill_while_clients_post_and_retry_loses_and_doubles_nothing(tmp_path
     registry = write_registry(tmp_path / "metrics.toml")
     spec = registry.get("theme")
     db = tmp_path / "collector.sqlite"
-    port = free_port()
-    args = ["--metrics", str(tmp_path / "metrics.toml"), "--db", str(db), "--port", str(port)]
+    first = Server(["--metrics", str(tmp_path / "metrics.toml"), "--db", str(db), "--port", "0"], tmp_path)
+    # restarts reuse the port the first server was given, so the clients' URL stays valid
+    args = ["--metrics", str(tmp_path / "metrics.toml"), "--db", str(db), "--port", str(first.port)]
     bodies = theme_bodies(registry, 400, 25, seed=21)
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://127.0.0.1:{first.port}"
     clients = RetryingClients(lambda: url, list(bodies.values()), threads=6)
-    servers = [Server(args, tmp_path)]
+    servers = [first]
     try:
         clients.start()
         for kill in (1, 2):

@@ -104,7 +104,7 @@ def test_control_and_alpha_are_validated():
             frame(alpha=alpha)
 
 
-def test_fdr_control_is_benjamini_hochberg():
+def test_controls_are_holm_and_benjamini_hochberg():
     spec, pop, fwer = frame(alpha=0.05)
     _, _, fdr = frame(alpha=0.05, control="fdr")
     p = fdr["p_value"].to_numpy()
@@ -112,7 +112,17 @@ def test_fdr_control_is_benjamini_hochberg():
     passing = np.flatnonzero(order <= 0.05 * np.arange(1, len(p) + 1) / len(p))
     cut = order[passing[-1]] if passing.size else -1.0
     assert (fdr["detected"].to_numpy() == (p <= cut)).all()
-    assert (fwer["detected"].to_numpy() == (p <= 0.05 / len(p))).all()
+    assert (fwer["detected"].to_numpy() == holm_by_hand(fwer["p_value"].to_numpy(), 0.05)).all()
+
+
+def holm_by_hand(p: np.ndarray, alpha: float) -> np.ndarray:
+    """Holm (1979) written as the textbook loop: reject in p order until p(i) > alpha/(M-i+1)."""
+    out = np.zeros(len(p), dtype=bool)
+    for rank, idx in enumerate(np.argsort(p, kind="stable")):
+        if p[idx] > alpha / (len(p) - rank):
+            break
+        out[idx] = True
+    return out
 
 
 def test_norm_sub_of_all_negative_estimates():

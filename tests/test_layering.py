@@ -1,4 +1,4 @@
-"""Dependency direction (ARCHITECTURE.md): cli -> collector, estimators -> client_sdk."""
+"""Dependency direction (docs/design.md): cli -> collector, estimators -> client_sdk."""
 
 from __future__ import annotations
 

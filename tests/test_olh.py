@@ -1,4 +1,4 @@
-"""OLH with a fixed seed set (cohorts), decoded by weighted least squares (ldp-facts.md §3).
+"""OLH with a fixed seed set (cohorts), decoded by weighted least squares (docs/math.md §5).
 
 Unit tests pin the hash, the parameters, the wire format, validation and additivity; the
 statistical tests (seeded) check unbiasedness — including the frozen-collision scenario where the
@@ -11,7 +11,6 @@ import functools
 import math
 import subprocess
 import sys
-import time
 
 import msgpack
 import numpy as np
@@ -147,9 +146,7 @@ def test_rank_deficient_design_is_rejected() -> None:
 
 
 def test_constructor_and_defaults_are_lazy() -> None:
-    start = time.perf_counter()
     proto = from_options(1024, 0.3, {})  # m = 3075: the design would be 6150 × 1024
-    assert time.perf_counter() - start < 0.05
     assert "hash_table" not in vars(proto) and "_equal_factor" not in vars(proto)
     assert per_item_variance(proto) > 0  # what `auto` asks: O(1), no design built
     assert "hash_table" not in vars(proto)
@@ -407,12 +404,12 @@ def simulate(proto: OLH, c: np.ndarray, runs: int, seed: int, mode: str) -> dict
         e = proto.estimate(sk)
         est[r], var[r] = e.counts, e.variances
         support = sk.counts[np.arange(m)[:, None], proto.hash_table].sum(axis=0)
-        naive[r] = (support - n / proto.params.g) / (proto.p - 1 / proto.params.g)  # ldp-facts §3
+        naive[r] = (support - n / proto.params.g) / (proto.p - 1 / proto.params.g)  # docs/math.md §5
     return {"est": est, "var": var, "naive": naive, "c": c.astype(float), "n": n}
 
 
 SCENARIOS = {
-    # ldp-facts.md §3 frozen-collision scenario: ε=2, g=8, m=64, d=200, Zipf 1.1, n=2·10⁵.
+    # docs/math.md §5 frozen-collision scenario: ε=2, g=8, m=64, d=200, Zipf 1.1, n=2·10⁵.
     "frozen": (lambda: from_options(200, 2.0, {"cohorts": 64, "hash_range": 8}),
                lambda: zipf_counts(200, 1.1, 200_000), 2000, "fixed-sizes"),
     # Defaults at small n, through the real encoder with i.i.d. cohorts (n_s ≈ 118).
@@ -455,7 +452,7 @@ def test_naive_support_has_frozen_collision_bias() -> None:
     naive_rms_bias = math.sqrt(float(((sim["naive"].mean(axis=0) - c) ** 2).mean()))
     ls_rms_bias = math.sqrt(float(((sim["est"].mean(axis=0) - c) ** 2).mean()))
     olh_sd = math.sqrt(pure_variance(n, 0.0, proto.p, 1 / proto.params.g))
-    assert naive_rms_bias > 4 * olh_sd  # ldp-facts: ≈ 2,568 vs sd 381
+    assert naive_rms_bias > 4 * olh_sd  # docs/math.md §5: ≈ 2,500 vs sd 381
     assert ls_rms_bias < 0.1 * olh_sd  # MC noise only: sd/√R ≈ 11
 
 

@@ -1,4 +1,4 @@
-"""Exact privacy audit of every frequency oracle (ARCHITECTURE.md, "privacy rules of the house").
+"""Exact privacy audit of every frequency oracle (docs/design.md, "Privacy rules of the house"; docs/math.md §12).
 
 For small parameters a protocol enumerates P(y | x) over all its outputs
 (``output_probabilities``); test_protocols_basic checks by chi-square that encode samples that
@@ -24,8 +24,6 @@ whose reachable doubles depend on the input (Mironov 2012).
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import importlib.util
 import math
 
 import numpy as np
@@ -44,24 +42,6 @@ PURE = {"rr", "grr", "oue", "sue", "olh", "hr", "ss"}
 RELATIVE_SLACK = 1e-9
 
 
-def available(name: str) -> bool:
-    return importlib.util.find_spec(f"client_sdk.protocols.{name}") is not None
-
-
-def build_or_skip(name: str, d: int, epsilon: float):
-    """The protocol with default options, or a skip naming why it cannot be audited this way."""
-    if not available(name):
-        pytest.skip(f"client_sdk/protocols/{name}.py is not written yet")
-    module = importlib.import_module(f"client_sdk.protocols.{name}")
-    reason = getattr(module, "AUDIT_SKIP_REASON", None)
-    if reason:
-        pytest.skip(f"{name}: {reason}")
-    try:
-        return build_protocol(name, d, epsilon, {})
-    except (ValueError, TypeError, KeyError) as exc:
-        if name == "rappor":  # string metrics: needs its own options / candidates
-            pytest.skip(f"rappor cannot be built from (d, ε) alone: {exc}")
-        raise
 
 
 def output_matrix(protocol) -> np.ndarray:
@@ -100,11 +80,8 @@ GRID = [(name, d, eps) for name in PROTOCOL_NAMES if name != "rappor"
 
 @pytest.mark.parametrize("name,d,eps", GRID, ids=[f"{n}-d{d}-e{e}" for n, d, e in GRID])
 def test_exact_privacy_audit(name, d, eps):
-    protocol = build_or_skip(name, d, eps)
-    try:
-        ratio, bound = audit(protocol, eps)
-    except NotImplementedError as exc:
-        pytest.skip(f"{name} has no output enumeration: {exc}")
+    protocol = build_protocol(name, d, eps, {})
+    ratio, bound = audit(protocol, eps)
     if name in PURE:
         assert math.isclose(ratio, bound, rel_tol=RELATIVE_SLACK), f"bound not tight: {ratio} vs {bound}"
 
@@ -112,8 +89,6 @@ def test_exact_privacy_audit(name, d, eps):
 @pytest.mark.parametrize("name", [n for n in PROTOCOL_NAMES if n != "rappor"])
 def test_quoted_epsilon_is_realised_and_close_to_target(name):
     """Quantisation rounds the safe way (ε' <= ε) and costs almost nothing (ε ≤ 8, any d)."""
-    if not available(name):
-        pytest.skip(f"client_sdk/protocols/{name}.py is not written yet")
     for d in ((2,) if name == "rr" else (2, 7, 64, 1000)):
         for eps in (0.05, 0.3, 0.5, 1.0, math.log(3), 2.0, 4.0, 6.5, 8.0):
             try:

@@ -10,10 +10,9 @@ olh is written separately: its cases run when ``client_sdk/protocols/olh.py`` ex
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import math
-import time
+import tracemalloc
 
 import msgpack
 import numpy as np
@@ -31,8 +30,7 @@ IDS = [f"{name}-d{d}" for name, d, _ in CASES]
 
 
 def build(name: str, d: int, epsilon: float):
-    """The protocol via the factory; skips when its module is not written yet (olh)."""
-    pytest.importorskip(f"client_sdk.protocols.{name}")
+    """The protocol via the factory, with default options."""
     return build_protocol(name, d, epsilon, {})
 
 
@@ -132,19 +130,25 @@ def test_wire_rejects_wrong_type_with_index(name, d, eps):
         assert info.value.index == 3
 
 
-def test_constructors_are_constant_time_for_a_million_values():
-    """`auto` instantiates every protocol, even for d = 1,000,000."""
+def test_constructors_do_no_per_value_work_for_a_million_values():
+    """`auto` instantiates every protocol, even for d = 1,000,000: nothing may be O(d).
+
+    Measured by memory, not time (a wall-clock bound fails on a busy machine): any per-value
+    array at d = 10⁶ is megabytes, while constructing and asking for ε, the payload size and
+    one variance allocates a few kilobytes.
+    """
     for name in ("grr", "oue", "sue", "ss", "hr", "olh"):
-        if importlib.util.find_spec(f"client_sdk.protocols.{name}") is None:
-            continue  # not written yet
-        t0 = time.perf_counter()
+        tracemalloc.start()
         try:
             proto = build_protocol(name, 1_000_000, 1.0, {})
             proto.variance(1000, 0.0)
             _ = proto.payload_bits, proto.epsilon
         except ValueError:
             pass  # a protocol may refuse huge domains (olh's dense decoder); `auto` skips it
-        assert time.perf_counter() - t0 < 0.05, name
+        finally:
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+        assert peak < 256 * 1024, (name, peak)
 
 
 # --- protocol-specific malformed payloads ----------------------------------------------------
@@ -260,16 +264,14 @@ def test_hr_transform_matches_the_hadamard_matrix():
     assert (overlap[~np.eye(20, dtype=bool)] == proto.k // 4).all()
 
 
-def test_hr_estimates_a_million_values_fast():
+def test_hr_estimates_a_million_values_by_one_transform():
+    """All d estimates from one fast Walsh–Hadamard transform (its speed: bench/throughput.py)."""
     proto = build("hr", 1_000_000, 2.0)
     sk = proto.new_sketch()
     sk.counts[0] = np.random.default_rng(0).integers(0, 50, proto.k)
     sk.reports[0] = int(sk.counts.sum())
-    t0 = time.perf_counter()
     est = proto.estimate(sk)
-    elapsed = time.perf_counter() - t0
     assert est.counts.shape == (1_000_000,)
-    assert elapsed < 1.0  # O(K log K): ~0.1 s measured for K = 2^20
     # spot-check the transform against the definition for a few x
     for x in (0, 12_345, 999_999):
         inside = proto.output_probabilities(x) > 1 / proto.k
@@ -295,7 +297,7 @@ def outcome_index(name: str, proto, payloads: dict) -> np.ndarray:
     if name == "ss":
         lookup = {c: i for i, c in enumerate(itertools.combinations(range(proto.domain_size), proto.s))}
         return np.array([lookup[tuple(row)] for row in payloads["subset"].tolist()])
-    pytest.skip(f"no outcome enumeration for {name} in this test")
+    raise ValueError(f"no outcome enumeration for {name} in this test")
 
 
 GOF_CASES = [("rr", 2, 1.0), ("grr", 5, 1.0), ("oue", 6, 1.0), ("sue", 6, 2.0), ("ss", 7, 1.0),

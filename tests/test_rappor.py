@@ -139,7 +139,7 @@ def test_exact_audit_of_epsilon_one_and_infinity(k, h, f, p, q):
     # the quoted epsilons are the mechanism's exact worst case (not a loose bound)
     assert math.isclose(worst_ratio(report), math.exp(proto.epsilon), rel_tol=RELATIVE_SLACK)
     assert math.isclose(worst_ratio(prr), math.exp(proto.epsilon_longitudinal), rel_tol=RELATIVE_SLACK)
-    if k >= 2 * h:  # disjoint filters exist: the closed forms of ldp-facts §4
+    if k >= 2 * h:  # disjoint filters exist: the closed forms of docs/math.md §7
         ps, qs, half = proto.params.p_star, proto.params.q_star, proto.params.f_realised / 2
         assert proto.epsilon == pytest.approx(h * math.log(qs * (1 - ps) / (ps * (1 - qs))), rel=1e-12)
         assert proto.epsilon_longitudinal == pytest.approx(2 * h * math.log((1 - half) / half), rel=1e-12)
@@ -480,7 +480,6 @@ def test_estimate_shape_and_variance_formula():
 
 def test_constructor_is_cheap_and_module_contract():
     assert rp.OPTION_KEYS == {"bloom_bits", "hashes", "cohorts", "prob_f", "prob_p", "prob_q"}
-    assert rp.AUDIT_SKIP_REASON
     proto = from_options(None, None, {"bloom_bits": 4096, "cohorts": 4096})
     assert proto.domain_size == 4096 * 4096
 

@@ -97,7 +97,7 @@ def test_unknown_metric_and_out_of_domain_value():
 
 @pytest.mark.parametrize("d, eps", [(2, 0.5), (3, 1.0), (16, 1.0), (16, 4.0), (128, 1.0), (1024, 4.0)])
 def test_auto_follows_the_variance_rule(d, eps):
-    """GRR wins iff d < 3e^ε + 2 (ldp-facts §0); otherwise a unary/subset-selection protocol."""
+    """GRR wins iff d < 3e^ε + 2 (docs/math.md §2); otherwise a unary/subset-selection protocol."""
     name = choose_protocol(d, eps)
     if d == 2:
         assert name in ("rr", "grr")
@@ -115,14 +115,11 @@ def test_metric_names_are_matched_whole():
         parse_registry({"metrics": {7: {"kind": "boolean", "epsilon": 1.0}}})
 
 
-def test_a_duplicate_in_a_large_domain_is_found_fast():
-    import time
-
+def test_a_duplicate_in_a_large_domain_is_found():
+    """200,000 categories: a pairwise (quadratic) search would run into the test timeout."""
     cats = [f"v{i}" for i in range(200_000)] + ["v199999"]
-    start = time.perf_counter()
     with pytest.raises(RegistryError, match="'v199999' appears more than once"):
         parse_registry({"metrics": {"big": {"kind": "categorical", "categories": cats, "epsilon": 1.0}}})
-    assert time.perf_counter() - start < 5.0
 
 
 def test_fingerprint_covers_resolved_defaults(monkeypatch):

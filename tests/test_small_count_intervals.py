@@ -2,7 +2,7 @@
 
 With n·q* < 1 an absent value's support count is nearly Poisson(n·q*), and a 95% Wald interval
 covers only ~85–88% of such values (GRR d=1000 ε=8 n=2000; OUE d=200 ε=8). The estimators
-switch those items to a Clopper–Pearson interval on λ (ldp-facts §10), which covers at least
+switch those items to a Clopper–Pearson interval on λ (docs/math.md §8), which covers at least
 nominally; these seeded runs check every item and the family-wise version. R = 3000 runs put
 the worst-of-d item coverage's sampling floor near 0.95 − 3.3·0.004 ≈ 0.937 > 0.93.
 """

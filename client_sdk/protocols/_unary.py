@@ -1,10 +1,18 @@
-"""Unary encoding core shared by OUE and SUE (ldp-facts.md §2).
+"""Unary encoding, the one implementation behind OUE and SUE (docs/math.md §4).
 
 The true value x becomes the one-hot vector B ∈ {0,1}^d; every bit is reported
 independently, P[1 | Bᵢ=1] = p and P[1 | Bᵢ=0] = q, so
-ε = ln(p(1−q)/((1−p)q)). Subclass params fix p and q; their thresholds are quantised so the
-realised ε is at most the target (p rounded down, q rounded up), and ε and the estimator use
-the realised p', q'.
+ε = ln(p(1−q)/((1−p)q)). The two variants differ only in how p and q follow from ε
+(``THRESHOLDS``):
+
+- OUE (Wang et al., 2017): p = ½ and q = 1/(e^ε+1), the optimal unary choice,
+  Var* = n·4e^ε/(e^ε−1)². p = ½ is exact on the 2^-32 grid; q is quantised *up*, so the
+  realised ε = ln((1−q')/q') is at most the target.
+- SUE (basic one-time RAPPOR, Erlingsson et al., 2014): p = e^{ε/2}/(e^{ε/2}+1), q = 1−p,
+  Var* = n·e^{ε/2}/(e^{ε/2}−1)². q is quantised *up* and p set to 1−q' (so p is quantised
+  down, exactly, even when e^{ε/2} is huge); the realised ε = 2·ln(p'/q') is at most the target.
+
+ε and the estimator use the realised p', q'.
 
 Pure protocol with S(y) = {i : yᵢ = 1}: p* = p', q* = q'; the sketch is d bit counters.
 
@@ -15,13 +23,23 @@ Payload: ``bits``, shape (n, ⌈d/8⌉) uint8, bit i of a report at byte i//8, b
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import numpy as np
 
 from ..errors import InvalidPayload
-from ..randomness import SCALE, RandomLike, SecureRandom, as_random_source, below_threshold, realised
+from ..randomness import (
+    SCALE,
+    RandomLike,
+    SecureRandom,
+    as_random_source,
+    below_threshold,
+    realised,
+    threshold_ceil,
+)
 from .base import (
     Payloads,
     PureProtocol,
@@ -45,22 +63,61 @@ def check_thresholds(d: int, epsilon: float, p_threshold: int, q_threshold: int)
         raise ValueError(f"epsilon {epsilon} is too small (or too large) for the 2^-32 probability grid")
 
 
+def _oue_thresholds(epsilon: float) -> tuple[int, int]:
+    """OUE: p = ½ (exact), q = 1/(e^ε+1) rounded up."""
+    return SCALE // 2, threshold_ceil(1.0 / (math.exp(epsilon) + 1.0))
+
+
+def _sue_thresholds(epsilon: float) -> tuple[int, int]:
+    """SUE: q = 1/(e^{ε/2}+1) rounded up, p = 1 − q' (e^{ε/2}/(e^{ε/2}+1) rounded down)."""
+    q_threshold = threshold_ceil(1.0 / (math.exp(epsilon / 2) + 1.0))
+    return SCALE - q_threshold, q_threshold
+
+
+#: variant -> ε ↦ (threshold of p = P[bit x reported as 1], threshold of q = P[other bit as 1]).
+THRESHOLDS: dict[str, Callable[[float], tuple[int, int]]] = {"oue": _oue_thresholds, "sue": _sue_thresholds}
+
+
+@dataclasses.dataclass(frozen=True)
+class UnaryParams:
+    """Domain size and target ε of a unary encoding; the subclass names the variant.
+
+    ``variant`` is a class constant, not a field: the registry fingerprints the fields, which
+    are d and ε for both variants (the protocol name is fingerprinted separately).
+    """
+
+    d: int           # domain size (number of bits)
+    epsilon: float   # target per-report budget
+    variant: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        check_thresholds(self.d, self.epsilon, self.p_threshold, self.q_threshold)
+
+    @property
+    def p_threshold(self) -> int:
+        return THRESHOLDS[self.variant](self.epsilon)[0]
+
+    @property
+    def q_threshold(self) -> int:
+        return THRESHOLDS[self.variant](self.epsilon)[1]
+
+    @property
+    def p(self) -> float:
+        return realised(self.p_threshold)
+
+    @property
+    def q(self) -> float:
+        return realised(self.q_threshold)
+
+
 class UnaryEncoding(PureProtocol):
-    """Unary encoding over params exposing d, p_threshold and q_threshold."""
+    """Unary encoding over ``UnaryParams``; the variants below only name themselves."""
 
     def __init__(self, params: Any) -> None:
         super().__init__(params)
         self._p_threshold, self._q_threshold = params.p_threshold, params.q_threshold
         self.p, self.q = realised(self._p_threshold), realised(self._q_threshold)
         self._width = (params.d + 7) // 8  # ⌈d/8⌉ payload bytes
-
-    @property
-    def domain_size(self) -> int:
-        return self.params.d
-
-    @property
-    def cell_shape(self) -> tuple[int, ...]:
-        return (self.params.d,)
 
     @property
     def epsilon(self) -> float:
@@ -127,8 +184,6 @@ class UnaryEncoding(PureProtocol):
             sketch.counts[0] += unpacked.sum(axis=0, dtype=np.int64)
         sketch.reports[0] += bits.shape[0]
 
-
-
     def to_wire(self, payloads: Payloads) -> list[Any]:
         raw, w = np.ascontiguousarray(payloads["bits"], dtype=np.uint8).tobytes(), self._width
         return [raw[i:i + w] for i in range(0, len(raw), w)]
@@ -141,3 +196,19 @@ class UnaryEncoding(PureProtocol):
             if len(obj) != w:
                 raise InvalidPayload(f"expected {w} bytes, got {len(obj)}", index=i, field="payload")
         return {"bits": np.frombuffer(b"".join(objects), dtype=np.uint8).reshape(len(objects), w).copy()}
+
+
+class OUEParams(UnaryParams):
+    variant = "oue"
+
+
+class SUEParams(UnaryParams):
+    variant = "sue"
+
+
+class OUE(UnaryEncoding):
+    name = "oue"
+
+
+class SUE(UnaryEncoding):
+    name = "sue"

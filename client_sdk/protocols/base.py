@@ -1,4 +1,4 @@
-"""The contract every LDP protocol fulfils: the four verbs of ARCHITECTURE.md.
+"""The contract every LDP protocol fulfils: the four verbs of docs/design.md.
 
 A protocol object wraps a frozen params dataclass and exposes, vectorised over a batch:
 
@@ -74,9 +74,9 @@ class Protocol(abc.ABC):
 
     # --- shape ---------------------------------------------------------------------------
     @property
-    @abc.abstractmethod
     def domain_size(self) -> int:
-        """d: number of domain values (0-based indices)."""
+        """d: number of domain values (0-based indices); ``params.d`` unless a protocol says otherwise."""
+        return self.params.d
 
     @property
     def cohorts(self) -> int:
@@ -84,9 +84,9 @@ class Protocol(abc.ABC):
         return 1
 
     @property
-    @abc.abstractmethod
     def cell_shape(self) -> tuple[int, ...]:
-        """Shape of one cohort's counters."""
+        """Shape of one cohort's counters: one per domain value unless a protocol says otherwise."""
+        return (self.domain_size,)
 
     def new_sketch(self) -> Sketch:
         return Sketch(np.zeros((self.cohorts, *self.cell_shape), dtype=np.int64),
@@ -195,7 +195,7 @@ def check_domain_and_epsilon(d: int, epsilon: float, protocol: str) -> None:
 
 
 class PureProtocol(Protocol):
-    """A pure protocol (ldp-facts.md §0): ``counts[0]`` holds each value's support count and
+    """A pure protocol (docs/math.md §2): ``counts[0]`` holds each value's support count and
     the subclass sets the realised support probabilities ``p`` (= p*) and ``q`` (= q*)."""
 
     p: float
@@ -214,6 +214,33 @@ class PureProtocol(Protocol):
         return pure_variance(n, true_counts, self.p, self.q)
 
 
+class DirectResponse(PureProtocol):
+    """A pure protocol whose report is one domain value (binary RR, GRR; docs/math.md §3).
+
+    The report is the true value with probability p and each other value with probability q,
+    so S(y) = {y}, p* = p, q* = q and ε = ln(p/q). ``params`` gives the realised ``p`` and
+    ``q`` and the integer ``keep_threshold`` of p.
+    """
+
+    def __init__(self, params: Any) -> None:
+        super().__init__(params)
+        self.p, self.q = params.p, params.q
+        self._threshold = params.keep_threshold
+
+    @property
+    def epsilon(self) -> float:
+        return math.log(self.p / self.q)
+
+    @property
+    def payload_bits(self) -> int:
+        return max(1, math.ceil(math.log2(self.domain_size)))
+
+    def output_probabilities(self, index: int) -> np.ndarray:
+        probs = np.full(self.domain_size, self.q)
+        probs[index] = self.p
+        return probs
+
+
 def integers_from_wire(objects: list, high: int, field: str) -> np.ndarray:
     """Wire payloads that are plain integers in [0, high) (bools rejected), as int64."""
     for i, obj in enumerate(objects):
@@ -226,7 +253,7 @@ def integers_from_wire(objects: list, high: int, field: str) -> np.ndarray:
 
 
 def pure_estimate(support: np.ndarray, n: int, p_star: float, q_star: float) -> tuple[np.ndarray, np.ndarray]:
-    """Pure-protocol estimator (ldp-facts.md §0): ĉ = (S − n q*)/(p* − q*) and its plug-in variance.
+    """Pure-protocol estimator (docs/math.md §2): ĉ = (S − n q*)/(p* − q*) and its plug-in variance.
 
     The variance uses Var = n q*(1−q*)/(p*−q*)² + c(1−p*−q*)/(p*−q*) with c = clip(ĉ, 0, n).
     """
@@ -237,7 +264,7 @@ def pure_estimate(support: np.ndarray, n: int, p_star: float, q_star: float) -> 
 
 
 def pure_variance(n: int, true_counts: np.ndarray | float, p_star: float, q_star: float) -> np.ndarray:
-    """Var[ĉ(v)] of a pure protocol (ldp-facts.md §0)."""
+    """Var[ĉ(v)] of a pure protocol (docs/math.md §2)."""
     delta = p_star - q_star
     c = np.asarray(true_counts, dtype=np.float64)
     return n * q_star * (1 - q_star) / delta**2 + c * (1 - p_star - q_star) / delta

@@ -56,8 +56,8 @@ def per_item_variance(protocol: Protocol) -> float:
 
     Every variance here is linear in the true count, n·a + c(v)·b, and the counts average n/d
     over the domain whatever the distribution, so the mean per-item variance (the MSE of the
-    frequency vector, per item) is exactly ``variance(n, n/d)``. At f = 0 alone (the ldp-facts
-    §0 table) GRR and SS tie at small d, yet SS wins by 10–20% on real, skewed data.
+    frequency vector, per item) is exactly ``variance(n, n/d)``. At f = 0 alone (the docs/math.md
+    §2 table) GRR and SS tie at small d, yet SS wins by 10–20% on real, skewed data.
     """
     n = 1_000_000
     return float(protocol.variance(n, n / protocol.domain_size)) / n

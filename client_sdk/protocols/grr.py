@@ -1,4 +1,4 @@
-"""Generalised (k-ary) randomised response, a.k.a. Direct Encoding (ldp-facts.md §1).
+"""Generalised (k-ary) randomised response, a.k.a. Direct Encoding (docs/math.md §3).
 
 Report the true value x with probability p = e^ε/(e^ε+d−1), otherwise a uniformly drawn
 *other* value (each with q = (1−p)/(d−1)). p is quantised down to a 2^-32 grid, and the
@@ -25,8 +25,8 @@ from ..randomness import (
     threshold_floor,
 )
 from .base import (
+    DirectResponse,
     Payloads,
-    PureProtocol,
     Sketch,
     check_domain_and_epsilon,
     first_bad,
@@ -36,7 +36,7 @@ from .base import (
 
 
 def keep_threshold(epsilon: float, k: int) -> int:
-    """Threshold of P(report the true value) = e^ε/(e^ε+k−1), rounded down (ldp-facts §1).
+    """Threshold of P(report the true value) = e^ε/(e^ε+k−1), rounded down (docs/math.md §3).
 
     Shared with OLH, which runs GRR on its hash range [g].
     """
@@ -72,34 +72,8 @@ class GRRParams:
         return (1.0 - self.p) / (self.d - 1)
 
 
-class GRR(PureProtocol):
+class GRR(DirectResponse):
     name = "grr"
-
-    def __init__(self, params: GRRParams) -> None:
-        super().__init__(params)
-        self.p, self.q = params.p, params.q
-        self._threshold = params.keep_threshold
-
-    @property
-    def domain_size(self) -> int:
-        return self.params.d
-
-    @property
-    def cell_shape(self) -> tuple[int, ...]:
-        return (self.params.d,)
-
-    @property
-    def epsilon(self) -> float:
-        return math.log(self.p / self.q)
-
-    @property
-    def payload_bits(self) -> int:
-        return max(1, math.ceil(math.log2(self.params.d)))
-
-    def output_probabilities(self, index: int) -> np.ndarray:
-        probs = np.full(self.params.d, self.q)
-        probs[index] = self.p
-        return probs
 
     def encode(self, indices: np.ndarray, rng: RandomLike = None,
                cohorts: np.ndarray | None = None) -> Payloads:

@@ -1,4 +1,4 @@
-"""Hadamard response, Acharya, Sun & Zhang, AISTATS 2019 (ldp-facts.md §6).
+"""Hadamard response, Acharya, Sun & Zhang, AISTATS 2019 (docs/math.md §6).
 
 K = 2^⌈log₂(d+1)⌉ outputs; value x owns the half C_x = {y : H_K[x+1, y] = +1} of them, with
 the Sylvester matrix H[a, b] = (−1)^popcount(a & b) (row 0, all ones, is skipped). Then
@@ -16,7 +16,7 @@ Realised ε = ln(π'/(1−π')). Pure with S(y) = {x : y ∈ C_x}: p* = π', and
 (x' ≠ x puts y in C_x' ∩ C_x for half of either half). Support counts for all x at once come
 from one fast Walsh–Hadamard transform of the output histogram h (O(K log K)):
 Σ_{y∈C_x} h[y] = (n + (H h)[x+1])/2. Var* = n/(4(π'−½)²) = n((e^ε+1)/(e^ε−1))², and the
-pure variance's c-term is c(1−p*−q*)/(p*−q*) = −c (ldp-facts.md §0), which is why the
+pure variance's c-term is c(1−p*−q*)/(p*−q*) = −c (docs/math.md §2), which is why the
 estimate's plug-in variance is taken at a conservative ĉ (``VARIANCE_SHIFT_SD``).
 
 Payload: ``y``, an integer in [0, K). Wire: the int y.
@@ -130,10 +130,6 @@ class HR(PureProtocol):
         self.pi = params.pi
         self.p, self.q = params.pi, 0.5  # p* = π', q* = ½
         self._threshold = params.inside_threshold
-
-    @property
-    def domain_size(self) -> int:
-        return self.params.d
 
     @property
     def cell_shape(self) -> tuple[int, ...]:

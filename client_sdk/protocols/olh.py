@@ -1,4 +1,4 @@
-"""Optimised local hashing over a fixed seed set ("cohorts"), decoded by least squares (ldp-facts.md §3).
+"""Optimised local hashing over a fixed seed set ("cohorts"), decoded by least squares (docs/math.md §5).
 
 Client. Each client belongs to one cohort s ∈ [m] (the SDK derives it from the client secret;
 simulation draws it uniformly). Cohort s fixes a hash H_s: [d] → [g]. The client reports
@@ -20,7 +20,7 @@ to each bucket with probability within g/2^64 of 1/g, so there is no modulo bias
 Sketch. T[s, y] = number of reports (s, y), plus n_s = reports of cohort s: m×g additive cells.
 
 Decoder. Hash collisions are frozen by the fixed seeds, so the naive support Σ_s T[s, H_s(v)]
-is biased by Σ_{v'≠v} c(v')(φ_vv' − 1/g)/(p'−1/g), which never averages out (ldp-facts.md §3).
+is biased by Σ_{v'≠v} c(v')(φ_vv' − 1/g)/(p'−1/g), which never averages out (docs/math.md §5).
 With Z_s = (T_s − n_s q')/(p'−q') and A_s the g×d 0/1 matrix A_s[y, v] = 1[H_s(v) = y],
 
     E[Z_s | n_s] = (n_s/n) A_s c                       (cohorts are independent of values)
@@ -137,7 +137,7 @@ def hash_one(s: int, v: int, g: int) -> int:
 
 # --- parameters -------------------------------------------------------------------------------------
 def default_hash_range(epsilon: float) -> int:
-    """g = round(e^ε) + 1, the OLH optimum (ldp-facts.md §3), at least 2."""
+    """g = round(e^ε) + 1, the OLH optimum (docs/math.md §5), at least 2."""
     return max(2, round(math.exp(epsilon)) + 1)
 
 
@@ -186,7 +186,7 @@ class OLHParams:
 
     @property
     def keep_threshold(self) -> int:
-        """GRR on the hash range [g] (ldp-facts §3)."""
+        """GRR on the hash range [g] (docs/math.md §5)."""
         return grr_keep_threshold(self.epsilon, self.g)
 
     @property
@@ -224,10 +224,6 @@ class OLH(Protocol):
         self.p, self.q = params.p, params.q
         self._threshold = params.keep_threshold
         self._decoders: dict[bytes, _Decoder] = {}
-
-    @property
-    def domain_size(self) -> int:
-        return self.params.d
 
     @property
     def cohorts(self) -> int:
@@ -352,7 +348,7 @@ class OLH(Protocol):
         counts = dec.B @ Z.ravel()[rows]
         variances = self._model_variance(dec.B, counts, n_s)
         # The plain OLH support estimator (S_T(v) − n/g)/(p'−1/g), S_T(v) = Σ_s T[s, H_s(v)], has mean
-        # (g(Φc)_v − n)/(g−1) on this sketch: report its frozen-collision bias at c = ĉ (ldp-facts §3).
+        # (g(Φc)_v − n)/(g−1) on this sketch: report its frozen-collision bias at c = ĉ (docs/math.md §5).
         naive_bias = (g * (dec.phi @ counts) - n) / (g - 1) - counts
         extra = {"method": "wls", "cohort_reports": sketch.reports.copy(), "naive_collision_bias": naive_bias}
         return CountEstimate(counts, variances, n, extra)
@@ -362,12 +358,12 @@ class OLH(Protocol):
 
         ``true_counts`` of shape (d,): the exact sandwich for this design and population (O(m·g·d²)
         on first use, cached). A scalar c: the design-averaged figure for an item of count c whose
-        population is otherwise spread out, N/(N−d−1) × the plain-OLH formula (ldp-facts.md §3).
+        population is otherwise spread out, N/(N−d−1) × the plain-OLH formula (docs/math.md §5).
         """
         c = np.asarray(true_counts, dtype=np.float64)
         p, q_star, d = self.p, 1.0 / self.params.g, self.params.d
         if c.ndim == 0:
-            delta = p - q_star  # plain OLH: p* = p', q* = 1/g (ldp-facts.md §0, §3)
+            delta = p - q_star  # plain OLH: p* = p', q* = 1/g (docs/math.md §2, §5)
             pure = n * q_star * (1 - q_star) / delta**2 + c * (1 - p - q_star) / delta
             return self.params.approx_inflation * pure
         if c.shape != (d,):

@@ -1,4 +1,4 @@
-"""RAPPOR: Bloom filter + permanent and instantaneous randomised response (ldp-facts.md §4).
+"""RAPPOR: Bloom filter + permanent and instantaneous randomised response (docs/math.md §7).
 
 Erlingsson, Pihur, Korolova, CCS 2014. Parameters in the paper's symbols:
 
@@ -12,7 +12,7 @@ Erlingsson, Pihur, Korolova, CCS 2014. Parameters in the paper's symbols:
 Client: B = Bloom filter of the value under its cohort's h hashes (client_sdk.hashing);
 B' = PRR(B), memoised per (client, metric, value); S = IRR(B'), fresh every report. Only the
 cohort and S leave the device. Every coin is an integer threshold test on a uniform 32-bit
-word (ldp-facts.md §13): f/2 rounds *up*, p up and q down (each towards more noise), and
+word (docs/math.md §11): f/2 rounds *up*, p up and q down (each towards more noise), and
 ε₁, ε∞ and the estimator use the realised probabilities.
 
 With a client secret (the SDK path) the cohort and the PRR coins come from
@@ -85,8 +85,6 @@ BLOOM_CACHE_SIZE = 4096
 
 #: test_privacy_audit's generic audit enumerates domain values; RAPPOR's inputs are Bloom
 #: patterns and its outputs 2^k bit vectors, so it is audited in tests/test_rappor.py.
-AUDIT_SKIP_REASON = ("inputs are Bloom patterns and outputs 2^k bit vectors; tests/test_rappor.py "
-                     "audits ε₁ and ε∞ exactly (enumeration for small k, per-bit product in general)")
 
 
 def _is_int(value: Any) -> bool:
@@ -157,7 +155,7 @@ class RapporParams:
 
     @property
     def p_star(self) -> float:
-        """P(Sᵢ = 1 | Bᵢ = 0) = (f/2)q + (1−f/2)p (ldp-facts.md §4)."""
+        """P(Sᵢ = 1 | Bᵢ = 0) = (f/2)q + (1−f/2)p (docs/math.md §7)."""
         half = self.f_realised / 2
         return half * self.q_realised + (1 - half) * self.p_realised
 
@@ -215,7 +213,7 @@ def worst_case_epsilon(one_given_one: float, one_given_zero: float, h: int, k: i
 
 def bit_count_estimates(counts: np.ndarray, reports: np.ndarray,
                         params: RapporParams) -> tuple[np.ndarray, np.ndarray]:
-    """Unbiased true-bit counts t̂[j, i] and their plug-in variances (ldp-facts.md §4).
+    """Unbiased true-bit counts t̂[j, i] and their plug-in variances (docs/math.md §7).
 
     t̂ᵢⱼ = (cᵢⱼ − p*·Nⱼ)/(q* − p*); Var = [t·q*(1−q*) + (Nⱼ−t)·p*(1−p*)]/(q*−p*)² evaluated
     at t = clip(t̂, 0, Nⱼ).

@@ -1,4 +1,4 @@
-"""Binary randomised response, Warner 1965 (ldp-facts.md §1), for boolean metrics.
+"""Binary randomised response, Warner 1965 (docs/math.md §3), for boolean metrics.
 
 The domain is {0 = false, 1 = true}. Report the true bit with probability
 p = e^ε/(1+e^ε), otherwise its negation. p is quantised down to the 2^-32 grid (by rounding
@@ -20,8 +20,8 @@ import numpy as np
 from ..errors import InvalidPayload
 from ..randomness import SCALE, RandomLike, as_random_source, bernoulli, realised, secure_word, threshold_ceil
 from .base import (
+    DirectResponse,
     Payloads,
-    PureProtocol,
     Sketch,
     check_domain_and_epsilon,
     first_bad,
@@ -58,34 +58,8 @@ class RRParams:
         return realised(SCALE - self.keep_threshold)
 
 
-class RR(PureProtocol):
+class RR(DirectResponse):
     name = "rr"
-
-    def __init__(self, params: RRParams) -> None:
-        super().__init__(params)
-        self.p, self.q = params.p, params.q
-        self._threshold = params.keep_threshold
-
-    @property
-    def domain_size(self) -> int:
-        return 2
-
-    @property
-    def cell_shape(self) -> tuple[int, ...]:
-        return (2,)
-
-    @property
-    def epsilon(self) -> float:
-        return math.log(self.p / self.q)
-
-    @property
-    def payload_bits(self) -> int:
-        return 1
-
-    def output_probabilities(self, index: int) -> np.ndarray:
-        probs = np.full(2, self.q)
-        probs[index] = self.p
-        return probs
 
     def encode(self, indices: np.ndarray, rng: RandomLike = None,
                cohorts: np.ndarray | None = None) -> Payloads:

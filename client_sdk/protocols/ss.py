@@ -1,4 +1,4 @@
-"""Subset selection, Ye & Barg 2018 / S. Wang et al. 2016 (ldp-facts.md §6).
+"""Subset selection, Ye & Barg 2018 / S. Wang et al. 2016 (docs/math.md §6).
 
 Each report is a set S of s = max(1, ⌈d/(e^ε+1)⌉) distinct domain values with
 Q(S | x) ∝ e^ε if x ∈ S and ∝ 1 otherwise. We sample it in two exact steps:
@@ -9,7 +9,7 @@ Q(S | x) ∝ e^ε if x ∈ S and ∝ 1 otherwise. We sample it in two exact step
 
 So Q(S|x) = π'/C(d−1, s−1) for x ∈ S and (1−π')/C(d−1, s) for x ∉ S, and the realised
 ε = ln(π'(d−s) / ((1−π')s)) ≤ target. Pure with S(y) = y:
-p* = π', q* = π'(s−1)/(d−1) + (1−π')s/(d−1) (ldp-facts.md §6), sketch = d support counters.
+p* = π', q* = π'(s−1)/(d−1) + (1−π')s/(d−1) (docs/math.md §6), sketch = d support counters.
 
 Step 2 is Floyd's algorithm run across the whole batch at once: for j = N−k, …, N−1 (N = d−1
 values ≠ x, k places) draw t uniform in [0, j] and add t, or j if t is already taken; that
@@ -118,14 +118,6 @@ class SS(PureProtocol):
         self.p, self.q = params.p_star, params.q_star
         self._threshold = params.include_threshold
         self._wire_dtype = np.dtype("<u2") if params.d <= UINT16_MAX_D else np.dtype("<u4")
-
-    @property
-    def domain_size(self) -> int:
-        return self.params.d
-
-    @property
-    def cell_shape(self) -> tuple[int, ...]:
-        return (self.params.d,)
 
     @property
     def epsilon(self) -> float:

@@ -10,7 +10,7 @@ Schema v1 (in the first schema of the DSN's ``search_path``, created if missing)
 Why append-only: an UPDATE of a shared per-window sketch row would serialise every collector
 on that row's lock. Instead each group commit INSERTs its own delta rows (keyed by the
 collector instance ``writer`` and its commit sequence ``seq``), so concurrent commits never
-touch the same row; an estimate is the SUM over rows (ARCHITECTURE.md: sketches add).
+touch the same row; an estimate is the SUM over rows (docs/design.md, "Sketches add").
 Batch ids live in one table under a unique key, so dedupe is global across collectors: the
 INSERT ... ON CONFLICT DO NOTHING of a batch id another collector is committing waits for
 that transaction and then sees it (duplicate) or, if it rolled back, takes it. Ids are
