@@ -39,7 +39,6 @@ from estimators.simulation import NumericPopulation, draw_population, numeric_tr
 
 from .common import progress_bar
 from .estimate_cmd import load_sketch
-from .output import format_number
 
 if TYPE_CHECKING:  # pandas loads only when the demo runs (a fast `ldpt --help`)
     import pandas as pd
@@ -248,6 +247,8 @@ def format_result(spec: MetricSpec, df: pd.DataFrame) -> str:
     head = (f"{spec.name} ({spec.kind.value}, {spec.protocol}, {eps}): {n:,} reports; "
             f"{covered} of {len(df)} true counts inside their 95% interval")
     import pandas as pd
+
+    from .output import format_number
 
     what = "true values" if spec.kind is Kind.NUMERIC else "true counts"
     head = head.replace("true counts", what)

@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "ledger": ("cli.ledger_cmd", "ledger", "Show the privacy ledger of a device: epsilon spent per metric, "
                "per window and lifetime."),
     "metrics": ("cli.metrics_cmd", "metrics", "Work with the metric registry (TOML)."),
-    "plan": ("cli.plan_cmd", "plan", "Compare protocols for EPSILON, DOMAIN and CLIENTS; mark the one `auto` picks."),
+    "plan": ("cli.plan_cmd", "plan", "Compare protocols for EPSILON, DOMAIN (or --range) and CLIENTS; mark the one `auto` picks."),
     "rappor": ("cli.rappor_cmd", "rappor", "RAPPOR tools: decode google/rappor's files, export sketches in "
                "their format."),
     "serve": ("cli.serve_cmd", "serve", "Run the collector until SIGTERM/SIGINT (then commit what was "
