@@ -1,0 +1,213 @@
+"""LOLOHA: local hashing, then L-GRR on the hash range (Arcolezi, Pinzón, Palamidessi, Gambs 2023).
+
+The client hashes its value once, h = H_s(x) ∈ [g], with the OLH hash family of
+client_sdk.protocols.olh, its cohort s fixed for life (derived from the client secret; a
+uniform draw in simulation). Round 1 is GRR_{ε∞} on [g] of h, memoised per *hashed value*;
+round 2 is a fresh GRR on [g] with the p₂ that makes one report cost exactly ε₁ (as L-GRR,
+client_sdk.protocols.lgrr). Because the memo key is h, a device spends at most g·ε∞ over its
+lifetime however often its value changes (L-GRR and L-OSUE spend ε∞ per distinct value).
+BiLOLOHA is g = 2: at most 2ε∞ for life.
+
+One report (s, y) is GRR on [g] with P(y = h) = P = p₁p₂ + (1−p₁)q₂ and P(y = b) =
+(1−P)/(g−1) for b ≠ h: exactly an OLH report with p' = P. The sketch, the unbiased
+least-squares decoder for the fixed seed set and its variance are OLH's.
+
+Optimal g (Arcolezi et al. 2023), with α = ε₁/ε∞:
+g = max(2, round((√(e^{4ε∞} − 14e^{2ε∞} − 12e^{2ε∞(α+1)} + 12e^{ε∞(α+1)} + 12e^{ε∞(α+3)} + 1)
+            − e^{2ε∞} + 6e^{ε∞} − 6e^{αε∞} + 1) / (6(e^{ε∞} − e^{αε∞}))))
+(tests/test_longitudinal_protocols.py checks it against a search over g of the variance).
+
+The cohort is the one value-independent, permanent part of a report: log2(m) bits that are
+the same in every report of the device (as RAPPOR's cohort; docs/privacy.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+from ..memo import MemoCache
+from ..randomness import RandomLike, as_random_source, realised
+from ..hashing import derive_cohort
+from ._longitudinal import Memoised, chain, check_epsilon_pair, grr_round, largest_threshold, log_ratio
+from .base import Payloads
+from .grr import keep_threshold as grr_keep_threshold
+from .olh import (
+    EAGER_CHECK_MAX_DOMAIN,
+    MAX_DOMAIN,
+    OLH,
+    OLHParams,
+    default_cohorts,
+    hash_one,
+    hash_values,
+)
+
+#: Largest g the optimal-g formula may return (beyond it the hash range stops paying off).
+MAX_HASH_RANGE = 1 << 12
+
+
+def optimal_hash_range(epsilon: float, epsilon_inf: float) -> int:
+    """LOLOHA's variance-minimising g at (ε₁, ε∞) (module docstring), at least 2."""
+    ei, alpha = epsilon_inf, epsilon / epsilon_inf
+    root = (math.exp(4 * ei) - 14 * math.exp(2 * ei) - 12 * math.exp(2 * ei * (alpha + 1))
+            + 12 * math.exp(ei * (alpha + 1)) + 12 * math.exp(ei * (alpha + 3)) + 1)
+    num = math.sqrt(max(root, 0.0)) - math.exp(2 * ei) + 6 * math.exp(ei) - 6 * math.exp(alpha * ei) + 1
+    g = round(num / (6 * (math.exp(ei) - math.exp(alpha * ei))))
+    return int(min(MAX_HASH_RANGE, max(2, g)))
+
+
+@dataclasses.dataclass(frozen=True)
+class LOLOHAParams:
+    d: int               # domain size
+    epsilon: float       # ε₁: one report
+    epsilon_inf: float   # ε∞: the memoised first round
+    m: int               # cohorts (fixed seed set, as OLH)
+    g: int               # hash range
+
+    def __post_init__(self) -> None:
+        check_epsilon_pair(self.epsilon, self.epsilon_inf, "loloha")
+        OLHParams(d=self.d, epsilon=self.epsilon, m=self.m, g=self.g)  # OLH's shape checks
+        if not self.p1_threshold * self.g > (1 << 32):
+            raise ValueError(f"epsilon_inf {self.epsilon_inf} is too small for the 2^-32 grid at g = {self.g}")
+        if not self.p > self.q:
+            raise ValueError(f"epsilon {self.epsilon} is too small for the 2^-32 grid at g = {self.g}")
+
+    @functools.cached_property
+    def p1_threshold(self) -> int:
+        return grr_keep_threshold(self.epsilon_inf, self.g)
+
+    @property
+    def p1(self) -> float:
+        return realised(self.p1_threshold)
+
+    @property
+    def q1(self) -> float:
+        return (1.0 - self.p1) / (self.g - 1)
+
+    def _epsilon_at(self, threshold: int) -> float:
+        p2 = realised(threshold)
+        return log_ratio(*chain(self.p1, self.q1, p2, (1.0 - p2) / (self.g - 1)))
+
+    @functools.cached_property
+    def p2_threshold(self) -> int:
+        return largest_threshold(self._epsilon_at, self.epsilon, -(-(1 << 32) // self.g))
+
+    @property
+    def p2(self) -> float:
+        return realised(self.p2_threshold)
+
+    @property
+    def q2(self) -> float:
+        return (1.0 - self.p2) / (self.g - 1)
+
+    @property
+    def p(self) -> float:
+        """P(y = H_s(x)) of one report."""
+        return chain(self.p1, self.q1, self.p2, self.q2)[0]
+
+    @property
+    def q(self) -> float:
+        """P(y = b) for each bucket b ≠ H_s(x)."""
+        return (1.0 - self.p) / (self.g - 1)
+
+    @property
+    def keep_threshold(self) -> int:
+        return self.p2_threshold
+
+    @property
+    def approx_inflation(self) -> float:
+        n_dof = self.m * (self.g - 1)
+        return n_dof / (n_dof - self.d - 1) if n_dof > self.d + 1 else math.inf
+
+
+#: derive_cohort scope of a LOLOHA metric's permanent cohort (prefix of the metric name).
+COHORT_SCOPE = "loloha\x00"
+
+
+class LOLOHA(Memoised, OLH):
+    """LOLOHA over OLH's sketch, decoder and wire (see the module docstring)."""
+
+    name = "loloha"
+
+    def __init__(self, params: LOLOHAParams) -> None:
+        super().__init__(params)
+        self._memo = MemoCache()
+
+    @property
+    def epsilon_longitudinal(self) -> float:
+        return math.log(self.params.p1 / self.params.q1)
+
+    def memo_output_probabilities(self, index: int) -> np.ndarray:
+        """P(round-1 response | x = index, cohort s), shape (m, g)."""
+        m, g = self.params.m, self.params.g
+        probs = np.full((m, g), self.params.q1)
+        probs[np.arange(m), hash_values(self.seeds, np.full(m, index), g)] = self.params.p1
+        return probs
+
+    def cohort_of(self, secret: bytes, metric: str) -> int:
+        """This client's permanent cohort for ``metric`` (HMAC of the secret)."""
+        return derive_cohort(secret, COHORT_SCOPE + metric, self.params.m)
+
+    def memo_index(self, index: int, secret: bytes, metric: str) -> int:
+        """The hashed value H_s(x): the memoised response depends on nothing else."""
+        return hash_one(self.cohort_of(secret, metric), index, self.params.g)
+
+    def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
+        return grr_round(memo_inputs, self.params.g, self.params.p1_threshold, source)
+
+    def second_round(self, first: np.ndarray, source: Any) -> np.ndarray:
+        return grr_round(first, self.params.g, self.params.p2_threshold, source)
+
+    def hashed(self, indices: np.ndarray, cohorts: np.ndarray) -> np.ndarray:
+        """H_s(x) for a batch (simulation)."""
+        return hash_values(self.seeds[cohorts], indices, self.params.g)
+
+    def encode(self, indices: np.ndarray, rng: RandomLike = None,
+               cohorts: np.ndarray | None = None) -> Payloads:
+        """Both rounds with fresh coins (each row a new client); cohorts drawn if not given."""
+        x = self.check_indices(indices)
+        source = as_random_source(rng)
+        s = source.below(self.params.m, x.shape[0]) if cohorts is None else self._check_cohorts(cohorts, x.shape)
+        y = self.second_round(self.first_round(self.hashed(x, s), source), source)
+        return {"cohort": s, "y": y}
+
+    def encode_one(self, index: int, cohort: int | None = None) -> list[int]:
+        cohorts = None if cohort is None else np.array([cohort], dtype=np.int64)
+        return self.to_wire(self.encode(np.array([self._check_index(index)]), None, cohorts))[0]
+
+    def _payloads(self, y: np.ndarray, secret: bytes, metric: str) -> Payloads:
+        return {"cohort": np.array([self.cohort_of(secret, metric)], dtype=np.int64), "y": y}
+
+
+OPTION_KEYS: frozenset[str] = frozenset({"epsilon_inf", "hash_range", "cohorts"})
+
+
+def from_options(domain_size: int | None, epsilon: float | None, options: dict[str, Any]) -> LOLOHA:
+    """Build from registry fields: ``epsilon`` (ε₁), ``epsilon_inf`` (ε∞), optional ``hash_range``
+    (g; default the optimum, 2 for BiLOLOHA) and ``cohorts`` (m; default as OLH)."""
+    if domain_size is None:
+        raise ValueError("loloha needs a fixed domain (a boolean or categorical metric)")
+    if domain_size > MAX_DOMAIN:
+        raise ValueError(f"loloha decodes as olh and supports at most {MAX_DOMAIN} domain values")
+    unknown = set(options) - OPTION_KEYS
+    if unknown:
+        raise ValueError(f"unknown loloha option(s) {sorted(unknown)}; loloha takes "
+                         f"{', '.join(sorted(OPTION_KEYS))}")
+    eps_inf = check_epsilon_pair(epsilon, options.get("epsilon_inf"), "loloha")
+    for key in ("cohorts", "hash_range"):
+        value = options.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"{key} must be an integer, got {value!r}")
+    g = options.get("hash_range") or optimal_hash_range(float(epsilon), eps_inf)  # type: ignore[arg-type]
+    if g < 2:
+        raise ValueError(f"hash_range must be at least 2, got {g}")
+    m = options.get("cohorts") or default_cohorts(domain_size, g)
+    proto = LOLOHA(LOLOHAParams(d=domain_size, epsilon=float(epsilon), epsilon_inf=eps_inf, m=m, g=g))  # type: ignore[arg-type]
+    if options.get("cohorts") is not None or options.get("hash_range") is not None \
+            or domain_size <= EAGER_CHECK_MAX_DOMAIN:
+        proto.check_design()
+    return proto
