@@ -25,7 +25,7 @@ import threading
 import time
 import urllib.parse
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .client import DEFAULT_OUTBOX_LIMITS, DEFAULT_RETRY, ClientCore, _make_outbox
@@ -325,10 +325,10 @@ class AsyncTelemetryClient(ClientCore):
                  drop_policy: DropPolicy = DropPolicy.DROP_NEWEST, retry: RetryPolicy = DEFAULT_RETRY,
                  outbox_limits: OutboxLimits = DEFAULT_OUTBOX_LIMITS, offline: bool = True,
                  strict: bool = False, pins: Mapping[str, str] | None = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, clock: Callable[[], float] | None = None) -> None:
         sync = transport if isinstance(transport, Transport) else None
         super().__init__(endpoint, registry, state_dir, state=state, transport=sync,
-                         strict=strict, pins=pins, timeout=timeout)
+                         strict=strict, pins=pins, timeout=timeout, clock=clock)
         if sync is None and self._transport is not None:
             self._transport.close()  # only used to fetch the registry
         self._owns_uploader = uploader is None

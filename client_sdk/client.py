@@ -27,7 +27,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -42,8 +42,9 @@ from .errors import (
     UnknownMetricError,
 )
 from .ledger import Accounts, Charge, Refusal, RefusalCounts, apply
+from .protocols._longitudinal import Memoised
 from .queue import DEFAULT_QUEUE_SIZE, DiskOutbox, DropPolicy, MemoryOutbox, OutboxLimits
-from .registry import Kind, MetricSpec, Registry, canonical_value, load_registry
+from .registry import DeviceBudget, Kind, MetricSpec, Registry, canonical_value, load_registry
 from .remote import check_pins, fetch_registry, registry_from_json
 from .state import REGISTRY_CACHE_FILE, ClientState, FileState, derive_cohort, ledger_key, value_digest
 from .transport import DEFAULT_TIMEOUT, HTTPTransport, Transport
@@ -67,6 +68,8 @@ CLIENT_COUNTERS = (
     "charged",                  # charged to the ledger by the worker (will be sent)
     "refused_window",           # beyond reports_per_window: never sent
     "refused_lifetime",         # beyond lifetime_epsilon: never sent
+    "refused_device_window",    # beyond [device] epsilon_per_window: never sent
+    "refused_device_lifetime",  # beyond [device] lifetime_epsilon: never sent
     "invalid_value",            # not in the metric's domain
     "unknown_metric",           # not in the registry
     "stale_metric",             # the collector no longer accepts this metric's parameters
@@ -83,9 +86,9 @@ class _Metric:
     """Per-metric constants the hot path needs, resolved once per registry."""
 
     __slots__ = ("name", "spec", "proto", "kind", "fingerprint", "index", "string", "eps", "eps_inf",
-                 "memoised", "rpw", "budget", "uses_cohorts", "m")
+                 "memoised", "rpw", "budget", "uses_cohorts", "m", "two_round", "dev_window", "dev_lifetime")
 
-    def __init__(self, spec: MetricSpec) -> None:
+    def __init__(self, spec: MetricSpec, device: DeviceBudget | None = None) -> None:
         proto = spec.protocol_impl
         self.name, self.spec, self.proto, self.kind = spec.name, spec, proto, spec.kind
         self.fingerprint = spec.fingerprint
@@ -98,6 +101,10 @@ class _Metric:
         self.budget = spec.lifetime_epsilon
         self.uses_cohorts = bool(getattr(proto, "uses_cohorts", False)) and not self.string
         self.m = proto.cohorts
+        # L-GRR, L-OSUE, LOLOHA: memoised first round from the secret, fresh second round
+        self.two_round = isinstance(proto, Memoised)
+        self.dev_window = device.epsilon_per_window if device is not None else None
+        self.dev_lifetime = device.lifetime_epsilon if device is not None else None
 
     def lookup(self, value: Any) -> tuple[str, int] | None:
         """(canonical key, domain index) of a true value, None when it is not in the domain."""
@@ -122,7 +129,7 @@ class _MetricTable:
             with self._lock:
                 rt = self.metrics.get(name)
                 if rt is None:
-                    rt = self.metrics[name] = _Metric(self.registry.metrics[name])
+                    rt = self.metrics[name] = _Metric(self.registry.metrics[name], self.registry.device)
         return rt
 
 
@@ -191,8 +198,11 @@ class ClientCore:
                  state_dir: str | os.PathLike[str] | None = None, *,
                  state: ClientState | None = None, transport: Transport | None = None,
                  strict: bool = False, pins: Mapping[str, str] | None = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, clock: Callable[[], float] | None = None) -> None:
         self._strict = strict
+        # wall clock (seconds since the epoch): the ledger's windows are its UTC days; tests and
+        # simulations inject one to move through days
+        self._clock: Callable[[], float] = clock or time.time
         self._lock = threading.Lock()
         self._logged: set[Any] = set()
         self._counters = dict.fromkeys(CLIENT_COUNTERS, 0)
@@ -275,10 +285,12 @@ class ClientCore:
         key, idx = found
         if self._resync:
             self._resync_after_fork()
-        now = time.time()
+        now = self._clock()
+        if rt.two_round:  # one ε∞ per distinct memo key (LOLOHA: per distinct hashed value)
+            key = rt.proto.memo_key(idx, self._secret, rt.name)  # type: ignore[attr-defined]
         charge = Charge(rt.name, rt.fingerprint, int(now // 86_400), rt.eps, rt.eps_inf,
                         value_digest(self._lkey, rt.fingerprint, key) if rt.memoised else None,  # type: ignore[arg-type]
-                        rt.rpw, rt.budget)
+                        rt.rpw, rt.budget, rt.dev_window, rt.dev_lifetime)
         with self._lock:
             refusal = apply(self._mirror, charge)   # reserve in the mirror of the ledger
             if refusal is None:
@@ -309,6 +321,8 @@ class ClientCore:
         proto = rt.proto
         if rt.string:
             return proto.encode_secret_one(key, self._secret, rt.name)
+        if rt.two_round:
+            return proto.encode_secret_one(idx, self._secret, rt.name)
         cohort = int(self._cohort(rt)[0]) if rt.uses_cohorts else None
         return proto.encode_one(idx, cohort)  # OS CSPRNG; plain-integer fast path where there is one
 
@@ -318,7 +332,7 @@ class ClientCore:
         Re-derived every day so the cohort is no stable identifier across windows (estimates
         only need it independent of the value); within a day the batch links reports anyway.
         """
-        day = int(time.time() // 86_400)
+        day = int(self._clock() // 86_400)
         key = (rt.name, day)
         arr = self._cohorts.get(key)
         if arr is None:
@@ -507,7 +521,8 @@ class TelemetryClient(ClientCore):
     (seconds a report may wait, default 30), ``queue_size`` (default 10,000) and
     ``drop_policy``, ``retry`` (``RetryPolicy``), ``outbox_limits`` (``OutboxLimits``:
     count, bytes, age), ``offline`` (keep unsent batches on disk, default True), ``strict``,
-    ``pins`` (metric -> fingerprint), ``timeout`` (HTTP, seconds), ``state`` (a
+    ``pins`` (metric -> fingerprint), ``timeout`` (HTTP, seconds), ``clock`` (wall clock in seconds since the
+    epoch, default ``time.time``: the ledger's windows are its UTC days), ``state`` (a
     ``MemoryState`` instead of a directory).
     """
 
@@ -520,9 +535,9 @@ class TelemetryClient(ClientCore):
                  drop_policy: DropPolicy = DropPolicy.DROP_NEWEST, retry: RetryPolicy = DEFAULT_RETRY,
                  outbox_limits: OutboxLimits = DEFAULT_OUTBOX_LIMITS, offline: bool = True,
                  strict: bool = False, pins: Mapping[str, str] | None = None,
-                 timeout: float = DEFAULT_TIMEOUT) -> None:
+                 timeout: float = DEFAULT_TIMEOUT, clock: Callable[[], float] | None = None) -> None:
         super().__init__(endpoint, registry, state_dir, state=state, transport=transport,
-                         strict=strict, pins=pins, timeout=timeout)
+                         strict=strict, pins=pins, timeout=timeout, clock=clock)
         self._owns_uploader = uploader is None
         if uploader is None:
             if self._transport is None:

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..hashing import check_secret
 from ..memo import MemoCache
-from ..randomness import SCALE, RandomLike, SecureRandom, as_random_source, bernoulli
+from ..randomness import SCALE, SecureRandom, bernoulli
 
 
 def check_epsilon_pair(epsilon: float | None, epsilon_inf: Any, protocol: str) -> float:

@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 from . import LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
+from ._longitudinal import check_epsilon_pair
 from .base import Protocol
 from .numeric import NUMERIC_PROTOCOL_NAMES
 
@@ -88,6 +89,7 @@ def choose_longitudinal_protocol(domain_size: int, epsilon: float, epsilon_inf: 
     """The memoised protocol (L-GRR, L-OSUE, LOLOHA) with the smallest per-item variance at
     (ε₁, ε∞, d) among those with a report of at most AUTO_MAX_PAYLOAD_BITS; near-ties
     (AUTO_TIE_MARGIN) go to the smaller payload. ValueError when none can be built."""
+    check_epsilon_pair(epsilon, epsilon_inf, "auto")
     scored = []
     for rank, name in enumerate(LONGITUDINAL_PROTOCOL_NAMES):
         try:

@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from ..hashing import derive_cohort
 from ..memo import MemoCache
 from ..randomness import RandomLike, as_random_source, realised
-from ..hashing import derive_cohort
 from ._longitudinal import Memoised, chain, check_epsilon_pair, grr_round, largest_threshold, log_ratio
 from .base import Payloads
 from .grr import keep_threshold as grr_keep_threshold
