@@ -130,11 +130,20 @@ class Memoised(abc.ABC):
         y = self.second_round(first, SecureRandom())  # type: ignore[arg-type]
         return self._wire_one(y, secret, metric)
 
-    def _wire_one(self, y: np.ndarray, secret: bytes, metric: str) -> Any:
-        return self.to_wire(self._payloads(y, secret, metric))[0]  # type: ignore[attr-defined]
+    def memo_indices(self, indices: np.ndarray, cohorts: np.ndarray | None = None) -> np.ndarray:
+        """Vectorised ``memo_index`` (simulation): the value, or its hash under the cohort's seed."""
+        return indices
 
-    def _payloads(self, y: np.ndarray, secret: bytes, metric: str) -> dict[str, np.ndarray]:
-        raise NotImplementedError
+    def batch_payloads(self, second: np.ndarray, cohorts: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """Payloads of second-round outputs (the protocol's wire arrays)."""
+        return {"y": second}
+
+    def _wire_one(self, y: np.ndarray, secret: bytes, metric: str) -> Any:
+        return self.to_wire(self.batch_payloads(y, self.sdk_cohorts(secret, metric)))[0]  # type: ignore[attr-defined]
+
+    def sdk_cohorts(self, secret: bytes, metric: str) -> np.ndarray | None:
+        """The client's cohort as a batch of one (None for protocols without cohorts)."""
+        return None
 
 
 __all__ = ["Memoised", "chain", "check_epsilon_pair", "grr_round", "largest_threshold", "log_ratio"]

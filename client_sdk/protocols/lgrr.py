@@ -130,9 +130,6 @@ class LGRR(Memoised, GRR):
     def encode_one(self, index: int, cohort: int | None = None) -> int:
         return int(self.encode(np.array([self._check_index(index)]))["y"][0])
 
-    def _payloads(self, y: np.ndarray, secret: bytes, metric: str) -> Payloads:
-        return {"y": y}
-
 
 OPTION_KEYS: frozenset[str] = frozenset({"epsilon_inf"})
 

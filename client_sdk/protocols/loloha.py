@@ -162,9 +162,17 @@ class LOLOHA(Memoised, OLH):
     def second_round(self, first: np.ndarray, source: Any) -> np.ndarray:
         return grr_round(first, self.params.g, self.params.p2_threshold, source)
 
-    def hashed(self, indices: np.ndarray, cohorts: np.ndarray) -> np.ndarray:
+    def memo_indices(self, indices: np.ndarray, cohorts: np.ndarray | None = None) -> np.ndarray:
         """H_s(x) for a batch (simulation)."""
+        if cohorts is None:
+            raise ValueError("LOLOHA hashes under the client's cohort: pass cohorts")
         return hash_values(self.seeds[cohorts], indices, self.params.g)
+
+    def batch_payloads(self, second: np.ndarray, cohorts: np.ndarray | None = None) -> Payloads:
+        return {"cohort": np.asarray(cohorts, dtype=np.int64), "y": second}
+
+    def sdk_cohorts(self, secret: bytes, metric: str) -> np.ndarray:
+        return np.array([self.cohort_of(secret, metric)], dtype=np.int64)
 
     def encode(self, indices: np.ndarray, rng: RandomLike = None,
                cohorts: np.ndarray | None = None) -> Payloads:
@@ -172,15 +180,12 @@ class LOLOHA(Memoised, OLH):
         x = self.check_indices(indices)
         source = as_random_source(rng)
         s = source.below(self.params.m, x.shape[0]) if cohorts is None else self._check_cohorts(cohorts, x.shape)
-        y = self.second_round(self.first_round(self.hashed(x, s), source), source)
+        y = self.second_round(self.first_round(self.memo_indices(x, s), source), source)
         return {"cohort": s, "y": y}
 
     def encode_one(self, index: int, cohort: int | None = None) -> list[int]:
         cohorts = None if cohort is None else np.array([cohort], dtype=np.int64)
         return self.to_wire(self.encode(np.array([self._check_index(index)]), None, cohorts))[0]
-
-    def _payloads(self, y: np.ndarray, secret: bytes, metric: str) -> Payloads:
-        return {"cohort": np.array([self.cohort_of(secret, metric)], dtype=np.int64), "y": y}
 
 
 OPTION_KEYS: frozenset[str] = frozenset({"epsilon_inf", "hash_range", "cohorts"})

@@ -147,12 +147,8 @@ class LOSUE(Memoised, UnaryEncoding):
     def encode_one(self, index: int, cohort: int | None = None) -> bytes:
         return self.to_wire(self.encode(np.array([self._check_index(index)])))[0]
 
-    def _payloads(self, y: np.ndarray, secret: bytes, metric: str) -> Payloads:
-        return {"bits": np.packbits(y, axis=1, bitorder="little")}
-
-    def pack(self, bits: np.ndarray) -> Payloads:
-        """Payloads of second-round bit rows (simulation)."""
-        return {"bits": np.packbits(bits, axis=1, bitorder="little")}
+    def batch_payloads(self, second: np.ndarray, cohorts: np.ndarray | None = None) -> Payloads:
+        return {"bits": np.packbits(second, axis=1, bitorder="little")}
 
 
 OPTION_KEYS: frozenset[str] = frozenset({"epsilon_inf"})
