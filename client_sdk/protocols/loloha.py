@@ -15,7 +15,9 @@ least-squares decoder for the fixed seed set and its variance are OLH's.
 Optimal g (Arcolezi et al. 2023), with α = ε₁/ε∞:
 g = max(2, round((√(e^{4ε∞} − 14e^{2ε∞} − 12e^{2ε∞(α+1)} + 12e^{ε∞(α+1)} + 12e^{ε∞(α+3)} + 1)
             − e^{2ε∞} + 6e^{ε∞} − 6e^{αε∞} + 1) / (6(e^{ε∞} − e^{αε∞}))))
-(tests/test_longitudinal_protocols.py checks it against a search over g of the variance).
+That formula assumes the published (looser) p₂; with our exact p₂ the optimum can be one
+larger, so ``optimal_hash_range`` compares the formula's g with its neighbours
+(tests/test_longitudinal_protocols.py checks the result against a full search).
 
 The cohort is the one value-independent, permanent part of a report: log2(m) bits that are
 the same in every report of the device (as RAPPOR's cohort; docs/privacy.md).
@@ -36,6 +38,7 @@ from ..randomness import RandomLike, as_random_source, realised
 from ._longitudinal import Memoised, chain, check_epsilon_pair, grr_round, largest_threshold, log_ratio
 from .base import Payloads
 from .grr import keep_threshold as grr_keep_threshold
+from .lgrr import closed_form_p2
 from .olh import (
     EAGER_CHECK_MAX_DOMAIN,
     MAX_DOMAIN,
@@ -50,14 +53,32 @@ from .olh import (
 MAX_HASH_RANGE = 1 << 12
 
 
-def optimal_hash_range(epsilon: float, epsilon_inf: float) -> int:
-    """LOLOHA's variance-minimising g at (ε₁, ε∞) (module docstring), at least 2."""
+def formula_hash_range(epsilon: float, epsilon_inf: float) -> int:
+    """The published optimal g at (ε₁, ε∞) (module docstring), at least 2."""
     ei, alpha = epsilon_inf, epsilon / epsilon_inf
     root = (math.exp(4 * ei) - 14 * math.exp(2 * ei) - 12 * math.exp(2 * ei * (alpha + 1))
             + 12 * math.exp(ei * (alpha + 1)) + 12 * math.exp(ei * (alpha + 3)) + 1)
     num = math.sqrt(max(root, 0.0)) - math.exp(2 * ei) + 6 * math.exp(ei) - 6 * math.exp(alpha * ei) + 1
     g = round(num / (6 * (math.exp(ei) - math.exp(alpha * ei))))
     return int(min(MAX_HASH_RANGE, max(2, g)))
+
+
+def random_hash_variance(g: int, epsilon: float, epsilon_inf: float) -> float:
+    """n·Var[f̂] at f = 0 of LOLOHA with a uniformly random hash and our exact p₂ (unquantised):
+    q*(1−q*)/(P − q*)² with q* = 1/g (Arcolezi et al. 2023)."""
+    p1 = math.exp(epsilon_inf) / (math.exp(epsilon_inf) + g - 1)
+    q1 = (1 - p1) / (g - 1)
+    p2 = closed_form_p2(epsilon, p1, q1, g)
+    big = chain(p1, q1, p2, (1 - p2) / (g - 1))[0]
+    return (1 / g) * (1 - 1 / g) / (big - 1 / g) ** 2
+
+
+def optimal_hash_range(epsilon: float, epsilon_inf: float) -> int:
+    """The variance-minimising g with our exact p₂: the published formula was derived with the
+    looser published p₂ and can be one too small, so its neighbours are compared too."""
+    g0 = formula_hash_range(epsilon, epsilon_inf)
+    candidates = range(max(2, g0 - 1), min(MAX_HASH_RANGE, g0 + 2) + 1)
+    return min(candidates, key=lambda g: (random_hash_variance(g, epsilon, epsilon_inf), g))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,6 +40,19 @@ def unary_epsilon(p: float, q: float) -> float:
     return math.log(p * (1 - q) / ((1 - p) * q)) if 0 < q < p < 1 else (math.inf if p >= 1 or q <= 0 else 0.0)
 
 
+def l_sue_rates(epsilon: float, epsilon_inf: float) -> tuple[float, float]:
+    """(P, Q) of L-SUE — SUE at ε∞ memoised, then SUE at the p₂ making one report ε₁ — the
+    chain of basic one-time RAPPOR (Erlingsson et al. 2014), unquantised: the baseline L-OSUE
+    improves on (docs/protocols.md; bench/longitudinal.py)."""
+    half = math.exp(epsilon_inf / 2)
+    p1 = half / (half + 1)
+    lo, hi = 0.5, 1.0
+    for _ in range(100):  # ε of one report increases with p₂: bisection
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if unary_epsilon(*chain(p1, 1 - p1, mid, 1 - mid)) <= epsilon else (lo, mid)
+    return chain(p1, 1 - p1, lo, 1 - lo)
+
+
 @dataclasses.dataclass(frozen=True)
 class LOSUEParams:
     d: int               # domain size (bits)
