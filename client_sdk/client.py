@@ -82,6 +82,11 @@ CLIENT_COUNTERS = (
 )
 
 
+def _wall_clock() -> float:
+    """The default clock: ``time.time()`` looked up at each call."""
+    return time.time()
+
+
 class _Metric:
     """Per-metric constants the hot path needs, resolved once per registry."""
 
@@ -202,7 +207,7 @@ class ClientCore:
         self._strict = strict
         # wall clock (seconds since the epoch): the ledger's windows are its UTC days; tests and
         # simulations inject one to move through days
-        self._clock: Callable[[], float] = clock or time.time
+        self._clock: Callable[[], float] = clock or _wall_clock
         self._lock = threading.Lock()
         self._logged: set[Any] = set()
         self._counters = dict.fromkeys(CLIENT_COUNTERS, 0)
