@@ -40,23 +40,30 @@ def closed_form_p2(epsilon: float, p1: float, q1: float, k: int) -> float:
     return (e * (1 - q1) - (1 - p1)) / (k * p1 - 1 - e * (k * q1 - 1))
 
 
-@dataclasses.dataclass(frozen=True)
-class LGRRParams:
-    d: int               # domain size k
-    epsilon: float       # ε₁: one report
-    epsilon_inf: float   # ε∞: the memoised first round
+class GRRChain:
+    """Round 1 GRR_{ε∞} and round 2 GRR on [k], k = ``chain_size`` (L-GRR: d; LOLOHA: g).
 
-    def __post_init__(self) -> None:
-        check_domain_and_epsilon(self.d, self.epsilon, "L-GRR")
-        check_epsilon_pair(self.epsilon, self.epsilon_inf, "lgrr")
-        if not self.p1 > self.q1:
-            raise ValueError(f"epsilon_inf {self.epsilon_inf} is too small for the 2^-32 grid at d = {self.d}")
+    Mixed into a frozen params dataclass with ``epsilon`` (ε₁) and ``epsilon_inf`` (ε∞).
+    """
+
+    epsilon: float
+    epsilon_inf: float
+
+    @property
+    def chain_size(self) -> int:
+        raise NotImplementedError
+
+    def check_grid(self) -> None:
+        """ValueError when the 2^-32 grid cannot realise p₁ > q₁ and P > Q."""
+        k = self.chain_size
+        if not self.p1_threshold * k > (1 << 32):
+            raise ValueError(f"epsilon_inf {self.epsilon_inf} is too small for the 2^-32 grid at {k} values")
         if not self.p > self.q:
-            raise ValueError(f"epsilon {self.epsilon} is too small for the 2^-32 grid at d = {self.d}")
+            raise ValueError(f"epsilon {self.epsilon} is too small for the 2^-32 grid at {k} values")
 
     @functools.cached_property
     def p1_threshold(self) -> int:
-        return grr_keep_threshold(self.epsilon_inf, self.d)
+        return grr_keep_threshold(self.epsilon_inf, self.chain_size)
 
     @property
     def p1(self) -> float:
@@ -64,15 +71,15 @@ class LGRRParams:
 
     @property
     def q1(self) -> float:
-        return (1.0 - self.p1) / (self.d - 1)
+        return (1.0 - self.p1) / (self.chain_size - 1)
 
     def _epsilon_at(self, threshold: int) -> float:
         p2 = realised(threshold)
-        return log_ratio(*chain(self.p1, self.q1, p2, (1.0 - p2) / (self.d - 1)))
+        return log_ratio(*chain(self.p1, self.q1, p2, (1.0 - p2) / (self.chain_size - 1)))
 
     @functools.cached_property
     def p2_threshold(self) -> int:
-        return largest_threshold(self._epsilon_at, self.epsilon, -(-(1 << 32) // self.d))
+        return largest_threshold(self._epsilon_at, self.epsilon, -(-(1 << 32) // self.chain_size))
 
     @property
     def p2(self) -> float:
@@ -80,21 +87,37 @@ class LGRRParams:
 
     @property
     def q2(self) -> float:
-        return (1.0 - self.p2) / (self.d - 1)
+        return (1.0 - self.p2) / (self.chain_size - 1)
 
     @property
     def p(self) -> float:
-        """P: one report equals x."""
+        """P: one report equals the (hashed) value."""
         return chain(self.p1, self.q1, self.p2, self.q2)[0]
 
     @property
     def q(self) -> float:
-        """Q: one report equals a given v ≠ x."""
+        """Q = (1−P)/(k−1): one report equals a given other one."""
         return chain(self.p1, self.q1, self.p2, self.q2)[1]
 
     @property
     def keep_threshold(self) -> int:
         return self.p2_threshold
+
+
+@dataclasses.dataclass(frozen=True)
+class LGRRParams(GRRChain):
+    d: int               # domain size k
+    epsilon: float       # ε₁: one report
+    epsilon_inf: float   # ε∞: the memoised first round
+
+    def __post_init__(self) -> None:
+        check_domain_and_epsilon(self.d, self.epsilon, "L-GRR")
+        check_epsilon_pair(self.epsilon, self.epsilon_inf, "lgrr")
+        self.check_grid()
+
+    @property
+    def chain_size(self) -> int:
+        return self.d
 
 
 class LGRR(Memoised, GRR):

@@ -26,7 +26,6 @@ the same in every report of the device (as RAPPOR's cohort; docs/privacy.md).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Any
 
@@ -34,11 +33,10 @@ import numpy as np
 
 from ..hashing import derive_cohort
 from ..memo import MemoCache
-from ..randomness import RandomLike, as_random_source, realised
-from ._longitudinal import Memoised, chain, check_epsilon_pair, grr_round, largest_threshold, log_ratio
+from ..randomness import RandomLike, as_random_source
+from ._longitudinal import Memoised, chain, check_epsilon_pair, grr_round
 from .base import Payloads
-from .grr import keep_threshold as grr_keep_threshold
-from .lgrr import closed_form_p2
+from .lgrr import GRRChain, closed_form_p2
 from .olh import (
     EAGER_CHECK_MAX_DOMAIN,
     MAX_DOMAIN,
@@ -82,7 +80,7 @@ def optimal_hash_range(epsilon: float, epsilon_inf: float) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class LOLOHAParams:
+class LOLOHAParams(GRRChain):
     d: int               # domain size
     epsilon: float       # ε₁: one report
     epsilon_inf: float   # ε∞: the memoised first round
@@ -92,52 +90,11 @@ class LOLOHAParams:
     def __post_init__(self) -> None:
         check_epsilon_pair(self.epsilon, self.epsilon_inf, "loloha")
         OLHParams(d=self.d, epsilon=self.epsilon, m=self.m, g=self.g)  # OLH's shape checks
-        if not self.p1_threshold * self.g > (1 << 32):
-            raise ValueError(f"epsilon_inf {self.epsilon_inf} is too small for the 2^-32 grid at g = {self.g}")
-        if not self.p > self.q:
-            raise ValueError(f"epsilon {self.epsilon} is too small for the 2^-32 grid at g = {self.g}")
-
-    @functools.cached_property
-    def p1_threshold(self) -> int:
-        return grr_keep_threshold(self.epsilon_inf, self.g)
+        self.check_grid()
 
     @property
-    def p1(self) -> float:
-        return realised(self.p1_threshold)
-
-    @property
-    def q1(self) -> float:
-        return (1.0 - self.p1) / (self.g - 1)
-
-    def _epsilon_at(self, threshold: int) -> float:
-        p2 = realised(threshold)
-        return log_ratio(*chain(self.p1, self.q1, p2, (1.0 - p2) / (self.g - 1)))
-
-    @functools.cached_property
-    def p2_threshold(self) -> int:
-        return largest_threshold(self._epsilon_at, self.epsilon, -(-(1 << 32) // self.g))
-
-    @property
-    def p2(self) -> float:
-        return realised(self.p2_threshold)
-
-    @property
-    def q2(self) -> float:
-        return (1.0 - self.p2) / (self.g - 1)
-
-    @property
-    def p(self) -> float:
-        """P(y = H_s(x)) of one report."""
-        return chain(self.p1, self.q1, self.p2, self.q2)[0]
-
-    @property
-    def q(self) -> float:
-        """P(y = b) for each bucket b ≠ H_s(x)."""
-        return (1.0 - self.p) / (self.g - 1)
-
-    @property
-    def keep_threshold(self) -> int:
-        return self.p2_threshold
+    def chain_size(self) -> int:
+        return self.g
 
     @property
     def approx_inflation(self) -> float:
