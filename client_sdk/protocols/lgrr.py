@@ -120,29 +120,38 @@ class LGRRParams(GRRChain):
         return self.d
 
 
-class LGRR(Memoised, GRR):
-    """L-GRR over GRR's sketch, estimator and wire (see the module docstring)."""
+class GRRChainRounds(Memoised):
+    """The two GRR rounds of a protocol over ``GRRChain`` params (L-GRR, LOLOHA)."""
 
-    name = "lgrr"
+    params: GRRChain
 
-    def __init__(self, params: LGRRParams) -> None:
-        super().__init__(params)
+    def _init_memo(self) -> None:
         self._memo = MemoCache()
 
     @property
     def epsilon_longitudinal(self) -> float:
         return math.log(self.params.p1 / self.params.q1)
 
+    def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
+        return grr_round(memo_inputs, self.params.chain_size, self.params.p1_threshold, source)
+
+    def second_round(self, first: np.ndarray, source: Any) -> np.ndarray:
+        return grr_round(first, self.params.chain_size, self.params.p2_threshold, source)
+
+
+class LGRR(GRRChainRounds, GRR):
+    """L-GRR over GRR's sketch, estimator and wire (see the module docstring)."""
+
+    name = "lgrr"
+
+    def __init__(self, params: LGRRParams) -> None:
+        super().__init__(params)
+        self._init_memo()
+
     def memo_output_probabilities(self, index: int) -> np.ndarray:
         probs = np.full(self.params.d, self.params.q1)
         probs[index] = self.params.p1
         return probs
-
-    def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
-        return grr_round(memo_inputs, self.params.d, self.params.p1_threshold, source)
-
-    def second_round(self, first: np.ndarray, source: Any) -> np.ndarray:
-        return grr_round(first, self.params.d, self.params.p2_threshold, source)
 
     def encode(self, indices: np.ndarray, rng: RandomLike = None,
                cohorts: np.ndarray | None = None) -> Payloads:

@@ -32,11 +32,10 @@ from typing import Any
 import numpy as np
 
 from ..hashing import derive_cohort
-from ..memo import MemoCache
 from ..randomness import RandomLike, as_random_source
-from ._longitudinal import Memoised, chain, check_epsilon_pair, grr_round
+from ._longitudinal import chain, check_epsilon_pair
 from .base import Payloads
-from .lgrr import GRRChain, closed_form_p2
+from .lgrr import GRRChain, GRRChainRounds, closed_form_p2
 from .olh import (
     EAGER_CHECK_MAX_DOMAIN,
     MAX_DOMAIN,
@@ -106,18 +105,14 @@ class LOLOHAParams(GRRChain):
 COHORT_SCOPE = "loloha\x00"
 
 
-class LOLOHA(Memoised, OLH):
+class LOLOHA(GRRChainRounds, OLH):
     """LOLOHA over OLH's sketch, decoder and wire (see the module docstring)."""
 
     name = "loloha"
 
     def __init__(self, params: LOLOHAParams) -> None:
         super().__init__(params)
-        self._memo = MemoCache()
-
-    @property
-    def epsilon_longitudinal(self) -> float:
-        return math.log(self.params.p1 / self.params.q1)
+        self._init_memo()
 
     def memo_output_probabilities(self, index: int) -> np.ndarray:
         """P(round-1 response | x = index, cohort s), shape (m, g)."""
@@ -133,12 +128,6 @@ class LOLOHA(Memoised, OLH):
     def memo_index(self, index: int, secret: bytes, metric: str) -> int:
         """The hashed value H_s(x): the memoised response depends on nothing else."""
         return hash_one(self.cohort_of(secret, metric), index, self.params.g)
-
-    def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
-        return grr_round(memo_inputs, self.params.g, self.params.p1_threshold, source)
-
-    def second_round(self, first: np.ndarray, source: Any) -> np.ndarray:
-        return grr_round(first, self.params.g, self.params.p2_threshold, source)
 
     def memo_indices(self, indices: np.ndarray, cohorts: np.ndarray | None = None) -> np.ndarray:
         """H_s(x) for a batch (simulation)."""
