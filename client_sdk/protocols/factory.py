@@ -11,7 +11,7 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-from . import LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
+from . import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
 from ._longitudinal import check_epsilon_pair
 from .base import Protocol
 from .numeric import NUMERIC_PROTOCOL_NAMES
@@ -28,7 +28,7 @@ AUTO_MAX_PAYLOAD_BITS = 8 * 8192
 def protocol_module(name: str) -> ModuleType:
     """The module implementing protocol ``name`` (KeyError if unknown)."""
     if name not in PROTOCOL_NAMES and name not in NUMERIC_PROTOCOL_NAMES \
-            and name not in LONGITUDINAL_PROTOCOL_NAMES:
+            and name not in LONGITUDINAL_PROTOCOL_NAMES and name not in LONGITUDINAL_NUMERIC_NAMES:
         raise KeyError(name)
     return importlib.import_module(f"{__package__}.{name}")
 
