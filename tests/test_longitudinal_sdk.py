@@ -217,3 +217,18 @@ def test_ldpt_ledger_shows_device_totals(tmp_path):
     doc = json.loads(runner.invoke(main, ["ledger", "--state-dir", str(tmp_path / "s"), "--format", "json"]).output)
     assert doc["device"]["window_epsilon"] == pytest.approx(2.0)
     assert doc["device"]["refused_device_window"] == 1
+
+
+def test_registry_with_epsilon_inf_and_device_round_trips_through_toml_and_json():
+    from client_sdk.registry import parse_registry
+    from client_sdk.remote import registry_from_json
+
+    original = make_registry(DEVICE_TOML + MEMO_TOML.replace("[metrics.theme]", "[metrics.theme2]"))
+    for again in (parse_registry(original.to_toml()), registry_from_json(json.dumps(original.to_json()))):
+        assert again.device == original.device
+        assert list(again.metrics) == list(original.metrics)
+        for name, spec in original.metrics.items():
+            other = again.get(name)
+            for field in ("kind", "protocol", "epsilon", "categories", "options", "epsilon_inf", "fingerprint"):
+                assert getattr(other, field) == getattr(spec, field), (name, field)
+    assert original.get("theme2").epsilon_inf == 4.0 and original.device.epsilon_per_window == 2.0
