@@ -47,7 +47,7 @@ from client_sdk.protocols.rappor import Rappor
 from client_sdk.registry import Kind, MetricSpec
 
 #: Protocols the attacker has a likelihood for.
-SUPPORTED = ("rr", "grr", "olh", "oue", "sue", "rappor", "lgrr", "losue", "loloha")
+SUPPORTED = ("rr", "grr", "olh", "oue", "sue", "rappor", "lgrr", "losue", "loloha", "dbitflip")
 #: Seconds per simulated day (the SDK's windows are UTC days; OLH re-derives its cohort daily).
 DAY = 86_400
 #: Confidence of the accuracy intervals.
@@ -124,6 +124,9 @@ def chain_for(spec: MetricSpec, value: Any, cohort: int | None) -> Chain:
         return Chain("cat", np.eye(pr.g)[hash_one(int(cohort or 0), idx, pr.g)], proto.p, proto.q)
     if name == "lgrr":
         return Chain("cat", _cat_first(pr.d, idx, pr.p1, pr.q1), pr.p2, pr.q2)
+    if name == "dbitflip":
+        window = proto.windows(np.array([int(cohort or 0)]))[0]
+        return Chain("bit", np.where(window == idx, pr.p1, pr.q1), pr.p2, pr.q2)
     if name == "loloha":
         h = hash_one(int(cohort or 0), idx, pr.g)
         return Chain("cat", _cat_first(pr.g, h, pr.p1, pr.q1), pr.p2, pr.q2)
@@ -153,11 +156,17 @@ def report_stats(spec: MetricSpec, wires: list[Any]) -> tuple[np.ndarray, np.nda
     proto = spec.protocol_impl
     payloads = proto.from_wire(wires)
     cohorts = payloads.get("cohort")
+    if proto.name == "dbitflip":   # y is the bit pattern of the sampled buckets
+        return (payloads["y"][:, None] >> np.arange(pr_sampled(proto))) & 1, cohorts
     if "y" in payloads:
         k = proto.params.g if proto.name in ("olh", "loloha") else proto.domain_size
         return np.eye(k, dtype=np.int64)[payloads["y"]], cohorts
     key, width = ("irr", proto.params.k) if proto.name == "rappor" else ("bits", proto.params.d)
     return np.unpackbits(payloads[key], axis=1, count=width, bitorder="little").astype(np.int64), cohorts
+
+
+def pr_sampled(proto: Any) -> int:
+    return int(proto.params.sampled)
 
 
 # --- the distinguishing game --------------------------------------------------------------------

@@ -103,8 +103,7 @@ def simulate_days(spec: MetricSpec, clients: int, distribution: str, days: int, 
     cohorts = rng.integers(0, proto.cohorts, size=clients) if proto.cohorts > 1 else None
     table = None
     if memoised:
-        key_space = int(getattr(proto.params, "g", d)) if proto.name == "loloha" else d
-        table = MemoTable(proto, key_space)
+        table = MemoTable(proto, proto.memo_key_space)
     devices = np.arange(clients, dtype=np.int64)
     source = as_random_source(rng)   # the protocols' threshold tests on the seeded generator
     for day in range(days):

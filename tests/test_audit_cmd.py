@@ -151,7 +151,7 @@ def test_cli_prints_both_tables_in_every_format(tmp_path):
     assert [r["reports"] for r in doc["distinguishing"]] == [1, 4]
     assert doc["distinguishing"][1]["epsilon"] == pytest.approx(
         parse_registry(REGISTRY).get("lflag").protocol_impl.epsilon_longitudinal)
-    assert {r["protocol"] for r in doc["linkability"]} == {"lgrr", "losue", "loloha", "rappor"}
+    assert {r["protocol"] for r in doc["linkability"]} == {"lgrr", "losue", "loloha", "dbitflip", "rappor"}
     csv_out = runner.invoke(main, [*base, "--format", "csv", "--no-link"]).output
     assert csv_out.splitlines()[0] == "reports,epsilon,bound,accuracy,ci_low,ci_high,epsilon_lower_bound,trials"
 

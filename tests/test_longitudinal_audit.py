@@ -27,7 +27,7 @@ from client_sdk.protocols.factory import build_protocol
 from client_sdk.protocols.lgrr import LGRR, LGRRParams
 from tests.test_privacy_audit import RELATIVE_SLACK, output_matrix, worst_ratio
 
-NAMES = ("lgrr", "losue", "loloha")
+NAMES = ("lgrr", "losue", "loloha", "dbitflip")
 DOMAINS = (2, 3, 5, 8)
 PAIRS = ((0.5, 2.0), (1.0, 4.0), (2.0, 3.0), (0.1, 0.5))
 GRID = [(n, d, e1, ei) for n in NAMES for d in DOMAINS for e1, ei in PAIRS]
@@ -52,7 +52,7 @@ def second_round_matrix(protocol) -> np.ndarray:
     pr = protocol.params
     if protocol.name in ("lgrr", "loloha"):
         return grr_matrix(pr.g if protocol.name == "loloha" else pr.d, pr.p2, pr.q2)
-    d = pr.d  # L-OSUE: bit vectors enumerated as integers, bits independent
+    d = pr.sampled if protocol.name == "dbitflip" else pr.d  # bit vectors as integers, bits independent
     a = (np.arange(1 << d)[:, None] >> np.arange(d)) & 1
     one = np.where(a == 1, pr.p2, pr.q2)                          # P(bit y_i = 1 | a_i)
     y = (np.arange(1 << d)[:, None] >> np.arange(d)) & 1
@@ -95,6 +95,10 @@ def test_encoder_samples_the_enumerated_distribution(name):
             code = (np.unpackbits(payload["bits"], axis=1, count=4, bitorder="little")
                     * (1 << np.arange(4))).sum(axis=1)
             got = np.bincount(code, minlength=16)
+        elif name == "dbitflip":
+            width = 1 << proto.params.sampled
+            got = np.bincount(payload["cohort"] * width + payload["y"], minlength=probs.size)
+            probs = probs / proto.params.d  # uniform windows
         elif name == "loloha":
             g = proto.params.g
             got = np.bincount(payload["cohort"] * g + payload["y"], minlength=probs.size)
@@ -130,6 +134,11 @@ def test_sdk_memoised_round_is_deterministic_and_distributed_as_enumerated(name)
     elif name == "lgrr":
         got = np.bincount(np.concatenate(firsts), minlength=3)
         probs = proto.memo_output_probabilities(x)
+    elif name == "dbitflip":  # bit patterns over the device's window, windows from the secrets
+        code = np.array([int((f[0] * (1 << np.arange(f.shape[1]))).sum()) for f in firsts])
+        table = proto.memo_output_probabilities(x)                      # (windows, patterns)
+        probs = np.mean([table[proto.cohort_of(s, "m")] for s in secrets], axis=0)
+        got = np.bincount(code, minlength=probs.size)
     else:  # LOLOHA: the memoised response is GRR on [g] of the hashed value
         g = proto.params.g
         hashed = np.array([proto.memo_index(x, s, "m") for s in secrets])

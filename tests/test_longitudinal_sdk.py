@@ -49,6 +49,14 @@ epsilon = 1.0
 epsilon_inf = 3.0
 hash_range = 2
 
+[metrics.hist]
+kind = "categorical"
+categories = ["h0", "h1", "h2", "h3", "h4", "h5", "h6", "h7"]
+protocol = "dbitflip"
+sampled_buckets = 2
+epsilon = 1.0
+epsilon_inf = 3.0
+
 [metrics.plain]
 kind = "categorical"
 categories = ["light", "dark", "system"]
@@ -122,6 +130,7 @@ def test_loloha_spends_at_most_g_epsilon_inf_however_often_the_value_changes():
         clock.now = START + day * DAY
         assert client.report("city", f"c{day % 12}")       # a new value every day
         assert client.report("theme", ["light", "dark", "system"][day % 3])
+        assert client.report("hist", f"h{day % 8}")
     assert client.flush(10.0)
     book = client.ledger_snapshot()
     client.close()
@@ -133,7 +142,11 @@ def test_loloha_spends_at_most_g_epsilon_inf_however_often_the_value_changes():
     # L-GRR: one ε∞ per distinct value (3 values), not per report
     theme_inf = registry.get("theme").protocol_impl.epsilon_longitudinal
     assert book["theme"].lifetime_epsilon == pytest.approx(3 * theme_inf)
-    assert fake.accepted_reports == 2 * 365
+    # dBitFlipPM: one ε∞ per sampled bucket holding the value, or none: at most (d+1)·ε∞
+    hist = registry.get("hist").protocol_impl
+    assert book["hist"].distinct_values <= 3
+    assert book["hist"].lifetime_epsilon <= 3 * hist.epsilon_longitudinal * (1 + 1e-9)
+    assert fake.accepted_reports == 3 * 365
 
 
 def test_device_cap_sends_two_reports_a_day_and_refuses_the_third():

@@ -111,6 +111,11 @@ class Memoised(abc.ABC):
     def memo_output_probabilities(self, index: int) -> np.ndarray:
         """P(first-round response | x = index): what unlimited reports of one value can reveal."""
 
+    @property
+    def memo_key_space(self) -> int:
+        """Number of distinct memo indices (the simulation's table of memoised responses)."""
+        return self.domain_size  # type: ignore[attr-defined]
+
     def memo_index(self, index: int, secret: bytes, metric: str) -> int:
         """The index the memoised response depends on (the value itself, unless hashed)."""
         return index

@@ -18,6 +18,9 @@ from .numeric import NUMERIC_PROTOCOL_NAMES
 
 #: Protocols `auto` chooses among for a fixed categorical domain (RAPPOR needs candidates).
 AUTO_CANDIDATES = ("rr", "grr", "oue", "sue", "olh", "hr", "ss")
+#: Memoised protocols `auto` chooses among when the metric has epsilon_inf (dBitFlipPM's
+#: variance is k/d times larger: it is chosen by name, for its (d+1)·ε∞ lifetime bound).
+AUTO_LONGITUDINAL = ("lgrr", "losue", "loloha")
 #: Variances within this relative margin count as a tie; the smaller payload then wins.
 AUTO_TIE_MARGIN = 0.02
 #: `auto` never picks a protocol whose report exceeds this many bits (8 KiB) when another
@@ -91,7 +94,7 @@ def choose_longitudinal_protocol(domain_size: int, epsilon: float, epsilon_inf: 
     (AUTO_TIE_MARGIN) go to the smaller payload. ValueError when none can be built."""
     check_epsilon_pair(epsilon, epsilon_inf, "auto")
     scored = []
-    for rank, name in enumerate(LONGITUDINAL_PROTOCOL_NAMES):
+    for rank, name in enumerate(AUTO_LONGITUDINAL):
         try:
             proto = build_protocol(name, domain_size, epsilon, {"epsilon_inf": epsilon_inf})
         except ValueError:

@@ -136,6 +136,10 @@ class LOLOHA(GRRChainRounds, OLH):
         """The hashed value H_s(x): the memoised response depends on nothing else."""
         return hash_one(self.cohort_of(secret, metric), index, self.params.g)
 
+    @property
+    def memo_key_space(self) -> int:
+        return self.params.g
+
     def memo_indices(self, indices: np.ndarray, cohorts: np.ndarray | None = None) -> np.ndarray:
         """H_s(x) for a batch (simulation)."""
         if cohorts is None:
