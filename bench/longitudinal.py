@@ -46,10 +46,11 @@ def accuracy_table(runs: int) -> None:
     rows = []
     for name, e1, ei, extra in (("lgrr", 1.0, 4.0, {}), ("losue", 1.0, 4.0, {}), ("loloha", 1.0, 4.0, {}),
                                 ("loloha", 1.0, 4.0, {"hash_range": 2}), ("lgrr", 0.5, 2.0, {}),
-                                ("losue", 2.0, 3.0, {})):
+                                ("losue", 2.0, 3.0, {}), ("dbitflip", 1.0, 4.0, {"sampled_buckets": 2})):
         mc = window_monte_carlo(spec(name, COUNTS.shape[0], e1, ei, **extra), COUNTS, runs,
                                 np.random.default_rng(20261201))
-        label = name + (" (g=2, BiLOLOHA)" if extra else "")
+        label = name + (" (g=2, BiLOLOHA)" if "hash_range" in extra else "") + \
+            (" (d=2)" if "sampled_buckets" in extra else "")
         rows.append((label, e1, ei, runs, float(mc.bias_z.max()), float(mc.mse_ratio.mean()),
                      float(mc.mse_ratio.max()), f"{mc.coverage.mean():.2%}"))
     print_table(("protocol", "eps1", "eps_inf", "runs", "max |bias| (SE)", "MSE/theory mean",
@@ -94,13 +95,15 @@ def attacker_table(trials: int) -> None:
 
 def lifetime_table() -> None:
     rows = []
-    for name, extra in (("grr", {}), ("lgrr", {}), ("losue", {}), ("loloha", {}), ("loloha", {"hash_range": 2})):
+    for name, extra in (("grr", {}), ("lgrr", {}), ("losue", {}), ("loloha", {}), ("loloha", {"hash_range": 2}),
+                        ("dbitflip", {"sampled_buckets": 2})):
         ei = None if name == "grr" else 4.0
         p = spec(name, 8, 1.0, ei, **extra).protocol_impl
         unchanged = 365 * p.epsilon if ei is None else p.epsilon_longitudinal
-        daily = 365 * p.epsilon if ei is None else (
-            min(8, p.params.g) * p.epsilon_longitudinal if name == "loloha" else 8 * p.epsilon_longitudinal)
-        rows.append((name + (" g=2" if extra else ""), p.epsilon, ei or "-", unchanged, daily))
+        keys = {"loloha": min(8, getattr(p.params, "g", 8)), "dbitflip": min(8, getattr(p.params, "sampled", 0) + 1)}
+        daily = 365 * p.epsilon if ei is None else keys.get(name, 8) * p.epsilon_longitudinal
+        rows.append((name + (" g=2" if "hash_range" in extra else "") + (" d=2" if "sampled_buckets" in extra else ""),
+                     p.epsilon, ei or "-", unchanged, daily))
     print_table(("protocol", "eps1", "eps_inf", "365 days, one value", "365 days, value cycling over d=8"),
                 rows, "4. lifetime epsilon charged by the ledger (upper bounds the SDK enforces)")
 

@@ -4,7 +4,7 @@
 [metrics.theme]
 kind = "categorical"            # boolean | categorical | string
 categories = ["light", "dark", "system"]
-protocol = "auto"               # or rr, grr, oue, sue, olh, hr, ss, rappor, lgrr, losue, loloha
+protocol = "auto"               # or rr, grr, oue, sue, olh, hr, ss, rappor, lgrr, losue, loloha, dbitflip
 epsilon = 1.0
 epsilon_inf = 4.0               # optional: memoise (L-protocols); epsilon is then one report's ε₁
 
