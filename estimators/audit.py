@@ -157,16 +157,12 @@ def report_stats(spec: MetricSpec, wires: list[Any]) -> tuple[np.ndarray, np.nda
     payloads = proto.from_wire(wires)
     cohorts = payloads.get("cohort")
     if proto.name == "dbitflip":   # y is the bit pattern of the sampled buckets
-        return (payloads["y"][:, None] >> np.arange(pr_sampled(proto))) & 1, cohorts
+        return (payloads["y"][:, None] >> np.arange(proto.params.sampled)) & 1, cohorts
     if "y" in payloads:
         k = proto.params.g if proto.name in ("olh", "loloha") else proto.domain_size
         return np.eye(k, dtype=np.int64)[payloads["y"]], cohorts
     key, width = ("irr", proto.params.k) if proto.name == "rappor" else ("bits", proto.params.d)
     return np.unpackbits(payloads[key], axis=1, count=width, bitorder="little").astype(np.int64), cohorts
-
-
-def pr_sampled(proto: Any) -> int:
-    return int(proto.params.sampled)
 
 
 # --- the distinguishing game --------------------------------------------------------------------

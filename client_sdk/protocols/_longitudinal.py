@@ -87,9 +87,12 @@ def grr_round(x: np.ndarray, k: int, threshold: int, source: Any) -> np.ndarray:
 class Memoised(abc.ABC):
     """Mixin of the two-round protocols: the memoised first round and the SDK's report path.
 
-    Subclasses implement ``memo_input`` (the memo key's index: x, or H_s(x) for LOLOHA),
-    ``first_round`` and ``second_round`` (vectorised over a randomness source) and the wire
-    form of one report (``_wire_one``).
+    Subclasses implement ``first_round`` and ``second_round`` (vectorised over a randomness
+    source: fresh words in simulation, ``client_sdk.memo.MemoRandom`` for the SDK's memoised
+    round), ``memo_output_probabilities`` (the audit of ε∞), and where the memoised response
+    depends on less than the value (LOLOHA: the hashed value; dBitFlipPM: its position in the
+    sampled window) ``memo_index``/``memo_indices``; cohort protocols add ``sdk_cohorts`` and
+    ``batch_payloads``.
     """
 
     _memo: MemoCache
