@@ -120,9 +120,10 @@ def test_linkability_rappor_links_memoised_l_grr_barely(registry):
     rappor = link(registry.get("site"), "a.example", 1, 400)
     rappor10 = link(registry.get("site"), "a.example", 10, 400)
     lgrr = link(registry.get("theme"), "light", 1, 400)
-    assert rappor.auc > 0.58                           # ≈ 0.63 (docs/privacy.md)
-    assert rappor10.reidentified > 0.3                 # ≈ half of 400 devices
-    assert lgrr.auc < 0.58 and lgrr.reidentified < 0.05
+    # AUC's standard error here is about 0.02: the margins are 4 of them
+    assert rappor.auc > 0.56                           # ≈ 0.65 (docs/privacy.md)
+    assert rappor10.reidentified > 0.3                 # ≈ 60 % of 400 devices
+    assert lgrr.auc < 0.6 and lgrr.reidentified < 0.05  # ≈ 0.5 and < 1 %
 
 
 def test_auc_and_interval_helpers():
