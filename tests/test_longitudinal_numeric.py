@@ -51,7 +51,10 @@ def test_alpha_point_rounding_is_fixed_per_device_and_unbiased_over_devices():
     assert abs(rounded.mean() - t) < 4 * se
     s = secrets[0]
     assert len({proto.alpha_round(t, s, "m") for _ in range(20)}) == 1
-    assert len({proto.memo_key(proto.alpha_round(t, s, "m"), s, "m") for _ in range(20)}) == 1
+    assert len({proto.memo_key_of_value(t, s, "m") for _ in range(20)}) == 1
+    # a device whose value wanders within one grid step keeps (at most) its two grid points
+    keys = {proto.memo_key_of_value(v, s, "m") for v in np.linspace(0.26, 0.49, 50)}
+    assert len(keys) <= 2
 
 
 @pytest.mark.statistical

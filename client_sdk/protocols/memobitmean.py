@@ -147,6 +147,10 @@ class MemoBitMean(Memoised, NumericProtocol):
         up = alpha < math.floor((pos - low) * SCALE)
         return min(low + int(up), self.grid)
 
+    def memo_key_of_value(self, t: float, secret: bytes, metric: str) -> str:
+        """The ledger's memo key of a normalised value: its α-rounded grid point."""
+        return self.memo_key(self.alpha_round(t, secret, metric), secret, metric)
+
     def encode_value_secret_one(self, t: float, secret: bytes, metric: str) -> int:
         """One report of a normalised value (the SDK path): α-round, memoised bit, fresh flip."""
         j = self.alpha_round(t, secret, metric)
