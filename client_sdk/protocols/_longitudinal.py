@@ -22,6 +22,7 @@ threshold whose realised chain has ε ≤ ε₁, found by integer bisection on t
 from __future__ import annotations
 
 import abc
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -30,7 +31,7 @@ import numpy as np
 
 from ..hashing import check_secret
 from ..memo import MemoCache
-from ..randomness import SCALE, SecureRandom, bernoulli
+from ..randomness import SCALE, SecureRandom, bernoulli, realised
 
 
 def check_epsilon_pair(epsilon: float | None, epsilon_inf: Any, protocol: str) -> float:
@@ -82,6 +83,43 @@ def grr_round(x: np.ndarray, k: int, threshold: int, source: Any) -> np.ndarray:
     other = source.below(k - 1, n)
     other += other >= x
     return np.where(keep, x, other)
+
+
+class SymmetricSecondRound:
+    """Round 2 of the bit chains (L-OSUE, dBitFlipPM): each bit kept w.p. p₂, flipped w.p.
+    q₂ = 1 − p₂ (SUE), p₂ the largest threshold whose realised ε (``_epsilon_at``) is <= ε₁.
+
+    Mixed into a frozen params dataclass with ``epsilon`` and first-round ``p1``, ``q1``.
+    """
+
+    epsilon: float
+    p1: float
+    q1: float
+
+    def _epsilon_at(self, threshold: int) -> float:
+        raise NotImplementedError
+
+    @functools.cached_property
+    def p2_threshold(self) -> int:
+        return largest_threshold(self._epsilon_at, self.epsilon, SCALE // 2)
+
+    @property
+    def p2(self) -> float:
+        return realised(self.p2_threshold)
+
+    @property
+    def q2(self) -> float:
+        return realised(SCALE - self.p2_threshold)
+
+    @property
+    def p(self) -> float:
+        """P(reported bit = 1 | true bit 1)."""
+        return chain(self.p1, self.q1, self.p2, self.q2)[0]
+
+    @property
+    def q(self) -> float:
+        """P(reported bit = 1 | true bit 0)."""
+        return chain(self.p1, self.q1, self.p2, self.q2)[1]
 
 
 class Memoised(abc.ABC):
@@ -154,5 +192,5 @@ class Memoised(abc.ABC):
         return None
 
 
-__all__ = ["Memoised", "chain", "check_epsilon_pair", "grr_round", "largest_threshold", "log_ratio"]
+__all__ = ["Memoised", "SymmetricSecondRound", "chain", "check_epsilon_pair", "grr_round", "largest_threshold", "log_ratio"]
 

@@ -39,7 +39,7 @@ from ..errors import InvalidPayload
 from ..hashing import derive_cohort
 from ..memo import MemoCache
 from ..randomness import SCALE, RandomLike, as_random_source, realised, threshold_floor
-from ._longitudinal import Memoised, chain, check_epsilon_pair, largest_threshold, log_ratio
+from ._longitudinal import Memoised, SymmetricSecondRound, chain, check_epsilon_pair, log_ratio
 from .base import CountEstimate, Payloads, Protocol, Sketch, check_domain_and_epsilon, first_bad, require_1d
 
 #: Largest number of sampled buckets (a report is d bits in one integer).
@@ -51,7 +51,7 @@ COHORT_SCOPE = "dbitflip\x00"
 
 
 @dataclasses.dataclass(frozen=True)
-class DBitFlipParams:
+class DBitFlipParams(SymmetricSecondRound):
     d: int               # k in the paper: buckets of the domain
     epsilon: float       # ε₁: one report
     epsilon_inf: float   # ε∞: the memoised round
@@ -90,27 +90,6 @@ class DBitFlipParams:
         big, _ = chain(self.p1, self.q1, p2, realised(SCALE - threshold))
         return self.bits_changed * log_ratio(big, 1 - big)
 
-    @functools.cached_property
-    def p2_threshold(self) -> int:
-        return largest_threshold(self._epsilon_at, self.epsilon, SCALE // 2)
-
-    @property
-    def p2(self) -> float:
-        return realised(self.p2_threshold)
-
-    @property
-    def q2(self) -> float:
-        return realised(SCALE - self.p2_threshold)
-
-    @property
-    def p(self) -> float:
-        """P(reported bit = 1 | the bucket holds the value)."""
-        return chain(self.p1, self.q1, self.p2, self.q2)[0]
-
-    @property
-    def q(self) -> float:
-        """P(reported bit = 1 | it does not) = 1 − P."""
-        return chain(self.p1, self.q1, self.p2, self.q2)[1]
 
 
 class DBitFlip(Memoised, Protocol):

@@ -16,7 +16,6 @@ Sketch, estimator, wire and validation are unary encoding's with p* = P, q* = Q.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Any
 
@@ -24,7 +23,7 @@ import numpy as np
 
 from ..memo import MemoCache
 from ..randomness import SCALE, RandomLike, as_random_source, realised, threshold_ceil
-from ._longitudinal import Memoised, chain, check_epsilon_pair, largest_threshold
+from ._longitudinal import Memoised, SymmetricSecondRound, chain, check_epsilon_pair
 from ._unary import MAX_ENUMERATED_D, UnaryEncoding, check_thresholds
 from .base import Payloads
 
@@ -54,7 +53,7 @@ def l_sue_rates(epsilon: float, epsilon_inf: float) -> tuple[float, float]:
 
 
 @dataclasses.dataclass(frozen=True)
-class LOSUEParams:
+class LOSUEParams(SymmetricSecondRound):
     d: int               # domain size (bits)
     epsilon: float       # ε₁: one report
     epsilon_inf: float   # ε∞: the memoised first round
@@ -88,25 +87,6 @@ class LOSUEParams:
         big, small = chain(self.p1, self.q1, p2, 1.0 - p2)
         return unary_epsilon(big, small)
 
-    @functools.cached_property
-    def p2_threshold(self) -> int:
-        return largest_threshold(self._epsilon_at, self.epsilon, SCALE // 2)
-
-    @property
-    def p2(self) -> float:
-        return realised(self.p2_threshold)
-
-    @property
-    def q2(self) -> float:
-        return realised(SCALE - self.p2_threshold)
-
-    @property
-    def p(self) -> float:
-        return chain(self.p1, self.q1, self.p2, self.q2)[0]
-
-    @property
-    def q(self) -> float:
-        return chain(self.p1, self.q1, self.p2, self.q2)[1]
 
 
 class LOSUE(Memoised, UnaryEncoding):
