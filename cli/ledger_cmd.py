@@ -7,21 +7,29 @@ from pathlib import Path
 
 import click
 
-from client_sdk.ledger import LEDGER_FILE, read_ledger, summarise
+from client_sdk.ledger import LEDGER_FILE, read_ledger, summarise, summarise_device
 from client_sdk.state import OPT_OUT_FILE, OUTBOX_DIR, SECRET_FILE
 
 from .common import emit, format_table, output_options
 
 COLUMNS = ("metric", "window", "window_reports", "reports_per_window", "window_epsilon",
            "lifetime_reports", "lifetime_epsilon", "lifetime_budget", "epsilon_per_report",
-           "epsilon_longitudinal", "distinct_values", "refused_window", "refused_lifetime")
+           "epsilon_longitudinal", "distinct_values", "refused_window", "refused_lifetime", "refused_device")
 
 
 def _fmt_eps(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-def ledger_table(rows: list[dict], state_dir: Path) -> str:
+def device_line(device: dict) -> str:
+    """The device totals: the sum over metrics that a registry's [device] caps limit."""
+    return (f"device: eps {_fmt_eps(device['window_epsilon'])} in window {device['window'] or '-'}, "
+            f"eps {_fmt_eps(device['lifetime_epsilon'])} over the lifetime ({device['metrics']} metrics); "
+            f"refused by the [device] caps: {device['refused_device_window']} (window) + "
+            f"{device['refused_device_lifetime']} (lifetime)")
+
+
+def ledger_table(rows: list[dict], state_dir: Path, device: dict | None = None) -> str:
     """The human view: one line per metric, then what the directory holds."""
     lines = [f"privacy ledger of {state_dir}"]
     if rows:
@@ -37,10 +45,13 @@ def ledger_table(rows: list[dict], state_dir: Path) -> str:
             _fmt_eps(r["epsilon_per_report"]),
             _fmt_eps(r["epsilon_longitudinal"]),
             "-" if r["distinct_values"] is None else str(r["distinct_values"]),
-            f"{r['refused_window']}+{r['refused_lifetime']}",
+            f"{r['refused_window']}+{r['refused_lifetime']}+{r['refused_device']}",
         ) for r in rows]).rstrip("\n"))
-        lines.append("eps lifetime: T·eps for T reports; for memoised protocols (RAPPOR) distinct values × "
-                     "eps inf. refused: beyond reports_per_window + beyond the lifetime budget (never sent).")
+        lines.append("eps lifetime: T·eps for T reports; for memoised protocols (RAPPOR, lgrr, losue) distinct "
+                     "values × eps inf (loloha: distinct hashed values, at most g). refused: beyond "
+                     "reports_per_window + beyond the lifetime budget + beyond the [device] caps (never sent).")
+        if device is not None:
+            lines.append(device_line(device))
     else:
         lines.append("no report has been charged yet")
     outbox = state_dir / OUTBOX_DIR
@@ -62,13 +73,15 @@ def ledger(state_dir: str, fmt: str, output: str | None) -> None:
             and not (path / OPT_OUT_FILE).exists():
         raise click.ClickException(f"{path}: not an ldp-telemetry state directory (no {LEDGER_FILE}, "
                                    f"no {SECRET_FILE})")
-    rows = summarise(read_ledger(path))
+    accounts = read_ledger(path)
+    rows = summarise(accounts)
+    device = summarise_device(accounts)
     if fmt == "json":
-        text = json.dumps({"state_dir": str(path), "metrics": rows}, indent=2) + "\n"
+        text = json.dumps({"state_dir": str(path), "metrics": rows, "device": device}, indent=2) + "\n"
     elif fmt == "csv":
         import pandas as pd  # only for CSV: the table and JSON print without it
 
         text = pd.DataFrame(rows, columns=list(COLUMNS)).to_csv(index=False, float_format="%.6g")
     else:
-        text = ledger_table(rows, path)
+        text = ledger_table(rows, path, device)
     emit(text, output)

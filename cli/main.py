@@ -18,6 +18,8 @@ from .common import LdptGroup
 #: tests/test_cli_first_use.py checks it is the command's own short help). A module that
 #: is absent (a command still being built) is left out of the CLI.
 COMMANDS: dict[str, tuple[str, str, str]] = {
+    "audit": ("cli.audit_cmd", "audit", "Play the best distinguishing attacker on METRIC's real reports; "
+              "compare with e^eps/(1+e^eps)."),
     "demo": ("cli.demo_cmd", "demo", "Run a collector, drive CLIENTS simulated apps through the real SDK "
              "over HTTP, print estimates vs truth."),
     "estimate": ("cli.estimate_cmd", "estimate", "Estimate METRIC's frequencies with confidence intervals."),

@@ -42,6 +42,45 @@ def check(file: str) -> None:
     click.echo(format_table(header, rows), nl=False)
     for note in notes:
         click.echo(note)
+    for spec in registry:
+        if spec.protocol == "loloha":
+            g = spec.protocol_impl.params.g
+            click.echo(f"{spec.name}: loloha memoises per hashed value: at most g = {g} x eps inf = "
+                       f"{g * spec.protocol_impl.epsilon_longitudinal:.4f} over the lifetime")
+    for line in device_warnings(registry):
+        click.echo(line, err=True)
+
+
+def device_warnings(registry) -> list[str]:
+    """Warn when the metrics' per-window sum exceeds the [device] cap, naming what goes unsent.
+
+    Each metric may charge eps/report x reports_per_window in a window; the ledger refuses the
+    reports that would exceed ``epsilon_per_window``, first come first served. Listed in file
+    order: which metrics fit if they report in that order, and which are then refused.
+    """
+    device = registry.device
+    if device is None:
+        return []
+    out = []
+    cap = device.epsilon_per_window
+    demand = [(spec.name, spec.protocol_impl.epsilon * spec.reports_per_window) for spec in registry]
+    total = sum(e for _, e in demand)
+    if cap is not None:
+        out.append(f"[device] epsilon_per_window = {cap:g}; the metrics may charge {total:.4g} per window")
+        if total > cap * (1 + 1e-9):
+            spent, unsent = 0.0, []
+            for name, eps in demand:
+                if spent + eps <= cap * (1 + 1e-9):
+                    spent += eps
+                else:
+                    unsent.append(name)
+            out.append(f"warning: the per-window sum {total:.4g} exceeds the device cap {cap:g}: reported in "
+                       f"file order, {', '.join(unsent)} would go unsent (refused by the ledger) in a window "
+                       "where every metric reports; raise the cap or lower epsilons")
+    if device.lifetime_epsilon is not None:
+        out.append(f"[device] lifetime_epsilon = {device.lifetime_epsilon:g}: once the device has spent it, "
+                   "every further report is refused")
+    return out
 
 
 def numeric_choice(spec: MetricSpec) -> str:
@@ -52,8 +91,11 @@ def numeric_choice(spec: MetricSpec) -> str:
     rows = sorted((r for r in numeric_rows(spec.epsilon, lo, hi, 1, grid) if r["available"]),
                   key=lambda r: r["variance_per_report"])
     scale = ((hi - lo) / 2.0) ** 2
-    chosen = next(r for r in rows if r["protocol"] == spec.protocol) if any(
-        r["protocol"] == spec.protocol for r in rows) else rows[0]
+    if not any(r["protocol"] == spec.protocol for r in rows):   # memoised (memobitmean)
+        worst = spec.protocol_impl.worst_case_variance() * scale
+        return (f"{spec.name}: uses {spec.protocol} (memoised), worst-case variance per report "
+                f"{worst:.4g} (the variance of the mean of n reports is this over n)")
+    chosen = next(r for r in rows if r["protocol"] == spec.protocol)
     runner = next((r for r in rows if r["protocol"] != chosen["protocol"]), None)
     how = "auto chose" if spec.requested_protocol == "auto" else "uses"
     text = (f"{spec.name}: {how} {chosen['protocol']}, worst-case variance per report "

@@ -79,11 +79,27 @@ def validate_date(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--truth", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write the true counts as CSV value,count (numeric metrics: statistic,value "
                    "rows mean, sum, n, clipped, and bucket counts and quantiles for histograms).")
+@click.option("--days", type=click.IntRange(min=1), default=None,
+              help="Each device reports once a day for this many consecutive days (windows) ending "
+                   "at --window; memoised protocols keep each device's first round. --truth then "
+                   "writes window,value,count.")
+@click.option("--change-rate", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
+              help="With --days: probability that a device's value is redrawn each day.")
 @click.option("--silent", is_flag=True, help="No progress bar.")
 def simulate(metrics_file: str, metric: str, clients: int, distribution: str | None, seed: int | None,
              db: str | None, url: str | None, batch_size: int, window: str | None, truth: str | None,
-             silent: bool) -> None:
+             days: int | None, change_rate: float, silent: bool) -> None:
     """Simulate CLIENTS devices reporting METRIC once each into a sketch store (or a collector)."""
+    if days is not None:
+        if distribution is None:
+            distribution = "zipf:1.1"
+        if db is None or url is not None:
+            raise click.UsageError("--days writes one window per day into --db (not --url)")
+        simulate_days_cmd(metrics_file, metric, clients, distribution, seed, db, window, truth,
+                          days, change_rate, silent)
+        return
+    if change_rate:
+        raise click.UsageError("--change-rate applies with --days")
     if db is None and url is None:
         raise click.UsageError("give --db PATH (a SQLite store to write) or --url URL (a collector)")
     if db is not None and url is not None:
@@ -150,3 +166,46 @@ def write_rows(path: str, header: list[str], rows: Iterable[Sequence[Any]]) -> N
             writer.writerows(rows)
     except OSError as exc:
         raise click.ClickException(f"{path}: cannot write truth file ({exc.strerror or exc})") from None
+
+
+def simulate_days_cmd(metrics_file: str, metric: str, clients: int, distribution: str, seed: int | None,
+                      db: str, window: str | None, truth: str | None, days: int, change_rate: float,
+                      silent: bool) -> None:
+    """`ldpt simulate --days`: one window per day (estimators.longitudinal), vectorised."""
+    from estimators.longitudinal import simulate_days
+
+    _, spec = load_metric(metrics_file, metric)
+    end = dt.date.fromisoformat((window or today_utc())[:10])
+    labels = [(end - dt.timedelta(days=days - 1 - i)).isoformat() for i in range(days)]
+    if seed is None:
+        seed = int(np.random.SeedSequence().entropy % (2**63))
+    rng = np.random.default_rng(seed)
+    truth_fh = _open_truth(truth) if truth else None
+    store = open_store(db, create=True)
+    try:
+        with progress_bar(clients * days, f"simulating {metric} x {days} days", silent) as bar:
+            for result in simulate_days(spec, clients, distribution, days, change_rate, rng,
+                                        progress=bar.update):
+                label = labels[result.day]
+                store.add_sketch(SketchKey(spec.name, spec.fingerprint, label), result.sketch)
+                if truth_fh is not None:
+                    csv.writer(truth_fh).writerows(
+                        (label, v, int(c)) for v, c in zip(spec.domain or (), result.true_counts))
+    finally:
+        store.close()
+        if truth_fh is not None:
+            truth_fh.close()
+    if not silent:
+        click.echo(f"{clients} simulated devices x {days} days of {metric} ({spec.protocol}, epsilon "
+                   f"{spec.protocol_impl.epsilon:.4g}) -> {db} windows {labels[0]}..{labels[-1]} "
+                   f"(seed {seed})", err=True)
+
+
+def _open_truth(path: str):
+    """The --days truth file, header written: window,value,count."""
+    try:
+        fh = open(path, "w", newline="", encoding="utf-8")
+    except OSError as exc:
+        raise click.ClickException(f"{path}: cannot write truth file ({exc.strerror or exc})") from None
+    csv.writer(fh).writerow(["window", "value", "count"])
+    return fh

@@ -37,7 +37,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +55,9 @@ from .errors import (
 )
 from .ledger import Accounts, Charge, Refusal, RefusalCounts, apply
 from .options import ClientOptions
+from .protocols._longitudinal import Memoised
 from .queue import DiskOutbox, MemoryOutbox, OutboxLimits
-from .registry import Kind, MetricSpec, Registry, canonical_value, load_registry
+from .registry import DeviceBudget, Kind, MetricSpec, Registry, canonical_value, load_registry
 from .remote import check_pins, fetch_registry, registry_from_json
 from .startup import RegistryResolver
 from .state import (
@@ -94,6 +95,8 @@ CLIENT_COUNTERS = (
     "charged",                  # charged to the ledger by the worker (will be sent)
     "refused_window",           # beyond reports_per_window: never sent
     "refused_lifetime",         # beyond lifetime_epsilon: never sent
+    "refused_device_window",    # beyond [device] epsilon_per_window: never sent
+    "refused_device_lifetime",  # beyond [device] lifetime_epsilon: never sent
     "invalid_value",            # not in the metric's domain (numeric: NaN, ±inf, not a number)
     "clipped",                  # numeric: outside the metric's range, clipped to it and reported
     "unknown_metric",           # not in the registry
@@ -108,14 +111,19 @@ CLIENT_COUNTERS = (
 )
 
 
+def _wall_clock() -> float:
+    """The default clock: ``time.time()`` looked up at each call."""
+    return time.time()
+
+
 class _Metric:
     """Per-metric constants the hot path needs, resolved once per registry."""
 
     __slots__ = ("name", "spec", "proto", "kind", "fingerprint", "index", "string", "eps", "eps_inf",
                  "memoised", "rpw", "budget", "uses_cohorts", "m", "numeric", "lo", "hi", "scale",
-                 "inner_edges", "labels")
+                 "inner_edges", "labels", "two_round", "dev_window", "dev_lifetime")
 
-    def __init__(self, spec: MetricSpec) -> None:
+    def __init__(self, spec: MetricSpec, device: DeviceBudget | None = None) -> None:
         proto = spec.protocol_impl
         self.name, self.spec, self.proto, self.kind = spec.name, spec, proto, spec.kind
         self.fingerprint = spec.fingerprint
@@ -128,6 +136,10 @@ class _Metric:
         self.budget = spec.lifetime_epsilon
         self.uses_cohorts = bool(getattr(proto, "uses_cohorts", False)) and not self.string
         self.m = proto.cohorts
+        # L-GRR, L-OSUE, LOLOHA: memoised first round from the secret, fresh second round
+        self.two_round = isinstance(proto, Memoised)
+        self.dev_window = device.epsilon_per_window if device is not None else None
+        self.dev_lifetime = device.lifetime_epsilon if device is not None else None
         self.numeric = spec.kind is Kind.NUMERIC
         if self.numeric:
             self.lo, self.hi = spec.bounds
@@ -135,12 +147,13 @@ class _Metric:
             self.inner_edges = [float(e) for e in spec.edges[1:-1]] if spec.is_histogram else None
             self.labels = spec.domain
 
-    def number(self, value: Any) -> tuple[str, int, bool] | None:
+    def number(self, value: Any, secret: bytes = b"") -> tuple[str, int, bool] | None:
         """Numeric metrics: (key, index, clipped) of a value, None when it is not a finite number.
 
         Mean metrics: the index is the grid point of t = 2(x − lo)/(hi − lo) − 1 after randomised
-        rounding (``discretise_one``, OS CSPRNG); histogram metrics: the bucket index. Values
-        outside [lo, hi] are clipped first. Plain Python: this is report()'s hot path.
+        rounding (``discretise_one``, OS CSPRNG), or, for memoised means (memobitmean), after
+        the device's fixed α-point rounding derived from ``secret``; histogram metrics: the
+        bucket index. Values outside [lo, hi] are clipped first. Plain Python: report()'s hot path.
         """
         kind = type(value)
         if kind is not float and kind is not int:
@@ -157,7 +170,10 @@ class _Metric:
         if clipped:
             x = self.lo if x < self.lo else self.hi
         if self.inner_edges is None:
-            return "", self.proto.discretise_one((x - self.lo) * self.scale - 1.0), clipped
+            t = (x - self.lo) * self.scale - 1.0
+            if self.two_round:
+                return "", self.proto.alpha_round(t, secret, self.name), clipped  # type: ignore[attr-defined]
+            return "", self.proto.discretise_one(t), clipped
         idx = bisect.bisect_right(self.inner_edges, x)
         return self.labels[idx], idx, clipped
 
@@ -184,7 +200,7 @@ class _MetricTable:
             with self._lock:
                 rt = self.metrics.get(name)
                 if rt is None:
-                    rt = self.metrics[name] = _Metric(self.registry.metrics[name])
+                    rt = self.metrics[name] = _Metric(self.registry.metrics[name], self.registry.device)
         return rt
 
 
@@ -259,6 +275,9 @@ class ClientCore:
                  options: ClientOptions | None = None) -> None:
         self.options = options = options if options is not None else ClientOptions()
         self._strict = strict = options.strict
+        # wall clock (seconds since the epoch): the ledger's windows are its UTC days; tests and
+        # simulations inject one (ClientOptions.clock) to move through days
+        self._clock: Callable[[], float] = options.clock or _wall_clock
         self._lock = threading.Lock()
         self._logged: set[Any] = set()
         self._counters = dict.fromkeys(CLIENT_COUNTERS, 0)
@@ -444,7 +463,7 @@ class ClientCore:
                 raise LdptError(f"metric {metric!r} was rejected by the collector (registry changed)")
             return False
         if rt.numeric:
-            found = rt.number(value)
+            found = rt.number(value, self._secret) if rt.two_round else rt.number(value)
             if found is None:
                 return self._bad_value(rt, value)
             key, idx, clipped = found
@@ -457,10 +476,12 @@ class ClientCore:
             key, idx = found
         if self._resync:
             self._resync_after_fork()
-        now = time.time()
+        now = self._clock()
+        if rt.two_round:  # one ε∞ per distinct memo key (LOLOHA: per distinct hashed value)
+            key = rt.proto.memo_key(idx, self._secret, rt.name)  # type: ignore[attr-defined]
         charge = Charge(rt.name, rt.fingerprint, int(now // 86_400), rt.eps, rt.eps_inf,
                         value_digest(self._lkey, rt.fingerprint, key) if rt.memoised else None,  # type: ignore[arg-type]
-                        rt.rpw, rt.budget)
+                        rt.rpw, rt.budget, rt.dev_window, rt.dev_lifetime)
         with self._lock:
             refusal = apply(self._mirror, charge)   # reserve in the mirror of the ledger
             if refusal is None:
@@ -491,6 +512,8 @@ class ClientCore:
         proto = rt.proto
         if rt.string:
             return proto.encode_secret_one(key, self._secret, rt.name)
+        if rt.two_round:
+            return proto.encode_secret_one(idx, self._secret, rt.name)
         cohort = int(self._cohort(rt)[0]) if rt.uses_cohorts else None
         return proto.encode_one(idx, cohort)  # OS CSPRNG; plain-integer fast path where there is one
 
@@ -500,7 +523,7 @@ class ClientCore:
         Re-derived every day so the cohort is no stable identifier across windows (estimates
         only need it independent of the value); within a day the batch links reports anyway.
         """
-        day = int(time.time() // 86_400)
+        day = int(self._clock() // 86_400)
         key = (rt.name, day)
         arr = self._cohorts.get(key)
         if arr is None:
@@ -733,7 +756,8 @@ class TelemetryClient(ClientCore):
     ``uploader`` (share one worker between many clients, e.g. a simulated fleet),
     ``options`` (``ClientOptions``), and any ``ClientOptions`` field as a keyword
     (``batch_size``, ``max_batch_age``, ``queue_size``, ``drop_policy``, ``retry``,
-    ``outbox_limits``, ``offline``, ``strict``, ``pins``, ``timeout``).
+    ``outbox_limits``, ``offline``, ``strict``, ``pins``, ``timeout``, ``clock`` — the wall
+    clock in seconds since the epoch, default ``time.time``: the ledger's windows are its UTC days).
     """
 
     def __init__(self, endpoint: str | None = None,

@@ -16,6 +16,12 @@ What a report costs (docs/math.md §10):
   recognised by a keyed digest HMAC(secret, fingerprint‖value) (client_sdk.state), never by
   the value itself.
 
+Device-wide caps (the registry's ``[device]`` table; sequential composition adds the
+budgets of different metrics): a report is also refused when the sum over *all* metrics of
+the epsilon charged in the current window, or of the lifetime charges, would exceed
+``epsilon_per_window`` or ``lifetime_epsilon``. The check runs inside the same locked
+read-modify-write as the per-metric limits, so it holds across processes.
+
 The file ``ledger.json`` holds no true value. Every update is a read-modify-write under an
 exclusive lock on ``ledger.lock`` (flock(2), or msvcrt.locking on Windows: client_sdk._files),
 written by write-temp-fsync-rename, so several processes sharing the state directory never
@@ -69,6 +75,8 @@ class Refusal(str, enum.Enum):
 
     WINDOW = "window"       # reports_per_window already reached in this window
     LIFETIME = "lifetime"   # the lifetime epsilon budget would be exceeded
+    DEVICE_WINDOW = "device_window"       # the device's epsilon_per_window would be exceeded
+    DEVICE_LIFETIME = "device_lifetime"   # the device's lifetime_epsilon would be exceeded
 
 
 def day_of(timestamp: float) -> int:
@@ -96,6 +104,8 @@ class Charge(NamedTuple):
     digest: str | None                      # keyed digest of the value (memoised protocols)
     reports_per_window: int = 1
     lifetime_budget: float | None = None
+    device_window_budget: float | None = None     # [device] epsilon_per_window
+    device_lifetime_budget: float | None = None   # [device] lifetime_epsilon
 
     @property
     def memoised(self) -> bool:
@@ -113,6 +123,8 @@ class MetricAccount:
     lifetime_epsilon: float = 0.0
     refused_window: int = 0                 # refusals ever, by reason
     refused_lifetime: int = 0
+    refused_device_window: int = 0          # refused by the [device] caps
+    refused_device_lifetime: int = 0
     fingerprint: str = ""                   # parameters of the last charge
     epsilon_per_report: float = 0.0
     epsilon_longitudinal: float | None = None
@@ -144,7 +156,8 @@ class MetricAccount:
         return account
 
 
-_COUNT_FIELDS = ("window_reports", "lifetime_reports", "refused_window", "refused_lifetime", "reports_per_window")
+_COUNT_FIELDS = ("window_reports", "lifetime_reports", "refused_window", "refused_lifetime", "reports_per_window",
+                 "refused_device_window", "refused_device_lifetime")
 _EPSILON_FIELDS = ("window_epsilon", "lifetime_epsilon", "epsilon_per_report")
 _OPTIONAL_EPSILON_FIELDS = ("epsilon_longitudinal", "lifetime_budget")
 
@@ -194,6 +207,27 @@ def lifetime_cost(account: MetricAccount | None, charge: Charge) -> float:
     return 0.0 if seen else float(charge.epsilon_longitudinal)  # type: ignore[arg-type]
 
 
+def device_totals(accounts: Mapping[str, MetricAccount], window: str) -> tuple[float, float]:
+    """(epsilon charged in ``window``, lifetime epsilon) summed over every metric of the device."""
+    in_window = sum(a.window_epsilon for a in accounts.values() if a.window == window)
+    return in_window, sum(a.lifetime_epsilon for a in accounts.values())
+
+
+def decide_device(accounts: Mapping[str, MetricAccount], charge: Charge) -> Refusal | None:
+    """Whether ``charge`` fits the device-wide caps (pure; None means it fits)."""
+    if charge.device_window_budget is None and charge.device_lifetime_budget is None:
+        return None
+    window_spent, lifetime_spent = device_totals(accounts, window_name(charge.day))
+    if charge.device_window_budget is not None \
+            and window_spent + charge.epsilon > charge.device_window_budget * (1 + BUDGET_SLACK):
+        return Refusal.DEVICE_WINDOW
+    if charge.device_lifetime_budget is not None:
+        cost = lifetime_cost(accounts.get(charge.metric), charge)
+        if lifetime_spent + cost > charge.device_lifetime_budget * (1 + BUDGET_SLACK):
+            return Refusal.DEVICE_LIFETIME
+    return None
+
+
 def decide(account: MetricAccount | None, charge: Charge) -> Refusal | None:
     """Whether ``charge`` fits the budget of ``account`` (pure; None means it fits)."""
     window = window_name(charge.day)
@@ -211,7 +245,7 @@ def apply(accounts: Accounts, charge: Charge) -> Refusal | None:
     """Charge ``accounts`` in place if the report fits; otherwise count the refusal."""
     window = window_name(charge.day)
     account = accounts.get(charge.metric)
-    refusal = decide(account, charge)
+    refusal = decide(account, charge) or decide_device(accounts, charge)
     if account is None:
         account = accounts[charge.metric] = _new_account(charge, window)
     _roll(account, window)
@@ -236,8 +270,12 @@ def apply(accounts: Accounts, charge: Charge) -> Refusal | None:
 def count_refusal(account: MetricAccount, reason: Refusal, n: int = 1) -> None:
     if reason is Refusal.WINDOW:
         account.refused_window += n
-    else:
+    elif reason is Refusal.LIFETIME:
         account.refused_lifetime += n
+    elif reason is Refusal.DEVICE_WINDOW:
+        account.refused_device_window += n
+    else:
+        account.refused_device_lifetime += n
 
 
 RefusalCounts = Sequence[tuple[Charge, Refusal, int]]
@@ -416,8 +454,21 @@ def summarise(accounts: Mapping[str, MetricAccount]) -> list[dict[str, Any]]:
             "distinct_values": a.distinct_values if a.epsilon_longitudinal is not None else None,
             "refused_window": a.refused_window,
             "refused_lifetime": a.refused_lifetime,
+            "refused_device": a.refused_device_window + a.refused_device_lifetime,
         })
     return rows
+
+
+def summarise_device(accounts: Mapping[str, MetricAccount], day: int | None = None) -> dict[str, Any]:
+    """The device totals `ldpt ledger` prints: spend in the latest (or ``day``'s) window and
+    over the lifetime, summed over every metric, and the device-cap refusals."""
+    windows = [a.window for a in accounts.values()]
+    window = window_name(day) if day is not None else (max(windows) if windows else "")
+    in_window, lifetime = device_totals(accounts, window)
+    return {"window": window, "window_epsilon": in_window, "lifetime_epsilon": lifetime,
+            "metrics": len(accounts),
+            "refused_device_window": sum(a.refused_device_window for a in accounts.values()),
+            "refused_device_lifetime": sum(a.refused_device_lifetime for a in accounts.values())}
 
 
 # --- fork safety -------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ defaults. Pass an object, or any field as a keyword (a keyword overrides the obj
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .queue import DEFAULT_QUEUE_SIZE, DropPolicy, OutboxLimits
@@ -32,6 +32,7 @@ class ClientOptions:
     strict: bool = False                          # raise instead of counting and logging (tests)
     pins: Mapping[str, str] | None = None         # metric -> fingerprint the app was built against
     timeout: float = DEFAULT_TIMEOUT              # HTTP timeout (s)
+    clock: Callable[[], float] | None = None      # wall clock, s since the epoch (None: time.time)
 
     @classmethod
     def merge(cls, options: ClientOptions | None, overrides: Mapping[str, Any]) -> ClientOptions:

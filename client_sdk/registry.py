@@ -4,7 +4,7 @@
 [metrics.theme]
 kind = "categorical"            # boolean | categorical | string | numeric
 categories = ["light", "dark", "system"]
-protocol = "auto"               # or rr, grr, oue, sue, olh, hr, ss, rappor
+protocol = "auto"               # or rr, grr, oue, sue, olh, hr, ss, rappor, lgrr, losue, loloha, dbitflip
 epsilon = 1.0
 
 [metrics.session_minutes]
@@ -18,6 +18,11 @@ kind = "numeric"                # a histogram: buckets = B equal-width, or a lis
 range = [0, 5000]
 buckets = [0, 250, 500, 1000, 2000, 5000]
 epsilon = 2.0                   # protocol: a frequency oracle over the buckets, as categorical
+epsilon_inf = 4.0               # optional: memoise (L-protocols); epsilon is then one report's ε₁
+
+[device]                        # optional: caps on the sum over all metrics (docs/privacy.md)
+epsilon_per_window = 2.0
+lifetime_epsilon = 50.0
 ```
 
 A numeric metric without ``buckets`` is a *mean* metric: the device maps x to
@@ -48,9 +53,15 @@ from typing import Any
 import numpy as np
 
 from .errors import DomainError, RegistryError, UnknownMetricError
-from .protocols import PROTOCOL_NAMES
+from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
 from .protocols.base import Protocol
-from .protocols.factory import build_protocol, choose_numeric_protocol, choose_protocol, option_keys
+from .protocols.factory import (
+    build_protocol,
+    choose_longitudinal_protocol,
+    choose_numeric_protocol,
+    choose_protocol,
+    option_keys,
+)
 from .protocols.numeric import NUMERIC_PROTOCOL_NAMES
 
 if sys.version_info >= (3, 11):
@@ -199,6 +210,12 @@ class MetricSpec:
 
     # --- protocol -------------------------------------------------------------------------------
     @property
+    def epsilon_inf(self) -> float | None:
+        """ε∞ of a memoised metric (the ``epsilon_inf`` field), else None."""
+        value = dict(self.options).get("epsilon_inf")
+        return None if value is None else float(value)
+
+    @property
     def options_dict(self) -> dict[str, Any]:
         return dict(self.options)
 
@@ -285,11 +302,50 @@ def canonical_value(kind: Kind, value: Any) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
+class DeviceBudget:
+    """The ``[device]`` table: caps on what the ledger charges summed over all metrics.
+
+    ``epsilon_per_window``: the sum of the per-report epsilons charged in one window (a UTC
+    day); ``lifetime_epsilon``: the sum of the lifetime charges (sequential composition).
+    A report that would exceed either is refused and counted (client_sdk.ledger).
+    """
+
+    epsilon_per_window: float | None = None
+    lifetime_epsilon: float | None = None
+
+    def to_toml_table(self) -> dict[str, float]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+DEVICE_KEYS = ("epsilon_per_window", "lifetime_epsilon")
+
+
+def parse_device(table: Any, source: str = "<registry>") -> DeviceBudget:
+    """Validate the optional ``[device]`` table."""
+    if not isinstance(table, Mapping):
+        raise RegistryError("[device] must be a table", source=source, field="device")
+    unknown = set(table) - set(DEVICE_KEYS)
+    if unknown:
+        raise RegistryError(f"unknown key(s) {sorted(unknown)} in [device]; use {', '.join(DEVICE_KEYS)}",
+                            source=source, field="device")
+    values = {}
+    for key in DEVICE_KEYS:
+        value = table.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value <= 0):
+            raise RegistryError(f"{value!r} is not allowed; use a positive number", source=source,
+                                field=f"device.{key}")
+        values[key] = None if value is None else float(value)
+    return DeviceBudget(**values)
+
+
+@dataclasses.dataclass(frozen=True)
 class Registry:
-    """All metrics of one TOML file, by name."""
+    """All metrics of one TOML file, by name, and the optional device-wide budget."""
 
     metrics: Mapping[str, MetricSpec]
     source: str = "<registry>"
+    device: DeviceBudget | None = None
 
     def get(self, name: str) -> MetricSpec:
         try:
@@ -310,10 +366,16 @@ class Registry:
     def to_toml(self) -> str:
         import tomli_w
 
-        return tomli_w.dumps({"metrics": {n: m.to_toml_table() for n, m in self.metrics.items()}})
+        doc: dict[str, Any] = {"metrics": {n: m.to_toml_table() for n, m in self.metrics.items()}}
+        if self.device is not None:
+            doc["device"] = self.device.to_toml_table()
+        return tomli_w.dumps(doc)
 
     def to_json(self) -> dict[str, Any]:
-        return {"metrics": [m.to_json() for m in self.metrics.values()]}
+        doc: dict[str, Any] = {"metrics": [m.to_json() for m in self.metrics.values()]}
+        if self.device is not None:
+            doc["device"] = self.device.to_toml_table()
+        return doc
 
 
 def load_registry(path: str | Path) -> Registry:
@@ -335,15 +397,16 @@ def parse_registry(data: str | Mapping[str, Any], source: str = "<registry>") ->
             data = tomllib.loads(data)
         except tomllib.TOMLDecodeError as exc:
             raise RegistryError(f"not valid TOML: {exc}", source=source) from None
-    unknown_top = set(data) - {"metrics"}
+    unknown_top = set(data) - {"metrics", "device"}
     if unknown_top:
         raise RegistryError(f"unknown top-level key(s) {sorted(unknown_top)}; only [metrics.NAME] "
-                            "tables are allowed", source=source)
+                            "tables and [device] are allowed", source=source)
     tables = data.get("metrics")
     if not isinstance(tables, Mapping) or not tables:
         raise RegistryError("no metrics declared; add a [metrics.NAME] table", source=source)
     metrics = {name: parse_metric(name, table, source) for name, table in tables.items()}
-    return Registry(metrics, source)
+    device = parse_device(data["device"], source) if "device" in data else None
+    return Registry(metrics, source, device)
 
 
 def parse_metric(name: str, table: Any, source: str = "<registry>") -> MetricSpec:
@@ -368,12 +431,17 @@ def parse_metric(name: str, table: Any, source: str = "<registry>") -> MetricSpe
     mean_metric = kind is Kind.NUMERIC and buckets is None
     names = NUMERIC_PROTOCOL_NAMES if mean_metric else PROTOCOL_NAMES
     requested = table.get("protocol", "auto")
+    memoised = table.get("epsilon_inf") is not None
+    if mean_metric:
+        names = NUMERIC_PROTOCOL_NAMES + LONGITUDINAL_NUMERIC_NAMES
+    else:
+        names = PROTOCOL_NAMES + LONGITUDINAL_PROTOCOL_NAMES
     if requested != "auto" and requested not in names:
         what = "a numeric mean mechanism" if mean_metric else "a protocol"
         hint = ("; a histogram metric (buckets set) uses a frequency oracle"
-                if mean_metric and requested in PROTOCOL_NAMES else
+                if mean_metric and requested in PROTOCOL_NAMES + LONGITUDINAL_PROTOCOL_NAMES else
                 "; numeric mechanisms are for numeric metrics without buckets"
-                if requested in NUMERIC_PROTOCOL_NAMES else "")
+                if requested in NUMERIC_PROTOCOL_NAMES + LONGITUDINAL_NUMERIC_NAMES else "")
         raise fail(f"{requested!r} is not {what}; use auto or one of {', '.join(names)}{hint}",
                    "protocol")
 
@@ -419,15 +487,25 @@ def parse_metric(name: str, table: Any, source: str = "<registry>") -> MetricSpe
     elif protocol != "rappor":
         raise fail("missing; set the per-report privacy budget, e.g. epsilon = 1.0", "epsilon")
 
+    if memoised and kind is Kind.STRING:
+        raise fail("string metrics memoise with RAPPOR's permanent randomised response (its ε∞ "
+                   "follows from prob_f); remove epsilon_inf", "epsilon_inf")
+    memo_names = LONGITUDINAL_NUMERIC_NAMES if mean_metric else LONGITUDINAL_PROTOCOL_NAMES
+    if memoised and protocol != "auto" and protocol not in memo_names:
+        raise fail(f"epsilon_inf turns on memoisation, which {protocol} does not do; use protocol "
+                   f"auto or one of {', '.join(memo_names)}", "epsilon_inf")
     if protocol == "auto":
         try:
-            if mean_metric:
+            if memoised:
+                protocol = "memobitmean" if mean_metric else \
+                    choose_longitudinal_protocol(d, epsilon, table["epsilon_inf"])
+            elif mean_metric:
                 grid = {k: table[k] for k in ("grid",) if k in table}
                 protocol = choose_numeric_protocol(epsilon, grid)
             else:
                 protocol = choose_protocol(d, epsilon)
-        except ValueError as exc:
-            raise fail(str(exc), "epsilon") from None
+        except (ValueError, TypeError) as exc:
+            raise fail(str(exc), "epsilon_inf" if memoised else "epsilon") from None
 
     allowed = option_keys(protocol)
     options = {}

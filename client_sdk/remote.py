@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import FingerprintMismatch, LdptError, RegistryError
-from .protocols import PROTOCOL_NAMES
+from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
 from .protocols.factory import option_keys
 from .protocols.numeric import NUMERIC_PROTOCOL_NAMES
-from .registry import COMMON_KEYS, Registry, parse_metric
+from .registry import COMMON_KEYS, Registry, parse_device, parse_metric
 
 #: Members `GET /v1/registry` adds to each metric's TOML table (not registry input).
 PUBLISHED_KEYS = ("name", "resolved_protocol", "fingerprint", "epsilon_per_report",
@@ -46,7 +46,8 @@ def registry_from_json(doc: Mapping[str, Any] | str | bytes, source: str = "GET 
         name = entry["name"]
         requested = entry.get("protocol", "auto")
         resolved = entry.get("resolved_protocol") or requested
-        if resolved not in PROTOCOL_NAMES and resolved not in NUMERIC_PROTOCOL_NAMES:
+        if resolved not in PROTOCOL_NAMES + LONGITUDINAL_PROTOCOL_NAMES + NUMERIC_PROTOCOL_NAMES \
+                + LONGITUDINAL_NUMERIC_NAMES:
             raise RegistryError(f"protocol {resolved!r} is not known to this SDK; upgrade the SDK",
                                 source=source, metric=name, field="resolved_protocol")
         # Build exactly what the collector resolved (`auto` may resolve differently in another
@@ -69,7 +70,8 @@ def registry_from_json(doc: Mapping[str, Any] | str | bytes, source: str = "GET 
     missing = sorted(set(pinned or {}) - set(specs))
     if missing:
         raise RegistryError(f"pinned metric(s) {', '.join(missing)} are not published", source=source)
-    return Registry(specs, source)
+    device = parse_device(doc["device"], source) if doc.get("device") is not None else None
+    return Registry(specs, source, device)
 
 
 def check_pins(registry: Registry, pinned: Mapping[str, str] | None) -> None:

@@ -11,12 +11,16 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-from . import PROTOCOL_NAMES
+from . import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
+from ._longitudinal import check_epsilon_pair
 from .base import Protocol
 from .numeric import NUMERIC_PROTOCOL_NAMES
 
 #: Protocols `auto` chooses among for a fixed categorical domain (RAPPOR needs candidates).
 AUTO_CANDIDATES = ("rr", "grr", "oue", "sue", "olh", "hr", "ss")
+#: Memoised protocols `auto` chooses among when the metric has epsilon_inf (dBitFlipPM's
+#: variance is k/d times larger: it is chosen by name, for its (d+1)·ε∞ lifetime bound).
+AUTO_LONGITUDINAL = ("lgrr", "losue", "loloha")
 #: Variances within this relative margin count as a tie; the smaller payload then wins.
 AUTO_TIE_MARGIN = 0.02
 #: `auto` never picks a protocol whose report exceeds this many bits (8 KiB) when another
@@ -29,7 +33,8 @@ NUMERIC_TIE_RELATIVE = 1e-9
 
 def protocol_module(name: str) -> ModuleType:
     """The module implementing protocol ``name`` (KeyError if unknown)."""
-    if name not in PROTOCOL_NAMES and name not in NUMERIC_PROTOCOL_NAMES:
+    if name not in PROTOCOL_NAMES and name not in NUMERIC_PROTOCOL_NAMES \
+            and name not in LONGITUDINAL_PROTOCOL_NAMES and name not in LONGITUDINAL_NUMERIC_NAMES:
         raise KeyError(name)
     return importlib.import_module(f"{__package__}.{name}")
 
@@ -81,6 +86,27 @@ def choose_protocol(domain_size: int, epsilon: float) -> str:
                          "2^-32 probability grid; use a larger epsilon")
     compact = [s for s in scored if s[1] <= AUTO_MAX_PAYLOAD_BITS]
     scored = compact or scored
+    best_var = min(s[0] for s in scored)
+    near = [s for s in scored if s[0] <= best_var * (1 + AUTO_TIE_MARGIN)]
+    return min(near, key=lambda s: (s[1], s[0], s[2]))[3]
+
+
+def choose_longitudinal_protocol(domain_size: int, epsilon: float, epsilon_inf: float) -> str:
+    """The memoised protocol (L-GRR, L-OSUE, LOLOHA) with the smallest per-item variance at
+    (ε₁, ε∞, d) among those with a report of at most AUTO_MAX_PAYLOAD_BITS; near-ties
+    (AUTO_TIE_MARGIN) go to the smaller payload. ValueError when none can be built."""
+    check_epsilon_pair(epsilon, epsilon_inf, "auto")
+    scored = []
+    for rank, name in enumerate(AUTO_LONGITUDINAL):
+        try:
+            proto = build_protocol(name, domain_size, epsilon, {"epsilon_inf": epsilon_inf})
+        except ValueError:
+            continue
+        scored.append((per_item_variance(proto), proto.payload_bits, rank, name))
+    if not scored:
+        raise ValueError(f"no memoised protocol can realise epsilon {epsilon} < epsilon_inf {epsilon_inf} "
+                         f"for {domain_size} values; check that epsilon < epsilon_inf")
+    scored = [s for s in scored if s[1] <= AUTO_MAX_PAYLOAD_BITS] or scored
     best_var = min(s[0] for s in scored)
     near = [s for s in scored if s[0] <= best_var * (1 + AUTO_TIE_MARGIN)]
     return min(near, key=lambda s: (s[1], s[0], s[2]))[3]

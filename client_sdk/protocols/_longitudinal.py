@@ -1,0 +1,196 @@
+"""What the two-round longitudinal protocols share (L-GRR, L-OSUE, LOLOHA; docs/protocols.md).
+
+Arcolezi, Couchot, Al Bouna, Xiao 2022 (L-GRR, L-OSUE) and Arcolezi, Pinzón, Palamidessi,
+Gambs 2023 (LOLOHA) chain two randomisers:
+
+1. a **memoised** first round with budget ε∞ (p₁, q₁), a deterministic function of
+   (client secret, metric, memo key) — the value for L-GRR/L-OSUE, the hashed value for
+   LOLOHA (client_sdk.memo) — so any number of reports of one memo key reveal at most ε∞;
+2. a **fresh** second round (p₂, q₂) on the first round's output, every report.
+
+One report is then a single randomiser with support probabilities
+P = p₁p₂ + (1−p₁)q₂ and Q = q₁p₂ + (1−q₁)q₂, i.e. a pure protocol (Wang et al. 2017) with
+p* = P, q* = Q, and the pure estimator ĉ = (C − nQ)/(P − Q) is the two-round estimator
+f̂ = ((C/n − q₂)/(p₂−q₂) − q₁)/(p₁−q₁) (P − Q = (p₁−q₁)(p₂−q₂)). Its variance is the sum of
+independent Bernoulli variances, n·σ(1−σ)/((p₁−q₁)(p₂−q₂))² at f = 0 (Arcolezi et al. 2022).
+
+p₂ is chosen so that one report costs exactly (at most, on the grid) ε₁: the largest 2^-32
+threshold whose realised chain has ε ≤ ε₁, found by integer bisection on the threshold —
+ε of one report increases with p₂ — so the quoted ε₁ is computed from realised values.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..hashing import check_secret
+from ..memo import MemoCache
+from ..randomness import SCALE, SecureRandom, bernoulli, realised
+
+
+def check_epsilon_pair(epsilon: float | None, epsilon_inf: Any, protocol: str) -> float:
+    """ε₁ (epsilon) and ε∞ (epsilon_inf) as given in the registry: finite, positive, ε₁ < ε∞."""
+    if epsilon is None:
+        raise ValueError(f"{protocol} needs epsilon (the budget of one report)")
+    if epsilon_inf is None:
+        raise ValueError(f"{protocol} needs epsilon_inf (the budget of the memoised response)")
+    if isinstance(epsilon_inf, bool) or not isinstance(epsilon_inf, (int, float)) \
+            or not math.isfinite(epsilon_inf) or not 0 < epsilon_inf <= 20:
+        raise ValueError(f"epsilon_inf must be a number in (0, 20], got {epsilon_inf!r}")
+    if not epsilon < epsilon_inf:
+        raise ValueError(f"epsilon ({epsilon}) must be below epsilon_inf ({epsilon_inf}): one report "
+                         "cannot reveal more than the memoised response it is drawn from")
+    return float(epsilon_inf)
+
+
+def chain(p1: float, q1: float, p2: float, q2: float) -> tuple[float, float]:
+    """(P, Q): P(report supports v | x = v) and P(report supports v | x ≠ v) of the two rounds."""
+    return p1 * p2 + (1 - p1) * q2, q1 * p2 + (1 - q1) * q2
+
+
+def largest_threshold(epsilon_of: Callable[[int], float], target: float, low: int) -> int:
+    """Largest threshold T in [low, 2^32] with ``epsilon_of(T) <= target`` (non-decreasing in T).
+
+    ``epsilon_of(low)`` must be <= target (``low`` is where the second round is pure noise).
+    """
+    if epsilon_of(SCALE) <= target:
+        return SCALE
+    lo, hi = low, SCALE   # invariant: ε(lo) <= target < ε(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if epsilon_of(mid) <= target:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def log_ratio(a: float, b: float) -> float:
+    """ln(a/b) for a privacy ratio, 0 when a <= b (a second round that is noise or worse)."""
+    return math.log(a / b) if a > b > 0 else 0.0
+
+
+def grr_round(x: np.ndarray, k: int, threshold: int, source: Any) -> np.ndarray:
+    """GRR on [k] of int64 inputs: keep x w.p. T/2^32, else a uniform one of the other k−1."""
+    n = x.shape[0]
+    keep = bernoulli(source, threshold, n)
+    other = source.below(k - 1, n)
+    other += other >= x
+    return np.where(keep, x, other)
+
+
+class SymmetricSecondRound:
+    """Round 2 of the bit chains (L-OSUE, dBitFlipPM): each bit kept w.p. p₂, flipped w.p.
+    q₂ = 1 − p₂ (SUE), p₂ the largest threshold whose realised ε (``_epsilon_at``) is <= ε₁.
+
+    Mixed into a frozen params dataclass with ``epsilon`` and first-round ``p1``, ``q1``.
+    """
+
+    epsilon: float
+    p1: float
+    q1: float
+
+    def _epsilon_at(self, threshold: int) -> float:
+        raise NotImplementedError
+
+    @functools.cached_property
+    def p2_threshold(self) -> int:
+        return largest_threshold(self._epsilon_at, self.epsilon, SCALE // 2)
+
+    @property
+    def p2(self) -> float:
+        return realised(self.p2_threshold)
+
+    @property
+    def q2(self) -> float:
+        return realised(SCALE - self.p2_threshold)
+
+    @property
+    def p(self) -> float:
+        """P(reported bit = 1 | true bit 1)."""
+        return chain(self.p1, self.q1, self.p2, self.q2)[0]
+
+    @property
+    def q(self) -> float:
+        """P(reported bit = 1 | true bit 0)."""
+        return chain(self.p1, self.q1, self.p2, self.q2)[1]
+
+
+class Memoised(abc.ABC):
+    """Mixin of the two-round protocols: the memoised first round and the SDK's report path.
+
+    Subclasses implement ``first_round`` and ``second_round`` (vectorised over a randomness
+    source: fresh words in simulation, ``client_sdk.memo.MemoRandom`` for the SDK's memoised
+    round), ``memo_output_probabilities`` (the audit of ε∞), and where the memoised response
+    depends on less than the value (LOLOHA: the hashed value; dBitFlipPM: its position in the
+    sampled window) ``memo_index``/``memo_indices``; cohort protocols add ``sdk_cohorts`` and
+    ``batch_payloads``.
+    """
+
+    _memo: MemoCache
+
+    @property
+    @abc.abstractmethod
+    def epsilon_longitudinal(self) -> float:
+        """ε∞: the realised budget of the memoised first round."""
+
+    @abc.abstractmethod
+    def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
+        """The (memoisable) first-round responses of a batch of memo inputs."""
+
+    @abc.abstractmethod
+    def second_round(self, first: np.ndarray, source: Any) -> np.ndarray:
+        """The fresh second round applied to first-round responses."""
+
+    @abc.abstractmethod
+    def memo_output_probabilities(self, index: int) -> np.ndarray:
+        """P(first-round response | x = index): what unlimited reports of one value can reveal."""
+
+    @property
+    def memo_key_space(self) -> int:
+        """Number of distinct memo indices (the simulation's table of memoised responses)."""
+        return self.domain_size  # type: ignore[attr-defined]
+
+    def memo_index(self, index: int, secret: bytes, metric: str) -> int:
+        """The index the memoised response depends on (the value itself, unless hashed)."""
+        return index
+
+    def memo_key(self, index: int, secret: bytes, metric: str) -> str:
+        """Ledger/memo key of a value: one ε∞ charge per distinct key over the lifetime."""
+        return f"{self.name}:{self.memo_index(index, secret, metric)}"  # type: ignore[attr-defined]
+
+    def encode_secret_one(self, index: int, secret: bytes, metric: str) -> Any:
+        """One report of one client (the SDK path): memoised first round, fresh second round."""
+        x = self._check_index(index)  # type: ignore[attr-defined]
+        secret = check_secret(secret)
+        key = self.memo_key(x, secret, metric)
+        memo_in = self.memo_index(x, secret, metric)
+        first = self._memo.get(secret, metric, key,
+                               lambda src: self.first_round(np.array([memo_in], dtype=np.int64), src))
+        y = self.second_round(first, SecureRandom())  # type: ignore[arg-type]
+        return self._wire_one(y, secret, metric)
+
+    def memo_indices(self, indices: np.ndarray, cohorts: np.ndarray | None = None) -> np.ndarray:
+        """Vectorised ``memo_index`` (simulation): the value, or its hash under the cohort's seed."""
+        return indices
+
+    def batch_payloads(self, second: np.ndarray, cohorts: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """Payloads of second-round outputs (the protocol's wire arrays)."""
+        return {"y": second}
+
+    def _wire_one(self, y: np.ndarray, secret: bytes, metric: str) -> Any:
+        return self.to_wire(self.batch_payloads(y, self.sdk_cohorts(secret, metric)))[0]  # type: ignore[attr-defined]
+
+    def sdk_cohorts(self, secret: bytes, metric: str) -> np.ndarray | None:
+        """The client's cohort as a batch of one (None for protocols without cohorts)."""
+        return None
+
+
+__all__ = ["Memoised", "SymmetricSecondRound", "chain", "check_epsilon_pair", "grr_round", "largest_threshold", "log_ratio"]
+

@@ -1,0 +1,177 @@
+"""L-GRR: GRR chained with GRR, the first round memoised (Arcolezi et al. 2022; docs/protocols.md).
+
+Round 1 (memoised per value, ε∞): report x w.p. p₁ = e^{ε∞}/(e^{ε∞}+k−1), else a uniform other
+value (q₁ = (1−p₁)/(k−1)); p₁ is rounded down on the 2^-32 grid.
+Round 2 (fresh every report): GRR on [k] of the round-1 output with p₂, q₂ = (1−p₂)/(k−1).
+
+One report supports v with P = p₁p₂ + (1−p₁)q₂ if x = v and Q = q₁p₂ + (1−q₁)q₂ otherwise,
+so it costs ln(P/Q). Solving P/Q = e^{ε₁} for p₂ gives
+
+    p₂ = (e^{ε₁}(1−q₁) − (1−p₁)) / (k·p₁ − 1 − e^{ε₁}(k·q₁ − 1)),
+
+exactly ε₁ per report; the formula published with the protocol solves
+(p₁p₂+q₁q₂)/(p₁q₂+q₁p₂) = e^{ε₁} instead, which is looser (≈ 0.92 realised for a target of 1
+at k = 10, ε∞ = 4) and wastes utility. We take the largest p₂ threshold whose realised ε is
+at most ε₁ (``_longitudinal.largest_threshold``), which agrees with the closed form to 2^-32.
+
+Sketch, estimator, wire and validation are GRR's with p* = P, q* = Q (pure protocol).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+from ..memo import MemoCache
+from ..randomness import RandomLike, as_random_source, realised
+from ._longitudinal import Memoised, chain, check_epsilon_pair, grr_round, largest_threshold, log_ratio
+from .base import Payloads, check_domain_and_epsilon
+from .grr import GRR
+from .grr import keep_threshold as grr_keep_threshold
+
+
+def closed_form_p2(epsilon: float, p1: float, q1: float, k: int) -> float:
+    """The exact p₂ of L-GRR for one report of ε₁ (before quantisation; module docstring)."""
+    e = math.exp(epsilon)
+    return (e * (1 - q1) - (1 - p1)) / (k * p1 - 1 - e * (k * q1 - 1))
+
+
+class GRRChain:
+    """Round 1 GRR_{ε∞} and round 2 GRR on [k], k = ``chain_size`` (L-GRR: d; LOLOHA: g).
+
+    Mixed into a frozen params dataclass with ``epsilon`` (ε₁) and ``epsilon_inf`` (ε∞).
+    """
+
+    epsilon: float
+    epsilon_inf: float
+
+    @property
+    def chain_size(self) -> int:
+        raise NotImplementedError
+
+    def check_grid(self) -> None:
+        """ValueError when the 2^-32 grid cannot realise p₁ > q₁ and P > Q."""
+        k = self.chain_size
+        if not self.p1_threshold * k > (1 << 32):
+            raise ValueError(f"epsilon_inf {self.epsilon_inf} is too small for the 2^-32 grid at {k} values")
+        if not self.p > self.q:
+            raise ValueError(f"epsilon {self.epsilon} is too small for the 2^-32 grid at {k} values")
+
+    @functools.cached_property
+    def p1_threshold(self) -> int:
+        return grr_keep_threshold(self.epsilon_inf, self.chain_size)
+
+    @property
+    def p1(self) -> float:
+        return realised(self.p1_threshold)
+
+    @property
+    def q1(self) -> float:
+        return (1.0 - self.p1) / (self.chain_size - 1)
+
+    def _epsilon_at(self, threshold: int) -> float:
+        p2 = realised(threshold)
+        return log_ratio(*chain(self.p1, self.q1, p2, (1.0 - p2) / (self.chain_size - 1)))
+
+    @functools.cached_property
+    def p2_threshold(self) -> int:
+        return largest_threshold(self._epsilon_at, self.epsilon, -(-(1 << 32) // self.chain_size))
+
+    @property
+    def p2(self) -> float:
+        return realised(self.p2_threshold)
+
+    @property
+    def q2(self) -> float:
+        return (1.0 - self.p2) / (self.chain_size - 1)
+
+    @property
+    def p(self) -> float:
+        """P: one report equals the (hashed) value."""
+        return chain(self.p1, self.q1, self.p2, self.q2)[0]
+
+    @property
+    def q(self) -> float:
+        """Q = (1−P)/(k−1): one report equals a given other one."""
+        return chain(self.p1, self.q1, self.p2, self.q2)[1]
+
+    @property
+    def keep_threshold(self) -> int:
+        return self.p2_threshold
+
+
+@dataclasses.dataclass(frozen=True)
+class LGRRParams(GRRChain):
+    d: int               # domain size k
+    epsilon: float       # ε₁: one report
+    epsilon_inf: float   # ε∞: the memoised first round
+
+    def __post_init__(self) -> None:
+        check_domain_and_epsilon(self.d, self.epsilon, "L-GRR")
+        check_epsilon_pair(self.epsilon, self.epsilon_inf, "lgrr")
+        self.check_grid()
+
+    @property
+    def chain_size(self) -> int:
+        return self.d
+
+
+class GRRChainRounds(Memoised):
+    """The two GRR rounds of a protocol over ``GRRChain`` params (L-GRR, LOLOHA)."""
+
+    params: GRRChain
+
+    def _init_memo(self) -> None:
+        self._memo = MemoCache()
+
+    @property
+    def epsilon_longitudinal(self) -> float:
+        return math.log(self.params.p1 / self.params.q1)
+
+    def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
+        return grr_round(memo_inputs, self.params.chain_size, self.params.p1_threshold, source)
+
+    def second_round(self, first: np.ndarray, source: Any) -> np.ndarray:
+        return grr_round(first, self.params.chain_size, self.params.p2_threshold, source)
+
+
+class LGRR(GRRChainRounds, GRR):
+    """L-GRR over GRR's sketch, estimator and wire (see the module docstring)."""
+
+    name = "lgrr"
+
+    def __init__(self, params: LGRRParams) -> None:
+        super().__init__(params)
+        self._init_memo()
+
+    def memo_output_probabilities(self, index: int) -> np.ndarray:
+        probs = np.full(self.params.d, self.params.q1)
+        probs[index] = self.params.p1
+        return probs
+
+    def encode(self, indices: np.ndarray, rng: RandomLike = None,
+               cohorts: np.ndarray | None = None) -> Payloads:
+        """Both rounds with fresh coins: each row is a new client reporting once."""
+        source = as_random_source(rng)
+        return {"y": self.second_round(self.first_round(self.check_indices(indices), source), source)}
+
+    def encode_one(self, index: int, cohort: int | None = None) -> int:
+        return int(self.encode(np.array([self._check_index(index)]))["y"][0])
+
+
+OPTION_KEYS: frozenset[str] = frozenset({"epsilon_inf"})
+
+
+def from_options(domain_size: int | None, epsilon: float | None, options: dict[str, Any]) -> LGRR:
+    """Build from registry fields: ``epsilon`` is ε₁, ``epsilon_inf`` is ε∞ (required)."""
+    if domain_size is None:
+        raise ValueError("lgrr needs a fixed domain (a boolean or categorical metric)")
+    unknown = set(options) - OPTION_KEYS
+    if unknown:
+        raise ValueError(f"unknown lgrr option(s) {sorted(unknown)}; lgrr takes epsilon_inf")
+    eps_inf = check_epsilon_pair(epsilon, options.get("epsilon_inf"), "lgrr")
+    return LGRR(LGRRParams(d=domain_size, epsilon=float(epsilon), epsilon_inf=eps_inf))  # type: ignore[arg-type]

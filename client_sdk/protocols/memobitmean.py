@@ -1,0 +1,172 @@
+"""Memoised 1BitMean with α-point rounding (Ding, Kulkarni, Yekhanin 2017), two rounds.
+
+Windows telemetry collects a counter every day from the same devices. Ding et al. make that
+cheap in privacy with two devices-side tricks, both derived here from the client secret
+(client_sdk.memo) so nothing is stored:
+
+1. **α-point rounding.** The device draws α once; a normalised value t in [−1, 1] between grid
+   points t_j and t_{j+1} is rounded up iff α < its fractional position. Over devices α is
+   uniform, so the rounded value is unbiased, and a device whose value stays between two grid
+   points always reports the *same* grid point (one memo key) instead of alternating.
+2. **Memoisation.** Round 1 is 1BitMean (Duchi et al. 2013; ``duchi``) at ε∞ on the grid
+   point j, drawn once per (device, j). Round 2 flips the bit with probability γ, fresh every
+   report, so one report costs ε₁ < ε∞ and reports of one value are not all identical.
+
+One report is 1 with P_j = γ + (1 − 2γ)·P1_j, P1_j = (A + jD)/2^32 (Duchi's integer
+thresholds at ε∞), affine in j, so the server's values v(0), v(1) with E[v | j] = t_j are
+exactly unbiased. γ is the smallest 2^-32 threshold whose realised table has ε ≤ ε₁.
+The ledger charges ε₁ per report in the window and ε∞ once per distinct grid point — at most
+K+1 over the lifetime, and 1 while the value stays within one grid step. Histograms with
+dBitFlipPM are not implemented yet (docs/protocols.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+from ..hashing import check_secret
+from ..memo import MemoCache, MemoRandom
+from ..randomness import SCALE, RandomLike, SecureRandom, as_random_source
+from ._longitudinal import Memoised, check_epsilon_pair, largest_threshold
+from .base import Payloads
+from .duchi import DuchiParams
+from .numeric import NumericProtocol, check_grid_and_epsilon
+
+#: Grid steps by default: fewer grid points, fewer distinct memoised responses (lifetime charge).
+DEFAULT_GRID = 32
+#: Memo key of the device's α (one per metric).
+ALPHA_KEY = "alpha"
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoBitMeanParams:
+    epsilon: float             # ε₁: one report
+    epsilon_inf: float         # ε∞: the memoised 1BitMean bit of a grid point
+    grid: int = DEFAULT_GRID   # K
+
+    def __post_init__(self) -> None:
+        check_grid_and_epsilon(self.grid, self.epsilon, "memobitmean")
+        check_epsilon_pair(self.epsilon, self.epsilon_inf, "memobitmean")
+        if not self.epsilon_realised(self.gamma_threshold) > 0:
+            raise ValueError(f"epsilon {self.epsilon} is too small for the 2^-32 probability grid")
+
+    @functools.cached_property
+    def first(self) -> DuchiParams:
+        """Round 1: Duchi/1BitMean at ε∞ on the same grid."""
+        return DuchiParams(epsilon=self.epsilon_inf, grid=self.grid)
+
+    def one_probabilities(self, gamma_threshold: int) -> np.ndarray:
+        """P(report = 1 | j) for j = 0..K with flip probability γ = threshold/2^32."""
+        g = gamma_threshold / SCALE
+        p1 = (self.first.low_threshold + self.first.step * np.arange(self.grid + 1)) / SCALE
+        return g + (1 - 2 * g) * p1
+
+    def epsilon_realised(self, gamma_threshold: int) -> float:
+        one = self.one_probabilities(gamma_threshold)
+        return float(max(math.log(one.max() / one.min()), math.log((1 - one.min()) / (1 - one.max()))))
+
+    @functools.cached_property
+    def gamma_threshold(self) -> int:
+        """Smallest γ threshold (least noise) with realised ε <= ε₁: the largest h = 2^31 − G."""
+        half = SCALE // 2
+
+        def eps_of(h: int) -> float:
+            return self.epsilon_realised(max(0, half - h)) if h < half else math.inf
+
+        return half - largest_threshold(eps_of, self.epsilon, 0)
+
+
+class MemoBitMean(Memoised, NumericProtocol):
+    """Two-round memoised 1BitMean over the numeric contract (sketch, wire, estimator)."""
+
+    name = "memobitmean"
+
+    def __init__(self, params: MemoBitMeanParams) -> None:
+        super().__init__(params)
+        self._memo = MemoCache()
+        self._t1 = params.first.low_threshold + params.first.step * np.arange(params.grid + 1, dtype=np.int64)
+        self._gamma = params.gamma_threshold
+        one = params.one_probabilities(self._gamma)
+        self._table = np.stack([1.0 - one, one], axis=1)
+        slope = (one[-1] - one[0]) / params.grid          # P_j = one[0] + slope·j
+        spread = (2.0 / params.grid) / slope              # v(1) − v(0)
+        v0 = -1.0 - spread * one[0]
+        self._values = np.array([v0, v0 + spread])
+
+    @property
+    def grid(self) -> int:
+        return self.params.grid
+
+    @property
+    def cells(self) -> int:
+        return 2
+
+    def probability_table(self) -> np.ndarray:
+        return self._table
+
+    def debiased_values(self) -> np.ndarray:
+        return self._values
+
+    @property
+    def epsilon_longitudinal(self) -> float:
+        a = self.params.first.low_threshold
+        return math.log((SCALE - a) / a)
+
+    def memo_output_probabilities(self, index: int) -> np.ndarray:
+        p1 = self._t1[index] / SCALE
+        return np.array([1.0 - p1, p1])
+
+    def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
+        words = source.words(memo_inputs.shape[0]).astype(np.int64)
+        return (words < self._t1[memo_inputs]).astype(np.int64)
+
+    def second_round(self, first: np.ndarray, source: Any) -> np.ndarray:
+        flip = source.words(first.shape[0]).astype(np.int64) < self._gamma
+        return first ^ flip.astype(np.int64)
+
+    def encode(self, indices: np.ndarray, rng: RandomLike = None,
+               cohorts: np.ndarray | None = None) -> Payloads:
+        """Both rounds with fresh coins (each row a new client reporting once)."""
+        source = as_random_source(rng)
+        return {"y": self.second_round(self.first_round(self.check_indices(indices), source), source)}
+
+    def encode_one(self, index: int, cohort: int | None = None) -> int:
+        return int(self.encode(np.array([self._check_index(index)]))["y"][0])
+
+    # --- the device: α-point rounding and memoisation from the secret ---------------------------
+    def alpha_round(self, t: float, secret: bytes, metric: str) -> int:
+        """The grid index of normalised t under the device's α (fixed per secret and metric)."""
+        alpha = int(MemoRandom(check_secret(secret), metric, ALPHA_KEY).words(1)[0])
+        pos = (min(1.0, max(-1.0, float(t))) + 1.0) * (self.grid / 2)
+        low = math.floor(pos)
+        up = alpha < math.floor((pos - low) * SCALE)
+        return min(low + int(up), self.grid)
+
+    def memo_key_of_value(self, t: float, secret: bytes, metric: str) -> str:
+        """The ledger's memo key of a normalised value: its α-rounded grid point."""
+        return self.memo_key(self.alpha_round(t, secret, metric), secret, metric)
+
+    def encode_value_secret_one(self, t: float, secret: bytes, metric: str) -> int:
+        """One report of a normalised value (the SDK path): α-round, memoised bit, fresh flip."""
+        j = self.alpha_round(t, secret, metric)
+        first = self._memo.get(secret, metric, self.memo_key(j, secret, metric),
+                               lambda src: self.first_round(np.array([j], dtype=np.int64), src))
+        return int(self.second_round(first, SecureRandom())[0])  # type: ignore[arg-type]
+
+
+OPTION_KEYS: frozenset[str] = frozenset({"epsilon_inf", "grid"})
+
+
+def from_options(domain_size: int | None, epsilon: float | None, options: dict[str, Any]) -> MemoBitMean:
+    """Build from registry fields: ``epsilon`` (ε₁), ``epsilon_inf`` (ε∞), optional ``grid`` (K)."""
+    unknown = set(options) - OPTION_KEYS
+    if unknown:
+        raise ValueError(f"unknown memobitmean option(s) {sorted(unknown)}; it takes epsilon_inf, grid")
+    eps_inf = check_epsilon_pair(epsilon, options.get("epsilon_inf"), "memobitmean")
+    return MemoBitMean(MemoBitMeanParams(epsilon=float(epsilon), epsilon_inf=eps_inf,  # type: ignore[arg-type]
+                                         grid=options.get("grid", DEFAULT_GRID)))

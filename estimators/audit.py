@@ -1,0 +1,306 @@
+"""`ldpt audit`: the best attacker, played on the reports the SDK really sends (docs/privacy.md).
+
+**Distinguishing game.** A device holds value A or B (a fair coin). The attacker sees T of its
+reports — produced by the SDK's encoding path (``sdk_reports``: the protocol's
+``encode_secret_one`` / ``encode_one`` with a fresh client secret, HMAC-memoised first rounds
+and OS-CSPRNG coins, exactly what ``TelemetryClient.report`` queues) — knows every parameter,
+the secret-derived cohort and the hash functions, and guesses by the likelihood ratio, the
+optimal (Bayes) rule. ε-LDP caps its accuracy at e^ε/(1+e^ε) (Kairouz, Oh, Viswanath 2014),
+where ε is what the ledger accounts for those T reports: T·ε₁ without memoisation and
+min(T·ε₁, ε∞) with it. Turned around, an accuracy a proves ε >= ln(a/(1−a)): the empirical
+lower bound printed beside the interval.
+
+**Linkability game.** M devices share one value. Each has K earlier reports; a later report
+of one of them arrives. Memoised responses make a device's reports alike, so the attacker
+scores "same device" by the likelihood ratio P(earlier, later | same device) /
+(P(earlier) P(later)); AUC is the chance it scores a true pair above a false one *within one
+cohort* (what memoisation links), and "re-identified" is how often the best-scoring device is
+the right one among all M, the permanent cohort (RAPPOR, LOLOHA) included.
+
+Likelihoods. Every supported protocol is a *chain*: a first response a drawn from
+P(a | x) (memoised: drawn once per device and value; otherwise a = x, or the hashed value),
+then independent reports y_t ~ P(y | a). Two shapes cover them:
+
+- categorical chains (rr, grr, olh, L-GRR, LOLOHA): a ∈ [k], P(y|a) = p₂ if y = a else q₂;
+  log P(y₁..y_T | x) = logsumexp_a(log P(a|x) + C_a log p₂ + (T−C_a) log q₂), C_a = #{t: y_t = a};
+- bit chains (oue, sue, L-OSUE, RAPPOR): bits independent, per bit i with r_i = P(a_i = 1 | x),
+  s₁ = P(y_i = 1 | a_i = 1), s₀ = P(y_i = 1 | a_i = 0) and K_i ones among T reports:
+  log Σ over a_i of the two binomial terms.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any
+
+import numpy as np
+from scipy import stats
+from scipy.special import logsumexp
+
+from client_sdk.errors import LdptError
+from client_sdk.hashing import derive_cohort
+from client_sdk.protocols._longitudinal import Memoised
+from client_sdk.protocols.olh import OLH, hash_one
+from client_sdk.protocols.rappor import Rappor
+from client_sdk.registry import Kind, MetricSpec
+
+#: Protocols the attacker has a likelihood for.
+SUPPORTED = ("rr", "grr", "olh", "oue", "sue", "rappor", "lgrr", "losue", "loloha", "dbitflip")
+#: Seconds per simulated day (the SDK's windows are UTC days; OLH re-derives its cohort daily).
+DAY = 86_400
+#: Confidence of the accuracy intervals.
+CONFIDENCE = 0.95
+
+
+class AuditError(LdptError):
+    """The metric or the arguments cannot be audited."""
+
+    status = 400
+    type = "invalid-audit"
+
+
+# --- the SDK's encoding path ---------------------------------------------------------------------
+
+def check_supported(spec: MetricSpec) -> None:
+    if spec.protocol not in SUPPORTED:
+        raise AuditError(f"metric {spec.name!r} uses {spec.protocol}; the audit's attacker has likelihoods "
+                         f"for {', '.join(SUPPORTED)}")
+
+
+def sdk_reports(spec: MetricSpec, secret: bytes, value: Any, count: int) -> list[Any]:
+    """``count`` wire payloads of one device (``secret``) reporting ``value`` on consecutive days,
+    encoded as ``client_sdk.client.ClientCore._encode`` does."""
+    proto = spec.protocol_impl
+    if spec.kind is Kind.STRING:
+        return [proto.encode_secret_one(value, secret, spec.name) for _ in range(count)]  # type: ignore[attr-defined]
+    idx = int(spec.index_of([value])[0])
+    if isinstance(proto, Memoised):
+        return [proto.encode_secret_one(idx, secret, spec.name) for _ in range(count)]
+    if isinstance(proto, OLH):   # the client's cohort: HMAC(secret, metric, day), new every day
+        return [proto.encode_one(idx, derive_cohort(secret, f"olh\x00{spec.name}\x00{day}", proto.cohorts))
+                for day in range(count)]
+    return [proto.encode_one(idx) for _ in range(count)]
+
+
+# --- likelihoods ------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Chain:
+    """The first response's distribution for a value and the report model, for one device."""
+
+    kind: str                   # "cat" or "bit"
+    first: np.ndarray           # cat: P(a | x) over [k]; bit: r_i = P(a_i = 1 | x)
+    one: float                  # cat: p₂ = P(y = a); bit: s₁ = P(y_i = 1 | a_i = 1)
+    zero: float                 # cat: q₂ = P(y = b) for b ≠ a; bit: s₀ = P(y_i = 1 | a_i = 0)
+
+
+def _cat_first(k: int, target: int, p: float, q: float) -> np.ndarray:
+    first = np.full(k, q)
+    first[target] = p
+    return first
+
+
+def chain_for(spec: MetricSpec, value: Any, cohort: int | None) -> Chain:
+    """The chain of one device (its cohort, if any) holding ``value``."""
+    proto = spec.protocol_impl
+    pr = proto.params
+    name = proto.name
+    if name == "rappor":
+        assert isinstance(proto, Rappor)
+        bloom = proto._bloom_row(int(cohort or 0), value)   # noqa: SLF001 - the public hash of a candidate
+        half = pr.f_realised / 2
+        return Chain("bit", np.where(bloom, 1 - half, half), pr.q_realised, pr.p_realised)
+    idx = int(spec.index_of([value])[0])
+    if name in ("oue", "sue"):
+        return Chain("bit", np.eye(pr.d)[idx], proto.p, proto.q)
+    if name == "losue":
+        return Chain("bit", np.where(np.arange(pr.d) == idx, pr.p1, pr.q1), pr.p2, pr.q2)
+    if name in ("rr", "grr"):
+        d = proto.domain_size
+        return Chain("cat", np.eye(d)[idx], proto.p, proto.q)
+    if name == "olh":
+        return Chain("cat", np.eye(pr.g)[hash_one(int(cohort or 0), idx, pr.g)], proto.p, proto.q)
+    if name == "lgrr":
+        return Chain("cat", _cat_first(pr.d, idx, pr.p1, pr.q1), pr.p2, pr.q2)
+    if name == "dbitflip":
+        window = proto.windows(np.array([int(cohort or 0)]))[0]
+        return Chain("bit", np.where(window == idx, pr.p1, pr.q1), pr.p2, pr.q2)
+    if name == "loloha":
+        h = hash_one(int(cohort or 0), idx, pr.g)
+        return Chain("cat", _cat_first(pr.g, h, pr.p1, pr.q1), pr.p2, pr.q2)
+    raise AuditError(f"no likelihood for {name}")
+
+
+def _safe_log(x: np.ndarray | float) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return np.log(x)
+
+
+def chain_loglik(chain: Chain, stats_: np.ndarray, total: int | np.ndarray) -> np.ndarray:
+    """log P(reports | chain) from sufficient statistics: C_a counts (cat) or K_i ones (bit),
+    ``stats_`` of shape (..., k), ``total`` = number of reports (broadcastable to ...)."""
+    total = np.asarray(total, dtype=np.float64)[..., None]
+    c = np.asarray(stats_, dtype=np.float64)
+    if chain.kind == "cat":
+        terms = _safe_log(chain.first) + c * math.log(chain.one) + (total - c) * _safe_log(chain.zero)
+        return logsumexp(terms, axis=-1)
+    one = _safe_log(chain.first) + c * _safe_log(chain.one) + (total - c) * _safe_log(1 - chain.one)
+    zero = _safe_log(1 - chain.first) + c * _safe_log(chain.zero) + (total - c) * _safe_log(1 - chain.zero)
+    return np.logaddexp(one, zero).sum(axis=-1)
+
+
+def report_stats(spec: MetricSpec, wires: list[Any]) -> tuple[np.ndarray, np.ndarray | None]:
+    """(per-report sufficient statistics (n, k) — one-hot y or the bit vector — and cohorts)."""
+    proto = spec.protocol_impl
+    payloads = proto.from_wire(wires)
+    cohorts = payloads.get("cohort")
+    if proto.name == "dbitflip":   # y is the bit pattern of the sampled buckets
+        return (payloads["y"][:, None] >> np.arange(proto.params.sampled)) & 1, cohorts
+    if "y" in payloads:
+        k = proto.params.g if proto.name in ("olh", "loloha") else proto.domain_size
+        return np.eye(k, dtype=np.int64)[payloads["y"]], cohorts
+    key, width = ("irr", proto.params.k) if proto.name == "rappor" else ("bits", proto.params.d)
+    return np.unpackbits(payloads[key], axis=1, count=width, bitorder="little").astype(np.int64), cohorts
+
+
+# --- the distinguishing game --------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class DistinguishRow:
+    reports: int
+    epsilon: float              # what the ledger accounts for these reports
+    bound: float                # e^ε/(1+e^ε)
+    accuracy: float
+    ci_low: float
+    ci_high: float
+    epsilon_lower_bound: float  # ln(a/(1−a)) at the interval's lower end (0 if <= ½)
+    trials: int
+
+
+def ledger_epsilon(spec: MetricSpec, reports: int) -> float:
+    """ε the ledger accounts for ``reports`` reports of one value: T·ε₁, or min(T·ε₁, ε∞) memoised."""
+    proto = spec.protocol_impl
+    eps_inf = proto.epsilon_longitudinal
+    total = reports * proto.epsilon
+    return total if eps_inf is None else min(total, eps_inf)
+
+
+def accuracy_interval(correct: int, trials: int) -> tuple[float, float]:
+    """Clopper–Pearson interval of a success probability."""
+    ci = stats.binomtest(correct, trials).proportion_ci(CONFIDENCE, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def _loglik_of_device(spec: MetricSpec, value: Any, wires: list[Any]) -> float:
+    counts, cohorts = report_stats(spec, wires)
+    proto = spec.protocol_impl
+    if isinstance(proto, OLH) and not isinstance(proto, Memoised):
+        # a fresh cohort each day: independent reports, each with its own hashed value
+        return float(sum(chain_loglik(chain_for(spec, value, int(s)), c, 1) for c, s in zip(counts, cohorts)))
+    cohort = None if cohorts is None else int(cohorts[0])
+    return float(chain_loglik(chain_for(spec, value, cohort), counts.sum(axis=0), len(wires)))
+
+
+def distinguish(spec: MetricSpec, pair: tuple[Any, Any], reports: int, trials: int,
+                rng: np.random.Generator) -> DistinguishRow:
+    """Play the distinguishing game ``trials`` times with T = ``reports``."""
+    check_supported(spec)
+    correct = 0
+    for _ in range(trials):
+        bit = int(rng.integers(2))
+        secret = os.urandom(32)   # a new device
+        wires = sdk_reports(spec, secret, pair[bit], reports)
+        ratio = _loglik_of_device(spec, pair[1], wires) - _loglik_of_device(spec, pair[0], wires)
+        guess = int(ratio > 0) if ratio != 0 else int(rng.integers(2))
+        correct += guess == bit
+    eps = ledger_epsilon(spec, reports)
+    low, high = accuracy_interval(correct, trials)
+    lower = math.log(low / (1 - low)) if low > 0.5 else 0.0
+    return DistinguishRow(reports, eps, math.exp(eps) / (1 + math.exp(eps)), correct / trials, low, high,
+                          lower, trials)
+
+
+# --- the linkability game ---------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class LinkRow:
+    protocol: str
+    epsilon: float
+    epsilon_inf: float | None
+    history: int
+    devices: int
+    auc: float
+    reidentified: float
+
+
+def auc_from_scores(same: np.ndarray, different: np.ndarray) -> float:
+    """P(score of a true pair > a false one), ties counting half (Mann–Whitney)."""
+    allv = np.concatenate([same, different])
+    ranks = stats.rankdata(allv)
+    r_same = ranks[:same.shape[0]].sum()
+    n1, n0 = same.shape[0], different.shape[0]
+    return float((r_same - n1 * (n1 + 1) / 2) / (n1 * n0))
+
+
+def link(spec: MetricSpec, value: Any, history: int, devices: int) -> LinkRow:
+    """Play the linkability game: ``devices`` devices share ``value``; each sends ``history``
+    earlier reports and one later one (SDK path). Scores every (earlier, later) pair."""
+    check_supported(spec)
+    proto = spec.protocol_impl
+    if isinstance(proto, OLH) and not isinstance(proto, Memoised):
+        raise AuditError("olh re-derives its cohort daily: its reports carry nothing to link by")
+    hist, later, cohorts = [], [], []
+    for _ in range(devices):
+        wires = sdk_reports(spec, os.urandom(32), value, history + 1)
+        counts, coh = report_stats(spec, wires)
+        hist.append(counts[:history].sum(axis=0))
+        later.append(counts[history])
+        cohorts.append(None if coh is None else int(coh[0]))
+    hist_arr, later_arr = np.array(hist), np.array(later)
+    score = np.empty((devices, devices))
+    chains = {c: chain_for(spec, value, c) for c in set(cohorts)}
+    base_hist = np.array([chain_loglik(chains[cohorts[i]], hist_arr[i], history) for i in range(devices)])
+    base_later = np.array([chain_loglik(chains[cohorts[j]], later_arr[j], 1) for j in range(devices)])
+    for i in range(devices):   # rows: the earlier reports of device i against every later report
+        joint = chain_loglik(chains[cohorts[i]], hist_arr[i][None, :] + later_arr, history + 1)
+        # a later report from another cohort cannot come from device i (cohorts are permanent)
+        other = np.array([c != cohorts[i] for c in cohorts])
+        score[i] = np.where(other, -np.inf, joint - base_hist[i] - base_later)
+    # AUC over pairs within one cohort: what the memoised responses (not the cohort) link
+    coh = np.array([-1 if c is None else c for c in cohorts])
+    same_cohort = (coh[:, None] == coh[None, :]) & ~np.eye(devices, dtype=bool)
+    auc = auc_from_scores(np.diag(score), score[same_cohort]) if same_cohort.any() else math.nan
+    top = score.max(axis=0)   # per later report: the best-scoring devices (ties split evenly)
+    ties = (score == top).sum(axis=0)
+    reid = float(np.mean((np.diag(score) == top) / ties))
+    return LinkRow(proto.name, proto.epsilon, proto.epsilon_longitudinal, history, devices, auc, reid)
+
+
+__all__ = ["AuditError", "DistinguishRow", "LinkRow", "SUPPORTED", "accuracy_interval", "chain_for",
+           "chain_loglik", "distinguish", "ledger_epsilon", "link", "sdk_reports"]
+
+
+def comparison_specs(spec: MetricSpec) -> list[MetricSpec]:
+    """The metric itself, then the memoised protocols at its (d, ε₁, ε∞) when it has ε∞, then
+    RAPPOR with its default options: the rows of the linkability table."""
+    from client_sdk.protocols import LONGITUDINAL_PROTOCOL_NAMES
+    from client_sdk.registry import parse_metric
+
+    out = [spec]
+    if spec.epsilon_inf is not None and spec.domain is not None:
+        for name in LONGITUDINAL_PROTOCOL_NAMES:
+            if name == spec.protocol:
+                continue
+            table = {"kind": spec.kind.value, "protocol": name, "epsilon": spec.epsilon,
+                     "epsilon_inf": spec.epsilon_inf}
+            if spec.kind is Kind.CATEGORICAL:
+                table["categories"] = list(spec.categories or ())
+            try:
+                out.append(parse_metric(f"{spec.name}.{name}", table))
+            except LdptError:
+                continue   # e.g. a domain too large for loloha's decoder
+    if spec.protocol != "rappor":
+        out.append(parse_metric("rappor-default", {"kind": "string"}))
+    return out

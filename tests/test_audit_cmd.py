@@ -1,0 +1,170 @@
+"""`ldpt audit` and estimators.audit: the attacker that explains what epsilon means.
+
+The reports come from the SDK's encoding path with OS-CSPRNG coins (as on a device), so the
+figures are random: every check compares a Clopper–Pearson interval (95 %, or a wider one
+where stated) with the bound, which fails a correct implementation far less than once in 10⁴.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cli.main import main
+from client_sdk.registry import parse_registry
+from estimators.audit import accuracy_interval, auc_from_scores, distinguish, link
+
+REGISTRY = """
+[metrics.flag]
+kind = "boolean"
+protocol = "rr"
+epsilon = 1.0
+
+[metrics.lflag]
+kind = "boolean"
+protocol = "lgrr"
+epsilon = 1.0
+epsilon_inf = 2.5
+
+[metrics.theme]
+kind = "categorical"
+categories = ["light", "dark", "system", "other"]
+epsilon = 1.0
+epsilon_inf = 3.0
+
+[metrics.bars]
+kind = "categorical"
+categories = ["b0", "b1", "b2", "b3", "b4", "b5"]
+protocol = "losue"
+epsilon = 1.0
+epsilon_inf = 3.0
+
+[metrics.city]
+kind = "categorical"
+categories = ["c0", "c1", "c2", "c3", "c4", "c5"]
+protocol = "loloha"
+epsilon = 1.0
+epsilon_inf = 3.0
+
+[metrics.site]
+kind = "string"
+
+[metrics.hadamard]
+kind = "categorical"
+categories = ["a", "b", "c", "d"]
+protocol = "hr"
+epsilon = 1.0
+"""
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return parse_registry(REGISTRY)
+
+
+def logit(p: float) -> float:
+    return math.log(p / (1 - p))
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("metric", ["flag", "lflag"])
+def test_one_report_is_tight_at_the_epsilon_one_bound(registry, metric):
+    """Binary mechanisms attain e^ε₁/(1+e^ε₁) with one report: the interval contains it."""
+    spec = registry.get(metric)
+    row = distinguish(spec, ("false", "true"), 1, 4000, np.random.default_rng(1))
+    eps1 = spec.protocol_impl.epsilon
+    assert row.epsilon == pytest.approx(eps1)
+    low, high = wider(row)
+    assert low <= math.exp(eps1) / (1 + math.exp(eps1)) <= high, row
+
+
+def wider(row) -> tuple[float, float]:
+    """A 99.99 % Clopper–Pearson interval of the attacker's accuracy."""
+    from scipy import stats
+
+    ci = stats.binomtest(round(row.accuracy * row.trials), row.trials).proportion_ci(0.9999, method="exact")
+    return ci.low, ci.high
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("metric,pair", [("flag", ("false", "true")), ("lflag", ("false", "true")),
+                                         ("theme", ("light", "dark")), ("bars", ("b0", "b1")),
+                                         ("city", ("c0", "c1")), ("site", ("a.example", "b.example"))])
+def test_never_significantly_above_the_ledger_bound(registry, metric, pair):
+    spec = registry.get(metric)
+    rng = np.random.default_rng(2)
+    for t in (1, 3, 12):
+        row = distinguish(spec, pair, t, 600, rng)
+        assert wider(row)[0] <= row.bound, row
+        assert row.epsilon_lower_bound <= row.epsilon + 1e-9
+
+
+@pytest.mark.statistical
+def test_memoisation_flattens_the_attacker_at_the_epsilon_inf_bound(registry):
+    rng = np.random.default_rng(3)
+    memo = distinguish(registry.get("lflag"), ("false", "true"), 40, 1500, rng)
+    plain = distinguish(registry.get("flag"), ("false", "true"), 40, 1500, rng)
+    eps_inf = registry.get("lflag").protocol_impl.epsilon_longitudinal
+    assert memo.epsilon == pytest.approx(eps_inf)
+    assert wider(memo)[0] <= math.exp(eps_inf) / (1 + math.exp(eps_inf))
+    assert plain.accuracy > 0.99                       # without memoisation: towards 1
+    assert memo.ci_high < plain.ci_low                 # with it: flat at the ε∞ bound
+
+
+@pytest.mark.statistical
+def test_linkability_rappor_links_memoised_l_grr_barely(registry):
+    rappor = link(registry.get("site"), "a.example", 1, 400)
+    rappor10 = link(registry.get("site"), "a.example", 10, 400)
+    lgrr = link(registry.get("theme"), "light", 1, 400)
+    # AUC's standard error here is about 0.02: the margins are 4 of them
+    assert rappor.auc > 0.56                           # ≈ 0.65 (docs/privacy.md)
+    assert rappor10.reidentified > 0.3                 # ≈ 60 % of 400 devices
+    assert lgrr.auc < 0.6 and lgrr.reidentified < 0.05  # ≈ 0.5 and < 1 %
+
+
+def test_auc_and_interval_helpers():
+    assert auc_from_scores(np.array([3.0, 4.0]), np.array([1.0, 2.0])) == 1.0
+    assert auc_from_scores(np.array([1.0]), np.array([1.0])) == 0.5
+    low, high = accuracy_interval(50, 100)
+    assert low < 0.5 < high
+
+
+def write_registry(tmp_path):
+    path = tmp_path / "metrics.toml"
+    path.write_text(REGISTRY, encoding="utf-8")
+    return path
+
+
+def test_cli_prints_both_tables_in_every_format(tmp_path):
+    path = write_registry(tmp_path)
+    runner = CliRunner()
+    base = ["audit", "--metrics", str(path), "--metric", "lflag", "--reports", "1,4", "--trials", "100",
+            "--link-devices", "30", "--link-history", "1", "--seed", "5"]
+    table = runner.invoke(main, base)
+    assert table.exit_code == 0, table.output
+    assert "distinguishing" in table.output and "linkability" in table.output
+    assert "rappor" in table.output and "losue" in table.output
+    doc = json.loads(runner.invoke(main, [*base, "--format", "json"]).output)
+    assert [r["reports"] for r in doc["distinguishing"]] == [1, 4]
+    assert doc["distinguishing"][1]["epsilon"] == pytest.approx(
+        parse_registry(REGISTRY).get("lflag").protocol_impl.epsilon_longitudinal)
+    assert {r["protocol"] for r in doc["linkability"]} == {"lgrr", "losue", "loloha", "dbitflip", "rappor"}
+    csv_out = runner.invoke(main, [*base, "--format", "csv", "--no-link"]).output
+    assert csv_out.splitlines()[0] == "reports,epsilon,bound,accuracy,ci_low,ci_high,epsilon_lower_bound,trials"
+
+
+def test_cli_errors_name_the_file_and_field(tmp_path):
+    path = write_registry(tmp_path)
+    runner = CliRunner()
+    out = runner.invoke(main, ["audit", "--metrics", str(path), "--metric", "site", "--trials", "20"])
+    assert out.exit_code != 0 and "--pair" in out.output
+    out = runner.invoke(main, ["audit", "--metrics", str(path), "--metric", "hadamard", "--trials", "20"])
+    assert out.exit_code != 0 and str(path) in out.output and "hadamard" in out.output
+    out = runner.invoke(main, ["audit", "--metrics", str(path), "--metric", "flag", "--reports", "0"])
+    assert out.exit_code != 0 and "--reports" in out.output
+    out = runner.invoke(main, ["audit", "--metrics", str(path), "--metric", "flag", "--pair", "true,true"])
+    assert out.exit_code != 0 and "--pair" in out.output
