@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -246,3 +247,46 @@ def test_registry_with_epsilon_inf_and_device_round_trips_through_toml_and_json(
             for field in ("kind", "protocol", "epsilon", "categories", "options", "epsilon_inf", "fingerprint"):
                 assert getattr(other, field) == getattr(spec, field), (name, field)
     assert original.get("theme2").epsilon_inf == 4.0 and original.device.epsilon_per_window == 2.0
+
+
+MEMO_NUMERIC_TOML = """
+[metrics.minutes]
+kind = "numeric"
+range = [0, 120]
+epsilon = 1.0
+epsilon_inf = 3.0
+"""
+
+
+def test_numeric_mean_with_epsilon_inf_is_memoised_and_charged_once_per_grid_point():
+    """kind = "numeric" + epsilon_inf resolves to memoised 1BitMean: a year of a value that
+    stays inside one grid step costs ε∞ once; the estimate of many devices is unbiased."""
+    from estimators.frequency import estimate_frame
+
+    registry = make_registry(MEMO_NUMERIC_TOML)
+    spec = registry.get("minutes")
+    assert spec.protocol == "memobitmean"
+    clock = Clock(START)
+    client, _ = client_for(registry, clock, state=MemoryState(), strict=True)
+    for day in range(365):
+        clock.now = START + day * DAY
+        assert client.report("minutes", 41.0 + 0.001 * (day % 3))   # jitter within one grid step
+    assert client.flush(10.0)
+    book = client.ledger_snapshot()
+    client.close()
+    assert book["minutes"].lifetime_reports == 365
+    assert book["minutes"].distinct_values == 1
+    assert book["minutes"].lifetime_epsilon <= spec.protocol_impl.epsilon_longitudinal * (1 + 1e-9)
+
+    # many devices (one client each: its own secret, so its own α and memoised bit), one report each
+    fake = FakeCollector(registry)
+    values = np.random.default_rng(5).uniform(0, 120, 3000)
+    for x in values:
+        c = TelemetryClient(registry=registry, transport=MemoryTransport(fake), state=MemoryState(),
+                            strict=True, batch_size=1, max_batch_age=0.001)
+        assert c.report("minutes", float(x))
+        assert c.flush(10.0)
+        c.close(0.1)
+    df = estimate_frame(spec, fake.sketch("minutes")).set_index("statistic")
+    mean, se = df.loc["mean", "estimate"], df.loc["mean", "std_err"]
+    assert abs(mean - values.mean()) <= 4 * se, (mean, values.mean(), se)

@@ -12,7 +12,7 @@ cheap in privacy with two devices-side tricks, both derived here from the client
    point j, drawn once per (device, j). Round 2 flips the bit with probability γ, fresh every
    report, so one report costs ε₁ < ε∞ and reports of one value are not all identical.
 
-One report is 1 with P_j = γ + (1 − 2γ)·P1_j, P1_j = (A + jD)/2^32 (Duchi's integer
+One report is 1 with P_j = γ + (1 − 2γ)·P1_j, P1_j = (A + jD)/2^64 (Duchi's integer
 thresholds at ε∞), affine in j, so the server's values v(0), v(1) with E[v | j] = t_j are
 exactly unbiased. γ is the smallest 2^-32 threshold whose realised table has ε ≤ ε₁.
 The ledger charges ε₁ per report in the window and ε∞ once per distinct grid point — at most
@@ -35,7 +35,7 @@ from ..randomness import SCALE, RandomLike, SecureRandom, as_random_source
 from ._longitudinal import Memoised, check_epsilon_pair, largest_threshold
 from .base import Payloads
 from .duchi import DuchiParams
-from .numeric import NumericProtocol, check_grid_and_epsilon
+from .numeric import SCALE64, NumericProtocol, check_grid_and_epsilon, words64
 
 #: Grid steps by default: fewer grid points, fewer distinct memoised responses (lifetime charge).
 DEFAULT_GRID = 32
@@ -63,7 +63,8 @@ class MemoBitMeanParams:
     def one_probabilities(self, gamma_threshold: int) -> np.ndarray:
         """P(report = 1 | j) for j = 0..K with flip probability γ = threshold/2^32."""
         g = gamma_threshold / SCALE
-        p1 = (self.first.low_threshold + self.first.step * np.arange(self.grid + 1)) / SCALE
+        a, d = self.first.low_threshold, self.first.step   # Duchi's thresholds out of 2^64
+        p1 = np.array([(a + d * j) / SCALE64 for j in range(self.grid + 1)])
         return g + (1 - 2 * g) * p1
 
     def epsilon_realised(self, gamma_threshold: int) -> float:
@@ -89,7 +90,8 @@ class MemoBitMean(Memoised, NumericProtocol):
     def __init__(self, params: MemoBitMeanParams) -> None:
         super().__init__(params)
         self._memo = MemoCache()
-        self._t1 = params.first.low_threshold + params.first.step * np.arange(params.grid + 1, dtype=np.int64)
+        a, d = params.first.low_threshold, params.first.step   # out of 2^64 (duchi.py)
+        self._t1 = np.array([a + d * j for j in range(params.grid + 1)], dtype=np.uint64)
         self._gamma = params.gamma_threshold
         one = params.one_probabilities(self._gamma)
         self._table = np.stack([1.0 - one, one], axis=1)
@@ -115,14 +117,14 @@ class MemoBitMean(Memoised, NumericProtocol):
     @property
     def epsilon_longitudinal(self) -> float:
         a = self.params.first.low_threshold
-        return math.log((SCALE - a) / a)
+        return math.log((SCALE64 - a) / a)
 
     def memo_output_probabilities(self, index: int) -> np.ndarray:
-        p1 = self._t1[index] / SCALE
+        p1 = int(self._t1[index]) / SCALE64
         return np.array([1.0 - p1, p1])
 
     def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
-        words = source.words(memo_inputs.shape[0]).astype(np.int64)
+        words = words64(source, memo_inputs.shape[0])
         return (words < self._t1[memo_inputs]).astype(np.int64)
 
     def second_round(self, first: np.ndarray, source: Any) -> np.ndarray:
