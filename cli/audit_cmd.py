@@ -5,15 +5,18 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+from typing import TYPE_CHECKING
 
 import click
 import numpy as np
-import pandas as pd
 
 from client_sdk.errors import LdptError
 from client_sdk.registry import Kind
 
 from .common import emit, load_metric, output_options
+
+if TYPE_CHECKING:  # pandas loads only when the audit runs (a fast `ldpt --help`)
+    import pandas as pd
 
 
 def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> list[int]:
@@ -55,6 +58,8 @@ def audit(metrics_file: str, metric: str, reports: list[int], pair: str | None, 
     charges for those reports, with the eps lower bound the accuracy proves. A second table
     shows how well reports of one device can be linked (AUC) and re-identified (docs/privacy.md).
     """
+    import pandas as pd
+
     from estimators.audit import comparison_specs, distinguish, link
 
     _, spec = load_metric(metrics_file, metric)
@@ -94,6 +99,8 @@ def audit(metrics_file: str, metric: str, reports: list[int], pair: str | None, 
 
 def audit_table(name: str, protocol: str, pair: tuple[str, str], dist: pd.DataFrame, linkdf: pd.DataFrame) -> str:
     """The human view of both games."""
+    import pandas as pd
+
     shown = pd.DataFrame({
         "reports": dist["reports"],
         "ledger eps": dist["epsilon"].map(lambda v: f"{v:.3g}"),
