@@ -1,0 +1,110 @@
+"""Numeric metrics under hostile or extreme input: registry values that only look valid, huge
+ranges, data piled at a range end, and the intervals' shape. Each test pins a defect found in
+review (its fix is named in the docstring)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cli.main import main
+from client_sdk.errors import RegistryError
+from client_sdk.registry import MAX_NUMERIC_MAGNITUDE, parse_registry
+from estimators.frequency import estimate_frame
+from estimators.simulation import NumericPopulation, numeric_truth, simulate_sketch
+
+
+def numeric(range_text: str, extra: str = "") -> str:
+    return f'[metrics.m]\nkind = "numeric"\nrange = {range_text}\nepsilon = 1.0\n{extra}'
+
+
+# --- registry: values that pass as Python ints but collapse as floats ---------------------------
+
+@pytest.mark.parametrize("text, field, words", [
+    # 2^53 < 2^53 + 1 as ints, but both are the same double: hi − lo would be 0 (division by zero)
+    (numeric("[9007199254740992, 9007199254740993]"), "range", "lo must be below hi"),
+    # 2^64 − 1 and 2^64 are one double: a zero-width bucket
+    (numeric("[0, 18446744073709551616]", "buckets = [0, 18446744073709551615, 18446744073709551616]\n"),
+     "buckets", "must increase"),
+    # finite ends whose variances (units squared) overflow a double
+    (numeric("[0, 1e308]"), "range", "within"),
+    (numeric("[-1e101, 0]"), "range", "within"),
+    (numeric("[0, 99999999999999999999999999999999999999999999999999999999999999999999999999999999"
+             "999999999999999999999999]"), "range", "within"),
+])
+def test_registry_refuses_ranges_and_edges_that_break_as_floats(text, field, words):
+    """Fix: registry compares range ends and edges as the floats the code uses, and bounds
+    |lo|, |hi| by MAX_NUMERIC_MAGNITUDE."""
+    with pytest.raises(RegistryError) as info:
+        parse_registry(text, source="metrics.toml")
+    message = str(info.value)
+    assert repr(field) in message and words in message, message
+
+
+def test_the_largest_allowed_range_estimates_finite_numbers(tmp_path):
+    """At ±MAX_NUMERIC_MAGNITUDE every statistic, standard error and interval is finite (no
+    overflow in normalising values, in variances or in the sum), through simulate and estimate."""
+    big = f"{MAX_NUMERIC_MAGNITUDE:.0e}"
+    reg = tmp_path / "big.toml"
+    reg.write_text(numeric(f"[-{big}, {big}]") + numeric(f"[-{big}, {big}]", "buckets = 4\n")
+                   .replace("metrics.m", "metrics.h"))
+    db = str(tmp_path / "big.sqlite")
+    runner = CliRunner()
+    check = runner.invoke(main, ["metrics", "check", str(reg)])
+    assert check.exit_code == 0, check.output
+    for metric in ("m", "h"):
+        sim = runner.invoke(main, ["simulate", "--metrics", str(reg), "--metric", metric, "--clients",
+                                   "2000", "--seed", "3", "--db", db, "--silent"])
+        assert sim.exit_code == 0, sim.output
+        out = runner.invoke(main, ["estimate", "--metrics", str(reg), "--metric", metric, "--db", db,
+                                   "--format", "json"])
+        assert out.exit_code == 0, out.output
+        rows = json.loads(out.output)["estimates"]
+        numbers = [r[k] for r in rows for k in ("estimate", "std_err", "ci_low", "ci_high")
+                   if r.get("statistic") in ("mean", "sum", "n")]
+        numbers += [r[k] for r in rows for k in ("estimate", "ci_low", "ci_high") if r["statistic"] == "p50"]
+        assert numbers and all(v is not None and math.isfinite(v) for v in numbers), rows
+
+
+def test_magnitude_cap_admits_ordinary_large_ranges():
+    spec = parse_registry(numeric("[1.7e9, 1.8e9]", "buckets = 10\n")).get("m")
+    assert spec.bounds == (1.7e9, 1.8e9)
+
+
+# --- mean intervals ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", [0.0, 10.0])
+def test_mean_interval_is_never_inverted(value):
+    """Fix: the Wald interval is intersected with [lo, hi] (both ends clipped), so ci_low <= ci_high
+    even when the unbiased estimate falls outside the range (it can: duchi's reports are ±C)."""
+    spec = parse_registry(numeric("[0, 10]", 'protocol = "duchi"\n').replace("1.0", "4.0")).get("m")
+    rng = np.random.default_rng(5)
+    pop = NumericPopulation(np.full(30, value))
+    for _ in range(50):
+        df = estimate_frame(spec, simulate_sketch(spec, pop, rng)).set_index("statistic")
+        for stat in ("mean", "sum"):
+            assert df.loc[stat, "ci_low"] <= df.loc[stat, "ci_high"], df
+        assert 0.0 <= df.loc["mean", "ci_low"] and df.loc["mean", "ci_high"] <= 10.0
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("protocol", ["duchi", "hybrid", "piecewise"])
+def test_mean_interval_covers_data_piled_at_a_range_end(protocol):
+    """Fix: the mean's variance estimate is floored at the mechanism's smallest exact per-report
+    variance (no data can have less), so a sample whose reports happen to agree (duchi at
+    ε = 4 with every value at lo: each report is −C with probability 0.98) no longer gets a
+    zero-width interval. Before the fix coverage at n = 30 was 43% (duchi) and 84% (hybrid).
+    R = 400 seeded runs: coverage within 3 SE (3·sqrt(.95·.05/400) = 3.3%) of 95%."""
+    spec = parse_registry(numeric("[0, 10]", f'protocol = "{protocol}"\n').replace("1.0", "4.0")).get("m")
+    rng = np.random.default_rng(20261201)
+    runs, hits = 400, 0
+    pop = NumericPopulation(np.zeros(30))
+    truth = dict(numeric_truth(spec, pop))["mean"]
+    for _ in range(runs):
+        row = estimate_frame(spec, simulate_sketch(spec, pop, rng)).set_index("statistic").loc["mean"]
+        hits += bool(row["ci_low"] <= truth <= row["ci_high"])
+    assert hits / runs >= 0.95 - 3 * math.sqrt(0.95 * 0.05 / runs), hits / runs
