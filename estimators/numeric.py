@@ -7,8 +7,10 @@ is honest for any data). In the metric's units x = lo + (t + 1)(hi − lo)/2, so
     mean_x = lo + (mean_t + 1)·(hi − lo)/2,   SE_x = SE_t·(hi − lo)/2,
     sum    = n·mean_x,                        SE_sum = n·SE_x,
 
-with Wald intervals mean ± z·SE, clipped to [lo, hi] (the device clips every value into the
-range, so the true mean lies there and clipping the interval cannot lose coverage).
+with Wald intervals mean ± z·SE intersected with [lo, hi] (the device clips every value into
+the range, so the true mean lies there and clipping the interval cannot lose coverage). The
+protocol floors the variance at its smallest exact per-report variance (NumericProtocol.estimate),
+so reports that happen to agree do not give a zero-width interval.
 
 Histogram metrics: the bucket frequencies come from the frequency oracle (estimators.frequency);
 this module adds rows for the mean and the quantiles p10 ... p99, computed from the empirical
@@ -68,7 +70,9 @@ def mean_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95) ->
     mean = float(spec.denormalise(est.mean))
     se = math.sqrt(max(est.variance, 0.0)) * half_width if math.isfinite(est.variance) else math.inf
     z = z_value(confidence)
-    mean_low, mean_high = max(lo, mean - z * se), min(hi, mean + z * se)
+    # the interval intersected with [lo, hi]: both ends clipped, so it is never inverted even
+    # when the unbiased estimate itself lies outside the range
+    mean_low, mean_high = min(max(lo, mean - z * se), hi), max(min(hi, mean + z * se), lo)
     df = pd.DataFrame({
         "statistic": ["mean", "sum", "n"],
         "estimate": [mean, n * mean, float(n)],
