@@ -24,7 +24,10 @@ CDF at the bucket edges, F̂(e_{k+1}) = Σ_{i<=k} ĉ_i / n (see docs/guide-analy
   edge of the first bucket whose lower band reaches q. If the band holds at the two edges
   around the true quantile, the interval contains it (its bucket lies between the two), so
   coverage is at least nominal up to the normal approximation, at bucket resolution.
-* Mean: the bucket-midpoint approximation Σ f̂_i m_i (unbiased for the mean of the midpoints).
+* Mean: the bucket-midpoint approximation c + Σ (m_i − c) ĉ_i / n with c the range's midpoint
+  (unbiased for the mean of the midpoints for any fixed c, since E[Σ ĉ_i] = n; centring keeps
+  the noise of Σ ĉ_i — not exactly n for unary encodings and hashing — from being multiplied by
+  the distance of the range from zero, and keeps GRR's spread free of cancellation).
   Every value lies within half a bucket width of its midpoint, so the midpoint mean differs
   from the true mean by at most b = Σ f_i w_i / 2 ≤ max w_i / 2; the interval is widened by
   the plug-in b (from the Norm-Sub shares), and b is reported in the frame's attrs.
@@ -141,12 +144,14 @@ def histogram_rows(spec: MetricSpec, sketch: Sketch, freq: pd.DataFrame, varianc
     cdf_point = np.cumsum(shares) if consistent else cdf_raw
     rows = []
 
-    mean = float(mids @ raw_share)
-    mean_se = math.sqrt(linear_variance(spec, sketch, variances, mids)) / n
-    bias_bound = float(shares @ widths) / 2.0
     lo, hi = spec.bounds
-    rows.append(("mean", mean, mean_se, max(lo, mean - z * mean_se - bias_bound),
-                 min(hi, mean + z * mean_se + bias_bound)))
+    centre = (lo + hi) / 2.0   # c in c + Σ (m_v − c) ĉ_v / n: see the module docstring
+    offsets = mids - centre
+    mean = centre + float(offsets @ raw_share)
+    mean_se = math.sqrt(linear_variance(spec, sketch, variances, offsets)) / n
+    bias_bound = float(shares @ widths) / 2.0
+    half = z * mean_se + bias_bound
+    rows.append(("mean", mean, mean_se, min(max(lo, mean - half), hi), max(min(hi, mean + half), lo)))
     for name, q in QUANTILES:
         point = _invert(cdf_point, edges, q)
         low = edges[_first_at_least(cdf_raw + z * cdf_se, q)]

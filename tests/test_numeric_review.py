@@ -108,3 +108,27 @@ def test_mean_interval_covers_data_piled_at_a_range_end(protocol):
         row = estimate_frame(spec, simulate_sketch(spec, pop, rng)).set_index("statistic").loc["mean"]
         hits += bool(row["ci_low"] <= truth <= row["ci_high"])
     assert hits / runs >= 0.95 - 3 * math.sqrt(0.95 * 0.05 / runs), hits / runs
+
+
+# --- histogram mean: the same data in shifted units ----------------------------------------------
+
+@pytest.mark.parametrize("protocol", ["grr", "oue", "olh"])
+@pytest.mark.parametrize("offset", [1000.0, 1e9])
+def test_histogram_mean_does_not_depend_on_where_zero_is(protocol, offset):
+    """Fix: the histogram mean is c + Σ (m_v − c) ĉ_v / n with c the range's midpoint (unbiased
+    for any fixed c, as E[Σ ĉ_v] = n). With c = 0 the noise of Σ ĉ_v (OUE, OLH: not exactly n)
+    was multiplied by the distance of the range from zero — on [1000, 1010] OUE's mean had a
+    standard error of ~90 — and GRR's spread lost its digits to cancellation at 1e9. The same
+    sketch in units shifted by ``offset`` must give the same mean − lo and standard error."""
+    frames = []
+    for lo in (0.0, offset):
+        spec = parse_registry(numeric(f"[{lo!r}, {lo + 10.0!r}]", f'buckets = 10\nprotocol = "{protocol}"\n')
+                              ).get("m")
+        rng = np.random.default_rng(8)
+        pop = NumericPopulation(lo + rng.uniform(0.0, 10.0, 4000))
+        row = estimate_frame(spec, simulate_sketch(spec, pop, rng)).set_index("statistic").loc["mean"]
+        frames.append((row["estimate"] - lo, row["std_err"], row["ci_high"] - row["ci_low"]))
+    (m0, se0, w0), (m1, se1, w1) = frames
+    assert se0 < 1.5   # a mean of values in a 10-wide range, from 4000 reports
+    assert m1 == pytest.approx(m0, abs=1e-12 * offset + 1e-9)
+    assert se1 == pytest.approx(se0, rel=1e-6) and w1 == pytest.approx(w0, rel=1e-3)
