@@ -132,3 +132,30 @@ def test_histogram_mean_does_not_depend_on_where_zero_is(protocol, offset):
     assert se0 < 1.5   # a mean of values in a 10-wide range, from 4000 reports
     assert m1 == pytest.approx(m0, abs=1e-12 * offset + 1e-9)
     assert se1 == pytest.approx(se0, rel=1e-6) and w1 == pytest.approx(w0, rel=1e-3)
+
+
+# --- ldpt simulate with a huge --clients --------------------------------------------------------
+
+def test_simulate_huge_clients_is_a_usage_error_or_a_clear_memory_message(tmp_path, monkeypatch):
+    """Fix: --clients above 10^12 is refused by the option (numpy could not even index it: an
+    "internal error: ValueError: Maximum allowed dimension exceeded"), and a population that
+    does not fit in memory is one line naming --clients (was "internal error: MemoryError")."""
+    import cli.simulate_cmd
+    import estimators.simulation
+
+    reg = tmp_path / "m.toml"
+    reg.write_text(numeric("[0, 10]"))
+    args = ["simulate", "--metrics", str(reg), "--metric", "m", "--seed", "1", "--silent",
+            "--db", str(tmp_path / "s.sqlite"), "--clients"]
+    runner = CliRunner()
+    res = runner.invoke(main, [*args, str(10**23)])
+    assert res.exit_code == 2 and "--clients" in res.output, res.output
+
+    def no_memory(*_args, **_kwargs):
+        raise MemoryError("Unable to allocate 745. GiB")
+
+    monkeypatch.setattr(estimators.simulation, "draw_population", no_memory)
+    monkeypatch.setattr(cli.simulate_cmd, "draw_population", no_memory, raising=False)
+    res = runner.invoke(main, [*args, str(10**11)])
+    assert res.exit_code == 1 and "not enough memory" in res.output and "--clients" in res.output
+    assert "internal error" not in res.output
