@@ -75,8 +75,8 @@ def _plot_mean(plt, df: pd.DataFrame, path: str, truth: dict[str, float]) -> Non
     ax.set_xticks([0], [f"mean of {a.get('metric')}"])
     ax.set_xlim(-1, 1)
     ax.set_ylabel(f"value (range [{lo:g}, {hi:g}])")
-    ax.set_title(f"{a.get('metric')} — {a.get('protocol')}, ε={a.get('epsilon', float('nan')):.3g}, "
-                 f"n={a.get('n_reports')}, {100 * a.get('confidence', 0.95):.0f}% interval")
+    ax.set_title(f"{a.get('metric')} — {a.get('protocol')}, ε={a.get('epsilon', float('nan')):.3g},\n"
+                 f"n={a.get('n_reports')}, {100 * a.get('confidence', 0.95):.0f}% interval", fontsize=10)
     ax.legend()
     _save(plt, fig, path)
 

@@ -159,3 +159,28 @@ def test_simulate_huge_clients_is_a_usage_error_or_a_clear_memory_message(tmp_pa
     res = runner.invoke(main, [*args, str(10**11)])
     assert res.exit_code == 1 and "not enough memory" in res.output and "--clients" in res.output
     assert "internal error" not in res.output
+
+
+# --- --plot of a mean metric --------------------------------------------------------------------
+
+def test_mean_plot_title_fits_in_the_figure(monkeypatch):
+    """Fix: the mean plot's one-line title ran past the 5-inch figure ("95% interva" was cut);
+    it is now two lines. The drawn title must lie inside the figure."""
+    pytest.importorskip("matplotlib")
+    import cli.plot
+
+    spec = parse_registry(numeric("[0, 120]", 'protocol = "hybrid"\n').replace("metrics.m", "metrics.session_minutes")
+                          ).get("session_minutes")
+    rng = np.random.default_rng(2)
+    df = estimate_frame(spec, simulate_sketch(spec, NumericPopulation(rng.uniform(0, 120, 50_000)), rng))
+    saved = {}
+
+    def capture(_plt, fig, _path):
+        fig.tight_layout()
+        fig.canvas.draw()
+        saved["inside"] = all(fig.bbox.x0 <= ax.title.get_window_extent().x0
+                              and ax.title.get_window_extent().x1 <= fig.bbox.x1 for ax in fig.axes)
+
+    monkeypatch.setattr(cli.plot, "_save", capture)
+    cli.plot.plot_estimates(df, "unused.png")
+    assert saved["inside"] is True
