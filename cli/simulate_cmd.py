@@ -61,7 +61,7 @@ def validate_date(ctx: click.Context, param: click.Parameter, value: str | None)
               help="zipf:S (default zipf:1.1), uniform, geometric:P, or csv:PATH of value,count "
                    "weights; numeric metrics: normal:MEAN,SD, uniform (default, over the range), "
                    "exponential:MEAN, lognormal:MU,SIGMA, or csv:PATH with a column value "
-                   "(sampled with replacement).")
+                   "(sampled with replacement; weighted by a column count if there is one).")
 @click.option("--seed", type=int, default=None, help="Seed (default: fresh entropy, printed).")
 @click.option("--db", type=click.Path(dir_okay=False), default=None,
               help="SQLite store to accumulate into (created if missing).")

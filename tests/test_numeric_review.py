@@ -184,3 +184,33 @@ def test_mean_plot_title_fits_in_the_figure(monkeypatch):
     monkeypatch.setattr(cli.plot, "_save", capture)
     cli.plot.plot_estimates(df, "unused.png")
     assert saved["inside"] is True
+
+
+# --- csv:PATH for numeric metrics ---------------------------------------------------------------
+
+def test_numeric_csv_honours_a_count_column_and_refuses_ragged_rows(tmp_path):
+    """Fix: a numeric metric's csv:PATH ignored a ``count`` column (the categorical format,
+    value,count), silently sampling every row equally; now counts are relative weights, as for
+    categorical metrics. A row with more fields than the header was silently accepted; now
+    it is an error naming the file and line."""
+    from estimators.simulation import DistributionError, draw_population
+
+    spec = parse_registry(numeric("[0, 100]")).get("m")
+    weighted = tmp_path / "w.csv"
+    weighted.write_text("value,count\n10,1\n90,3\n")
+    pop = draw_population(spec, 40_000, f"csv:{weighted}", np.random.default_rng(4))
+    # mean 10·1/4 + 90·3/4 = 70; the sampling SD of the mean is 40·sqrt(3)/4/sqrt(n) = 0.087
+    assert abs(pop.values.mean() - 70.0) < 4 * 0.087
+    plain = tmp_path / "p.csv"
+    plain.write_text("value\n10\n90\n")
+    assert abs(draw_population(spec, 40_000, f"csv:{plain}", np.random.default_rng(4)).values.mean()
+               - 50.0) < 4 * 40 / math.sqrt(40_000)
+    for body, words in [("value,count\n10,1\n90,-1\n", "line 3: field 'count'"),
+                        ("value,count\n10,x\n", "line 2: field 'count'"),
+                        ("value,count\n10,0\n", "no positive counts"),
+                        ("value\n10\n20,30\n", "line 3: expected 1 field")]:
+        bad = tmp_path / "bad.csv"
+        bad.write_text(body)
+        with pytest.raises(DistributionError) as info:
+            draw_population(spec, 10, f"csv:{bad}", np.random.default_rng(0))
+        assert str(bad) in str(info.value) and words in str(info.value), str(info.value)
