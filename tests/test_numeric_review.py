@@ -214,3 +214,12 @@ def test_numeric_csv_honours_a_count_column_and_refuses_ragged_rows(tmp_path):
         with pytest.raises(DistributionError) as info:
             draw_population(spec, 10, f"csv:{bad}", np.random.default_rng(0))
         assert str(bad) in str(info.value) and words in str(info.value), str(info.value)
+
+
+def test_table_prints_huge_numeric_values_compactly():
+    """Fix: values of a range near ±1e100 printed as 100-digit integers with separators."""
+    from cli.output import format_number
+
+    assert format_number(5.1247965e99) == "5.125e+99"
+    assert format_number(-2.5e15) == "-2.5e+15"
+    assert format_number(123_456.7) == "123,457" and format_number(12.345) == "12.35"
