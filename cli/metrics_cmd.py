@@ -56,11 +56,14 @@ def numeric_choice(spec: MetricSpec) -> str:
     scale = ((hi - lo) / 2.0) ** 2
     chosen = next(r for r in rows if r["protocol"] == spec.protocol) if any(
         r["protocol"] == spec.protocol for r in rows) else rows[0]
-    runner = next((r for r in rows if r["protocol"] != chosen["protocol"]), None)
+    same = {chosen["protocol"]} | ({"duchi", "bitmean"} if chosen["protocol"] in ("duchi", "bitmean") else set())
+    runner = next((r for r in rows if r["protocol"] not in same), None)   # bitmean is duchi by name
     how = "auto chose" if spec.requested_protocol == "auto" else "uses"
     text = (f"{spec.name}: {how} {chosen['protocol']}, worst-case variance per report "
             f"{chosen['variance_per_report'] * scale:.4g}")
     if runner is not None:
-        text += (f"; runner-up {runner['protocol']}: {runner['variance_per_report'] * scale:.4g} "
+        better = runner["variance_per_report"] < chosen["variance_per_report"]
+        label = "auto would choose" if better else "runner-up"
+        text += (f"; {label} {runner['protocol']}: {runner['variance_per_report'] * scale:.4g} "
                  f"({runner['variance_per_report'] / chosen['variance_per_report']:.3f}x)")
     return text + " (the variance of the mean of n reports is this over n)"

@@ -223,3 +223,18 @@ def test_table_prints_huge_numeric_values_compactly():
     assert format_number(5.1247965e99) == "5.125e+99"
     assert format_number(-2.5e15) == "-2.5e+15"
     assert format_number(123_456.7) == "123,457" and format_number(12.345) == "12.35"
+
+
+# --- ldpt metrics check: the numeric choice line ------------------------------------------------
+
+def test_metrics_check_names_a_real_alternative(tmp_path):
+    """Fix: the runner-up of duchi was bitmean (the same mechanism under another name, 1.000x),
+    and an explicitly chosen worse mechanism called the better one its "runner-up"."""
+    reg = tmp_path / "m.toml"
+    reg.write_text(numeric("[0, 10]", 'protocol = "auto"\ngrid = 4096\n')
+                   + numeric("[0, 10]", 'protocol = "laplace"\n').replace("metrics.m", "metrics.lap"))
+    out = CliRunner().invoke(main, ["metrics", "check", str(reg)])
+    assert out.exit_code == 0, out.output
+    lines = {line.split(":")[0]: line for line in out.output.splitlines() if ": " in line}
+    assert "auto chose duchi" in lines["m"] and "bitmean" not in lines["m"], lines["m"]
+    assert "uses laplace" in lines["lap"] and "auto would choose hybrid" in lines["lap"], lines["lap"]
