@@ -21,9 +21,10 @@ CDF at the bucket edges, F̂(e_{k+1}) = Σ_{i<=k} ĉ_i / n (see docs/guide-analy
   monotone and ends at 1).
 * Quantile interval: invert a pointwise band F̂ ± z·SE on the *unbiased* CDF. The lower bound
   is the left edge of the first bucket whose upper band reaches q, the upper bound the right
-  edge of the first bucket whose lower band reaches q. If the band holds at the two edges
-  around the true quantile, the interval contains it (its bucket lies between the two), so
-  coverage is at least nominal up to the normal approximation, at bucket resolution.
+  edge of the first bucket whose lower band reaches q. The interval misses the true quantile
+  Q only if the upper band fails at the first edge at or above Q, or the lower band fails at
+  some edge below Q (one-sided failures; edges far below Q, where F is well below q, almost
+  never fail), so coverage is close to nominal or above, at bucket resolution.
 * Mean: the bucket-midpoint approximation c + Σ (m_i − c) ĉ_i / n with c the range's midpoint
   (unbiased for the mean of the midpoints for any fixed c, since E[Σ ĉ_i] = n; centring keeps
   the noise of Σ ĉ_i — not exactly n for unary encodings and hashing — from being multiplied by
