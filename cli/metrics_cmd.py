@@ -56,8 +56,11 @@ def numeric_choice(spec: MetricSpec) -> str:
     scale = ((hi - lo) / 2.0) ** 2
     chosen = next(r for r in rows if r["protocol"] == spec.protocol) if any(
         r["protocol"] == spec.protocol for r in rows) else rows[0]
-    same = {chosen["protocol"]} | ({"duchi", "bitmean"} if chosen["protocol"] in ("duchi", "bitmean") else set())
-    runner = next((r for r in rows if r["protocol"] not in same), None)   # bitmean is duchi by name
+    # the alternative is a different mechanism: not bitmean for duchi (one mechanism, two names),
+    # nor a hybrid whose mix degenerates to the chosen piecewise or duchi (equal variance)
+    best = chosen["variance_per_report"]
+    runner = next((r for r in rows if r["protocol"] != chosen["protocol"]
+                   and abs(r["variance_per_report"] - best) > 1e-9 * best), None)
     how = "auto chose" if spec.requested_protocol == "auto" else "uses"
     text = (f"{spec.name}: {how} {chosen['protocol']}, worst-case variance per report "
             f"{chosen['variance_per_report'] * scale:.4g}")

@@ -229,12 +229,15 @@ def test_table_prints_huge_numeric_values_compactly():
 
 def test_metrics_check_names_a_real_alternative(tmp_path):
     """Fix: the runner-up of duchi was bitmean (the same mechanism under another name, 1.000x),
-    and an explicitly chosen worse mechanism called the better one its "runner-up"."""
+    of piecewise at ε = 20 a hybrid that is piecewise (α = 1), and an explicitly chosen worse
+    mechanism called the better one its "runner-up"."""
     reg = tmp_path / "m.toml"
     reg.write_text(numeric("[0, 10]", 'protocol = "auto"\ngrid = 4096\n')
-                   + numeric("[0, 10]", 'protocol = "laplace"\n').replace("metrics.m", "metrics.lap"))
+                   + numeric("[0, 10]", 'protocol = "laplace"\n').replace("metrics.m", "metrics.lap")
+                   + numeric("[0, 10]").replace("metrics.m", "metrics.top").replace("1.0", "20.0"))
     out = CliRunner().invoke(main, ["metrics", "check", str(reg)])
     assert out.exit_code == 0, out.output
     lines = {line.split(":")[0]: line for line in out.output.splitlines() if ": " in line}
     assert "auto chose duchi" in lines["m"] and "bitmean" not in lines["m"], lines["m"]
     assert "uses laplace" in lines["lap"] and "auto would choose hybrid" in lines["lap"], lines["lap"]
+    assert "auto chose piecewise" in lines["top"] and "(1.000x)" not in lines["top"], lines["top"]
