@@ -241,3 +241,11 @@ def test_metrics_check_names_a_real_alternative(tmp_path):
     assert "auto chose duchi" in lines["m"] and "bitmean" not in lines["m"], lines["m"]
     assert "uses laplace" in lines["lap"] and "auto would choose hybrid" in lines["lap"], lines["lap"]
     assert "auto chose piecewise" in lines["top"] and "(1.000x)" not in lines["top"], lines["top"]
+
+
+def test_plan_refuses_a_range_the_registry_refuses():
+    """Fix: ``ldpt plan --range 0,1e308`` planned a metric no registry can declare."""
+    res = CliRunner().invoke(main, ["plan", "--range", "0,1e308", "--epsilon", "1", "--clients", "10"])
+    assert res.exit_code == 2 and "within" in res.output, res.output
+    ok = CliRunner().invoke(main, ["plan", "--range", "-1e100,1e100", "--epsilon", "1", "--clients", "10"])
+    assert ok.exit_code == 0, ok.output
