@@ -67,6 +67,9 @@ MAX_BUCKETS = 10_000
 #: Largest |lo| or |hi| of a numeric range: variances are in the metric's units squared and sums
 #: are n times a mean, so ends beyond this would overflow a double (1e100² · n stays finite).
 MAX_NUMERIC_MAGNITUDE = 1e100
+#: Smallest hi − lo: below it (hi − lo)/2 and the variances in units squared underflow, and an
+#: estimate would claim a zero standard error.
+MIN_NUMERIC_WIDTH = 1e-100
 
 
 class Kind(str, enum.Enum):
@@ -491,6 +494,9 @@ def _parse_numeric_fields(kind: Kind, table: Mapping[str, Any], fail: Any
     if not float(lo) < float(hi):   # as doubles: 2^53 < 2^53 + 1 only as Python ints
         raise fail(f"lo must be below hi, got [{lo}, {hi}] (compared as double-precision numbers)",
                    "range")
+    if float(hi) - float(lo) < MIN_NUMERIC_WIDTH:
+        raise fail(f"[{lo}, {hi}] is too narrow; hi − lo must be at least {MIN_NUMERIC_WIDTH:g} "
+                   "(rescale the unit)", "range")
     value_range = (lo, hi)
     buckets = table.get("buckets")
     if buckets is None:

@@ -33,6 +33,8 @@ def numeric(range_text: str, extra: str = "") -> str:
     # finite ends whose variances (units squared) overflow a double
     (numeric("[0, 1e308]"), "range", "within"),
     (numeric("[-1e101, 0]"), "range", "within"),
+    # a width whose half (and square) underflows: the estimate claimed a zero standard error
+    (numeric("[0, 5e-324]"), "range", "too narrow"),
     (numeric("[0, 99999999999999999999999999999999999999999999999999999999999999999999999999999999"
              "999999999999999999999999]"), "range", "within"),
 ])
@@ -73,6 +75,7 @@ def test_the_largest_allowed_range_estimates_finite_numbers(tmp_path):
 def test_magnitude_cap_admits_ordinary_large_ranges():
     spec = parse_registry(numeric("[1.7e9, 1.8e9]", "buckets = 10\n")).get("m")
     assert spec.bounds == (1.7e9, 1.8e9)
+    assert parse_registry(numeric("[0, 1e-90]")).get("m").bounds == (0, 1e-90)
 
 
 # --- mean intervals ------------------------------------------------------------------------------
@@ -247,5 +250,7 @@ def test_plan_refuses_a_range_the_registry_refuses():
     """Fix: ``ldpt plan --range 0,1e308`` planned a metric no registry can declare."""
     res = CliRunner().invoke(main, ["plan", "--range", "0,1e308", "--epsilon", "1", "--clients", "10"])
     assert res.exit_code == 2 and "within" in res.output, res.output
+    tiny = CliRunner().invoke(main, ["plan", "--range", "0,5e-324", "--epsilon", "1", "--clients", "10"])
+    assert tiny.exit_code == 2 and "at least" in tiny.output, tiny.output
     ok = CliRunner().invoke(main, ["plan", "--range", "-1e100,1e100", "--epsilon", "1", "--clients", "10"])
     assert ok.exit_code == 0, ok.output
