@@ -254,3 +254,20 @@ def test_plan_refuses_a_range_the_registry_refuses():
     assert tiny.exit_code == 2 and "at least" in tiny.output, tiny.output
     ok = CliRunner().invoke(main, ["plan", "--range", "-1e100,1e100", "--epsilon", "1", "--clients", "10"])
     assert ok.exit_code == 0, ok.output
+
+
+# --- laplace: calibrating the realised epsilon ----------------------------------------------------
+
+def test_laplace_realises_every_ordinary_epsilon():
+    """Fix: laplace refused ε = 0.3, 0.4, 1.25 and 1.4 at its default grid ("cannot realise
+    epsilon"): the realised table's ε' came out one ulp above the target and the calibration's
+    correction, proportional to that gap, moved the internal ε by one ulp per rebuild. Now a
+    step down is at least a quarter of EPSILON_TOLERANCE. Every ε on a 0.05 grid up to 5 (and
+    a few odd ones) must build, with target − 1e-6 <= ε' <= target."""
+    from client_sdk.protocols.factory import build_protocol
+    from client_sdk.protocols.laplace import EPSILON_TOLERANCE
+
+    targets = [round(0.05 * i, 2) for i in range(1, 101)] + [0.123456789, 1 / 3, 2.718281828, 7.77]
+    for eps in targets:
+        proto = build_protocol("laplace", None, eps, {})
+        assert eps - EPSILON_TOLERANCE <= proto.epsilon <= eps, (eps, proto.epsilon)
