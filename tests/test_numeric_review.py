@@ -271,3 +271,15 @@ def test_laplace_realises_every_ordinary_epsilon():
     for eps in targets:
         proto = build_protocol("laplace", None, eps, {})
         assert eps - EPSILON_TOLERANCE <= proto.epsilon <= eps, (eps, proto.epsilon)
+
+
+def test_consistent_on_a_mean_metric_names_the_query_parameter_too():
+    """Clarified: the query API answers this error too, where the switch is consistent=true."""
+    from client_sdk.errors import EstimationError
+
+    spec = parse_registry(numeric("[0, 10]", 'protocol = "duchi"\n')).get("m")
+    sketch = spec.protocol_impl.new_sketch()
+    sketch.counts[0] += [5, 5]
+    sketch.reports[0] += 10
+    with pytest.raises(EstimationError, match="consistent=true"):
+        estimate_frame(spec, sketch, consistent=True)
