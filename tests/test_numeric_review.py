@@ -283,3 +283,24 @@ def test_consistent_on_a_mean_metric_names_the_query_parameter_too():
     sketch.reports[0] += 10
     with pytest.raises(EstimationError, match="consistent=true"):
         estimate_frame(spec, sketch, consistent=True)
+
+
+def test_histogram_plot_draws_every_bucket(monkeypatch):
+    """Fix: --plot of a histogram metric drew only its first 50 buckets (of 100: half the
+    range, silently); now every bucket is a bar, with at most ~50 tick labels."""
+    pytest.importorskip("matplotlib")
+    import cli.plot
+
+    spec = parse_registry(numeric("[0, 100]", "buckets = 100\n")).get("m")
+    rng = np.random.default_rng(6)
+    df = estimate_frame(spec, simulate_sketch(spec, NumericPopulation(rng.normal(50, 20, 5000)), rng))
+    seen = {}
+
+    def capture(_plt, fig, _path):
+        ax = fig.axes[0]
+        seen["bars"] = len(ax.patches)
+        seen["ticks"] = len(ax.get_xticks())
+
+    monkeypatch.setattr(cli.plot, "_save", capture)
+    cli.plot.plot_estimates(df, "unused.png")
+    assert seen["bars"] == 100 and seen["ticks"] <= 50, seen
