@@ -31,6 +31,9 @@ class LdptGroup(click.Group):
             raise
         except KeyboardInterrupt:
             raise click.Abort() from None
+        except MemoryError:   # e.g. ldpt simulate --clients 10000000000: one value per client in memory
+            raise click.ClickException("not enough memory for this run (ldpt simulate holds every "
+                                       "client's value in memory: use fewer --clients)") from None
         except Exception as exc:  # never a traceback for users; LDPT_DEBUG=1 shows it
             if os.environ.get("LDPT_DEBUG"):
                 raise

@@ -96,11 +96,17 @@ def numeric_choice(spec: MetricSpec) -> str:
         return (f"{spec.name}: uses {spec.protocol} (memoised), worst-case variance per report "
                 f"{worst:.4g} (the variance of the mean of n reports is this over n)")
     chosen = next(r for r in rows if r["protocol"] == spec.protocol)
-    runner = next((r for r in rows if r["protocol"] != chosen["protocol"]), None)
+    # the alternative is a different mechanism: not bitmean for duchi (one mechanism, two names),
+    # nor a hybrid whose mix degenerates to the chosen piecewise or duchi (equal variance)
+    best = chosen["variance_per_report"]
+    runner = next((r for r in rows if r["protocol"] != chosen["protocol"]
+                   and abs(r["variance_per_report"] - best) > 1e-9 * best), None)
     how = "auto chose" if spec.requested_protocol == "auto" else "uses"
     text = (f"{spec.name}: {how} {chosen['protocol']}, worst-case variance per report "
             f"{chosen['variance_per_report'] * scale:.4g}")
     if runner is not None:
-        text += (f"; runner-up {runner['protocol']}: {runner['variance_per_report'] * scale:.4g} "
+        better = runner["variance_per_report"] < chosen["variance_per_report"]
+        label = "auto would choose" if better else "runner-up"
+        text += (f"; {label} {runner['protocol']}: {runner['variance_per_report'] * scale:.4g} "
                  f"({runner['variance_per_report'] / chosen['variance_per_report']:.3f}x)")
     return text + " (the variance of the mean of n reports is this over n)"

@@ -39,13 +39,15 @@ def frame_to_table(df: pd.DataFrame) -> str:
 
 
 def format_number(v: object) -> str:
-    """Numeric metrics' values in their own units: 4 significant digits, thousands separated."""
+    """Numeric metrics' values in their own units: 4 significant digits, thousands separated
+    (whole numbers from 10^4 to 10^15, scientific notation beyond, so a huge range prints
+    "5.125e+99", not a hundred digits)."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
     if isinstance(v, (bool, np.bool_)):
         return str(bool(v))
     x = float(v)  # type: ignore[arg-type]
-    return f"{x:,.0f}" if abs(x) >= 1e4 else f"{x:.4g}"
+    return f"{x:,.0f}" if 1e4 <= abs(x) < 1e15 else f"{x:.4g}"
 
 
 def _numeric_table(shown: pd.DataFrame) -> str:

@@ -15,6 +15,7 @@ from client_sdk.protocols.factory import (
     choose_protocol,
 )
 from client_sdk.protocols.numeric import NUMERIC_PROTOCOL_NAMES
+from client_sdk.registry import MAX_NUMERIC_MAGNITUDE, MIN_NUMERIC_WIDTH
 
 from .common import emit, output_options
 
@@ -77,6 +78,9 @@ def parse_range(ctx: click.Context, param: click.Parameter, value: str | None) -
         raise click.BadParameter(f"{value!r} is not LO,HI (two numbers, e.g. 0,120)") from None
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
         raise click.BadParameter(f"{value!r}: LO and HI must be finite with LO < HI")
+    if max(abs(lo), abs(hi)) > MAX_NUMERIC_MAGNITUDE or hi - lo < MIN_NUMERIC_WIDTH:   # as the registry
+        raise click.BadParameter(f"{value!r}: LO and HI must lie within ±{MAX_NUMERIC_MAGNITUDE:g} "
+                                 f"and HI − LO be at least {MIN_NUMERIC_WIDTH:g}")
     return lo, hi
 
 

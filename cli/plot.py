@@ -23,9 +23,11 @@ def plot_estimates(df: pd.DataFrame, path: str, truth_csv: str | None = None) ->
     if kind == "numeric-histogram":  # the bucket rows; mean and quantiles are in the table
         df = df[df["statistic"] == "count"]
         truth_csv = None
-    shown = df.head(50)
+    # a histogram is drawn whole (its range is the point), with at most ~50 tick labels;
+    # other metrics show their first 50 rows
+    shown = df if kind == "numeric-histogram" else df.head(50)
     x = np.arange(len(shown))
-    fig, ax = plt.subplots(figsize=(max(6, 0.35 * len(shown) + 2), 4.5))
+    fig, ax = plt.subplots(figsize=(min(20, max(6, 0.35 * len(shown) + 2)), 4.5))
     err = np.vstack([shown["estimate"] - shown["ci_low"], shown["ci_high"] - shown["estimate"]])
     err = np.clip(err, 0, None)
     if kind == "numeric-histogram":
@@ -42,7 +44,8 @@ def plot_estimates(df: pd.DataFrame, path: str, truth_csv: str | None = None) ->
     if numeric_truth:
         ax.scatter(x, [numeric_truth.get(str(v), np.nan) for v in shown["value"]], marker="x",
                    color="black", zorder=3, label="truth")
-    ax.set_xticks(x, [str(v) for v in shown["value"]], rotation=60, ha="right", fontsize=8)
+    step = max(1, -(-len(shown) // 50))
+    ax.set_xticks(x[::step], [str(v) for v in shown["value"]][::step], rotation=60, ha="right", fontsize=8)
     a = df.attrs
     ax.set_title(f"{a.get('metric')} — {a.get('protocol')}, ε={a.get('epsilon', float('nan')):.3g}, "
                  f"n={a.get('n_reports')}, {100 * a.get('confidence', 0.95):.0f}% intervals")
@@ -75,8 +78,8 @@ def _plot_mean(plt, df: pd.DataFrame, path: str, truth: dict[str, float]) -> Non
     ax.set_xticks([0], [f"mean of {a.get('metric')}"])
     ax.set_xlim(-1, 1)
     ax.set_ylabel(f"value (range [{lo:g}, {hi:g}])")
-    ax.set_title(f"{a.get('metric')} — {a.get('protocol')}, ε={a.get('epsilon', float('nan')):.3g}, "
-                 f"n={a.get('n_reports')}, {100 * a.get('confidence', 0.95):.0f}% interval")
+    ax.set_title(f"{a.get('metric')} — {a.get('protocol')}, ε={a.get('epsilon', float('nan')):.3g},\n"
+                 f"n={a.get('n_reports')}, {100 * a.get('confidence', 0.95):.0f}% interval", fontsize=10)
     ax.legend()
     _save(plt, fig, path)
 

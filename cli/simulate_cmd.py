@@ -60,12 +60,13 @@ def validate_date(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--metrics", "metrics_file", required=True, type=click.Path(dir_okay=False),
               help="Metric registry (TOML).")
 @click.option("--metric", required=True, help="Metric name in the registry.")
-@click.option("--clients", required=True, type=click.IntRange(min=1), help="Population size.")
+@click.option("--clients", required=True, type=click.IntRange(1, 10**12),
+              help="Population size (each simulated value is held in memory).")
 @click.option("--distribution", default=None,
               help="zipf:S (default zipf:1.1), uniform, geometric:P, or csv:PATH of value,count "
                    "weights; numeric metrics: normal:MEAN,SD, uniform (default, over the range), "
                    "exponential:MEAN, lognormal:MU,SIGMA, or csv:PATH with a column value "
-                   "(sampled with replacement).")
+                   "(sampled with replacement; weighted by a column count if there is one).")
 @click.option("--seed", type=int, default=None, help="Seed (default: fresh entropy, printed).")
 @click.option("--db", type=click.Path(dir_okay=False), default=None,
               help="SQLite store to accumulate into (created if missing).")

@@ -75,6 +75,12 @@ COMMON_KEYS = ("kind", "protocol", "epsilon", "categories", "description",
 MAX_CATEGORIES = 10_000_000
 #: Most buckets a histogram metric may declare (its domain goes through a frequency oracle).
 MAX_BUCKETS = 10_000
+#: Largest |lo| or |hi| of a numeric range: variances are in the metric's units squared and sums
+#: are n times a mean, so ends beyond this would overflow a double (1e100² · n stays finite).
+MAX_NUMERIC_MAGNITUDE = 1e100
+#: Smallest hi − lo: below it (hi − lo)/2 and the variances in units squared underflow, and an
+#: estimate would claim a zero standard error.
+MIN_NUMERIC_WIDTH = 1e-100
 
 
 class Kind(str, enum.Enum):
@@ -560,10 +566,15 @@ def _parse_numeric_fields(kind: Kind, table: Mapping[str, Any], fail: Any
     if not isinstance(raw, list) or len(raw) != 2 or not all(_number(v) for v in raw):
         raise fail(f"{raw!r} is not allowed; use range = [lo, hi] with two finite numbers", "range")
     lo, hi = raw
-    if not lo < hi:
-        raise fail(f"lo must be below hi, got [{lo}, {hi}]", "range")
-    if not math.isfinite(float(hi) - float(lo)):
-        raise fail("the range is too wide (hi − lo overflows)", "range")
+    if max(abs(float(lo)), abs(float(hi))) > MAX_NUMERIC_MAGNITUDE:
+        raise fail(f"[{lo}, {hi}] is not allowed; both ends must lie within ±{MAX_NUMERIC_MAGNITUDE:g} "
+                   "(variances are in the metric's units squared)", "range")
+    if not float(lo) < float(hi):   # as doubles: 2^53 < 2^53 + 1 only as Python ints
+        raise fail(f"lo must be below hi, got [{lo}, {hi}] (compared as double-precision numbers)",
+                   "range")
+    if float(hi) - float(lo) < MIN_NUMERIC_WIDTH:
+        raise fail(f"[{lo}, {hi}] is too narrow; hi − lo must be at least {MIN_NUMERIC_WIDTH:g} "
+                   "(rescale the unit)", "range")
     value_range = (lo, hi)
     buckets = table.get("buckets")
     if buckets is None:
@@ -584,7 +595,8 @@ def _parse_numeric_fields(kind: Kind, table: Mapping[str, Any], fail: Any
                    "buckets")
     if float(buckets[0]) != float(lo) or float(buckets[-1]) != float(hi):
         raise fail(f"edges must span the range: the first must be {lo} and the last {hi}", "buckets")
-    bad = next((i for i in range(1, len(buckets)) if not buckets[i - 1] < buckets[i]), None)
+    bad = next((i for i in range(1, len(buckets)) if not float(buckets[i - 1]) < float(buckets[i])),
+               None)   # as doubles, which is how the edges are used
     if bad is not None:
         raise fail(f"edges must increase: {buckets[bad - 1]} then {buckets[bad]} (position {bad})",
                    "buckets")

@@ -45,7 +45,8 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
     if spec.is_mean:
         if consistent:
             raise EstimationError(f"metric {spec.name!r} is a numeric mean metric: --consistent "
-                                  "applies to frequencies and histograms")
+                                  "applies to frequencies and histograms (in the query API: "
+                                  "consistent=true); a mean has nothing to make consistent")
         if candidates:
             raise EstimationError(f"metric {spec.name!r} is numeric: candidates are for string metrics")
         from .numeric import mean_frame

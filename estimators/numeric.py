@@ -7,8 +7,10 @@ is honest for any data). In the metric's units x = lo + (t + 1)(hi − lo)/2, so
     mean_x = lo + (mean_t + 1)·(hi − lo)/2,   SE_x = SE_t·(hi − lo)/2,
     sum    = n·mean_x,                        SE_sum = n·SE_x,
 
-with Wald intervals mean ± z·SE, clipped to [lo, hi] (the device clips every value into the
-range, so the true mean lies there and clipping the interval cannot lose coverage).
+with Wald intervals mean ± z·SE intersected with [lo, hi] (the device clips every value into
+the range, so the true mean lies there and clipping the interval cannot lose coverage). The
+protocol floors the variance at its smallest exact per-report variance (NumericProtocol.estimate),
+so reports that happen to agree do not give a zero-width interval.
 
 Histogram metrics: the bucket frequencies come from the frequency oracle (estimators.frequency);
 this module adds rows for the mean and the quantiles p10 ... p99, computed from the empirical
@@ -19,10 +21,14 @@ CDF at the bucket edges, F̂(e_{k+1}) = Σ_{i<=k} ĉ_i / n (see docs/guide-analy
   monotone and ends at 1).
 * Quantile interval: invert a pointwise band F̂ ± z·SE on the *unbiased* CDF. The lower bound
   is the left edge of the first bucket whose upper band reaches q, the upper bound the right
-  edge of the first bucket whose lower band reaches q. If the band holds at the two edges
-  around the true quantile, the interval contains it (its bucket lies between the two), so
-  coverage is at least nominal up to the normal approximation, at bucket resolution.
-* Mean: the bucket-midpoint approximation Σ f̂_i m_i (unbiased for the mean of the midpoints).
+  edge of the first bucket whose lower band reaches q. The interval misses the true quantile
+  Q only if the upper band fails at the first edge at or above Q, or the lower band fails at
+  some edge below Q (one-sided failures; edges far below Q, where F is well below q, almost
+  never fail), so coverage is close to nominal or above, at bucket resolution.
+* Mean: the bucket-midpoint approximation c + Σ (m_i − c) ĉ_i / n with c the range's midpoint
+  (unbiased for the mean of the midpoints for any fixed c, since E[Σ ĉ_i] = n; centring keeps
+  the noise of Σ ĉ_i — not exactly n for unary encodings and hashing — from being multiplied by
+  the distance of the range from zero, and keeps GRR's spread free of cancellation).
   Every value lies within half a bucket width of its midpoint, so the midpoint mean differs
   from the true mean by at most b = Σ f_i w_i / 2 ≤ max w_i / 2; the interval is widened by
   the plug-in b (from the Norm-Sub shares), and b is reported in the frame's attrs.
@@ -68,7 +74,9 @@ def mean_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95) ->
     mean = float(spec.denormalise(est.mean))
     se = math.sqrt(max(est.variance, 0.0)) * half_width if math.isfinite(est.variance) else math.inf
     z = z_value(confidence)
-    mean_low, mean_high = max(lo, mean - z * se), min(hi, mean + z * se)
+    # the interval intersected with [lo, hi]: both ends clipped, so it is never inverted even
+    # when the unbiased estimate itself lies outside the range
+    mean_low, mean_high = min(max(lo, mean - z * se), hi), max(min(hi, mean + z * se), lo)
     df = pd.DataFrame({
         "statistic": ["mean", "sum", "n"],
         "estimate": [mean, n * mean, float(n)],
@@ -137,12 +145,14 @@ def histogram_rows(spec: MetricSpec, sketch: Sketch, freq: pd.DataFrame, varianc
     cdf_point = np.cumsum(shares) if consistent else cdf_raw
     rows = []
 
-    mean = float(mids @ raw_share)
-    mean_se = math.sqrt(linear_variance(spec, sketch, variances, mids)) / n
-    bias_bound = float(shares @ widths) / 2.0
     lo, hi = spec.bounds
-    rows.append(("mean", mean, mean_se, max(lo, mean - z * mean_se - bias_bound),
-                 min(hi, mean + z * mean_se + bias_bound)))
+    centre = (lo + hi) / 2.0   # c in c + Σ (m_v − c) ĉ_v / n: see the module docstring
+    offsets = mids - centre
+    mean = centre + float(offsets @ raw_share)
+    mean_se = math.sqrt(linear_variance(spec, sketch, variances, offsets)) / n
+    bias_bound = float(shares @ widths) / 2.0
+    half = z * mean_se + bias_bound
+    rows.append(("mean", mean, mean_se, min(max(lo, mean - half), hi), max(min(hi, mean + half), lo)))
     for name, q in QUANTILES:
         point = _invert(cdf_point, edges, q)
         low = edges[_first_at_least(cdf_raw + z * cdf_se, q)]

@@ -65,8 +65,9 @@ def draw_numeric(spec: MetricSpec, clients: int, distribution: str,
     """Draw ``clients`` values of a numeric metric from one of NUMERIC_DISTRIBUTIONS."""
     name, _, arg = distribution.partition(":")
     if name == "csv" or distribution.endswith(".csv"):
-        pool = read_values_csv(arg if name == "csv" else distribution)
-        return NumericPopulation(rng.choice(pool, size=clients, replace=True))
+        pool, weights = read_values_csv(arg if name == "csv" else distribution)
+        p = None if weights is None else weights / weights.sum()
+        return NumericPopulation(rng.choice(pool, size=clients, replace=True, p=p))
     try:
         params = [float(a) for a in arg.split(",")] if arg else []
     except ValueError:
@@ -89,8 +90,10 @@ def draw_numeric(spec: MetricSpec, clients: int, distribution: str,
                             f"use {NUMERIC_DISTRIBUTIONS}")
 
 
-def read_values_csv(path: str | Path) -> np.ndarray:
-    """The ``value`` column of a CSV file with a header row: finite numbers, at least one."""
+def read_values_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray | None]:
+    """The ``value`` column of a CSV file with a header row (finite numbers, at least one) and,
+    if there is a ``count`` column, its relative weights (finite, >= 0, some positive) — the
+    value,count layout categorical metrics use; without it every row weighs the same."""
     path = Path(path)
     try:
         with path.open(newline="", encoding="utf-8") as fh:
@@ -98,24 +101,39 @@ def read_values_csv(path: str | Path) -> np.ndarray:
             if reader.fieldnames is None or "value" not in [f.strip() for f in reader.fieldnames]:
                 raise DistributionError(f"{path}: needs a header row with a column 'value'")
             key = next(f for f in reader.fieldnames if f.strip() == "value")
-            values = []
+            count_key = next((f for f in reader.fieldnames if f.strip() == "count"), None)
+            values, weights = [], []
             for line, row in enumerate(reader, start=2):
-                text = (row.get(key) or "").strip()
-                try:
-                    x = float(text)
-                except ValueError:
-                    raise DistributionError(f"{path}: line {line}: field 'value' is {text!r}, "
-                                            "not a number") from None
-                if not np.isfinite(x):
-                    raise DistributionError(f"{path}: line {line}: field 'value' must be finite")
-                values.append(x)
+                if None in row:   # DictReader files extra fields under None
+                    width = len(reader.fieldnames)
+                    raise DistributionError(f"{path}: line {line}: expected {width} field"
+                                            f"{'s' if width > 1 else ''} as in the header, got more")
+                values.append(_finite_field(path, line, "value", row.get(key)))
+                if count_key is not None:
+                    weights.append(_finite_field(path, line, "count", row.get(count_key)))
+                    if weights[-1] < 0:
+                        raise DistributionError(f"{path}: line {line}: field 'count' must be >= 0")
     except OSError as exc:
         raise DistributionError(f"{path}: cannot read ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
         raise DistributionError(f"{path}: not a UTF-8 text file") from None
     if not values:
         raise DistributionError(f"{path}: no values")
-    return np.asarray(values, dtype=np.float64)
+    if count_key is not None and sum(weights) <= 0:
+        raise DistributionError(f"{path}: no positive counts")
+    return np.asarray(values, dtype=np.float64), (np.asarray(weights) if count_key is not None else None)
+
+
+def _finite_field(path: Path, line: int, field: str, raw: str | None) -> float:
+    """One CSV field as a finite float; DistributionError naming the file, line and field."""
+    text = (raw or "").strip()
+    try:
+        x = float(text)
+    except ValueError:
+        raise DistributionError(f"{path}: line {line}: field {field!r} is {text!r}, not a number") from None
+    if not np.isfinite(x):
+        raise DistributionError(f"{path}: line {line}: field {field!r} must be finite")
+    return x
 
 
 def numeric_truth(spec: MetricSpec, population: NumericPopulation) -> list[tuple[str, float]]:

@@ -127,7 +127,11 @@ class Laplace(NumericProtocol):
                 best = (eps_int, weights, realised)
             if realised <= target and target - realised <= EPSILON_TOLERANCE:
                 break
-            eps_int += (target - realised) * (0.999 if realised < target else 1.001)
+            if realised < target:
+                eps_int += (target - realised) * 0.999
+            else:   # at least a quarter tolerance down: ε' can exceed the target by one ulp, and a
+                # step proportional to that gap would crawl down one ulp per rebuild
+                eps_int -= max((realised - target) * 1.001, EPSILON_TOLERANCE / 4)
         if best is None or best[2] <= 0:
             raise ValueError(f"laplace: cannot realise epsilon {target} with {self._k} grid steps")
         return best

@@ -175,7 +175,14 @@ class NumericProtocol(Protocol):
 
     # --- estimators side ------------------------------------------------------------------------
     def estimate(self, sketch: Sketch) -> MeanEstimate:  # type: ignore[override]
-        """Mean of the debiased reports and its variance from their own spread (s²/n)."""
+        """Mean of the debiased reports and its variance from their own spread, max(s², v_min)/n.
+
+        v_min = min_j Var[v | j] is the smallest per-report variance any data can have (the
+        rounding between grid points only adds to it), so the floor never exceeds the true
+        variance of the mean; it matters when the reports happen to agree — e.g. duchi at
+        ε = 4 with every value at lo, where each report is −C with probability 0.98 and a
+        sample of 30 often has s² = 0, a zero-width interval that misses the truth.
+        """
         h = sketch.counts.reshape(-1).astype(np.float64)
         n = int(sketch.total_reports)
         if n <= 0:
@@ -186,7 +193,8 @@ class NumericProtocol(Protocol):
             return MeanEstimate(mean, math.inf, n)
         centred = v - mean
         sample_var = float(h @ (centred * centred)) / (n - 1)
-        return MeanEstimate(mean, sample_var / n, n)
+        floor = max(float(self.report_variance().min()), 0.0)
+        return MeanEstimate(mean, max(sample_var, floor) / n, n)
 
     def report_variance(self) -> np.ndarray:
         """Exact Var[v(y) | j] for every grid point j (shape (K+1,))."""
