@@ -416,136 +416,175 @@ def parse_registry(data: str | Mapping[str, Any], source: str = "<registry>") ->
 
 
 def parse_metric(name: str, table: Any, source: str = "<registry>") -> MetricSpec:
-    """Validate one [metrics.NAME] table into a MetricSpec."""
-    def fail(message: str, field: str | None = None) -> RegistryError:
-        return RegistryError(message, source=source, metric=name, field=field)
+    """Validate one [metrics.NAME] table into a MetricSpec (one validator per field below)."""
+    return _MetricParser(name, table, source).spec()
 
-    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):  # not match: $ allows a trailing \n
-        raise fail("metric names start with a letter and use letters, digits, '_', '.', '-' "
-                   "(at most 100 characters)")
-    if not isinstance(table, Mapping):
-        raise fail("must be a table of fields")
 
-    kind_raw = table.get("kind")
-    try:
-        kind = Kind(kind_raw)
-    except ValueError:
-        raise fail(f"{kind_raw!r} is not allowed; use one of boolean, categorical, string, numeric",
-                   "kind") from None
+class _MetricParser:
+    """The validators of one [metrics.NAME] table, each raising a RegistryError naming its field."""
 
-    value_range, buckets = _parse_numeric_fields(kind, table, fail)
-    mean_metric = kind is Kind.NUMERIC and buckets is None
-    names = NUMERIC_PROTOCOL_NAMES if mean_metric else PROTOCOL_NAMES
-    requested = table.get("protocol", "auto")
-    memoised = table.get("epsilon_inf") is not None
-    if mean_metric:
-        names = NUMERIC_PROTOCOL_NAMES + LONGITUDINAL_NUMERIC_NAMES
-    else:
-        names = PROTOCOL_NAMES + LONGITUDINAL_PROTOCOL_NAMES
-    if requested != "auto" and requested not in names:
-        what = "a numeric mean mechanism" if mean_metric else "a protocol"
-        hint = ("; a histogram metric (buckets set) uses a frequency oracle"
-                if mean_metric and requested in PROTOCOL_NAMES + LONGITUDINAL_PROTOCOL_NAMES else
-                "; numeric mechanisms are for numeric metrics without buckets"
-                if requested in NUMERIC_PROTOCOL_NAMES + LONGITUDINAL_NUMERIC_NAMES else "")
-        raise fail(f"{requested!r} is not {what}; use auto or one of {', '.join(names)}{hint}",
-                   "protocol")
+    def __init__(self, name: Any, table: Any, source: str) -> None:
+        self.name, self.table, self.source = name, table, source
 
-    categories = None
-    if kind is Kind.CATEGORICAL:
-        cats = table.get("categories")
+    def fail(self, message: str, field: str | None = None) -> RegistryError:
+        return RegistryError(message, source=self.source, metric=self.name, field=field)
+
+    def spec(self) -> MetricSpec:
+        self.check_name_and_table()
+        kind = self.kind()
+        value_range, buckets = _parse_numeric_fields(kind, self.table, self.fail)
+        mean_metric = kind is Kind.NUMERIC and buckets is None
+        requested = self.requested_protocol(mean_metric)
+        categories = self.categories(kind)
+        d = None if kind is Kind.STRING or mean_metric else \
+            2 if kind is Kind.BOOLEAN else len(categories) if categories is not None else _bucket_count(buckets)
+        protocol = self.declared_protocol(kind, requested, d)
+        epsilon = self.epsilon(protocol)
+        protocol = self.resolved_protocol(kind, protocol, mean_metric, d, epsilon)
+        lifetime = self.lifetime_epsilon()
+        spec = MetricSpec(name=self.name, kind=kind, protocol=protocol, requested_protocol=requested,
+                          epsilon=epsilon, categories=categories,
+                          options=tuple(sorted(self.options(protocol).items())),
+                          description=self.description(),
+                          reports_per_window=self.reports_per_window(),
+                          lifetime_epsilon=None if lifetime is None else float(lifetime),
+                          range=value_range, buckets=buckets)
+        try:
+            spec.protocol_impl  # noqa: B018 - validates the protocol parameters now
+        except (ValueError, TypeError) as exc:
+            raise self.fail(f"invalid {protocol} parameters: {exc}", "protocol") from None
+        return spec
+
+    def check_name_and_table(self) -> None:
+        if not isinstance(self.name, str) or not NAME_PATTERN.fullmatch(self.name):  # not match: $ allows \n
+            raise self.fail("metric names start with a letter and use letters, digits, '_', '.', '-' "
+                            "(at most 100 characters)")
+        if not isinstance(self.table, Mapping):
+            raise self.fail("must be a table of fields")
+
+    def kind(self) -> Kind:
+        kind_raw = self.table.get("kind")
+        try:
+            return Kind(kind_raw)
+        except ValueError:
+            raise self.fail(f"{kind_raw!r} is not allowed; use one of boolean, categorical, string, numeric",
+                            "kind") from None
+
+    def requested_protocol(self, mean_metric: bool) -> str:
+        """The `protocol` field as written: auto or a name this kind of metric can use."""
+        requested = self.table.get("protocol", "auto")
+        frequency = PROTOCOL_NAMES + LONGITUDINAL_PROTOCOL_NAMES
+        numeric = NUMERIC_PROTOCOL_NAMES + LONGITUDINAL_NUMERIC_NAMES
+        names = numeric if mean_metric else frequency
+        if requested != "auto" and requested not in names:
+            what = "a numeric mean mechanism" if mean_metric else "a protocol"
+            hint = ("; a histogram metric (buckets set) uses a frequency oracle"
+                    if mean_metric and requested in frequency else
+                    "; numeric mechanisms are for numeric metrics without buckets"
+                    if requested in numeric else "")
+            raise self.fail(f"{requested!r} is not {what}; use auto or one of {', '.join(names)}{hint}",
+                            "protocol")
+        return requested
+
+    def categories(self, kind: Kind) -> tuple[str, ...] | None:
+        if kind is not Kind.CATEGORICAL:
+            if "categories" in self.table:
+                raise self.fail(f"only categorical metrics take categories (this one is {kind.value})",
+                                "categories")
+            return None
+        cats = self.table.get("categories")
         if not isinstance(cats, list) or len(cats) < 2:
-            raise fail("a categorical metric needs a list of at least 2 categories", "categories")
+            raise self.fail("a categorical metric needs a list of at least 2 categories", "categories")
         if not all(isinstance(c, str) for c in cats):
-            raise fail("categories must all be strings", "categories")
+            raise self.fail("categories must all be strings", "categories")
         if len(set(cats)) != len(cats):
             seen: set[str] = set()
             dup = next(c for c in cats if c in seen or seen.add(c))  # O(d), not O(d²) with count()
-            raise fail(f"category {dup!r} appears more than once", "categories")
+            raise self.fail(f"category {dup!r} appears more than once", "categories")
         if len(cats) > MAX_CATEGORIES:
-            raise fail(f"at most {MAX_CATEGORIES} categories", "categories")
-        categories = tuple(cats)
-    elif "categories" in table:
-        raise fail(f"only categorical metrics take categories (this one is {kind.value})", "categories")
+            raise self.fail(f"at most {MAX_CATEGORIES} categories", "categories")
+        return tuple(cats)
 
-    if kind is Kind.STRING:
-        protocol = "rappor" if requested == "auto" else requested
-        if protocol != "rappor":
-            raise fail("string metrics use protocol rappor (or auto)", "protocol")
-    elif mean_metric:
-        protocol = requested
-    else:
-        d = 2 if kind is Kind.BOOLEAN else len(categories) if categories is not None else \
-            _bucket_count(buckets)
+    def declared_protocol(self, kind: Kind, requested: str, d: int | None) -> str:
+        """The protocol before `auto` is resolved, checked against the metric's kind and domain."""
+        if kind is Kind.STRING:
+            protocol = "rappor" if requested == "auto" else requested
+            if protocol != "rappor":
+                raise self.fail("string metrics use protocol rappor (or auto)", "protocol")
+            return protocol
         if requested == "rappor":
-            raise fail("rappor is for string metrics; use kind = \"string\"", "protocol")
+            raise self.fail("rappor is for string metrics; use kind = \"string\"", "protocol")
         if requested == "rr" and d != 2:
-            raise fail("rr is binary randomised response; it needs a boolean metric or 2 "
-                       "categories or buckets (use grr for more)", "protocol")
-        protocol = requested
+            raise self.fail("rr is binary randomised response; it needs a boolean metric or 2 "
+                            "categories or buckets (use grr for more)", "protocol")
+        return requested
 
-    epsilon = table.get("epsilon")
-    if epsilon is not None:
+    def epsilon(self, protocol: str) -> float | None:
+        epsilon = self.table.get("epsilon")
+        if epsilon is None:
+            if protocol != "rappor":
+                raise self.fail("missing; set the per-report privacy budget, e.g. epsilon = 1.0", "epsilon")
+            return None
         if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) \
                 or not math.isfinite(epsilon) or not 0 < epsilon <= 20:
-            raise fail(f"{epsilon!r} is not allowed; epsilon must be a number in (0, 20]", "epsilon")
-        epsilon = float(epsilon)
-    elif protocol != "rappor":
-        raise fail("missing; set the per-report privacy budget, e.g. epsilon = 1.0", "epsilon")
+            raise self.fail(f"{epsilon!r} is not allowed; epsilon must be a number in (0, 20]", "epsilon")
+        return float(epsilon)
 
-    if memoised and kind is Kind.STRING:
-        raise fail("string metrics memoise with RAPPOR's permanent randomised response (its ε∞ "
-                   "follows from prob_f); remove epsilon_inf", "epsilon_inf")
-    memo_names = LONGITUDINAL_NUMERIC_NAMES if mean_metric else LONGITUDINAL_PROTOCOL_NAMES
-    if memoised and protocol != "auto" and protocol not in memo_names:
-        raise fail(f"epsilon_inf turns on memoisation, which {protocol} does not do; use protocol "
-                   f"auto or one of {', '.join(memo_names)}", "epsilon_inf")
-    if protocol == "auto":
+    def resolved_protocol(self, kind: Kind, protocol: str, mean_metric: bool, d: int | None,
+                          epsilon: float | None) -> str:
+        """`auto` resolved (memoised, numeric or frequency oracle); epsilon_inf checked."""
+        memoised = self.table.get("epsilon_inf") is not None
+        if memoised and kind is Kind.STRING:
+            raise self.fail("string metrics memoise with RAPPOR's permanent randomised response (its ε∞ "
+                            "follows from prob_f); remove epsilon_inf", "epsilon_inf")
+        memo_names = LONGITUDINAL_NUMERIC_NAMES if mean_metric else LONGITUDINAL_PROTOCOL_NAMES
+        if memoised and protocol != "auto" and protocol not in memo_names:
+            raise self.fail(f"epsilon_inf turns on memoisation, which {protocol} does not do; use protocol "
+                            f"auto or one of {', '.join(memo_names)}", "epsilon_inf")
+        if protocol != "auto":
+            return protocol
         try:
             if memoised:
-                protocol = "memobitmean" if mean_metric else \
-                    choose_longitudinal_protocol(d, epsilon, table["epsilon_inf"])
-            elif mean_metric:
-                grid = {k: table[k] for k in ("grid",) if k in table}
-                protocol = choose_numeric_protocol(epsilon, grid)
-            else:
-                protocol = choose_protocol(d, epsilon)
+                return "memobitmean" if mean_metric else \
+                    choose_longitudinal_protocol(d, epsilon, self.table["epsilon_inf"])
+            if mean_metric:
+                return choose_numeric_protocol(epsilon, {k: self.table[k] for k in ("grid",) if k in self.table})
+            return choose_protocol(d, epsilon)
         except (ValueError, TypeError) as exc:
-            raise fail(str(exc), "epsilon_inf" if memoised else "epsilon") from None
+            raise self.fail(str(exc), "epsilon_inf" if memoised else "epsilon") from None
 
-    allowed = option_keys(protocol)
-    options = {}
-    for key, value in table.items():
-        if key in COMMON_KEYS:
-            continue
-        if key not in allowed:
-            extra = f"; {protocol} takes {', '.join(sorted(allowed))}" if allowed else \
-                f"; {protocol} takes no extra fields"
-            raise fail(f"unknown field{extra}", key)
-        options[key] = value
+    def options(self, protocol: str) -> dict[str, Any]:
+        """The fields the protocol module takes (OPTION_KEYS); any other unknown field is an error."""
+        allowed = option_keys(protocol)
+        options = {}
+        for key, value in self.table.items():
+            if key in COMMON_KEYS:
+                continue
+            if key not in allowed:
+                extra = f"; {protocol} takes {', '.join(sorted(allowed))}" if allowed else \
+                    f"; {protocol} takes no extra fields"
+                raise self.fail(f"unknown field{extra}", key)
+            options[key] = value
+        return options
 
-    description = table.get("description", "")
-    if not isinstance(description, str):
-        raise fail("must be a string", "description")
-    rpw = table.get("reports_per_window", 1)
-    if isinstance(rpw, bool) or not isinstance(rpw, int) or rpw < 1:
-        raise fail(f"{rpw!r} is not allowed; use a positive integer", "reports_per_window")
-    lifetime = table.get("lifetime_epsilon")
-    if lifetime is not None and (isinstance(lifetime, bool) or not isinstance(lifetime, (int, float))
-                                 or not math.isfinite(lifetime) or lifetime <= 0):
-        raise fail(f"{lifetime!r} is not allowed; use a positive number", "lifetime_epsilon")
+    def description(self) -> str:
+        description = self.table.get("description", "")
+        if not isinstance(description, str):
+            raise self.fail("must be a string", "description")
+        return description
 
-    spec = MetricSpec(name=name, kind=kind, protocol=protocol, requested_protocol=requested,
-                      epsilon=epsilon, categories=categories,
-                      options=tuple(sorted(options.items())), description=description,
-                      reports_per_window=rpw,
-                      lifetime_epsilon=None if lifetime is None else float(lifetime),
-                      range=value_range, buckets=buckets)
-    try:
-        spec.protocol_impl  # noqa: B018 - validates the protocol parameters now
-    except (ValueError, TypeError) as exc:
-        raise fail(f"invalid {protocol} parameters: {exc}", "protocol") from None
-    return spec
+    def reports_per_window(self) -> int:
+        rpw = self.table.get("reports_per_window", 1)
+        if isinstance(rpw, bool) or not isinstance(rpw, int) or rpw < 1:
+            raise self.fail(f"{rpw!r} is not allowed; use a positive integer", "reports_per_window")
+        return rpw
+
+    def lifetime_epsilon(self) -> float | None:
+        lifetime = self.table.get("lifetime_epsilon")
+        if lifetime is not None and (isinstance(lifetime, bool) or not isinstance(lifetime, (int, float))
+                                     or not math.isfinite(lifetime) or lifetime <= 0):
+            raise self.fail(f"{lifetime!r} is not allowed; use a positive number", "lifetime_epsilon")
+        return lifetime
 
 
 def _number(value: Any) -> bool:
@@ -575,32 +614,40 @@ def _parse_numeric_fields(kind: Kind, table: Mapping[str, Any], fail: Any
     if float(hi) - float(lo) < MIN_NUMERIC_WIDTH:
         raise fail(f"[{lo}, {hi}] is too narrow; hi − lo must be at least {MIN_NUMERIC_WIDTH:g} "
                    "(rescale the unit)", "range")
-    value_range = (lo, hi)
     buckets = table.get("buckets")
-    if buckets is None:
-        return value_range, None
+    return (lo, hi), None if buckets is None else _parse_buckets(buckets, float(lo), float(hi), fail)
+
+
+def _parse_buckets(buckets: Any, lo: float, hi: float, fail: Any) -> int | tuple[float, ...]:
+    """``buckets`` as written: B equal-width buckets, or a list of increasing edges spanning [lo, hi]."""
     if isinstance(buckets, int) and not isinstance(buckets, bool):
         if not 2 <= buckets <= MAX_BUCKETS:
             raise fail(f"{buckets} is not allowed; use an integer in [2, {MAX_BUCKETS}] or a list of "
                        "edges", "buckets")
-        edges = np.linspace(float(lo), float(hi), buckets + 1)
+        edges = np.linspace(lo, hi, buckets + 1)
         if np.any(np.diff(edges) <= 0):
             raise fail(f"{buckets} equal-width buckets are too narrow for the range", "buckets")
-        return value_range, buckets
+        return buckets
     if not isinstance(buckets, list) or not all(_number(v) for v in buckets):
         raise fail(f"{buckets!r} is not allowed; use an integer B (equal-width buckets) or a list of "
                    "increasing edges", "buckets")
     if not 3 <= len(buckets) <= MAX_BUCKETS + 1:
         raise fail(f"a list of edges needs 3 to {MAX_BUCKETS + 1} numbers (2 to {MAX_BUCKETS} buckets)",
                    "buckets")
-    if float(buckets[0]) != float(lo) or float(buckets[-1]) != float(hi):
-        raise fail(f"edges must span the range: the first must be {lo} and the last {hi}", "buckets")
+    if float(buckets[0]) != lo or float(buckets[-1]) != hi:
+        raise fail(f"edges must span the range: the first must be {_edge_repr(lo)} and the last "
+                   f"{_edge_repr(hi)}", "buckets")
     bad = next((i for i in range(1, len(buckets)) if not float(buckets[i - 1]) < float(buckets[i])),
                None)   # as doubles, which is how the edges are used
     if bad is not None:
         raise fail(f"edges must increase: {buckets[bad - 1]} then {buckets[bad]} (position {bad})",
                    "buckets")
-    return value_range, tuple(buckets)
+    return tuple(buckets)
+
+
+def _edge_repr(x: float) -> str:
+    """A range end as the TOML file most likely wrote it (0, not 0.0)."""
+    return str(int(x)) if x.is_integer() and abs(x) < 2**53 else repr(x)
 
 
 def _bucket_count(buckets: int | tuple[float, ...] | None) -> int:
