@@ -41,6 +41,7 @@ from .config import ServeConfig, read_tokens
 from .ingest import BatchDecoder
 from .problems import Problem
 from .telemetry import Telemetry
+from .ui import setup_ui
 
 log = logging.getLogger("ldpt.collector")
 
@@ -124,6 +125,8 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
     app.router.add_get("/v1/registry", get_registry)
     app.router.add_get("/v1/metrics/{name}/estimates", get_estimates)
     app.router.add_post("/v1/metrics/{name}/estimates", get_estimates)
+    app.router.add_get("/v1/metrics/{name}/compare", get_compare)
+    setup_ui(app, STATE)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
@@ -282,6 +285,11 @@ async def get_estimates(request: web.Request) -> web.Response:
     state = request.app[STATE]
     return await query.estimates(request, state.registry, state.store, state.tokens,
                                  state.config.min_reports)
+
+
+async def get_compare(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    return await query.compare(request, state.registry, state.store, state.tokens, state.config.min_reports)
 
 
 async def healthz(request: web.Request) -> web.Response:
