@@ -6,7 +6,7 @@ import click
 
 from .common import emit, load_metric, output_options
 from .estimate_cmd import StoreReader, check_source, require_registry, store_options
-from .simulate_cmd import validate_date, validate_day
+from .simulate_cmd import validate_day
 
 CONTROL_HELP = ("Multiple-testing control of 'changed': fwer = Holm (chance of any false flag <= alpha), "
                 "fdr = Benjamini-Hochberg.")
@@ -16,12 +16,14 @@ def _range(text: str | None, what: str) -> tuple[str, str] | None:
     """``D1..D2`` (inclusive days) as a (since, until) pair."""
     if text is None:
         return None
+    from collector.storage.base import canonical_window
+
     first, sep, last = text.partition("..")
-    days = [validate_date(None, None, d.strip()) for d in (first, last)] if sep else []  # type: ignore[arg-type]
+    days = [canonical_window(d.strip(), hour_ok=False) for d in (first, last)] if sep else []
     if not sep or not all(days) or days[0] > days[1]:
         raise click.BadParameter(f"{text!r}: give FIRST..LAST, two days YYYY-MM-DD in order",
                                  param_hint=what)
-    return days[0], days[1]
+    return days[0], days[1]  # type: ignore[return-value]
 
 
 @click.command()

@@ -41,7 +41,7 @@ from .config import ServeConfig, read_tokens
 from .ingest import BatchDecoder
 from .problems import Problem
 from .telemetry import Telemetry
-from .ui import setup_ui
+from .ui import UI_ROUTES, setup_ui
 
 log = logging.getLogger("ldpt.collector")
 
@@ -51,6 +51,8 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("GET", "/v1/registry"),
     ("GET", "/v1/metrics/{name}/estimates"),
     ("POST", "/v1/metrics/{name}/estimates"),
+    ("GET", "/v1/metrics/{name}/compare"),
+    *UI_ROUTES,
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),

@@ -39,8 +39,16 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 CHARTS = ("estimates", "series", "compare")
+#: The routes ``setup_ui`` adds (collector.app.ROUTES lists them; docs/openapi.yaml documents them).
+UI_ROUTES: tuple[tuple[str, str], ...] = (
+    ("GET", "/ui"),
+    ("GET", "/ui/"),
+    ("GET", "/ui/static/{file}"),
+    ("GET", "/ui/api/overview"),
+    ("GET", "/ui/charts/{name}/{chart}.svg"),
+)
 
-__all__ = ["CHARTS", "setup_ui"]
+__all__ = ["CHARTS", "UI_ROUTES", "setup_ui"]
 
 
 def setup_ui(app: web.Application, state_key: web.AppKey[Any]) -> None:
