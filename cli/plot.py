@@ -105,8 +105,9 @@ def plot_series(df: pd.DataFrame, path: str, top: int, log_scale: bool = False) 
     for value in values:
         r = rows[rows["value"] == value].set_index("window").reindex(windows)
         line, = ax.plot(x, r["estimate"].to_numpy(float), marker="o", ms=3, label=str(value))
-        ax.fill_between(x, r["ci_low"].to_numpy(float), r["ci_high"].to_numpy(float),
-                        color=line.get_color(), alpha=0.2, lw=0)
+        low, high = r["ci_low"].to_numpy(float), r["ci_high"].to_numpy(float)
+        ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, lw=0)
+        ax.vlines(x, low, high, color=line.get_color(), alpha=0.5, lw=1)  # a lone window's interval too
     step = max(1, len(windows) // 15)
     ax.set_xticks(x[::step], windows[::step], rotation=45, ha="right", fontsize=8)
     ax.set_xlabel("window")
@@ -121,14 +122,14 @@ def plot_series(df: pd.DataFrame, path: str, top: int, log_scale: bool = False) 
                  f"{100 * a.get('confidence', 0.95):.0f}% bands{what}", fontsize=9)
     handles, labels = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(handles + h2, labels + l2, fontsize=8, loc="upper left", bbox_to_anchor=(1.08, 1))
+    ax.legend(handles + h2, labels + l2, fontsize=8, loc="upper left", bbox_to_anchor=(1.2, 1))
     _save(plt, fig, path)
 
 
 def _save(plt, fig, path: str) -> None:  # noqa: ANN001 - matplotlib is an optional extra
     fig.tight_layout()
     try:
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")  # keeps a legend placed outside the axes
     except OSError as exc:
         raise click.ClickException(f"{path}: cannot write the plot ({exc.strerror or exc})") from None
     finally:
