@@ -53,6 +53,11 @@ def compare(metrics_file: str | None, metric: str, db: str | None, postgres: str
     b = _side(against, _range(range_b, "--against-range"), "--against", "--against-range")
     if url is not None:
         df = remote_compare(url, token_file, metric, a, b, confidence, alpha, control, simultaneous)
+        spec = load_metric(metrics_file, metric)[1] if metrics_file else None
+        if spec is not None and df.attrs.get("fingerprint") != spec.fingerprint:
+            raise click.ClickException(f"{url}: the collector's metric {metric!r} has fingerprint "
+                                       f"{df.attrs.get('fingerprint')}, but {metrics_file} gives "
+                                       f"{spec.fingerprint}; the registries differ")
     else:
         from estimators.compare import compare_frame
 

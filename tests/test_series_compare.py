@@ -406,3 +406,63 @@ def test_api_series_refuses_a_small_window(registry_path, store_path, tmp_path):
             return resp.status, await resp.json()
     status, doc = asyncio.run(scenario())
     assert status == 403 and doc["reports"] == 4000 and "window 2026-03-01" in doc["detail"]
+
+
+def test_hour_windows_make_an_hourly_series(registry_path, registry, tmp_path):
+    spec = registry.get("page")
+    db = tmp_path / "hourly.sqlite"
+    store = SQLiteStore(db, create=True)
+    rng = np.random.default_rng(9)
+    for hour in ("2026-03-01T05", "2026-03-01T07"):
+        store.add_sketch(SketchKey("page", spec.fingerprint, hour), sketch_of(spec, zipf(20), 2000, rng))
+    store.close()
+    r = ldpt("estimate", "--metrics", str(registry_path), "--metric", "page", "--db", str(db), "--by", "window",
+             "--format", "csv")
+    df = pd.read_csv(io.StringIO(r.output))
+    assert list(dict.fromkeys(df["window"])) == window_grid("2026-03-01", "2026-03-01", True)
+    assert df.groupby("window")["n"].first().to_dict()["2026-03-01T05"] == 2000
+    assert (df.groupby("window")["n"].first() > 0).sum() == 2
+
+
+@pytest.mark.e2e
+def test_cli_series_and_compare_over_http(registry_path, store_path, tmp_path):
+    """`--url` asks a real `ldpt serve` for the series and the comparison; same output as `--db`."""
+    from tests.collector_support import serving
+
+    (tmp_path / "token").write_text(TOKEN + "\n", encoding="utf-8")
+    with serving(["--metrics", str(registry_path), "--db", str(store_path), "--port", "0",
+                  "--query-token-file", str(tmp_path / "token")], tmp_path) as server:
+        remote = ["--metrics", str(registry_path), "--url", server.url, "--token-file", str(tmp_path / "token")]
+        local = ["--metrics", str(registry_path), "--db", str(store_path)]
+        for fmt in ("csv", "table"):
+            series = ["--metric", "page", "--by", "window", "--since", DAYS[0], "--until", DAYS[-1], "--format", fmt]
+            got, want = ldpt("estimate", *remote, *series), ldpt("estimate", *local, *series)
+            assert got.exit_code == 0, got.output
+            assert got.output == want.output
+        cmp = ["--metric", "minutes", "--window", DAYS[0], "--against", DAYS[2]]
+        got, want = ldpt("compare", *remote, *cmp), ldpt("compare", *local, *cmp)
+        assert got.exit_code == 0, got.output
+        assert got.output == want.output
+
+
+@pytest.mark.parametrize("metric", ["page", "minutes", "latency"])
+def test_dashboard_svgs_are_well_formed_and_escape_labels(registry, metric):
+    import xml.etree.ElementTree as ET
+
+    from collector.ui_svg import compare_svg, estimates_svg, series_svg
+
+    spec = registry.get(metric)
+    rng = np.random.default_rng(4)
+    make = (lambda: sketch_of(spec, zipf(20), 3000, rng)) if metric == "page" else \
+        (lambda: numeric_sketch(spec, 300 if metric == "latency" else 40, 3000, rng))
+    a, b = make(), make()
+    empty = spec.protocol_impl.new_sketch()
+    series = series_frame(spec, [("2026-03-01", a), ("2026-03-02", empty), ("2026-03-03", b)])
+    one = estimate_frame(spec, a)
+    if metric == "page":
+        one.loc[0, "value"] = series.loc[0, "value"] = "<b>&'\""
+    for svg in (estimates_svg(one), series_svg(series), compare_svg(compare_frame(spec, a, b, label_a="x", label_b="y"))):
+        root = ET.fromstring(svg)  # well-formed XML: every label escaped
+        assert root.tag.endswith("svg") and "<b>" not in svg
+        assert root.findall(".//{http://www.w3.org/2000/svg}circle")
+        assert "style=" not in svg  # the dashboard's CSP forbids inline styles
