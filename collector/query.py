@@ -227,7 +227,7 @@ async def estimates(request: web.Request, registry: Registry, store: AsyncSketch
                     tokens: Sequence[bytes], min_reports: int) -> web.Response:
     """Handler body: auth, parse, load, refuse small windows, estimate, format."""
     check_bearer(request.headers.get("Authorization"), tokens)
-    spec = _spec(registry, request.match_info["name"])
+    spec = metric_spec(registry, request.match_info["name"])
     q = await query_params(request)
     return _respond(await estimate_df(spec, store, q, min_reports), q["format"])
 
@@ -267,7 +267,8 @@ def _respond(df: Any, fmt: str) -> web.Response:
     return web.Response(text=frame_to_json(df), content_type="application/json")
 
 
-def _spec(registry: Registry, name: str) -> Any:
+def metric_spec(registry: Registry, name: str) -> Any:
+    """The registry's metric ``name``, or the 404 ``unknown-metric`` problem."""
     spec = registry.metrics.get(name)
     if spec is None:
         raise Problem("unknown-metric", f"unknown metric {name[:100]!r} (known: "
@@ -319,7 +320,7 @@ async def compare(request: web.Request, registry: Registry, store: AsyncSketchSt
                   tokens: Sequence[bytes], min_reports: int) -> web.Response:
     """``GET /v1/metrics/{name}/compare?a=...&b=...``: what ``ldpt compare`` prints."""
     check_bearer(request.headers.get("Authorization"), tokens)
-    spec = _spec(registry, request.match_info["name"])
+    spec = metric_spec(registry, request.match_info["name"])
     params = {k: request.query.getone(k) for k in request.query}
     q = parse_compare(params, request.headers.get("Accept", ""))
     return _respond(await compare_df(spec, store, q, min_reports), q["format"])

@@ -72,7 +72,7 @@ def setup_ui(app: web.Application, state_key: web.AppKey[Any]) -> None:
     async def chart(request: web.Request) -> web.Response:
         state = request.app[state_key]
         query.check_bearer(request.headers.get("Authorization"), state.tokens)
-        spec = query._spec(state.registry, request.match_info["name"])
+        spec = query.metric_spec(state.registry, request.match_info["name"])
         kind = request.match_info["chart"]
         if kind not in CHARTS:
             raise Problem("not-found", f"no chart {kind[:50]!r} (charts: {', '.join(CHARTS)})", status=404)

@@ -45,6 +45,14 @@ range = [0, 120]
 protocol = "auto"
 epsilon = 1.0
 description = "Minutes in the session"
+
+[metrics.startup_ms]
+kind = "numeric"
+range = [0, 5000]
+buckets = [0, 250, 500, 1000, 2000, 5000]
+protocol = "auto"
+epsilon = 2.0
+description = "Start-up time (a histogram)"
 """
 
 try:
@@ -84,9 +92,12 @@ def collector(tmp_path_factory):
         _ldpt("simulate", "--metrics", "metrics.toml", "--metric", "session_minutes", "--clients", "5000",
               "--distribution", f"normal:{30 + 3 * back},15", "--seed", str(100 + back), "--db",
               "store.sqlite", "--window", day, "--silent", cwd=tmp)
+        _ldpt("simulate", "--metrics", "metrics.toml", "--metric", "startup_ms", "--clients", "5000",
+              "--distribution", "lognormal:6.5,0.6", "--seed", str(200 + back), "--db",
+              "store.sqlite", "--window", day, "--silent", cwd=tmp)
     with serving(["--metrics", "metrics.toml", "--db", "store.sqlite", "--port", "0",
                   "--query-token-file", "token", "--workers", "2"], tmp) as server:
-        for metric, clients in (("country", "5000"), ("session_minutes", "3000")):
+        for metric, clients in (("country", "5000"), ("session_minutes", "3000"), ("startup_ms", "3000")):
             _ldpt("simulate", "--metrics", "metrics.toml", "--metric", metric, "--clients", clients,
                   "--seed", "7", "--url", server.url, "--silent", cwd=tmp)
         yield server
@@ -228,4 +239,25 @@ def test_mean_metric_page(collector, browser):
     mean = next(r for r in latest["estimates"] if r["statistic"] == "mean")
     assert cells(browser, "estimates")["mean"]["estimate"] == f"{mean['estimate']:.4g}"
     screenshot(browser, "session-minutes")
+    assert console_errors(browser) == []
+
+
+def test_histogram_metric_page(collector, browser):
+    sign_in(browser, collector.url, TOKEN)
+    WebDriverWait(browser, 30).until(ec.visibility_of_element_located((By.ID, "metrics")))
+    browser.find_element(By.LINK_TEXT, "startup_ms").click()
+    wait_svg(browser, "latest-chart", "circle.point")
+    wait_svg(browser, "series-chart", "polyline.line")
+    WebDriverWait(browser, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#compare tbody tr"))
+    overview = {m["name"]: m for m in api(collector.url, "/ui/api/overview")["metrics"]}
+    latest_window = overview["startup_ms"]["windows"][-1][0]
+    latest = api(collector.url, f"/v1/metrics/startup_ms/estimates?window={latest_window}")
+    shown = cells(browser, "estimates")
+    for row in latest["estimates"]:
+        if row["statistic"] == "count":
+            assert shown[row["value"]]["estimate"] == f"{row['estimate']:.1f}"
+        else:
+            assert shown[row["statistic"]]["estimate"] == f"{row['estimate']:.4g}"
+    assert len(cells(browser, "compare")) == 5  # the buckets
+    screenshot(browser, "startup-ms")
     assert console_errors(browser) == []

@@ -222,7 +222,6 @@ function estimateTable(doc) {
   let rows = doc.estimates;
   const numeric = String(meta.kind || "").startsWith("numeric");
   if (!numeric) rows = [...rows].sort((x, y) => y.estimate - x.estimate);
-  const key = numeric ? "statistic" : "value";
   const cols = numeric && meta.kind === "numeric-mean" ? [
     { title: "statistic", key: "statistic", show: (r) => r.statistic },
     { title: "estimate", key: "estimate", show: (r) => fmt.num(r.estimate) },
@@ -237,7 +236,8 @@ function estimateTable(doc) {
     { title: "CI high", key: "ci_high", show: (r) => (numeric && r.statistic !== "count" ? fmt.num(r.ci_high) : fmt.count(r.ci_high)) },
     { title: "detected", key: "detected", show: (r) => (r.detected === null || r.detected === undefined ? "" : r.detected ? "yes" : "no") },
   ];
-  const t = table(cols, rows.map((r) => ({ ...r, _key: numeric && r.statistic !== "count" ? r.statistic : r[key] })), "_key");
+  // a row's key: the value (a bucket label for histograms), or the statistic of a numeric row
+  const t = table(cols, rows.map((r) => ({ ...r, _key: numeric && r.statistic !== "count" ? r.statistic : r.value })), "_key");
   t.id = "estimates";
   const scale = meta.kind === "numeric-mean" ? "estimates in the metric's units (mean, sum) and the report count n"
     : "estimate and interval are counts of reports, proportion = estimate / n" +
