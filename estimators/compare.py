@@ -1,17 +1,25 @@
 """Did it change? Per-value differences between two windows (or ranges) with tests.
 
 For a frequency metric (and a histogram metric's buckets) the compared quantity is the
-proportion π̂_v = ĉ_v / n of each value v. Windows A and B hold disjoint reports, randomised
-independently, so their estimates are independent and
+proportion π_v of devices holding value v in the population each window's devices are drawn
+from. Its estimate π̂_v = ĉ_v / n has two sources of error: the randomisation (the protocol's
+variance of ĉ_v given the devices, SE(ĉ_v)²/n²) and which devices happened to report (a
+multinomial draw, π_v(1 − π_v)/n). Windows A and B hold disjoint reports, randomised
+independently, so
 
-    Δ̂_v = π̂_v(B) − π̂_v(A),      SE(Δ̂_v) = √(SE(ĉ_v(A))²/n_A² + SE(ĉ_v(B))²/n_B²),
+    Δ̂_v = π̂_v(B) − π̂_v(A),
+    SE(Δ̂_v)² = Σ_{W=A,B} [ SE(ĉ_v(W))²/n_W² + π̃_v(W)(1 − π̃_v(W))/n_W ],   π̃ = π̂ clipped to [0, 1],
 
 with the Wald interval Δ̂_v ± z·SE and the two-sided p-value 2·(1 − Φ(|Δ̂_v| / SE)) of
-"π_v(A) = π_v(B)" (unbiased: each π̂ is, by the protocol's unbiased count estimator). A mean
-metric compares its mean the same way (one test). ``changed`` applies the project's one
-multiple-testing control over the values (``estimators.multiple_testing``): Holm for
-``fwer`` — the chance that any unchanged value is flagged is at most α — or
-Benjamini–Hochberg for ``fdr`` (docs/guide-analysts.md, "Changes").
+"π_v(A) = π_v(B)"; Δ̂_v is unbiased because each π̂ is (the protocol's unbiased count
+estimator). Without the sampling term, two windows drawn from one distribution would look
+different by their devices alone (at ε = 2 and d = 20 the variance of the largest value's
+difference is ~25% larger than the randomisation's). If the very same devices report in both
+windows, the sampling term makes the test conservative. A mean metric compares its mean the
+same way; its standard error, from the reports' own spread, already holds both terms.
+``changed`` applies the project's one multiple-testing control over the values
+(``estimators.multiple_testing``): Holm for ``fwer`` — the chance that any unchanged value is
+flagged is at most α — or Benjamini–Hochberg for ``fdr`` (docs/guide-analysts.md, "Changes").
 
 Power: a single test at level α detects a shift of δ standard errors with probability
 ≈ Φ(δ − z_{1−α/2}) (≈ 85% at δ = 3, α = 0.05, read off the ``p_value`` column); the
@@ -42,6 +50,12 @@ def required_shift(n_tests: int, alpha: float = 0.05, power: float = 0.8) -> flo
     return float(stats.norm.isf(alpha / (2 * max(1, n_tests))) + stats.norm.ppf(power))
 
 
+def _proportion_variance(count_se: np.ndarray, proportion: np.ndarray, n: int) -> np.ndarray:
+    """Var(π̂) = randomisation (SE(ĉ)/n)² + sampling of the devices π̃(1 − π̃)/n."""
+    clipped = np.clip(proportion, 0.0, 1.0)
+    return (count_se / n) ** 2 + clipped * (1.0 - clipped) / n
+
+
 def compare_frame(spec: MetricSpec, sketch_a: Sketch, sketch_b: Sketch, *, label_a: str, label_b: str,
                   confidence: float = 0.95, simultaneous: bool = False, alpha: float = 0.05,
                   control: str = "fwer") -> pd.DataFrame:
@@ -68,7 +82,8 @@ def compare_frame(spec: MetricSpec, sketch_a: Sketch, sketch_b: Sketch, *, label
             fa, fb = (f[f["statistic"] == "count"] for f in (fa, fb))
         values = list(fa["value"])
         a, b = fa["proportion"].to_numpy(float), fb["proportion"].to_numpy(float)
-        var = (fa["std_err"].to_numpy(float) / n_a) ** 2 + (fb["std_err"].to_numpy(float) / n_b) ** 2
+        var = _proportion_variance(fa["std_err"].to_numpy(float), a, n_a) + \
+            _proportion_variance(fb["std_err"].to_numpy(float), b, n_b)
         scale = "proportion"
     diff = b - a
     se = np.sqrt(var)
