@@ -17,26 +17,33 @@ Run: `python bench/series.py` (``--quick`` for one protocol and one repetition).
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import os
-import re
-import resource
-import subprocess
-import sys
-import tempfile
-import time
-import urllib.request
-from pathlib import Path
 
-import numpy as np
-from _common import ROOT, median_time, print_table
+# The in-process column runs with one BLAS thread, as the test-suite does (tests/conftest.py):
+# on a busy 2-core machine a multi-threaded BLAS makes OLH's small solves ~10x slower. The CLI
+# and the collector are measured as users run them, with the environment they inherit.
+_INHERITED_BLAS = os.environ.get("OPENBLAS_NUM_THREADS")
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
-from client_sdk.registry import load_registry
-from collector.storage.base import SketchKey
-from collector.storage.sqlite import SQLiteStore
-from estimators.formats import frame_to_csv
-from estimators.series import series_frame, window_grid
+import argparse  # noqa: E402
+import datetime as dt  # noqa: E402
+import re  # noqa: E402
+import resource  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import urllib.request  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+from _common import ROOT, median_time, print_table  # noqa: E402
+
+from client_sdk.registry import load_registry  # noqa: E402
+from collector.storage.base import SketchKey  # noqa: E402
+from collector.storage.sqlite import SQLiteStore  # noqa: E402
+from estimators.formats import frame_to_csv  # noqa: E402
+from estimators.series import series_frame, window_grid  # noqa: E402
 
 WINDOWS, VALUES, REPORTS, ENCODED = 30, 100, 100_000, 10_000
 FIRST = dt.date(2026, 1, 1)
@@ -89,7 +96,9 @@ def measure(protocol: str, tmp: Path, repeat: int) -> list[object]:
     db = tmp / f"{protocol}.sqlite"
     days = fill(db, spec, np.random.default_rng(1))
     since, until = days[0], days[-1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LDPT_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LDPT_") and k != "OPENBLAS_NUM_THREADS"}
+    if _INHERITED_BLAS is not None:
+        env["OPENBLAS_NUM_THREADS"] = _INHERITED_BLAS
     cli_args = [*ldpt_cmd(), "estimate", "--metrics", "metrics.toml", "--metric", "m", "--db", db.name,
                 "--by", "window", "--since", since, "--until", until, "--format", "csv"]
     cli_times, cli_cpu, cli_out = [], [], b""
