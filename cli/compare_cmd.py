@@ -28,8 +28,8 @@ def _range(text: str | None, what: str) -> tuple[str, str] | None:
 
 @click.command()
 @store_options
-@click.option("--window", callback=validate_day, default=None, help="Window A (YYYY-MM-DD).")
-@click.option("--against", callback=validate_day, default=None, help="Window B, compared with A.")
+@click.option("--window", callback=validate_day, default=None, help="Window A (YYYY-MM-DD, or YYYY-MM-DDTHH on an hourly store).")
+@click.option("--against", callback=validate_day, default=None, help="Window B (as --window), compared with A.")
 @click.option("--range", "range_a", default=None, metavar="D1..D2", help="Instead of --window: range A.")
 @click.option("--against-range", "range_b", default=None, metavar="D1..D2",
               help="Instead of --against: range B.")
