@@ -164,6 +164,20 @@ def cells(driver, table_id: str) -> dict[str, dict[str, str]]:
     return out
 
 
+def open_metric(driver, url: str, metric: str) -> list[str]:
+    """Sign in, open METRIC's page, wait until its charts and tables are drawn; its windows."""
+    sign_in(driver, url, TOKEN)
+    WebDriverWait(driver, 30).until(ec.visibility_of_element_located((By.ID, "metrics")))
+    driver.find_element(By.LINK_TEXT, metric).click()
+    wait_svg(driver, "latest-chart", "circle.point")
+    wait_svg(driver, "series-chart", "polyline.line")
+    wait_svg(driver, "series-chart", "polygon.band")
+    wait_svg(driver, "compare-chart", "circle.point")
+    WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#compare tbody tr"))
+    overview = {m["name"]: m for m in api(url, "/ui/api/overview")["metrics"]}
+    return [w for w, _ in overview[metric]["windows"]]
+
+
 def test_wrong_token_is_refused(collector, browser):
     sign_in(browser, collector.url, "not-the-token")
     error = WebDriverWait(browser, 30).until(ec.visibility_of_element_located((By.ID, "login-error")))
@@ -193,16 +207,7 @@ def test_metric_list_matches_the_store(collector, browser):
 
 
 def test_categorical_metric_page(collector, browser):
-    sign_in(browser, collector.url, TOKEN)
-    WebDriverWait(browser, 30).until(ec.visibility_of_element_located((By.ID, "metrics")))
-    browser.find_element(By.LINK_TEXT, "country").click()
-    wait_svg(browser, "latest-chart", "circle.point")
-    wait_svg(browser, "series-chart", "polyline.line")
-    wait_svg(browser, "series-chart", "polygon.band")
-    wait_svg(browser, "compare-chart", "circle.point")
-    WebDriverWait(browser, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#compare tbody tr"))
-    overview = {m["name"]: m for m in api(collector.url, "/ui/api/overview")["metrics"]}
-    windows = [w for w, _ in overview["country"]["windows"]]
+    windows = open_metric(browser, collector.url, "country")
     latest = api(collector.url, f"/v1/metrics/country/estimates?window={windows[-1]}")
     shown = cells(browser, "estimates")
     assert len(shown) == len(latest["estimates"]) == 12
@@ -227,14 +232,7 @@ def test_categorical_metric_page(collector, browser):
 
 
 def test_mean_metric_page(collector, browser):
-    sign_in(browser, collector.url, TOKEN)
-    WebDriverWait(browser, 30).until(ec.visibility_of_element_located((By.ID, "metrics")))
-    browser.find_element(By.LINK_TEXT, "session_minutes").click()
-    wait_svg(browser, "latest-chart", "circle.point")
-    wait_svg(browser, "series-chart", "polyline.line")
-    WebDriverWait(browser, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#compare tbody tr"))
-    overview = {m["name"]: m for m in api(collector.url, "/ui/api/overview")["metrics"]}
-    latest_window = overview["session_minutes"]["windows"][-1][0]
+    latest_window = open_metric(browser, collector.url, "session_minutes")[-1]
     latest = api(collector.url, f"/v1/metrics/session_minutes/estimates?window={latest_window}")
     mean = next(r for r in latest["estimates"] if r["statistic"] == "mean")
     assert cells(browser, "estimates")["mean"]["estimate"] == f"{mean['estimate']:.4g}"
@@ -243,14 +241,7 @@ def test_mean_metric_page(collector, browser):
 
 
 def test_histogram_metric_page(collector, browser):
-    sign_in(browser, collector.url, TOKEN)
-    WebDriverWait(browser, 30).until(ec.visibility_of_element_located((By.ID, "metrics")))
-    browser.find_element(By.LINK_TEXT, "startup_ms").click()
-    wait_svg(browser, "latest-chart", "circle.point")
-    wait_svg(browser, "series-chart", "polyline.line")
-    WebDriverWait(browser, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#compare tbody tr"))
-    overview = {m["name"]: m for m in api(collector.url, "/ui/api/overview")["metrics"]}
-    latest_window = overview["startup_ms"]["windows"][-1][0]
+    latest_window = open_metric(browser, collector.url, "startup_ms")[-1]
     latest = api(collector.url, f"/v1/metrics/startup_ms/estimates?window={latest_window}")
     shown = cells(browser, "estimates")
     for row in latest["estimates"]:
