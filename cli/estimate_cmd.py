@@ -5,7 +5,9 @@ from __future__ import annotations
 import click
 
 from client_sdk.errors import EstimationError, StoreError
+from client_sdk.protocols.base import Sketch
 from client_sdk.registry import Kind, MetricSpec
+from collector.storage.base import WindowInfo
 from collector.storage.sqlite import open_store
 from estimators.simulation import DistributionError, read_weights_csv
 
@@ -14,21 +16,40 @@ from .simulate_cmd import validate_date, validate_day
 
 #: A terminal table of a million rows helps nobody: larger results show the largest estimates.
 TABLE_MAX_ROWS = 1000
+#: A bar chart of more values is unreadable; --top N chooses.
+PLOT_MAX_VALUES = 50
+#: Lines of a series plot unless --top says otherwise.
+PLOT_MAX_SERIES = 5
+
+
+def store_options(func):  # noqa: ANN001, ANN201 - a click decorator
+    """--metrics, --metric, --db, --postgres (or LDPT_POSTGRES_DSN), --url, --token-file."""
+    for option in reversed([
+        click.option("--metrics", "metrics_file", type=click.Path(dir_okay=False), default=None,
+                     help="Metric registry (TOML); required with --db/--postgres, optional with --url "
+                          "(then the collector's fingerprint is checked against it)."),
+        click.option("--metric", required=True, help="Metric name in the registry."),
+        click.option("--db", type=click.Path(dir_okay=False), default=None, help="SQLite store to read."),
+        click.option("--postgres", metavar="DSN", envvar="LDPT_POSTGRES_DSN", show_envvar=True,
+                     default=None, help="Instead of --db: read a shared PostgreSQL store (prefer the "
+                                        "environment variable: a DSN on the command line shows in ps)."),
+        click.option("--url", default=None, metavar="URL", callback=validate_url,
+                     help="Instead of --db: query a running collector (needs --token-file)."),
+        click.option("--token-file", type=click.Path(dir_okay=False, exists=True), default=None,
+                     help="File holding the collector's query bearer token (with --url)."),
+    ]):
+        func = option(func)
+    return func
 
 
 @click.command()
-@click.option("--metrics", "metrics_file", type=click.Path(dir_okay=False), default=None,
-              help="Metric registry (TOML); required with --db, optional with --url (then the "
-                   "collector's fingerprint is checked against it).")
-@click.option("--metric", required=True, help="Metric name in the registry.")
-@click.option("--db", type=click.Path(dir_okay=False), default=None, help="SQLite store to read.")
-@click.option("--url", default=None, metavar="URL", callback=validate_url,
-              help="Instead of --db: query a running collector (needs --token-file).")
-@click.option("--token-file", type=click.Path(dir_okay=False, exists=True), default=None,
-              help="File holding the collector's query bearer token (with --url).")
+@store_options
 @click.option("--window", callback=validate_day, default=None, help="One window (YYYY-MM-DD).")
 @click.option("--since", callback=validate_date, default=None, help="First day, inclusive (YYYY-MM-DD).")
 @click.option("--until", callback=validate_date, default=None, help="Last day, inclusive (YYYY-MM-DD).")
+@click.option("--by", type=click.Choice(["window"]), default=None,
+              help="One estimate per window of --since..--until (days, or hours on an hourly store): "
+                   "long-format rows with the window's n; empty windows have n = 0.")
 @click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True),
               default=0.95, show_default=True, help="Confidence level of the intervals.")
 @click.option("--simultaneous", is_flag=True, help="Bonferroni intervals that hold for all values at once.")
@@ -38,59 +59,134 @@ TABLE_MAX_ROWS = 1000
               help="String metrics: file of candidate strings, one per line.")
 @click.option("--truth", type=click.Path(dir_okay=False, exists=True), default=None,
               help="CSV value,count of the true population, or statistic,value for numeric "
-                   "metrics (ldpt simulate --truth); shown in --plot.")
+                   "metrics (ldpt simulate --truth); shown as a truth column and in --plot.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Save a PNG of the estimates with their intervals.")
+              help="Save a PNG: the --top values (largest first) with intervals, or with --by "
+                   "window the series of the --top values with interval bands and n per window.")
+@click.option("--log-scale", is_flag=True, help="--plot with a logarithmic count axis.")
 @click.option("--top", type=click.IntRange(min=1), default=None,
               help="Only the N values with the largest estimates, largest first (tables show at "
-                   f"most {TABLE_MAX_ROWS:,} rows unless --top says otherwise).")
+                   f"most {TABLE_MAX_ROWS:,} rows unless --top says otherwise; plots {PLOT_MAX_VALUES}).")
 @output_options
-def estimate(metrics_file: str | None, metric: str, db: str | None, url: str | None,
-             token_file: str | None, window: str | None, since: str | None,
-             until: str | None, confidence: float, simultaneous: bool, consistent: bool,
-             candidates: str | None, truth: str | None, plot_path: str | None, top: int | None,
-             fmt: str, output: str | None) -> None:
+def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: str | None,
+             url: str | None, token_file: str | None, window: str | None, since: str | None,
+             until: str | None, by: str | None, confidence: float, simultaneous: bool,
+             consistent: bool, candidates: str | None, truth: str | None, plot_path: str | None,
+             log_scale: bool, top: int | None, fmt: str, output: str | None) -> None:
     """Estimate METRIC's frequencies with confidence intervals."""
-    from estimators.frequency import estimate_frame  # scipy and pandas: only when estimating
-
     from .output import format_frame
 
-    if db is None and url is None:
-        raise click.UsageError("give --db PATH (a SQLite store) or --url URL (a collector)")
-    if db is not None and url is not None:
-        raise click.UsageError("use either --db or --url, not both")
+    source = check_source(db, postgres, url)
     if window and (since or until):
         raise click.UsageError("use either --window or --since/--until, not both")
+    if by and window:
+        raise click.UsageError("--by window draws a series over --since/--until; leave --window out")
+    if by and consistent:
+        raise click.UsageError("--consistent applies to one estimate; leave it out with --by window")
     if url is not None:
         df = remote_estimate(url, token_file, metrics_file, metric, window, since, until, confidence,
-                             simultaneous, consistent, candidates)
+                             simultaneous, consistent, candidates, by)
     else:
-        if metrics_file is None:
-            raise click.UsageError("give --metrics FILE (the metric registry)")
-        _, spec = load_metric(metrics_file, metric)
-        sketch = load_sketch(spec, db, [window] if window else None, since, until)
-        df = estimate_frame(spec, sketch, confidence=confidence, simultaneous=simultaneous,
-                            consistent=consistent, candidates=read_candidates(candidates, spec))
+        spec = load_metric(require_registry(metrics_file), metric)[1]
+        with StoreReader(source, db or postgres or "") as reader:
+            df = local_estimate(reader, spec, window, since, until, by, confidence, simultaneous,
+                                consistent, read_candidates(candidates, spec))
     full = df
     numeric = str(df.attrs.get("kind", "")).startswith("numeric")
     if top is not None and numeric:
         raise click.UsageError(f"--top ranks the values of a frequency estimate; metric {metric!r} is "
                                "numeric (its rows are buckets and statistics): leave --top out")
-    if top is None and fmt == "table" and len(df) > TABLE_MAX_ROWS and not numeric:
+    if truth:
+        df = with_truth(df, truth)
+    if by is None and top is None and fmt == "table" and len(df) > TABLE_MAX_ROWS and not numeric:
         top = TABLE_MAX_ROWS
         click.echo(f"showing the {TABLE_MAX_ROWS:,} largest of {len(df):,} estimates "
                    "(--top N to choose, --format csv or json for all)", err=True)
     if top is not None:
-        df = largest(df, top)
+        df = top_series(df, top) if by else largest(df, top)
     emit(format_frame(df, fmt), output)
-    df = full
-    warning = (df.attrs.get("summary") or {}).get("warning")
+    warning = (full.attrs.get("summary") or {}).get("warning")
     if warning:
         click.echo(f"warning: {warning}", err=True)
     if plot_path:
-        from .plot import plot_estimates
+        from .plot import plot_estimates, plot_series
 
-        plot_estimates(df, plot_path, truth)
+        if by:
+            plot_series(full, plot_path, top or PLOT_MAX_SERIES, log_scale)
+        else:
+            plot_estimates(full, plot_path, truth, top=top or PLOT_MAX_VALUES, log_scale=log_scale)
+
+
+def check_source(db: str | None, postgres: str | None, url: str | None) -> str:
+    """Exactly one of --db, --postgres (LDPT_POSTGRES_DSN), --url: which one."""
+    given = [name for name, v in (("db", db), ("postgres", postgres), ("url", url)) if v]
+    if not given:
+        raise click.UsageError("give --db PATH (a SQLite store), --postgres DSN (or LDPT_POSTGRES_DSN) "
+                               "or --url URL (a collector)")
+    if len(given) > 1:
+        raise click.UsageError(f"use one of --db, --postgres and --url, not {' and '.join('--' + g for g in given)}"
+                               + (" (LDPT_POSTGRES_DSN is set)" if "postgres" in given else ""))
+    return given[0]
+
+
+def require_registry(metrics_file: str | None) -> str:
+    if metrics_file is None:
+        raise click.UsageError("give --metrics FILE (the metric registry)")
+    return metrics_file
+
+
+def local_estimate(reader: StoreReader, spec: MetricSpec, window: str | None, since: str | None,
+                   until: str | None, by: str | None, confidence: float, simultaneous: bool,
+                   consistent: bool, candidates: list[str] | None):
+    """The estimate (or with ``by`` the series) from a store, as the query API computes it."""
+    from estimators.frequency import estimate_frame  # scipy and pandas: only when estimating
+    from estimators.series import series_frame, windows_in_range
+
+    if by:
+        stored = reader.stored_windows(spec)
+        grid = windows_in_range([w.window for w in stored], since, until)
+        sketches = [(w, reader.load(spec, [w], None, None, allow_empty=True)) for w in grid]
+        return series_frame(spec, sketches, confidence=confidence, simultaneous=simultaneous,
+                            candidates=candidates)
+    sketch = reader.load(spec, [window] if window else None, since, until)
+    return estimate_frame(spec, sketch, confidence=confidence, simultaneous=simultaneous,
+                          consistent=consistent, candidates=candidates)
+
+
+def top_series(df, top: int):
+    """Rows of the ``top`` values with the largest estimate summed over the windows (attrs kept)."""
+    keep = top_values(df, top)
+    out = df[df["value"].isin(keep)]
+    out.attrs = dict(df.attrs)
+    return out
+
+
+def top_values(df, top: int) -> list:
+    """The ``top`` values of a series with the largest total estimate, largest first."""
+    totals = df.groupby("value", sort=False)["estimate"].sum(min_count=1).fillna(0.0)
+    return list(totals.sort_values(ascending=False, kind="stable").index[:top])
+
+
+def with_truth(df, truth_csv: str):
+    """A ``truth`` column from ``ldpt simulate --truth`` (counts, or a numeric metric's statistics)."""
+    import numpy as np
+
+    from .plot import read_statistics
+
+    out = df.copy()
+    if str(df.attrs.get("kind", "")).startswith("numeric"):
+        stats = read_statistics(truth_csv)
+        key = out["statistic"].where(out["statistic"] != "count", out.get("value", out["statistic"]))
+        out["truth"] = [stats.get(str(k), np.nan) for k in key]
+    else:
+        try:
+            values, counts = read_weights_csv(truth_csv)
+        except DistributionError as exc:
+            raise click.ClickException(str(exc)) from None
+        known = dict(zip(values, counts.astype(float)))
+        out["truth"] = [known.get(str(v), 0.0) for v in out["value"]]
+    out.attrs = dict(df.attrs)
+    return out
 
 
 def largest(df, top: int):
@@ -103,7 +199,7 @@ def largest(df, top: int):
 
 def remote_estimate(url: str, token_file: str | None, metrics_file: str | None, metric: str,
                     window: str | None, since: str | None, until: str | None, confidence: float,
-                    simultaneous: bool, consistent: bool, candidates: str | None):
+                    simultaneous: bool, consistent: bool, candidates: str | None, by: str | None = None):
     """Ask a collector's query API; the DataFrame it returns, as the local path would build it."""
     from .remote import fetch_estimates, frame_from_json, read_token
 
@@ -113,7 +209,7 @@ def remote_estimate(url: str, token_file: str | None, metrics_file: str | None, 
     cands = read_candidates(candidates, spec) if spec is not None else _read_lines(candidates)
     params = {"window": window, "since": since, "until": until, "confidence": repr(confidence),
               "simultaneous": "true" if simultaneous else None,
-              "consistent": "true" if consistent else None, "format": "json"}
+              "consistent": "true" if consistent else None, "by": by, "format": "json"}
     df = frame_from_json(fetch_estimates(url, metric, read_token(token_file), params, cands))
     served = df.attrs.get("fingerprint")
     if spec is not None and served and served != spec.fingerprint:
@@ -130,28 +226,81 @@ def _read_lines(path: str | None) -> list[str] | None:
     return list(dict.fromkeys(s for s in (line.strip() for line in lines) if s)) or None
 
 
-def load_sketch(spec: MetricSpec, db: str, windows: list[str] | None, since: str | None,
-                until: str | None):
-    """Merged sketch of the metric over the chosen windows; clear errors when there is none."""
-    store = open_store(db, create=False)
-    try:
-        proto = spec.protocol_impl
-        stored = store.windows(spec.name)
+class StoreReader:
+    """Read-only access to a SQLite file (``--db``) or a PostgreSQL store (``--postgres``).
+
+    The analysts' commands read the same sums the collector's query API reads; errors name
+    the store and say what to do.
+    """
+
+    def __init__(self, kind: str, where: str) -> None:
+        self.kind, self.where = kind, where
+        self._loop = None
+        if kind == "postgres":
+            import asyncio
+
+            from collector.storage.postgres import PostgresStore
+
+            self.label = "PostgreSQL store"
+            self._loop = asyncio.new_event_loop()
+            self._store = self._loop.run_until_complete(
+                PostgresStore.open(where, create=False, min_size=1, max_size=2))
+        else:
+            self.label = where
+            self._store = open_store(where, create=False)
+
+    def __enter__(self) -> StoreReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None:
+            self._loop.run_until_complete(self._store.aclose())
+            self._loop.close()
+        else:
+            self._store.close()
+
+    def _windows(self, metric: str) -> list[WindowInfo]:
+        if self._loop is not None:
+            return self._loop.run_until_complete(self._store.awindows(metric))
+        return self._store.windows(metric)
+
+    def stored_windows(self, spec: MetricSpec) -> list[WindowInfo]:
+        """The metric's stored windows under the registry's parameters (errors when there are none)."""
+        stored = self._windows(spec.name)
         if not stored:
-            raise EstimationError(f"{db}: no data for metric {spec.name!r}")
-        if not any(w.fingerprint == spec.fingerprint for w in stored):
+            raise EstimationError(f"{self.label}: no data for metric {spec.name!r}")
+        mine = [w for w in stored if w.fingerprint == spec.fingerprint]
+        if not mine:
             other = sorted({w.fingerprint[:12] for w in stored})
-            raise StoreError(f"{db}: metric {spec.name!r} was stored under other parameters "
+            raise StoreError(f"{self.label}: metric {spec.name!r} was stored under other parameters "
                              f"(fingerprint {', '.join(other)}; the registry now gives "
                              f"{spec.fingerprint[:12]}); estimates cannot mix them")
-        sketch = store.load(spec.name, spec.fingerprint, proto.new_sketch(), windows, since, until)
-    finally:
-        store.close()
-    if sketch.total_reports == 0:
-        what = f"window {windows[0]}" if windows else \
-            f"range {since or '...'} to {until or '...'}" if (since or until) else "the store"
-        raise EstimationError(f"{db}: no reports of {spec.name!r} in {what}")
-    return sketch
+        return mine
+
+    def load(self, spec: MetricSpec, windows: list[str] | None, since: str | None, until: str | None,
+             *, allow_empty: bool = False) -> Sketch:
+        """Merged sketch of the metric over the chosen windows (an error when it holds no reports,
+        unless ``allow_empty``: a series shows empty windows as n = 0)."""
+        if not allow_empty:
+            self.stored_windows(spec)
+        template = spec.protocol_impl.new_sketch()
+        if self._loop is not None:
+            sketch = self._loop.run_until_complete(
+                self._store.aload(spec.name, spec.fingerprint, template, windows, since, until))
+        else:
+            sketch = self._store.load(spec.name, spec.fingerprint, template, windows, since, until)
+        if sketch.total_reports == 0 and not allow_empty:
+            what = f"window {windows[0]}" if windows else \
+                f"range {since or '...'} to {until or '...'}" if (since or until) else "the store"
+            raise EstimationError(f"{self.label}: no reports of {spec.name!r} in {what}")
+        return sketch
+
+
+def load_sketch(spec: MetricSpec, db: str, windows: list[str] | None, since: str | None,
+                until: str | None) -> Sketch:
+    """Merged sketch of the metric over the chosen windows of a SQLite store."""
+    with StoreReader("db", db) as reader:
+        return reader.load(spec, windows, since, until)
 
 
 def read_candidates(path: str | None, spec: MetricSpec) -> list[str] | None:

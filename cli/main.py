@@ -20,6 +20,8 @@ from .common import LdptGroup
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "audit": ("cli.audit_cmd", "audit", "Play the best distinguishing attacker on METRIC's real reports; "
               "compare with e^eps/(1+e^eps)."),
+    "compare": ("cli.compare_cmd", "compare", "Compare METRIC between two windows: per value the change of "
+                "proportion, its interval, a p-value."),
     "demo": ("cli.demo_cmd", "demo", "Run a collector, drive CLIENTS simulated apps through the real SDK "
              "over HTTP, print estimates vs truth."),
     "estimate": ("cli.estimate_cmd", "estimate", "Estimate METRIC's frequencies with confidence intervals."),

@@ -9,7 +9,7 @@ import pandas as pd
 
 from estimators.formats import frame_to_csv, frame_to_json
 
-__all__ = ["format_frame", "frame_to_csv", "frame_to_json", "frame_to_table"]
+__all__ = ["compare_to_table", "format_compare", "format_frame", "frame_to_csv", "frame_to_json", "frame_to_table"]
 
 
 def frame_to_table(df: pd.DataFrame) -> str:
@@ -27,13 +27,15 @@ def frame_to_table(df: pd.DataFrame) -> str:
     shown = df.copy()
     if str(a.get("kind", "")).startswith("numeric"):
         return "\n".join(head + [_numeric_table(shown)]) + "\n"
-    for col in ("estimate", "raw_estimate", "std_err", "ci_low", "ci_high"):
+    for col in ("estimate", "raw_estimate", "std_err", "ci_low", "ci_high", "truth"):
         if col in shown:
-            shown[col] = shown[col].map(lambda v: f"{v:,.1f}")
+            shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:,.1f}")
     if "proportion" in shown:
-        shown["proportion"] = shown["proportion"].map(lambda v: f"{v:.4f}")
+        shown["proportion"] = shown["proportion"].map(lambda v: "" if pd.isna(v) else f"{v:.4f}")
     if "p_value" in shown:
-        shown["p_value"] = shown["p_value"].map(lambda v: f"{v:.2g}")
+        shown["p_value"] = shown["p_value"].map(lambda v: "" if pd.isna(v) else f"{v:.2g}")
+    if "n" in shown:  # a series: a window without reports shows no "detected"
+        shown["detected"] = [("" if n == 0 else str(d)) for d, n in zip(shown["detected"], shown["n"])]
     body = shown.to_string(index=False)
     return "\n".join(head + [body]) + "\n"
 
@@ -52,7 +54,7 @@ def format_number(v: object) -> str:
 
 def _numeric_table(shown: pd.DataFrame) -> str:
     """Rows of a numeric metric's frame (mean/sum/n, or buckets then mean and quantiles)."""
-    for col in ("estimate", "raw_estimate", "std_err", "ci_low", "ci_high"):
+    for col in ("estimate", "raw_estimate", "std_err", "ci_low", "ci_high", "truth"):
         if col in shown:
             shown[col] = shown[col].map(format_number)
     if "proportion" in shown:
@@ -62,6 +64,28 @@ def _numeric_table(shown: pd.DataFrame) -> str:
     if "detected" in shown:
         shown["detected"] = shown["detected"].map(lambda v: "" if v is None or pd.isna(v) else str(bool(v)))
     return shown.to_string(index=False)
+
+
+def compare_to_table(df: pd.DataFrame) -> str:
+    """`ldpt compare` as a table: a header naming A, B and the control, changed values marked."""
+    a = df.attrs
+    pct = a.get("scale") == "proportion"
+    head = (f"metric {a.get('metric')}  A {a.get('a')} (n {a.get('n_a')})  B {a.get('b')} (n {a.get('n_b')})  "
+            f"{'proportions' if pct else 'means'}  changed: {a.get('control')} at alpha {a.get('alpha'):.3g}  "
+            f"{100 * a.get('confidence', 0.95):.3g}% intervals{' (simultaneous)' if a.get('simultaneous') else ''}")
+    shown = df.copy()
+    number = (lambda v: f"{v:.5f}") if pct else format_number
+    for col in ("estimate_a", "estimate_b", "difference", "std_err", "ci_low", "ci_high"):
+        shown[col] = shown[col].map(number)
+    shown["p_value"] = shown["p_value"].map(lambda v: f"{v:.2g}")
+    shown["changed"] = shown["changed"].map(lambda v: "CHANGED" if v else "")
+    flagged = int(df["changed"].sum())
+    tail = f"{flagged} of {len(df)} changed" if flagged else f"no change detected among {len(df)}"
+    return "\n".join([head, shown.to_string(index=False), tail]) + "\n"
+
+
+def format_compare(df: pd.DataFrame, fmt: str) -> str:
+    return {"table": compare_to_table, "csv": frame_to_csv, "json": frame_to_json}[fmt](df)
 
 
 def format_frame(df: pd.DataFrame, fmt: str) -> str:

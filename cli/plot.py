@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 
-def plot_estimates(df: pd.DataFrame, path: str, truth_csv: str | None = None) -> None:
+def _pyplot():  # noqa: ANN202 - matplotlib is an optional extra
     try:
         import matplotlib
 
@@ -15,50 +15,122 @@ def plot_estimates(df: pd.DataFrame, path: str, truth_csv: str | None = None) ->
         import matplotlib.pyplot as plt
     except ImportError:
         raise click.ClickException("plotting needs matplotlib: pip install 'ldp-telemetry[plot]'") from None
+    return plt
+
+
+def plot_estimates(df: pd.DataFrame, path: str, truth_csv: str | None = None, *, top: int = 50,
+                   log_scale: bool = False) -> None:
+    """The ``top`` largest estimates, largest first, with intervals; detected values filled,
+    the others hollow; the truth as crosses when known. Histograms keep bucket order."""
+    plt = _pyplot()
     kind = df.attrs.get("kind")
     numeric_truth = read_statistics(truth_csv) if truth_csv and kind else {}
     if kind == "numeric-mean":
         _plot_mean(plt, df, path, numeric_truth)
         return
-    if kind == "numeric-histogram":  # the bucket rows; mean and quantiles are in the table
-        df = df[df["statistic"] == "count"]
+    if kind == "numeric-histogram":  # the bucket rows, in bucket order; mean and quantiles are in the table
+        shown = df[df["statistic"] == "count"]
         truth_csv = None
-    # a histogram is drawn whole (its range is the point), with at most ~50 tick labels;
-    # other metrics show their first 50 rows
-    shown = df if kind == "numeric-histogram" else df.head(50)
+    else:
+        shown = df.sort_values("estimate", ascending=False, kind="stable").head(top)
     x = np.arange(len(shown))
     fig, ax = plt.subplots(figsize=(min(20, max(6, 0.35 * len(shown) + 2)), 4.5))
     err = np.vstack([shown["estimate"] - shown["ci_low"], shown["ci_high"] - shown["estimate"]])
-    err = np.clip(err, 0, None)
+    err = np.clip(err.astype(float), 0, None)
     if kind == "numeric-histogram":
         ax.bar(x, shown["estimate"], yerr=err, capsize=3, alpha=0.6, label="estimate ± CI")
     else:
-        ax.errorbar(x, shown["estimate"], yerr=err, fmt="o", capsize=3, label="estimate ± CI")
+        detected = shown["detected"].to_numpy(bool) if "detected" in shown else np.zeros(len(shown), bool)
+        ax.errorbar(x, shown["estimate"], yerr=err, fmt="none", ecolor="tab:blue", capsize=3,
+                    label="confidence interval")
+        ax.scatter(x[detected], shown["estimate"][detected], color="tab:blue", zorder=3,
+                   label="estimate (detected)")
+        ax.scatter(x[~detected], shown["estimate"][~detected], facecolors="white",
+                   edgecolors="tab:blue", zorder=3, label="estimate (not detected)")
     if truth_csv:
         from estimators.simulation import read_weights_csv
 
         values, counts = read_weights_csv(truth_csv)
         truth = dict(zip(values, counts))
         ax.scatter(x, [truth.get(str(v), 0) for v in shown["value"]], marker="x", color="black",
-                   zorder=3, label="truth")
+                   zorder=4, label="truth")
     if numeric_truth:
         ax.scatter(x, [numeric_truth.get(str(v), np.nan) for v in shown["value"]], marker="x",
-                   color="black", zorder=3, label="truth")
-    step = max(1, -(-len(shown) // 50))
+                   color="black", zorder=4, label="truth")
+    step = max(1, -(-len(shown) // 50))   # a histogram is drawn whole, with at most ~50 tick labels
     ax.set_xticks(x[::step], [str(v) for v in shown["value"]][::step], rotation=60, ha="right", fontsize=8)
     a = df.attrs
+    more = "" if kind == "numeric-histogram" or len(df) <= len(shown) else \
+        f" — largest {len(shown)} of {len(df)} values"
     ax.set_title(f"{a.get('metric')} — {a.get('protocol')}, ε={a.get('epsilon', float('nan')):.3g}, "
-                 f"n={a.get('n_reports')}, {100 * a.get('confidence', 0.95):.0f}% intervals")
-    ax.set_ylabel("count")
-    ax.axhline(0, color="grey", lw=0.5)
-    ax.legend()
+                 f"n={a.get('n_reports')}, {100 * a.get('confidence', 0.95):.0f}% intervals{more}",
+                 fontsize=9)
+    ax.set_xlabel("bucket" if kind == "numeric-histogram" else "value (largest estimate first)")
+    _count_axis(ax, log_scale)
+    ax.legend(fontsize=8)
+    _save(plt, fig, path)
+
+
+def _count_axis(ax, log_scale: bool) -> None:  # noqa: ANN001
+    ax.set_ylabel("estimated count (reports)" + (", log scale" if log_scale else ""))
+    if log_scale:  # estimates may be ≤ 0 (unbiased noise): the log axis shows the positive part
+        ax.set_yscale("symlog", linthresh=1.0)
+        ax.set_ylim(bottom=0)
+    else:
+        ax.axhline(0, color="grey", lw=0.5)
+
+
+def plot_series(df: pd.DataFrame, path: str, top: int, log_scale: bool = False) -> None:
+    """A series (``--by window``): one line per value of the ``top`` values by total, its
+    interval band, and the window's n as grey bars on a secondary axis. A mean metric draws
+    its mean. Windows without reports break the lines (no estimate is invented)."""
+    plt = _pyplot()
+    mean = df.attrs.get("kind") == "numeric-mean"
+    if mean:
+        rows = df[df["statistic"] == "mean"].assign(value="mean")
+    elif df.attrs.get("kind") == "numeric-histogram":
+        rows = df[df["statistic"] == "count"]
+    else:
+        rows = df
+    totals = rows.groupby("value", sort=False)["estimate"].sum(min_count=1).fillna(0.0)
+    values = list(totals.sort_values(ascending=False, kind="stable").index[:top])
+    windows = list(dict.fromkeys(df["window"]))
+    x = np.arange(len(windows))
+    fig, ax = plt.subplots(figsize=(max(7, 0.3 * len(windows) + 3), 4.8))
+    per_window = df.drop_duplicates("window").set_index("window")["n"].reindex(windows)
+    ax2 = ax.twinx()
+    ax2.bar(x, per_window.to_numpy(float), color="lightgrey", alpha=0.5, width=0.8, label="n (reports)")
+    ax2.set_ylabel("reports in the window (n)")
+    ax.set_zorder(ax2.get_zorder() + 1)
+    ax.patch.set_visible(False)
+    for value in values:
+        r = rows[rows["value"] == value].set_index("window").reindex(windows)
+        line, = ax.plot(x, r["estimate"].to_numpy(float), marker="o", ms=3, label=str(value))
+        low, high = r["ci_low"].to_numpy(float), r["ci_high"].to_numpy(float)
+        ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, lw=0)
+        ax.vlines(x, low, high, color=line.get_color(), alpha=0.5, lw=1)  # a lone window's interval too
+    step = max(1, len(windows) // 15)
+    ax.set_xticks(x[::step], windows[::step], rotation=45, ha="right", fontsize=8)
+    ax.set_xlabel("window")
+    if mean:
+        lo, hi = df.attrs.get("range", [np.nan, np.nan])
+        ax.set_ylabel(f"mean (range [{lo:g}, {hi:g}])")
+    else:
+        _count_axis(ax, log_scale)
+    a = df.attrs
+    what = "" if mean or len(totals) <= len(values) else f" — {len(values)} of {len(totals)} values by total"
+    ax.set_title(f"{a.get('metric')} by window — {a.get('protocol')}, ε={a.get('epsilon', float('nan')):.3g}, "
+                 f"{100 * a.get('confidence', 0.95):.0f}% bands{what}", fontsize=9)
+    handles, labels = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(handles + h2, labels + l2, fontsize=8, loc="upper left", bbox_to_anchor=(1.2, 1))
     _save(plt, fig, path)
 
 
 def _save(plt, fig, path: str) -> None:  # noqa: ANN001 - matplotlib is an optional extra
     fig.tight_layout()
     try:
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")  # keeps a legend placed outside the axes
     except OSError as exc:
         raise click.ClickException(f"{path}: cannot write the plot ({exc.strerror or exc})") from None
     finally:

@@ -41,6 +41,7 @@ from .config import ServeConfig, read_tokens
 from .ingest import BatchDecoder
 from .problems import Problem
 from .telemetry import Telemetry
+from .ui import UI_ROUTES, setup_ui
 
 log = logging.getLogger("ldpt.collector")
 
@@ -50,6 +51,8 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("GET", "/v1/registry"),
     ("GET", "/v1/metrics/{name}/estimates"),
     ("POST", "/v1/metrics/{name}/estimates"),
+    ("GET", "/v1/metrics/{name}/compare"),
+    *UI_ROUTES,
     ("GET", "/healthz"),
     ("GET", "/readyz"),
     ("GET", "/metrics"),
@@ -124,6 +127,8 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
     app.router.add_get("/v1/registry", get_registry)
     app.router.add_get("/v1/metrics/{name}/estimates", get_estimates)
     app.router.add_post("/v1/metrics/{name}/estimates", get_estimates)
+    app.router.add_get("/v1/metrics/{name}/compare", get_compare)
+    setup_ui(app, STATE)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
@@ -282,6 +287,11 @@ async def get_estimates(request: web.Request) -> web.Response:
     state = request.app[STATE]
     return await query.estimates(request, state.registry, state.store, state.tokens,
                                  state.config.min_reports)
+
+
+async def get_compare(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    return await query.compare(request, state.registry, state.store, state.tokens, state.config.min_reports)
 
 
 async def healthz(request: web.Request) -> web.Response:

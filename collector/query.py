@@ -23,13 +23,16 @@ from client_sdk.errors import EstimationError, LdptError
 from client_sdk.registry import Kind, Registry
 from collector.storage.aio import AsyncSketchStore
 from collector.storage.base import canonical_window, date_filter_ok
+from estimators.compare import compare_frame
 from estimators.formats import frame_to_csv, frame_to_json
 from estimators.frequency import estimate_frame
+from estimators.series import series_frame, windows_in_range
 
 from .problems import Problem
 
-QUERY_FIELDS = ("window", "since", "until", "confidence", "simultaneous", "consistent", "candidates",
+QUERY_FIELDS = ("window", "since", "until", "by", "confidence", "simultaneous", "consistent", "candidates",
                 "format")
+COMPARE_FIELDS = ("a", "b", "confidence", "alpha", "control", "simultaneous", "format")
 FORMATS = {"json": "application/json", "csv": "text/csv"}
 MAX_CANDIDATES = 100_000
 #: Largest JSON body of a POST query: room for MAX_CANDIDATES strings of ~150 bytes. Read only
@@ -100,6 +103,13 @@ def parse_query(params: Mapping[str, Any], accept: str = "") -> dict[str, Any]:
         raise Problem("invalid-query", f"confidence={params.get('confidence')!r}: use a number "
                       "between 0 and 1", field="confidence")
     out["confidence"] = confidence
+    by = params.get("by")
+    if by not in (None, "window"):
+        raise Problem("invalid-query", f"by={by!r}: the only grouping is by=window", field="by")
+    if by is not None and (window is not None or out["consistent"]):
+        raise Problem("invalid-query", "by=window draws a series over since/until: leave window and "
+                      "consistent out", field="by")
+    out["by"] = by
     candidates = params.get("candidates")
     if candidates is not None:
         if isinstance(candidates, str):
@@ -110,12 +120,55 @@ def parse_query(params: Mapping[str, Any], accept: str = "") -> dict[str, Any]:
             raise Problem("invalid-query", f"at most {MAX_CANDIDATES} candidates", field="candidates")
         candidates = list(dict.fromkeys(c for c in candidates if c))
     out["candidates"] = candidates
+    out["format"] = _format(params, accept)
+    return out
+
+
+def _format(params: Mapping[str, Any], accept: str) -> str:
     fmt = params.get("format")
     if fmt is None:
         fmt = "csv" if "text/csv" in accept else "json"
     if not isinstance(fmt, str) or fmt not in FORMATS:
         raise Problem("invalid-query", f"format={fmt!r}: use json or csv", field="format")
-    out["format"] = fmt
+    return fmt
+
+
+def _side(name: str, value: Any) -> dict[str, Any]:
+    """``a``/``b`` of a comparison: one window, or an inclusive range ``D1..D2``, as load arguments."""
+    if not isinstance(value, str) or not value:
+        raise Problem("invalid-query", f"give {name}=WINDOW or {name}=D1..D2", field=name)
+    first, sep, last = value.partition("..")
+    if not sep:
+        return {"windows": [_day(name, value, True)], "since": None, "until": None, "label": value}
+    since, until = _day(name, first, False), _day(name, last, False)
+    if since > until:
+        raise Problem("invalid-query", f"{name}={value!r}: the range ends before it starts", field=name)
+    return {"windows": None, "since": since, "until": until, "label": f"{since}..{until}"}
+
+
+def parse_compare(params: Mapping[str, Any], accept: str = "") -> dict[str, Any]:
+    """Validate the fields of ``GET /v1/metrics/{name}/compare``."""
+    unknown = sorted(set(params) - set(COMPARE_FIELDS))
+    if unknown:
+        raise Problem("invalid-query", f"unknown parameter {unknown[0]!r} (allowed: "
+                      f"{', '.join(COMPARE_FIELDS)})", field=unknown[0])
+    out: dict[str, Any] = {"a": _side("a", params.get("a")), "b": _side("b", params.get("b")),
+                           "simultaneous": _flag("simultaneous", params.get("simultaneous", False)),
+                           "format": _format(params, accept)}
+    for name, default in (("confidence", 0.95), ("alpha", 0.05)):
+        try:
+            level = float(params.get(name, default))
+        except (TypeError, ValueError):
+            level = math.nan
+        if not 0 < level < 1:
+            raise Problem("invalid-query", f"{name}={params.get(name)!r}: use a number between 0 and 1",
+                          field=name)
+        out[name] = level
+    control = params.get("control", "fwer")
+    if control not in ("fwer", "fdr"):
+        raise Problem("invalid-query", f"control={control!r}: use fwer (Holm) or fdr "
+                      "(Benjamini-Hochberg)", field="control")
+    out["control"] = control
     return out
 
 
@@ -174,15 +227,18 @@ async def estimates(request: web.Request, registry: Registry, store: AsyncSketch
                     tokens: Sequence[bytes], min_reports: int) -> web.Response:
     """Handler body: auth, parse, load, refuse small windows, estimate, format."""
     check_bearer(request.headers.get("Authorization"), tokens)
-    name = request.match_info["name"]
-    spec = registry.metrics.get(name)
-    if spec is None:
-        raise Problem("unknown-metric", f"unknown metric {name[:100]!r} (known: "
-                      f"{', '.join(sorted(registry.metrics))})", status=404, metric=name[:100])
+    spec = metric_spec(registry, request.match_info["name"])
     q = await query_params(request)
+    return _respond(await estimate_df(spec, store, q, min_reports), q["format"])
+
+
+async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], min_reports: int) -> Any:
+    """The estimate (or with ``by=window`` the series) DataFrame of parsed query ``q``."""
     if q["candidates"] is not None and spec.kind is not Kind.STRING:
         raise Problem("invalid-query", "candidates are only for string metrics", field="candidates")
     proto = spec.protocol_impl
+    if q["by"]:
+        return await _series(spec, store, q, min_reports)
     try:
         sketch = await store.aload(spec.name, spec.fingerprint, proto.new_sketch(), q["windows"],
                                    q["since"], q["until"])
@@ -202,10 +258,92 @@ async def estimates(request: web.Request, registry: Registry, store: AsyncSketch
     run = functools.partial(estimate_frame, spec, sketch, confidence=q["confidence"],
                             simultaneous=q["simultaneous"], consistent=q["consistent"],
                             candidates=q["candidates"])
-    try:  # CPU-bound (RAPPOR decoding may take seconds): off the event loop
-        df = await asyncio.get_running_loop().run_in_executor(None, run)
-    except EstimationError as exc:
-        raise Problem("estimation-error", str(exc), metric=spec.name) from None
-    if q["format"] == "csv":
+    return await _off_loop(run, spec.name)  # CPU-bound (RAPPOR decoding may take seconds)
+
+
+def _respond(df: Any, fmt: str) -> web.Response:
+    if fmt == "csv":
         return web.Response(text=frame_to_csv(df), content_type="text/csv")
     return web.Response(text=frame_to_json(df), content_type="application/json")
+
+
+def metric_spec(registry: Registry, name: str) -> Any:
+    """The registry's metric ``name``, or the 404 ``unknown-metric`` problem."""
+    spec = registry.metrics.get(name)
+    if spec is None:
+        raise Problem("unknown-metric", f"unknown metric {name[:100]!r} (known: "
+                      f"{', '.join(sorted(registry.metrics))})", status=404, metric=name[:100])
+    return spec
+
+
+async def _off_loop(fn: Any, metric: str) -> Any:
+    """Run a CPU-bound estimate off the event loop; estimation errors become problems."""
+    try:
+        return await asyncio.get_running_loop().run_in_executor(None, fn)
+    except EstimationError as exc:
+        raise Problem("estimation-error", str(exc), metric=metric) from None
+
+
+async def _series(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], min_reports: int) -> Any:
+    """``by=window``: every window of the range, each estimated alone (estimators.series).
+
+    A window with fewer than ``min_reports`` reports (but some) is refused like a single
+    estimate would be: publishing its estimate would undercut the threshold."""
+    try:
+        stored = [w.window for w in await store.awindows(spec.name) if w.fingerprint == spec.fingerprint]
+    except LdptError as exc:
+        raise Problem.from_error(exc) from None
+    if not stored:
+        raise Problem("no-data", f"no reports of {spec.name!r} under the registry's parameters",
+                      metric=spec.name)
+    try:
+        grid = windows_in_range(stored, q["since"], q["until"])
+    except EstimationError as exc:
+        raise Problem("invalid-query", str(exc), field="since") from None
+    try:
+        sketches = [(w, await store.aload(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch(), [w]))
+                    for w in grid]
+    except LdptError as exc:
+        raise Problem.from_error(exc) from None
+    small = [(w, s.total_reports) for w, s in sketches if 0 < s.total_reports < min_reports]
+    if small:
+        raise Problem("too-few-reports", f"{small[0][1]} reports of {spec.name!r} in window {small[0][0]}; "
+                      f"this collector publishes estimates only from {min_reports} reports per window "
+                      "(a series shows each window)", metric=spec.name, reports=small[0][1],
+                      min_reports=min_reports)
+    run = functools.partial(series_frame, spec, sketches, confidence=q["confidence"],
+                            simultaneous=q["simultaneous"], candidates=q["candidates"])
+    return await _off_loop(run, spec.name)
+
+
+async def compare(request: web.Request, registry: Registry, store: AsyncSketchStore,
+                  tokens: Sequence[bytes], min_reports: int) -> web.Response:
+    """``GET /v1/metrics/{name}/compare?a=...&b=...``: what ``ldpt compare`` prints."""
+    check_bearer(request.headers.get("Authorization"), tokens)
+    spec = metric_spec(registry, request.match_info["name"])
+    params = {k: request.query.getone(k) for k in request.query}
+    q = parse_compare(params, request.headers.get("Accept", ""))
+    return _respond(await compare_df(spec, store, q, min_reports), q["format"])
+
+
+async def compare_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], min_reports: int) -> Any:
+    """The comparison DataFrame of parsed compare query ``q`` (both sides checked like estimates)."""
+    sketches = []
+    for side in ("a", "b"):
+        s = q[side]
+        try:
+            sketch = await store.aload(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch(),
+                                       s["windows"], s["since"], s["until"])
+        except LdptError as exc:
+            raise Problem.from_error(exc) from None
+        if sketch.total_reports == 0:
+            raise Problem("no-data", f"no reports of {spec.name!r} in {s['label']}", metric=spec.name)
+        if sketch.total_reports < min_reports:
+            raise Problem("too-few-reports", f"{sketch.total_reports} reports of {spec.name!r} in "
+                          f"{s['label']}; this collector publishes estimates only from {min_reports} "
+                          "reports", metric=spec.name, reports=sketch.total_reports, min_reports=min_reports)
+        sketches.append(sketch)
+    run = functools.partial(compare_frame, spec, sketches[0], sketches[1], label_a=q["a"]["label"],
+                            label_b=q["b"]["label"], confidence=q["confidence"],
+                            simultaneous=q["simultaneous"], alpha=q["alpha"], control=q["control"])
+    return await _off_loop(run, spec.name)

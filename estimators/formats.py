@@ -24,11 +24,42 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+#: What each output column measures (docs/guide-analysts.md, "Output columns"); JSON output
+#: carries the entries of its columns as ``meta.columns`` so a reader never guesses the scale.
+COLUMN_SCALES = {
+    "window": "window label (UTC day YYYY-MM-DD or hour YYYY-MM-DDTHH)",
+    "value": "value of the metric's domain (or bucket label)",
+    "statistic": "row kind of a numeric metric (count = a bucket, or mean, sum, n, p10 ... p99)",
+    "estimate": "count (reports holding the value), or the statistic in the metric's units",
+    "raw_estimate": "count, unbiased, before post-processing",
+    "proportion": "proportion of the reports (estimate / n), in [0, 1] up to noise",
+    "std_err": "standard error of estimate (same scale as estimate)",
+    "ci_low": "lower confidence bound of estimate (same scale)",
+    "ci_high": "upper confidence bound of estimate (same scale)",
+    "p_value": "one-sided p-value of 'count = 0'",
+    "detected": "count > 0 under the multiple-testing control (fwer = Holm, fdr = Benjamini-Hochberg)",
+    "truth": "count in the true population (--truth), same scale as estimate",
+    "n": "reports in the window",
+    "estimate_a": "proportion (or mean) in A",
+    "estimate_b": "proportion (or mean) in B",
+    "difference": "estimate_b - estimate_a (proportion, or the metric's units for a mean)",
+    "changed": "difference != 0 under the multiple-testing control (fwer = Holm, fdr = Benjamini-Hochberg)",
+}
+
+
 def frame_to_json(df: pd.DataFrame) -> str:
-    """{"meta": attrs, "estimates": [rows]} — the JSON shape of CLI and collector alike."""
+    """{"meta": attrs, "estimates": [rows]} — the JSON shape of CLI and collector alike.
+
+    Floats are written with Python's shortest round-tripping repr (``json`` does), so a
+    reader gets back exactly the float computed; ``meta.columns`` names each column's scale.
+    """
     rows = [{k: _jsonable(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
-    return json.dumps({"meta": _jsonable(dict(df.attrs)), "estimates": rows}, indent=2) + "\n"
+    meta = dict(df.attrs, columns={c: COLUMN_SCALES[c] for c in df.columns if c in COLUMN_SCALES})
+    return json.dumps({"meta": _jsonable(meta), "estimates": rows}, indent=2) + "\n"
 
 
 def frame_to_csv(df: pd.DataFrame) -> str:
-    return df.to_csv(index=False, float_format="%.6g")
+    """CSV whose floats round-trip exactly: each is written as the shortest decimal that parses
+    back to the same float64 (Python's ``repr``; pandas' default), never rounded for display.
+    NaN (a window without reports, an untestable value) is an empty field."""
+    return df.to_csv(index=False, lineterminator="\n")

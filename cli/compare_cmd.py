@@ -1,0 +1,114 @@
+"""`ldpt compare`: did METRIC change between two windows (or two ranges)? Per-value tests."""
+
+from __future__ import annotations
+
+import click
+
+from .common import emit, load_metric, output_options
+from .estimate_cmd import StoreReader, check_source, require_registry, store_options
+from .simulate_cmd import validate_day
+
+CONTROL_HELP = ("Multiple-testing control of 'changed': fwer = Holm (chance of any false flag <= alpha), "
+                "fdr = Benjamini-Hochberg.")
+
+
+def _range(text: str | None, what: str) -> tuple[str, str] | None:
+    """``D1..D2`` (inclusive days) as a (since, until) pair."""
+    if text is None:
+        return None
+    from collector.storage.base import canonical_window
+
+    first, sep, last = text.partition("..")
+    days = [canonical_window(d.strip(), hour_ok=False) for d in (first, last)] if sep else []
+    if not sep or not all(days) or days[0] > days[1]:
+        raise click.BadParameter(f"{text!r}: give FIRST..LAST, two days YYYY-MM-DD in order",
+                                 param_hint=what)
+    return days[0], days[1]  # type: ignore[return-value]
+
+
+@click.command()
+@store_options
+@click.option("--window", callback=validate_day, default=None, help="Window A (YYYY-MM-DD, or YYYY-MM-DDTHH on an hourly store).")
+@click.option("--against", callback=validate_day, default=None, help="Window B (as --window), compared with A.")
+@click.option("--range", "range_a", default=None, metavar="D1..D2", help="Instead of --window: range A.")
+@click.option("--against-range", "range_b", default=None, metavar="D1..D2",
+              help="Instead of --against: range B.")
+@click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              default=0.95, show_default=True, help="Confidence level of the difference intervals.")
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
+              show_default=True, help="Level of the tests behind 'changed'.")
+@click.option("--control", type=click.Choice(["fwer", "fdr"]), default="fwer", show_default=True,
+              help=CONTROL_HELP)
+@click.option("--simultaneous", is_flag=True, help="Bonferroni intervals that hold for all values at once.")
+@output_options
+def compare(metrics_file: str | None, metric: str, db: str | None, postgres: str | None, url: str | None,
+            token_file: str | None, window: str | None, against: str | None, range_a: str | None,
+            range_b: str | None, confidence: float, alpha: float, control: str, simultaneous: bool,
+            fmt: str, output: str | None) -> None:
+    """Compare METRIC between two windows: per value the change of proportion, its interval, a p-value."""
+    from .output import format_compare
+
+    source = check_source(db, postgres, url)
+    a = _side(window, _range(range_a, "--range"), "--window", "--range")
+    b = _side(against, _range(range_b, "--against-range"), "--against", "--against-range")
+    if url is not None:
+        df = remote_compare(url, token_file, metric, a, b, confidence, alpha, control, simultaneous)
+        spec = load_metric(metrics_file, metric)[1] if metrics_file else None
+        if spec is not None and df.attrs.get("fingerprint") != spec.fingerprint:
+            raise click.ClickException(f"{url}: the collector's metric {metric!r} has fingerprint "
+                                       f"{df.attrs.get('fingerprint')}, but {metrics_file} gives "
+                                       f"{spec.fingerprint}; the registries differ")
+    else:
+        from estimators.compare import compare_frame
+
+        spec = load_metric(require_registry(metrics_file), metric)[1]
+        with StoreReader(source, db or postgres or "") as reader:
+            sketch_a, sketch_b = (reader.load(spec, *_load_args(side)) for side in (a, b))
+        df = compare_frame(spec, sketch_a, sketch_b, label_a=_label(a), label_b=_label(b),
+                           confidence=confidence, simultaneous=simultaneous, alpha=alpha, control=control)
+    emit(format_compare(df, fmt), output)
+
+
+def _side(window: str | None, rng: tuple[str, str] | None, w_opt: str, r_opt: str) -> str | tuple[str, str]:
+    if (window is None) == (rng is None):
+        raise click.UsageError(f"give {w_opt} DAY or {r_opt} D1..D2 (one of them)")
+    return window if window is not None else rng  # type: ignore[return-value]
+
+
+def _load_args(side: str | tuple[str, str]) -> tuple[list[str] | None, str | None, str | None]:
+    return ([side], None, None) if isinstance(side, str) else (None, side[0], side[1])
+
+
+def _label(side: str | tuple[str, str]) -> str:
+    return side if isinstance(side, str) else f"{side[0]}..{side[1]}"
+
+
+def remote_compare(url: str, token_file: str | None, metric: str, a: str | tuple[str, str],
+                   b: str | tuple[str, str], confidence: float, alpha: float, control: str,
+                   simultaneous: bool):
+    """The collector's ``/v1/metrics/{name}/compare`` answer as a DataFrame."""
+    import json
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    from .remote import REQUEST_TIMEOUT, RemoteError, _problem_detail, frame_from_json, read_token
+
+    if token_file is None:
+        raise click.UsageError("--url needs --token-file FILE (the collector's query token)")
+    params = {"a": _label(a), "b": _label(b), "confidence": repr(confidence), "alpha": repr(alpha),
+              "control": control, "simultaneous": "true" if simultaneous else None, "format": "json"}
+    query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+    endpoint = f"{url.rstrip('/')}/v1/metrics/{urllib.parse.quote(metric, safe='')}/compare?{query}"
+    req = urllib.request.Request(endpoint, headers={"Authorization": f"Bearer {read_token(token_file)}",
+                                                    "Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT) as resp:
+            doc = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        raise RemoteError(f"{url}: HTTP {exc.code}: {_problem_detail(exc.code, exc.read())}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise RemoteError(f"{url}: cannot reach the collector ({getattr(exc, 'reason', exc)})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("estimates"), list):
+        raise RemoteError(f"{url}: the answer is not a comparison document")
+    return frame_from_json(doc)

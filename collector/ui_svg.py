@@ -1,0 +1,219 @@
+"""Server-side SVG charts of the dashboard (collector/ui.py): no JavaScript charting library.
+
+Three charts, each drawn from the same DataFrame the query API serialises, so a chart never
+shows a number the API would not give:
+
+- ``estimates_svg``: one window's values, largest first, as a point and its interval bar on
+  the proportion scale (detected values filled, others hollow);
+- ``series_svg``: the proportion of the top values per window with interval bands, and the
+  window's n as grey bars on a secondary axis (empty windows break the lines);
+- ``compare_svg``: per value the change of proportion B − A with its interval around zero,
+  changed values in red.
+
+Only presentation attributes are used (no ``style``), so the dashboard's Content-Security-Policy
+can forbid inline styles; every label is XML-escaped.
+"""
+
+from __future__ import annotations
+
+import math
+from xml.sax.saxutils import escape, quoteattr
+
+import numpy as np
+import pandas as pd
+
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+FONT = 'font-family="system-ui, sans-serif" font-size="11"'
+#: Rows of a bar chart (the table under it lists them all).
+MAX_ROWS = 25
+
+__all__ = ["compare_svg", "estimates_svg", "series_svg"]
+
+
+def _fmt(v: float) -> str:
+    if not math.isfinite(v):
+        return ""
+    if v == 0:
+        return "0"
+    a = abs(v)
+    return f"{v:.0f}" if a >= 1000 else f"{v:.3g}" if a >= 0.001 else f"{v:.1e}"
+
+
+def _ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """Round tick values covering [lo, hi]."""
+    if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
+        hi = lo + 1.0
+    raw = (hi - lo) / count
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    start = math.floor(lo / step) * step
+    return [start + i * step for i in range(int(math.ceil((hi - start) / step)) + 1)]
+
+
+def _svg(width: int, height: int, body: list[str], title: str) -> str:
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" role="img" aria-label={quoteattr(title)} {FONT}>'
+            f'<title>{escape(title)}</title><rect width="{width}" height="{height}" fill="#ffffff"/>'
+            + "".join(body) + "</svg>")
+
+
+def _interval_rows(labels: list[str], mid: np.ndarray, low: np.ndarray, high: np.ndarray,
+                   filled: np.ndarray, axis_title: str, title: str, colour_on: str,
+                   colour_off: str, zero_line: bool) -> str:
+    """Horizontal rows: label, interval bar and point, on a shared x axis."""
+    n = len(labels)
+    left, right, top, row = 170, 30, 40, 22
+    width, height = 760, top + row * max(n, 1) + 50
+    finite = np.concatenate([v[np.isfinite(v)] for v in (mid, low, high)] + [np.zeros(1)])
+    ticks = _ticks(float(finite.min()), float(finite.max()))
+    lo, hi = ticks[0], ticks[-1]
+    plot_w = width - left - right
+
+    def xpos(v: float) -> float:
+        return left + (v - lo) / (hi - lo) * plot_w
+
+    body = [f'<text x="{left}" y="20" font-size="13" font-weight="bold">{escape(title)}</text>']
+    for t in ticks:
+        x = xpos(t)
+        body.append(f'<line x1="{x:.1f}" y1="{top - 6}" x2="{x:.1f}" y2="{top + row * n}" stroke="#e5e5e5"/>'
+                    f'<text x="{x:.1f}" y="{top + row * n + 16}" text-anchor="middle" fill="#444">'
+                    f'{escape(_fmt(t))}</text>')
+    if zero_line:
+        body.append(f'<line x1="{xpos(0):.1f}" y1="{top - 6}" x2="{xpos(0):.1f}" y2="{top + row * n}" '
+                    'stroke="#555" stroke-width="1.2"/>')
+    for i, label in enumerate(labels):
+        y = top + row * i + row / 2
+        colour = colour_on if filled[i] else colour_off
+        short = label if len(label) <= 24 else label[:23] + "…"
+        body.append(f'<text x="{left - 8}" y="{y + 4:.1f}" text-anchor="end">{escape(short)}</text>')
+        if math.isfinite(low[i]) and math.isfinite(high[i]):
+            body.append(f'<line x1="{xpos(low[i]):.1f}" y1="{y:.1f}" x2="{xpos(high[i]):.1f}" y2="{y:.1f}" '
+                        f'stroke="{colour}" stroke-width="3" stroke-linecap="round" opacity="0.55"/>')
+        if math.isfinite(mid[i]):
+            fill = colour if filled[i] else "#ffffff"
+            body.append(f'<circle class="point" cx="{xpos(mid[i]):.1f}" cy="{y:.1f}" r="4.5" fill="{fill}" '
+                        f'stroke="{colour}" stroke-width="1.5"><title>{escape(label)}: {escape(_fmt(mid[i]))} '
+                        f'[{escape(_fmt(low[i]))}, {escape(_fmt(high[i]))}]</title></circle>')
+    body.append(f'<text x="{left + plot_w / 2:.1f}" y="{height - 8}" text-anchor="middle" fill="#222">'
+                f'{escape(axis_title)}</text>')
+    return _svg(width, height, body, title)
+
+
+def estimates_svg(df: pd.DataFrame) -> str:
+    """One estimate frame (frequency, histogram or mean) as interval rows, largest first."""
+    a = df.attrs
+    kind = a.get("kind")
+    conf = f"{100 * a.get('confidence', 0.95):.3g}% intervals"
+    if kind == "numeric-mean":
+        r = df[df["statistic"] == "mean"]
+        lo, hi = a.get("range", [0, 1])
+        return _interval_rows(["mean"], r["estimate"].to_numpy(float), r["ci_low"].to_numpy(float),
+                              r["ci_high"].to_numpy(float), np.ones(1, bool),
+                              f"mean, range [{_fmt(lo)}, {_fmt(hi)}]", f"{a.get('metric')}: mean, {conf}",
+                              PALETTE[0], PALETTE[0], zero_line=False)
+    rows = df[df["statistic"] == "count"] if kind == "numeric-histogram" else \
+        df.sort_values("estimate", ascending=False, kind="stable")
+    rows = rows.head(MAX_ROWS)
+    n = float(a.get("n_reports") or 1)
+    more = f" (largest {len(rows)} of {len(df)})" if kind != "numeric-histogram" and len(df) > len(rows) else ""
+    return _interval_rows([str(v) for v in rows["value"]], rows["estimate"].to_numpy(float) / n,
+                          rows["ci_low"].to_numpy(float) / n, rows["ci_high"].to_numpy(float) / n,
+                          rows["detected"].to_numpy(bool), "proportion of reports (estimate / n)",
+                          f"{a.get('metric')}: n = {int(n):,}, {conf}{more}", PALETTE[0], "#9fb7cf",
+                          zero_line=True)
+
+
+def compare_svg(df: pd.DataFrame) -> str:
+    """A comparison frame: differences B − A with intervals, changed values in red."""
+    a = df.attrs
+    order = np.argsort(-np.abs(df["difference"].to_numpy(float)), kind="stable")[:MAX_ROWS]
+    rows = df.iloc[order]
+    scale = "proportion" if a.get("scale") == "proportion" else "mean"
+    more = f" (largest {len(rows)} of {len(df)} changes)" if len(df) > len(rows) else ""
+    return _interval_rows([str(v) for v in rows["value"]], rows["difference"].to_numpy(float),
+                          rows["ci_low"].to_numpy(float), rows["ci_high"].to_numpy(float),
+                          rows["changed"].to_numpy(bool), f"change of {scale}: B − A",
+                          f"{a.get('metric')}: {a.get('b')} vs {a.get('a')}{more}", "#d62728", "#7f7f7f",
+                          zero_line=True)
+
+
+def series_svg(df: pd.DataFrame, top: int = 5) -> str:
+    """A series frame: lines with interval bands for the ``top`` values, n per window as bars."""
+    a = df.attrs
+    if a.get("kind") == "numeric-mean":
+        rows, scale, axis = df[df["statistic"] == "mean"].assign(value="mean"), False, "mean"
+    else:
+        rows = df[df["statistic"] == "count"] if "statistic" in df else df
+        scale, axis = True, "proportion of the window's reports"
+    windows = list(dict.fromkeys(df["window"]))
+    n_per = df.drop_duplicates("window").set_index("window")["n"].reindex(windows).to_numpy(float)
+    totals = rows.groupby("value", sort=False)["estimate"].sum(min_count=1).fillna(0.0)
+    values = list(totals.sort_values(ascending=False, kind="stable").index[:top])
+    left, right, top_m, bottom = 60, 170, 36, 70
+    width, height = 900, 380
+    pw, ph = width - left - right, height - top_m - bottom
+    lines = []
+    for value in values:
+        r = rows[rows["value"] == value].set_index("window").reindex(windows)
+        div = np.where(n_per > 0, n_per, np.nan) if scale else np.ones(len(windows))
+        lines.append((str(value), *(r[c].to_numpy(float) / div for c in ("estimate", "ci_low", "ci_high"))))
+    allv = np.concatenate([np.concatenate(x[1:]) for x in lines] + [np.zeros(1)])
+    ticks = _ticks(float(np.nanmin(allv)), float(np.nanmax(allv)))
+    lo, hi = ticks[0], ticks[-1]
+    nmax = float(np.nanmax(n_per)) if len(n_per) and np.nanmax(n_per) > 0 else 1.0
+    step_x = pw / max(len(windows), 1)
+
+    def xpos(i: int) -> float:
+        return left + step_x * (i + 0.5)
+
+    def ypos(v: float) -> float:
+        return top_m + ph - (v - lo) / (hi - lo) * ph
+
+    body = [f'<text x="{left}" y="20" font-size="13" font-weight="bold">'
+            f'{escape(str(a.get("metric")))} by window — {100 * a.get("confidence", 0.95):.3g}% bands</text>']
+    for i, n in enumerate(n_per):  # n on the secondary (right) axis
+        h = (n / nmax) * ph * 0.35 if math.isfinite(n) else 0
+        body.append(f'<rect class="n-bar" x="{xpos(i) - step_x * 0.4:.1f}" y="{top_m + ph - h:.1f}" '
+                    f'width="{step_x * 0.8:.1f}" height="{h:.1f}" fill="#d9d9d9"><title>{escape(windows[i])}: '
+                    f'n = {int(n) if math.isfinite(n) else 0:,}</title></rect>')
+    for t in ticks:
+        y = ypos(t)
+        body.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#ececec"/>'
+                    f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#444">{escape(_fmt(t))}</text>')
+    body.append(f'<text x="{left + pw + 6}" y="{top_m + ph:.1f}" fill="#888">n 0</text>'
+                f'<text x="{left + pw + 6}" y="{top_m + ph * 0.65 + 4:.1f}" fill="#888">n {int(nmax):,}</text>')
+    every = max(1, len(windows) // 12)
+    for i in range(0, len(windows), every):
+        body.append(f'<text x="{xpos(i):.1f}" y="{top_m + ph + 14}" text-anchor="end" fill="#444" '
+                    f'transform="rotate(-40 {xpos(i):.1f} {top_m + ph + 14})">{escape(windows[i])}</text>')
+    for k, (label, est, low, high) in enumerate(lines):
+        colour = PALETTE[k % len(PALETTE)]
+        for seg in _segments(np.isfinite(est) & np.isfinite(low) & np.isfinite(high)):
+            up = " ".join(f"{xpos(i):.1f},{ypos(high[i]):.1f}" for i in seg)
+            down = " ".join(f"{xpos(i):.1f},{ypos(low[i]):.1f}" for i in reversed(seg))
+            body.append(f'<polygon class="band" points="{up} {down}" fill="{colour}" opacity="0.15"/>')
+            pts = " ".join(f"{xpos(i):.1f},{ypos(est[i]):.1f}" for i in seg)
+            body.append(f'<polyline class="line" points="{pts}" fill="none" stroke="{colour}" stroke-width="2"/>')
+            for i in seg:
+                body.append(f'<circle cx="{xpos(i):.1f}" cy="{ypos(est[i]):.1f}" r="2.5" fill="{colour}">'
+                            f'<title>{escape(label)} {escape(windows[i])}: {escape(_fmt(est[i]))}</title></circle>')
+        y = top_m + 10 + 18 * k
+        short = label if len(label) <= 18 else label[:17] + "…"
+        body.append(f'<rect x="{left + pw + 50}" y="{y - 8}" width="12" height="12" fill="{colour}"/>'
+                    f'<text x="{left + pw + 68}" y="{y + 2}">{escape(short)}</text>')
+    body.append(f'<rect x="{left + pw + 50}" y="{top_m + 10 + 18 * len(lines) - 8}" width="12" height="12" '
+                f'fill="#d9d9d9"/><text x="{left + pw + 68}" y="{top_m + 12 + 18 * len(lines)}">n (reports)</text>')
+    body.append(f'<text x="14" y="{top_m + ph / 2:.1f}" text-anchor="middle" fill="#222" '
+                f'transform="rotate(-90 14 {top_m + ph / 2:.1f})">{escape(axis)}</text>')
+    return _svg(width, height, body, f"{a.get('metric')} by window")
+
+
+def _segments(ok: np.ndarray) -> list[list[int]]:
+    """Runs of consecutive True indices (a window without reports breaks a line)."""
+    out: list[list[int]] = []
+    for i, good in enumerate(ok):
+        if good and out and out[-1][-1] == i - 1:
+            out[-1].append(i)
+        elif good:
+            out.append([i])
+    return out

@@ -1,0 +1,254 @@
+"""The dashboard in a real browser: headless Chromium (selenium) against a real `ldpt serve`.
+
+The store holds six past days written by `ldpt simulate --db` and today's window filled over
+HTTP by `ldpt simulate --url`. Checked: the page loads without console errors and without a
+request to another origin, a wrong token is refused, the charts render (SVG with points,
+lines and bands), and every number of the tables equals the query API's. A screenshot of each
+page is saved under $LDPT_TEST_ARTIFACTS (default tests/artifacts/, gitignored).
+
+Skips, with the reason, where Chromium, chromedriver or selenium is missing (`.ci/run`
+installs Debian's chromium and chromium-driver).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.collector_support import serving
+
+pytestmark = pytest.mark.e2e
+
+ARTIFACTS = Path(os.environ.get("LDPT_TEST_ARTIFACTS") or Path(__file__).parent / "artifacts")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+DRIVER = shutil.which("chromedriver")
+TOKEN = "dashboard-test-token-0123456789"
+REGISTRY = """
+[metrics.country]
+kind = "categorical"
+protocol = "grr"
+epsilon = 2.0
+categories = ["AR", "AU", "BR", "CA", "CN", "DE", "EG", "ES", "FR", "GB", "<script>x</script>", "other"]
+description = "Country setting"
+
+[metrics.session_minutes]
+kind = "numeric"
+range = [0, 120]
+protocol = "auto"
+epsilon = 1.0
+description = "Minutes in the session"
+
+[metrics.startup_ms]
+kind = "numeric"
+range = [0, 5000]
+buckets = [0, 250, 500, 1000, 2000, 5000]
+protocol = "auto"
+epsilon = 2.0
+description = "Start-up time (a histogram)"
+"""
+
+try:
+    from selenium import webdriver
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+except ImportError:  # pragma: no cover - the [dev] extra installs it
+    webdriver = None
+
+if webdriver is None:
+    pytest.skip("selenium is not installed (pip install -e '.[dev]')", allow_module_level=True)
+if CHROMIUM is None or DRIVER is None:
+    pytest.skip("Chromium or chromedriver not found (apt-get install chromium chromium-driver; "
+                ".ci/run does it)", allow_module_level=True)
+
+
+def _ldpt(*args: str, cwd: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LDPT_")}
+    subprocess.run([sys.executable, "-c", "from cli.main import main; main()", *args], cwd=cwd, env=env,
+                   check=True, capture_output=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def collector(tmp_path_factory):
+    """A collector on 127.0.0.1 (ephemeral port) with seven days of two metrics."""
+    tmp = tmp_path_factory.mktemp("dashboard")
+    (tmp / "metrics.toml").write_text(REGISTRY, encoding="utf-8")
+    (tmp / "token").write_text(TOKEN + "\n", encoding="utf-8")
+    today = dt.datetime.now(dt.timezone.utc).date()
+    for back in range(6, 0, -1):
+        day = (today - dt.timedelta(days=back)).isoformat()
+        shift = "zipf:1.1" if back > 2 else "zipf:0.8"  # a visible change two days ago
+        _ldpt("simulate", "--metrics", "metrics.toml", "--metric", "country", "--clients", "20000",
+              "--distribution", shift, "--seed", str(back), "--db", "store.sqlite", "--window", day,
+              "--silent", cwd=tmp)
+        _ldpt("simulate", "--metrics", "metrics.toml", "--metric", "session_minutes", "--clients", "5000",
+              "--distribution", f"normal:{30 + 3 * back},15", "--seed", str(100 + back), "--db",
+              "store.sqlite", "--window", day, "--silent", cwd=tmp)
+        _ldpt("simulate", "--metrics", "metrics.toml", "--metric", "startup_ms", "--clients", "5000",
+              "--distribution", "lognormal:6.5,0.6", "--seed", str(200 + back), "--db",
+              "store.sqlite", "--window", day, "--silent", cwd=tmp)
+    with serving(["--metrics", "metrics.toml", "--db", "store.sqlite", "--port", "0",
+                  "--query-token-file", "token", "--workers", "2"], tmp) as server:
+        for metric, clients in (("country", "5000"), ("session_minutes", "3000"), ("startup_ms", "3000")):
+            _ldpt("simulate", "--metrics", "metrics.toml", "--metric", metric, "--clients", clients,
+                  "--seed", "7", "--url", server.url, "--silent", cwd=tmp)
+        yield server
+
+
+@pytest.fixture(scope="module")
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1280,1800", "--no-first-run", "--disable-extensions"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=DRIVER))
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def api(url: str, path: str) -> dict:
+    req = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+def screenshot(driver, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"dashboard-{name}.png"
+    height = driver.execute_script("return document.body.scrollHeight")
+    driver.set_window_size(1280, max(900, min(int(height) + 40, 6000)))
+    driver.save_screenshot(str(path))
+    return path
+
+
+def console_errors(driver) -> list[str]:
+    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def foreign_requests(driver, origin: str) -> list[str]:
+    names = driver.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    return [n for n in names if not n.startswith(origin)]
+
+
+def sign_in(driver, url: str, token: str) -> None:
+    driver.get(url + "/ui/")
+    driver.execute_script("sessionStorage.clear()")
+    driver.get(url + "/ui/")
+    field = WebDriverWait(driver, 30).until(ec.visibility_of_element_located((By.ID, "token")))
+    field.send_keys(token)
+    driver.find_element(By.CSS_SELECTOR, "#login-form button").click()
+
+
+def wait_svg(driver, container: str, inner: str) -> None:
+    WebDriverWait(driver, 60).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, f"#{container} svg {inner}"),
+        f"no {inner} in #{container}")
+
+
+def cells(driver, table_id: str) -> dict[str, dict[str, str]]:
+    out = {}
+    for tr in driver.find_elements(By.CSS_SELECTOR, f"#{table_id} tbody tr"):
+        out[tr.get_attribute("data-key")] = {td.get_attribute("data-col"): td.text
+                                             for td in tr.find_elements(By.TAG_NAME, "td")}
+    return out
+
+
+def open_metric(driver, url: str, metric: str) -> list[str]:
+    """Sign in, open METRIC's page, wait until its charts and tables are drawn; its windows."""
+    sign_in(driver, url, TOKEN)
+    WebDriverWait(driver, 30).until(ec.visibility_of_element_located((By.ID, "metrics")))
+    driver.find_element(By.LINK_TEXT, metric).click()
+    wait_svg(driver, "latest-chart", "circle.point")
+    wait_svg(driver, "series-chart", "polyline.line")
+    wait_svg(driver, "series-chart", "polygon.band")
+    wait_svg(driver, "compare-chart", "circle.point")
+    WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#compare tbody tr"))
+    overview = {m["name"]: m for m in api(url, "/ui/api/overview")["metrics"]}
+    return [w for w, _ in overview[metric]["windows"]]
+
+
+def test_wrong_token_is_refused(collector, browser):
+    sign_in(browser, collector.url, "not-the-token")
+    error = WebDriverWait(browser, 30).until(ec.visibility_of_element_located((By.ID, "login-error")))
+    assert "refused" in error.text
+    assert not browser.find_element(By.ID, "app").is_displayed()
+    assert browser.execute_script("return sessionStorage.getItem('ldpt-query-token')") is None
+    assert "not-the-token" not in browser.current_url
+    screenshot(browser, "wrong-token")
+    # Only the 401 of the refused token reaches the console (Chromium logs failed fetches).
+    errors = console_errors(browser)
+    assert all("401" in m for m in errors), errors
+
+
+def test_metric_list_matches_the_store(collector, browser):
+    sign_in(browser, collector.url, TOKEN)
+    WebDriverWait(browser, 30).until(ec.visibility_of_element_located((By.ID, "metrics")))
+    overview = api(collector.url, "/ui/api/overview")
+    shown = cells(browser, "metrics")
+    for m in overview["metrics"]:
+        assert shown[m["name"]]["n_reports"] == str(m["n_reports"])
+        assert shown[m["name"]]["protocol"] == m["protocol"]
+        assert shown[m["name"]]["windows"] == "7"
+    assert TOKEN not in browser.current_url
+    screenshot(browser, "metrics")
+    assert console_errors(browser) == []
+    assert foreign_requests(browser, collector.url) == []
+
+
+def test_categorical_metric_page(collector, browser):
+    windows = open_metric(browser, collector.url, "country")
+    latest = api(collector.url, f"/v1/metrics/country/estimates?window={windows[-1]}")
+    shown = cells(browser, "estimates")
+    assert len(shown) == len(latest["estimates"]) == 12
+    for row in latest["estimates"]:
+        got = shown[str(row["value"])]
+        assert got["estimate"] == f"{row['estimate']:.1f}"
+        assert got["proportion"] == f"{row['proportion']:.4f}"
+        assert got["ci_low"] == f"{row['ci_low']:.1f}" and got["ci_high"] == f"{row['ci_high']:.1f}"
+    order = [float(tr.find_elements(By.TAG_NAME, "td")[1].text)
+             for tr in browser.find_elements(By.CSS_SELECTOR, "#estimates tbody tr")]
+    assert order == sorted(order, reverse=True)  # largest first
+    cmp = api(collector.url, f"/v1/metrics/country/compare?a={windows[-2]}&b={windows[-1]}")
+    shown = cells(browser, "compare")
+    for row in cmp["estimates"]:
+        assert shown[str(row["value"])]["difference"] == f"{row['difference']:.4f}"
+        assert shown[str(row["value"])]["changed"] == ("CHANGED" if row["changed"] else "")
+    # a value that looks like markup is shown as text, never run
+    assert browser.find_elements(By.XPATH, "//td[text()='<script>x</script>']")
+    screenshot(browser, "country")
+    assert console_errors(browser) == []
+    assert foreign_requests(browser, collector.url) == []
+
+
+def test_mean_metric_page(collector, browser):
+    latest_window = open_metric(browser, collector.url, "session_minutes")[-1]
+    latest = api(collector.url, f"/v1/metrics/session_minutes/estimates?window={latest_window}")
+    mean = next(r for r in latest["estimates"] if r["statistic"] == "mean")
+    assert cells(browser, "estimates")["mean"]["estimate"] == f"{mean['estimate']:.4g}"
+    screenshot(browser, "session-minutes")
+    assert console_errors(browser) == []
+
+
+def test_histogram_metric_page(collector, browser):
+    latest_window = open_metric(browser, collector.url, "startup_ms")[-1]
+    latest = api(collector.url, f"/v1/metrics/startup_ms/estimates?window={latest_window}")
+    shown = cells(browser, "estimates")
+    for row in latest["estimates"]:
+        if row["statistic"] == "count":
+            assert shown[row["value"]]["estimate"] == f"{row['estimate']:.1f}"
+        else:
+            assert shown[row["statistic"]]["estimate"] == f"{row['estimate']:.4g}"
+    assert len(cells(browser, "compare")) == 5  # the buckets
+    screenshot(browser, "startup-ms")
+    assert console_errors(browser) == []

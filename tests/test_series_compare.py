@@ -1,0 +1,471 @@
+"""Series (`--by window`), `ldpt compare`, exact CSV, and the query API's series/compare.
+
+Statistical checks use fixed seeds and tolerances from the sampling error: the family-wise
+false-flag rate of `compare` within 3 binomial SEs of ≤ 5%, its power at a 3-SE shift,
+the difference unbiased within 4 SEs and its standard error calibrated (variance ratio within
+1 ± 3·sqrt(2/(R−1))).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import math
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from click.testing import CliRunner
+
+from cli.main import main
+from client_sdk.errors import EstimationError
+from client_sdk.registry import load_registry
+from collector.app import create_app
+from collector.config import make_config
+from collector.storage.base import SketchKey
+from collector.storage.sqlite import SQLiteStore
+from estimators.compare import compare_frame, required_shift
+from estimators.formats import frame_to_csv, frame_to_json
+from estimators.frequency import estimate_frame
+from estimators.series import MAX_WINDOWS, series_frame, window_grid, windows_in_range
+from estimators.simulation import Population, simulate_sketch
+
+TOKEN = "series-token-0123456789abcdef"
+REGISTRY = """
+[metrics.page]
+kind = "categorical"
+protocol = "grr"
+epsilon = 2.0
+categories = [{cats}]
+
+[metrics.minutes]
+kind = "numeric"
+range = [0, 120]
+protocol = "auto"
+epsilon = 1.0
+
+[metrics.latency]
+kind = "numeric"
+range = [0, 1000]
+buckets = 5
+protocol = "auto"
+epsilon = 2.0
+""".format(cats=", ".join(f'"p{i:02d}"' for i in range(20)))
+DAYS = ["2026-03-01", "2026-03-02", "2026-03-04"]  # 2026-03-03 has no reports
+
+
+@pytest.fixture(scope="module")
+def registry_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("series") / "metrics.toml"
+    path.write_text(REGISTRY, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def registry(registry_path):
+    return load_registry(registry_path)
+
+
+def zipf(d: int, s: float = 1.1) -> np.ndarray:
+    w = 1.0 / np.arange(1, d + 1) ** s
+    return w / w.sum()
+
+
+def sketch_of(spec, weights: np.ndarray, n: int, rng: np.random.Generator):
+    counts = rng.multinomial(n, weights)
+    return simulate_sketch(spec, Population(list(spec.domain), counts.astype(np.int64)), rng)
+
+
+def numeric_sketch(spec, mean: float, n: int, rng: np.random.Generator):
+    from estimators.simulation import NumericPopulation
+
+    values = np.clip(rng.normal(mean, 15, n), *spec.bounds)
+    return simulate_sketch(spec, NumericPopulation(values), rng)
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory, registry):
+    """A SQLite store with three days of `page` and `minutes` (one day in the range empty)."""
+    path = tmp_path_factory.mktemp("store") / "store.sqlite"
+    rng = np.random.default_rng(11)
+    store = SQLiteStore(path, create=True)
+    page, minutes = registry.get("page"), registry.get("minutes")
+    for i, day in enumerate(DAYS):
+        store.add_sketch(SketchKey("page", page.fingerprint, day), sketch_of(page, zipf(20), 4000 + 500 * i, rng))
+        store.add_sketch(SketchKey("minutes", minutes.fingerprint, day), numeric_sketch(minutes, 40 + i, 3000, rng))
+    store.close()
+    return path
+
+
+def load_day(path, spec, day):
+    store = SQLiteStore(path, create=False)
+    try:
+        return store.load(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch(), [day])
+    finally:
+        store.close()
+
+
+# --- exact CSV -------------------------------------------------------------------------------
+
+def test_csv_floats_round_trip_exactly():
+    rng = np.random.default_rng(3)
+    awkward = np.concatenate([rng.normal(0, 1e6, 200), rng.random(200) * 1e-9, [1497312.3456789012,
+                              0.1, 1 / 3, 2.0 ** -1074, 1.7976931348623157e308, -0.0, 123456789.00000001]])
+    df = pd.DataFrame({"value": [f"v{i}" for i in range(len(awkward))], "estimate": awkward,
+                       "ci_low": awkward * 0.999})
+    text = frame_to_csv(df)
+    back = pd.read_csv(io.StringIO(text))
+    assert back["estimate"].to_numpy().tobytes() == awkward.tobytes()
+    assert back["ci_low"].to_numpy().tobytes() == (awkward * 0.999).tobytes()
+    for line, want in zip(text.splitlines()[1:], awkward):  # also with Python's own float()
+        assert float(line.split(",")[1]) == want
+
+
+def test_csv_and_json_of_a_series_round_trip(registry, store_path):
+    spec = registry.get("page")
+    df = series_frame(spec, [(d, load_day(store_path, spec, d)) for d in DAYS])
+    back = pd.read_csv(io.StringIO(frame_to_csv(df)))
+    for col in ("estimate", "proportion", "std_err", "ci_low", "ci_high", "p_value"):
+        assert np.array_equal(back[col].to_numpy(), df[col].to_numpy(float), equal_nan=True), col
+    doc = json.loads(frame_to_json(df))
+    assert [r["estimate"] for r in doc["estimates"]] == df["estimate"].tolist()
+    assert doc["meta"]["columns"]["estimate"].startswith("count")
+    assert doc["meta"]["columns"]["proportion"].startswith("proportion")
+
+
+# --- series ------------------------------------------------------------------------------------
+
+def test_window_grid_days_hours_and_limits():
+    assert window_grid("2026-02-27", "2026-03-01", False) == ["2026-02-27", "2026-02-28", "2026-03-01"]
+    hours = window_grid("2026-03-01", "2026-03-02", True)
+    assert len(hours) == 48 and hours[0] == "2026-03-01T00" and hours[-1] == "2026-03-02T23"
+    assert windows_in_range(["2026-03-01T05", "2026-03-02T01"], None, None) == hours
+    with pytest.raises(EstimationError, match="before since"):
+        window_grid("2026-03-02", "2026-03-01", False)
+    with pytest.raises(EstimationError, match="at most"):
+        window_grid("2000-01-01", "2030-01-01", True)
+    assert MAX_WINDOWS >= 366 * 24
+
+
+def test_series_rows_per_window_and_empty_windows(registry, store_path):
+    spec = registry.get("page")
+    grid = window_grid(DAYS[0], DAYS[-1], False)
+    sketches = [(d, load_day(store_path, spec, d)) for d in grid]
+    df = series_frame(spec, sketches)
+    assert list(df.columns[:2]) == ["window", "value"] and df.columns[-1] == "n"
+    assert len(df) == len(grid) * 20
+    empty = df[df["window"] == "2026-03-03"]
+    assert (empty["n"] == 0).all() and empty["estimate"].isna().all() and not empty["detected"].any()
+    for day, sketch in sketches:
+        if sketch.total_reports:
+            want = estimate_frame(spec, sketch)
+            got = df[df["window"] == day].drop(columns=["window", "n"]).reset_index(drop=True)
+            pd.testing.assert_frame_equal(got, want.reset_index(drop=True), check_exact=True)
+            assert (df[df["window"] == day]["n"] == sketch.total_reports).all()
+    assert df.attrs["n_reports"] == sum(s.total_reports for _, s in sketches)
+    with pytest.raises(EstimationError, match="no reports"):
+        series_frame(spec, [("2026-03-03", sketches[2][1])])
+
+
+# --- compare ---------------------------------------------------------------------------------
+
+def test_compare_columns_and_numeric_means(registry, store_path):
+    page, minutes = registry.get("page"), registry.get("minutes")
+    df = compare_frame(page, load_day(store_path, page, DAYS[0]), load_day(store_path, page, DAYS[1]),
+                       label_a=DAYS[0], label_b=DAYS[1])
+    assert list(df["value"]) == list(page.domain) and df.attrs["scale"] == "proportion"
+    assert np.allclose(df["difference"], df["estimate_b"] - df["estimate_a"])
+    m = compare_frame(minutes, load_day(store_path, minutes, DAYS[0]), load_day(store_path, minutes, DAYS[2]),
+                      label_a="a", label_b="b")
+    assert list(m["value"]) == ["mean"] and m.attrs["scale"] == "mean"
+    latency = registry.get("latency")
+    rng = np.random.default_rng(5)
+    h = compare_frame(latency, *(numeric_sketch(latency, 300, 2000, rng) for _ in range(2)), label_a="a", label_b="b")
+    assert len(h) == 5  # the buckets
+    with pytest.raises(EstimationError, match="control"):
+        compare_frame(page, load_day(store_path, page, DAYS[0]), load_day(store_path, page, DAYS[1]),
+                      label_a="a", label_b="b", control="bonferroni")
+
+
+def _runs(spec, weights_a, weights_b, n, runs, seed):
+    rng = np.random.default_rng(seed)
+    return [compare_frame(spec, sketch_of(spec, weights_a, n, rng), sketch_of(spec, weights_b, n, rng),
+                          label_a="a", label_b="b") for _ in range(runs)]
+
+
+@pytest.mark.statistical
+def test_compare_family_wise_false_flags_at_most_alpha(registry):
+    """Same distribution in A and B (each window's devices a fresh multinomial draw): any value
+    flagged in at most 5% of runs (Holm, fwer); difference unbiased, standard error calibrated."""
+    spec, runs = registry.get("page"), 400
+    frames = _runs(spec, zipf(20), zipf(20), 20_000, runs, seed=21)
+    rate = np.mean([f["changed"].any() for f in frames])
+    assert rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / runs), rate
+    # unbiased difference and calibrated standard error (per value, pooled over runs)
+    diff = np.array([f["difference"].to_numpy() for f in frames])
+    se = np.array([f["std_err"].to_numpy() for f in frames])
+    assert np.all(np.abs(diff.mean(axis=0)) <= 4 * se.mean(axis=0) / math.sqrt(runs))
+    ratio = diff.var(axis=0, ddof=1) / (se ** 2).mean(axis=0)
+    tol = 3 * math.sqrt(2 / (runs - 1))
+    assert np.all(np.abs(ratio - 1) <= tol), ratio
+    # the p-values are uniform under the null: per-value rejections at 5% within 3 SE
+    per_value = np.array([f["p_value"].to_numpy() <= 0.05 for f in frames]).mean()
+    assert abs(per_value - 0.05) <= 3 * math.sqrt(0.05 * 0.95 / (runs * 20))
+
+
+def _shifted(weights: np.ndarray, index: int, delta: float) -> np.ndarray:
+    out = weights.copy()
+    out[index] += delta
+    others = np.arange(len(out)) != index
+    out[others] -= delta * weights[others] / weights[others].sum()
+    return out
+
+
+def _se_of_difference(spec, weights: np.ndarray, n: int, index: int) -> float:
+    """Randomisation plus sampling of the devices, for each of two windows of n reports."""
+    w = weights[index]
+    var = spec.protocol_impl.variance(n, weights * n)[index] / n ** 2 + w * (1 - w) / n
+    return math.sqrt(2 * var)
+
+
+@pytest.mark.statistical
+def test_compare_detects_a_three_se_shift(registry):
+    """A 3-SE shift in one value: its test rejects in >= 80% of runs (Φ(3 − 1.96) = 85%); the
+    family-wise flag over 20 values detects a shift of required_shift(20) SEs in >= 80%."""
+    spec, n, runs, idx = registry.get("page"), 20_000, 300, 4
+    base = zipf(20)
+    se = _se_of_difference(spec, base, n, idx)
+    frames = _runs(spec, base, _shifted(base, idx, 3 * se), n, runs, seed=22)
+    power = np.mean([f["p_value"].iloc[idx] <= 0.05 and f["difference"].iloc[idx] > 0 for f in frames])
+    assert power >= 0.80, power
+    shift = required_shift(20)
+    frames = _runs(spec, base, _shifted(base, idx, shift * se), n, runs, seed=23)
+    flagged = np.mean([bool(f["changed"].iloc[idx]) for f in frames])
+    assert flagged >= 0.80 - 3 * math.sqrt(0.8 * 0.2 / runs), (flagged, shift)
+
+
+# --- CLI and API -------------------------------------------------------------------------------
+
+def ldpt(*args: str, env: dict[str, str] | None = None):
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+def test_cli_series_table_csv_plot_and_top(registry_path, store_path, tmp_path):
+    common = ["--metrics", str(registry_path), "--metric", "page", "--db", str(store_path), "--by", "window",
+              "--since", DAYS[0], "--until", DAYS[-1]]
+    r = ldpt("estimate", *common, "--format", "csv")
+    assert r.exit_code == 0, r.output
+    df = pd.read_csv(io.StringIO(r.output))
+    assert sorted(set(df["window"])) == window_grid(DAYS[0], DAYS[-1], False)
+    assert (df[df["window"] == "2026-03-03"]["n"] == 0).all()
+    r = ldpt("estimate", *common, "--top", "3", "--plot", str(tmp_path / "s.png"), "--log-scale")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "s.png").stat().st_size > 10_000
+    lines = r.output.splitlines()
+    assert len(lines) == 2 + 3 * 4 and all(v in r.output for v in ("p00", "p01", "p02"))
+    r = ldpt("estimate", *common, "--window", DAYS[0])
+    assert r.exit_code == 2 and "--window" in r.output
+
+
+def test_cli_plot_shows_the_largest_values_sorted_and_truth_in_the_table(registry_path, store_path, tmp_path):
+    truth = tmp_path / "truth.csv"
+    truth.write_text("value,count\np00,1000\np01,500\n", encoding="utf-8")
+    r = ldpt("estimate", "--metrics", str(registry_path), "--metric", "page", "--db", str(store_path),
+             "--window", DAYS[0], "--top", "5", "--truth", str(truth), "--plot", str(tmp_path / "e.png"))
+    assert r.exit_code == 0, r.output
+    header = r.output.splitlines()[1].split()
+    assert header[-1] == "truth"
+    rows = [line.split() for line in r.output.splitlines()[2:]]
+    assert len(rows) == 5 and rows[0][0] == "p00" and rows[0][-1] == "1,000.0"
+    estimates = [float(row[1].replace(",", "")) for row in rows]
+    assert estimates == sorted(estimates, reverse=True)
+    assert (tmp_path / "e.png").stat().st_size > 10_000
+
+
+def test_cli_compare_windows_and_ranges(registry_path, store_path):
+    base = ["--metrics", str(registry_path), "--metric", "page", "--db", str(store_path)]
+    r = ldpt("compare", *base, "--window", DAYS[0], "--against", DAYS[1])
+    assert r.exit_code == 0, r.output
+    assert "proportions" in r.output and "changed: fwer" in r.output
+    r = ldpt("compare", *base, "--range", f"{DAYS[0]}..{DAYS[1]}", "--against", DAYS[2], "--format", "json")
+    doc = json.loads(r.output)
+    assert doc["meta"]["a"] == f"{DAYS[0]}..{DAYS[1]}" and doc["meta"]["n_a"] == 4000 + 4500
+    r = ldpt("compare", *base, "--window", DAYS[0])
+    assert r.exit_code == 2 and "--against" in r.output
+    r = ldpt("compare", *base, "--range", "2026-03-05..2026-03-01", "--against", DAYS[0])
+    assert r.exit_code == 2 and "FIRST..LAST" in r.output
+    r = ldpt("compare", *base, "--window", "2026-03-03", "--against", DAYS[0])
+    assert r.exit_code == 1 and "no reports" in r.output
+
+
+def test_cli_sources_are_exclusive_and_postgres_comes_from_the_environment(registry_path, store_path):
+    base = ["--metrics", str(registry_path), "--metric", "page", "--window", DAYS[0]]
+    r = ldpt("estimate", *base, "--db", str(store_path), env={"LDPT_POSTGRES_DSN": "postgresql://x@127.0.0.1/y"})
+    assert r.exit_code == 2 and "LDPT_POSTGRES_DSN is set" in r.output
+    r = ldpt("estimate", *base)
+    assert r.exit_code == 2 and "--postgres" in r.output
+
+
+@pytest.mark.postgres
+def test_postgres_store_for_analysts(registry_path, registry, store_path):
+    dsn = os.environ.get("LDPT_TEST_POSTGRES_DSN")
+    if not dsn:
+        pytest.skip("LDPT_TEST_POSTGRES_DSN is not set")
+    from collector.storage.postgres import PostgresStore
+
+    schema = f"ldpt_series_{os.getpid()}"
+    scoped = f"{dsn}{'&' if '?' in dsn else '?'}search_path={schema}"
+
+    async def fill():
+        store = await PostgresStore.open(scoped, create=True)
+        try:
+            for name in ("page", "minutes"):
+                spec = registry.get(name)
+                for day in DAYS:
+                    await store.add_sketch(SketchKey(name, spec.fingerprint, day), load_day(store_path, spec, day))
+        finally:
+            await store.aclose()
+    asyncio.run(fill())
+    try:
+        args = ["--metrics", str(registry_path), "--metric", "page", "--by", "window", "--format", "csv"]
+        from_pg = ldpt("estimate", *args, env={"LDPT_POSTGRES_DSN": scoped})
+        from_sqlite = ldpt("estimate", *args, "--db", str(store_path))
+        assert from_pg.exit_code == 0, from_pg.output
+        assert from_pg.output == from_sqlite.output
+        r = ldpt("compare", "--metrics", str(registry_path), "--metric", "minutes", "--window", DAYS[0],
+                 "--against", DAYS[2], env={"LDPT_POSTGRES_DSN": scoped})
+        assert r.exit_code == 0 and "means" in r.output
+    finally:
+        import asyncpg
+
+        async def drop():
+            conn = await asyncpg.connect(dsn)
+            await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            await conn.close()
+        asyncio.run(drop())
+
+
+def _serve(registry_path, store_path, tmp_path, min_reports: int = 0):
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n", encoding="utf-8")
+    cfg = make_config(registry_path, environ={}, db=store_path, query_token_file=token, min_reports=min_reports)
+    return create_app(cfg, load_registry(registry_path))
+
+
+def test_api_series_and_compare_give_the_cli_bytes(registry_path, store_path, tmp_path):
+    token = tmp_path / "token"
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+
+    async def scenario():
+        app = _serve(registry_path, store_path, tmp_path)
+        async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+            out = {}
+            for fmt in ("csv", "json"):
+                resp = await client.get(f"/v1/metrics/page/estimates?by=window&since={DAYS[0]}&until={DAYS[-1]}"
+                                        f"&format={fmt}", headers=auth)
+                assert resp.status == 200
+                out[fmt] = await resp.text()
+            resp = await client.get(f"/v1/metrics/minutes/compare?a={DAYS[0]}&b={DAYS[1]}..{DAYS[2]}&format=csv",
+                                    headers=auth)
+            assert resp.status == 200
+            out["compare"] = await resp.text()
+            resp = await client.get(f"/v1/metrics/page/compare?a={DAYS[0]}&b={DAYS[1]}")
+            assert resp.status == 401
+            resp = await client.get(f"/v1/metrics/page/compare?a={DAYS[0]}&b=yesterday", headers=auth)
+            assert resp.status == 400 and (await resp.json())["field"] == "b"
+            resp = await client.get("/v1/metrics/page/estimates?by=month", headers=auth)
+            assert resp.status == 400 and (await resp.json())["field"] == "by"
+            resp = await client.get(f"/v1/metrics/page/estimates?by=window&window={DAYS[0]}", headers=auth)
+            assert resp.status == 400
+            resp = await client.get("/ui/charts/page/series.svg", headers=auth)
+            assert resp.status == 200 and (await resp.text()).startswith("<svg")
+            resp = await client.get("/ui/charts/page/pie.svg", headers=auth)
+            assert resp.status == 404
+            resp = await client.get("/ui/api/overview")
+            assert resp.status == 401
+            resp = await client.get("/ui/")
+            assert resp.status == 200 and "script-src 'self'" in resp.headers["Content-Security-Policy"]
+            return out
+    out = asyncio.run(scenario())
+    common = ["--metrics", str(registry_path), "--metric", "page", "--db", str(store_path), "--by", "window",
+              "--since", DAYS[0], "--until", DAYS[-1]]
+    assert ldpt("estimate", *common, "--format", "csv").output == out["csv"]
+    assert ldpt("estimate", *common, "--format", "json").output == out["json"]
+    r = ldpt("compare", "--metrics", str(registry_path), "--metric", "minutes", "--db", str(store_path),
+             "--window", DAYS[0], "--against-range", f"{DAYS[1]}..{DAYS[2]}", "--format", "csv")
+    assert r.output == out["compare"]
+    assert token.exists()
+
+
+def test_api_series_refuses_a_small_window(registry_path, store_path, tmp_path):
+    async def scenario():
+        app = _serve(registry_path, store_path, tmp_path, min_reports=4200)
+        async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+            resp = await client.get("/v1/metrics/page/estimates?by=window",
+                                    headers={"Authorization": f"Bearer {TOKEN}"})
+            return resp.status, await resp.json()
+    status, doc = asyncio.run(scenario())
+    assert status == 403 and doc["reports"] == 4000 and "window 2026-03-01" in doc["detail"]
+
+
+def test_hour_windows_make_an_hourly_series(registry_path, registry, tmp_path):
+    spec = registry.get("page")
+    db = tmp_path / "hourly.sqlite"
+    store = SQLiteStore(db, create=True)
+    rng = np.random.default_rng(9)
+    for hour in ("2026-03-01T05", "2026-03-01T07"):
+        store.add_sketch(SketchKey("page", spec.fingerprint, hour), sketch_of(spec, zipf(20), 2000, rng))
+    store.close()
+    r = ldpt("estimate", "--metrics", str(registry_path), "--metric", "page", "--db", str(db), "--by", "window",
+             "--format", "csv")
+    df = pd.read_csv(io.StringIO(r.output))
+    assert list(dict.fromkeys(df["window"])) == window_grid("2026-03-01", "2026-03-01", True)
+    assert df.groupby("window")["n"].first().to_dict()["2026-03-01T05"] == 2000
+    assert (df.groupby("window")["n"].first() > 0).sum() == 2
+
+
+@pytest.mark.e2e
+def test_cli_series_and_compare_over_http(registry_path, store_path, tmp_path):
+    """`--url` asks a real `ldpt serve` for the series and the comparison; same output as `--db`."""
+    from tests.collector_support import serving
+
+    (tmp_path / "token").write_text(TOKEN + "\n", encoding="utf-8")
+    with serving(["--metrics", str(registry_path), "--db", str(store_path), "--port", "0",
+                  "--query-token-file", str(tmp_path / "token")], tmp_path) as server:
+        remote = ["--metrics", str(registry_path), "--url", server.url, "--token-file", str(tmp_path / "token")]
+        local = ["--metrics", str(registry_path), "--db", str(store_path)]
+        for fmt in ("csv", "table"):
+            series = ["--metric", "page", "--by", "window", "--since", DAYS[0], "--until", DAYS[-1], "--format", fmt]
+            got, want = ldpt("estimate", *remote, *series), ldpt("estimate", *local, *series)
+            assert got.exit_code == 0, got.output
+            assert got.output == want.output
+        cmp = ["--metric", "minutes", "--window", DAYS[0], "--against", DAYS[2]]
+        got, want = ldpt("compare", *remote, *cmp), ldpt("compare", *local, *cmp)
+        assert got.exit_code == 0, got.output
+        assert got.output == want.output
+
+
+@pytest.mark.parametrize("metric", ["page", "minutes", "latency"])
+def test_dashboard_svgs_are_well_formed_and_escape_labels(registry, metric):
+    import xml.etree.ElementTree as ET
+
+    from collector.ui_svg import compare_svg, estimates_svg, series_svg
+
+    spec = registry.get(metric)
+    rng = np.random.default_rng(4)
+    make = (lambda: sketch_of(spec, zipf(20), 3000, rng)) if metric == "page" else \
+        (lambda: numeric_sketch(spec, 300 if metric == "latency" else 40, 3000, rng))
+    a, b = make(), make()
+    empty = spec.protocol_impl.new_sketch()
+    series = series_frame(spec, [("2026-03-01", a), ("2026-03-02", empty), ("2026-03-03", b)])
+    one = estimate_frame(spec, a)
+    if metric == "page":
+        one.loc[0, "value"] = series.loc[0, "value"] = "<b>&'\""
+    for svg in (estimates_svg(one), series_svg(series), compare_svg(compare_frame(spec, a, b, label_a="x", label_b="y"))):
+        root = ET.fromstring(svg)  # well-formed XML: every label escaped
+        assert root.tag.endswith("svg") and "<b>" not in svg
+        assert root.findall(".//{http://www.w3.org/2000/svg}circle")
+        assert "style=" not in svg  # the dashboard's CSP forbids inline styles
