@@ -33,6 +33,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("body_read_timeout", 30.0,
             "Seconds a request body may take to arrive once its headers are in; slower bodies "
             "get 408 and free their in-flight allowance (no slow client can hold ingestion)."),
+    Setting("header_timeout", 10.0,
+            "Seconds a connection may take to send a request's headers (from its first byte, or "
+            "from connecting); slower ones are closed (408), so dripping headers cannot hold sockets."),
+    Setting("keepalive_timeout", 15.0,
+            "Seconds an idle keep-alive connection is kept open between requests."),
+    Setting("max_connections", 1000,
+            "Open connections per worker; beyond it the connection nearest its deadline that is "
+            "not being served is closed (503 when all are busy). Keep it under `ulimit -n`."),
     Setting("max_reports_per_batch", 10_000,
             "Most reports one batch may carry; more is a 422 invalid-batch."),
     Setting("max_inflight_bytes", 64 << 20,
@@ -76,6 +84,9 @@ class ServeConfig:
     min_reports: int = 0
     access_log: bool = False
     body_read_timeout: float = 30.0
+    header_timeout: float = 10.0
+    keepalive_timeout: float = 15.0
+    max_connections: int = 1000
     max_body_bytes: int = 1 << 20
     max_reports_per_batch: int = 10_000
     max_inflight_bytes: int = 64 << 20

@@ -27,6 +27,8 @@ STORE_RETRY_AFTER = 5
 #: slug -> (HTTP status, title). The slug is the machine-readable part of ``type``.
 PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "undecodable-body": (400, "The request body is not a msgpack document"),
+    "client-disconnected": (400, "The client closed the connection before its request was complete"),
+    "bad-http-request": (400, "The HTTP request is malformed"),
     "invalid-query": (400, "A query parameter is invalid"),
     "unauthorized": (401, "A valid bearer token is required"),
     "query-disabled": (403, "The query API is disabled on this collector"),
@@ -35,6 +37,7 @@ PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "no-data": (404, "No reports stored for this metric and window"),
     "method-not-allowed": (405, "Method not allowed"),
     "request-timeout": (408, "The request body did not arrive in time"),
+    "length-required": (411, "A request body needs Content-Length (or chunked encoding)"),
     "body-too-large": (413, "The request body is larger than this collector accepts"),
     "unsupported-media-type": (415, "Unsupported content type"),
     "invalid-batch": (422, "The batch envelope is invalid"),

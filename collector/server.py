@@ -30,8 +30,9 @@ from aiohttp import web
 
 from client_sdk.registry import Registry, load_registry
 
-from .app import create_app
+from .app import STATE, create_app
 from .config import ConfigError, ServeConfig, read_tokens
+from .connections import CollectorRunner
 from .telemetry import Telemetry
 
 log = logging.getLogger("ldpt.collector")
@@ -128,8 +129,9 @@ async def _worker_main(config: ServeConfig, registry: Registry, telemetry: Telem
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     app = create_app(config, registry, telemetry=telemetry)
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=config.shutdown_timeout,
-                           access_log=log if config.access_log else None)
+    runner = CollectorRunner(app, guard=app[STATE].guard, handle_signals=False,
+                             shutdown_timeout=config.shutdown_timeout,
+                             access_log=log if config.access_log else None)
     await runner.setup()  # on_startup: opens the store, starts the committer
     tune_gc()
     try:

@@ -18,8 +18,11 @@ from typing import Any
 
 import msgpack
 import numpy as np
+from aiohttp.test_utils import TestServer
 
 from client_sdk.registry import MetricSpec, Registry, load_registry
+from collector.app import STATE
+from collector.connections import CollectorRunner
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-0123456789abcdef"
@@ -72,6 +75,14 @@ def expected_sketch(spec: MetricSpec, bodies: Sequence[bytes]):
         if objs:
             proto.accumulate(sketch, proto.from_wire(objs))
     return sketch
+
+
+class CollectorTestServer(TestServer):
+    """aiohttp's test server with the collector's guarded connections (as `ldpt serve` runs)."""
+
+    async def _make_runner(self, **kwargs: Any) -> CollectorRunner:
+        kwargs["handler_cancellation"] = False  # as in production: a hang-up is an error to count
+        return CollectorRunner(self.app, guard=self.app[STATE].guard, **kwargs)
 
 
 class Http:

@@ -1,0 +1,140 @@
+"""Adversarial input and hostile connections (issue 13): each defect reproduced, then fixed.
+
+Every test runs a real aiohttp server on 127.0.0.1 (ephemeral port) and talks to it with raw
+sockets, bounded in time and in the number of connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+
+import msgpack
+import numpy as np
+import pytest
+
+from collector.app import STATE
+
+from .collector_support import make_body, wire_reports, write_registry, write_token
+from .test_collector_app import MSGPACK, assert_problem, bodies_for, post, running
+
+
+@pytest.fixture
+def setup(tmp_path):
+    """(registry path, registry, token file, SQLite path), as in test_collector_app."""
+    return (tmp_path / "metrics.toml", write_registry(tmp_path / "metrics.toml"),
+            write_token(tmp_path / "token"), tmp_path / "collector.sqlite")
+
+
+async def exchange(client, data: bytes, *, half_close: bool = False, timeout: float = 10) -> bytes:
+    """Send raw bytes; everything the server answers until it closes (or ``timeout``)."""
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    writer.write(data)
+    await writer.drain()
+    if half_close:
+        writer.write_eof()
+    try:
+        return await asyncio.wait_for(reader.read(), timeout)
+    finally:
+        writer.close()
+
+
+def split_response(raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, body) of a raw HTTP/1.x response; headers keep their spelling."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])}
+    return int(lines[0].split()[1]), headers, body
+
+
+def post_raw(body: bytes, version: str = "1.1", **headers: str) -> bytes:
+    """A POST /v1/reports request as bytes, with Content-Length unless ``length=False``."""
+    lines = [f"POST /v1/reports HTTP/{version}", "Host: x", "Content-Type: application/msgpack"]
+    lines += [f"{k.replace('_', '-')}: {v}" for k, v in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def test_undecodable_content_encoding_is_400_without_a_traceback(setup, caplog):
+    caplog.set_level(logging.DEBUG)
+    body = bodies_for(setup[1], 1)[0]
+
+    async def scenario():
+        async with running(setup) as (client, app):
+            for encoding, data in (("deflate", b"not deflate at all" * 10), ("gzip", b"\x1f\x8b junk"),
+                                   ("deflate", zlib.compress(body)[:-9])):
+                raw = await exchange(client, post_raw(data, Content_Encoding=encoding,
+                                                      Content_Length=str(len(data))))
+                doc = assert_problem(*split_response(raw), 400, "undecodable-body")
+                assert "Content-Encoding" in doc["detail"]
+            # an encoding aiohttp cannot decode is refused by its HTTP layer: 400, no traceback
+            raw = await exchange(client, post_raw(body, Content_Encoding="br", Content_Length=str(len(body))))
+            assert split_response(raw)[0] == 400
+            good = zlib.compress(body)
+            status, _, _ = await post(client, good, {**MSGPACK, "Content-Encoding": "deflate"})
+            assert status == 200
+            tel = app[STATE].telemetry
+            assert tel.value("ldpt_requests_rejected_total", "undecodable-body") \
+                + tel.value("ldpt_request_errors_total", "undecodable-body") >= 3
+            assert tel.value("ldpt_requests_rejected_total", "internal-error") == 0
+    asyncio.run(scenario())
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    assert all(r.exc_info is None for r in caplog.records if r.name.startswith(("ldpt", "aiohttp")))
+
+
+def test_a_client_hanging_up_mid_body_is_not_an_internal_error(setup, caplog):
+    caplog.set_level(logging.DEBUG)
+
+    async def scenario():
+        async with running(setup) as (client, app):
+            for _ in range(3):
+                reader, writer = await asyncio.open_connection(client.host, client.port)
+                writer.write(b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/msgpack\r\n"
+                             b"Content-Length: 5000\r\n\r\n" + b"\x00" * 100)
+                await writer.drain()
+                await asyncio.sleep(0.05)
+                writer.transport.abort()
+            tel = app[STATE].telemetry
+            for _ in range(100):
+                if tel.value("ldpt_requests_rejected_total", "client-disconnected") == 3:
+                    break
+                await asyncio.sleep(0.02)
+            assert tel.value("ldpt_requests_rejected_total", "client-disconnected") == 3
+            assert tel.value("ldpt_requests_rejected_total", "internal-error") == 0
+            assert tel.value("ldpt_inflight_bytes") == 0
+    asyncio.run(scenario())
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+def test_http10_post_without_content_length_gets_411(setup):
+    body = bodies_for(setup[1], 1)[0]
+
+    async def scenario():
+        async with running(setup) as (client, _):
+            raw = await exchange(client, post_raw(body, version="1.0"), half_close=True)
+            assert_problem(*split_response(raw), 411, "length-required")
+    asyncio.run(scenario())
+
+
+def test_duplicate_keys_in_a_msgpack_map_are_400(setup):
+    spec = setup[1].get("theme")
+    report = wire_reports(spec, [1], np.random.default_rng(0))[0]
+
+    def pack_pairs(pairs):  # a map with the given (key, value) pairs, duplicates kept
+        out = bytearray([0x80 | len(pairs)])
+        for k, v in pairs:
+            out += msgpack.packb(k) + msgpack.packb(v)
+        return bytes(out)
+
+    bad_report = pack_pairs([("m", "theme"), ("f", report["f"]), ("p", report["p"]), ("p", report["p"])])
+    body_dup_report = pack_pairs([("v", 1), ("batch_id", b"\x02" * 16), ("reports", [])])[:-1] \
+        + bytes([0x91]) + bad_report  # "reports": [<the map with "p" twice>]
+    body_dup_envelope = pack_pairs([("v", 1), ("v", 1), ("batch_id", b"\x03" * 16), ("reports", [report])])
+
+    async def scenario():
+        async with running(setup) as (client, _):
+            for body in (body_dup_report, body_dup_envelope):
+                doc = assert_problem(*await post(client, body), 400, "undecodable-body")
+                assert "duplicate key" in doc["detail"]
+            assert (await post(client, make_body([report])))[0] == 200
+    asyncio.run(scenario())
