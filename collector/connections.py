@@ -12,9 +12,10 @@ three phases and closes it when its phase's deadline passes:
     busy      a handler runs; the body has its own limit (``body_read_timeout``, 408)
 
 At most ``max_connections`` connections are open per worker. A connection beyond the cap
-evicts the open connection nearest its deadline that is not busy (a slow-header or idle
-socket), so slow sockets cannot lock real clients out; if every connection is busy the new
-one gets 503 and is closed. The clock is injectable so that the bookkeeping is testable
+evicts an open connection that is not busy: first one still sending its headers, then a new
+one that has sent nothing, then an idle keep-alive one, nearest its deadline first. Slow
+sockets therefore cannot lock real clients out; if every connection is busy the new one gets
+503 and is closed. The clock is injectable so that the bookkeeping is testable
 without waiting.
 
 ``GuardedHandler`` is aiohttp's protocol with the guard's hooks, HTTP/1.0 half-close support
@@ -42,6 +43,8 @@ log = logging.getLogger("ldpt.collector")
 #: Parser errors about the body's encoding or framing rather than the request head.
 BODY_FRAMING_ERRORS = (ContentEncodingError, ContentLengthError, TransferEncodingError)
 WAITING, HEADERS, BUSY = "waiting", "headers", "busy"
+#: Which connections the cap evicts first (lowest), when none is busy.
+EVICTION_ORDER = {HEADERS: 0, "fresh": 1, WAITING: 2}
 #: Seconds between sweeps: a quarter of the shortest deadline, within these bounds.
 SWEEP_BOUNDS = (0.05, 1.0)
 
@@ -85,11 +88,14 @@ class ConnectionGuard:
     def opened(self, conn: Any) -> bool:
         """Register a new connection; False when it must be refused (every slot busy)."""
         if len(self._conns) >= self.max_connections:
-            idle = [(deadline, c) for c, (phase, deadline) in self._conns.items() if phase != BUSY]
+            # slow headers go first, then silent new connections, then idle keep-alive ones;
+            # nearest deadline first within each
+            idle = [(EVICTION_ORDER[phase if c not in self._fresh else "fresh"], deadline, n)
+                    for n, (c, (phase, deadline)) in enumerate(self._conns.items()) if phase != BUSY]
             if not idle:
                 self.on_close("connection-limit")
                 return False
-            _, victim = min(idle, key=lambda item: item[0])
+            victim = list(self._conns)[min(idle)[2]]
             self._close(victim, "connection-limit")
         self._conns[conn] = (WAITING, self.clock() + self.header_timeout)
         self._fresh.add(conn)
@@ -163,6 +169,8 @@ class GuardedHandler(RequestHandler):
     def data_received(self, data: bytes) -> None:
         self.guard.data(self)
         super().data_received(data)
+        if getattr(self, "_messages", None):  # a complete request head is queued for a handler
+            self.guard.busy(self)
 
     def eof_received(self) -> bool | None:
         """The client shut its write side. Idle: close. Mid-request: keep our write side open

@@ -190,7 +190,10 @@ class Telemetry:
         self._observe(self._request_hist[endpoint], REQUEST_SECONDS_BUCKETS, seconds)
 
     def set_connections(self, count: int) -> None:
+        """Open connections now; called after each connection sweep (about once a second),
+        which also refreshes this process's CPU, RSS and fd figures."""
         self._values[self._conn_open] = count
+        self.sample_process()
 
     def connection_closed(self, reason: str) -> None:
         self._values[self._conn_closed[reason]] += 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import zlib
 
 import msgpack
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 from collector.app import STATE
+from collector.connections import ConnectionGuard
 
 from .collector_support import make_body, wire_reports, write_registry, write_token
 from .test_collector_app import MSGPACK, assert_problem, bodies_for, post, running
@@ -137,4 +139,96 @@ def test_duplicate_keys_in_a_msgpack_map_are_400(setup):
                 doc = assert_problem(*await post(client, body), 400, "undecodable-body")
                 assert "duplicate key" in doc["detail"]
             assert (await post(client, make_body([report])))[0] == 200
+    asyncio.run(scenario())
+
+
+class FakeConn:
+    """Stands in for a GuardedHandler: records how the guard closed it."""
+
+    def __init__(self) -> None:
+        self.farewell: bytes | None = None
+
+    def abandon(self, farewell: bytes) -> None:
+        self.farewell = farewell
+
+
+def test_connection_guard_deadlines_and_cap_with_an_injected_clock():
+    now = [0.0]
+    closed: list[str] = []
+    guard = ConnectionGuard(header_timeout=10, keepalive_timeout=15, max_connections=3,
+                            clock=lambda: now[0], on_close=closed.append)
+    silent, dripping, served = FakeConn(), FakeConn(), FakeConn()
+    for c in (silent, dripping, served):
+        assert guard.opened(c)
+    now[0] = 1
+    guard.data(dripping)          # header deadline 11
+    guard.busy(served)            # handler running: no deadline
+    now[0] = 9.9
+    guard.data(dripping)          # more header bytes do not extend the deadline
+    assert guard.sweep() == 0
+    now[0] = 10.0                 # the silent connection's deadline (opened at 0)
+    assert guard.sweep() == 1 and silent.farewell == b"" and closed == ["header-timeout"]
+    now[0] = 11.0
+    assert guard.sweep() == 1 and b" 408 " in dripping.farewell.split(b"\r\n")[0]
+    guard.idle(served)            # keep-alive: next request within 15 s
+    now[0] = 25.9
+    assert guard.sweep() == 0
+    now[0] = 26.0
+    assert guard.sweep() == 1 and served.farewell == b"" and closed[-1] == "idle-timeout"
+    assert len(guard) == 0
+    # the cap evicts the not-busy connection nearest its deadline; all busy -> refuse
+    a, b, c, d = FakeConn(), FakeConn(), FakeConn(), FakeConn()
+    assert guard.opened(a) and guard.opened(b) and guard.opened(c)
+    guard.busy(a)
+    guard.busy(c)
+    assert guard.opened(d) and b.farewell == b"" and closed[-1] == "connection-limit"
+    guard.busy(d)
+    assert not guard.opened(FakeConn()) and len(guard) == 3
+
+
+@pytest.mark.e2e
+def test_slow_connections_are_closed_in_time_while_a_real_client_is_served(setup):
+    """80 sockets drip header bytes (or say nothing) against a cap of 60 connections and a
+    0.5 s header deadline: every one is closed within the deadline plus slack, and a real
+    client posting batches on a keep-alive connection meanwhile gets every batch through."""
+    bodies = bodies_for(setup[1], 20, size=10)
+    header_timeout, slack = 0.5, 2.5
+
+    async def drip(client, i: int, results: list) -> None:
+        start = time.monotonic()
+        reader, writer = await asyncio.open_connection(client.host, client.port)
+        line = b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nX-Slow: " if i % 2 else b""
+        try:
+            for byte in line + b"a" * 200:
+                writer.write(bytes([byte]))
+                await writer.drain()
+                try:
+                    data = await asyncio.wait_for(reader.read(1 << 16), 0.1)
+                except asyncio.TimeoutError:
+                    continue
+                if not data or reader.at_eof():  # answered (408) or closed
+                    break
+        except (ConnectionError, OSError):
+            pass
+        results.append(time.monotonic() - start)
+        writer.close()
+
+    async def scenario():
+        async with running(setup, header_timeout=header_timeout, keepalive_timeout=5.0,
+                           max_connections=60) as (client, app):
+            results: list[float] = []
+            slow = [asyncio.create_task(drip(client, i, results)) for i in range(80)]
+            tel = app[STATE].telemetry
+            for _ in range(200):  # until all 80 are connected (20 evicted by the cap of 60)
+                if tel.value("ldpt_connections_closed_total", "connection-limit") >= 20:
+                    break
+                await asyncio.sleep(0.01)
+            statuses = [(await post(client, body))[0] for body in bodies]
+            await asyncio.wait_for(asyncio.gather(*slow), header_timeout + slack + 20)
+            assert statuses == [200] * len(bodies)
+            assert len(results) == 80 and max(results) <= header_timeout + slack, sorted(results)[-5:]
+            closed = sum(tel.value("ldpt_connections_closed_total", r)
+                         for r in ("header-timeout", "connection-limit"))
+            garbage = tel.value("ldpt_request_errors_total", "bad-http-request")  # "aaa..." lines
+            assert closed >= 40 and closed + garbage >= 80, (closed, garbage)
     asyncio.run(scenario())
