@@ -14,7 +14,7 @@ from .simulate_cmd import simulate
 
 #: Commands that live in their own modules and may be absent while being built.
 _OPTIONAL_COMMANDS = (("cli.rappor_cmd", "rappor"), ("cli.serve_cmd", "serve"),
-                      ("cli.demo_cmd", "demo"), ("cli.ledger_cmd", "ledger"))
+                      ("cli.demo_cmd", "demo"), ("cli.ledger_cmd", "ledger"), ("cli.prune_cmd", "prune"))
 
 
 @click.group(cls=LdptGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -7,6 +7,7 @@ import math
 import click
 
 from client_sdk.protocols.factory import AUTO_CANDIDATES, applicable, build_protocol, choose_protocol
+from estimators.poisoning import poisoning_bound
 
 from .common import emit, output_options
 
@@ -30,7 +31,9 @@ def plan_rows(epsilon: float, domain: int, clients: int) -> list[dict]:
         rows.append({"protocol": name, "available": True, "auto": name == auto,
                      "epsilon": proto.epsilon, "std_err_count": math.sqrt(var),
                      "std_err_proportion": math.sqrt(var) / clients,
-                     "payload_bits": proto.payload_bits, "note": ""})
+                     "payload_bits": proto.payload_bits, "note": "",
+                     # forged reports that move one estimate by 1 point (docs/security.md)
+                     "forged_per_point": poisoning_bound(proto).forged_for_one_point(clients)})
     return rows
 
 
@@ -54,7 +57,8 @@ def plan(epsilon: float, domain: int, clients: int, fmt: str, output: str | None
         import io
 
         buf = io.StringIO()
-        keys = ["protocol", "auto", "epsilon", "std_err_count", "std_err_proportion", "payload_bits", "note"]
+        keys = ["protocol", "auto", "epsilon", "std_err_count", "std_err_proportion", "payload_bits",
+                "forged_per_point", "note"]
         writer = csv.DictWriter(buf, keys, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
@@ -62,15 +66,18 @@ def plan(epsilon: float, domain: int, clients: int, fmt: str, output: str | None
         return
     lines = [f"epsilon {epsilon:g}, domain {domain}, clients {clients}: expected error of a value's "
              "estimate (root mean variance over the domain)",
-             f"{'':2}{'protocol':<9}{'std err (count)':>17}{'std err (share)':>17}{'payload':>18}"]
+             f"{'':2}{'protocol':<9}{'std err (count)':>17}{'std err (share)':>17}{'payload':>18}"
+             f"{'forged/1 pt':>13}"]
     for r in rows:
         mark = "* " if r.get("auto") else "  "
         if not r["available"]:
             lines.append(f"{mark}{r['protocol']:<9}  not available: {r['note']}")
             continue
         lines.append(f"{mark}{r['protocol']:<9}{r['std_err_count']:>17,.1f}{r['std_err_proportion']:>17.5f}"
-                     f"  {_bits(r['payload_bits']):>16}")  # 2 spaces: wide payloads stay apart
+                     f"  {_bits(r['payload_bits']):>16}{r['forged_per_point']:>13,}")  # 2 spaces: wide payloads stay apart
     lines.append("(*) = what protocol = \"auto\" chooses (smallest variance; near-ties go to the smaller payload)")
+    lines.append("forged/1 pt = forged reports that move one estimate by 1 point among the clients' "
+                 "reports (docs/security.md)")
     emit("\n".join(lines) + "\n", output)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime as dt
 import hashlib
 import json
 import logging
@@ -41,6 +42,7 @@ from .committer import GroupCommitter
 from .config import ServeConfig, read_tokens
 from .connections import ConnectionGuard
 from .ingest import BatchDecoder
+from .limits import IngestPolicy
 from .problems import Problem
 from .telemetry import Telemetry
 
@@ -61,6 +63,7 @@ ENDPOINT_OF = {"/v1/reports": "ingest", "/v1/registry": "registry",
                "/v1/metrics/{name}/estimates": "query", "/healthz": "health", "/readyz": "health",
                "/metrics": "metrics"}
 READY_TIMEOUT = 5.0
+READY_PROBE_INTERVAL = 1.0
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 StoreFactory = Callable[[], Awaitable[AsyncSketchStore]]
@@ -75,6 +78,8 @@ class CollectorState:
     decoder: BatchDecoder
     telemetry: Telemetry
     tokens: tuple[bytes, ...]
+    policy: IngestPolicy
+    reports_per_window: dict[str, int]
     store_factory: StoreFactory
     registry_body: bytes
     registry_etag: str
@@ -85,6 +90,9 @@ class CollectorState:
     maintenance: asyncio.Task[None] | None = None
     guard: ConnectionGuard | None = None
     sweeper: asyncio.Task[None] | None = None
+    prober: asyncio.Task[None] | None = None
+    #: (store reachable, why not, time.monotonic() of the check), for the admin port's /readyz
+    readiness: tuple[bool, str, float] = (False, "not checked yet", 0.0)
     _window_cache: tuple[int, str] = (-1, "")
 
     def count_error(self, endpoint: str, slug: str, reports: int = 0) -> None:
@@ -127,7 +135,10 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
         config=config, registry=registry,
         decoder=BatchDecoder(registry, max_reports=config.max_reports_per_batch),
         telemetry=telemetry or Telemetry.create([m.name for m in registry]),
-        tokens=read_tokens(config.query_token_file),
+        tokens=read_tokens(config.query_token_file,
+                           allow_insecure=config.allow_insecure_token_file),
+        policy=IngestPolicy(config),
+        reports_per_window={spec.name: spec.reports_per_window for spec in registry},
         store_factory=store_factory or default_store_factory(config),
         registry_body=registry_body,
         registry_etag='"' + hashlib.sha256(registry_body).hexdigest()[:32] + '"')
@@ -193,6 +204,7 @@ async def _startup(app: web.Application) -> None:
     loop = asyncio.get_running_loop()
     state.maintenance = loop.create_task(_maintain(state), name="ldpt-maintain")
     state.sweeper = loop.create_task(state.guard.run(), name="ldpt-connection-guard")
+    state.prober = loop.create_task(_probe_readiness(state), name="ldpt-readiness")
     state.telemetry.set_up(True)
 
 
@@ -201,8 +213,37 @@ async def _maintain(state: CollectorState) -> None:
         await asyncio.sleep(state.config.maintain_interval)
         try:
             await state.store.amaintain()
+            if state.config.retention_days:
+                await apply_retention(state.store, state.config.retention_days)
         except Exception as exc:  # housekeeping must never take the collector down
             log.warning("store maintenance failed: %s: %s", type(exc).__name__, exc)
+
+
+def retention_cutoff(days: int, now: float | None = None) -> str:
+    """The first UTC day kept when keeping ``days`` days up to today (YYYY-MM-DD)."""
+    today = dt.datetime.fromtimestamp(time.time() if now is None else now, dt.timezone.utc).date()
+    return (today - dt.timedelta(days=days - 1)).isoformat()
+
+
+async def apply_retention(store: AsyncSketchStore, days: int, now: float | None = None) -> None:
+    """Delete whole windows older than ``days`` days (and their batch ids)."""
+    cutoff = retention_cutoff(days, now)
+    result = await store.aprune(cutoff)
+    if result.rows or result.batch_ids:
+        log.info("retention: deleted %d windows (%d rows) and %d batch ids before %s",
+                 result.windows, result.rows, result.batch_ids, cutoff)
+
+
+async def _probe_readiness(state: CollectorState) -> None:
+    """Check the store every READY_PROBE_INTERVAL s, so that the admin port's /readyz answers
+    from the latest result without touching the store from its own thread."""
+    while True:
+        try:
+            await asyncio.wait_for(state.store.acheck(), READY_TIMEOUT)
+            state.readiness = (True, "", time.monotonic())
+        except Exception as exc:  # any failure means "not ready"; the detail says why
+            state.readiness = (False, f"{type(exc).__name__}: {exc}"[:300], time.monotonic())
+        await asyncio.sleep(READY_PROBE_INTERVAL)
 
 
 async def _shutdown(app: web.Application) -> None:
@@ -212,7 +253,7 @@ async def _shutdown(app: web.Application) -> None:
 async def _cleanup(app: web.Application) -> None:
     state = app[STATE]
     state.draining = True
-    for task in (state.maintenance, state.sweeper):
+    for task in (state.maintenance, state.sweeper, state.prober):
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -282,6 +323,9 @@ async def post_reports(request: web.Request) -> web.Response:
     """Ingest one batch: size and type checks, decode + validate, group commit, ack."""
     state = request.app[STATE]
     config = state.config
+    state.policy.check_key(request.headers.get("Authorization"))
+    source, relay = state.policy.source(request.remote, request.headers)
+    state.policy.admit(source, relay)
     if request.content_type not in MSGPACK_TYPES:
         raise Problem("unsupported-media-type", f"Content-Type {request.content_type!r} is not "
                       "accepted; send application/msgpack (wire format v1)",
@@ -306,6 +350,11 @@ async def post_reports(request: web.Request) -> web.Response:
     finally:
         state.inflight_bytes -= charge
         state.telemetry.add_inflight(-charge)
+    try:
+        state.policy.check_batch(batch.deltas.per_metric, state.reports_per_window, relay)
+    except Problem as problem:
+        problem.reports = batch.reports
+        raise
     outcome = await state.committer.submit(batch)
     if outcome is BatchOutcome.CONFLICT:
         problem = Problem("batch-id-conflict", f"batch id {batch.batch_id.hex()} was already "

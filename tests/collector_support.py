@@ -50,7 +50,9 @@ def write_registry(path: Path) -> Registry:
 
 
 def write_token(path: Path) -> Path:
+    """The test query token, in a file only its owner can read (the collector insists)."""
     path.write_text(TOKEN + "\n", encoding="utf-8")
+    path.chmod(0o600)
     return path
 
 
