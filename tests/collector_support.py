@@ -125,7 +125,8 @@ class Server:
     """`ldpt serve` as a subprocess; stderr is collected in ``log``."""
 
     def __init__(self, args: Sequence[str], cwd: Path, start_timeout: float = 60.0,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None,
+                 url_pattern: str = r"listening on (http://[\d.]+:\d+)") -> None:
         cmd = [sys.executable, "-c", "from cli.main import main; main()", "serve", *args]
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("LDPT_")}, **(env or {})}
         self.proc = subprocess.Popen(cmd, cwd=cwd, stderr=subprocess.PIPE, text=True, env=env)
@@ -136,7 +137,7 @@ class Server:
         def drain() -> None:
             for line in self.proc.stderr:
                 self.log.append(line)
-                m = re.search(r"listening on (http://[\d.]+:\d+)", line)
+                m = re.search(url_pattern, line)
                 if m and self.url is None:
                     self.url = m.group(1)
                     ready.set()
