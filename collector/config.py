@@ -95,9 +95,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Reports of one metric in one batch, in units of the metric's reports_per_window "
             "(an honest device sends that many per window); more is a 422 too-many-reports. "
             "Relays are exempt."),
-    Setting("rate_limit", 10.0, "Batches per second per source address (token bucket, per "
+    Setting("rate_limit", 2.0, "Batches per second per source address (token bucket, per "
             "worker); beyond it 429 rate-limited with Retry-After. Relays are exempt."),
-    Setting("rate_limit_burst", 100.0, "Batches a source address may send at once before "
+    Setting("rate_limit_burst", 60.0, "Batches a source address may send at once before "
             "rate_limit applies."),
     Setting("trusted_proxies", "", "Comma-separated addresses/networks of reverse proxies whose "
             "X-Forwarded-For names the source address."),
@@ -164,8 +164,8 @@ class ServeConfig:
     max_connections: int = 1000
     body_read_timeout: float = 30.0
     max_reports_per_metric: int = 8
-    rate_limit: float = 10.0
-    rate_limit_burst: float = 100.0
+    rate_limit: float = 2.0
+    rate_limit_burst: float = 60.0
     trusted_proxies: str = ""
     relay_sources: str = "127.0.0.1,::1"
     ingest_key_file: Path | None = None
@@ -231,7 +231,8 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any
     out = {}
     for s in SETTINGS:
         raw = env.get(f"LDPT_{s.name.upper()}")
-        if raw is not None and raw != "":
+        # empty means unset, except for lists of networks, where it is the empty list
+        if raw is not None and (raw != "" or s.default == "" or s.name == "relay_sources"):
             out[s.name] = _coerce(s, raw, f"LDPT_{s.name.upper()}")
     return out
 
