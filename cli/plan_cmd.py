@@ -75,9 +75,8 @@ def plan(epsilon: float, domain: int, clients: int, fmt: str, output: str | None
             continue
         lines.append(f"{mark}{r['protocol']:<9}{r['std_err_count']:>17,.1f}{r['std_err_proportion']:>17.5f}"
                      f"  {_bits(r['payload_bits']):>16}{r['forged_per_point']:>13,}")  # 2 spaces: wide payloads stay apart
-    lines.append("(*) = what protocol = \"auto\" chooses (smallest variance; near-ties go to the smaller payload)")
-    lines.append("forged/1 pt = forged reports that move one estimate by 1 point among the clients' "
-                 "reports (docs/security.md)")
+    lines.append("(*) = what protocol = \"auto\" chooses (smallest variance; near-ties go to the smaller payload); "
+                 "forged/1 pt = forged reports that move an estimate by 1 point (docs/security.md)")
     emit("\n".join(lines) + "\n", output)
 
 
