@@ -301,3 +301,17 @@ def test_a_worker_restart_is_logged_and_counted(tmp_path):
         assert wait_until(restarted, 30)
         http_client.close()
         assert server.terminate() == 0
+
+
+def test_serve_reads_its_config_file_and_names_bad_keys(tmp_path):
+    write_registry(tmp_path / "metrics.toml")
+    conf = tmp_path / "serve.toml"
+    conf.write_text('metrics_file = "metrics.toml"\nworkerz = 2\n')
+    result = CliRunner().invoke(main, ["serve", "--config", str(conf)])
+    assert result.exit_code == 1 and f"{conf}: unknown setting 'workerz'" in result.output
+    conf.write_text('metrics_file = "metrics.toml"\nport = 0\nadmin_port = 0\n')
+    server = Server(["--config", str(conf)], tmp_path)
+    try:
+        assert "admin (healthz, readyz, metrics) on http://127.0.0.1:" in server.text()
+    finally:
+        assert server.terminate() == 0

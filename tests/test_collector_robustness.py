@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import zlib
 
@@ -231,4 +232,41 @@ def test_slow_connections_are_closed_in_time_while_a_real_client_is_served(setup
                          for r in ("header-timeout", "connection-limit"))
             garbage = tel.value("ldpt_request_errors_total", "bad-http-request")  # "aaa..." lines
             assert closed >= 40 and closed + garbage >= 80, (closed, garbage)
+    asyncio.run(scenario())
+
+
+def test_logs_carry_reasons_not_request_bytes(setup, caplog):
+    caplog.set_level(logging.DEBUG)
+
+    async def scenario():
+        async with running(setup) as (client, _):
+            for raw in (b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nX-Secret\x01: SECRET-BYTES\r\n\r\n",
+                        b"GET /SECRET-BYTES\x00 HTTP/1.1\r\n\r\n",
+                        b"SECRET-BYTES SECRET-BYTES\r\n\r\n"):
+                status, headers, body = split_response(await exchange(client, raw))
+                assert status == 400 and headers["Content-Type"].startswith("application/problem+json")
+    asyncio.run(scenario())
+    # (the test server keeps aiohttp's access log; `ldpt serve` has none unless --access-log)
+    text = "\n".join(r.getMessage() for r in caplog.records if r.name != "aiohttp.access")
+    assert "bad HTTP request" in text and "SECRET-BYTES" not in text and "127.0.0.1" not in text
+
+
+def test_request_errors_are_counted_apart_from_rejected_reports_and_latency_is_recorded(setup):
+    async def scenario():
+        async with running(setup) as (client, app):
+            resp = await client.get("/v1/metrics/theme/estimates", headers={"Authorization": "Bearer wrong"})
+            assert resp.status == 401
+            resp = await client.get("/no/such/route")
+            assert resp.status == 404
+            assert (await post(client, b"\x93"))[0] == 400
+            tel = app[STATE].telemetry
+            assert tel.value("ldpt_request_errors_total", "unauthorized") == 1
+            assert tel.value("ldpt_request_errors_total", "not-found") == 1
+            assert tel.value("ldpt_requests_rejected_total", "unauthorized") == 0
+            assert tel.value("ldpt_requests_rejected_total", "undecodable-body") == 1
+            text = await (await client.get("/metrics")).text()
+            assert 'ldpt_request_seconds_count{endpoint="ingest"} 1' in text
+            assert 'ldpt_request_seconds_count{endpoint="query"} 1' in text
+            assert re.search(r'ldpt_request_seconds_bucket\{endpoint="other",le="\+Inf"\} 1\n', text)
+            assert "ldpt_build_info{" in text and "ldpt_process_resident_memory_bytes " in text
     asyncio.run(scenario())
