@@ -309,7 +309,7 @@ async def problem_middleware(request: web.Request, handler: Callable[[web.Reques
             log.debug("client went away during %s %s: %s", request.method, request.path,
                       type(exc).__name__)
             state.count_error(endpoint, "client-disconnected")
-            raise web.HTTPBadRequest() from None  # nobody is listening for a body
+            return Problem("client-disconnected", "the client closed the connection").response()
         log.exception("internal error on %s %s", request.method, request.path)
         state.count_error(endpoint, "internal-error")
         return Problem("internal-error", "the collector hit an unexpected error; it was logged").response()
