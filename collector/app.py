@@ -378,7 +378,7 @@ async def read_body(request: web.Request, timeout: float) -> bytes:
         cause = exc.__cause__ or exc
         reason = " ".join(getattr(cause, "message", str(cause)).split())[:120]
         raise Problem("undecodable-body", f"the body cannot be decoded as sent ({reason}); check "
-                      "Content-Encoding and the chunk framing") from None
+                      "Content-Encoding and the chunk framing", close=True) from None
     except ConnectionError:
         raise Problem("client-disconnected", "the client closed the connection before its body "
                       "was complete") from None

@@ -34,7 +34,8 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import ContentEncodingError, ContentLengthError, TransferEncodingError
-from aiohttp.web_protocol import RequestHandler
+from aiohttp.http_parser import RawRequestMessage
+from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 
 from .problems import Problem
 
@@ -168,8 +169,19 @@ class GuardedHandler(RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         self.guard.data(self)
+        messages = getattr(self, "_messages", ())
+        queued = len(messages)
         super().data_received(data)
-        if getattr(self, "_messages", None):  # a complete request head is queued for a handler
+        if len(messages) > queued and not isinstance(messages[-1][0], RawRequestMessage):
+            # the parser failed inside a body (e.g. a deflate stream cut short): whoever reads
+            # that body, now or once its handler starts, would wait for bytes that never come
+            request = self._current_request
+            bodies = [payload for msg, payload in messages if isinstance(msg, RawRequestMessage)]
+            bodies += [request.content] if request is not None else []
+            for body in bodies:
+                if not body.is_eof():
+                    body.set_exception(RequestPayloadError("the body cannot be decoded"))
+        if messages:  # a complete request head is queued for a handler
             self.guard.busy(self)
 
     def eof_received(self) -> bool | None:

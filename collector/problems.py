@@ -62,7 +62,7 @@ class Problem(Exception):
 
     def __init__(self, slug: str, detail: str, *, status: int | None = None,
                  retry_after: float | None = None, headers: dict[str, str] | None = None,
-                 **extra: Any) -> None:
+                 close: bool = False, **extra: Any) -> None:
         if slug not in PROBLEM_TYPES:
             raise ValueError(f"undeclared problem type {slug!r}")
         super().__init__(detail)
@@ -74,6 +74,7 @@ class Problem(Exception):
         self.headers = dict(headers or {})
         self.extra = {k: v for k, v in extra.items() if v is not None}
         self.reports = 0  # reports in the rejected batch, when it was decoded (telemetry only)
+        self.close = close  # the connection cannot carry another request (unread body)
 
     @classmethod
     def from_error(cls, exc: LdptError, **extra: Any) -> Problem:
@@ -95,5 +96,8 @@ class Problem(Exception):
         headers = dict(self.headers)
         if self.retry_after is not None:
             headers["Retry-After"] = str(self.retry_after)
-        return web.Response(status=self.status, body=json.dumps(self.to_dict()).encode(),
+        resp = web.Response(status=self.status, body=json.dumps(self.to_dict()).encode(),
                             content_type=PROBLEM_CONTENT_TYPE, headers=headers)
+        if self.close:
+            resp.force_close()  # sends Connection: close
+        return resp
