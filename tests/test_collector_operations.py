@@ -312,6 +312,6 @@ def test_serve_reads_its_config_file_and_names_bad_keys(tmp_path):
     conf.write_text('metrics_file = "metrics.toml"\nport = 0\nadmin_port = 0\n')
     server = Server(["--config", str(conf)], tmp_path)
     try:
-        assert "admin (healthz, readyz, metrics) on http://127.0.0.1:" in server.text()
+        assert wait_until(lambda: "admin (healthz, readyz, metrics) on http://127.0.0.1:" in server.text(), 30)
     finally:
         assert server.terminate() == 0
