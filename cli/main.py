@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                "per window and lifetime."),
     "metrics": ("cli.metrics_cmd", "metrics", "Work with the metric registry (TOML)."),
     "plan": ("cli.plan_cmd", "plan", "Compare protocols for EPSILON, DOMAIN (or --range) and CLIENTS; mark the one `auto` picks."),
+    "prune": ("cli.prune_cmd", "prune", "Delete windows before a date from the store (safe while collectors "
+              "serve it)."),
     "rappor": ("cli.rappor_cmd", "rappor", "RAPPOR tools: decode google/rappor's files, export sketches in "
                "their format."),
     "serve": ("cli.serve_cmd", "serve", "Run the collector until SIGTERM/SIGINT (then commit what was "

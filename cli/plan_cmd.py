@@ -16,6 +16,7 @@ from client_sdk.protocols.factory import (
 )
 from client_sdk.protocols.numeric import NUMERIC_PROTOCOL_NAMES
 from client_sdk.registry import MAX_NUMERIC_MAGNITUDE, MIN_NUMERIC_WIDTH
+from estimators.poisoning import poisoning_bound
 
 from .common import emit, output_options
 
@@ -64,7 +65,9 @@ def plan_rows(epsilon: float, domain: int, clients: int) -> list[dict]:
         rows.append({"protocol": name, "available": True, "auto": name == auto,
                      "epsilon": proto.epsilon, "std_err_count": math.sqrt(var),
                      "std_err_proportion": math.sqrt(var) / clients,
-                     "payload_bits": proto.payload_bits, "note": ""})
+                     "payload_bits": proto.payload_bits, "note": "",
+                     # forged reports that move one estimate by 1 point (docs/security.md)
+                     "forged_per_point": poisoning_bound(proto).forged_for_one_point(clients)})
     return rows
 
 
@@ -111,19 +114,21 @@ def plan(epsilon: float, domain: int | None, value_range: tuple[float, float] | 
         return
     if fmt == "csv":
         emit(rows_to_csv(rows, ["protocol", "auto", "epsilon", "std_err_count", "std_err_proportion",
-                                "payload_bits", "note"]), output)
+                                "payload_bits", "forged_per_point", "note"]), output)
         return
     lines = [f"epsilon {epsilon:g}, domain {domain}, clients {clients}: expected error of a value's "
              "estimate (root mean variance over the domain)",
-             f"{'':2}{'protocol':<9}{'std err (count)':>17}{'std err (share)':>17}{'payload':>18}"]
+             f"{'':2}{'protocol':<9}{'std err (count)':>17}{'std err (share)':>17}{'payload':>18}"
+             f"{'forged/1 pt':>13}"]
     for r in rows:
         mark = "* " if r.get("auto") else "  "
         if not r["available"]:
             lines.append(f"{mark}{r['protocol']:<9}  not available: {r['note']}")
             continue
         lines.append(f"{mark}{r['protocol']:<9}{r['std_err_count']:>17,.1f}{r['std_err_proportion']:>17.5f}"
-                     f"  {_bits(r['payload_bits']):>16}")  # 2 spaces: wide payloads stay apart
-    lines.append("(*) = what protocol = \"auto\" chooses (smallest variance; near-ties go to the smaller payload)")
+                     f"  {_bits(r['payload_bits']):>16}{r['forged_per_point']:>13,}")  # 2 spaces: wide payloads stay apart
+    lines.append("(*) = what protocol = \"auto\" chooses (smallest variance; near-ties go to the smaller payload); "
+                 "forged/1 pt = forged reports that move an estimate by 1 point (docs/security.md)")
     emit("\n".join(lines) + "\n", output)
 
 

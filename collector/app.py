@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime as dt
 import hashlib
 import json
 import logging
@@ -29,6 +30,7 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 from client_sdk.errors import LdptError
 from client_sdk.registry import Registry
@@ -38,7 +40,9 @@ from collector.storage.base import SCHEMA_VERSION, BatchOutcome
 from . import query
 from .committer import GroupCommitter
 from .config import ServeConfig, read_tokens
+from .connections import ConnectionGuard
 from .ingest import BatchDecoder
+from .limits import IngestPolicy
 from .problems import Problem
 from .telemetry import Telemetry
 from .ui import UI_ROUTES, setup_ui
@@ -57,7 +61,12 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("GET", "/readyz"),
     ("GET", "/metrics"),
 )
+#: Route -> the endpoint label of the ldpt_request_seconds histogram.
+ENDPOINT_OF = {"/v1/reports": "ingest", "/v1/registry": "registry",
+               "/v1/metrics/{name}/estimates": "query", "/healthz": "health", "/readyz": "health",
+               "/metrics": "metrics"}
 READY_TIMEOUT = 5.0
+READY_PROBE_INTERVAL = 1.0
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 StoreFactory = Callable[[], Awaitable[AsyncSketchStore]]
@@ -72,6 +81,8 @@ class CollectorState:
     decoder: BatchDecoder
     telemetry: Telemetry
     tokens: tuple[bytes, ...]
+    policy: IngestPolicy
+    reports_per_window: dict[str, int]
     store_factory: StoreFactory
     registry_body: bytes
     registry_etag: str
@@ -80,7 +91,19 @@ class CollectorState:
     draining: bool = False
     inflight_bytes: int = 0
     maintenance: asyncio.Task[None] | None = None
+    guard: ConnectionGuard | None = None
+    sweeper: asyncio.Task[None] | None = None
+    prober: asyncio.Task[None] | None = None
+    #: (store reachable, why not, time.monotonic() of the check), for the admin port's /readyz
+    readiness: tuple[bool, str, float] = (False, "not checked yet", 0.0)
     _window_cache: tuple[int, str] = (-1, "")
+
+    def count_error(self, endpoint: str, slug: str, reports: int = 0) -> None:
+        """Ingest rejections (and their reports) apart from other requests' errors."""
+        if endpoint == "ingest":
+            self.telemetry.rejected(slug, reports)
+        else:
+            self.telemetry.request_error(slug)
 
     def window_now(self) -> str:
         """The receive-time window (UTC day or hour) for a report arriving now."""
@@ -115,13 +138,23 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
         config=config, registry=registry,
         decoder=BatchDecoder(registry, max_reports=config.max_reports_per_batch),
         telemetry=telemetry or Telemetry.create([m.name for m in registry]),
-        tokens=read_tokens(config.query_token_file),
+        tokens=read_tokens(config.query_token_file,
+                           allow_insecure=config.allow_insecure_token_file),
+        policy=IngestPolicy(config),
+        reports_per_window={spec.name: spec.reports_per_window for spec in registry},
         store_factory=store_factory or default_store_factory(config),
         registry_body=registry_body,
         registry_etag='"' + hashlib.sha256(registry_body).hexdigest()[:32] + '"')
+    state.guard = ConnectionGuard(header_timeout=config.header_timeout,
+                                  keepalive_timeout=config.keepalive_timeout,
+                                  max_connections=config.max_connections,
+                                  on_close=state.telemetry.connection_closed,
+                                  on_count=state.telemetry.set_connections,
+                                  on_error=state.telemetry.request_error)
     # client_max_size bounds chunked bodies too (Content-Length is checked before reading)
     app = web.Application(middlewares=[problem_middleware], client_max_size=config.max_body_bytes,
-                          handler_args={"logger": AddressFreeLog(logging.getLogger("aiohttp.server"))})
+                          handler_args={"logger": AddressFreeLog(logging.getLogger("aiohttp.server")),
+                                        "keepalive_timeout": config.keepalive_timeout})
     app[STATE] = state
     app.router.add_post("/v1/reports", post_reports)
     app.router.add_get("/v1/registry", get_registry)
@@ -147,12 +180,18 @@ class AddressFreeLog(logging.LoggerAdapter):
     """
 
     def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
-        if isinstance(msg, str) and msg.startswith("Error handling request from"):
-            exc = kwargs.get("exc_info")
+        exc = kwargs.get("exc_info")
+        if isinstance(exc, (RequestPayloadError, ConnectionError)):
+            # the unread rest of a body that failed to decode, or a client that hung up: it
+            # was answered (or could not be) already; not a collector failure
+            kwargs.pop("exc_info")
+            level, msg, args = logging.DEBUG, "connection dropped: %s", (type(exc).__name__,)
+        elif isinstance(msg, str) and msg.startswith("Error handling request from"):
             if isinstance(exc, HttpProcessingError):
                 kwargs.pop("exc_info")
                 level = min(level, logging.WARNING)
-                msg, args = "bad HTTP request: %s", (" ".join(str(exc).split())[:200],)
+                # the reason only: aiohttp's message may quote the raw request bytes
+                msg, args = "bad HTTP request: %s (HTTP %d)", (type(exc).__name__, exc.code)
             else:
                 msg, args = "error handling a request", ()
         super().log(level, msg, *args, **kwargs)
@@ -167,7 +206,10 @@ async def _startup(app: web.Application) -> None:
                                      max_reports=c.queue_max_reports,
                                      group_max_batches=c.group_max_batches)
     state.committer.start()
-    state.maintenance = asyncio.get_running_loop().create_task(_maintain(state), name="ldpt-maintain")
+    loop = asyncio.get_running_loop()
+    state.maintenance = loop.create_task(_maintain(state), name="ldpt-maintain")
+    state.sweeper = loop.create_task(state.guard.run(), name="ldpt-connection-guard")
+    state.prober = loop.create_task(_probe_readiness(state), name="ldpt-readiness")
     state.telemetry.set_up(True)
 
 
@@ -176,8 +218,37 @@ async def _maintain(state: CollectorState) -> None:
         await asyncio.sleep(state.config.maintain_interval)
         try:
             await state.store.amaintain()
+            if state.config.retention_days:
+                await apply_retention(state.store, state.config.retention_days)
         except Exception as exc:  # housekeeping must never take the collector down
             log.warning("store maintenance failed: %s: %s", type(exc).__name__, exc)
+
+
+def retention_cutoff(days: int, now: float | None = None) -> str:
+    """The first UTC day kept when keeping ``days`` days up to today (YYYY-MM-DD)."""
+    today = dt.datetime.fromtimestamp(time.time() if now is None else now, dt.timezone.utc).date()
+    return (today - dt.timedelta(days=days - 1)).isoformat()
+
+
+async def apply_retention(store: AsyncSketchStore, days: int, now: float | None = None) -> None:
+    """Delete whole windows older than ``days`` days (and their batch ids)."""
+    cutoff = retention_cutoff(days, now)
+    result = await store.aprune(cutoff)
+    if result.rows or result.batch_ids:
+        log.info("retention: deleted %d windows (%d rows) and %d batch ids before %s",
+                 result.windows, result.rows, result.batch_ids, cutoff)
+
+
+async def _probe_readiness(state: CollectorState) -> None:
+    """Check the store every READY_PROBE_INTERVAL s, so that the admin port's /readyz answers
+    from the latest result without touching the store from its own thread."""
+    while True:
+        try:
+            await asyncio.wait_for(state.store.acheck(), READY_TIMEOUT)
+            state.readiness = (True, "", time.monotonic())
+        except Exception as exc:  # any failure means "not ready"; the detail says why
+            state.readiness = (False, f"{type(exc).__name__}: {exc}"[:300], time.monotonic())
+        await asyncio.sleep(READY_PROBE_INTERVAL)
 
 
 async def _shutdown(app: web.Application) -> None:
@@ -187,10 +258,11 @@ async def _shutdown(app: web.Application) -> None:
 async def _cleanup(app: web.Application) -> None:
     state = app[STATE]
     state.draining = True
-    if state.maintenance is not None:
-        state.maintenance.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await state.maintenance
+    for task in (state.maintenance, state.sweeper, state.prober):
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
     if state.committer is not None:
         queued = state.committer.depth[0]
         await state.committer.close()  # commits everything already accepted
@@ -204,11 +276,18 @@ async def _cleanup(app: web.Application) -> None:
 # --- middleware -----------------------------------------------------------------------------------------
 @web.middleware
 async def problem_middleware(request: web.Request, handler: Callable[[web.Request], Awaitable[Any]]) -> Any:
-    """Every error leaves as application/problem+json, and is counted by its type."""
+    """Every error leaves as application/problem+json and is counted by its type (ingest
+    rejections apart from other requests' errors); latency is recorded per endpoint; the
+    connection guard knows the request's headers are complete while the handler runs."""
+    state = request.app[STATE]
+    state.guard.busy(request.protocol)
+    start = time.perf_counter()
+    endpoint = ENDPOINT_OF.get(request.match_info.route.resource.canonical
+                               if request.match_info.route.resource else "", "other")
     try:
         return await handler(request)
     except Problem as problem:
-        request.app[STATE].telemetry.rejected(problem.slug, problem.reports)
+        state.count_error(endpoint, problem.slug, problem.reports)
         return problem.response()
     except web.HTTPException as exc:
         if exc.status < 400:
@@ -217,21 +296,31 @@ async def problem_middleware(request: web.Request, handler: Callable[[web.Reques
         if slug is None:
             slug = "invalid-query" if exc.status < 500 else "internal-error"
         detail = exc.text if exc.status != 413 else \
-            f"the body exceeds {request.app[STATE].config.max_body_bytes} bytes; send smaller batches"
+            f"the body exceeds {state.config.max_body_bytes} bytes; send smaller batches"
         allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
         problem = Problem(slug, detail or exc.reason, status=exc.status, headers=allow)
-        request.app[STATE].telemetry.rejected(problem.slug)
+        state.count_error(endpoint, problem.slug)
         return problem.response()
     except LdptError as exc:
         problem = Problem.from_error(exc)
-        request.app[STATE].telemetry.rejected(problem.slug)
+        state.count_error(endpoint, problem.slug)
         return problem.response()
     except asyncio.CancelledError:
+        if request.transport is None or request.transport.is_closing():
+            state.count_error(endpoint, "client-disconnected")
         raise
-    except Exception:
+    except Exception as exc:
+        if request.transport is None or request.transport.is_closing():  # the client hung up
+            log.debug("client went away during %s %s: %s", request.method, request.path,
+                      type(exc).__name__)
+            state.count_error(endpoint, "client-disconnected")
+            return Problem("client-disconnected", "the client closed the connection").response()
         log.exception("internal error on %s %s", request.method, request.path)
-        request.app[STATE].telemetry.rejected("internal-error")
+        state.count_error(endpoint, "internal-error")
         return Problem("internal-error", "the collector hit an unexpected error; it was logged").response()
+    finally:
+        state.telemetry.request_seconds(endpoint, time.perf_counter() - start)
+        state.guard.idle(request.protocol)
 
 
 # --- handlers -------------------------------------------------------------------------------------------
@@ -239,11 +328,18 @@ async def post_reports(request: web.Request) -> web.Response:
     """Ingest one batch: size and type checks, decode + validate, group commit, ack."""
     state = request.app[STATE]
     config = state.config
+    state.policy.check_key(request.headers.get("Authorization"))
+    source, relay = state.policy.source(request.remote, request.headers)
+    state.policy.admit(source, relay)
     if request.content_type not in MSGPACK_TYPES:
         raise Problem("unsupported-media-type", f"Content-Type {request.content_type!r} is not "
                       "accepted; send application/msgpack (wire format v1)",
                       headers={"Accept-Post": "application/msgpack"})
     length = request.content_length
+    if length is None and "chunked" not in request.headers.get("Transfer-Encoding", "").lower():
+        # HTTP/1.0 without Content-Length ends its body by closing: refuse rather than wait
+        raise Problem("length-required", "send Content-Length (or Transfer-Encoding: chunked "
+                      "over HTTP/1.1) with the batch")
     if length is not None and length > config.max_body_bytes:
         raise Problem("body-too-large", f"the body has {length} bytes; this collector accepts at "
                       f"most {config.max_body_bytes} (send smaller batches)")
@@ -254,16 +350,16 @@ async def post_reports(request: web.Request) -> web.Response:
     state.inflight_bytes += charge
     state.telemetry.add_inflight(charge)
     try:
-        try:
-            body = await asyncio.wait_for(request.read(), config.body_read_timeout)
-        except asyncio.TimeoutError:
-            raise Problem("request-timeout", f"the body did not arrive within "
-                          f"{config.body_read_timeout:g} s; send it at once (the same batch id "
-                          "may be retried)") from None
+        body = await read_body(request, config.body_read_timeout)
         batch = state.decoder.decode(body, state.window_now())
     finally:
         state.inflight_bytes -= charge
         state.telemetry.add_inflight(-charge)
+    try:
+        state.policy.check_batch(batch.deltas.per_metric, state.reports_per_window, relay)
+    except Problem as problem:
+        problem.reports = batch.reports
+        raise
     outcome = await state.committer.submit(batch)
     if outcome is BatchOutcome.CONFLICT:
         problem = Problem("batch-id-conflict", f"batch id {batch.batch_id.hex()} was already "
@@ -273,6 +369,24 @@ async def post_reports(request: web.Request) -> web.Response:
         raise problem
     return web.json_response({"accepted": batch.reports,
                               "duplicate": outcome is BatchOutcome.DUPLICATE})
+
+
+async def read_body(request: web.Request, timeout: float) -> bytes:
+    """The request body, or a problem: too slow (408), undecodable Content-Encoding (400) or
+    the client hung up (counted as ``client-disconnected``; there is nobody to answer)."""
+    try:
+        return await asyncio.wait_for(request.read(), timeout)
+    except asyncio.TimeoutError:
+        raise Problem("request-timeout", f"the body did not arrive within {timeout:g} s; send it "
+                      "at once (the same batch id may be retried)") from None
+    except RequestPayloadError as exc:  # aiohttp's decompression or chunk-framing errors
+        cause = exc.__cause__ or exc
+        reason = " ".join(getattr(cause, "message", str(cause)).split())[:120]
+        raise Problem("undecodable-body", f"the body cannot be decoded as sent ({reason}); check "
+                      "Content-Encoding and the chunk framing", close=True) from None
+    except ConnectionError:
+        raise Problem("client-disconnected", "the client closed the connection before its body "
+                      "was complete") from None
 
 
 async def get_registry(request: web.Request) -> web.Response:

@@ -2,7 +2,7 @@
 
 Pipeline for one ``POST /v1/reports`` body (wire format v1, docs/wire-format.md):
 
-1. msgpack decode (400 ``undecodable-body``), envelope check (422 ``invalid-batch`` /
+1. msgpack decode (400 ``undecodable-body``, also for a map that repeats a key), envelope check (422 ``invalid-batch`` /
    ``unsupported-version``);
 2. reports grouped by (metric, fingerprint): unknown metric or stale fingerprint is a 422
    naming the first offending report;
@@ -37,6 +37,8 @@ WIRE_VERSION = 1
 BATCH_ID_BYTES = 16
 ENVELOPE_KEYS = frozenset({"v", "batch_id", "reports"})
 REPORT_KEYS = frozenset({"m", "f", "p"})
+#: Entries of the largest map in an honest body (the envelope and every report have 3).
+MAX_MAP_ENTRIES = 3
 _DICT_ONLY, _THREE = {dict}, {3}
 _GET_M, _GET_F, _GET_P = operator.itemgetter("m"), operator.itemgetter("f"), operator.itemgetter("p")
 
@@ -87,7 +89,14 @@ class BatchDecoder:
     def decode(self, body: bytes, window: str) -> PendingBatch:
         """Full pipeline for one body; raises Problem for anything but a valid batch."""
         try:
-            doc = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True)
+            # no map of wire format v1 has more than 3 entries, so a longer one (an extra or a
+            # duplicated key) costs nothing here and takes the slow path below
+            doc = msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True,
+                                  max_map_len=MAX_MAP_ENTRIES)
+        except ValueError as exc:
+            if "max_map_len" not in str(exc):
+                raise Problem("undecodable-body", f"not a msgpack document: {_short(exc)}") from None
+            doc = _decode_checking_duplicates(body)
         except Exception as exc:  # msgpack raises many types on hostile input; all mean 400
             raise Problem("undecodable-body", f"not a msgpack document: {_short(exc)}") from None
         batch_id, reports = self._envelope(doc)
@@ -234,6 +243,32 @@ class BatchDecoder:
             raise Problem("invalid-report", f"{where}: metric {name!r} ({proto.name}): payload "
                           f"cannot be read ({_short(exc)})", report_index=batch_index, metric=name,
                           field="p") from None
+
+
+def _decode_checking_duplicates(body: bytes) -> Any:
+    """Decode a body that has a map with more than 3 entries: a duplicated key is a 400 (the
+    wire format allows exactly the keys, once), other extra keys are left for the envelope
+    and report checks to name (422)."""
+    def unique(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+        out = dict(pairs)
+        if len(out) != len(pairs):
+            seen: set[Any] = set()
+            key = next(k for k, _ in pairs if k in seen or seen.add(k))
+            raise DuplicateKey(key)
+        return out
+
+    try:
+        return msgpack.unpackb(body, raw=False, strict_map_key=True, use_list=True,
+                               object_pairs_hook=unique)
+    except DuplicateKey as exc:
+        raise Problem("undecodable-body", f"duplicate key {str(exc.args[0])[:40]!r} in a map; "
+                      "each key of wire format v1 appears exactly once") from None
+    except Exception as exc:
+        raise Problem("undecodable-body", f"not a msgpack document: {_short(exc)}") from None
+
+
+class DuplicateKey(ValueError):
+    """A msgpack map repeats a key (internal to ``_decode_checking_duplicates``)."""
 
 
 def _first_unreadable(proto: Protocol, objs: list[Any]) -> int | None:

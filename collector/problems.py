@@ -27,14 +27,18 @@ STORE_RETRY_AFTER = 5
 #: slug -> (HTTP status, title). The slug is the machine-readable part of ``type``.
 PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "undecodable-body": (400, "The request body is not a msgpack document"),
+    "client-disconnected": (400, "The client closed the connection before its request was complete"),
+    "bad-http-request": (400, "The HTTP request is malformed"),
     "invalid-query": (400, "A query parameter is invalid"),
     "unauthorized": (401, "A valid bearer token is required"),
+    "ingest-key-required": (401, "This collector accepts batches only with its ingest key"),
     "query-disabled": (403, "The query API is disabled on this collector"),
     "too-few-reports": (403, "Too few reports in the selected windows to publish an estimate"),
     "not-found": (404, "No such resource"),
     "no-data": (404, "No reports stored for this metric and window"),
     "method-not-allowed": (405, "Method not allowed"),
     "request-timeout": (408, "The request body did not arrive in time"),
+    "length-required": (411, "A request body needs Content-Length (or chunked encoding)"),
     "body-too-large": (413, "The request body is larger than this collector accepts"),
     "unsupported-media-type": (415, "Unsupported content type"),
     "invalid-batch": (422, "The batch envelope is invalid"),
@@ -43,6 +47,8 @@ PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "fingerprint-mismatch": (422, "A report was encoded under other metric parameters"),
     "invalid-report": (422, "A report could not have been produced by an honest client"),
     "batch-id-conflict": (422, "This batch id was already used for a different body"),
+    "too-many-reports": (422, "More reports of one metric in a batch than one device sends"),
+    "rate-limited": (429, "Too many batches from this source; retry later"),
     "estimation-error": (422, "The estimate cannot be computed as asked"),
     "internal-error": (500, "Internal error"),
     "overloaded": (503, "The collector is overloaded; retry later"),
@@ -56,7 +62,7 @@ class Problem(Exception):
 
     def __init__(self, slug: str, detail: str, *, status: int | None = None,
                  retry_after: float | None = None, headers: dict[str, str] | None = None,
-                 **extra: Any) -> None:
+                 close: bool = False, **extra: Any) -> None:
         if slug not in PROBLEM_TYPES:
             raise ValueError(f"undeclared problem type {slug!r}")
         super().__init__(detail)
@@ -68,6 +74,7 @@ class Problem(Exception):
         self.headers = dict(headers or {})
         self.extra = {k: v for k, v in extra.items() if v is not None}
         self.reports = 0  # reports in the rejected batch, when it was decoded (telemetry only)
+        self.close = close  # the connection cannot carry another request (unread body)
 
     @classmethod
     def from_error(cls, exc: LdptError, **extra: Any) -> Problem:
@@ -89,5 +96,8 @@ class Problem(Exception):
         headers = dict(self.headers)
         if self.retry_after is not None:
             headers["Retry-After"] = str(self.retry_after)
-        return web.Response(status=self.status, body=json.dumps(self.to_dict()).encode(),
+        resp = web.Response(status=self.status, body=json.dumps(self.to_dict()).encode(),
                             content_type=PROBLEM_CONTENT_TYPE, headers=headers)
+        if self.close:
+            resp.force_close()  # sends Connection: close
+        return resp

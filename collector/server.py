@@ -15,12 +15,14 @@ finish (they wait for their commit), commit everything queued, close the store, 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import os
 import select
 import signal
 import socket
+import ssl
 import sys
 import time
 import traceback
@@ -30,8 +32,10 @@ from aiohttp import web
 
 from client_sdk.registry import Registry, load_registry
 
-from .app import create_app
+from .admin import AdminServer
+from .app import STATE, create_app
 from .config import ConfigError, ServeConfig, read_tokens
+from .connections import CollectorRunner
 from .telemetry import Telemetry
 
 log = logging.getLogger("ldpt.collector")
@@ -97,18 +101,46 @@ def serve(config: ServeConfig, *, announce: Callable[[str], None] | None = None)
     """Run until SIGTERM/SIGINT; returns the process exit code (0 after a clean shutdown)."""
     announce = announce or (lambda line: print(line, file=sys.stderr, flush=True))
     registry = load_registry(config.metrics_file)
-    read_tokens(config.query_token_file)  # a bad token file fails before the port is taken
+    # bad token, key or certificate files fail before the port is taken
+    read_tokens(config.query_token_file, allow_insecure=config.allow_insecure_token_file)
+    read_tokens(config.ingest_key_file, what="ingest key",
+                allow_insecure=config.allow_insecure_token_file)
+    tls_context(config)
     prepare_store(config)
     telemetry = Telemetry.create([m.name for m in registry], config.workers)
     sock = reserve_port(config.host, config.port) if config.workers > 1 else \
         make_socket(config.host, config.port, reuse_port=False)
+    admin = None
+    if config.admin_port is not None:
+        admin = reserve_port(config.host, config.admin_port) if config.workers > 1 else \
+            make_socket(config.host, config.admin_port, reuse_port=False)
+        config = dataclasses.replace(config, admin_port=admin.getsockname()[1])
     host, port = sock.getsockname()[:2]
-    line = (f"ldpt serve: listening on http://{_url_host(host)}:{port} (workers {config.workers}, "
+    scheme = "https" if config.tls_cert else "http"
+    line = (f"ldpt serve: listening on {scheme}://{_url_host(host)}:{port} (workers {config.workers}, "
             f"store {config.store_description}, window {config.window})")
+    if admin is not None:
+        line += f"\nldpt serve: admin (healthz, readyz, metrics) on http://{_url_host(host)}:{config.admin_port}"
     if config.workers == 1:
         sock.listen(BACKLOG)
-        return run_worker(config, registry, telemetry, sock, lambda: announce(line))
-    return _supervise(config, registry, telemetry, sock, port, lambda: announce(line))
+        if admin is not None:
+            admin.listen(BACKLOG)
+        return run_worker(config, registry, telemetry, sock, lambda: announce(line), admin)
+    return _supervise(config, registry, telemetry, sock, port, lambda: announce(line), admin)
+
+
+def tls_context(config: ServeConfig) -> ssl.SSLContext | None:
+    """The server TLS context of tls_cert/tls_key, or None; ConfigError naming the file."""
+    if config.tls_cert is None:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(str(config.tls_cert), str(config.tls_key))
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"{config.tls_cert} / {config.tls_key}: cannot load the TLS certificate "
+                          f"and key ({getattr(exc, 'strerror', None) or exc})") from None
+    return ctx
 
 
 def _url_host(host: str) -> str:
@@ -116,29 +148,38 @@ def _url_host(host: str) -> str:
 
 
 def run_worker(config: ServeConfig, registry: Registry, telemetry: Telemetry, sock: socket.socket,
-               on_ready: Callable[[], None]) -> int:
-    """Serve on a listening socket in this process until SIGTERM/SIGINT."""
-    return asyncio.run(_worker_main(config, registry, telemetry, sock, on_ready))
+               on_ready: Callable[[], None], admin: socket.socket | None = None) -> int:
+    """Serve on a listening socket in this process until SIGTERM/SIGINT (and the monitoring
+    routes on ``admin``, from a thread, when given)."""
+    return asyncio.run(_worker_main(config, registry, telemetry, sock, on_ready, admin))
 
 
 async def _worker_main(config: ServeConfig, registry: Registry, telemetry: Telemetry,
-                       sock: socket.socket, on_ready: Callable[[], None]) -> int:
+                       sock: socket.socket, on_ready: Callable[[], None],
+                       admin_sock: socket.socket | None) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     app = create_app(config, registry, telemetry=telemetry)
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=config.shutdown_timeout,
-                           access_log=log if config.access_log else None)
+    runner = CollectorRunner(app, guard=app[STATE].guard, handle_signals=False,
+                             shutdown_timeout=config.shutdown_timeout,
+                             access_log=log if config.access_log else None)
     await runner.setup()  # on_startup: opens the store, starts the committer
     tune_gc()
+    admin = None
     try:
-        await web.SockSite(runner, sock).start()
+        if admin_sock is not None:
+            admin = AdminServer(app[STATE], admin_sock)
+            admin.start()
+        await web.SockSite(runner, sock, ssl_context=tls_context(config)).start()
         on_ready()
         await stop.wait()
         log.info("shutting down: stopped accepting; finishing in-flight requests and committing "
                  "queued batches")
     finally:
+        if admin is not None:
+            admin.stop()
         await runner.cleanup()  # stop sites, wait for handlers, on_cleanup: drain + close store
     log.info("stopped cleanly")
     return 0
@@ -176,7 +217,8 @@ def die_with_parent(parent: int) -> None:
 
 
 def _supervise(config: ServeConfig, registry: Registry, telemetry: Telemetry,
-               reserved: socket.socket, port: int, on_ready: Callable[[], None]) -> int:
+               reserved: socket.socket, port: int, on_ready: Callable[[], None],
+               admin_reserved: socket.socket | None = None) -> int:
     """Fork the workers, forward signals, restart crashed workers, exit when all are done."""
     ready_r, ready_w = os.pipe()
     children: dict[int, int] = {}  # pid -> worker index
@@ -196,8 +238,13 @@ def _supervise(config: ServeConfig, registry: Registry, telemetry: Telemetry,
                 reserved.close()
                 sock = make_socket(config.host, port, reuse_port=True)
                 sock.listen(BACKLOG)
+                admin = None
+                if admin_reserved is not None:
+                    admin_reserved.close()
+                    admin = make_socket(config.host, config.admin_port, reuse_port=True)
+                    admin.listen(BACKLOG)
                 code = run_worker(config, registry, telemetry.for_worker(index), sock,
-                                  lambda: os.write(ready_w, b"r"))
+                                  lambda: os.write(ready_w, b"r"), admin)
             except BaseException:
                 traceback.print_exc()
             finally:
@@ -238,7 +285,8 @@ def _supervise(config: ServeConfig, registry: Registry, telemetry: Telemetry,
         if stopping:
             failures += code != 0
             continue
-        log.error("worker %d (pid %d) exited unexpectedly with %d", index, pid, code)
+        log.error("worker %d (pid %d) exited unexpectedly with %d; restarting it", index, pid, code)
+        telemetry.for_worker(index).worker_restarted()
         now = time.monotonic()
         restarts = [t for t in restarts if now - t < RESTART_WINDOW] + [now]
         if len(restarts) > MAX_RESTARTS:
@@ -248,6 +296,8 @@ def _supervise(config: ServeConfig, registry: Registry, telemetry: Telemetry,
             return 1
         spawn(index)
     reserved.close()
+    if admin_reserved is not None:
+        admin_reserved.close()
     return 1 if failures else 0
 
 

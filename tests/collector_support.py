@@ -18,8 +18,11 @@ from typing import Any
 
 import msgpack
 import numpy as np
+from aiohttp.test_utils import TestServer
 
 from client_sdk.registry import MetricSpec, Registry, load_registry
+from collector.app import STATE
+from collector.connections import CollectorRunner
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-0123456789abcdef"
@@ -47,7 +50,9 @@ def write_registry(path: Path) -> Registry:
 
 
 def write_token(path: Path) -> Path:
+    """The test query token, in a file only its owner can read (the collector insists)."""
     path.write_text(TOKEN + "\n", encoding="utf-8")
+    path.chmod(0o600)
     return path
 
 
@@ -72,6 +77,14 @@ def expected_sketch(spec: MetricSpec, bodies: Sequence[bytes]):
         if objs:
             proto.accumulate(sketch, proto.from_wire(objs))
     return sketch
+
+
+class CollectorTestServer(TestServer):
+    """aiohttp's test server with the collector's guarded connections (as `ldpt serve` runs)."""
+
+    async def _make_runner(self, **kwargs: Any) -> CollectorRunner:
+        kwargs["handler_cancellation"] = False  # as in production: a hang-up is an error to count
+        return CollectorRunner(self.app, guard=self.app[STATE].guard, **kwargs)
 
 
 class Http:
@@ -112,7 +125,8 @@ class Server:
     """`ldpt serve` as a subprocess; stderr is collected in ``log``."""
 
     def __init__(self, args: Sequence[str], cwd: Path, start_timeout: float = 60.0,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None,
+                 url_pattern: str = r"listening on (http://[\d.]+:\d+)") -> None:
         cmd = [sys.executable, "-c", "from cli.main import main; main()", "serve", *args]
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("LDPT_")}, **(env or {})}
         self.proc = subprocess.Popen(cmd, cwd=cwd, stderr=subprocess.PIPE, text=True, env=env)
@@ -123,7 +137,7 @@ class Server:
         def drain() -> None:
             for line in self.proc.stderr:
                 self.log.append(line)
-                m = re.search(r"listening on (http://[\d.]+:\d+)", line)
+                m = re.search(url_pattern, line)
                 if m and self.url is None:
                     self.url = m.group(1)
                     ready.set()

@@ -13,7 +13,7 @@ from pathlib import Path
 import msgpack
 import numpy as np
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
 from cli.output import frame_to_csv, frame_to_json
 from client_sdk.errors import StoreError
@@ -28,7 +28,15 @@ from collector.storage.sqlite import SQLiteStore
 from collector.telemetry import Telemetry
 from estimators.frequency import estimate_frame
 
-from .collector_support import TOKEN, expected_sketch, make_body, wire_reports, write_registry, write_token
+from .collector_support import (
+    TOKEN,
+    CollectorTestServer,
+    expected_sketch,
+    make_body,
+    wire_reports,
+    write_registry,
+    write_token,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -49,7 +57,7 @@ async def running(setup, store_factory=None, **config):
     config.setdefault("query_token_file", token)
     cfg = make_config(registry_path, environ={}, db=db, **config)
     app = create_app(cfg, load_registry(registry_path), store_factory=store_factory)
-    async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+    async with TestClient(CollectorTestServer(app, host="127.0.0.1")) as client:
         yield client, app
 
 

@@ -251,6 +251,7 @@ def test_bad_arguments_fail_with_one_line(tmp_path):
                                        "--db", str(tmp_path / "x.sqlite")])
     assert result.exit_code != 0 and "file not found" in result.output
     (tmp_path / "empty").write_text("\n")
+    (tmp_path / "empty").chmod(0o600)
     result = CliRunner().invoke(main, ["serve", "--metrics", str(tmp_path / "metrics.toml"), "--port", "0",
                                        "--query-token-file", str(tmp_path / "empty"),
                                        "--db", str(tmp_path / "x.sqlite")])

@@ -186,3 +186,37 @@ def test_oversized_and_wrong_content_types(target, extra, content_type):
 def test_too_many_reports_in_one_batch(target):
     status, doc = target.post(make_body(target.valid * 100))
     assert status == 422 and doc["field"] == "reports"
+
+
+@settings(max_examples=150, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(body=st.binary(max_size=2000), encoding=st.sampled_from(["deflate", "gzip"]),
+       compressed=st.booleans(), cut=st.integers(1, 60))
+def test_undecodable_content_encodings(target, body, encoding, compressed, cut):
+    """Issue 13: these were 500s with a traceback each; now 400 (or 422 if they decode)."""
+    import zlib
+
+    if compressed:  # a real stream of a valid batch, cut short
+        packer = zlib.compressobj(wbits=31 if encoding == "gzip" else 15)
+        stream = packer.compress(make_body(target.valid)) + packer.flush()
+        body = stream[:min(cut, len(stream) - 1)]
+    status, headers, data = target.http.request(  # one connection each: a broken body ends it
+        "POST", "/v1/reports", body, {"Content-Type": "application/msgpack", "Content-Encoding": encoding,
+                                      "Connection": "close"})
+    target.http.close()
+    assert 400 <= status < 500, (status, data[:300])
+    assert headers["content-type"].startswith("application/problem+json")
+
+
+@FUZZ
+@given(data=st.data())
+def test_duplicated_keys(target, data):
+    """A map that repeats a key (envelope or report) is a 400, never half-understood."""
+    report = target.valid[data.draw(st.integers(0, len(target.valid) - 1))]
+    pairs = list(report.items())
+    pairs.insert(data.draw(st.integers(0, 3)), pairs[data.draw(st.integers(0, 2))])
+    raw_report = bytes([0x80 | len(pairs)]) + b"".join(msgpack.packb(k) + msgpack.packb(v) for k, v in pairs)
+    body = (b"\x83" + msgpack.packb("v") + msgpack.packb(1) + msgpack.packb("batch_id")
+            + msgpack.packb(os.urandom(16)) + msgpack.packb("reports") + b"\x91" + raw_report)
+    status, doc = target.post(body)
+    assert status == 400 and "duplicate key" in doc["detail"]

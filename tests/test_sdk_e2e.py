@@ -51,6 +51,7 @@ def _thread_client(url: str, state_dir: Path, label: int, results: list) -> None
 def test_clients_in_threads_and_processes_to_a_real_collector_then_ldpt_estimate(tmp_path):
     token = tmp_path / "token"
     token.write_text("e2e-query-token-0123456789\n")
+    token.chmod(0o600)  # the collector refuses a token file others can read
     rng = np.random.default_rng(5)
     thread_labels = rng.integers(0, 3, 24).tolist()
     process_labels = [rng.choice(3, size=300, p=[0.6, 0.3, 0.1]).tolist() for _ in range(3)]

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from client_sdk.protocols.base import Sketch
 
-from .base import BatchOutcome, PendingBatch, WindowInfo
+from .base import BatchOutcome, PendingBatch, PruneResult, WindowInfo
 from .sqlite import SQLiteStore
 
 T = TypeVar("T")
@@ -58,6 +58,10 @@ class AsyncSketchStore(abc.ABC):
     @abc.abstractmethod
     async def aclose(self) -> None:
         """Release connections and threads."""
+
+    @abc.abstractmethod
+    async def aprune(self, before: str) -> PruneResult:
+        """``SketchStore.prune``: delete windows (and batch ids) before a day."""
 
     async def amaintain(self) -> None:  # noqa: B027 - optional hook, default no-op
         """Periodic housekeeping (Postgres: compaction of delta rows); no-op by default."""
@@ -113,6 +117,16 @@ class ThreadedStore(AsyncSketchStore):
 
     async def acheck(self) -> None:
         await self._run(self._read_thread, lambda: self._reader_store().check())
+
+    def _prune_locked(self, before: str) -> PruneResult:
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            return self._writer.prune(before)
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    async def aprune(self, before: str) -> PruneResult:
+        return await self._run(self._write_thread, self._prune_locked, before)
 
     async def aclose(self) -> None:
         await self._run(self._write_thread, self._writer.close)

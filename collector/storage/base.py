@@ -59,6 +59,15 @@ class WindowInfo:
     reports: int
 
 
+@dataclasses.dataclass(frozen=True)
+class PruneResult:
+    """What a retention run deleted."""
+
+    windows: int      # (metric, fingerprint, window) sketches
+    rows: int         # stored rows (cohorts, delta rows)
+    batch_ids: int    # idempotency records
+
+
 class SketchStore(abc.ABC):
     """Durable additive sketches + batch-id dedupe. Implementations are thread-safe per call."""
 
@@ -83,6 +92,11 @@ class SketchStore(abc.ABC):
     @abc.abstractmethod
     def windows(self, metric: str | None = None) -> list[WindowInfo]:
         """Stored windows (optionally of one metric), oldest first."""
+
+    @abc.abstractmethod
+    def prune(self, before: str) -> PruneResult:
+        """Delete every window whose day is before ``before`` (YYYY-MM-DD), and the batch ids
+        received before that day, in one transaction. Safe while collectors commit."""
 
     @abc.abstractmethod
     def check(self) -> None:

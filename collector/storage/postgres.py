@@ -27,6 +27,7 @@ Counters are stored as little-endian int64 blobs (``counts_to_blob``) and summed
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import hashlib
 import os
 import re
@@ -46,6 +47,7 @@ from .base import (
     SCHEMA_VERSION,
     BatchOutcome,
     PendingBatch,
+    PruneResult,
     SketchKey,
     WindowInfo,
     blob_to_counts,
@@ -299,6 +301,23 @@ class PostgresStore(AsyncSketchStore):
             return await self._pool.fetchval(sql, *args)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise StoreError(f"PostgreSQL query failed: {exc}") from None
+
+    async def aprune(self, before: str) -> PruneResult:
+        """Delete windows before a day and the batch ids received before it (one transaction)."""
+        try:
+            async with self._pool.acquire() as conn, conn.transaction():
+                windows = await conn.fetchval(
+                    "SELECT count(*) FROM (SELECT DISTINCT metric, fingerprint, time_window FROM "
+                    "ldpt_deltas WHERE left(time_window, 10) < $1) w", before)
+                rows = await conn.fetchval("WITH d AS (DELETE FROM ldpt_deltas WHERE "
+                                           "left(time_window, 10) < $1 RETURNING 1) SELECT count(*) "
+                                           "FROM d", before)
+                batch_ids = await conn.fetchval("WITH d AS (DELETE FROM ldpt_batches WHERE received < "
+                                                "$1::date RETURNING 1) SELECT count(*) FROM d",
+                                                dt.date.fromisoformat(before))
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise StoreError(f"PostgreSQL prune failed: {exc}") from None
+        return PruneResult(int(windows), int(rows), int(batch_ids))
 
     # --- housekeeping ---------------------------------------------------------------------------------
     async def amaintain(self) -> None:

@@ -24,6 +24,7 @@ from .base import (
     SCHEMA_VERSION,
     BatchOutcome,
     PendingBatch,
+    PruneResult,
     SketchKey,
     SketchStore,
     WindowInfo,
@@ -196,6 +197,25 @@ class SQLiteStore(SketchStore):
         sql += " GROUP BY metric, fingerprint, window ORDER BY window, metric"
         with self._lock:
             return [WindowInfo(*row) for row in self._conn.execute(sql, args)]
+
+    def prune(self, before: str) -> PruneResult:
+        with self._lock:
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                windows = conn.execute("SELECT count(DISTINCT metric || char(0) || fingerprint || "
+                                       "char(0) || window) FROM sketches WHERE substr(window, 1, 10) < ?",
+                                       (before,)).fetchone()[0]
+                rows = conn.execute("DELETE FROM sketches WHERE substr(window, 1, 10) < ?",
+                                    (before,)).rowcount
+                batch_ids = conn.execute("DELETE FROM batches WHERE substr(received, 1, 10) < ?",
+                                         (before,)).rowcount
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        return PruneResult(int(windows), int(rows), int(batch_ids))
 
     def check(self) -> None:
         try:

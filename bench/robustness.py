@@ -1,0 +1,399 @@
+"""Robustness benchmark: a real `ldpt serve` on loopback, attacked and overloaded (issue 13).
+
+Prints one table per question, bounded in time (well under 2 minutes) and count:
+
+1. hostile bodies sent (random bytes, mutations of valid batches, undecodable
+   Content-Encoding, duplicate msgpack keys, HTTP/1.0 without a length) and the 5xx seen;
+2. slow connections (header bytes dripped) opened, and how many the collector closed by
+   its header deadline, while a real client posts batches;
+3. /metrics latency (p50/p99) on the main port and on the admin port while ingest is
+   overloaded (offered/acknowledged batches reported);
+4. batches acknowledged vs stored after SIGKILL under load;
+5. for each limit, the largest shift of an estimate one source can cause (measured where a
+   single loopback source can reach it, and extrapolated from the limit for an hour/day).
+
+    python bench/robustness.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from pathlib import Path
+
+import msgpack
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench._common import print_table  # noqa: E402
+from client_sdk.registry import load_registry  # noqa: E402
+from estimators.poisoning import poisoning_bound  # noqa: E402
+
+REGISTRY = """
+[metrics.page]
+kind = "categorical"
+categories = [{cats}]
+protocol = "oue"
+epsilon = 1.0
+"""
+HONEST = 100_000  # honest reports per window the shifts are quoted against
+
+
+@contextlib.contextmanager
+def collector(workdir: Path, env: dict[str, str], *args: str):
+    """`ldpt serve` subprocess; yields (process, main port, admin port, log lines)."""
+    cmd = [sys.executable, "-c", "from cli.main import main; main()", "serve", "--metrics",
+           str(workdir / "metrics.toml"), "--db", str(workdir / "c.sqlite"), "--port", "0",
+           "--admin-port", "0", *args]
+    full_env = {**{k: v for k, v in os.environ.items() if not k.startswith("LDPT_")}, **env}
+    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True, env=full_env)
+    log: list[str] = []
+    ports: list[int] = []
+    ready = threading.Event()
+
+    def drain() -> None:
+        for line in proc.stderr:
+            log.append(line)
+            m = re.search(r"on http://[\d.]+:(\d+)", line)
+            if m:
+                ports.append(int(m.group(1)))
+                if len(ports) == 2:
+                    ready.set()
+        ready.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    if not ready.wait(60) or len(ports) < 2:
+        proc.kill()
+        raise RuntimeError("collector did not start:\n" + "".join(log))
+    try:
+        yield proc, ports[0], ports[1], log
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def valid_bodies(spec, n: int, size: int, rng: np.random.Generator) -> list[bytes]:
+    proto = spec.protocol_impl
+    out = []
+    for _ in range(n):
+        wire = proto.to_wire(proto.encode(rng.integers(0, proto.domain_size, size), rng))
+        reports = [{"m": spec.name, "f": spec.fingerprint, "p": w} for w in wire]
+        out.append(msgpack.packb({"v": 1, "batch_id": rng.bytes(16), "reports": reports}))
+    return out
+
+
+def hostile_requests(spec, count: int, rng: np.random.Generator) -> list[bytes]:
+    """Raw HTTP requests: a mix of garbage, mutations and the issue's crafted cases."""
+    base = valid_bodies(spec, 20, 8, rng)
+    rnd = random.Random(1)
+
+    def request(body: bytes, extra: str = "", version: str = "1.1", length: bool = True) -> bytes:
+        head = f"POST /v1/reports HTTP/{version}\r\nHost: x\r\nContent-Type: application/msgpack\r\n"
+        head += f"Content-Length: {len(body)}\r\n" if length else ""
+        return (head + extra + "Connection: close\r\n\r\n").encode() + body
+
+    out = []
+    for i in range(count):
+        kind = i % 6
+        body = bytearray(rnd.choice(base))
+        if kind == 0:
+            out.append(request(rng.bytes(rnd.randint(1, 400))))
+        elif kind == 1:  # byte flips
+            for _ in range(rnd.randint(1, 8)):
+                body[rnd.randrange(len(body))] = rnd.randrange(256)
+            out.append(request(bytes(body)))
+        elif kind == 2:  # truncation / insertion
+            cut = rnd.randrange(1, len(body))
+            out.append(request(bytes(body[:cut]) + rng.bytes(rnd.randint(0, 20))))
+        elif kind == 3:  # undecodable or truncated Content-Encoding
+            enc = rnd.choice(["deflate", "gzip"])
+            data = zlib.compress(bytes(body))[: rnd.randrange(2, 40)] if rnd.random() < 0.5 else rng.bytes(50)
+            out.append(request(data, f"Content-Encoding: {enc}\r\n"))
+        elif kind == 4:  # duplicate keys: "v" twice in the envelope
+            dup = b"\x84\xa1v\x01" + bytes(body[1:])
+            out.append(request(dup))
+        else:  # HTTP/1.0 without Content-Length
+            out.append(request(bytes(body), version="1.0", length=False))
+    return out
+
+
+def post_request(body: bytes) -> bytes:
+    """A complete POST /v1/reports request (Connection: close)."""
+    return (b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/msgpack\r\n"
+            b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+async def send_raw(port: int, data: bytes) -> int:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(data)
+        await writer.drain()
+        with contextlib.suppress(OSError):
+            writer.write_eof()
+        raw = await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+    m = re.match(rb"HTTP/1\.[01] (\d{3})", raw)
+    return int(m.group(1)) if m else 0
+
+
+async def fuzz(port: int, requests: list[bytes]) -> dict[int, int]:
+    sem = asyncio.Semaphore(16)
+    statuses: dict[int, int] = {}
+
+    async def one(data: bytes) -> None:
+        async with sem:
+            status = await send_raw(port, data)
+            statuses[status] = statuses.get(status, 0) + 1
+
+    await asyncio.gather(*(one(r) for r in requests))
+    return statuses
+
+
+async def slow_connections(port: int, count: int, header_timeout: float, body: bytes) -> tuple[int, int, int]:
+    """(opened, closed within the deadline + 1.5 s of sweep and scheduling slack, real batches ok)."""
+    deadline = header_timeout + 1.5
+    closed_in_time = 0
+
+    async def drip() -> None:
+        nonlocal closed_in_time
+        start = time.monotonic()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            return
+        try:
+            for byte in b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 1000:
+                writer.write(bytes([byte]))
+                await writer.drain()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    if not await asyncio.wait_for(reader.read(1 << 16), 0.5) or reader.at_eof():
+                        break
+                if time.monotonic() - start > deadline + 5:
+                    break
+        except OSError:
+            pass
+        if time.monotonic() - start <= deadline:
+            closed_in_time += 1
+        writer.close()
+
+    async def real_client() -> int:
+        ok = 0
+        for _ in range(20):
+            await asyncio.sleep(0.1)
+            doc = msgpack.unpackb(body)
+            doc["batch_id"] = os.urandom(16)  # same reports, a new batch
+            status = await send_raw(port, post_request(msgpack.packb(doc)))
+            ok += status == 200
+        return ok
+
+    tasks = [asyncio.create_task(drip()) for _ in range(count)]
+    real = await real_client()
+    await asyncio.gather(*tasks)
+    return count, closed_in_time, real
+
+
+LOADGEN = r"""
+import asyncio, os, sys, time, aiohttp, msgpack
+port, seconds, conns = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+body = sys.stdin.buffer.read()
+doc = msgpack.unpackb(body)
+acked = refused = 0
+ack_file = open(sys.argv[4], "a") if len(sys.argv) > 4 else None
+async def worker(session, stop):
+    global acked, refused
+    while time.monotonic() < stop:
+        batch_id = os.urandom(16)
+        data = msgpack.packb({**doc, "batch_id": batch_id})
+        try:
+            async with session.post(f"http://127.0.0.1:{port}/v1/reports", data=data,
+                                    headers={"Content-Type": "application/msgpack"}) as r:
+                await r.read()
+                if r.status == 200:
+                    acked += 1
+                    if ack_file:
+                        ack_file.write(batch_id.hex() + "\n"); ack_file.flush()
+                else:
+                    refused += 1
+        except Exception:
+            refused += 1
+            await asyncio.sleep(0.01)
+async def main():
+    stop = time.monotonic() + seconds
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=conns)) as s:
+        await asyncio.gather(*(worker(s, stop) for _ in range(conns)))
+    print(acked, refused)
+asyncio.run(main())
+"""
+
+
+def start_load(port: int, seconds: float, conns: int, body: bytes, ack_file: Path | None = None):
+    args = [sys.executable, "-c", LOADGEN, str(port), str(seconds), str(conns)]
+    if ack_file is not None:
+        args.append(str(ack_file))
+    proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=False)
+    proc.stdin.write(body)
+    proc.stdin.close()
+    return proc
+
+
+def load_result(proc: subprocess.Popen) -> tuple[int, int]:
+    """(acknowledged, refused) batches printed by a finished load generator."""
+    out = proc.stdout.read()
+    proc.wait(60)
+    acked, refused = map(int, out.split())
+    return acked, refused
+
+
+def scrape_latencies(port: int, seconds: float) -> list[float]:
+    import http.client
+
+    out = []
+    stop = time.monotonic() + seconds
+    while time.monotonic() < stop:
+        start = time.perf_counter()
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", "/metrics")
+            conn.getresponse().read()
+            conn.close()
+            out.append(time.perf_counter() - start)
+        except OSError:
+            out.append(10.0)
+        time.sleep(0.05)
+    return out
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] * 1000 if values else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smaller counts (CI smoke run)")
+    opts = ap.parse_args()
+    scale = 0.25 if opts.quick else 1.0
+    workdir = Path(tempfile.mkdtemp(prefix="ldpt-robust-"))
+    (workdir / "metrics.toml").write_text(REGISTRY.format(cats=", ".join(f'"p{i:02d}"' for i in range(20))))
+    spec = load_registry(workdir / "metrics.toml").get("page")
+    rng = np.random.default_rng(13)
+    batch100 = valid_bodies(spec, 1, 100, rng)[0]
+    header_timeout = 2.0
+    env = {"LDPT_HEADER_TIMEOUT": str(header_timeout), "LDPT_MAX_CONNECTIONS": "400",
+           "LDPT_QUEUE_MAX_BATCHES": "16", "LDPT_SQLITE_SYNCHRONOUS": "NORMAL"}
+    started = time.monotonic()
+
+    with collector(workdir, env) as (proc, port, admin, log):
+        requests = hostile_requests(spec, int(2400 * scale), rng)
+        statuses = asyncio.run(fuzz(port, requests))
+        five = sum(n for s, n in statuses.items() if s >= 500)
+        tracebacks = sum("Traceback" in line or " ERROR " in line for line in log)
+        print_table(["hostile requests", "2xx (mutation still valid)", "4xx", "5xx", "no answer",
+                     "ERROR/traceback log lines"],
+                    [[len(requests), sum(n for s, n in statuses.items() if 200 <= s < 300),
+                      sum(n for s, n in statuses.items() if 400 <= s < 500), five,
+                      statuses.get(0, 0), tracebacks]], "1. hostile bodies")
+
+        opened, closed, real = asyncio.run(slow_connections(port, int(300 * scale), header_timeout, batch100))
+        print_table(["slow connections", f"closed by deadline ({header_timeout:g} s + 1.5 s)",
+                     "real batches ok / sent"], [[opened, closed, f"{real} / 20"]],
+                    "2. slow-header connections (cap 400 per worker)")
+
+        loads = [start_load(port, 8.0, 128, batch100) for _ in range(2)]
+        time.sleep(1.0)
+        box: dict[str, list[float]] = {}
+        threads = [threading.Thread(target=lambda k=k, p=p: box.__setitem__(k, scrape_latencies(p, 6.0)))
+                   for k, p in (("main port", port), ("admin port", admin))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        acked, refused = map(sum, zip(*(load_result(p) for p in loads)))
+        offered = acked + refused
+        rows = [[k, len(v), pct(v, 0.5), pct(v, 0.99), max(v) * 1000] for k, v in box.items()]
+        print_table(["/metrics on", "scrapes", "p50 ms", "p99 ms", "max ms"], rows,
+                    f"3. monitoring under overload: {offered:,} batches offered, {acked:,} acknowledged "
+                    f"(offered/acked = {offered / max(acked, 1):.1f}x)")
+
+    # 4. SIGKILL under load
+    kill_dir = Path(tempfile.mkdtemp(prefix="ldpt-kill-"))
+    (kill_dir / "metrics.toml").write_text((workdir / "metrics.toml").read_text())
+    acks = kill_dir / "acked.txt"
+    with collector(kill_dir, {"LDPT_QUEUE_MAX_BATCHES": "256"}) as (proc, port, admin, log):
+        load = start_load(port, 6.0, 32, batch100, acks)
+        time.sleep(3.0)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        load.stdout.read()
+        load.wait(60)
+    acked_ids = {bytes.fromhex(x) for x in acks.read_text().split()} if acks.exists() else set()
+    with contextlib.closing(sqlite3.connect(kill_dir / "c.sqlite")) as conn:
+        stored = {bytes(r[0]) for r in conn.execute("SELECT batch_id FROM batches")}
+        stored_reports = conn.execute("SELECT coalesce(sum(reports), 0) FROM batches").fetchone()[0]
+        sketch_reports = conn.execute("SELECT coalesce(sum(reports), 0) FROM sketches").fetchone()[0]
+    print_table(["acknowledged", "acknowledged and stored", "lost", "stored (incl. unacked)",
+                 "reports: batches vs sketches"],
+                [[len(acked_ids), len(acked_ids & stored), len(acked_ids - stored), len(stored),
+                  f"{stored_reports:,} vs {sketch_reports:,}"]], "4. SIGKILL during ingest")
+
+    # 5. poisoning bounds: one source, limits applied to loopback (no relay)
+    bound = poisoning_bound(spec.protocol_impl)
+    shift = lambda m: 100 * m * bound.gain / (HONEST + m)  # noqa: E731 - points, target share 0
+    lim_env = {"LDPT_RELAY_SOURCES": ""}
+    from collector.config import SETTINGS_BY_NAME
+
+    cap = SETTINGS_BY_NAME["max_reports_per_metric"].default
+    rate = SETTINGS_BY_NAME["rate_limit"].default
+    burst = SETTINGS_BY_NAME["rate_limit_burst"].default
+    capped = valid_bodies(spec, 1, cap, rng)[0]
+    big = valid_bodies(spec, 1, 10_000, rng)[0]
+    seconds = 10.0
+    with collector(workdir, lim_env) as (proc, port, admin, log):
+        load = start_load(port, seconds, 8, capped)
+        acked, refused = load_result(load)
+        big_status = asyncio.run(send_raw(port, post_request(big)))
+    key_dir = Path(tempfile.mkdtemp(prefix="ldpt-key-"))
+    (key_dir / "metrics.toml").write_text((workdir / "metrics.toml").read_text())
+    (key_dir / "key").write_text("bench-ingest-key-0123456789\n")
+    (key_dir / "key").chmod(0o600)
+    with collector(key_dir, {**lim_env, "LDPT_INGEST_KEY_FILE": str(key_dir / "key")}) as (proc, port, _, _):
+        key_status = asyncio.run(send_raw(port, post_request(capped)))
+    per_s = rate * cap
+    rows = [
+        ["none (a relay source)", "one 10,000-report batch", 10_000, f"{shift(10_000):.1f}"],
+        [f"max_reports_per_metric = {cap}", f"one batch (10,000 reports: HTTP {big_status})", cap,
+         f"{shift(cap):.3f}"],
+        [f"rate_limit = {rate:g}/s, burst {burst:g}", f"measured {seconds:g} s ({acked} batches acked, "
+         f"{refused} refused)", acked * cap, f"{shift(acked * cap):.2f}"],
+        ["  (bound)", "1 minute", int(burst * cap + 60 * per_s), f"{shift(burst * cap + 60 * per_s):.1f}"],
+        ["  (bound)", "1 hour", int(burst * cap + 3600 * per_s), f"{shift(burst * cap + 3600 * per_s):.1f}"],
+        ["  (bound)", "1 day", int(burst * cap + 86400 * per_s), f"{shift(burst * cap + 86400 * per_s):.1f}"],
+        ["ingest key (without it)", f"any (HTTP {key_status})", 0, "0"],
+    ]
+    print_table(["limit", "one source, over", "forged reports in", "shift, points"], rows,
+                f"5. largest shift of an estimate one source can cause (OUE d=20, eps 1: "
+                f"g = {bound.gain:.2f} per report, {HONEST:,} honest reports, target share 0)")
+    print(f"\n(total {time.monotonic() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""`ldpt prune`: delete whole windows before a date from a store (retention).
+
+Safe while collectors serve the same store: the deletion is one transaction, exactly like a
+group commit (SQLite waits for the writer lock; PostgreSQL row locks), so a collector
+committing at the same moment either lands before it or after it. Batch ids received
+before the date go too: a retry of a batch older than the retention period would then be
+counted again, so keep more days than the SDKs retry for (docs/operations.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import click
+
+from collector.storage.base import PruneResult, canonical_window
+
+
+def _day(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    day = canonical_window(value, hour_ok=False)
+    if day is None:
+        raise click.BadParameter(f"{value!r} is not a date (YYYY-MM-DD)")
+    return day
+
+
+def prune_sqlite(path: str | Path, before: str) -> PruneResult:
+    from collector.storage.sqlite import SQLiteStore
+
+    if not Path(path).exists():
+        raise click.ClickException(f"{path}: no such store")
+    with SQLiteStore(path, create=False) as store:
+        return store.prune(before)
+
+
+def prune_postgres(dsn: str, before: str) -> PruneResult:
+    try:
+        import asyncpg  # noqa: F401
+
+        from collector.storage.postgres import PostgresStore
+    except ImportError:
+        raise click.ClickException("a PostgreSQL DSN needs asyncpg: pip install "
+                                   "'ldp-telemetry[postgres]'") from None
+
+    async def run() -> PruneResult:
+        store = await PostgresStore.open(dsn, create=False, min_size=1, max_size=1)
+        try:
+            return await store.aprune(before)
+        finally:
+            await store.aclose()
+
+    return asyncio.run(run())
+
+
+@click.command()
+@click.option("--before", required=True, callback=_day, metavar="YYYY-MM-DD",
+              help="Delete every window whose day is before this date (it is kept).")
+@click.option("--db", type=click.Path(dir_okay=False), default=None, help="SQLite store.")
+@click.option("--postgres", metavar="DSN", default=None,
+              help="PostgreSQL store (default: LDPT_POSTGRES_DSN when --db is not given).")
+def prune(before: str, db: str | None, postgres: str | None) -> None:
+    """Delete windows before a date from the store (safe while collectors serve it)."""
+    if db and postgres:
+        raise click.UsageError("use either --db or --postgres, not both")
+    postgres = postgres or (None if db else os.environ.get("LDPT_POSTGRES_DSN") or None)
+    if not db and not postgres:
+        raise click.UsageError("give --db PATH or --postgres DSN (or set LDPT_POSTGRES_DSN)")
+    result = prune_postgres(postgres, before) if postgres else prune_sqlite(db, before)
+    click.echo(f"deleted {result.windows} windows ({result.rows} rows) and {result.batch_ids} "
+               f"batch ids before {before}")

@@ -1,0 +1,90 @@
+"""The admin port: /healthz, /readyz and /metrics outside the ingest path.
+
+Under ingest overload a worker's event loop has a long run queue, so a scrape on the main
+port waits behind hundreds of ingest requests (seconds, measured). With ``admin_port`` set,
+each worker also serves the three monitoring routes on that port from a thread with its own
+event loop: the scrape only has to win the GIL, which the interpreter hands over every few
+milliseconds, never a place in the ingest queue (bench/robustness.py measures the p99).
+
+The admin thread never touches the store: /readyz answers from the readiness probe that the
+worker's loop runs every second (``CollectorState.readiness``), and is 503 when that result
+is older than ``STALE_AFTER`` seconds (a wedged loop is not ready). /metrics renders the
+shared telemetry table, which is safe to read while workers write it (a scrape may see a
+counter one increment early or late, never a torn series).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+
+from aiohttp import web
+
+from . import app as collector_app
+from .problems import Problem
+
+#: /readyz on the admin port fails when the last readiness probe is older than this.
+STALE_AFTER = 10.0
+
+
+async def admin_readyz(request: web.Request) -> web.Response:
+    state = request.app[collector_app.STATE]
+    ok, why, at = state.readiness
+    if state.draining:
+        return Problem("shutting-down", "the collector is shutting down", retry_after=1).response()
+    if not ok or time.monotonic() - at > STALE_AFTER:
+        detail = why if not ok else f"the readiness probe has not run for {STALE_AFTER:g} s"
+        return Problem("store-unavailable", detail, retry_after=5).response()
+    body = {"status": "ready", "store": state.store.description,
+            "schema_version": collector_app.SCHEMA_VERSION}
+    return web.Response(body=json.dumps(body).encode(), content_type="application/json")
+
+
+class AdminServer:
+    """Serves the monitoring routes of one worker on ``sock`` from a daemon thread."""
+
+    def __init__(self, state: collector_app.CollectorState, sock: socket.socket) -> None:
+        self.state, self.sock = state, sock
+        self._loop = asyncio.new_event_loop()
+        self._runner: web.AppRunner | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="ldpt-admin", daemon=True)
+
+    def start(self, timeout: float = 10.0) -> None:
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise RuntimeError("the admin port did not start")
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._start())
+        except BaseException as exc:  # reported to start()
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(self._runner.cleanup())
+        self._loop.close()
+
+    async def _start(self) -> None:
+        app = web.Application()
+        app[collector_app.STATE] = self.state
+        app.router.add_get("/healthz", collector_app.healthz)
+        app.router.add_get("/readyz", admin_readyz)
+        app.router.add_get("/metrics", collector_app.metrics)
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await self._runner.setup()
+        await web.SockSite(self._runner, self.sock).start()
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)

@@ -1,0 +1,97 @@
+"""How many forged reports move an estimate by one percentage point, per protocol.
+
+A forged report is any payload an honest client *could* have sent (the collector's
+``validate`` refuses the rest), so the attacker picks the output that helps most. For the
+pure frequency protocols (Wang et al. 2017's framework) the count estimate of value v is
+
+    ĉ_v = (S_v − N q*) / (p* − q*),       S_v = reports supporting v,  N = all reports,
+
+which is linear in the reports: one forged report supporting v adds exactly
+
+    g = (1 − q*) / (p* − q*)                                               (gain, in reports)
+
+to ĉ_v, whatever the honest data. With n honest reports of which a share f truly hold v,
+m forged ones move the estimated share from f to (n f + m g) / (n + m), i.e. by
+Δ = m (g − f) / (n + m). The attacker's best case is f = 0, so one point (Δ = 0.01) costs
+
+    m = 0.01 n / (g − 0.01)  forged reports,  about 0.01 n / g.
+
+This is the manipulation bound of Cheu, Smith and Ullman (2021) and Cao, Jia and Gong (2021):
+the smaller ε, the larger g, the cheaper the attack. For unary encodings (OUE/SUE) one
+all-ones payload supports *every* value at once (``values_per_report`` = d); RAPPOR's figure
+is per Bloom bit (a forged report may set all k bits). For the numeric mean mechanisms the
+gain is the largest debiased output v(y) minus the far end of the range (−1 on the
+normalised scale), and one point is 1% of the value range (0.02 on [−1, 1]).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from client_sdk.protocols.base import Protocol, PureProtocol
+
+#: One percentage point of a share, or 1% of a numeric metric's range.
+POINT = 0.01
+
+
+@dataclasses.dataclass(frozen=True)
+class PoisoningBound:
+    """What one forged report can do to one protocol's estimates."""
+
+    protocol: str
+    epsilon: float
+    gain: float               # g: shift of a count (or of n × the mean, in range units) per report
+    values_per_report: int    # values one forged report moves at once
+    per_point_share: float    # forged reports per honest report to move an estimate by 1 point
+
+    def forged_for_one_point(self, n: int) -> int:
+        """Forged reports needed among n honest ones to move one estimate by one point."""
+        return math.ceil(self.per_point_share * n)
+
+
+def support_probabilities(proto: Protocol) -> tuple[float, float] | None:
+    """(p*, q*) of a frequency protocol, or None for protocols without them."""
+    if isinstance(proto, PureProtocol):
+        return float(proto.p), float(proto.q)
+    name = proto.name
+    if name == "olh":  # p* = p', q* = 1/g (Wang et al. 2017)
+        return float(proto.p), 1.0 / proto.params.g
+    if name == "rappor":  # per Bloom bit of one report (Erlingsson et al. 2014)
+        return float(proto.params.p_star), float(proto.params.q_star)
+    return None
+
+
+def values_supported(proto: Protocol) -> int:
+    """Values one forged report supports at once (each by the full gain): all d for an
+    all-ones unary report, the s chosen ones for subset selection, the values whose Hadamard
+    row agrees with the output for HR (K/2, at most d); one for RR, GRR and OLH (an OLH report
+    also supports the other values hashed to its cell, a 1/g share of the domain)."""
+    if proto.name in ("oue", "sue"):
+        return int(proto.domain_size)
+    if proto.name == "ss":
+        return int(proto.params.s)
+    if proto.name == "hr":
+        return min(int(proto.domain_size), int(proto.params.k) // 2)
+    return 1
+
+
+def poisoning_bound(proto: Protocol) -> PoisoningBound:
+    """The per-report gain and the forged share that moves an estimate by one point."""
+    pq = support_probabilities(proto)
+    if pq is not None:
+        p_star, q_star = pq
+        gain = (1.0 - q_star) / (p_star - q_star)
+        values = values_supported(proto)
+        point = POINT
+    elif hasattr(proto, "debiased_values"):  # numeric mean on [−1, 1]
+        v = np.asarray(proto.debiased_values(), dtype=np.float64)
+        gain = float(max(v.max() + 1.0, 1.0 - v.min()))  # push from the far end of the range
+        values = 1
+        point = POINT * 2.0  # 1% of a range of width 2
+    else:
+        raise ValueError(f"no poisoning bound for protocol {proto.name!r}")
+    return PoisoningBound(proto.name, float(proto.epsilon), gain, values,
+                          point / (gain - point))

@@ -1,0 +1,317 @@
+"""Operations features of `ldpt serve`: settings precedence and the TOML file, secret-file
+permissions, TLS, the admin port, retention (`--retention-days`, `ldpt prune`) and worker
+restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import http.client
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cli.main import main
+from client_sdk.protocols.base import Sketch
+from collector.admin import AdminServer
+from collector.app import STATE, apply_retention, retention_cutoff
+from collector.config import SETTINGS, ConfigError, ServeConfig, make_config
+from collector.storage.base import SketchKey
+from collector.storage.sqlite import SQLiteStore
+
+from .collector_support import Http, Server, make_body, serving, wait_until, wire_reports, write_registry
+from .test_collector_app import post, running
+
+
+@pytest.fixture
+def setup(tmp_path):
+    from .collector_support import write_token
+
+    return (tmp_path / "metrics.toml", write_registry(tmp_path / "metrics.toml"),
+            write_token(tmp_path / "token"), tmp_path / "collector.sqlite")
+
+
+# --- settings ----------------------------------------------------------------------------------------
+def test_settings_are_declared_once_and_serve_config_agrees():
+    fields = {f.name: f for f in dataclasses.fields(ServeConfig)}
+    assert set(fields) == {s.name for s in SETTINGS}
+    for s in SETTINGS:
+        if s.name == "metrics_file":
+            continue
+        default = fields[s.name].default
+        assert default == (type(default)(s.default) if s.default is not None else None), s.name
+
+
+def test_precedence_argument_env_toml_default(tmp_path):
+    conf = tmp_path / "etc" / "serve.toml"
+    conf.parent.mkdir()
+    conf.write_text('metrics_file = "metrics.toml"\nport = 9000\nworkers = 3\nrate_limit = 4\n'
+                    'relay_sources = ""\npostgres_dsn = "postgresql://from-toml/db"\n')
+    env = {"LDPT_PORT": "9100", "LDPT_POSTGRES_DSN": "postgresql://from-env/db"}
+    cfg = make_config(environ=env, toml=conf, workers=None)
+    assert cfg.metrics_file == tmp_path / "etc" / "metrics.toml"  # relative to the file
+    assert cfg.port == 9100 and cfg.workers == 3 and cfg.rate_limit == 4.0  # env > toml > default
+    assert cfg.postgres_dsn == "postgresql://from-env/db" and cfg.db is None
+    assert cfg.relay_sources == "" and cfg.max_connections == 1000
+    cfg = make_config(environ=env, toml=conf, port=9200)
+    assert cfg.port == 9200  # argument wins
+
+
+@pytest.mark.parametrize("text,match", [
+    ("prot = 1\n", "unknown setting 'prot'"),
+    ("port = 'eighty'\n", "port"),
+    ("rate_limit = -1\n", "rate_limit must be a positive"),
+    ("tls_cert = 'c.pem'\n", "tls_cert and tls_key go together"),
+    ("port = [1\n", "not a TOML file"),
+])
+def test_bad_config_files_name_the_file_and_key(tmp_path, text, match):
+    conf = tmp_path / "serve.toml"
+    conf.write_text(text)
+    with pytest.raises(ConfigError, match=match) as info:
+        make_config(tmp_path / "m.toml", environ={}, toml=conf)
+    if "TOML" in match or "unknown" in match or match == "port":
+        assert str(conf) in str(info.value)
+
+
+def test_a_token_file_others_can_read_is_refused_unless_allowed(tmp_path, caplog):
+    registry_path = tmp_path / "metrics.toml"
+    write_registry(registry_path)
+    token = tmp_path / "token"
+    token.write_text("query-token-0123456789abcdef\n")
+    token.chmod(0o640)
+    result = CliRunner().invoke(main, ["serve", "--metrics", str(registry_path), "--db",
+                                       str(tmp_path / "c.sqlite"), "--query-token-file", str(token),
+                                       "--port", "0"])
+    assert result.exit_code == 1
+    assert "readable by group or others (mode 0640)" in result.output and "chmod 600" in result.output
+    from collector.config import read_tokens
+
+    assert read_tokens(token, allow_insecure=True) == (b"query-token-0123456789abcdef",)
+    assert "readable by group or others" in caplog.text
+
+
+# --- TLS ---------------------------------------------------------------------------------------------
+def self_signed(tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("neither the cryptography package nor the openssl CLI is available")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    key.chmod(0o600)
+    return cert, key
+
+
+@pytest.mark.e2e
+def test_tls_with_a_generated_certificate(tmp_path):
+    cert, key = self_signed(tmp_path)
+    registry = write_registry(tmp_path / "metrics.toml")
+    body = make_body(wire_reports(registry.get("theme"), [0, 1, 2], np.random.default_rng(0)))
+    args = ["--metrics", str(tmp_path / "metrics.toml"), "--db", str(tmp_path / "c.sqlite"),
+            "--port", "0", "--tls-cert", str(cert), "--tls-key", str(key)]
+    server = Server(args, tmp_path, url_pattern=r"listening on (https://[\d.]+:\d+)")
+    try:
+        port = int(server.url.rsplit(":", 1)[1])
+        ctx = ssl.create_default_context(cafile=str(cert))
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=30)
+        conn.request("POST", "/v1/reports", body, {"Content-Type": "application/msgpack"})
+        resp = conn.getresponse()
+        assert resp.status == 200 and json.loads(resp.read())["accepted"] == 3
+        conn.close()
+        plain = http.client.HTTPConnection("127.0.0.1", port, timeout=10)  # no TLS: no answer
+        with pytest.raises((http.client.HTTPException, OSError)):
+            plain.request("GET", "/healthz")
+            plain.getresponse().read()
+    finally:
+        assert server.terminate() == 0
+
+
+# --- admin port ----------------------------------------------------------------------------------------
+def test_the_admin_port_answers_while_the_workers_loop_is_blocked(setup):
+    """A saturated (here: blocked) event loop cannot delay the admin port's monitoring."""
+    from .collector_support import free_port
+
+    async def scenario():
+        async with running(setup) as (client, app):
+            state = app[STATE]
+            await post(client, make_body(wire_reports(setup[1].get("theme"), [1], np.random.default_rng(0))))
+            for _ in range(100):  # the first readiness probe
+                if state.readiness[0]:
+                    break
+                await asyncio.sleep(0.02)
+            import socket
+
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", free_port()))
+            sock.listen(16)
+            admin = AdminServer(state, sock)
+            admin.start()
+            answers: list[tuple[int, bytes]] = []
+            loop_blocked = threading.Event()
+
+            def scrape() -> None:
+                loop_blocked.wait(10)
+                port = sock.getsockname()[1]
+                for path in ("/healthz", "/readyz", "/metrics"):
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                    conn.request("GET", path)
+                    resp = conn.getresponse()
+                    answers.append((resp.status, resp.read()))
+                    conn.close()
+
+            scraper = threading.Thread(target=scrape)
+            scraper.start()
+            loop_blocked.set()
+            deadline = time.monotonic() + 10
+            while len(answers) < 3 and time.monotonic() < deadline:  # blocks this loop
+                time.sleep(0.01)
+            scraper.join(10)
+            admin.stop()
+            assert [a[0] for a in answers] == [200, 200, 200]
+            text = answers[2][1].decode()
+            assert 'ldpt_reports_accepted_total{metric="theme"} 1' in text
+            assert "ldpt_build_info{version=" in text and "ldpt_process_open_fds" in text
+            assert json.loads(answers[1][1])["status"] == "ready"
+    asyncio.run(scenario())
+
+
+# --- retention -----------------------------------------------------------------------------------------
+def fill(db, registry, days: list[str]) -> None:
+    spec = registry.get("theme")
+    with SQLiteStore(db, create=True) as store:
+        for day in days:
+            sketch: Sketch = spec.protocol_impl.new_sketch()
+            sketch.counts[0] += 1
+            sketch.reports[0] += 3
+            store.add_sketch(SketchKey("theme", spec.fingerprint, day), sketch)
+        store._conn.execute("INSERT INTO batches VALUES (?, ?, ?, ?)",
+                            (b"\x01" * 16, b"d", 3, "2026-01-01T10:00:00+00:00"))
+        store._conn.execute("INSERT INTO batches VALUES (?, ?, ?, ?)",
+                            (b"\x02" * 16, b"d", 3, "2026-03-01T10:00:00+00:00"))
+
+
+def windows(db) -> list[str]:
+    with SQLiteStore(db, create=False) as store:
+        return [w.window for w in store.windows()]
+
+
+def test_ldpt_prune_deletes_whole_windows_before_a_date(setup):
+    db = setup[3]
+    fill(db, setup[1], ["2026-01-01", "2026-01-31", "2026-02-01T05", "2026-02-02"])
+    result = CliRunner().invoke(main, ["prune", "--db", str(db), "--before", "2026-2-1"])
+    assert result.exit_code == 0, result.output
+    assert "deleted 2 windows (2 rows) and 1 batch ids before 2026-02-01" in result.output
+    assert windows(db) == ["2026-02-01T05", "2026-02-02"]
+    bad = CliRunner().invoke(main, ["prune", "--db", str(db), "--before", "yesterday"])
+    assert bad.exit_code == 2 and "not a date" in bad.output
+    missing = CliRunner().invoke(main, ["prune", "--db", str(db.with_name("nope.sqlite")),
+                                        "--before", "2026-01-01"])
+    assert missing.exit_code == 1 and "no such store" in missing.output
+
+
+def test_retention_days_while_serving(setup):
+    """The collector prunes old windows itself, between commits of concurrent batches."""
+    db = setup[3]
+    today = dt.datetime.now(dt.timezone.utc).date()
+    old = (today - dt.timedelta(days=10)).isoformat()
+    fill(db, setup[1], [old, today.isoformat()])
+    assert retention_cutoff(3, now=dt.datetime(2026, 3, 10, 23, tzinfo=dt.timezone.utc).timestamp()) \
+        == "2026-03-08"
+    rng = np.random.default_rng(4)
+    bodies = [make_body(wire_reports(setup[1].get("theme"), rng.integers(0, 3, 5), rng)) for _ in range(40)]
+
+    async def scenario():
+        async with running(setup) as (client, app):
+            store = app[STATE].store
+            posts = [post(client, b) for b in bodies]
+            results = await asyncio.gather(*posts[:20], apply_retention(store, 3), *posts[20:])
+            assert all(r[0] == 200 for r in results if isinstance(r, tuple))
+    asyncio.run(scenario())
+    assert windows(db) == [today.isoformat()]
+    with SQLiteStore(db, create=False) as store:
+        spec = setup[1].get("theme")
+        sketch = store.load("theme", spec.fingerprint, spec.protocol_impl.new_sketch())
+        assert sketch.total_reports == 3 + 200  # the kept window and every new batch
+
+
+@pytest.mark.skipif(not os.environ.get("LDPT_TEST_POSTGRES_DSN"), reason="needs LDPT_TEST_POSTGRES_DSN")
+def test_prune_on_postgres(setup, monkeypatch):
+    pytest.importorskip("asyncpg")
+    from collector.storage.postgres import PostgresStore
+
+    dsn = os.environ["LDPT_TEST_POSTGRES_DSN"]
+    schema = f"ldpt_prune_{os.getpid()}"
+    sep = "&" if "?" in dsn else "?"
+    dsn_schema = f"{dsn}{sep}search_path={schema}"
+    spec = setup[1].get("theme")
+
+    async def scenario():
+        store = await PostgresStore.open(dsn_schema)
+        try:
+            for day in ("2026-01-01", "2026-01-02T03", "2026-02-01"):
+                sketch = spec.protocol_impl.new_sketch()
+                sketch.reports[0] += 1
+                await store.add_sketch(SketchKey("theme", spec.fingerprint, day), sketch)
+        finally:
+            await store.aclose()
+    asyncio.run(scenario())
+    monkeypatch.setenv("LDPT_POSTGRES_DSN", dsn_schema)
+    try:
+        result = CliRunner().invoke(main, ["prune", "--before", "2026-02-01"])
+        assert result.exit_code == 0, result.output
+        assert "deleted 2 windows (2 rows)" in result.output
+    finally:
+        async def drop():
+            import asyncpg
+
+            conn = await asyncpg.connect(dsn)
+            await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            await conn.close()
+        asyncio.run(drop())
+
+
+# --- workers -------------------------------------------------------------------------------------------
+@pytest.mark.e2e
+def test_a_worker_restart_is_logged_and_counted(tmp_path):
+    write_registry(tmp_path / "metrics.toml")
+    with serving(["--metrics", str(tmp_path / "metrics.toml"), "--db", str(tmp_path / "c.sqlite"),
+                  "--port", "0", "--workers", "2"], tmp_path) as server:
+        http_client = Http(server.url)
+        status, doc = http_client.get_json("/healthz")
+        assert status == 200
+        os.kill(doc["pid"], signal.SIGKILL)
+        assert wait_until(lambda: "restarting it" in server.text(), 30), server.text()
+
+        def restarted() -> bool:
+            try:  # the first try may reuse the killed worker's connection
+                _, _, text = http_client.request("GET", "/metrics")
+            except (OSError, http.client.HTTPException):
+                return False
+            return b"ldpt_worker_restarts_total 1" in text and b"ldpt_workers_up 2" in text
+        assert wait_until(restarted, 30)
+        http_client.close()
+        assert server.terminate() == 0
+
+
+def test_serve_reads_its_config_file_and_names_bad_keys(tmp_path):
+    write_registry(tmp_path / "metrics.toml")
+    conf = tmp_path / "serve.toml"
+    conf.write_text('metrics_file = "metrics.toml"\nworkerz = 2\n')
+    result = CliRunner().invoke(main, ["serve", "--config", str(conf)])
+    assert result.exit_code == 1 and f"{conf}: unknown setting 'workerz'" in result.output
+    conf.write_text('metrics_file = "metrics.toml"\nport = 0\nadmin_port = 0\n')
+    server = Server(["--config", str(conf)], tmp_path)
+    try:
+        assert wait_until(lambda: "admin (healthz, readyz, metrics) on http://127.0.0.1:" in server.text(), 30)
+    finally:
+        assert server.terminate() == 0

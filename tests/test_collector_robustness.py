@@ -1,0 +1,276 @@
+"""Adversarial input and hostile connections (issue 13): each defect reproduced, then fixed.
+
+Every test runs a real aiohttp server on 127.0.0.1 (ephemeral port) and talks to it with raw
+sockets, bounded in time and in the number of connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+import zlib
+
+import msgpack
+import numpy as np
+import pytest
+
+from collector.app import STATE
+from collector.connections import ConnectionGuard
+
+from .collector_support import make_body, wire_reports, write_registry, write_token
+from .test_collector_app import MSGPACK, assert_problem, bodies_for, post, running
+
+
+@pytest.fixture
+def setup(tmp_path):
+    """(registry path, registry, token file, SQLite path), as in test_collector_app."""
+    return (tmp_path / "metrics.toml", write_registry(tmp_path / "metrics.toml"),
+            write_token(tmp_path / "token"), tmp_path / "collector.sqlite")
+
+
+async def exchange(client, data: bytes, *, half_close: bool = False, timeout: float = 10) -> bytes:
+    """Send raw bytes; everything the server answers until it closes (or ``timeout``)."""
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    writer.write(data)
+    await writer.drain()
+    if half_close:
+        writer.write_eof()
+    try:
+        return await asyncio.wait_for(reader.read(), timeout)
+    finally:
+        writer.close()
+
+
+def split_response(raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, body) of a raw HTTP/1.x response; headers keep their spelling."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])}
+    return int(lines[0].split()[1]), headers, body
+
+
+def post_raw(body: bytes, version: str = "1.1", **headers: str) -> bytes:
+    """A POST /v1/reports request as bytes (Connection: close; headers given as keywords)."""
+    lines = [f"POST /v1/reports HTTP/{version}", "Host: x", "Content-Type: application/msgpack",
+             "Connection: close"]
+    lines += [f"{k.replace('_', '-')}: {v}" for k, v in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def test_undecodable_content_encoding_is_400_without_a_traceback(setup, caplog):
+    caplog.set_level(logging.DEBUG)
+    body = bodies_for(setup[1], 1)[0]
+
+    async def scenario():
+        async with running(setup, body_read_timeout=20) as (client, app):
+            gzip = zlib.compressobj(wbits=31)
+            cut_short = (gzip.compress(body) + gzip.flush())[:18]
+            for encoding, data in (("deflate", b"not deflate at all" * 10), ("gzip", b"\x1f\x8b junk"),
+                                   ("deflate", zlib.compress(body)[:-9]), ("gzip", cut_short),
+                                   ("deflate", zlib.compress(body)[:18])):
+                raw = await exchange(client, post_raw(data, Content_Encoding=encoding,
+                                                      Content_Length=str(len(data))))
+                doc = assert_problem(*split_response(raw), 400, "undecodable-body")
+                assert "Content-Encoding" in doc["detail"] or "msgpack" in doc["detail"]
+            # an encoding aiohttp cannot decode is refused by its HTTP layer: 400, no traceback
+            raw = await exchange(client, post_raw(body, Content_Encoding="br", Content_Length=str(len(body))))
+            assert split_response(raw)[0] == 400
+            good = zlib.compress(body)
+            status, _, _ = await post(client, good, {**MSGPACK, "Content-Encoding": "deflate"})
+            assert status == 200
+            tel = app[STATE].telemetry
+            assert tel.value("ldpt_requests_rejected_total", "undecodable-body") \
+                + tel.value("ldpt_request_errors_total", "undecodable-body") >= 5
+            assert tel.value("ldpt_requests_rejected_total", "internal-error") == 0
+    asyncio.run(scenario())
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    assert all(r.exc_info is None for r in caplog.records if r.name.startswith(("ldpt", "aiohttp")))
+
+
+def test_a_client_hanging_up_mid_body_is_not_an_internal_error(setup, caplog):
+    caplog.set_level(logging.DEBUG)
+
+    async def scenario():
+        async with running(setup) as (client, app):
+            for _ in range(3):
+                reader, writer = await asyncio.open_connection(client.host, client.port)
+                writer.write(b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/msgpack\r\n"
+                             b"Content-Length: 5000\r\n\r\n" + b"\x00" * 100)
+                await writer.drain()
+                await asyncio.sleep(0.05)
+                writer.transport.abort()
+            tel = app[STATE].telemetry
+            for _ in range(100):
+                if tel.value("ldpt_requests_rejected_total", "client-disconnected") == 3:
+                    break
+                await asyncio.sleep(0.02)
+            assert tel.value("ldpt_requests_rejected_total", "client-disconnected") == 3
+            assert tel.value("ldpt_requests_rejected_total", "internal-error") == 0
+            assert tel.value("ldpt_inflight_bytes") == 0
+    asyncio.run(scenario())
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+def test_http10_post_without_content_length_gets_411(setup):
+    body = bodies_for(setup[1], 1)[0]
+
+    async def scenario():
+        async with running(setup) as (client, _):
+            raw = await exchange(client, post_raw(body, version="1.0"), half_close=True)
+            assert_problem(*split_response(raw), 411, "length-required")
+    asyncio.run(scenario())
+
+
+def test_duplicate_keys_in_a_msgpack_map_are_400(setup):
+    spec = setup[1].get("theme")
+    report = wire_reports(spec, [1], np.random.default_rng(0))[0]
+
+    def pack_pairs(pairs):  # a map with the given (key, value) pairs, duplicates kept
+        out = bytearray([0x80 | len(pairs)])
+        for k, v in pairs:
+            out += msgpack.packb(k) + msgpack.packb(v)
+        return bytes(out)
+
+    bad_report = pack_pairs([("m", "theme"), ("f", report["f"]), ("p", report["p"]), ("p", report["p"])])
+    body_dup_report = pack_pairs([("v", 1), ("batch_id", b"\x02" * 16), ("reports", [])])[:-1] \
+        + bytes([0x91]) + bad_report  # "reports": [<the map with "p" twice>]
+    body_dup_envelope = pack_pairs([("v", 1), ("v", 1), ("batch_id", b"\x03" * 16), ("reports", [report])])
+
+    async def scenario():
+        async with running(setup) as (client, _):
+            for body in (body_dup_report, body_dup_envelope):
+                doc = assert_problem(*await post(client, body), 400, "undecodable-body")
+                assert "duplicate key" in doc["detail"]
+            assert (await post(client, make_body([report])))[0] == 200
+    asyncio.run(scenario())
+
+
+class FakeConn:
+    """Stands in for a GuardedHandler: records how the guard closed it."""
+
+    def __init__(self) -> None:
+        self.farewell: bytes | None = None
+
+    def abandon(self, farewell: bytes) -> None:
+        self.farewell = farewell
+
+
+def test_connection_guard_deadlines_and_cap_with_an_injected_clock():
+    now = [0.0]
+    closed: list[str] = []
+    guard = ConnectionGuard(header_timeout=10, keepalive_timeout=15, max_connections=3,
+                            clock=lambda: now[0], on_close=closed.append)
+    silent, dripping, served = FakeConn(), FakeConn(), FakeConn()
+    for c in (silent, dripping, served):
+        assert guard.opened(c)
+    now[0] = 1
+    guard.data(dripping)          # header deadline 11
+    guard.busy(served)            # handler running: no deadline
+    now[0] = 9.9
+    guard.data(dripping)          # more header bytes do not extend the deadline
+    assert guard.sweep() == 0
+    now[0] = 10.0                 # the silent connection's deadline (opened at 0)
+    assert guard.sweep() == 1 and silent.farewell == b"" and closed == ["header-timeout"]
+    now[0] = 11.0
+    assert guard.sweep() == 1 and b" 408 " in dripping.farewell.split(b"\r\n")[0]
+    guard.idle(served)            # keep-alive: next request within 15 s
+    now[0] = 25.9
+    assert guard.sweep() == 0
+    now[0] = 26.0
+    assert guard.sweep() == 1 and served.farewell == b"" and closed[-1] == "idle-timeout"
+    assert len(guard) == 0
+    # the cap evicts the not-busy connection nearest its deadline; all busy -> refuse
+    a, b, c, d = FakeConn(), FakeConn(), FakeConn(), FakeConn()
+    assert guard.opened(a) and guard.opened(b) and guard.opened(c)
+    guard.busy(a)
+    guard.busy(c)
+    assert guard.opened(d) and b.farewell == b"" and closed[-1] == "connection-limit"
+    guard.busy(d)
+    assert not guard.opened(FakeConn()) and len(guard) == 3
+
+
+@pytest.mark.e2e
+def test_slow_connections_are_closed_in_time_while_a_real_client_is_served(setup):
+    """80 sockets drip header bytes (or say nothing) against a cap of 60 connections and a
+    0.5 s header deadline: every one is closed within the deadline plus slack, and a real
+    client posting batches on a keep-alive connection meanwhile gets every batch through."""
+    bodies = bodies_for(setup[1], 20, size=10)
+    header_timeout, slack = 0.5, 2.5
+
+    async def drip(client, i: int, results: list) -> None:
+        start = time.monotonic()
+        reader, writer = await asyncio.open_connection(client.host, client.port)
+        line = b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nX-Slow: " if i % 2 else b""
+        try:
+            for byte in line + b"a" * 200:
+                writer.write(bytes([byte]))
+                await writer.drain()
+                try:
+                    data = await asyncio.wait_for(reader.read(1 << 16), 0.1)
+                except asyncio.TimeoutError:
+                    continue
+                if not data or reader.at_eof():  # answered (408) or closed
+                    break
+        except (ConnectionError, OSError):
+            pass
+        results.append(time.monotonic() - start)
+        writer.close()
+
+    async def scenario():
+        async with running(setup, header_timeout=header_timeout, keepalive_timeout=5.0,
+                           max_connections=60) as (client, app):
+            results: list[float] = []
+            slow = [asyncio.create_task(drip(client, i, results)) for i in range(80)]
+            tel = app[STATE].telemetry
+            for _ in range(200):  # until all 80 are connected (20 evicted by the cap of 60)
+                if tel.value("ldpt_connections_closed_total", "connection-limit") >= 20:
+                    break
+                await asyncio.sleep(0.01)
+            statuses = [(await post(client, body))[0] for body in bodies]
+            await asyncio.wait_for(asyncio.gather(*slow), header_timeout + slack + 20)
+            assert statuses == [200] * len(bodies)
+            assert len(results) == 80 and max(results) <= header_timeout + slack, sorted(results)[-5:]
+            closed = sum(tel.value("ldpt_connections_closed_total", r)
+                         for r in ("header-timeout", "connection-limit"))
+            garbage = tel.value("ldpt_request_errors_total", "bad-http-request")  # "aaa..." lines
+            assert closed >= 40 and closed + garbage >= 80, (closed, garbage)
+    asyncio.run(scenario())
+
+
+def test_logs_carry_reasons_not_request_bytes(setup, caplog):
+    caplog.set_level(logging.DEBUG)
+
+    async def scenario():
+        async with running(setup) as (client, _):
+            for raw in (b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nX-Secret\x01: SECRET-BYTES\r\n\r\n",
+                        b"GET /SECRET-BYTES\x00 HTTP/1.1\r\n\r\n",
+                        b"SECRET-BYTES SECRET-BYTES\r\n\r\n"):
+                status, headers, body = split_response(await exchange(client, raw))
+                assert status == 400 and headers["Content-Type"].startswith("application/problem+json")
+    asyncio.run(scenario())
+    # (the test server keeps aiohttp's access log; `ldpt serve` has none unless --access-log)
+    text = "\n".join(r.getMessage() for r in caplog.records if r.name != "aiohttp.access")
+    assert "bad HTTP request" in text and "SECRET-BYTES" not in text and "127.0.0.1" not in text
+
+
+def test_request_errors_are_counted_apart_from_rejected_reports_and_latency_is_recorded(setup):
+    async def scenario():
+        async with running(setup) as (client, app):
+            resp = await client.get("/v1/metrics/theme/estimates", headers={"Authorization": "Bearer wrong"})
+            assert resp.status == 401
+            resp = await client.get("/no/such/route")
+            assert resp.status == 404
+            assert (await post(client, b"\x93"))[0] == 400
+            tel = app[STATE].telemetry
+            assert tel.value("ldpt_request_errors_total", "unauthorized") == 1
+            assert tel.value("ldpt_request_errors_total", "not-found") == 1
+            assert tel.value("ldpt_requests_rejected_total", "unauthorized") == 0
+            assert tel.value("ldpt_requests_rejected_total", "undecodable-body") == 1
+            text = await (await client.get("/metrics")).text()
+            assert 'ldpt_request_seconds_count{endpoint="ingest"} 1' in text
+            assert 'ldpt_request_seconds_count{endpoint="query"} 1' in text
+            assert re.search(r'ldpt_request_seconds_bucket\{endpoint="other",le="\+Inf"\} 1\n', text)
+            assert "ldpt_build_info{" in text and "ldpt_process_resident_memory_bytes " in text
+    asyncio.run(scenario())
