@@ -82,6 +82,7 @@ def collector(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dashboard")
     (tmp / "metrics.toml").write_text(REGISTRY, encoding="utf-8")
     (tmp / "token").write_text(TOKEN + "\n", encoding="utf-8")
+    (tmp / "token").chmod(0o600)   # the collector refuses a token file others can read
     today = dt.datetime.now(dt.timezone.utc).date()
     for back in range(6, 0, -1):
         day = (today - dt.timedelta(days=back)).isoformat()

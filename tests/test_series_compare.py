@@ -351,6 +351,7 @@ def test_postgres_store_for_analysts(registry_path, registry, store_path):
 def _serve(registry_path, store_path, tmp_path, min_reports: int = 0):
     token = tmp_path / "token"
     token.write_text(TOKEN + "\n", encoding="utf-8")
+    token.chmod(0o600)   # the collector refuses a token file others can read
     cfg = make_config(registry_path, environ={}, db=store_path, query_token_file=token, min_reports=min_reports)
     return create_app(cfg, load_registry(registry_path))
 
@@ -433,6 +434,7 @@ def test_cli_series_and_compare_over_http(registry_path, store_path, tmp_path):
     from tests.collector_support import serving
 
     (tmp_path / "token").write_text(TOKEN + "\n", encoding="utf-8")
+    (tmp_path / "token").chmod(0o600)
     with serving(["--metrics", str(registry_path), "--db", str(store_path), "--port", "0",
                   "--query-token-file", str(tmp_path / "token")], tmp_path) as server:
         remote = ["--metrics", str(registry_path), "--url", server.url, "--token-file", str(tmp_path / "token")]
