@@ -6,6 +6,7 @@ kind = "categorical"            # boolean | categorical | string | numeric
 categories = ["light", "dark", "system"]
 protocol = "auto"               # or rr, grr, oue, sue, olh, hr, ss, rappor, lgrr, losue, loloha, dbitflip
 epsilon = 1.0
+max_report_bytes = 64           # optional: `auto` picks among protocols whose report fits (default 8192)
 
 [metrics.session_minutes]
 kind = "numeric"                # a mean: values in [lo, hi], clipped on the device
@@ -56,11 +57,13 @@ from .errors import DomainError, RegistryError, UnknownMetricError
 from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
 from .protocols.base import Protocol
 from .protocols.factory import (
+    DEFAULT_MAX_REPORT_BYTES,
     build_protocol,
     choose_longitudinal_protocol,
     choose_numeric_protocol,
     choose_protocol,
     option_keys,
+    report_bytes,
 )
 from .protocols.numeric import NUMERIC_PROTOCOL_NAMES
 
@@ -71,7 +74,7 @@ else:  # pragma: no cover
 
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,99}$")
 COMMON_KEYS = ("kind", "protocol", "epsilon", "categories", "description",
-               "reports_per_window", "lifetime_epsilon", "range", "buckets")
+               "reports_per_window", "lifetime_epsilon", "range", "buckets", "max_report_bytes")
 MAX_CATEGORIES = 10_000_000
 #: Most buckets a histogram metric may declare (its domain goes through a frequency oracle).
 MAX_BUCKETS = 10_000
@@ -108,6 +111,9 @@ class MetricSpec:
     range: tuple[float, float] | None = None
     #: histogram metrics: the ``buckets`` field as written (an int B or a tuple of edges)
     buckets: int | tuple[float, ...] | None = None
+    #: report-size budget as written (None: DEFAULT_MAX_REPORT_BYTES); not in the fingerprint,
+    #: since the resolved protocol already says what a report means
+    max_report_bytes: int | None = None
 
     # --- numeric values ------------------------------------------------------------------------
     @property
@@ -266,6 +272,8 @@ class MetricSpec:
             table["reports_per_window"] = self.reports_per_window
         if self.lifetime_epsilon is not None:
             table["lifetime_epsilon"] = self.lifetime_epsilon
+        if self.max_report_bytes is not None:
+            table["max_report_bytes"] = self.max_report_bytes
         return table
 
     def to_json(self) -> dict[str, Any]:
@@ -494,18 +502,24 @@ def parse_metric(name: str, table: Any, source: str = "<registry>") -> MetricSpe
     if memoised and protocol != "auto" and protocol not in memo_names:
         raise fail(f"epsilon_inf turns on memoisation, which {protocol} does not do; use protocol "
                    f"auto or one of {', '.join(memo_names)}", "epsilon_inf")
+    max_bytes = table.get("max_report_bytes")
+    if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1):
+        raise fail(f"{max_bytes!r} is not allowed; use a positive integer number of bytes", "max_report_bytes")
+    budget = DEFAULT_MAX_REPORT_BYTES if max_bytes is None else max_bytes
     if protocol == "auto":
         try:
             if memoised:
                 protocol = "memobitmean" if mean_metric else \
-                    choose_longitudinal_protocol(d, epsilon, table["epsilon_inf"])
+                    choose_longitudinal_protocol(d, epsilon, table["epsilon_inf"], budget)
             elif mean_metric:
                 grid = {k: table[k] for k in ("grid",) if k in table}
                 protocol = choose_numeric_protocol(epsilon, grid)
             else:
-                protocol = choose_protocol(d, epsilon)
+                protocol = choose_protocol(d, epsilon, budget)
         except (ValueError, TypeError) as exc:
-            raise fail(str(exc), "epsilon_inf" if memoised else "epsilon") from None
+            field = "max_report_bytes" if "max_report_bytes" in str(exc) else \
+                "epsilon_inf" if memoised else "epsilon"
+            raise fail(str(exc), field) from None
 
     allowed = option_keys(protocol)
     options = {}
@@ -534,11 +548,14 @@ def parse_metric(name: str, table: Any, source: str = "<registry>") -> MetricSpe
                       options=tuple(sorted(options.items())), description=description,
                       reports_per_window=rpw,
                       lifetime_epsilon=None if lifetime is None else float(lifetime),
-                      range=value_range, buckets=buckets)
+                      range=value_range, buckets=buckets, max_report_bytes=max_bytes)
     try:
-        spec.protocol_impl  # noqa: B018 - validates the protocol parameters now
+        size = report_bytes(spec.protocol_impl)  # also validates the protocol parameters now
     except (ValueError, TypeError) as exc:
         raise fail(f"invalid {protocol} parameters: {exc}", "protocol") from None
+    if max_bytes is not None and size > max_bytes:
+        raise fail(f"a {protocol} report takes {size} bytes, above max_report_bytes = {max_bytes}; "
+                   "use protocol = \"auto\" or raise max_report_bytes", "max_report_bytes")
     return spec
 
 
