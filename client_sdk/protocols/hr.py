@@ -39,7 +39,6 @@ Payload: ``y``, an integer in [0, K). Wire: the int y.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Any
 
@@ -47,6 +46,18 @@ import numpy as np
 
 from ..errors import InvalidPayload
 from ..randomness import RandomLike, as_random_source, bernoulli, realised, secure_below, secure_word
+from ._projective import (
+    dimension,
+    direction_code_one,
+    direction_codes,
+    directions,
+    hyperplane,
+    inner,
+    inner_one,
+    is_prime,
+    line_sums,
+    primes,
+)
 from .base import (
     CountEstimate,
     Payloads,
@@ -73,29 +84,6 @@ MAX_FIELD = 8191
 #: Default (g, t): the smallest sketch whose light-item variance is within this factor of the
 #: best field's (docs/protocols.md, "Hadamard response").
 FIELD_TIE = 1.02
-
-
-@functools.lru_cache(maxsize=None)
-def _primes(limit: int) -> tuple[int, ...]:
-    """Primes up to ``limit`` (sieve of Eratosthenes)."""
-    sieve = np.ones(limit + 1, dtype=bool)
-    sieve[:2] = False
-    for i in range(2, math.isqrt(limit) + 1):
-        if sieve[i]:
-            sieve[i * i::i] = False
-    return tuple(int(p) for p in np.flatnonzero(sieve))
-
-
-def is_prime(g: int) -> bool:
-    return g >= 2 and all(g % p for p in range(2, math.isqrt(g) + 1))
-
-
-def dimension(d: int, g: int) -> int:
-    """t = ⌈log_g d⌉ (at least 1): the fewest base-g digits that index d values."""
-    t, size = 1, g
-    while size < d:
-        t, size = t + 1, size * g
-    return t
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +113,7 @@ class HRParams:
     @property
     def m(self) -> int:
         """Directions: projective points of F_g^t, (g^t − 1)/(g − 1)."""
-        return (self.g ** self.t - 1) // (self.g - 1)
+        return directions(self.g, self.t)
 
     @property
     def k(self) -> int:
@@ -135,7 +123,7 @@ class HRParams:
     @property
     def lam(self) -> int:
         """λ = (g^(t−1) − 1)/(g − 1): directions a with ⟨a, u⟩ = 0 for a fixed u ≠ 0."""
-        return (self.g ** (self.t - 1) - 1) // (self.g - 1)
+        return hyperplane(self.g, self.t)
 
     @property
     def keep_threshold(self) -> int:
@@ -168,7 +156,7 @@ def default_params(d: int, epsilon: float) -> HRParams:
     check_domain_and_epsilon(d, epsilon, "Hadamard response")
     limit = min(MAX_FIELD, 4 * int(math.exp(min(epsilon, 9.0))) + 8)
     found = []
-    for g in _primes(limit):
+    for g in primes(limit):
         try:
             params = HRParams(d=d, epsilon=epsilon, g=g, t=dimension(d, g))
         except ValueError:
@@ -182,42 +170,6 @@ def default_params(d: int, epsilon: float) -> HRParams:
     return min((f for f in found if f[0] <= FIELD_TIE * best), key=lambda f: (f[1], f[0]))[2]
 
 
-def direction_codes(s: np.ndarray, g: int, t: int) -> np.ndarray:
-    """Integer code Σ_i a_i g^i of the s-th projective point: the s-th integer whose leading
-    base-g digit is 1, i.e. g^j + (s − (g^j−1)/(g−1)) for the j with s in that block."""
-    starts = np.array([(g ** j - 1) // (g - 1) for j in range(t)], dtype=np.int64)
-    j = np.searchsorted(starts, s, side="right") - 1
-    powers = np.array([g ** j for j in range(t)], dtype=np.int64)
-    return powers[j] + (s - starts[j])
-
-
-def inner(u: np.ndarray, x: np.ndarray, g: int, t: int) -> np.ndarray:
-    """⟨u, x⟩ mod g of the base-g digit vectors of u and x (int64 arrays)."""
-    if g == 2:
-        v = u & x
-        count = getattr(np, "bitwise_count", None)
-        if count is not None:
-            return (count(v) & 1).astype(np.int64)
-        acc = np.zeros_like(v)
-        for _ in range(t):
-            acc ^= v & 1
-            v = v >> 1
-        return acc
-    acc = np.zeros(np.broadcast(u, x).shape, dtype=np.int64)
-    for _ in range(t):
-        acc += (u % g) * (x % g)
-        u, x = u // g, x // g
-    return acc % g
-
-
-def _inner_one(u: int, x: int, g: int) -> int:
-    acc = 0
-    while u and x:
-        acc += (u % g) * (x % g)
-        u, x = u // g, x // g
-    return acc % g
-
-
 class HR(PureProtocol):
     name = "hr"
 
@@ -227,7 +179,6 @@ class HR(PureProtocol):
         self.p, self.q = params.p, params.q_star          # p*, q* of the pure protocol
         self._q_prime = params.q
         self._threshold = params.keep_threshold
-        self._starts = [(self.g ** j - 1) // (self.g - 1) for j in range(self.t)]
 
     @property
     def cell_shape(self) -> tuple[int, ...]:
@@ -267,10 +218,7 @@ class HR(PureProtocol):
         x = self._check_index(index)
         g = self.g
         s = secure_below(self.m)
-        j = self.t - 1
-        while self._starts[j] > s:
-            j -= 1
-        h = _inner_one(g ** j + s - self._starts[j], x, g)
+        h = inner_one(direction_code_one(s, g, self.t), x, g)
         if secure_word() < self._threshold:
             return s * g + h
         other = secure_below(g - 1)
@@ -295,22 +243,8 @@ class HR(PureProtocol):
 
     def support_counts(self, sketch: Sketch) -> np.ndarray:
         """S(x) = Σ_a h[a, ⟨a,x⟩] for every x by one DFT over Z_g^t (module docstring)."""
-        g, t, m = self.g, self.t, self.m
-        h = sketch.counts.sum(axis=0).reshape(m, g).astype(np.float64)
-        hat = np.fft.fft(h, axis=1)                                 # Ĥ[a, k]
-        f = np.zeros(g ** t, dtype=np.complex128)
-        f[0] = hat[:, 0].real.sum()
-        codes = direction_codes(np.arange(m, dtype=np.int64), g, t)
-        digits = [(codes // g ** i) % g for i in range(t)]
-        for k in range(1, g):                                       # u = k·a, digit-wise mod g
-            u = np.zeros(m, dtype=np.int64)
-            for i, digit in enumerate(digits):
-                u += (k * digit % g) * g ** i
-            f[u] = hat[:, k]
-        del hat
-        # numpy's C-order reshape puts digit t−1−j on axis j, for F and for x alike.
-        full = np.fft.ifftn(f.reshape((g,) * t)).real.ravel()[:self.params.d]
-        return np.rint(full * float(g ** (t - 1)))
+        h = sketch.counts.sum(axis=0).reshape(self.m, self.g)
+        return np.rint(line_sums(h, self.g, self.t, self.params.d))
 
     def estimate(self, sketch: Sketch) -> CountEstimate:
         """Pure estimator; when p*+q* > 1 the variance is plugged in at ĉ − 3·sd₀."""
