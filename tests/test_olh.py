@@ -29,8 +29,8 @@ from estimators.intervals import wald_interval, z_value
 
 
 def small() -> OLH:
-    """Defaults at d=16, ε=1: g=4, m=23."""
-    return from_options(16, 1.0, {})
+    """d=16, ε=1: g=4 (the default), m=23 (the former 4/3-inflation default; now 63)."""
+    return from_options(16, 1.0, {"cohorts": 23})
 
 
 def zipf_counts(d: int, exponent: float, n: int) -> np.ndarray:
@@ -85,14 +85,15 @@ def test_quantised_probabilities_and_epsilon() -> None:
 
 
 @pytest.mark.parametrize(("d", "eps", "g", "m"), [
-    (16, 1.0, 4, 23), (200, 2.0, 8, 115), (2, 0.1, 2, 12), (1024, 4.0, 56, 75), (10, 4.0, 56, 8),
+    (16, 1.0, 4, 63), (200, 2.0, 8, 316), (2, 0.1, 2, 33), (128, 4.0, 56, 26), (10, 4.0, 56, 8),
 ])
 def test_default_sizing(d: int, eps: float, g: int, m: int) -> None:
     proto = from_options(d, eps, {})
     assert (proto.params.g, proto.params.m) == (g, m)
     assert proto.params.g == max(2, round(math.exp(eps)) + 1)
     n_dof = m * (g - 1)
-    assert n_dof / (n_dof - d - 1) <= olh.TARGET_INFLATION or m == olh.MIN_COHORTS
+    assert n_dof / (n_dof - d - 1) <= olh.TIGHT_INFLATION or m == olh.MIN_COHORTS
+    assert proto.params.family == "random"
     assert proto.payload_bits == math.ceil(math.log2(m)) + math.ceil(math.log2(g))
     assert proto.cohorts == m and proto.cell_shape == (g,) and proto.uses_cohorts
 
@@ -101,12 +102,14 @@ def test_explicit_options() -> None:
     proto = from_options(200, 2.0, {"cohorts": 64, "hash_range": 8})
     assert (proto.params.m, proto.params.g) == (64, 8)
     assert proto.payload_bits == 6 + 3
-    assert olh.OPTION_KEYS == {"cohorts", "hash_range"}
+    assert olh.OPTION_KEYS == {"cohorts", "hash_range", "hash_family"}
 
 
 @pytest.mark.parametrize(("d", "options", "fragment"), [
-    (1025, {}, "at most 1024"),
-    (5000, {"cohorts": 64}, "use oue, hr or ss"),
+    (1025, {"hash_family": "random"}, "at most 1024"),
+    (5000, {"cohorts": 64}, "has exactly"),
+    (5000, {"hash_range": 4}, "needs a prime hash_range"),
+    (100, {"hash_family": "hashy"}, "hash_family must be one of"),
     (100, {"cohorts": 10, "hash_range": 8}, "cannot have full rank"),
     (100, {"cohorts": 0}, "cohorts must be at least 1"),
     (100, {"hash_range": 1}, "hash_range must be at least 2"),
@@ -126,13 +129,17 @@ def test_from_options_needs_domain_and_epsilon() -> None:
         from_options(None, 1.0, {})
     with pytest.raises(ValueError, match="epsilon"):
         from_options(10, None, {})
-    with pytest.raises(ValueError, match="too large|supports at most"):
-        from_options(1_000_000, 1.0, {})
+    with pytest.raises(ValueError, match="supports at most"):
+        from_options(1_000_000, 1.0, {"hash_family": "random"})
+    big = from_options(1_000_000, 1.0, {})  # the linear family: any domain size
+    assert big.params.family == "linear" and big.params.g ** big.params.t >= 1_000_000
 
 
 def test_huge_epsilon_is_rejected_not_allocated() -> None:
     with pytest.raises(ValueError, match="grr"):
-        from_options(100, 20.0, {})
+        from_options(100, 20.0, {"hash_family": "random"})
+    linear = from_options(100, 20.0, {})  # the linear family's field stays small: GRR on a prime >= d
+    assert linear.params.family == "linear" and linear.params.m * linear.params.g <= 1000
 
 
 def test_rank_deficient_design_is_rejected() -> None:

@@ -175,13 +175,17 @@ def default_hash_range(epsilon: float) -> int:
 
 
 def default_cohorts(d: int, g: int) -> int:
-    """Smallest m with N/(N−d−1) <= TIGHT_INFLATION for N = m(g−1) if that design fits the dense
-    decoder (m·min(g, d) <= MAX_DESIGN_ROWS, m·g <= MAX_CELLS), else with N/(N−d−1) <=
-    TARGET_INFLATION; at least MIN_COHORTS."""
-    tight = max(MIN_COHORTS, -(-TIGHT_DOF_FACTOR * (d + 1) // (g - 1)))  # ⌈11(d+1)/(g−1)⌉
-    if tight * min(g, d) <= MAX_DESIGN_ROWS and tight * g <= MAX_CELLS:
-        return tight
+    """Smallest m with N/(N−d−1) <= TARGET_INFLATION for N = m(g−1), at least MIN_COHORTS
+    (LOLOHA's default; OLH uses ``tight_cohorts`` where it fits)."""
     return max(MIN_COHORTS, -(-DOF_FACTOR * (d + 1) // (g - 1)))  # ⌈4(d+1)/(g−1)⌉ in integers
+
+
+def tight_cohorts(d: int, g: int) -> int | None:
+    """Smallest m with N/(N−d−1) <= TIGHT_INFLATION for N = m(g−1), at least MIN_COHORTS, or
+    None when that design does not fit the dense decoder (m·min(g, d) <= MAX_DESIGN_ROWS,
+    m·g <= MAX_CELLS)."""
+    m = max(MIN_COHORTS, -(-TIGHT_DOF_FACTOR * (d + 1) // (g - 1)))  # ⌈11(d+1)/(g−1)⌉
+    return m if m * min(g, d) <= MAX_DESIGN_ROWS and m * g <= MAX_CELLS else None
 
 
 def _too_large(d: int) -> ValueError:
@@ -289,7 +293,7 @@ class OLH(Protocol):
 
     def __init__(self, params: OLHParams) -> None:
         super().__init__(params)
-        self.linear = params.family == "linear"
+        self.linear = getattr(params, "family", "random") == "linear"  # LOLOHA: random only
         self.p, self.q = params.p, params.q
         self._threshold = params.keep_threshold
         self._decoders: dict[bytes, _Decoder] = {}
@@ -628,7 +632,9 @@ def from_options(domain_size: int | None, epsilon: float | None, options: dict[s
     """Build from registry fields: optional ``hash_family`` ("random" up to MAX_DOMAIN values,
     "linear" above), ``cohorts`` (m; random family only) and ``hash_range`` (g).
 
-    Random family: g = max(2, round(e^ε)+1), m = ``default_cohorts``; explicit options, and
+    The default family is random where its inflation-1.1 design fits the dense decoder, else linear.
+    Random family: g = max(2, round(e^ε)+1), m = ``tight_cohorts`` (or ``default_cohorts`` with an
+    explicit hash_range whose tight design does not fit); explicit options, and
     defaults for small domains, are rank-checked here (ValueError), the rest on first decode.
     Linear family: g the prime of ``hr.default_params`` (same light-item variance), m fixed by it.
     """
@@ -645,7 +651,9 @@ def from_options(domain_size: int | None, epsilon: float | None, options: dict[s
             raise ValueError(f"{key} must be an integer, got {value!r}")
     family = options.get("hash_family")
     if family is None:
-        family = "random" if domain_size <= MAX_DOMAIN else "linear"
+        family = "random" if _tight_random_fits(domain_size, options.get("hash_range"), options.get("cohorts"),
+                                           float(epsilon)) \
+            else "linear"
     if family not in FAMILIES:
         raise ValueError(f"hash_family must be one of {', '.join(FAMILIES)}, got {family!r}")
     if family == "linear":
@@ -655,11 +663,24 @@ def from_options(domain_size: int | None, epsilon: float | None, options: dict[s
     g = options["hash_range"] if options.get("hash_range") is not None else default_hash_range(epsilon)
     if g < 2:
         raise ValueError(f"hash_range must be at least 2, got {g}")
-    m = options["cohorts"] if options.get("cohorts") is not None else default_cohorts(domain_size, g)
+    m = options.get("cohorts")
+    if m is None:
+        m = tight_cohorts(domain_size, g) or default_cohorts(domain_size, g)
     proto = OLH(OLHParams(d=domain_size, epsilon=float(epsilon), m=m, g=g))
     if any(v is not None for v in options.values()) or domain_size <= EAGER_CHECK_MAX_DOMAIN:
         proto.check_design()
     return proto
+
+
+def _tight_random_fits(d: int, g: int | None, cohorts: int | None, epsilon: float) -> bool:
+    """Whether the random family's inflation-1.1 design fits the dense decoder (explicit cohorts or
+    hash_range keep the random family whenever d <= MAX_DOMAIN)."""
+    if d > MAX_DOMAIN:
+        return False
+    if cohorts is not None:
+        return True
+    g = default_hash_range(epsilon) if g is None else g
+    return g < 2 or tight_cohorts(d, g) is not None
 
 
 def _linear_from_options(d: int, epsilon: float, options: dict[str, Any]) -> OLH:
