@@ -514,3 +514,101 @@ def test_sketch_sampler_matches_encoder() -> None:
     assert np.abs(z).max() < stats.norm.isf(0.0027 / 2 / z.shape[0])
     ratio = enc.var(0, ddof=1) / sam.var(0, ddof=1)
     assert np.abs(ratio - 1).max() < stats.norm.isf(0.0027 / 2 / z.shape[0]) * 2 / math.sqrt(runs)
+
+
+# --- the linear hash family (any domain size) ------------------------------------------------------------
+
+def linear(d: int, eps: float) -> OLH:
+    return from_options(d, eps, {"hash_family": "linear"})
+
+
+@pytest.mark.parametrize(("d", "eps"), [(7, 1.0), (12, 2.0), (30, 0.5)])
+def test_linear_family_exact_epsilon_and_collisions(d: int, eps: float) -> None:
+    """Exact ε from the enumerated output distribution, and every pair of values collides in
+    exactly λ = (g^(t−1)−1)/(g−1) cohorts (what makes the closed-form decoder exact)."""
+    proto = linear(d, eps)
+    probs = np.stack([proto.output_probabilities(x) for x in range(d)])   # (d, m, g)
+    ratio = (probs.max(axis=0) / probs.min(axis=0)).max()
+    assert math.log(ratio) == pytest.approx(proto.epsilon, rel=1e-12) and proto.epsilon <= eps
+    hashes = probs.argmax(axis=2)                                           # H_s(x), shape (d, m)
+    same = (hashes[:, None, :] == hashes[None, :, :]).sum(axis=2)
+    g, t = proto.params.g, proto.params.t
+    assert (same[~np.eye(d, dtype=bool)] == (g ** (t - 1) - 1) // (g - 1)).all()
+    s = proto.cohorts - 1
+    ys = [proto.encode_one(3, cohort=s)[1] for _ in range(2000)]
+    assert abs(np.mean(np.array(ys) == hashes[3, s]) - proto.p) < 4 * math.sqrt(proto.p * (1 - proto.p) / 2000)
+
+
+def test_linear_family_decodes_by_the_closed_form() -> None:
+    """The DFT decoder equals Φ⁻¹ Σ_s A_sᵀ Z_s solved densely at the observed cohort sizes, over the
+    padded domain F_g^t (values >= d are never reported; their estimates are dropped)."""
+    proto = linear(40, 2.0)
+    m, g, t, d = proto.params.m, proto.params.g, proto.params.t, 40
+    rng = np.random.default_rng(5)
+    sk = proto.new_sketch()
+    proto.accumulate(sk, proto.encode(rng.integers(0, d, 5000), rng))
+    est = proto.estimate(sk)
+    hashes = np.stack([proto._hash(np.arange(m), np.full(m, v)) for v in range(g ** t)])  # (g^t, m)
+    n_s = sk.reports.astype(float)
+    phi = sum(n_s[s] / n_s.sum() * (hashes[:, s][:, None] == hashes[:, s][None, :]) for s in range(m))
+    Z = (sk.counts - n_s[:, None] * proto.q) / (proto.p - proto.q)
+    rhs = np.array([Z[np.arange(m), hashes[v]].sum() for v in range(g ** t)])
+    np.testing.assert_allclose(est.counts, np.linalg.solve(phi, rhs)[:d], rtol=1e-9, atol=1e-6 * 5000)
+
+
+@pytest.mark.statistical
+def test_linear_family_unbiased_with_its_variance_and_coverage() -> None:
+    """d = 300, ε = 2, n = 20,000, R = 1,000 runs with fresh cohort draws: bias within z_B SEs,
+    empirical variance within 1 ± z_B·sqrt(2/(R−1)) of the mean plug-in variance, 95 % coverage."""
+    proto = linear(300, 2.0)
+    d, n, runs = 300, 20_000, 1000
+    c = zipf_counts(d, 1.1, n)
+    x = np.repeat(np.arange(d), c)
+    rng = np.random.default_rng(20241201)
+    est, var = np.empty((runs, d)), np.empty((runs, d))
+    for r in range(runs):
+        sk = proto.new_sketch()
+        proto.accumulate(sk, proto.encode(x, rng))
+        e = proto.estimate(sk)
+        est[r], var[r] = e.counts, e.variances
+    z_b = stats.norm.isf(0.0027 / (2 * d))
+    plug = var.mean(axis=0)
+    assert (np.abs(est.mean(axis=0) - c) / np.sqrt(plug / runs)).max() <= z_b
+    ratio = est.var(axis=0, ddof=1) / plug
+    assert np.abs(ratio - 1).max() <= z_b * math.sqrt(2 / (runs - 1)), ratio
+    # the equal-cohort theory is the plug-in's centre, up to the cohort-size term ≈ 1 + m/n
+    theory = proto.variance(n, c.astype(float))
+    assert np.abs(plug / theory - 1).max() < 3 * proto.params.m / n + 0.02
+    low, high = _intervals(est, var, n, 1.959964)
+    covered = ((low <= c) & (c <= high)).mean(axis=0)
+    se = math.sqrt(0.95 * 0.05 / runs)  # per-item coverage SE; the mean over d items is far tighter
+    assert covered.mean() >= 0.945 and covered.min() >= 0.95 - z_b * se
+
+
+def test_linear_family_decodes_a_million_values() -> None:
+    """d = 10⁶ decodes (by one DFT, no d × d system); spot-check against the definition."""
+    proto = from_options(1_000_000, 2.0, {})
+    assert proto.params.family == "linear" and proto.params.m * proto.params.g <= olh.MAX_LINEAR_CELLS
+    m, g = proto.params.m, proto.params.g
+    rng = np.random.default_rng(0)
+    sk = proto.new_sketch()
+    sk.counts[:] = rng.integers(0, 20, (m, g))
+    sk.reports[:] = sk.counts.sum(axis=1)
+    est = proto.estimate(sk)
+    assert est.counts.shape == (1_000_000,) and np.isfinite(est.variances).all()
+    n = sk.total_reports
+    Z = (sk.counts - sk.reports[:, None] * proto.q) / (proto.p - proto.q)
+    t = proto.params.t
+    for v in (0, 4321, 999_999):
+        h = proto._hash(np.arange(m), np.full(m, v))
+        direct = g ** (1 - t) * (Z[np.arange(m), h] * n / sk.reports).sum() - n * (m - 1) / g ** t
+        assert est.counts[v] == pytest.approx(direct, rel=1e-9, abs=1e-6 * n)
+
+
+def test_linear_family_needs_every_cohort() -> None:
+    proto = linear(100, 1.0)
+    sk = proto.new_sketch()
+    proto.accumulate(sk, proto.encode(np.zeros(3, dtype=np.int64), np.random.default_rng(0),
+                                      cohorts=np.zeros(3, dtype=np.int64)))
+    with pytest.raises(EstimationError, match="cohorts are empty"):
+        proto.estimate(sk)
