@@ -77,8 +77,8 @@ from .grr import keep_threshold as grr_keep_threshold
 #: taken at ĉ − 3·sd₀ (sd₀ = √Var at c=0), clipped to [0, n] (it restored 95 % Bonferroni coverage
 #: for basic HR at d=64, ε=2, n=2000); for g > 2 the usual plug-in is conservative already.
 VARIANCE_SHIFT_SD = 3.0
-#: Largest output alphabet K = m·g (the sketch has K counters: 32 MiB of int64).
-MAX_CELLS = 1 << 22
+#: Largest output alphabet K = m·g (the sketch has K int64 counters: d = 10⁷ fits, 256 MiB).
+MAX_CELLS = 1 << 25
 #: Largest field size considered: g ≈ e^ε+1 stops mattering long before (e^ε ≈ 8,000).
 MAX_FIELD = 8191
 #: Default (g, t): the smallest sketch whose light-item variance is within this factor of the
