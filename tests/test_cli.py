@@ -313,5 +313,5 @@ def test_metrics_check_shows_report_size_beside_variance(run, tmp_path):
     header, row = out.splitlines()[1:3]
     assert "n*var" in header and "report" in header
     cells = row.split()
-    assert cells[3] == "hr" and cells[5] == "-" and cells[7] == "bits"
-    assert float(cells[6]) < 1.03 * 4 * math.exp(2) / (math.exp(2) - 1) ** 2
+    assert cells[3:5] == ["hr", "(auto)"] and cells[6] == "-" and cells[9] == "bits"
+    assert float(cells[7]) < 1.03 * 4 * math.exp(2) / (math.exp(2) - 1) ** 2
