@@ -7,7 +7,7 @@ import click
 from client_sdk.registry import MetricSpec, load_registry
 
 from .common import LdptGroup, format_table
-from .plan_cmd import numeric_rows
+from .plan_cmd import _bits, numeric_rows
 
 
 @click.group(cls=LdptGroup)
@@ -35,11 +35,15 @@ def check(file: str) -> None:
             domain = str(spec.domain_size or "open")
         rows.append((spec.name, spec.kind.value, domain, chosen,
                      f"{proto.epsilon:.4f}", "-" if longitudinal is None else f"{longitudinal:.4f}",
-                     f"{proto.payload_bits}", spec.fingerprint))  # in full: it is what pins= takes
+                     variance_cell(spec), _bits(proto.payload_bits),
+                     spec.fingerprint))  # in full: it is what pins= takes
     header = ("metric", "kind", "domain", "protocol", "eps/report", "eps/lifetime-of-value",
-              "payload bits", "fingerprint")
+              "n*var", "report", "fingerprint")
     click.echo(f"{file}: {len(registry)} metric(s) OK")
     click.echo(format_table(header, rows), nl=False)
+    click.echo("n*var: n x the variance of one value's estimated share (averaged over the domain), or of the "
+               "mean in normalised units [-1, 1] (worst case); report: one report's size, which "
+               "max_report_bytes bounds")
     for note in notes:
         click.echo(note)
     for spec in registry:
@@ -49,6 +53,19 @@ def check(file: str) -> None:
                        f"{g * spec.protocol_impl.epsilon_longitudinal:.4f} over the lifetime")
     for line in device_warnings(registry):
         click.echo(line, err=True)
+
+
+def variance_cell(spec: MetricSpec) -> str:
+    """n·Var per value of a frequency oracle (what `auto` minimises), or a mean mechanism's
+    worst-case variance per report in normalised units; '-' where neither applies (RAPPOR)."""
+    proto = spec.protocol_impl
+    if spec.is_mean:
+        return f"{proto.worst_case_variance():.4g}"
+    if spec.domain_size is None:
+        return "-"
+    from client_sdk.protocols.factory import per_item_variance
+
+    return f"{per_item_variance(proto):.4g}"
 
 
 def device_warnings(registry) -> list[str]:

@@ -1,5 +1,6 @@
-"""`ldpt plan`: expected per-item standard error and payload size of every protocol (or, with
---range, every numeric mechanism's standard error of the mean)."""
+"""`ldpt plan`: expected per-item standard error, its ratio to the optimum and the report size of
+every protocol within a report-size budget (or, with --range, every numeric mechanism's standard
+error of the mean)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import click
 
 from client_sdk.protocols.factory import (
     AUTO_CANDIDATES,
+    DEFAULT_MAX_REPORT_BYTES,
     applicable,
     build_protocol,
     choose_numeric_protocol,
     choose_protocol,
+    report_bytes,
 )
 from client_sdk.protocols.numeric import NUMERIC_PROTOCOL_NAMES
 from client_sdk.registry import MAX_NUMERIC_MAGNITUDE, MIN_NUMERIC_WIDTH
@@ -46,12 +49,23 @@ def numeric_rows(epsilon: float, lo: float, hi: float, clients: int,
     return rows
 
 
-def plan_rows(epsilon: float, domain: int, clients: int) -> list[dict]:
-    """One row per protocol: std error of a count and a proportion, payload bits.
+def optimum_variance(epsilon: float) -> float:
+    """n·Var[f̂] per value of OUE/OLH, 4e^ε/(e^ε−1)²: the reference `plan` divides by (docs/math.md §2)."""
+    e = math.exp(epsilon)
+    return 4 * e / (e - 1) ** 2
+
+
+def plan_rows(epsilon: float, domain: int, clients: int,
+              max_report_bytes: int = DEFAULT_MAX_REPORT_BYTES) -> list[dict]:
+    """One row per protocol: std error of a count and a proportion, the variance over the optimum
+    4e^ε/(e^ε−1)², the report size in bytes and whether it fits ``max_report_bytes``.
 
     The error is the root of the mean per-value variance, variance(n, n/d): exact for any
     distribution (variances are linear in the true count) and what `auto` minimises."""
-    auto = choose_protocol(domain, epsilon)
+    try:
+        auto = choose_protocol(domain, epsilon, max_report_bytes)
+    except ValueError:
+        auto = None  # nothing fits: every row says so
     rows = []
     for name in AUTO_CANDIDATES:
         if not applicable(name, domain):
@@ -62,13 +76,29 @@ def plan_rows(epsilon: float, domain: int, clients: int) -> list[dict]:
             rows.append({"protocol": name, "available": False, "note": str(exc)})
             continue
         var = float(proto.variance(clients, clients / domain))
+        size = report_bytes(proto)
         rows.append({"protocol": name, "available": True, "auto": name == auto,
                      "epsilon": proto.epsilon, "std_err_count": math.sqrt(var),
                      "std_err_proportion": math.sqrt(var) / clients,
-                     "payload_bits": proto.payload_bits, "note": "",
+                     "vs_optimum": var / clients / optimum_variance(epsilon),
+                     "payload_bits": proto.payload_bits, "report_bytes": size,
+                     "fits": size <= max_report_bytes, "note": design_note(proto),
                      # forged reports that move one estimate by 1 point (docs/security.md)
                      "forged_per_point": poisoning_bound(proto).forged_for_one_point(clients)})
     return rows
+
+
+def design_note(proto) -> str:
+    """What sizes the protocol's sketch: OLH's hash family, cohorts and inflation; HR's field."""
+    params = proto.params
+    if proto.name == "olh":
+        family = getattr(params, "family", "random")
+        if family == "linear":
+            return f"linear family, g={params.g}, {params.m:,} cohorts (inflation ~1 + m/n)"
+        return f"{params.m:,} cohorts, g={params.g}, inflation {params.approx_inflation:.3f}"
+    if proto.name == "hr":
+        return f"F_{params.g}^{params.t}, {params.k:,} outputs"
+    return ""
 
 
 def parse_range(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[float, float] | None:
@@ -96,38 +126,44 @@ def parse_range(ctx: click.Context, param: click.Parameter, value: str | None) -
               help="Instead of --domain: a numeric mean metric's range; compares the numeric "
                    "mechanisms' standard error of the mean.")
 @click.option("--clients", required=True, type=click.IntRange(min=1), help="Reports per window.")
+@click.option("--max-report-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_REPORT_BYTES,
+              show_default=True, help="Report-size budget `auto` respects (registry key max_report_bytes).")
 @output_options
 def plan(epsilon: float, domain: int | None, value_range: tuple[float, float] | None, clients: int,
-         fmt: str, output: str | None) -> None:
+         max_report_bytes: int, fmt: str, output: str | None) -> None:
     """Compare protocols for EPSILON, DOMAIN (or --range) and CLIENTS; mark the one `auto` picks."""
     if (domain is None) == (value_range is None):
         raise click.UsageError("give --domain D (categorical) or --range LO,HI (numeric), not both")
     if value_range is not None:
         emit(format_numeric_plan(epsilon, value_range, clients, fmt), output)
         return
-    rows = plan_rows(epsilon, domain, clients)
+    rows = plan_rows(epsilon, domain, clients, max_report_bytes)
     if fmt == "json":
         import json
 
-        emit(json.dumps({"epsilon": epsilon, "domain": domain, "clients": clients, "protocols": rows},
-                        indent=2) + "\n", output)
+        emit(json.dumps({"epsilon": epsilon, "domain": domain, "clients": clients,
+                         "max_report_bytes": max_report_bytes, "protocols": rows}, indent=2) + "\n", output)
         return
     if fmt == "csv":
         emit(rows_to_csv(rows, ["protocol", "auto", "epsilon", "std_err_count", "std_err_proportion",
-                                "payload_bits", "forged_per_point", "note"]), output)
+                                "vs_optimum", "payload_bits", "report_bytes", "fits", "forged_per_point",
+                                "note"]), output)
         return
     lines = [f"epsilon {epsilon:g}, domain {domain}, clients {clients}: expected error of a value's "
              "estimate (root mean variance over the domain)",
-             f"{'':2}{'protocol':<9}{'std err (count)':>17}{'std err (share)':>17}{'payload':>18}"
-             f"{'forged/1 pt':>13}"]
+             f"{'':2}{'protocol':<9}{'std err (count)':>17}{'std err (share)':>17}{'x optimum':>11}"
+             f"{'report':>18}{'forged/1 pt':>13}  sketch"]
     for r in rows:
         mark = "* " if r.get("auto") else "  "
         if not r["available"]:
             lines.append(f"{mark}{r['protocol']:<9}  not available: {r['note']}")
             continue
+        over = "" if r["fits"] else " (over budget)"
         lines.append(f"{mark}{r['protocol']:<9}{r['std_err_count']:>17,.1f}{r['std_err_proportion']:>17.5f}"
-                     f"  {_bits(r['payload_bits']):>16}{r['forged_per_point']:>13,}")  # 2 spaces: wide payloads stay apart
-    lines.append("(*) = what protocol = \"auto\" chooses (smallest variance; near-ties go to the smaller payload); "
+                     f"{r['vs_optimum']:>11.3f}  {_bits(r['payload_bits']):>16}{r['forged_per_point']:>13,}"
+                     f"  {r['note']}{over}")   # 2 spaces: wide payloads stay apart
+    lines.append(f"(*) = what protocol = \"auto\" chooses within max_report_bytes = {max_report_bytes} (smallest "
+                 "variance; near-ties go to the smaller report); x optimum = variance / 4e^eps/(e^eps-1)^2; "
                  "forged/1 pt = forged reports that move an estimate by 1 point (docs/security.md)")
     emit("\n".join(lines) + "\n", output)
 

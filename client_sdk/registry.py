@@ -6,6 +6,7 @@ kind = "categorical"            # boolean | categorical | string | numeric
 categories = ["light", "dark", "system"]
 protocol = "auto"               # or rr, grr, oue, sue, olh, hr, ss, rappor, lgrr, losue, loloha, dbitflip
 epsilon = 1.0
+max_report_bytes = 64           # optional: `auto` picks among protocols whose report fits (default 8192)
 
 [metrics.session_minutes]
 kind = "numeric"                # a mean: values in [lo, hi], clipped on the device
@@ -56,11 +57,13 @@ from .errors import DomainError, RegistryError, UnknownMetricError
 from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
 from .protocols.base import Protocol
 from .protocols.factory import (
+    DEFAULT_MAX_REPORT_BYTES,
     build_protocol,
     choose_longitudinal_protocol,
     choose_numeric_protocol,
     choose_protocol,
     option_keys,
+    report_bytes,
 )
 from .protocols.numeric import NUMERIC_PROTOCOL_NAMES
 
@@ -71,7 +74,7 @@ else:  # pragma: no cover
 
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,99}$")
 COMMON_KEYS = ("kind", "protocol", "epsilon", "categories", "description",
-               "reports_per_window", "lifetime_epsilon", "range", "buckets")
+               "reports_per_window", "lifetime_epsilon", "range", "buckets", "max_report_bytes")
 MAX_CATEGORIES = 10_000_000
 #: Most buckets a histogram metric may declare (its domain goes through a frequency oracle).
 MAX_BUCKETS = 10_000
@@ -114,6 +117,9 @@ class MetricSpec:
     range: tuple[float, float] | None = None
     #: histogram metrics: the ``buckets`` field as written (an int B or a tuple of edges)
     buckets: int | tuple[float, ...] | None = None
+    #: report-size budget as written (None: DEFAULT_MAX_REPORT_BYTES); not in the fingerprint,
+    #: since the resolved protocol already says what a report means
+    max_report_bytes: int | None = None
 
     # --- numeric values ------------------------------------------------------------------------
     @property
@@ -272,6 +278,8 @@ class MetricSpec:
             table["reports_per_window"] = self.reports_per_window
         if self.lifetime_epsilon is not None:
             table["lifetime_epsilon"] = self.lifetime_epsilon
+        if self.max_report_bytes is not None:
+            table["max_report_bytes"] = self.max_report_bytes
         return table
 
     def to_json(self) -> dict[str, Any]:
@@ -442,17 +450,21 @@ class _MetricParser:
         epsilon = self.epsilon(protocol)
         protocol = self.resolved_protocol(kind, protocol, mean_metric, d, epsilon)
         lifetime = self.lifetime_epsilon()
+        max_bytes = self.max_report_bytes()
         spec = MetricSpec(name=self.name, kind=kind, protocol=protocol, requested_protocol=requested,
                           epsilon=epsilon, categories=categories,
                           options=tuple(sorted(self.options(protocol).items())),
                           description=self.description(),
                           reports_per_window=self.reports_per_window(),
                           lifetime_epsilon=None if lifetime is None else float(lifetime),
-                          range=value_range, buckets=buckets)
+                          range=value_range, buckets=buckets, max_report_bytes=max_bytes)
         try:
-            spec.protocol_impl  # noqa: B018 - validates the protocol parameters now
+            size = report_bytes(spec.protocol_impl)  # also validates the protocol parameters now
         except (ValueError, TypeError) as exc:
             raise self.fail(f"invalid {protocol} parameters: {exc}", "protocol") from None
+        if max_bytes is not None and size > max_bytes:
+            raise self.fail(f"a {protocol} report takes {size} bytes, above max_report_bytes = {max_bytes}; "
+                            "use protocol = \"auto\" or raise max_report_bytes", "max_report_bytes")
         return spec
 
     def check_name_and_table(self) -> None:
@@ -543,15 +555,28 @@ class _MetricParser:
                             f"auto or one of {', '.join(memo_names)}", "epsilon_inf")
         if protocol != "auto":
             return protocol
+        max_bytes = self.max_report_bytes()
+        budget = DEFAULT_MAX_REPORT_BYTES if max_bytes is None else max_bytes
         try:
             if memoised:
                 return "memobitmean" if mean_metric else \
-                    choose_longitudinal_protocol(d, epsilon, self.table["epsilon_inf"])
+                    choose_longitudinal_protocol(d, epsilon, self.table["epsilon_inf"], budget)
             if mean_metric:
                 return choose_numeric_protocol(epsilon, {k: self.table[k] for k in ("grid",) if k in self.table})
-            return choose_protocol(d, epsilon)
+            return choose_protocol(d, epsilon, budget)
         except (ValueError, TypeError) as exc:
-            raise self.fail(str(exc), "epsilon_inf" if memoised else "epsilon") from None
+            field = "max_report_bytes" if "max_report_bytes" in str(exc) else \
+                "epsilon_inf" if memoised else "epsilon"
+            raise self.fail(str(exc), field) from None
+
+    def max_report_bytes(self) -> int | None:
+        """The report-size budget `auto` respects (None: DEFAULT_MAX_REPORT_BYTES)."""
+        max_bytes = self.table.get("max_report_bytes")
+        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int)
+                                      or max_bytes < 1):
+            raise self.fail(f"{max_bytes!r} is not allowed; use a positive integer number of bytes",
+                            "max_report_bytes")
+        return max_bytes
 
     def options(self, protocol: str) -> dict[str, Any]:
         """The fields the protocol module takes (OPTION_KEYS); any other unknown field is an error."""

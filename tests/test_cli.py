@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sqlite3
 
 import pytest
@@ -254,9 +255,27 @@ def test_plan_table_columns_stay_apart_for_wide_payloads(run):
     out = run("plan", "--epsilon", "1", "--domain", "10000000", "--clients", "1000").output
     rows = {line[2:].split()[0]: line[2:].split() for line in out.splitlines()[2:-1]
             if "not available" not in line}
-    assert rows["oue"][1:5] == ["60.7", "0.06069", "1,250,000", "bytes"]  # then forged/1 pt
+    assert rows["oue"][1:3] == ["60.7", "0.06069"] and rows["oue"][4:6] == ["1,250,000", "bytes"]
     for cells in rows.values():
-        float(cells[2])  # the share column is a number on its own
+        float(cells[2]), float(cells[3])  # the share and x-optimum columns are numbers on their own
+
+
+def test_plan_shows_report_size_beside_variance_within_a_budget(run):
+    out = run("plan", "--epsilon", "2", "--domain", "1000000", "--clients", "200000",
+              "--max-report-bytes", "64").output
+    auto = [line for line in out.splitlines() if line.startswith("* ")]
+    assert len(auto) == 1 and auto[0].split()[1] == "hr" and "bits" in auto[0]
+    assert "oue" in out and "(over budget)" in out and "max_report_bytes = 64" in out
+    data = json.loads(run("plan", "--epsilon", "2", "--domain", "1000000", "--clients", "200000",
+                          "--max-report-bytes", "64", "--format", "json").output)
+    hr = next(p for p in data["protocols"] if p["protocol"] == "hr")
+    assert hr["auto"] and hr["fits"] and hr["report_bytes"] <= 64 and hr["vs_optimum"] < 1.05
+    olh = next(p for p in data["protocols"] if p["protocol"] == "olh")
+    assert "linear family" in olh["note"]
+    small = json.loads(run("plan", "--epsilon", "1", "--domain", "100", "--clients", "1000",
+                           "--format", "json").output)
+    note = next(p for p in small["protocols"] if p["protocol"] == "olh")["note"]
+    assert "inflation 1.0" in note or "inflation 1.1" in note
 
 
 def test_top_keeps_the_largest_estimates(run, registry_file, tmp_path):
@@ -283,3 +302,16 @@ def test_large_tables_are_cut_to_the_largest_with_a_note(run, registry_file, tmp
     result = run("estimate", "--metrics", str(registry_file), "--metric", "country", "--db", str(db))
     assert "showing the 10 largest of 40" in result.stderr
     assert len(result.stdout.strip().splitlines()) == 12  # header line, column line, 10 rows
+
+
+def test_metrics_check_shows_report_size_beside_variance(run, tmp_path):
+    reg = tmp_path / "m.toml"
+    cats = ", ".join(f'"c{i}"' for i in range(5000))
+    reg.write_text(f'[metrics.big]\nkind = "categorical"\nepsilon = 2.0\nmax_report_bytes = 64\n'
+                   f'categories = [{cats}]\n')
+    out = run("metrics", "check", str(reg)).output
+    header, row = out.splitlines()[1:3]
+    assert "n*var" in header and "report" in header
+    cells = row.split()
+    assert cells[3:5] == ["hr", "(auto)"] and cells[6] == "-" and cells[9] == "bits"
+    assert float(cells[7]) < 1.03 * 4 * math.exp(2) / (math.exp(2) - 1) ** 2

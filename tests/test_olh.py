@@ -29,8 +29,8 @@ from estimators.intervals import wald_interval, z_value
 
 
 def small() -> OLH:
-    """Defaults at d=16, ε=1: g=4, m=23."""
-    return from_options(16, 1.0, {})
+    """d=16, ε=1: g=4 (the default), m=23 (the former 4/3-inflation default; now 63)."""
+    return from_options(16, 1.0, {"cohorts": 23})
 
 
 def zipf_counts(d: int, exponent: float, n: int) -> np.ndarray:
@@ -85,14 +85,15 @@ def test_quantised_probabilities_and_epsilon() -> None:
 
 
 @pytest.mark.parametrize(("d", "eps", "g", "m"), [
-    (16, 1.0, 4, 23), (200, 2.0, 8, 115), (2, 0.1, 2, 12), (1024, 4.0, 56, 75), (10, 4.0, 56, 8),
+    (16, 1.0, 4, 63), (200, 2.0, 8, 316), (2, 0.1, 2, 33), (128, 4.0, 56, 26), (10, 4.0, 56, 8),
 ])
 def test_default_sizing(d: int, eps: float, g: int, m: int) -> None:
     proto = from_options(d, eps, {})
     assert (proto.params.g, proto.params.m) == (g, m)
     assert proto.params.g == max(2, round(math.exp(eps)) + 1)
     n_dof = m * (g - 1)
-    assert n_dof / (n_dof - d - 1) <= olh.TARGET_INFLATION or m == olh.MIN_COHORTS
+    assert n_dof / (n_dof - d - 1) <= olh.TIGHT_INFLATION or m == olh.MIN_COHORTS
+    assert proto.params.family == "random"
     assert proto.payload_bits == math.ceil(math.log2(m)) + math.ceil(math.log2(g))
     assert proto.cohorts == m and proto.cell_shape == (g,) and proto.uses_cohorts
 
@@ -101,12 +102,14 @@ def test_explicit_options() -> None:
     proto = from_options(200, 2.0, {"cohorts": 64, "hash_range": 8})
     assert (proto.params.m, proto.params.g) == (64, 8)
     assert proto.payload_bits == 6 + 3
-    assert olh.OPTION_KEYS == {"cohorts", "hash_range"}
+    assert olh.OPTION_KEYS == {"cohorts", "hash_range", "hash_family"}
 
 
 @pytest.mark.parametrize(("d", "options", "fragment"), [
-    (1025, {}, "at most 1024"),
-    (5000, {"cohorts": 64}, "use oue, hr or ss"),
+    (1025, {"hash_family": "random"}, "at most 1024"),
+    (5000, {"cohorts": 64}, "has exactly"),
+    (5000, {"hash_range": 4}, "needs a prime hash_range"),
+    (100, {"hash_family": "hashy"}, "hash_family must be one of"),
     (100, {"cohorts": 10, "hash_range": 8}, "cannot have full rank"),
     (100, {"cohorts": 0}, "cohorts must be at least 1"),
     (100, {"hash_range": 1}, "hash_range must be at least 2"),
@@ -126,13 +129,17 @@ def test_from_options_needs_domain_and_epsilon() -> None:
         from_options(None, 1.0, {})
     with pytest.raises(ValueError, match="epsilon"):
         from_options(10, None, {})
-    with pytest.raises(ValueError, match="too large|supports at most"):
-        from_options(1_000_000, 1.0, {})
+    with pytest.raises(ValueError, match="supports at most"):
+        from_options(1_000_000, 1.0, {"hash_family": "random"})
+    big = from_options(1_000_000, 1.0, {})  # the linear family: any domain size
+    assert big.params.family == "linear" and big.params.g ** big.params.t >= 1_000_000
 
 
 def test_huge_epsilon_is_rejected_not_allocated() -> None:
     with pytest.raises(ValueError, match="grr"):
-        from_options(100, 20.0, {})
+        from_options(100, 20.0, {"hash_family": "random"})
+    linear = from_options(100, 20.0, {})  # the linear family's field stays small: GRR on a prime >= d
+    assert linear.params.family == "linear" and linear.params.m * linear.params.g <= 1000
 
 
 def test_rank_deficient_design_is_rejected() -> None:
@@ -507,3 +514,101 @@ def test_sketch_sampler_matches_encoder() -> None:
     assert np.abs(z).max() < stats.norm.isf(0.0027 / 2 / z.shape[0])
     ratio = enc.var(0, ddof=1) / sam.var(0, ddof=1)
     assert np.abs(ratio - 1).max() < stats.norm.isf(0.0027 / 2 / z.shape[0]) * 2 / math.sqrt(runs)
+
+
+# --- the linear hash family (any domain size) ------------------------------------------------------------
+
+def linear(d: int, eps: float) -> OLH:
+    return from_options(d, eps, {"hash_family": "linear"})
+
+
+@pytest.mark.parametrize(("d", "eps"), [(7, 1.0), (12, 2.0), (30, 0.5)])
+def test_linear_family_exact_epsilon_and_collisions(d: int, eps: float) -> None:
+    """Exact ε from the enumerated output distribution, and every pair of values collides in
+    exactly λ = (g^(t−1)−1)/(g−1) cohorts (what makes the closed-form decoder exact)."""
+    proto = linear(d, eps)
+    probs = np.stack([proto.output_probabilities(x) for x in range(d)])   # (d, m, g)
+    ratio = (probs.max(axis=0) / probs.min(axis=0)).max()
+    assert math.log(ratio) == pytest.approx(proto.epsilon, rel=1e-12) and proto.epsilon <= eps
+    hashes = probs.argmax(axis=2)                                           # H_s(x), shape (d, m)
+    same = (hashes[:, None, :] == hashes[None, :, :]).sum(axis=2)
+    g, t = proto.params.g, proto.params.t
+    assert (same[~np.eye(d, dtype=bool)] == (g ** (t - 1) - 1) // (g - 1)).all()
+    s = proto.cohorts - 1
+    ys = [proto.encode_one(3, cohort=s)[1] for _ in range(2000)]
+    assert abs(np.mean(np.array(ys) == hashes[3, s]) - proto.p) < 4 * math.sqrt(proto.p * (1 - proto.p) / 2000)
+
+
+def test_linear_family_decodes_by_the_closed_form() -> None:
+    """The DFT decoder equals Φ⁻¹ Σ_s A_sᵀ Z_s solved densely at the observed cohort sizes, over the
+    padded domain F_g^t (values >= d are never reported; their estimates are dropped)."""
+    proto = linear(40, 2.0)
+    m, g, t, d = proto.params.m, proto.params.g, proto.params.t, 40
+    rng = np.random.default_rng(5)
+    sk = proto.new_sketch()
+    proto.accumulate(sk, proto.encode(rng.integers(0, d, 5000), rng))
+    est = proto.estimate(sk)
+    hashes = np.stack([proto._hash(np.arange(m), np.full(m, v)) for v in range(g ** t)])  # (g^t, m)
+    n_s = sk.reports.astype(float)
+    phi = sum(n_s[s] / n_s.sum() * (hashes[:, s][:, None] == hashes[:, s][None, :]) for s in range(m))
+    Z = (sk.counts - n_s[:, None] * proto.q) / (proto.p - proto.q)
+    rhs = np.array([Z[np.arange(m), hashes[v]].sum() for v in range(g ** t)])
+    np.testing.assert_allclose(est.counts, np.linalg.solve(phi, rhs)[:d], rtol=1e-9, atol=1e-6 * 5000)
+
+
+@pytest.mark.statistical
+def test_linear_family_unbiased_with_its_variance_and_coverage() -> None:
+    """d = 300, ε = 2, n = 20,000, R = 1,000 runs with fresh cohort draws: bias within z_B SEs,
+    empirical variance within 1 ± z_B·sqrt(2/(R−1)) of the mean plug-in variance, 95 % coverage."""
+    proto = linear(300, 2.0)
+    d, n, runs = 300, 20_000, 1000
+    c = zipf_counts(d, 1.1, n)
+    x = np.repeat(np.arange(d), c)
+    rng = np.random.default_rng(20241201)
+    est, var = np.empty((runs, d)), np.empty((runs, d))
+    for r in range(runs):
+        sk = proto.new_sketch()
+        proto.accumulate(sk, proto.encode(x, rng))
+        e = proto.estimate(sk)
+        est[r], var[r] = e.counts, e.variances
+    z_b = stats.norm.isf(0.0027 / (2 * d))
+    plug = var.mean(axis=0)
+    assert (np.abs(est.mean(axis=0) - c) / np.sqrt(plug / runs)).max() <= z_b
+    ratio = est.var(axis=0, ddof=1) / plug
+    assert np.abs(ratio - 1).max() <= z_b * math.sqrt(2 / (runs - 1)), ratio
+    # the equal-cohort theory is the plug-in's centre, up to the cohort-size term ≈ 1 + m/n
+    theory = proto.variance(n, c.astype(float))
+    assert np.abs(plug / theory - 1).max() < 3 * proto.params.m / n + 0.02
+    low, high = _intervals(est, var, n, 1.959964)
+    covered = ((low <= c) & (c <= high)).mean(axis=0)
+    se = math.sqrt(0.95 * 0.05 / runs)  # per-item coverage SE; the mean over d items is far tighter
+    assert covered.mean() >= 0.945 and covered.min() >= 0.95 - z_b * se
+
+
+def test_linear_family_decodes_a_million_values() -> None:
+    """d = 10⁶ decodes (by one DFT, no d × d system); spot-check against the definition."""
+    proto = from_options(1_000_000, 2.0, {})
+    assert proto.params.family == "linear" and proto.params.m * proto.params.g <= olh.MAX_LINEAR_CELLS
+    m, g = proto.params.m, proto.params.g
+    rng = np.random.default_rng(0)
+    sk = proto.new_sketch()
+    sk.counts[:] = rng.integers(0, 20, (m, g))
+    sk.reports[:] = sk.counts.sum(axis=1)
+    est = proto.estimate(sk)
+    assert est.counts.shape == (1_000_000,) and np.isfinite(est.variances).all()
+    n = sk.total_reports
+    Z = (sk.counts - sk.reports[:, None] * proto.q) / (proto.p - proto.q)
+    t = proto.params.t
+    for v in (0, 4321, 999_999):
+        h = proto._hash(np.arange(m), np.full(m, v))
+        direct = g ** (1 - t) * (Z[np.arange(m), h] * n / sk.reports).sum() - n * (m - 1) / g ** t
+        assert est.counts[v] == pytest.approx(direct, rel=1e-9, abs=1e-6 * n)
+
+
+def test_linear_family_needs_every_cohort() -> None:
+    proto = linear(100, 1.0)
+    sk = proto.new_sketch()
+    proto.accumulate(sk, proto.encode(np.zeros(3, dtype=np.int64), np.random.default_rng(0),
+                                      cohorts=np.zeros(3, dtype=np.int64)))
+    with pytest.raises(EstimationError, match="cohorts are empty"):
+        proto.estimate(sk)

@@ -44,7 +44,8 @@ FAMILY_ALPHA = 0.0027
 #: (protocol, d, ε): a moderate and a high-budget setting per protocol.
 CASES = [("rr", 2, 1.0), ("rr", 2, 4.0), ("grr", 16, 2.0), ("grr", 4, 4.0), ("oue", 16, 1.0),
          ("oue", 64, 4.0), ("sue", 16, 1.0), ("sue", 8, 4.0), ("ss", 16, 1.0), ("ss", 100, 3.0),
-         ("hr", 16, 1.0), ("hr", 64, 2.0), ("olh", 16, 2.0)]
+         ("hr", 16, 1.0), ("hr", 64, 2.0), ("hr", 64, 4.0), ("hr", 200, 1.0), ("hr", 40, 0.2),
+         ("olh", 16, 2.0)]
 
 
 def zipf_counts(d: int, n: int) -> np.ndarray:

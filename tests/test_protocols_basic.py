@@ -240,43 +240,42 @@ def test_ss_wide_domains_use_uint32_on_the_wire():
 
 def test_hr_malformed():
     proto = build("hr", 10, 1.0)
-    assert proto.k == 16 and proto.payload_bits == 4
-    expect_invalid(lambda: proto.validate({"y": np.array([0, 15, 16])}), 2)
+    assert (proto.g, proto.t, proto.m, proto.k, proto.payload_bits) == (5, 2, 6, 30, 5)
+    expect_invalid(lambda: proto.validate({"y": np.array([0, 29, 30])}), 2)
     expect_invalid(lambda: proto.validate({"y": np.array([-3])}), 0)
-    expect_invalid(lambda: proto.from_wire([3, 16]), 1)
+    expect_invalid(lambda: proto.validate({"y": np.array([1.5])}), None)
+    expect_invalid(lambda: proto.from_wire([3, 30]), 1)
     expect_invalid(lambda: proto.from_wire([3, False]), 1)
 
 
-def test_hr_transform_matches_the_hadamard_matrix():
-    from client_sdk.protocols.hr import fwht, parity
-
-    k = 32
-    a, b = np.meshgrid(np.arange(k), np.arange(k), indexing="ij")
-    hadamard = np.where(parity(a & b), -1, 1)
-    assert (hadamard @ hadamard.T == k * np.eye(k)).all()
-    h = np.random.default_rng(0).integers(0, 1000, k)
-    np.testing.assert_array_equal(fwht(h), hadamard @ h)
-    # C_x = {y : H[x+1, y] = +1}: half the outputs, and pairs overlap in a quarter
-    proto = build("hr", 20, 1.0)
-    inside = np.stack([proto.output_probabilities(x) > 1 / proto.k for x in range(20)])
-    assert (inside.sum(axis=1) == proto.k // 2).all()
-    overlap = inside.astype(int) @ inside.T.astype(int)
-    assert (overlap[~np.eye(20, dtype=bool)] == proto.k // 4).all()
+@pytest.mark.parametrize("d, eps", [(10, 1.0), (30, 2.0), (9, 0.3), (40, 0.05)])
+def test_hr_sets_form_a_symmetric_design_and_the_transform_counts_them(d, eps):
+    """|C_x| = m and |C_x ∩ C_x'| = λ for every pair, so the protocol is pure; the DFT over
+    Z_g^t gives exactly Σ_{y∈C_x} h[y] for every x."""
+    proto = build("hr", d, eps)
+    inside = np.stack([proto.output_probabilities(x) > proto.output_probabilities(x).min()
+                       for x in range(d)]).astype(np.int64)
+    assert (inside.sum(axis=1) == proto.m).all()
+    overlap = inside @ inside.T
+    assert (overlap[~np.eye(d, dtype=bool)] == proto.params.lam).all()
+    sk = proto.new_sketch()
+    sk.counts[0] = np.random.default_rng(0).integers(0, 1000, proto.k)
+    sk.reports[0] = int(sk.counts.sum())
+    np.testing.assert_array_equal(proto.support_counts(sk), inside @ sk.counts[0])
 
 
 def test_hr_estimates_a_million_values_by_one_transform():
-    """All d estimates from one fast Walsh–Hadamard transform (its speed: bench/throughput.py)."""
+    """All d estimates from one DFT over Z_g^t (its speed: bench/throughput.py)."""
     proto = build("hr", 1_000_000, 2.0)
     sk = proto.new_sketch()
     sk.counts[0] = np.random.default_rng(0).integers(0, 50, proto.k)
     sk.reports[0] = int(sk.counts.sum())
     est = proto.estimate(sk)
     assert est.counts.shape == (1_000_000,)
-    # spot-check the transform against the definition for a few x
-    for x in (0, 12_345, 999_999):
-        inside = proto.output_probabilities(x) > 1 / proto.k
-        support = sk.counts[0][inside].sum()
-        assert est.counts[x] == pytest.approx((support - sk.reports[0] / 2) / (proto.pi - 0.5))
+    for x in (0, 12_345, 999_999):  # spot-check the transform against the definition
+        probs = proto.output_probabilities(x)
+        support = sk.counts[0][probs > probs.min()].sum()
+        assert est.counts[x] == pytest.approx((support - sk.reports[0] * proto.q) / (proto.p - proto.q))
 
 
 def test_tiny_epsilon_is_rejected_not_silently_zero():

@@ -128,8 +128,8 @@ def test_fingerprint_covers_resolved_defaults(monkeypatch):
 
     text = BASE + 'protocol = "olh"\n'
     before = parse_registry(text).get("theme")
-    assert before.canonical()["resolved"]["m"] == olh.default_cohorts(3, before.protocol_impl.params.g)
-    monkeypatch.setattr(olh, "MIN_COHORTS", olh.MIN_COHORTS + 1)
+    assert before.canonical()["resolved"]["m"] == olh.tight_cohorts(3, before.protocol_impl.params.g)
+    monkeypatch.setattr(olh, "TIGHT_DOF_FACTOR", olh.TIGHT_DOF_FACTOR + 1)
     after = parse_registry(text).get("theme")
     assert after.protocol_impl.params.m != before.protocol_impl.params.m
     assert after.fingerprint != before.fingerprint

@@ -23,9 +23,22 @@ AUTO_CANDIDATES = ("rr", "grr", "oue", "sue", "olh", "hr", "ss")
 AUTO_LONGITUDINAL = ("lgrr", "losue", "loloha")
 #: Variances within this relative margin count as a tie; the smaller payload then wins.
 AUTO_TIE_MARGIN = 0.02
-#: `auto` never picks a protocol whose report exceeds this many bits (8 KiB) when another
-#: fits: a 1,000,000-value metric gets Hadamard response, not a 125 KB unary report.
-AUTO_MAX_PAYLOAD_BITS = 8 * 8192
+#: Default report-size budget of `auto` (registry key ``max_report_bytes``; docs/protocols.md,
+#: "Report size"): a 1,000,000-value metric gets a 3-byte Hadamard response, not a 125 KB unary
+#: report. Mobile apps typically set 1 KiB or less.
+DEFAULT_MAX_REPORT_BYTES = 8192
+
+
+def report_bytes(protocol: Protocol) -> int:
+    """A report's size as budgeted by ``max_report_bytes``: ⌈payload_bits/8⌉ bytes (its
+    information content; msgpack framing adds at most a few bytes, docs/wire-format.md)."""
+    return _bytes(protocol.payload_bits)
+
+
+def _bytes(bits: int) -> int:
+    return -(-bits // 8)
+
+
 #: Numeric mechanisms whose worst-case variances agree to this relative precision are tied
 #: (the same mechanism computed through different tables); otherwise the smallest wins.
 NUMERIC_TIE_RELATIVE = 1e-9
@@ -68,10 +81,12 @@ def per_item_variance(protocol: Protocol) -> float:
     return float(protocol.variance(n, n / protocol.domain_size)) / n
 
 
-def choose_protocol(domain_size: int, epsilon: float) -> str:
-    """Protocol with the smallest per-item variance among those with a report of at most
-    AUTO_MAX_PAYLOAD_BITS; near-ties (AUTO_TIE_MARGIN) go to the smaller payload.
-    ValueError when no protocol can be built (epsilon too small for the probability grid)."""
+def choose_protocol(domain_size: int, epsilon: float,
+                    max_report_bytes: int = DEFAULT_MAX_REPORT_BYTES) -> str:
+    """Protocol with the smallest per-item variance among those whose report is at most
+    ``max_report_bytes``; near-ties (AUTO_TIE_MARGIN) go to the smaller payload.
+    ValueError when no protocol can be built (epsilon too small for the probability grid) or
+    none fits the budget."""
     scored = []
     for name in AUTO_CANDIDATES:
         if not applicable(name, domain_size):
@@ -84,17 +99,27 @@ def choose_protocol(domain_size: int, epsilon: float) -> str:
     if not scored:
         raise ValueError(f"no protocol can realise epsilon {epsilon} for {domain_size} values on the "
                          "2^-32 probability grid; use a larger epsilon")
-    compact = [s for s in scored if s[1] <= AUTO_MAX_PAYLOAD_BITS]
-    scored = compact or scored
-    best_var = min(s[0] for s in scored)
-    near = [s for s in scored if s[0] <= best_var * (1 + AUTO_TIE_MARGIN)]
+    return _best_within(scored, max_report_bytes)
+
+
+def _best_within(scored: list[tuple[float, int, int, str]], max_report_bytes: int) -> str:
+    """Smallest variance among (variance, bits, rank, name) rows whose report fits the budget;
+    near-ties (AUTO_TIE_MARGIN) go to the smaller payload."""
+    fitting = [s for s in scored if _bytes(s[1]) <= max_report_bytes]
+    if not fitting:
+        smallest = min(scored, key=lambda s: s[1])
+        raise ValueError(f"no protocol's report fits max_report_bytes = {max_report_bytes}: the smallest "
+                         f"is {smallest[3]} at {_bytes(smallest[1])} bytes; raise max_report_bytes")
+    best_var = min(s[0] for s in fitting)
+    near = [s for s in fitting if s[0] <= best_var * (1 + AUTO_TIE_MARGIN)]
     return min(near, key=lambda s: (s[1], s[0], s[2]))[3]
 
 
-def choose_longitudinal_protocol(domain_size: int, epsilon: float, epsilon_inf: float) -> str:
+def choose_longitudinal_protocol(domain_size: int, epsilon: float, epsilon_inf: float,
+                                 max_report_bytes: int = DEFAULT_MAX_REPORT_BYTES) -> str:
     """The memoised protocol (L-GRR, L-OSUE, LOLOHA) with the smallest per-item variance at
-    (ε₁, ε∞, d) among those with a report of at most AUTO_MAX_PAYLOAD_BITS; near-ties
-    (AUTO_TIE_MARGIN) go to the smaller payload. ValueError when none can be built."""
+    (ε₁, ε∞, d) among those whose report is at most ``max_report_bytes``; near-ties
+    (AUTO_TIE_MARGIN) go to the smaller payload. ValueError when none can be built or fits."""
     check_epsilon_pair(epsilon, epsilon_inf, "auto")
     scored = []
     for rank, name in enumerate(AUTO_LONGITUDINAL):
@@ -106,10 +131,7 @@ def choose_longitudinal_protocol(domain_size: int, epsilon: float, epsilon_inf: 
     if not scored:
         raise ValueError(f"no memoised protocol can realise epsilon {epsilon} < epsilon_inf {epsilon_inf} "
                          f"for {domain_size} values; check that epsilon < epsilon_inf")
-    scored = [s for s in scored if s[1] <= AUTO_MAX_PAYLOAD_BITS] or scored
-    best_var = min(s[0] for s in scored)
-    near = [s for s in scored if s[0] <= best_var * (1 + AUTO_TIE_MARGIN)]
-    return min(near, key=lambda s: (s[1], s[0], s[2]))[3]
+    return _best_within(scored, max_report_bytes)
 
 
 def choose_numeric_protocol(epsilon: float, options: dict[str, Any] | None = None) -> str:

@@ -1,23 +1,37 @@
-"""Hadamard response, Acharya, Sun & Zhang, AISTATS 2019 (docs/math.md §6).
+"""General Hadamard response over a prime field F_g (docs/protocols.md, "Hadamard response").
 
-K = 2^⌈log₂(d+1)⌉ outputs; value x owns the half C_x = {y : H_K[x+1, y] = +1} of them, with
-the Sylvester matrix H[a, b] = (−1)^popcount(a & b) (row 0, all ones, is skipped). Then
-|C_x| = K/2 and |C_x ∩ C_x'| = K/4 for x ≠ x', and
+Basic Hadamard response (Acharya, Sun & Zhang, AISTATS 2019) splits its outputs in halves, so
+its per-item variance n((e^ε+1)/(e^ε−1))² tends to n, not to the optimum 4n e^ε/(e^ε−1)², as ε
+grows. Here the same idea runs over F_g^t instead of F_2^t, with g a prime near e^ε+1 so that
+each value owns a 1/g fraction of the outputs, the fraction that optimal local hashing uses
+(Wang, Blocki, Li & Jha, USENIX Security 2017):
 
-    Q(y | x) = 2e^ε/(K(e^ε+1)) on C_x,   2/(K(e^ε+1)) off C_x.
+- The domain is embedded in F_g^t (t = ⌈log_g d⌉): value x is the vector of its base-g digits.
+- The client draws a *direction* a uniformly among the m = (g^t−1)/(g−1) projective points of
+  F_g^t (nonzero vectors whose leading nonzero digit is 1: one per line through 0), computes
+  h = ⟨a, x⟩ mod g, and reports b = h with probability p (GRR on [g], p = e^ε/(e^ε+g−1)
+  quantised down to the 2^-32 grid: p'), otherwise one of the other g−1 residues (q' each).
+- Output y = (a, b), K = m·g outputs, sent as the integer y = s·g + b with s the index of a.
 
-Sampling is exact and loop-free: y ∈ C_x with probability π = e^ε/(e^ε+1) (quantised down,
-by rounding 1−π up), then y uniform on the chosen half. For the latter draw y uniform on
-[0, K) and, if it lies in the wrong half, replace it by y ⊕ z with z the lowest set bit of
-x+1: flipping a bit of x+1 flips the parity of popcount((x+1) & y), so y ↦ y ⊕ z is a
-bijection between C_x and its complement and the result is uniform on the chosen half.
+For g = 2 the sets C_x = {(a, ⟨a,x⟩)} are the sign pattern of the Sylvester–Hadamard matrix,
+hence the name; for any prime g they form a symmetric design: |C_x| = m and, for x ≠ x',
+|C_x ∩ C_x'| = #{a : ⟨a, x−x'⟩ = 0} = λ = (g^(t−1)−1)/(g−1), the points of a hyperplane
+(Feldman, Nelson, Nguyen & Talwar, ICML 2022 use the same projective geometry). So the
+protocol is *pure* (docs/math.md §2) with S(y) = {x : y ∈ C_x},
 
-Realised ε = ln(π'/(1−π')). Pure with S(y) = {x : y ∈ C_x}: p* = π', and q* = ½ exactly
-(x' ≠ x puts y in C_x' ∩ C_x for half of either half). Support counts for all x at once come
-from one fast Walsh–Hadamard transform of the output histogram h (O(K log K)):
-Σ_{y∈C_x} h[y] = (n + (H h)[x+1])/2. Var* = n/(4(π'−½)²) = n((e^ε+1)/(e^ε−1))², and the
-pure variance's c-term is c(1−p*−q*)/(p*−q*) = −c (docs/math.md §2), which is why the
-estimate's plug-in variance is taken at a conservative ĉ (``VARIANCE_SHIFT_SD``).
+    p* = p',    q* = (λ p' + (m − λ) q')/m        (exactly, for every x' ≠ x)
+
+and Q(y|x) = p'/m on C_x, q'/m off it, so ε = ln(p'/q'). As t grows q* → 1/g and the variance
+n q*(1−q*)/(p*−q*)² is OLH's, within 1–2 % of the optimum at g ≈ e^ε+1 (docs/protocols.md).
+
+Support counts for all x at once. With h[a, b] the output histogram and ω = e^{2πi/g},
+1[b = ⟨a,x⟩] = (1/g) Σ_k ω^{k(⟨a,x⟩−b)}, so with Ĥ[a, k] = Σ_b h[a,b] ω^{−kb} (one length-g FFT
+per direction) and F(u) = Σ_{(a,k): k·a = u} Ĥ[a, k] (every nonzero u is k·a for exactly one
+projective a and k ≠ 0; F(0) = n),
+
+    S(x) = Σ_a h[a, ⟨a,x⟩] = (1/g) Σ_{u ∈ F_g^t} F(u) ω^{⟨u,x⟩} = g^(t−1) · IDFT_{Z_g^t}(F)(x),
+
+a t-dimensional DFT of size g^t: O(g^t log g^t) time and memory for the whole domain.
 
 Payload: ``y``, an integer in [0, K). Wire: the int y.
 """
@@ -31,15 +45,18 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidPayload
-from ..randomness import (
-    SCALE,
-    RandomLike,
-    as_random_source,
-    bernoulli,
-    realised,
-    secure_below,
-    secure_word,
-    threshold_ceil,
+from ..randomness import RandomLike, as_random_source, bernoulli, realised, secure_below, secure_word
+from ._projective import (
+    dimension,
+    direction_code_one,
+    direction_codes,
+    directions,
+    hyperplane,
+    inner,
+    inner_one,
+    is_prime,
+    line_sums,
+    primes,
 )
 from .base import (
     CountEstimate,
@@ -53,72 +70,104 @@ from .base import (
     pure_variance,
     require_1d,
 )
+from .grr import keep_threshold as grr_keep_threshold
 
-#: HR's Var[ĉ] = n/(4(π'−½)²) − c *decreases* in c (p*+q* > 1), so the usual plug-in at ĉ
-#: narrows the interval exactly when ĉ overshoots: Bonferroni intervals covered 94.3 % at
-#: d=64, ε=2, n=2000 (R=20000, SE 0.16 %). Plugging in at ĉ − 3·sd₀ (sd₀ = √Var at c=0),
-#: clipped to [0, n], restores 95.3 % for at most 3·sd₀ of extra variance (a few % of width).
+#: When p*+q* > 1 (g = 2), Var[ĉ] = n q*(1−q*)/(p*−q*)² − c·(p*+q*−1)/(p*−q*) *decreases* in c,
+#: so the usual plug-in at ĉ narrows the interval exactly when ĉ overshoots. The plug-in is then
+#: taken at ĉ − 3·sd₀ (sd₀ = √Var at c=0), clipped to [0, n] (it restored 95 % Bonferroni coverage
+#: for basic HR at d=64, ε=2, n=2000); for g > 2 the usual plug-in is conservative already.
 VARIANCE_SHIFT_SD = 3.0
+#: Largest output alphabet K = m·g (the sketch has K int64 counters: d = 10⁷ fits, 256 MiB).
+MAX_CELLS = 1 << 25
+#: Largest field size considered: g ≈ e^ε+1 stops mattering long before (e^ε ≈ 8,000).
+MAX_FIELD = 8191
+#: Default (g, t): the smallest sketch whose light-item variance is within this factor of the
+#: best field's (docs/protocols.md, "Hadamard response").
+FIELD_TIE = 1.02
 
 
 @dataclasses.dataclass(frozen=True)
 class HRParams:
     d: int           # domain size
     epsilon: float   # target per-report budget
+    g: int           # prime field size = hash range
+    t: int           # dimension: values are t base-g digits
 
     def __post_init__(self) -> None:
         check_domain_and_epsilon(self.d, self.epsilon, "Hadamard response")
-        if self.inside_threshold <= SCALE // 2:
-            raise ValueError(f"epsilon {self.epsilon} is too small for the 2^-32 probability grid")
+        for name in ("g", "t"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+        if not (is_prime(self.g) and self.g <= MAX_FIELD):
+            raise ValueError(f"hash_range must be a prime in [2, {MAX_FIELD}], got {self.g}")
+        if self.t != dimension(self.d, self.g):
+            raise ValueError(f"t must be ⌈log_g d⌉ = {dimension(self.d, self.g)}, got {self.t}")
+        if self.k > MAX_CELLS:
+            raise ValueError(f"hash_range {self.g} needs {self.k} outputs for d = {self.d}, above "
+                             f"{MAX_CELLS}; leave hash_range unset to get the default")
+        if self.keep_threshold * self.g <= 1 << 32:  # realised p' <= q'
+            raise ValueError(f"epsilon {self.epsilon} is too small for the 2^-32 probability grid "
+                             f"at hash_range = {self.g}")
+
+    @property
+    def m(self) -> int:
+        """Directions: projective points of F_g^t, (g^t − 1)/(g − 1)."""
+        return directions(self.g, self.t)
 
     @property
     def k(self) -> int:
-        """K = 2^⌈log₂(d+1)⌉: the smallest power of two with rows 1..d below it."""
-        return 1 << self.d.bit_length()
+        """K = m·g outputs."""
+        return self.m * self.g
 
     @property
-    def inside_threshold(self) -> int:
-        """π = e^ε/(e^ε+1) = P(y ∈ C_x), rounded down via 1−π = 1/(e^ε+1) rounded up."""
-        return SCALE - threshold_ceil(1.0 / (math.exp(self.epsilon) + 1.0))
+    def lam(self) -> int:
+        """λ = (g^(t−1) − 1)/(g − 1): directions a with ⟨a, u⟩ = 0 for a fixed u ≠ 0."""
+        return hyperplane(self.g, self.t)
 
     @property
-    def pi(self) -> float:
-        """Realised π' = P(y ∈ C_x)."""
-        return realised(self.inside_threshold)
+    def keep_threshold(self) -> int:
+        return grr_keep_threshold(self.epsilon, self.g)
+
+    @property
+    def p(self) -> float:
+        """Realised p' = P(b = ⟨a, x⟩)."""
+        return realised(self.keep_threshold)
+
+    @property
+    def q(self) -> float:
+        """Realised q' = P(b = r) for each residue r ≠ ⟨a, x⟩."""
+        return (1.0 - self.p) / (self.g - 1)
+
+    @property
+    def q_star(self) -> float:
+        """q* = (λ p' + (m − λ) q')/m: P(y ∈ C_x) when the true value is any x' ≠ x."""
+        return (self.lam * self.p + (self.m - self.lam) * self.q) / self.m
+
+    def light_variance(self) -> float:
+        """n·Var[f̂(v)] at f(v) = 0: q*(1−q*)/(p*−q*)² (docs/math.md §2)."""
+        qs = self.q_star
+        return qs * (1 - qs) / (self.p - qs) ** 2
 
 
-def parity(v: np.ndarray) -> np.ndarray:
-    """Boolean: popcount(v) is odd, for non-negative int64 (numpy >= 2 counts bits; else xor-folding)."""
-    if _bitwise_count is not None:
-        return (_bitwise_count(v) & 1).astype(bool)
-    v = v ^ (v >> 32)
-    v ^= v >> 16
-    v ^= v >> 8
-    v ^= v >> 4
-    v ^= v >> 2
-    v ^= v >> 1
-    return (v & 1).astype(bool)
-
-
-_bitwise_count = getattr(np, "bitwise_count", None)
-
-
-def fwht(h: np.ndarray) -> np.ndarray:
-    """Walsh–Hadamard transform W[a] = Σ_b (−1)^popcount(a&b) h[b], len(h) a power of two.
-
-    log₂K butterfly stages, each vectorised over all pairs: (u, v) -> (u+v, u−v) for pairs
-    whose indices differ in one bit. Exact in int64.
-    """
-    k = h.shape[0]
-    w = np.array(h, dtype=np.int64)
-    half = 1
-    while half < k:
-        blocks = w.reshape(-1, 2, half)  # [:, 0] has the bit clear, [:, 1] has it set
-        u, v = blocks[:, 0, :].copy(), blocks[:, 1, :]
-        blocks[:, 0, :] += v
-        np.subtract(u, v, out=blocks[:, 1, :])
-        half *= 2
-    return w
+def default_params(d: int, epsilon: float) -> HRParams:
+    """The field for (d, ε): among primes g (t = ⌈log_g d⌉, K <= MAX_CELLS) the smallest sketch
+    whose light-item variance is within FIELD_TIE of the best one (ValueError if none fits)."""
+    check_domain_and_epsilon(d, epsilon, "Hadamard response")
+    limit = min(MAX_FIELD, 4 * int(math.exp(min(epsilon, 9.0))) + 8)
+    found = []
+    for g in primes(limit):
+        try:
+            params = HRParams(d=d, epsilon=epsilon, g=g, t=dimension(d, g))
+        except ValueError:
+            continue
+        found.append((params.light_variance(), params.k, params))
+        if g >= d:  # t = 1 from here on: GRR on [g], worse as g grows
+            break
+    if not found:
+        raise ValueError(f"epsilon {epsilon} is too small for the 2^-32 probability grid")
+    best = min(v for v, _, _ in found)
+    return min((f for f in found if f[0] <= FIELD_TIE * best), key=lambda f: (f[1], f[0]))[2]
 
 
 class HR(PureProtocol):
@@ -126,10 +175,10 @@ class HR(PureProtocol):
 
     def __init__(self, params: HRParams) -> None:
         super().__init__(params)
-        self.k = params.k
-        self.pi = params.pi
-        self.p, self.q = params.pi, 0.5  # p* = π', q* = ½
-        self._threshold = params.inside_threshold
+        self.g, self.t, self.m, self.k = params.g, params.t, params.m, params.k
+        self.p, self.q = params.p, params.q_star          # p*, q* of the pure protocol
+        self._q_prime = params.q
+        self._threshold = params.keep_threshold
 
     @property
     def cell_shape(self) -> tuple[int, ...]:
@@ -137,43 +186,47 @@ class HR(PureProtocol):
 
     @property
     def epsilon(self) -> float:
-        # Q(y|x)/Q(y|x') is at most [π'/(K/2)] / [(1−π')/(K/2)]; 1−π' is exact.
-        return math.log(self.pi / (1.0 - self.pi))
+        # Q(y|x)/Q(y|x') is at most (p'/m)/(q'/m).
+        return math.log(self.params.p / self._q_prime)
 
     @property
     def payload_bits(self) -> int:
-        return self.k.bit_length() - 1  # log₂ K
+        return max(1, math.ceil(math.log2(self.k)))
 
     def output_probabilities(self, index: int) -> np.ndarray:
-        y = np.arange(self.k, dtype=np.int64)
-        inside = ~parity((index + 1) & y)
-        return np.where(inside, self.pi, 1.0 - self.pi) / (self.k // 2)
+        """Q(y | x) over y = s·g + b: p'/m where b = ⟨a_s, x⟩, q'/m elsewhere."""
+        s = np.arange(self.m, dtype=np.int64)
+        h = inner(direction_codes(s, self.g, self.t), np.int64(index), self.g, self.t)
+        probs = np.full((self.m, self.g), self._q_prime / self.m)
+        probs[s, h] = self.params.p / self.m
+        return probs.ravel()
 
     def encode(self, indices: np.ndarray, rng: RandomLike = None,
                cohorts: np.ndarray | None = None) -> Payloads:
         x = self.check_indices(indices)
         source = as_random_source(rng)
-        n = x.shape[0]
-        inside = bernoulli(source, self._threshold, n)   # want y ∈ C_x ?
-        y = source.below(self.k, n)                       # uniform on [0, K)
-        row = x + 1
-        wrong = parity(row & y) == inside                 # y ∈ C_x iff popcount((x+1)&y) even
-        y ^= (row & -row) * wrong                         # z = lowest set bit of x+1
-        return {"y": y}
+        n, g = x.shape[0], self.g
+        s = source.below(self.m, n)                                 # direction, fresh per report
+        h = inner(direction_codes(s, g, self.t), x, g, self.t)      # ⟨a, x⟩: true residue
+        keep = bernoulli(source, self._threshold, n)
+        other = source.below(g - 1, n)
+        other += other >= h                                         # uniform over residues != h
+        return {"y": s * g + np.where(keep, h, other)}
 
     def encode_one(self, index: int, cohort: int | None = None) -> int:
-        """HR for one value in Python integers: the same draws and XOR fix-up as ``encode``."""
+        """One report in Python integers: the same draws as ``encode``."""
         x = self._check_index(index)
-        inside = secure_word() < self._threshold
-        y = secure_below(self.k)
-        row = x + 1
-        if (bin(row & y).count("1") & 1) == inside:     # y on the wrong side of C_x
-            y ^= row & -row
-        return y
+        g = self.g
+        s = secure_below(self.m)
+        h = inner_one(direction_code_one(s, g, self.t), x, g)
+        if secure_word() < self._threshold:
+            return s * g + h
+        other = secure_below(g - 1)
+        return s * g + other + (other >= h)
 
     def validate(self, payloads: Payloads) -> None:
         y = require_1d(payloads, "y")
-        if y.ndim != 1 or y.dtype.kind not in "iu":
+        if y.ndim != 1 or (y.size and y.dtype.kind not in "iu"):
             raise InvalidPayload("HR report must be an integer", field="y")
         bad = (y < 0) | (y >= self.k)
         if bad.any():
@@ -182,22 +235,25 @@ class HR(PureProtocol):
 
     def accumulate(self, sketch: Sketch, payloads: Payloads) -> None:
         y = np.asarray(payloads["y"], dtype=np.int64)
-        sketch.counts[0] += np.bincount(y, minlength=self.k)
+        if 8 * y.shape[0] >= self.k:
+            sketch.counts[0] += np.bincount(y, minlength=self.k)
+        else:  # a small batch into a large sketch: no K-sized temporary
+            np.add.at(sketch.counts[0], y, 1)
         sketch.reports[0] += y.shape[0]
 
     def support_counts(self, sketch: Sketch) -> np.ndarray:
-        """Σ_{y∈C_x} h[y] for every x: (n + W[x+1])/2 with W the Walsh–Hadamard transform."""
-        h = sketch.counts.sum(axis=0)
-        return (sketch.total_reports + fwht(h)[1:self.params.d + 1]) // 2
+        """S(x) = Σ_a h[a, ⟨a,x⟩] for every x by one DFT over Z_g^t (module docstring)."""
+        h = sketch.counts.sum(axis=0).reshape(self.m, self.g)
+        return np.rint(line_sums(h, self.g, self.t, self.params.d))
 
     def estimate(self, sketch: Sketch) -> CountEstimate:
-        """Pure estimator; the variance is plugged in at ĉ − 3·sd₀ (see ``VARIANCE_SHIFT_SD``)."""
+        """Pure estimator; when p*+q* > 1 the variance is plugged in at ĉ − 3·sd₀."""
         n = sketch.total_reports
-        counts, _ = pure_estimate(self.support_counts(sketch), n, self.p, self.q)
-        sd0 = math.sqrt(float(pure_variance(n, 0.0, self.p, self.q)))
-        variances = pure_variance(n, np.clip(counts - VARIANCE_SHIFT_SD * sd0, 0, n), self.p, self.q)
-        return CountEstimate(counts, variances, n)
-
+        counts, variances = pure_estimate(self.support_counts(sketch), n, self.p, self.q)
+        if self.p + self.q > 1:
+            sd0 = math.sqrt(float(pure_variance(n, 0.0, self.p, self.q)))
+            variances = pure_variance(n, np.clip(counts - VARIANCE_SHIFT_SD * sd0, 0, n), self.p, self.q)
+        return CountEstimate(counts, variances, n, {"hash_range": self.g, "dimension": self.t})
 
     def to_wire(self, payloads: Payloads) -> list[Any]:
         return np.asarray(payloads["y"], dtype=np.int64).tolist()
@@ -206,9 +262,23 @@ class HR(PureProtocol):
         return {"y": integers_from_wire(objects, self.k, "y")}
 
 
-OPTION_KEYS: frozenset[str] = frozenset()
+OPTION_KEYS: frozenset[str] = frozenset({"hash_range"})
 
 
-def from_options(domain_size: int, epsilon: float, options: dict[str, Any]) -> HR:
-    """Build from registry fields (HR takes no extra options)."""
-    return HR(HRParams(d=domain_size, epsilon=epsilon))
+def from_options(domain_size: int | None, epsilon: float | None, options: dict[str, Any]) -> HR:
+    """Build from registry fields: optional ``hash_range`` (the prime g; default: ``default_params``)."""
+    if domain_size is None:
+        raise ValueError("hr needs a fixed domain (a boolean or categorical metric)")
+    if epsilon is None:
+        raise ValueError("hr needs epsilon")
+    unknown = set(options) - OPTION_KEYS
+    if unknown:
+        raise ValueError(f"unknown hr option(s) {sorted(unknown)}; hr takes hash_range")
+    g = options.get("hash_range")
+    if g is None:
+        return HR(default_params(domain_size, float(epsilon)))
+    if isinstance(g, bool) or not isinstance(g, int):
+        raise ValueError(f"hash_range must be an integer, got {g!r}")
+    if not is_prime(g):
+        raise ValueError(f"hash_range must be a prime (the field size), got {g}")
+    return HR(HRParams(d=domain_size, epsilon=float(epsilon), g=g, t=dimension(domain_size, g)))

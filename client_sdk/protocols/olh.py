@@ -47,8 +47,24 @@ in ĉ, hence unbiased, and pooled over all cohorts, so far less noisy than the r
 
 Sizing. With N = m(g−1) degrees of freedom, Φ behaves like a Wishart matrix and the variance
 of a light item is inflated over plain OLH by about N/(N−d−1) (Marchenko–Pastur). The default
-m = max(8, ⌈4(d+1)/(g−1)⌉) keeps it at ≲ 4/3 (measured figures in docs/protocols-olh.md).
-Full rank needs m(g−1)+1 >= d; the dense decoder is O(m·g·d²) and limits d to MAX_DOMAIN.
+m = max(8, ⌈11(d+1)/(g−1)⌉) keeps it at ≲ 1.1 where the dense decoder's design fits
+(m·min(g, d) <= MAX_DESIGN_ROWS), else m = max(8, ⌈4(d+1)/(g−1)⌉) keeps it at ≲ 4/3 (measured
+figures in docs/protocols-olh.md). Full rank needs m(g−1)+1 >= d; the dense decoder is
+O(m·g·d²) and limits this ("random") family to d <= MAX_DOMAIN.
+
+Linear family (``hash_family = "linear"``, the default above MAX_DOMAIN). With g prime and
+t = ⌈log_g d⌉, cohort s hashes by H_s(v) = ⟨a_s, v⟩ mod g, a_s the s-th projective point of
+F_g^t (client_sdk.protocols._projective), so m = (g^t−1)/(g−1) is fixed by (d, g) and the
+sketch has about g^t cells. Then Φ is a convolution over the group Z_g^t whose eigenvalues are
+g^(t−1)·(n_s/n) (one per cohort, each for the g−1 characters on its line) and g^(t−1) for the
+trivial one, and the same weighted least squares solves in closed form (docs/protocols-olh.md):
+
+    ĉ(v) = g^(1−t) Σ_s (n/n_s) Z_s[H_s(v)] − n(m−1)/g^t
+
+for all v by one DFT over Z_g^t; unbiased when every cohort has reports (no design inflation:
+the light-item variance is plain OLH's times (n/m)·mean(1/n_s) ≈ 1 + m/n). Its exact variance
+is the same sandwich, [B Σ_Z Bᵀ]_vv = g^(2−2t) n² Σ_s π_s,H_s(v)(1−π_s,H_s(v))/(n_s(p'−q')²),
+with the fitted cells π from the line masses of ĉ (another DFT).
 """
 
 from __future__ import annotations
@@ -70,7 +86,17 @@ from ..randomness import (
     secure_below,
     secure_word,
 )
-from .base import CountEstimate, Payloads, Protocol, Sketch, check_domain_and_epsilon, first_bad, require_1d
+from . import _projective as proj
+from .base import (
+    CountEstimate,
+    Payloads,
+    Protocol,
+    Sketch,
+    check_domain_and_epsilon,
+    first_bad,
+    pure_variance,
+    require_1d,
+)
 from .grr import keep_threshold as grr_keep_threshold
 
 #: Largest supported domain: the dense least-squares decoder costs O(m·g·d²) time and memory.
@@ -82,9 +108,16 @@ MAX_DESIGN_ROWS = 9 * MAX_DOMAIN
 #: Fewest cohorts the default sizing uses.
 MIN_COHORTS = 8
 #: Default sizing: N = m(g−1) >= DOF_FACTOR·(d+1) degrees of freedom, which bounds the light-item
-#: variance over plain OLH, N/(N−d−1), by TARGET_INFLATION = 4/3 (see above).
+#: variance over plain OLH, N/(N−d−1), by TARGET_INFLATION = 4/3 (see above); TIGHT_DOF_FACTOR
+#: (inflation 1.1) wherever that design fits the decoder (MAX_DESIGN_ROWS).
 DOF_FACTOR = 4
 TARGET_INFLATION = DOF_FACTOR / (DOF_FACTOR - 1)
+TIGHT_DOF_FACTOR = 11
+TIGHT_INFLATION = TIGHT_DOF_FACTOR / (TIGHT_DOF_FACTOR - 1)
+#: Hash families: the SplitMix64 one (dense decoder, d <= MAX_DOMAIN) and the linear one.
+FAMILIES = ("random", "linear")
+#: Largest linear-family sketch (m·g cells, 32 MiB of int64).
+MAX_LINEAR_CELLS = 1 << 22
 #: Defaults with d up to this are rank-checked at construction (< 1 ms); larger ones on first decode,
 #: where N = m(g−1) >= 4(d+1) and m >= 8 make a rank-deficient random design astronomically unlikely.
 EAGER_CHECK_MAX_DOMAIN = 64
@@ -142,13 +175,23 @@ def default_hash_range(epsilon: float) -> int:
 
 
 def default_cohorts(d: int, g: int) -> int:
-    """Smallest m with N/(N−d−1) <= TARGET_INFLATION for N = m(g−1), at least MIN_COHORTS."""
+    """Smallest m with N/(N−d−1) <= TARGET_INFLATION for N = m(g−1), at least MIN_COHORTS
+    (LOLOHA's default; OLH uses ``tight_cohorts`` where it fits)."""
     return max(MIN_COHORTS, -(-DOF_FACTOR * (d + 1) // (g - 1)))  # ⌈4(d+1)/(g−1)⌉ in integers
 
 
+def tight_cohorts(d: int, g: int) -> int | None:
+    """Smallest m with N/(N−d−1) <= TIGHT_INFLATION for N = m(g−1), at least MIN_COHORTS, or
+    None when that design does not fit the dense decoder (m·min(g, d) <= MAX_DESIGN_ROWS,
+    m·g <= MAX_CELLS)."""
+    m = max(MIN_COHORTS, -(-TIGHT_DOF_FACTOR * (d + 1) // (g - 1)))  # ⌈11(d+1)/(g−1)⌉
+    return m if m * min(g, d) <= MAX_DESIGN_ROWS and m * g <= MAX_CELLS else None
+
+
 def _too_large(d: int) -> ValueError:
-    return ValueError(f"olh decodes by dense least squares and supports at most {MAX_DOMAIN} "
-                      f"domain values (got {d}); use oue, hr or ss for larger domains")
+    return ValueError(f"olh's random hash family decodes by dense least squares and supports at most "
+                      f"{MAX_DOMAIN} domain values (got {d}); use hash_family = \"linear\" (the default "
+                      "there) or hr")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +200,7 @@ class OLHParams:
     epsilon: float   # target per-report budget
     m: int           # cohorts (fixed seed set)
     g: int           # hash range
+    family: str = "random"  # hash family (module docstring)
 
     def __post_init__(self) -> None:
         for field in ("d", "m", "g"):
@@ -164,6 +208,11 @@ class OLHParams:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise ValueError(f"{field} must be an integer, got {value!r}")
         check_domain_and_epsilon(self.d, self.epsilon, "OLH")
+        if self.family not in FAMILIES:
+            raise ValueError(f"hash_family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
+        if self.family == "linear":
+            self._check_linear()
+            return
         if self.d > MAX_DOMAIN:
             raise _too_large(self.d)
         if self.g < 2:
@@ -184,6 +233,25 @@ class OLHParams:
                              f"domain size {self.d}, so the least-squares design cannot have full rank; "
                              f"use cohorts >= {default_cohorts(self.d, self.g)} (the default)")
 
+    def _check_linear(self) -> None:
+        if not proj.is_prime(self.g):
+            raise ValueError(f"the linear hash family needs a prime hash_range, got {self.g}")
+        m = proj.directions(self.g, self.t)
+        if self.m != m:
+            raise ValueError(f"the linear family with hash_range {self.g} has exactly {m} cohorts for "
+                             f"d = {self.d}, got {self.m}; leave cohorts unset")
+        if self.m * self.g > MAX_LINEAR_CELLS:
+            raise ValueError(f"hash_range {self.g} needs {self.m * self.g} cells for d = {self.d}, above "
+                             f"{MAX_LINEAR_CELLS}; leave hash_range unset")
+        if self.keep_threshold * self.g <= SCALE:
+            raise ValueError(f"epsilon {self.epsilon} is too small for the 2^-32 probability grid "
+                             f"at hash_range = {self.g}")
+
+    @property
+    def t(self) -> int:
+        """Linear family: digits per value, ⌈log_g d⌉."""
+        return proj.dimension(self.d, self.g)
+
     @property
     def keep_threshold(self) -> int:
         """GRR on the hash range [g] (docs/math.md §5)."""
@@ -201,7 +269,11 @@ class OLHParams:
 
     @property
     def approx_inflation(self) -> float:
-        """Marchenko–Pastur N/(N−d−1), N = m(g−1): light-item variance over plain OLH (design average)."""
+        """Light-item variance over plain OLH from the design: Marchenko–Pastur N/(N−d−1),
+        N = m(g−1), for the random family (design average); 1 for the linear family, whose
+        only excess is the cohort-size term ≈ 1 + m/n (``OLH.variance``)."""
+        if self.family == "linear":
+            return 1.0
         n_dof = self.m * (self.g - 1)
         return n_dof / (n_dof - self.d - 1) if n_dof > self.d + 1 else math.inf
 
@@ -221,6 +293,7 @@ class OLH(Protocol):
 
     def __init__(self, params: OLHParams) -> None:
         super().__init__(params)
+        self.linear = getattr(params, "family", "random") == "linear"  # LOLOHA: random only
         self.p, self.q = params.p, params.q
         self._threshold = params.keep_threshold
         self._decoders: dict[bytes, _Decoder] = {}
@@ -259,8 +332,22 @@ class OLH(Protocol):
         """
         m, g = self.params.m, self.params.g
         probs = np.full((m, g), self.q)
-        probs[np.arange(m), hash_values(self.seeds, np.full(m, index), g)] = self.p
+        probs[np.arange(m), self._hash(np.arange(m), np.full(m, index))] = self.p
         return probs
+
+    def _hash(self, s: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """H_s(x) for arrays of cohorts and values, in either family."""
+        g = self.params.g
+        if self.linear:
+            t = self.params.t
+            return proj.inner(proj.direction_codes(s, g, t), x, g, t)
+        return hash_values(self.seeds[s], x, g)
+
+    def _hash_one(self, s: int, x: int) -> int:
+        g = self.params.g
+        if self.linear:
+            return proj.inner_one(proj.direction_code_one(s, g, self.params.t), x, g)
+        return hash_one(s, x, g)
 
     # --- the four verbs -----------------------------------------------------------------------------
     def encode(self, indices: np.ndarray, rng: RandomLike = None,
@@ -274,9 +361,9 @@ class OLH(Protocol):
         else:
             s = self._check_cohorts(cohorts, x.shape)
         if n == 1:  # device path: one report, Python-integer hash (no table, no array overhead)
-            h = np.array([hash_one(int(s[0]), int(x[0]), g)], dtype=np.int64)
+            h = np.array([self._hash_one(int(s[0]), int(x[0]))], dtype=np.int64)
         else:
-            h = hash_values(self.seeds[s], x, g)
+            h = self._hash(s, x)
         keep = bernoulli(source, self._threshold, n)
         other = source.below(g - 1, n)
         other += other >= h  # uniform over the g−1 buckets != H_s(x)
@@ -289,7 +376,7 @@ class OLH(Protocol):
         s = secure_below(m) if cohort is None else int(cohort)
         if not 0 <= s < m:
             raise ValueError(f"cohorts must be integers in [0, {m}), one per value")
-        h = hash_one(s, x, g)
+        h = self._hash_one(s, x)
         if secure_word() < self._threshold:
             return [s, h]
         other = secure_below(g - 1)
@@ -342,6 +429,8 @@ class OLH(Protocol):
         n = sketch.total_reports
         if n == 0:
             return CountEstimate(np.zeros(d), np.zeros(d), 0, {"method": "wls"})
+        if self.linear:
+            return self._estimate_linear(T, n_s, sketch)
         dec = self._decoder(n_s)
         rows = self._design[0]
         Z = (T - n_s[:, None] * self.q) / (self.p - self.q)  # E[Z_s] = (n_s/n) A_s c
@@ -362,6 +451,11 @@ class OLH(Protocol):
         """
         c = np.asarray(true_counts, dtype=np.float64)
         p, q_star, d = self.p, 1.0 / self.params.g, self.params.d
+        if c.ndim == 0 and self.linear:
+            # pure with q* = (λp' + (m−λ)q')/m (docs/protocols.md), times E[n/(m·n_s)] ≈ 1 + m/n
+            m, lam = self.params.m, proj.hyperplane(self.params.g, self.params.t)
+            qs = (lam * p + (m - lam) * self.q) / m
+            return (1 + m / max(n, 1)) * pure_variance(n, c, p, qs)
         if c.ndim == 0:
             delta = p - q_star  # plain OLH: p* = p', q* = 1/g (docs/math.md §2, §5)
             pure = n * q_star * (1 - q_star) / delta**2 + c * (1 - p - q_star) / delta
@@ -371,6 +465,8 @@ class OLH(Protocol):
         if n <= 0:
             return np.zeros(d)
         m = self.params.m
+        if self.linear:
+            return self._linear_variance(c, np.full(m, n / m))
         return self._model_variance(self._equal_decoder.B, c, np.full(m, n / m))
 
     # --- wire ---------------------------------------------------------------------------------------
@@ -392,10 +488,38 @@ class OLH(Protocol):
             raise InvalidPayload("integer out of range", index=i, field="payload") from None
         return {"cohort": arr[:, 0].copy(), "y": arr[:, 1].copy()}
 
+    # --- linear family (module docstring) ----------------------------------------------------------
+    def _estimate_linear(self, T: np.ndarray, n_s: np.ndarray, sketch: Sketch) -> CountEstimate:
+        """ĉ(v) = g^(1−t) Σ_s (n/n_s) Z_s[H_s(v)] − n(m−1)/g^t by one DFT, with its sandwich variance."""
+        m, g, t, d = self.params.m, self.params.g, self.params.t, self.params.d
+        empty = int((n_s == 0).sum())
+        if empty:
+            raise EstimationError(f"too few reports to decode: {empty} of {m} olh cohorts are empty and "
+                                  "the least-squares solution needs every one; collect more reports, or "
+                                  "use hr (no cohorts) for this domain")
+        n = float(n_s.sum())
+        Z = (T - n_s[:, None] * self.q) / (self.p - self.q)
+        counts = proj.line_sums(Z * (n / n_s)[:, None], g, t, d) * float(g) ** (1 - t) \
+            - n * (m - 1) / float(g) ** t
+        extra = {"method": "wls-linear", "cohort_reports": sketch.reports.copy()}
+        return CountEstimate(counts, self._linear_variance(counts, n_s), int(n), extra)
+
+    def _linear_variance(self, c: np.ndarray, n_s: np.ndarray) -> np.ndarray:
+        """g^(2−2t) n² Σ_s π(1−π)/(n_s(p'−q')²) at π_s,H_s(v), minus c(1 − c/n) (module docstring)."""
+        g, t = self.params.g, self.params.t
+        n = float(n_s.sum())
+        pi = np.clip(self.q + (self.p - self.q) * proj.line_masses(c, g, t) / n, 0.0, 1.0)
+        cells = pi * (1 - pi) / n_s[:, None]
+        first = proj.line_sums(cells, g, t, c.shape[0]) * (n * float(g) ** (1 - t) / (self.p - self.q)) ** 2
+        c = np.clip(c, 0.0, n)
+        return np.maximum(first - c * (1 - c / n), 0.0)
+
     # --- design ------------------------------------------------------------------------------------
     def check_design(self) -> None:
-        """Raise ValueError unless Φ (equal cohorts) has full rank, i.e. every c(v) is identifiable."""
-        self._equal_factor  # noqa: B018 - builds and checks
+        """Raise ValueError unless Φ (equal cohorts) has full rank, i.e. every c(v) is identifiable
+        (the linear family always has full rank)."""
+        if not self.linear:
+            self._equal_factor  # noqa: B018 - builds and checks
 
     @functools.cached_property
     def _design(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -501,33 +625,74 @@ class OLH(Protocol):
         return np.maximum((first - second) / (self.p - self.q) ** 2 - c * (1 - c / n), 0.0)
 
 
-OPTION_KEYS: frozenset[str] = frozenset({"cohorts", "hash_range"})
+OPTION_KEYS: frozenset[str] = frozenset({"cohorts", "hash_range", "hash_family"})
 
 
 def from_options(domain_size: int | None, epsilon: float | None, options: dict[str, Any]) -> OLH:
-    """Build from registry fields: optional ``cohorts`` (m) and ``hash_range`` (g).
+    """Build from registry fields: optional ``hash_family`` ("random" up to MAX_DOMAIN values,
+    "linear" above), ``cohorts`` (m; random family only) and ``hash_range`` (g).
 
-    Defaults g = max(2, round(e^ε)+1), m = max(8, ⌈4(d+1)/(g−1)⌉). Explicit options, and
-    defaults for small domains, are rank-checked here (ValueError); the rest on first decode.
+    The default family is random where its inflation-1.1 design fits the dense decoder, else linear.
+    Random family: g = max(2, round(e^ε)+1), m = ``tight_cohorts`` (or ``default_cohorts`` with an
+    explicit hash_range whose tight design does not fit); explicit options, and
+    defaults for small domains, are rank-checked here (ValueError), the rest on first decode.
+    Linear family: g the prime of ``hr.default_params`` (same light-item variance), m fixed by it.
     """
     if domain_size is None:
         raise ValueError("olh needs a fixed domain (a boolean or categorical metric)")
-    if domain_size > MAX_DOMAIN:
-        raise _too_large(domain_size)
     if epsilon is None:
         raise ValueError("olh needs epsilon")
     unknown = set(options) - OPTION_KEYS
     if unknown:
-        raise ValueError(f"unknown olh option(s) {sorted(unknown)}; olh takes cohorts, hash_range")
+        raise ValueError(f"unknown olh option(s) {sorted(unknown)}; olh takes cohorts, hash_range, hash_family")
     for key in ("cohorts", "hash_range"):
         value = options.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise ValueError(f"{key} must be an integer, got {value!r}")
+    family = options.get("hash_family")
+    if family is None:
+        family = "random" if _tight_random_fits(domain_size, options.get("hash_range"), options.get("cohorts"),
+                                           float(epsilon)) \
+            else "linear"
+    if family not in FAMILIES:
+        raise ValueError(f"hash_family must be one of {', '.join(FAMILIES)}, got {family!r}")
+    if family == "linear":
+        return _linear_from_options(domain_size, float(epsilon), options)
+    if domain_size > MAX_DOMAIN:
+        raise _too_large(domain_size)
     g = options["hash_range"] if options.get("hash_range") is not None else default_hash_range(epsilon)
     if g < 2:
         raise ValueError(f"hash_range must be at least 2, got {g}")
-    m = options["cohorts"] if options.get("cohorts") is not None else default_cohorts(domain_size, g)
+    m = options.get("cohorts")
+    if m is None:
+        m = tight_cohorts(domain_size, g) or default_cohorts(domain_size, g)
     proto = OLH(OLHParams(d=domain_size, epsilon=float(epsilon), m=m, g=g))
     if any(v is not None for v in options.values()) or domain_size <= EAGER_CHECK_MAX_DOMAIN:
         proto.check_design()
     return proto
+
+
+def _tight_random_fits(d: int, g: int | None, cohorts: int | None, epsilon: float) -> bool:
+    """Whether the random family's inflation-1.1 design fits the dense decoder (explicit cohorts or
+    hash_range keep the random family whenever d <= MAX_DOMAIN)."""
+    if d > MAX_DOMAIN:
+        return False
+    if cohorts is not None:
+        return True
+    g = default_hash_range(epsilon) if g is None else g
+    return g < 2 or tight_cohorts(d, g) is not None
+
+
+def _linear_from_options(d: int, epsilon: float, options: dict[str, Any]) -> OLH:
+    from .hr import default_params
+
+    g = options.get("hash_range")
+    if g is None:
+        g = default_params(d, epsilon).g
+    elif not proj.is_prime(g):
+        raise ValueError(f"the linear hash family needs a prime hash_range, got {g}")
+    m = proj.directions(g, proj.dimension(d, g))
+    if options.get("cohorts") is not None and options["cohorts"] != m:
+        raise ValueError(f"the linear family with hash_range {g} has exactly {m} cohorts for d = {d}; "
+                         "leave cohorts unset")
+    return OLH(OLHParams(d=d, epsilon=epsilon, m=m, g=g, family="linear"))

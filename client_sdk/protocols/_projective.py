@@ -1,0 +1,146 @@
+"""Linear hashing over a prime field: h_a(x) = ⟨a, x⟩ mod g (docs/protocols.md, "Hadamard response").
+
+Shared by the general Hadamard response (hr.py, a fresh direction per report) and OLH's linear
+hash family (olh.py, one direction per cohort). A domain index x < g^t is the vector of its t
+base-g digits; a *direction* a is one of the m = (g^t−1)/(g−1) projective points of F_g^t (the
+nonzero vectors whose leading nonzero digit is 1), numbered s ∈ [m] in increasing order of
+their integer code Σ_i a_i g^i. For u ≠ 0 exactly λ = (g^(t−1)−1)/(g−1) directions satisfy
+⟨a, u⟩ = 0 (the points of a hyperplane), whatever u: so any two values collide under the same
+number of directions, which is what makes both protocols exactly analysable.
+
+Both transforms below are a t-dimensional DFT over Z_g^t (ω = e^{2πi/g}). Every nonzero
+u ∈ F_g^t is k·a for exactly one direction a and one k ≠ 0, and 1[⟨a,x⟩ = y] =
+(1/g) Σ_k ω^{k(⟨a,x⟩−y)}, so for a table R[s, y] over (direction, residue):
+
+    line_sums(R)(x)  = Σ_s R[s, ⟨a_s,x⟩] = g^(t−1) · IDFT(F)(x),  F(k·a_s) = Σ_y R[s,y] ω^{−ky}
+    line_masses(c)[s, y] = Σ_{x: ⟨a_s,x⟩ = y} c(x) = (1/g) Σ_k DFT(c)(k·a_s) ω^{ky}
+
+(F(0) = Σ_s Σ_y R[s, y]). Cost O(g^t log g^t) for the whole domain.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+
+@functools.cache
+def primes(limit: int) -> tuple[int, ...]:
+    """Primes up to ``limit`` (sieve of Eratosthenes)."""
+    sieve = np.ones(limit + 1, dtype=bool)
+    sieve[:2] = False
+    for i in range(2, math.isqrt(limit) + 1):
+        if sieve[i]:
+            sieve[i * i::i] = False
+    return tuple(int(p) for p in np.flatnonzero(sieve))
+
+
+def is_prime(g: int) -> bool:
+    return g >= 2 and all(g % p for p in range(2, math.isqrt(g) + 1))
+
+
+def dimension(d: int, g: int) -> int:
+    """t = ⌈log_g d⌉ (at least 1): the fewest base-g digits that index d values."""
+    t, size = 1, g
+    while size < d:
+        t, size = t + 1, size * g
+    return t
+
+
+def directions(g: int, t: int) -> int:
+    """m = (g^t − 1)/(g − 1): projective points of F_g^t."""
+    return (g ** t - 1) // (g - 1)
+
+
+def hyperplane(g: int, t: int) -> int:
+    """λ = (g^(t−1) − 1)/(g − 1): directions orthogonal to a fixed nonzero vector."""
+    return (g ** (t - 1) - 1) // (g - 1)
+
+
+def _starts(g: int, t: int) -> list[int]:
+    """First direction number whose leading digit is digit j: (g^j − 1)/(g − 1)."""
+    return [(g ** j - 1) // (g - 1) for j in range(t)]
+
+
+def direction_codes(s: np.ndarray, g: int, t: int) -> np.ndarray:
+    """Integer code of direction s: g^j + (s − start_j) for the j whose block holds s."""
+    starts = np.array(_starts(g, t), dtype=np.int64)
+    j = np.searchsorted(starts, s, side="right") - 1
+    powers = np.array([g ** i for i in range(t)], dtype=np.int64)
+    return powers[j] + (s - starts[j])
+
+
+def direction_code_one(s: int, g: int, t: int) -> int:
+    """``direction_codes`` for one Python integer (the single-report path)."""
+    starts = _starts(g, t)
+    j = t - 1
+    while starts[j] > s:
+        j -= 1
+    return g ** j + s - starts[j]
+
+
+def inner(u: np.ndarray, x: np.ndarray, g: int, t: int) -> np.ndarray:
+    """⟨u, x⟩ mod g of the base-g digit vectors of u and x (int64 arrays, broadcast)."""
+    if g == 2:
+        v = np.asarray(u & x, dtype=np.int64)
+        count = getattr(np, "bitwise_count", None)
+        if count is not None:
+            return (count(v) & 1).astype(np.int64)
+        acc = np.zeros_like(v)
+        for _ in range(t):
+            acc ^= v & 1
+            v = v >> 1
+        return acc
+    acc = np.zeros(np.broadcast(u, x).shape, dtype=np.int64)
+    for _ in range(t):
+        acc += (u % g) * (x % g)
+        u, x = u // g, x // g
+    return acc % g
+
+
+def inner_one(u: int, x: int, g: int) -> int:
+    """⟨u, x⟩ mod g for Python integers."""
+    acc = 0
+    while u and x:
+        acc += (u % g) * (x % g)
+        u, x = u // g, x // g
+    return acc % g
+
+
+@functools.lru_cache(maxsize=4)
+def multiples(g: int, t: int) -> np.ndarray:
+    """idx[s, k] = code of k·a_s (digit-wise mod g), shape (m, g); idx[:, 0] = 0.
+
+    The entries idx[:, 1:] enumerate every nonzero vector of F_g^t exactly once.
+    """
+    m = directions(g, t)
+    codes = direction_codes(np.arange(m, dtype=np.int64), g, t)
+    digits = [(codes // g ** i) % g for i in range(t)]
+    idx = np.zeros((m, g), dtype=np.int64)
+    for k in range(1, g):
+        for i, digit in enumerate(digits):
+            idx[:, k] += (k * digit % g) * g ** i
+    idx.setflags(write=False)
+    return idx
+
+
+def line_sums(table: np.ndarray, g: int, t: int, d: int) -> np.ndarray:
+    """Σ_s table[s, ⟨a_s, x⟩] for x ∈ [d] (float64), table of shape (m, g)."""
+    hat = np.fft.fft(np.asarray(table, dtype=np.float64), axis=1)
+    f = np.zeros(g ** t, dtype=np.complex128)
+    f[multiples(g, t)[:, 1:]] = hat[:, 1:]
+    f[0] = hat[:, 0].real.sum()
+    del hat
+    # numpy's C-order reshape puts digit t−1−j on axis j, for F and for x alike.
+    full = np.fft.ifftn(f.reshape((g,) * t)).real.ravel()[:d]
+    return full * float(g ** (t - 1))
+
+
+def line_masses(c: np.ndarray, g: int, t: int) -> np.ndarray:
+    """M[s, y] = Σ_{x: ⟨a_s,x⟩ = y} c(x), shape (m, g), for c over the first len(c) values."""
+    padded = np.zeros(g ** t)
+    padded[:c.shape[0]] = c
+    spectrum = np.fft.fftn(padded.reshape((g,) * t)).ravel()
+    return np.fft.ifft(spectrum[multiples(g, t)], axis=1).real
