@@ -4,7 +4,8 @@
 [metrics.theme]
 kind = "categorical"            # boolean | categorical | string | numeric
 categories = ["light", "dark", "system"]
-protocol = "auto"               # or rr, grr, oue, sue, olh, hr, ss, rappor, lgrr, losue, loloha, dbitflip
+protocol = "auto"               # or rr, grr, oue, sue, olh, hr, ss, lgrr, losue, loloha, dbitflip
+                                # (strings: rappor, or discover with max_length = 16 bytes)
 epsilon = 1.0
 
 [metrics.session_minutes]
@@ -464,15 +465,16 @@ def parse_metric(name: str, table: Any, source: str = "<registry>") -> MetricSpe
 
     if kind is Kind.STRING:
         protocol = "rappor" if requested == "auto" else requested
-        if protocol != "rappor":
-            raise fail("string metrics use protocol rappor (or auto)", "protocol")
+        if protocol not in ("rappor", "discover"):
+            raise fail("string metrics use protocol rappor (decode a candidate list; or auto) or "
+                       "discover (find the frequent strings without one)", "protocol")
     elif mean_metric:
         protocol = requested
     else:
         d = 2 if kind is Kind.BOOLEAN else len(categories) if categories is not None else \
             _bucket_count(buckets)
-        if requested == "rappor":
-            raise fail("rappor is for string metrics; use kind = \"string\"", "protocol")
+        if requested in ("rappor", "discover"):
+            raise fail(f"{requested} is for string metrics; use kind = \"string\"", "protocol")
         if requested == "rr" and d != 2:
             raise fail("rr is binary randomised response; it needs a boolean metric or 2 "
                        "categories or buckets (use grr for more)", "protocol")

@@ -1,0 +1,225 @@
+"""Discover the frequent strings of a ``protocol = "discover"`` sketch (docs/discovery.md).
+
+Prefix Extending Method (Wang, Li, Jha 2021) over local hashing with a public seed set
+(client_sdk.protocols.discover). Level ℓ = 1..L uses group ℓ−1 only:
+
+1. candidates: the children of the keys kept at level ℓ−1 (level 1: all 256 one-byte keys and
+   the empty string);
+2. screen: the local-hashing support of every candidate, S(v) = Σ_s Z_s[H_s(v)] with
+   Z_s = (T_s − n_s q')/(p' − q'), and ĉ = (S − n/g)/(1 − 1/g) (Wang et al. 2017) — one gather;
+3. refine: the ``screen`` best are re-estimated jointly, which removes the bias of frozen hash
+   collisions between them (the seed set is public and fixed, so collisions do not average out):
+   E[S(v)] = Σ_{v'∈C} φ(v,v') c(v') + (n − Σ_{v'∈C} c(v'))/g, φ(v,v') = (1/m) Σ_s 1[H_s(v) = H_s(v')],
+   i.e. (Φ − J/g) c = S − n/g. The mass outside C enters only through its mean share 1/g;
+   what remains, Σ_{v'∉C} c(v')(φ(v,v') − 1/g), has RMS about √(Σ_{v'∉C} c(v')²/(g·m)) — small
+   because the heavy strings are in C;
+4. keep the ``keep`` largest.
+
+The ``top`` keys kept at level L (ranked on group L−1) are then estimated on the held-out group L
+with the same joint estimator, so the estimates, intervals and p-values are computed on data that
+played no part in choosing them (no winner's curse), and scaled to the whole population.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import sparse, stats
+
+from client_sdk.errors import EstimationError
+from client_sdk.protocols.base import Sketch
+from client_sdk.protocols.discover import (
+    FLAG_END,
+    FLAG_OPEN,
+    Discover,
+    bucket,
+    fingerprints,
+    truncate,
+)
+
+from .intervals import z_value
+from .multiple_testing import detect
+
+#: Reported strings when no --top is given.
+DEFAULT_TOP = 20
+#: Candidate gather is done this many candidates at a time (memory: seeds × chunk int64).
+CHUNK = 2048
+
+Key = tuple[bytes, bool]  # (bytes, ended)
+
+
+def _key_blob(key: Key) -> bytes:
+    b, ended = key
+    return (FLAG_END if ended else FLAG_OPEN) + b
+
+
+def children(kept: list[Key]) -> list[Key]:
+    """Keys of the next level below the kept ones (module docstring)."""
+    out: list[Key] = []
+    for b, ended in kept:
+        if ended:
+            out.append((b, True))
+        else:
+            out.extend((b + bytes((x,)), False) for x in range(256))
+            out.append((b, True))
+    return out
+
+
+class _Group:
+    """One group's sketch rows as Z_s[y] (debiased bucket counts) and its report count."""
+
+    def __init__(self, proto: Discover, counts: np.ndarray, reports: np.ndarray) -> None:
+        par = proto.params
+        self.proto = proto
+        self.g, self.m = par.g, par.seeds
+        self.n = int(reports.sum())
+        delta = proto.p - proto.q
+        self.z = ((counts - reports[:, None] * proto.q) / delta).ravel()
+        self.rows = (np.arange(self.m, dtype=np.int64) * self.g)[:, None]
+
+    def cells(self, fps: np.ndarray) -> np.ndarray:
+        """Flat cell s·g + H_s(v) of every seed and candidate: (m, len(fps))."""
+        return self.rows + bucket(np.arange(self.m)[:, None], fps[None, :], self.g)
+
+    def naive(self, fps: np.ndarray) -> np.ndarray:
+        """Per-candidate local-hashing estimates (step 2), chunked over candidates."""
+        support = np.concatenate([self.z[self.cells(fps[i:i + CHUNK])].sum(axis=0)
+                                  for i in range(0, len(fps), CHUNK)]) if len(fps) else np.zeros(0)
+        return (support - self.n / self.g) / (1 - 1 / self.g)
+
+    def joint(self, fps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Joint estimates (step 3) and their covariance A⁻¹ D A⁻¹ (docs/discovery.md)."""
+        k = len(fps)
+        cells = self.cells(fps)
+        onehot = sparse.csr_matrix((np.ones(cells.size), (cells.ravel(), np.tile(np.arange(k), self.m))),
+                                   shape=(self.m * self.g, k))
+        phi = (onehot.T @ onehot).toarray() / self.m
+        support = onehot.T @ self.z
+        a = phi - 1.0 / self.g
+        counts = np.linalg.solve(a, support - self.n / self.g)
+        p, g = self.proto.p, self.g
+        base = (1 / g) * (1 - 1 / g)
+        d = (self.n * base + np.clip(counts, 0, self.n) * (p * (1 - p) - base)) / (p - self.proto.q) ** 2
+        a_inv = np.linalg.inv(a)
+        cov = (a_inv * d[None, :]) @ a_inv.T
+        return counts, cov
+
+
+def _top(values: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest values, largest first."""
+    if len(values) <= k:
+        return np.argsort(-values, kind="stable")
+    idx = np.argpartition(-values, k - 1)[:k]
+    return idx[np.argsort(-values[idx], kind="stable")]
+
+
+def search(proto: Discover, sketch: Sketch, *, keep: int, screen: int) -> tuple[list[Key], np.ndarray]:
+    """Levels 1..L (module docstring): the kept keys of level L and their level-L estimates."""
+    par = proto.params
+    counts = sketch.counts.reshape(par.groups, par.seeds, par.g)
+    reports = sketch.reports.reshape(par.groups, par.seeds)
+    kept: list[Key] = [(b"", False)]
+    est = np.zeros(1)
+    for level in range(1, par.max_length + 1):
+        group = _Group(proto, counts[level - 1], reports[level - 1])
+        if group.n == 0:
+            raise EstimationError(f"no reports in discovery group {level - 1}; "
+                                  "discovery needs reports in every group")
+        cands = children(kept)
+        fps = fingerprints([_key_blob(c) for c in cands])
+        naive = group.naive(fps)
+        chosen = _top(naive, screen)
+        joint, _ = group.joint(fps[chosen])
+        order = _top(joint, keep)
+        kept = [cands[chosen[i]] for i in order]
+        est = joint[order]
+    return kept, est
+
+
+def discover(proto: Discover, sketch: Sketch, *, top: int | None = None, keep: int | None = None,
+             screen: int | None = None, confidence: float = 0.95, alpha: float = 0.05,
+             control: str = "fwer", simultaneous: bool = False) -> pd.DataFrame:
+    """The ``top`` discovered strings with held-out estimates (columns of estimators.frequency)."""
+    par = proto.params
+    top = DEFAULT_TOP if top is None else top
+    keep = max(2 * top, 40) if keep is None else keep
+    screen = 4 * keep if screen is None else screen
+    if top < 1 or keep < top or screen < keep:
+        raise EstimationError(f"need 1 <= top <= keep <= screen, got {top}, {keep}, {screen}")
+    n = sketch.total_reports
+    if n <= 0:
+        raise EstimationError("no reports in the selected window(s)")
+    kept, _ = search(proto, sketch, keep=keep, screen=screen)
+    final = kept[:top]
+    held = _Group(proto, sketch.counts.reshape(par.groups, par.seeds, par.g)[-1],
+                  sketch.reports.reshape(par.groups, par.seeds)[-1])
+    if held.n == 0:
+        raise EstimationError("no reports in the held-out group")
+    counts_h, cov = held.joint(fingerprints([_key_blob(k) for k in final]))
+    return _frame(proto, final, counts_h, np.diag(cov), held.n, n, confidence=confidence,
+                  alpha=alpha, control=control, simultaneous=simultaneous)
+
+
+def decode_candidates(proto: Discover, sketch: Sketch, candidates: list[str], *, confidence: float = 0.95,
+                      alpha: float = 0.05, control: str = "fwer", simultaneous: bool = False) -> pd.DataFrame:
+    """Estimate a given list of strings (``--candidates``) without searching.
+
+    Groups L−1 and L both report the full key key_L, so they are pooled into one group of local
+    hashing reports and the candidates (truncated as the devices truncate them, duplicates after
+    truncation merged) are estimated jointly, as in step 3; nothing is selected from the data.
+    """
+    par = proto.params
+    n = sketch.total_reports
+    if n <= 0:
+        raise EstimationError("no reports in the selected window(s)")
+    keys: dict[Key, None] = {}
+    for value in candidates:
+        b = truncate(value, par.max_length)
+        keys.setdefault((b, len(b) < par.max_length))
+    final = list(keys)
+    counts = sketch.counts.reshape(par.groups, par.seeds, par.g)[-2:].sum(axis=0)
+    reports = sketch.reports.reshape(par.groups, par.seeds)[-2:].sum(axis=0)
+    pooled = _Group(proto, counts, reports)
+    if pooled.n == 0:
+        raise EstimationError("no reports in the full-length groups")
+    counts_h, cov = pooled.joint(fingerprints([_key_blob(k) for k in final]))
+    return _frame(proto, final, counts_h, np.diag(cov), pooled.n, n, confidence=confidence,
+                  alpha=alpha, control=control, simultaneous=simultaneous)
+
+
+def scale_to_population(counts_h: np.ndarray, var_h: np.ndarray, n_h: int, n: int
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """Held-out counts to population counts: ĉ = ĉ_h·n/n_h, plus the split's own variance.
+
+    The group is a uniform split of the devices, so given c the held-out count is
+    hypergeometric: Var[c_h·n/n_h] ≈ c(1 − c/n)(n/n_h − 1).
+    """
+    r = n / n_h
+    counts = counts_h * r
+    c = np.clip(counts, 0, n)
+    return counts, var_h * r * r + c * (1 - c / n) * (r - 1)
+
+
+def _frame(proto: Discover, final: list[Key], counts_h: np.ndarray, var_h: np.ndarray, n_h: int, n: int,
+           *, confidence: float, alpha: float, control: str, simultaneous: bool) -> pd.DataFrame:
+    counts, variances = scale_to_population(counts_h, var_h, n_h, n)
+    std = np.sqrt(np.maximum(variances, 0.0))
+    z = z_value(confidence, len(final) if simultaneous else 1)
+    low, high = np.clip(counts - z * std, 0, n), np.clip(counts + z * std, 0, n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        zs = np.where(std > 0, counts / std, np.inf * np.sign(counts))
+    p_value = stats.norm.sf(zs)
+    df = pd.DataFrame({
+        "value": [b.decode("utf-8", errors="replace") for b, _ in final],
+        "estimate": counts,
+        "proportion": counts / n,
+        "std_err": std,
+        "ci_low": low,
+        "ci_high": high,
+        "p_value": p_value,
+        "detected": detect(p_value, alpha, control),
+    })
+    df.attrs.update(protocol=proto.name, epsilon=proto.epsilon, n_reports=n, n_held_out=n_h,
+                    confidence=confidence, simultaneous=simultaneous, post_processed=None, z=z,
+                    max_length=proto.params.max_length)
+    return df
