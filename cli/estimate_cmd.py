@@ -43,7 +43,8 @@ TABLE_MAX_ROWS = 1000
               help="Save a PNG of the estimates with their intervals.")
 @click.option("--top", type=click.IntRange(min=1), default=None,
               help="Only the N values with the largest estimates, largest first (tables show at "
-                   f"most {TABLE_MAX_ROWS:,} rows unless --top says otherwise).")
+                   f"most {TABLE_MAX_ROWS:,} rows unless --top says otherwise); for a discover "
+                   "metric, how many strings to discover (default 20).")
 @output_options
 def estimate(metrics_file: str | None, metric: str, db: str | None, url: str | None,
              token_file: str | None, window: str | None, since: str | None,
@@ -70,7 +71,8 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, url: str | N
         _, spec = load_metric(metrics_file, metric)
         sketch = load_sketch(spec, db, [window] if window else None, since, until)
         df = estimate_frame(spec, sketch, confidence=confidence, simultaneous=simultaneous,
-                            consistent=consistent, candidates=read_candidates(candidates, spec))
+                            consistent=consistent, candidates=read_candidates(candidates, spec),
+                            top=top)  # a discover metric reports its `top` discovered strings
     full = df
     numeric = str(df.attrs.get("kind", "")).startswith("numeric")
     if top is not None and numeric:

@@ -113,13 +113,14 @@ def _top(values: np.ndarray, k: int) -> np.ndarray:
     return idx[np.argsort(-values[idx], kind="stable")]
 
 
-def search(proto: Discover, sketch: Sketch, *, keep: int, screen: int) -> tuple[list[Key], np.ndarray]:
-    """Levels 1..L (module docstring): the kept keys of level L and their level-L estimates."""
+def search(proto: Discover, sketch: Sketch, *, keep: int, screen: int) -> tuple[list[Key], np.ndarray, float]:
+    """Levels 1..L (module docstring): the kept keys of level L, their level-L estimates and the
+    standard error of a zero count at level L."""
     par = proto.params
     counts = sketch.counts.reshape(par.groups, par.seeds, par.g)
     reports = sketch.reports.reshape(par.groups, par.seeds)
     kept: list[Key] = [(b"", False)]
-    est = np.zeros(1)
+    est, null_se = np.zeros(1), 0.0
     for level in range(1, par.max_length + 1):
         group = _Group(proto, counts[level - 1], reports[level - 1])
         if group.n == 0:
@@ -127,20 +128,42 @@ def search(proto: Discover, sketch: Sketch, *, keep: int, screen: int) -> tuple[
                                   "discovery needs reports in every group")
         cands = children(kept)
         fps = fingerprints([_key_blob(c) for c in cands])
-        naive = group.naive(fps)
-        chosen = _top(naive, screen)
+        chosen = _top(group.naive(fps), screen)
         joint, _ = group.joint(fps[chosen])
         order = _top(joint, keep)
         kept = [cands[chosen[i]] for i in order]
         est = joint[order]
-    return kept, est
+        null_se = float(np.sqrt(proto.variance(group.n, 0.0)))
+    return kept, est, null_se
+
+
+def _held_out(proto: Discover, sketch: Sketch, keys: list[Key], outside_max: float) -> tuple[np.ndarray, np.ndarray, int]:
+    """Joint estimates of ``keys`` on the held-out group and their variances.
+
+    The variance adds the residual bias of the mass outside ``keys`` over the public seed set,
+    Σ_{v'∉C} c(v')²·(1/g)(1−1/g)/m / (1−1/g)², bounded by ``outside_max``·(n_h − Σ_C ĉ)·(1/g)/(m(1−1/g))
+    with ``outside_max`` an upper bound on any outside count (docs/discovery.md).
+    """
+    par = proto.params
+    held = _Group(proto, sketch.counts.reshape(par.groups, par.seeds, par.g)[-1],
+                  sketch.reports.reshape(par.groups, par.seeds)[-1])
+    if held.n == 0:
+        raise EstimationError("no reports in the held-out group")
+    counts, cov = held.joint(fingerprints([_key_blob(k) for k in keys]))
+    outside = max(0.0, held.n - float(np.clip(counts, 0, None).sum()))
+    g = par.g
+    residual = max(outside_max, 0.0) * outside / (g * par.seeds * (1 - 1 / g))
+    return counts, np.diag(cov) + residual, held.n
 
 
 def discover(proto: Discover, sketch: Sketch, *, top: int | None = None, keep: int | None = None,
              screen: int | None = None, confidence: float = 0.95, alpha: float = 0.05,
              control: str = "fwer", simultaneous: bool = False) -> pd.DataFrame:
-    """The ``top`` discovered strings with held-out estimates (columns of estimators.frequency)."""
-    par = proto.params
+    """The ``top`` discovered strings with held-out estimates (columns of estimators.frequency).
+
+    All ``keep`` keys kept at level L are estimated jointly on the held-out group (so the heavy
+    ones absorb their own mass); the ``top`` best ranked on the selection data are reported.
+    """
     top = DEFAULT_TOP if top is None else top
     keep = max(2 * top, 40) if keep is None else keep
     screen = 4 * keep if screen is None else screen
@@ -149,41 +172,44 @@ def discover(proto: Discover, sketch: Sketch, *, top: int | None = None, keep: i
     n = sketch.total_reports
     if n <= 0:
         raise EstimationError("no reports in the selected window(s)")
-    kept, _ = search(proto, sketch, keep=keep, screen=screen)
-    final = kept[:top]
-    held = _Group(proto, sketch.counts.reshape(par.groups, par.seeds, par.g)[-1],
-                  sketch.reports.reshape(par.groups, par.seeds)[-1])
-    if held.n == 0:
-        raise EstimationError("no reports in the held-out group")
-    counts_h, cov = held.joint(fingerprints([_key_blob(k) for k in final]))
-    return _frame(proto, final, counts_h, np.diag(cov), held.n, n, confidence=confidence,
+    kept, counts_h, var_h, n_h = _search_and_hold_out(proto, sketch, kept_extra=[], keep=keep, screen=screen)
+    return _frame(proto, kept[:top], counts_h[:top], var_h[:top], n_h, n, confidence=confidence,
                   alpha=alpha, control=control, simultaneous=simultaneous)
+
+
+def _search_and_hold_out(proto: Discover, sketch: Sketch, *, kept_extra: list[Key], keep: int, screen: int
+                         ) -> tuple[list[Key], np.ndarray, np.ndarray, int]:
+    """Search, then held-out estimates of ``kept_extra`` + the kept keys (not repeated)."""
+    kept, est, null_se = search(proto, sketch, keep=keep, screen=screen)
+    n_level = int(sketch.reports.reshape(proto.params.groups, -1)[-2].sum())
+    keys = list(dict.fromkeys(kept_extra + kept))
+    # no key outside the kept ones exceeds the smallest kept estimate by more than 3 standard errors
+    floor = (max(float(est.min()), 0.0) + 3 * null_se) if len(est) else 0.0
+    n_h = int(sketch.reports.reshape(proto.params.groups, -1)[-1].sum())
+    counts_h, var_h, n_h = _held_out(proto, sketch, keys, floor * n_h / max(n_level, 1))
+    return keys, counts_h, var_h, n_h
 
 
 def decode_candidates(proto: Discover, sketch: Sketch, candidates: list[str], *, confidence: float = 0.95,
                       alpha: float = 0.05, control: str = "fwer", simultaneous: bool = False) -> pd.DataFrame:
-    """Estimate a given list of strings (``--candidates``) without searching.
+    """Estimate a given list of strings (``--candidates``) on the held-out group.
 
-    Groups L−1 and L both report the full key key_L, so they are pooled into one group of local
-    hashing reports and the candidates (truncated as the devices truncate them, duplicates after
-    truncation merged) are estimated jointly, as in step 3; nothing is selected from the data.
+    The candidates (truncated as the devices truncate them, duplicates after truncation merged)
+    are estimated jointly with the strings the search discovers, so heavy strings missing from the
+    list do not leak their mass into the listed ones through frozen hash collisions.
     """
     par = proto.params
     n = sketch.total_reports
     if n <= 0:
         raise EstimationError("no reports in the selected window(s)")
-    keys: dict[Key, None] = {}
+    listed: dict[Key, None] = {}
     for value in candidates:
         b = truncate(value, par.max_length)
-        keys.setdefault((b, len(b) < par.max_length))
-    final = list(keys)
-    counts = sketch.counts.reshape(par.groups, par.seeds, par.g)[-2:].sum(axis=0)
-    reports = sketch.reports.reshape(par.groups, par.seeds)[-2:].sum(axis=0)
-    pooled = _Group(proto, counts, reports)
-    if pooled.n == 0:
-        raise EstimationError("no reports in the full-length groups")
-    counts_h, cov = pooled.joint(fingerprints([_key_blob(k) for k in final]))
-    return _frame(proto, final, counts_h, np.diag(cov), pooled.n, n, confidence=confidence,
+        listed.setdefault((b, len(b) < par.max_length))
+    wanted = list(listed)
+    keys, counts_h, var_h, n_h = _search_and_hold_out(proto, sketch, kept_extra=wanted, keep=40, screen=160)
+    k = len(wanted)
+    return _frame(proto, wanted, counts_h[:k], var_h[:k], n_h, n, confidence=confidence,
                   alpha=alpha, control=control, simultaneous=simultaneous)
 
 
