@@ -54,9 +54,10 @@ TAG_KEY = b"ldpt/discover/key/v1"
 FLAG_OPEN = b"\x01"
 FLAG_END = b"\x02"
 
-#: Defaults (docs/discovery.md): 16-byte strings, 1,024 public seeds.
+#: Defaults (docs/discovery.md): 16-byte strings; seeds·g near SEED_CELLS, m in [16, 1024].
 DEFAULT_MAX_LENGTH = 16
-DEFAULT_SEEDS = 1024
+SEED_CELLS = 1 << 16
+MIN_DEFAULT_SEEDS, MAX_DEFAULT_SEEDS = 16, 1024
 MAX_LENGTH_LIMIT = 64
 MAX_SEEDS = 1 << 14
 MAX_CELLS = 1 << 24
@@ -125,6 +126,16 @@ def bucket_one(seed: int, fp: int, g: int) -> int:
 def default_hash_range(epsilon: float) -> int:
     """g = round(e^ε) + 1, the OLH optimum (Wang et al. 2017; docs/math.md §5)."""
     return max(2, round(math.exp(epsilon)) + 1)
+
+
+def default_seeds(g: int) -> int:
+    """m: the largest power of two with m·g <= SEED_CELLS, clamped to [16, 1024].
+
+    Frozen collisions with strings outside a candidate set leave a bias of RMS
+    √(Σ c²/(g·m)) (docs/discovery.md), so what matters is the product m·g; it also sets the
+    sketch size and the decoder's work (both ∝ m), hence a fixed budget of about 65,536."""
+    m = 1 << max(0, (SEED_CELLS // g).bit_length() - 1)
+    return min(MAX_DEFAULT_SEEDS, max(MIN_DEFAULT_SEEDS, m))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -342,16 +353,17 @@ OPTION_KEYS: frozenset[str] = frozenset({"max_length", "seeds", "hash_range"})
 
 
 def from_options(domain_size: int | None, epsilon: float | None, options: dict[str, Any]) -> Discover:
-    """Build from registry fields: ``max_length`` (bytes, default 16), ``seeds`` (default 1024),
-    ``hash_range`` (default round(e^ε)+1). ``domain_size`` is ignored (open set of strings)."""
+    """Build from registry fields: ``max_length`` (bytes, default 16), ``hash_range`` (default
+    round(e^ε)+1), ``seeds`` (default ``default_seeds(hash_range)``). ``domain_size`` is ignored
+    (an open set of strings)."""
     if epsilon is None:
         raise ValueError("discover needs epsilon")
     for key in OPTION_KEYS:
         value = options.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise ValueError(f"{key} must be an integer, got {value!r}")
+    g = int(options.get("hash_range", default_hash_range(float(epsilon))))
     return Discover(DiscoverParams(
         epsilon=float(epsilon),
         max_length=int(options.get("max_length", DEFAULT_MAX_LENGTH)),
-        seeds=int(options.get("seeds", DEFAULT_SEEDS)),
-        g=int(options.get("hash_range", default_hash_range(float(epsilon))))))
+        seeds=int(options.get("seeds", default_seeds(g))), g=g))
