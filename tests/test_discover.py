@@ -300,3 +300,24 @@ def test_itertools_pairs_cover_values():  # the audit's value set has distinct k
     for a, b in itertools.combinations(VALUES, 2):
         assert not np.array_equal(proto.output_distribution(a), proto.output_distribution(b)) or \
             truncate(a, 2) == truncate(b, 2)
+
+
+# --- SDK and collector -------------------------------------------------------------------------------------
+def test_sdk_report_goes_through_the_collectors_validation(tmp_path):
+    from client_sdk import RetryPolicy, TelemetryClient
+    from client_sdk.testing import FakeCollector, MemoryTransport
+
+    registry = parse_registry('[metrics.home_page]\nkind = "string"\nprotocol = "discover"\n'
+                              'epsilon = 4.0\nmax_length = 8\nseeds = 64\n')
+    proto = registry.get("home_page").protocol_impl
+    fake = FakeCollector(registry)
+    client = TelemetryClient(registry=registry, transport=MemoryTransport(fake), state_dir=tmp_path / "s",
+                             retry=RetryPolicy(initial=0.01, maximum=0.05))
+    assert client.report("home_page", "an.example.org.that.is.long")  # truncated to 8 bytes on the device
+    assert client.flush(5.0)
+    [report] = [r for b in fake.batches for r in b["reports"]]
+    group, seed, y = report["p"]
+    assert group == proto.group_of(client._secret, "home_page")
+    assert 0 <= seed < 64 and 0 <= y < proto.params.g
+    assert client.stats()["clipped"] == 1  # the truncation is counted on the device
+    client.close()
