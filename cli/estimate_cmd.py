@@ -64,7 +64,7 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, url: str | N
         raise click.UsageError("use either --window or --since/--until, not both")
     if url is not None:
         df = remote_estimate(url, token_file, metrics_file, metric, window, since, until, confidence,
-                             simultaneous, consistent, candidates)
+                             simultaneous, consistent, candidates, top)
     else:
         if metrics_file is None:
             raise click.UsageError("give --metrics FILE (the metric registry)")
@@ -105,7 +105,7 @@ def largest(df, top: int):
 
 def remote_estimate(url: str, token_file: str | None, metrics_file: str | None, metric: str,
                     window: str | None, since: str | None, until: str | None, confidence: float,
-                    simultaneous: bool, consistent: bool, candidates: str | None):
+                    simultaneous: bool, consistent: bool, candidates: str | None, top: int | None = None):
     """Ask a collector's query API; the DataFrame it returns, as the local path would build it."""
     from .remote import fetch_estimates, frame_from_json, read_token
 
@@ -115,7 +115,8 @@ def remote_estimate(url: str, token_file: str | None, metrics_file: str | None, 
     cands = read_candidates(candidates, spec) if spec is not None else _read_lines(candidates)
     params = {"window": window, "since": since, "until": until, "confidence": repr(confidence),
               "simultaneous": "true" if simultaneous else None,
-              "consistent": "true" if consistent else None, "format": "json"}
+              "consistent": "true" if consistent else None, "format": "json",
+              "top": None if top is None or spec is None or spec.protocol != "discover" else str(top)}
     df = frame_from_json(fetch_estimates(url, metric, read_token(token_file), params, cands))
     served = df.attrs.get("fingerprint")
     if spec is not None and served and served != spec.fingerprint:

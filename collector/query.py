@@ -29,7 +29,9 @@ from estimators.frequency import estimate_frame
 from .problems import Problem
 
 QUERY_FIELDS = ("window", "since", "until", "confidence", "simultaneous", "consistent", "candidates",
-                "format")
+                "top", "format")
+#: Largest ``top`` a discover metric may be asked for (docs/discovery.md).
+MAX_TOP = 1000
 FORMATS = {"json": "application/json", "csv": "text/csv"}
 MAX_CANDIDATES = 100_000
 #: Largest JSON body of a POST query: room for MAX_CANDIDATES strings of ~150 bytes. Read only
@@ -110,6 +112,16 @@ def parse_query(params: Mapping[str, Any], accept: str = "") -> dict[str, Any]:
             raise Problem("invalid-query", f"at most {MAX_CANDIDATES} candidates", field="candidates")
         candidates = list(dict.fromkeys(c for c in candidates if c))
     out["candidates"] = candidates
+    top = params.get("top")
+    if top is not None:
+        try:
+            top = int(top) if not isinstance(top, bool) and str(top).strip().isdigit() else 0
+        except (TypeError, ValueError):
+            top = 0
+        if not 1 <= top <= MAX_TOP:
+            raise Problem("invalid-query", f"top={params.get('top')!r}: use an integer from 1 to {MAX_TOP}",
+                          field="top")
+    out["top"] = top
     fmt = params.get("format")
     if fmt is None:
         fmt = "csv" if "text/csv" in accept else "json"
@@ -201,7 +213,7 @@ async def estimates(request: web.Request, registry: Registry, store: AsyncSketch
                       metric=spec.name, reports=n, min_reports=min_reports)
     run = functools.partial(estimate_frame, spec, sketch, confidence=q["confidence"],
                             simultaneous=q["simultaneous"], consistent=q["consistent"],
-                            candidates=q["candidates"])
+                            candidates=q["candidates"], top=q["top"])
     try:  # CPU-bound (RAPPOR decoding may take seconds): off the event loop
         df = await asyncio.get_running_loop().run_in_executor(None, run)
     except EstimationError as exc:

@@ -321,3 +321,41 @@ def test_sdk_report_goes_through_the_collectors_validation(tmp_path):
     assert 0 <= seed < 64 and 0 <= y < proto.params.g
     assert client.stats()["clipped"] == 1  # the truncation is counted on the device
     client.close()
+
+
+def test_collector_ingests_validates_and_serves_discovery(tmp_path):
+    import asyncio
+
+    from cli.output import frame_to_json
+    from client_sdk.registry import load_registry
+    from estimators.frequency import estimate_frame
+
+    from .collector_support import expected_sketch, make_body, write_token
+    from .test_collector_app import AUTH, assert_problem, post, running
+
+    registry_path = tmp_path / "d.toml"
+    registry_path.write_text('[metrics.home]\nkind = "string"\nprotocol = "discover"\nepsilon = 4.0\n'
+                             'max_length = 3\nseeds = 32\n', encoding="utf-8")
+    spec = load_registry(registry_path).get("home")
+    proto = spec.protocol_impl
+    truth = np.asarray(["abc"] * 6000 + ["xy"] * 3000 + [f"{i:03d}" for i in range(1000)], dtype=object)
+    wire = proto.to_wire(proto.encode(truth, np.random.default_rng(3)))
+    bodies = [make_body([{"m": "home", "f": spec.fingerprint, "p": w} for w in wire[i:i + 1000]])
+              for i in range(0, len(wire), 1000)]
+    setup = (registry_path, load_registry(registry_path), write_token(tmp_path / "token"), tmp_path / "c.sqlite")
+
+    async def scenario():
+        async with running(setup) as (client, _):
+            for body in bodies:
+                assert (await post(client, body))[0] == 200
+            bad = make_body([{"m": "home", "f": spec.fingerprint, "p": [0, 32, 0]}])
+            doc = assert_problem(*await post(client, bad), 422, "invalid-report")
+            assert "seed" in json.dumps(doc)
+            resp = await client.get("/v1/metrics/home/estimates?top=2", headers=AUTH)
+            text = await resp.text()
+            assert resp.status == 200, text
+            want = estimate_frame(spec, expected_sketch(spec, bodies), top=2)
+            assert text == frame_to_json(want) and list(want.value) == ["abc", "xy"]
+            resp = await client.get("/v1/metrics/home/estimates?top=0", headers=AUTH)
+            assert_problem(resp.status, resp.headers, await resp.read(), 400, "invalid-query")
+    asyncio.run(scenario())
