@@ -70,6 +70,11 @@ def score(df, truth: dict[str, int], n: int, ranked: list[str]) -> dict:
             "coverage": float(np.mean(covered)) if covered else math.nan, "detected": len(found)}
 
 
+def wire_bytes(proto) -> int:
+    """Size of one report's payload on the wire (msgpack)."""
+    return len(msgpack.packb(proto.to_wire(proto.encode(["example.org"], np.random.default_rng(0)))[0]))
+
+
 def run_setting(n: int, epsilon: float, seeds: int, with_rappor: bool) -> list[list]:
     reg = parse_registry({"metrics": {
         "home": {"kind": "string", "protocol": "discover", "epsilon": epsilon},
@@ -98,7 +103,6 @@ def run_setting(n: int, epsilon: float, seeds: int, with_rappor: bool) -> list[l
             times["rappor"].append(time.perf_counter() - start)
             top = rdf.nlargest(TOP, "estimate")
             results["rappor"].append(score(top, truth, n, ranked))
-    wire = len(msgpack.packb(proto.to_wire(proto.encode(["example.org"], np.random.default_rng(0)))[0]))
     for name, res in results.items():
         if not res:
             continue
@@ -107,8 +111,7 @@ def run_setting(n: int, epsilon: float, seeds: int, with_rappor: bool) -> list[l
         mean = {k: float(np.nanmean([r[k] for r in res])) for k in res[0]}
         rows.append([f"{n:,}", epsilon, name, round(p.epsilon, 3), mean["recall10"], mean["recall20"],
                      mean["false"], mean["detected"], mean["tv"], mean["coverage"],
-                     float(np.median(times[name])), f"{cells * 8 / 2**20:.1f} MiB",
-                     wire if name == "discover" else math.ceil(p.payload_bits / 8)])
+                     float(np.median(times[name])), f"{cells * 8 / 2**20:.1f} MiB", wire_bytes(p)])
     return rows
 
 
