@@ -96,11 +96,15 @@ class _Group:
         phi = (onehot.T @ onehot).toarray() / self.m
         support = onehot.T @ self.z
         a = phi - 1.0 / self.g
-        counts = np.linalg.solve(a, support - self.n / self.g)
+        # A is symmetric, ≈ (1 − 1/g)·I when m(g−1) ≫ |C|; when the seeds are too few for this many
+        # candidates it is singular, and the pseudo-inverse gives the least-norm solution
+        w, v = np.linalg.eigh(a)
+        keep = w > 1e-9 * max(float(w.max(initial=0.0)), 1e-300)
+        a_inv = (v[:, keep] / w[keep]) @ v[:, keep].T
+        counts = a_inv @ (support - self.n / self.g)
         p, g = self.proto.p, self.g
         base = (1 / g) * (1 - 1 / g)
         d = (self.n * base + np.clip(counts, 0, self.n) * (p * (1 - p) - base)) / (p - self.proto.q) ** 2
-        a_inv = np.linalg.inv(a)
         cov = (a_inv * d[None, :]) @ a_inv.T
         return counts, cov
 

@@ -359,3 +359,11 @@ def test_collector_ingests_validates_and_serves_discovery(tmp_path):
             resp = await client.get("/v1/metrics/home/estimates?top=0", headers=AUTH)
             assert_problem(resp.status, resp.headers, await resp.read(), 400, "invalid-query")
     asyncio.run(scenario())
+
+
+def test_tiny_seed_sets_do_not_crash_the_decoder():
+    """seeds = 1, hash_range = 2: far more candidates than cells; the search still answers."""
+    spec = spec_of(max_length=2, seeds=1, hash_range=2)
+    pop = Population(["ab", "cd"], np.array([300, 200]))
+    df = discover(spec.protocol_impl, simulate_sketch(spec, pop, np.random.default_rng(0)), top=3)
+    assert len(df) == 3 and np.isfinite(df.estimate).all() and np.isfinite(df.std_err).all()
