@@ -10,8 +10,8 @@ estimators.discovery.discover. Per setting (mean over seeds):
 - false: detected strings that no device holds
 - TV: ½ Σ |f̂·1[detected] − f| over the true top-20 ∪ the detected strings (shares of n)
 - coverage: share of the detected strings whose 95% interval covers the true count
-- decode: server time of one decode (wall, single BLAS thread), sketch size, bytes per report
-  (msgpack of one wire payload)
+- decode: server time of one decode (wall, single BLAS thread) and its peak memory (tracemalloc,
+  first seed), sketch size, bytes per report (msgpack of one wire payload)
 
 Side by side: the same population reported through RAPPOR (k=128, h=2, m=64, f=1/128 and
 p = 1 − q with one-report ε₁ equal to the row's ε) and decoded by estimators.rappor.decode with
@@ -33,6 +33,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import math  # noqa: E402
 import time  # noqa: E402
+import tracemalloc  # noqa: E402
 
 import msgpack  # noqa: E402
 import numpy as np  # noqa: E402
@@ -70,6 +71,16 @@ def score(df, truth: dict[str, int], n: int, ranked: list[str]) -> dict:
             "coverage": float(np.mean(covered)) if covered else math.nan, "detected": len(found)}
 
 
+def peak_mib(func, *args, **kwargs) -> float:
+    """Peak memory allocated while ``func`` runs (tracemalloc sees numpy's buffers), in MiB."""
+    tracemalloc.start()
+    try:
+        func(*args, **kwargs)
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
 def wire_bytes(proto) -> int:
     """Size of one report's payload on the wire (msgpack)."""
     return len(msgpack.packb(proto.to_wire(proto.encode(["example.org"], np.random.default_rng(0)))[0]))
@@ -84,6 +95,7 @@ def run_setting(n: int, epsilon: float, seeds: int, with_rappor: bool) -> list[l
     rows = []
     results: dict[str, list[dict]] = {"discover": [], "rappor": []}
     times: dict[str, list[float]] = {"discover": [], "rappor": []}
+    peaks: dict[str, float] = {}
     for seed in range(seeds):
         rng = np.random.default_rng(1000 + seed)
         pop = draw_population(spec, n, "hosts:1.1", rng)
@@ -94,6 +106,8 @@ def run_setting(n: int, epsilon: float, seeds: int, with_rappor: bool) -> list[l
         df = discover(proto, sketch, top=TOP)
         times["discover"].append(time.perf_counter() - start)
         results["discover"].append(score(df, truth, n, ranked))
+        if seed == 0:
+            peaks["discover"] = peak_mib(discover, proto, sketch, top=TOP)
         if with_rappor:
             from estimators.rappor import decode
 
@@ -103,6 +117,8 @@ def run_setting(n: int, epsilon: float, seeds: int, with_rappor: bool) -> list[l
             times["rappor"].append(time.perf_counter() - start)
             top = rdf.nlargest(TOP, "estimate")
             results["rappor"].append(score(top, truth, n, ranked))
+            if seed == 0:
+                peaks["rappor"] = peak_mib(decode, rsketch, rspec.protocol_impl, pop.values)
     for name, res in results.items():
         if not res:
             continue
@@ -111,7 +127,8 @@ def run_setting(n: int, epsilon: float, seeds: int, with_rappor: bool) -> list[l
         mean = {k: float(np.nanmean([r[k] for r in res])) for k in res[0]}
         rows.append([f"{n:,}", epsilon, name, round(p.epsilon, 3), mean["recall10"], mean["recall20"],
                      mean["false"], mean["detected"], mean["tv"], mean["coverage"],
-                     float(np.median(times[name])), f"{cells * 8 / 2**20:.1f} MiB", wire_bytes(p)])
+                     float(np.median(times[name])), round(peaks[name]), f"{cells * 8 / 2**20:.1f} MiB",
+                     wire_bytes(p)])
     return rows
 
 
@@ -126,7 +143,7 @@ def main() -> None:
     for n, e in settings:
         rows += run_setting(n, e, args.seeds, with_rappor=not args.no_rappor)
     print_table(["n", "eps", "method", "eps_real", "recall@10", "recall@20", "false", "detected", "TV",
-                 "coverage", "decode s", "sketch", "bytes/report"], rows,
+                 "coverage", "decode s", "decode MiB", "sketch", "bytes/report"], rows,
                 title=f"Discovery of the top-{TOP} of Zipf(1.1) over 10,000 host names "
                       f"(mean of {args.seeds} seeds; RAPPOR decodes the true list)")
 
