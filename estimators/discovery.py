@@ -15,9 +15,11 @@ Prefix Extending Method (Wang, Li, Jha 2021) over local hashing with a public se
    because the heavy strings are in C;
 4. keep the ``keep`` largest.
 
-The ``top`` keys kept at level L (ranked on group L−1) are then estimated on the held-out group L
-with the same joint estimator, so the estimates, intervals and p-values are computed on data that
-played no part in choosing them (no winner's curse), and scaled to the whole population.
+All keys kept at level L are then estimated jointly on the held-out group L and the ``top`` of
+them (ranked on group L−1) reported, so the estimates, intervals and p-values come from data that
+played no part in choosing them (no winner's curse); they are scaled to the whole population, and
+their variance carries a bound on the residual collision bias of the strings that were not kept.
+``decode_candidates`` estimates a given list the same way, with the discovered keys as nuisance.
 """
 
 from __future__ import annotations
