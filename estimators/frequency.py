@@ -57,17 +57,15 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
     if spec.kind is Kind.STRING and spec.protocol == "discover":
         from .discovery import decode_candidates, discover  # docs/discovery.md
 
+        if consistent:
+            raise EstimationError(f"metric {spec.name!r} discovers strings: --consistent needs the "
+                                  "whole domain, which a discover metric never enumerates")
         if candidates:
             df = decode_candidates(proto, sketch, list(candidates), confidence=confidence, alpha=alpha,
                                    control=control, simultaneous=simultaneous)
-            df.attrs.update(metric=spec.name, fingerprint=spec.fingerprint)
-            return df
-
-        if consistent:
-            raise EstimationError(f"metric {spec.name!r} discovers strings: --consistent needs the "
-                                  "whole domain; pass --candidates FILE to decode a list instead")
-        df = discover(proto, sketch, top=top, confidence=confidence, alpha=alpha, control=control,
-                      simultaneous=simultaneous)
+        else:
+            df = discover(proto, sketch, top=top, confidence=confidence, alpha=alpha, control=control,
+                          simultaneous=simultaneous)
         df.attrs.update(metric=spec.name, fingerprint=spec.fingerprint)
         return df
     if spec.kind is Kind.STRING:
