@@ -389,3 +389,14 @@ def test_sdk_path_samples_the_audited_distribution(monkeypatch):
         observed = np.bincount(out[:, 1] * 3 + out[:, 2], minlength=12)
         expected = proto.output_distribution("abcd")[group] * 12_000
         assert stats.chisquare(observed, expected).pvalue > 1e-4
+
+
+def test_consistent_is_refused_with_a_reason():
+    from client_sdk.errors import EstimationError
+    from estimators.frequency import estimate_frame
+
+    spec = spec_of(max_length=2, seeds=16)
+    sketch = simulate_sketch(spec, Population(["ab"], np.array([100])), np.random.default_rng(0))
+    for candidates in (None, ["ab"]):
+        with pytest.raises(EstimationError, match="consistent"):
+            estimate_frame(spec, sketch, consistent=True, candidates=candidates)
