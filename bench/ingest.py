@@ -14,6 +14,7 @@ protocol (one request in flight per connection, response parsed by Content-Lengt
     python bench/ingest.py                       # sqlite, 1 and 2 workers, grr/oue/rappor
     python bench/ingest.py --postgres postgresql://postgres@127.0.0.1:5432/test
     python bench/ingest.py --seconds 5 --protocols grr --workers 1
+    python bench/ingest.py --seconds 5 --protocols rappor discover --workers 1   # string metrics
 """
 
 from __future__ import annotations
@@ -76,12 +77,18 @@ prob_f = 0.5
 prob_p = 0.5
 prob_q = 0.75
 """
-METRIC_OF = {"grr": "grr128", "oue": "oue128", "rappor": "rappor128"}
+DISCOVER = """
+[metrics.discover16]
+kind = "string"
+protocol = "discover"
+epsilon = 4.0
+"""
+METRIC_OF = {"grr": "grr128", "oue": "oue128", "rappor": "rappor128", "discover": "discover16"}
 
 
 def write_registry(path: Path) -> None:
     cats = ", ".join(f'"c{i}"' for i in range(D))
-    text = REGISTRY.format(cats=cats) + RAPPOR
+    text = REGISTRY.format(cats=cats) + RAPPOR + DISCOVER
     path.write_text(text, encoding="utf-8")
 
 
@@ -90,7 +97,7 @@ def template_body(registry_path: Path, protocol: str, seed: int = 1) -> tuple[by
     spec = load_registry(registry_path).get(METRIC_OF[protocol])
     proto = spec.protocol_impl
     rng = np.random.default_rng(seed)
-    if protocol == "rappor":
+    if protocol in ("rappor", "discover"):  # string metrics
         values = np.asarray([f"value-{i % 100}" for i in rng.integers(0, 10**6, BATCH)], dtype=object)
         payloads = proto.encode(values, rng)
     else:

@@ -66,7 +66,8 @@ def store_options(func):  # noqa: ANN001, ANN201 - a click decorator
 @click.option("--log-scale", is_flag=True, help="--plot with a logarithmic count axis.")
 @click.option("--top", type=click.IntRange(min=1), default=None,
               help="Only the N values with the largest estimates, largest first (tables show at "
-                   f"most {TABLE_MAX_ROWS:,} rows unless --top says otherwise; plots {PLOT_MAX_VALUES}).")
+                   f"most {TABLE_MAX_ROWS:,} rows unless --top says otherwise; plots {PLOT_MAX_VALUES}); "
+                   "for a discover metric, how many strings to discover (default 20).")
 @output_options
 def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: str | None,
              url: str | None, token_file: str | None, window: str | None, since: str | None,
@@ -85,12 +86,12 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
         raise click.UsageError("--consistent applies to one estimate; leave it out with --by window")
     if url is not None:
         df = remote_estimate(url, token_file, metrics_file, metric, window, since, until, confidence,
-                             simultaneous, consistent, candidates, by)
+                             simultaneous, consistent, candidates, by, top)
     else:
         spec = load_metric(require_registry(metrics_file), metric)[1]
         with StoreReader(source, db or postgres or "") as reader:
             df = local_estimate(reader, spec, window, since, until, by, confidence, simultaneous,
-                                consistent, read_candidates(candidates, spec))
+                                consistent, read_candidates(candidates, spec), top)
     full = df
     numeric = str(df.attrs.get("kind", "")).startswith("numeric")
     if top is not None and numeric:
@@ -137,8 +138,9 @@ def require_registry(metrics_file: str | None) -> str:
 
 def local_estimate(reader: StoreReader, spec: MetricSpec, window: str | None, since: str | None,
                    until: str | None, by: str | None, confidence: float, simultaneous: bool,
-                   consistent: bool, candidates: list[str] | None):
-    """The estimate (or with ``by`` the series) from a store, as the query API computes it."""
+                   consistent: bool, candidates: list[str] | None, top: int | None = None):
+    """The estimate (or with ``by`` the series) from a store, as the query API computes it
+    (``top``: how many strings a discover metric discovers)."""
     from estimators.frequency import estimate_frame  # scipy and pandas: only when estimating
     from estimators.series import series_frame, windows_in_range
 
@@ -150,7 +152,7 @@ def local_estimate(reader: StoreReader, spec: MetricSpec, window: str | None, si
                             candidates=candidates)
     sketch = reader.load(spec, [window] if window else None, since, until)
     return estimate_frame(spec, sketch, confidence=confidence, simultaneous=simultaneous,
-                          consistent=consistent, candidates=candidates)
+                          consistent=consistent, candidates=candidates, top=top)
 
 
 def top_series(df, top: int):
@@ -199,7 +201,8 @@ def largest(df, top: int):
 
 def remote_estimate(url: str, token_file: str | None, metrics_file: str | None, metric: str,
                     window: str | None, since: str | None, until: str | None, confidence: float,
-                    simultaneous: bool, consistent: bool, candidates: str | None, by: str | None = None):
+                    simultaneous: bool, consistent: bool, candidates: str | None, by: str | None = None,
+                    top: int | None = None):
     """Ask a collector's query API; the DataFrame it returns, as the local path would build it."""
     from .remote import fetch_estimates, frame_from_json, read_token
 
@@ -209,7 +212,8 @@ def remote_estimate(url: str, token_file: str | None, metrics_file: str | None, 
     cands = read_candidates(candidates, spec) if spec is not None else _read_lines(candidates)
     params = {"window": window, "since": since, "until": until, "confidence": repr(confidence),
               "simultaneous": "true" if simultaneous else None,
-              "consistent": "true" if consistent else None, "by": by, "format": "json"}
+              "consistent": "true" if consistent else None, "by": by, "format": "json",
+              "top": None if top is None or spec is None or spec.protocol != "discover" else str(top)}
     df = frame_from_json(fetch_estimates(url, metric, read_token(token_file), params, cands))
     served = df.attrs.get("fingerprint")
     if spec is not None and served and served != spec.fingerprint:

@@ -117,6 +117,39 @@ def parse_range(ctx: click.Context, param: click.Parameter, value: str | None) -
     return lo, hi
 
 
+def discover_plan(epsilon: float, clients: int, max_length: int) -> dict:
+    """Resolved defaults of a ``protocol = "discover"`` metric and its expected errors
+    (docs/discovery.md): each of the L+1 groups holds clients/(L+1) reports."""
+    proto = build_protocol("discover", None, epsilon, {"max_length": max_length})
+    par = proto.params
+    per_group = clients / par.groups
+    level_se = math.sqrt(float(proto.variance(per_group, 0.0)))
+    return {"protocol": "discover", "epsilon": proto.epsilon, "max_length": par.max_length,
+            "groups": par.groups, "hash_range": par.g, "seeds": par.seeds,
+            "reports_per_group": per_group, "std_err_count_per_level": level_se,
+            "std_err_count_population": level_se * par.groups,
+            "detection_floor_share": 4 * level_se / per_group,
+            "sketch_bytes": 8 * par.groups * par.seeds * par.g, "payload_bits": proto.payload_bits}
+
+
+def format_discover_plan(row: dict, fmt: str) -> str:
+    if fmt == "json":
+        import json
+
+        return json.dumps(row, indent=2) + "\n"
+    if fmt == "csv":
+        return rows_to_csv([row], list(row))
+    return "\n".join([
+        f"discover: epsilon {row['epsilon']:.4g}, max_length {row['max_length']} bytes -> "
+        f"{row['groups']} groups, hash_range {row['hash_range']}, seeds {row['seeds']} (the defaults)",
+        f"  reports per group          {row['reports_per_group']:>14,.0f}",
+        f"  std err of a count (level) {row['std_err_count_per_level']:>14,.1f}",
+        f"  std err (population scale) {row['std_err_count_population']:>14,.1f}",
+        f"  share found reliably       {row['detection_floor_share']:>14.4f}  (4 std errs at every level)",
+        f"  sketch per window          {row['sketch_bytes'] / 2**20:>11.1f} MiB",
+        f"  payload                    {_bits(row['payload_bits']):>14}"]) + "\n"
+
+
 @click.command()
 @click.option("--epsilon", required=True, type=click.FloatRange(0, 20, min_open=True),
               help="Per-report privacy budget.")
@@ -128,10 +161,24 @@ def parse_range(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--clients", required=True, type=click.IntRange(min=1), help="Reports per window.")
 @click.option("--max-report-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_REPORT_BYTES,
               show_default=True, help="Report-size budget `auto` respects (registry key max_report_bytes).")
+@click.option("--discover", is_flag=True,
+              help="Instead of --domain: a string metric with protocol = \"discover\" (docs/discovery.md); "
+                   "shows its resolved defaults and expected errors.")
+@click.option("--max-length", type=click.IntRange(1, 64), default=16, show_default=True,
+              help="With --discover: bytes kept on the device.")
 @output_options
 def plan(epsilon: float, domain: int | None, value_range: tuple[float, float] | None, clients: int,
-         max_report_bytes: int, fmt: str, output: str | None) -> None:
+         max_report_bytes: int, discover: bool, max_length: int, fmt: str, output: str | None) -> None:
     """Compare protocols for EPSILON, DOMAIN (or --range) and CLIENTS; mark the one `auto` picks."""
+    if discover:
+        if domain is not None or value_range is not None:
+            raise click.UsageError("--discover plans a string metric: leave out --domain and --range")
+        try:
+            row = discover_plan(epsilon, clients, max_length)
+        except ValueError as exc:
+            raise click.ClickException(f"discover: {exc}") from None
+        emit(format_discover_plan(row, fmt), output)
+        return
     if (domain is None) == (value_range is None):
         raise click.UsageError("give --domain D (categorical) or --range LO,HI (numeric), not both")
     if value_range is not None:

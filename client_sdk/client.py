@@ -53,6 +53,7 @@ from .errors import (
     StateError,
     UnknownMetricError,
 )
+from .hashing import encode_text
 from .ledger import Accounts, Charge, Refusal, RefusalCounts, apply
 from .options import ClientOptions
 from .protocols._longitudinal import Memoised
@@ -98,7 +99,8 @@ CLIENT_COUNTERS = (
     "refused_device_window",    # beyond [device] epsilon_per_window: never sent
     "refused_device_lifetime",  # beyond [device] lifetime_epsilon: never sent
     "invalid_value",            # not in the metric's domain (numeric: NaN, ±inf, not a number)
-    "clipped",                  # numeric: outside the metric's range, clipped to it and reported
+    "clipped",                  # numeric: outside the metric's range, clipped to it and reported;
+                                # discover strings: longer than max_length bytes, truncated and reported
     "unknown_metric",           # not in the registry
     "stale_metric",             # the collector no longer accepts this metric's parameters
     "dropped_queue_full",       # the bounded queue was full (drop-newest)
@@ -119,7 +121,7 @@ def _wall_clock() -> float:
 class _Metric:
     """Per-metric constants the hot path needs, resolved once per registry."""
 
-    __slots__ = ("name", "spec", "proto", "kind", "fingerprint", "index", "string", "eps", "eps_inf",
+    __slots__ = ("name", "spec", "proto", "kind", "fingerprint", "index", "string", "max_bytes", "eps", "eps_inf",
                  "memoised", "rpw", "budget", "uses_cohorts", "m", "numeric", "lo", "hi", "scale",
                  "inner_edges", "labels", "two_round", "dev_window", "dev_lifetime")
 
@@ -128,6 +130,7 @@ class _Metric:
         self.name, self.spec, self.proto, self.kind = spec.name, spec, proto, spec.kind
         self.fingerprint = spec.fingerprint
         self.string = spec.kind is Kind.STRING
+        self.max_bytes = getattr(proto.params, "max_length", None) if self.string else None
         self.index = {v: i for i, v in enumerate(spec.domain or ())}
         self.eps = float(proto.epsilon)
         self.eps_inf = proto.epsilon_longitudinal
@@ -473,6 +476,8 @@ class ClientCore:
             found = rt.lookup(value)
             if found is None:
                 return self._bad_value(rt, value)
+            if rt.max_bytes is not None and len(encode_text(found[0])) > rt.max_bytes:
+                self._counters["clipped"] += 1  # discover: truncated on the device (docs/discovery.md)
             key, idx = found
         if self._resync:
             self._resync_after_fork()

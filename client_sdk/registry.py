@@ -4,7 +4,8 @@
 [metrics.theme]
 kind = "categorical"            # boolean | categorical | string | numeric
 categories = ["light", "dark", "system"]
-protocol = "auto"               # or rr, grr, oue, sue, olh, hr, ss, rappor, lgrr, losue, loloha, dbitflip
+protocol = "auto"               # or rr, grr, oue, sue, olh, hr, ss, lgrr, losue, loloha, dbitflip
+                                # (strings: rappor, or discover with max_length = 16 bytes)
 epsilon = 1.0
 max_report_bytes = 64           # optional: `auto` picks among protocols whose report fits (default 8192)
 
@@ -521,11 +522,12 @@ class _MetricParser:
         """The protocol before `auto` is resolved, checked against the metric's kind and domain."""
         if kind is Kind.STRING:
             protocol = "rappor" if requested == "auto" else requested
-            if protocol != "rappor":
-                raise self.fail("string metrics use protocol rappor (or auto)", "protocol")
+            if protocol not in ("rappor", "discover"):
+                raise self.fail("string metrics use protocol rappor (decode a candidate list; or auto) or "
+                                "discover (find the frequent strings without one)", "protocol")
             return protocol
-        if requested == "rappor":
-            raise self.fail("rappor is for string metrics; use kind = \"string\"", "protocol")
+        if requested in ("rappor", "discover"):
+            raise self.fail(f"{requested} is for string metrics; use kind = \"string\"", "protocol")
         if requested == "rr" and d != 2:
             raise self.fail("rr is binary randomised response; it needs a boolean metric or 2 "
                             "categories or buckets (use grr for more)", "protocol")

@@ -31,8 +31,10 @@ from estimators.series import series_frame, windows_in_range
 from .problems import Problem
 
 QUERY_FIELDS = ("window", "since", "until", "by", "confidence", "simultaneous", "consistent", "candidates",
-                "format")
+                "top", "format")
 COMPARE_FIELDS = ("a", "b", "confidence", "alpha", "control", "simultaneous", "format")
+#: Largest ``top`` a discover metric may be asked for (docs/discovery.md).
+MAX_TOP = 1000
 FORMATS = {"json": "application/json", "csv": "text/csv"}
 MAX_CANDIDATES = 100_000
 #: Largest JSON body of a POST query: room for MAX_CANDIDATES strings of ~150 bytes. Read only
@@ -120,6 +122,16 @@ def parse_query(params: Mapping[str, Any], accept: str = "") -> dict[str, Any]:
             raise Problem("invalid-query", f"at most {MAX_CANDIDATES} candidates", field="candidates")
         candidates = list(dict.fromkeys(c for c in candidates if c))
     out["candidates"] = candidates
+    top = params.get("top")
+    if top is not None:
+        try:
+            top = int(top) if not isinstance(top, bool) and str(top).strip().isdigit() else 0
+        except (TypeError, ValueError):
+            top = 0
+        if not 1 <= top <= MAX_TOP:
+            raise Problem("invalid-query", f"top={params.get('top')!r}: use an integer from 1 to {MAX_TOP}",
+                          field="top")
+    out["top"] = top
     out["format"] = _format(params, accept)
     return out
 
@@ -257,7 +269,7 @@ async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], 
                       metric=spec.name, reports=n, min_reports=min_reports)
     run = functools.partial(estimate_frame, spec, sketch, confidence=q["confidence"],
                             simultaneous=q["simultaneous"], consistent=q["consistent"],
-                            candidates=q["candidates"])
+                            candidates=q["candidates"], top=q["top"])
     return await _off_loop(run, spec.name)  # CPU-bound (RAPPOR decoding may take seconds)
 
 

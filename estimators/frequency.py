@@ -34,8 +34,11 @@ __all__ = ["COLUMNS", "CONTROLS", "estimate_frame"]
 def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95,
                    simultaneous: bool = False, consistent: bool = False,
                    candidates: Sequence[str] | None = None, alpha: float = 0.05,
-                   control: str = "fwer") -> pd.DataFrame:
-    """Debiased estimates with intervals for one metric's (merged) sketch."""
+                   control: str = "fwer", top: int | None = None) -> pd.DataFrame:
+    """Debiased estimates with intervals for one metric's (merged) sketch.
+
+    ``top``: how many strings a ``discover`` metric reports (other metrics ignore it; callers
+    rank their rows themselves)."""
     if not 0 < confidence < 1:
         raise EstimationError(f"confidence must be between 0 and 1 (exclusive), got {confidence}")
     check_control(control)
@@ -52,6 +55,20 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
         from .numeric import mean_frame
 
         return mean_frame(spec, sketch, confidence=confidence)
+    if spec.kind is Kind.STRING and spec.protocol == "discover":
+        from .discovery import decode_candidates, discover  # docs/discovery.md
+
+        if consistent:
+            raise EstimationError(f"metric {spec.name!r} discovers strings: --consistent needs the "
+                                  "whole domain, which a discover metric never enumerates")
+        if candidates:
+            df = decode_candidates(proto, sketch, list(candidates), confidence=confidence, alpha=alpha,
+                                   control=control, simultaneous=simultaneous)
+        else:
+            df = discover(proto, sketch, top=top, confidence=confidence, alpha=alpha, control=control,
+                          simultaneous=simultaneous)
+        df.attrs.update(metric=spec.name, fingerprint=spec.fingerprint)
+        return df
     if spec.kind is Kind.STRING:
         if not candidates:
             raise EstimationError(f"metric {spec.name!r} is a string metric: pass candidate strings "

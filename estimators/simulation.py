@@ -3,7 +3,9 @@
 This is how users plan a deployment and how we test: the same ``encode`` and ``accumulate``
 the SDK and collector run, driven by a seeded numpy Generator instead of the OS CSPRNG.
 Distributions: ``zipf:S``, ``uniform``, ``geometric:P`` over the domain in declared order, or
-``csv:PATH`` (a file of value,count whose counts are relative weights). Numeric metrics take
+``csv:PATH`` (a file of value,count whose counts are relative weights; any Unicode strings for
+string metrics), and for string metrics ``hosts:S[,D]``: a Zipf(S) law over D (default 10,000)
+generated host names of at most 16 UTF-8 bytes (``host_names``). Numeric metrics take
 ``normal:MEAN,SD``, ``uniform`` (over the range), ``exponential:MEAN``, ``lognormal:MU,SIGMA``
 or ``csv:PATH`` (a column ``value``, sampled with replacement); values outside the range are
 clipped, as the SDK clips them on the device.
@@ -25,6 +27,45 @@ from client_sdk.registry import Kind, MetricSpec
 CHUNK = 250_000
 #: Size of the synthetic domain ("value-0001", ...) for string metrics without a CSV.
 DEFAULT_STRING_VALUES = 100
+#: Host names drawn by ``hosts:S`` when D is not given, and their longest UTF-8 length.
+DEFAULT_HOSTS = 10_000
+HOST_MAX_BYTES = 16
+_SYLLABLES = ("an", "bo", "ca", "de", "el", "fi", "go", "ha", "in", "jo", "ka", "li", "mo", "nu",
+              "or", "pa", "qu", "ra", "si", "to", "ub", "ve", "wa", "xi", "yo", "ze", "mail", "shop",
+              "news", "tv", "bank", "wiki", "cdn", "app", "map", "bü", "çé", "ñu", "日本", "мир")
+_TLDS = (".com", ".org", ".net", ".de", ".fr", ".io", ".co", ".jp", ".ru", ".uk")
+_PREFIXES = ("", "", "", "www.", "m.", "api.")
+
+
+def host_names(count: int, seed: int = 20_170_101) -> list[str]:
+    """``count`` distinct, realistic host names of at most HOST_MAX_BYTES UTF-8 bytes.
+
+    Syllables (a few non-ASCII), a sub-domain prefix on some and a TLD; drawn from a fixed seed so
+    the same names come back every time (the population's law is drawn separately)."""
+    rng = np.random.default_rng(seed)
+    names: dict[str, None] = {}
+    while len(names) < count:
+        k = int(rng.integers(1, 5))
+        stem = "".join(_SYLLABLES[i] for i in rng.integers(0, len(_SYLLABLES), k))
+        name = _PREFIXES[int(rng.integers(0, len(_PREFIXES)))] + stem + _TLDS[int(rng.integers(0, len(_TLDS)))]
+        if len(name.encode("utf-8")) <= HOST_MAX_BYTES:
+            names.setdefault(name)
+    return list(names)
+
+
+def parse_hosts(distribution: str) -> tuple[list[str], np.ndarray]:
+    """``hosts:S[,D]``: D host names with Zipf(S) weights (rank order = generation order)."""
+    _, _, arg = distribution.partition(":")
+    parts = arg.split(",") if arg else []
+    try:
+        s = float(parts[0])
+        size = int(parts[1]) if len(parts) > 1 else DEFAULT_HOSTS
+        if len(parts) > 2 or not np.isfinite(s) or s < 0 or not 1 <= size <= 1_000_000:
+            raise ValueError
+    except (ValueError, IndexError):
+        raise DistributionError(f"distribution {distribution!r}: use hosts:S or hosts:S,D with S >= 0 "
+                                "and 1 <= D <= 1,000,000 (e.g. hosts:1.1)") from None
+    return host_names(size), np.arange(1, size + 1, dtype=np.float64) ** -s
 
 
 class DistributionError(LdptError):
@@ -237,6 +278,10 @@ def draw_population(spec: MetricSpec, clients: int, distribution: str,
             weight_of = dict(zip(csv_values, weights))
             values = list(spec.domain or ())
             weights = np.asarray([weight_of.get(v, 0.0) for v in values])
+    elif distribution.startswith("hosts"):
+        if spec.kind is not Kind.STRING:
+            raise DistributionError(f"distribution {distribution!r} draws host names: it is for string metrics")
+        values, weights = parse_hosts(distribution)
     else:
         values = list(spec.domain) if spec.domain is not None else \
             [f"value-{i:04d}" for i in range(1, DEFAULT_STRING_VALUES + 1)]

@@ -12,7 +12,7 @@ __all__ = ["CountEstimate", "Payloads", "Protocol", "Sketch", "PROTOCOL_NAMES", 
            "LONGITUDINAL_NUMERIC_NAMES"]
 
 #: Frequency-oracle protocols, in the order `ldpt plan` lists them.
-PROTOCOL_NAMES = ("rr", "grr", "oue", "sue", "olh", "hr", "ss", "rappor")
+PROTOCOL_NAMES = ("rr", "grr", "oue", "sue", "olh", "hr", "ss", "rappor", "discover")
 #: Two-round memoised protocols (docs/protocols.md, "L-protocols"): they need ``epsilon_inf``.
 LONGITUDINAL_PROTOCOL_NAMES = ("lgrr", "losue", "loloha", "dbitflip")
 #: Memoised numeric mechanisms (need ``epsilon_inf``; wired to numeric metrics with that kind).

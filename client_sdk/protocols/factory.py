@@ -18,6 +18,8 @@ from .numeric import NUMERIC_PROTOCOL_NAMES
 
 #: Protocols `auto` chooses among for a fixed categorical domain (RAPPOR needs candidates).
 AUTO_CANDIDATES = ("rr", "grr", "oue", "sue", "olh", "hr", "ss")
+#: Protocols for string metrics only (an open set of values).
+STRING_PROTOCOLS = ("rappor", "discover")
 #: Memoised protocols `auto` chooses among when the metric has epsilon_inf (dBitFlipPM's
 #: variance is k/d times larger: it is chosen by name, for its (d+1)·ε∞ lifetime bound).
 AUTO_LONGITUDINAL = ("lgrr", "losue", "loloha")
@@ -66,7 +68,7 @@ def applicable(name: str, domain_size: int) -> bool:
     """Whether `auto` may consider ``name`` for a domain of this size."""
     if name == "rr":
         return domain_size == 2
-    return name != "rappor"
+    return name not in STRING_PROTOCOLS
 
 
 def per_item_variance(protocol: Protocol) -> float:

@@ -1,0 +1,257 @@
+"""Discover the frequent strings of a ``protocol = "discover"`` sketch (docs/discovery.md).
+
+Prefix Extending Method (Wang, Li, Jha 2021) over local hashing with a public seed set
+(client_sdk.protocols.discover). Level ℓ = 1..L uses group ℓ−1 only:
+
+1. candidates: the children of the keys kept at level ℓ−1 (level 1: all 256 one-byte keys and
+   the empty string);
+2. screen: the local-hashing support of every candidate, S(v) = Σ_s Z_s[H_s(v)] with
+   Z_s = (T_s − n_s q')/(p' − q'), and ĉ = (S − n/g)/(1 − 1/g) (Wang et al. 2017) — one gather;
+3. refine: the ``screen`` best are re-estimated jointly, which removes the bias of frozen hash
+   collisions between them (the seed set is public and fixed, so collisions do not average out):
+   E[S(v)] = Σ_{v'∈C} φ(v,v') c(v') + (n − Σ_{v'∈C} c(v'))/g, φ(v,v') = (1/m) Σ_s 1[H_s(v) = H_s(v')],
+   i.e. (Φ − J/g) c = S − n/g. The mass outside C enters only through its mean share 1/g;
+   what remains, Σ_{v'∉C} c(v')(φ(v,v') − 1/g), has RMS about √(Σ_{v'∉C} c(v')²/(g·m)) — small
+   because the heavy strings are in C;
+4. keep the ``keep`` largest.
+
+All keys kept at level L are then estimated jointly on the held-out group L and the ``top`` of
+them (ranked on group L−1) reported, so the estimates, intervals and p-values come from data that
+played no part in choosing them (no winner's curse); they are scaled to the whole population, and
+their variance carries a bound on the residual collision bias of the strings that were not kept.
+``decode_candidates`` estimates a given list the same way, with the discovered keys as nuisance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import sparse, stats
+
+from client_sdk.errors import EstimationError
+from client_sdk.protocols.base import Sketch
+from client_sdk.protocols.discover import (
+    FLAG_END,
+    FLAG_OPEN,
+    Discover,
+    bucket,
+    fingerprints,
+    truncate,
+)
+
+from .intervals import z_value
+from .multiple_testing import detect
+
+#: Reported strings when no --top is given.
+DEFAULT_TOP = 20
+#: Candidate gather is done this many candidates at a time (memory: seeds × chunk int64).
+CHUNK = 2048
+
+Key = tuple[bytes, bool]  # (bytes, ended)
+
+
+def _key_blob(key: Key) -> bytes:
+    b, ended = key
+    return (FLAG_END if ended else FLAG_OPEN) + b
+
+
+def children(kept: list[Key]) -> list[Key]:
+    """Keys of the next level below the kept ones (module docstring)."""
+    out: list[Key] = []
+    for b, ended in kept:
+        if ended:
+            out.append((b, True))
+        else:
+            out.extend((b + bytes((x,)), False) for x in range(256))
+            out.append((b, True))
+    return out
+
+
+class _Group:
+    """One group's sketch rows as Z_s[y] (debiased bucket counts) and its report count."""
+
+    def __init__(self, proto: Discover, counts: np.ndarray, reports: np.ndarray) -> None:
+        par = proto.params
+        self.proto = proto
+        self.g, self.m = par.g, par.seeds
+        self.n = int(reports.sum())
+        delta = proto.p - proto.q
+        self.z = ((counts - reports[:, None] * proto.q) / delta).ravel()
+        self.rows = (np.arange(self.m, dtype=np.int64) * self.g)[:, None]
+
+    def cells(self, fps: np.ndarray) -> np.ndarray:
+        """Flat cell s·g + H_s(v) of every seed and candidate: (m, len(fps))."""
+        return self.rows + bucket(np.arange(self.m)[:, None], fps[None, :], self.g)
+
+    def naive(self, fps: np.ndarray) -> np.ndarray:
+        """Per-candidate local-hashing estimates (step 2), chunked over candidates."""
+        support = np.concatenate([self.z[self.cells(fps[i:i + CHUNK])].sum(axis=0)
+                                  for i in range(0, len(fps), CHUNK)]) if len(fps) else np.zeros(0)
+        return (support - self.n / self.g) / (1 - 1 / self.g)
+
+    def joint(self, fps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Joint estimates (step 3) and their covariance A⁻¹ D A⁻¹ (docs/discovery.md)."""
+        k = len(fps)
+        cells = self.cells(fps)
+        onehot = sparse.csr_matrix((np.ones(cells.size), (cells.ravel(), np.tile(np.arange(k), self.m))),
+                                   shape=(self.m * self.g, k))
+        phi = (onehot.T @ onehot).toarray() / self.m
+        support = onehot.T @ self.z
+        a = phi - 1.0 / self.g
+        # A is symmetric, ≈ (1 − 1/g)·I when m(g−1) ≫ |C|; when the seeds are too few for this many
+        # candidates it is singular, and the pseudo-inverse gives the least-norm solution
+        w, v = np.linalg.eigh(a)
+        keep = w > 1e-9 * max(float(w.max(initial=0.0)), 1e-300)
+        a_inv = (v[:, keep] / w[keep]) @ v[:, keep].T
+        counts = a_inv @ (support - self.n / self.g)
+        p, g = self.proto.p, self.g
+        base = (1 / g) * (1 - 1 / g)
+        d = (self.n * base + np.clip(counts, 0, self.n) * (p * (1 - p) - base)) / (p - self.proto.q) ** 2
+        cov = (a_inv * d[None, :]) @ a_inv.T
+        return counts, cov
+
+
+def _top(values: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest values, largest first."""
+    if len(values) <= k:
+        return np.argsort(-values, kind="stable")
+    idx = np.argpartition(-values, k - 1)[:k]
+    return idx[np.argsort(-values[idx], kind="stable")]
+
+
+def search(proto: Discover, sketch: Sketch, *, keep: int, screen: int) -> tuple[list[Key], np.ndarray, float]:
+    """Levels 1..L (module docstring): the kept keys of level L, their level-L estimates and the
+    standard error of a zero count at level L."""
+    par = proto.params
+    counts = sketch.counts.reshape(par.groups, par.seeds, par.g)
+    reports = sketch.reports.reshape(par.groups, par.seeds)
+    kept: list[Key] = [(b"", False)]
+    est, null_se = np.zeros(1), 0.0
+    for level in range(1, par.max_length + 1):
+        group = _Group(proto, counts[level - 1], reports[level - 1])
+        if group.n == 0:
+            raise EstimationError(f"no reports in discovery group {level - 1}; "
+                                  "discovery needs reports in every group")
+        cands = children(kept)
+        fps = fingerprints([_key_blob(c) for c in cands])
+        chosen = _top(group.naive(fps), screen)
+        joint, _ = group.joint(fps[chosen])
+        order = _top(joint, keep)
+        kept = [cands[chosen[i]] for i in order]
+        est = joint[order]
+        null_se = float(np.sqrt(proto.variance(group.n, 0.0)))
+    return kept, est, null_se
+
+
+def _held_out(proto: Discover, sketch: Sketch, keys: list[Key], outside_max: float) -> tuple[np.ndarray, np.ndarray, int]:
+    """Joint estimates of ``keys`` on the held-out group and their variances.
+
+    The variance adds the residual bias of the mass outside ``keys`` over the public seed set,
+    Σ_{v'∉C} c(v')²·(1/g)(1−1/g)/m / (1−1/g)², bounded by ``outside_max``·(n_h − Σ_C ĉ)·(1/g)/(m(1−1/g))
+    with ``outside_max`` an upper bound on any outside count (docs/discovery.md).
+    """
+    par = proto.params
+    held = _Group(proto, sketch.counts.reshape(par.groups, par.seeds, par.g)[-1],
+                  sketch.reports.reshape(par.groups, par.seeds)[-1])
+    if held.n == 0:
+        raise EstimationError("no reports in the held-out group")
+    counts, cov = held.joint(fingerprints([_key_blob(k) for k in keys]))
+    outside = max(0.0, held.n - float(np.clip(counts, 0, None).sum()))
+    g = par.g
+    residual = max(outside_max, 0.0) * outside / (g * par.seeds * (1 - 1 / g))
+    return counts, np.diag(cov) + residual, held.n
+
+
+def discover(proto: Discover, sketch: Sketch, *, top: int | None = None, keep: int | None = None,
+             screen: int | None = None, confidence: float = 0.95, alpha: float = 0.05,
+             control: str = "fwer", simultaneous: bool = False) -> pd.DataFrame:
+    """The ``top`` discovered strings with held-out estimates (columns of estimators.frequency).
+
+    All ``keep`` keys kept at level L are estimated jointly on the held-out group (so the heavy
+    ones absorb their own mass); the ``top`` best ranked on the selection data are reported.
+    """
+    top = DEFAULT_TOP if top is None else top
+    keep = max(2 * top, 40) if keep is None else keep
+    screen = 4 * keep if screen is None else screen
+    if top < 1 or keep < top or screen < keep:
+        raise EstimationError(f"need 1 <= top <= keep <= screen, got {top}, {keep}, {screen}")
+    n = sketch.total_reports
+    if n <= 0:
+        raise EstimationError("no reports in the selected window(s)")
+    kept, counts_h, var_h, n_h = _search_and_hold_out(proto, sketch, kept_extra=[], keep=keep, screen=screen)
+    return _frame(proto, kept[:top], counts_h[:top], var_h[:top], n_h, n, confidence=confidence,
+                  alpha=alpha, control=control, simultaneous=simultaneous)
+
+
+def _search_and_hold_out(proto: Discover, sketch: Sketch, *, kept_extra: list[Key], keep: int, screen: int
+                         ) -> tuple[list[Key], np.ndarray, np.ndarray, int]:
+    """Search, then held-out estimates of ``kept_extra`` + the kept keys (not repeated)."""
+    kept, est, null_se = search(proto, sketch, keep=keep, screen=screen)
+    n_level = int(sketch.reports.reshape(proto.params.groups, -1)[-2].sum())
+    keys = list(dict.fromkeys(kept_extra + kept))
+    # no key outside the kept ones exceeds the smallest kept estimate by more than 3 standard errors
+    floor = (max(float(est.min()), 0.0) + 3 * null_se) if len(est) else 0.0
+    n_h = int(sketch.reports.reshape(proto.params.groups, -1)[-1].sum())
+    counts_h, var_h, n_h = _held_out(proto, sketch, keys, floor * n_h / max(n_level, 1))
+    return keys, counts_h, var_h, n_h
+
+
+def decode_candidates(proto: Discover, sketch: Sketch, candidates: list[str], *, confidence: float = 0.95,
+                      alpha: float = 0.05, control: str = "fwer", simultaneous: bool = False) -> pd.DataFrame:
+    """Estimate a given list of strings (``--candidates``) on the held-out group.
+
+    The candidates (truncated as the devices truncate them, duplicates after truncation merged)
+    are estimated jointly with the strings the search discovers, so heavy strings missing from the
+    list do not leak their mass into the listed ones through frozen hash collisions.
+    """
+    par = proto.params
+    n = sketch.total_reports
+    if n <= 0:
+        raise EstimationError("no reports in the selected window(s)")
+    listed: dict[Key, None] = {}
+    for value in candidates:
+        b = truncate(value, par.max_length)
+        listed.setdefault((b, len(b) < par.max_length))
+    wanted = list(listed)
+    keys, counts_h, var_h, n_h = _search_and_hold_out(proto, sketch, kept_extra=wanted, keep=40, screen=160)
+    k = len(wanted)
+    return _frame(proto, wanted, counts_h[:k], var_h[:k], n_h, n, confidence=confidence,
+                  alpha=alpha, control=control, simultaneous=simultaneous)
+
+
+def scale_to_population(counts_h: np.ndarray, var_h: np.ndarray, n_h: int, n: int
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """Held-out counts to population counts: ĉ = ĉ_h·n/n_h, plus the split's own variance.
+
+    The group is a uniform split of the devices, so given c the held-out count is
+    hypergeometric: Var[c_h·n/n_h] ≈ c(1 − c/n)(n/n_h − 1).
+    """
+    r = n / n_h
+    counts = counts_h * r
+    c = np.clip(counts, 0, n)
+    return counts, var_h * r * r + c * (1 - c / n) * (r - 1)
+
+
+def _frame(proto: Discover, final: list[Key], counts_h: np.ndarray, var_h: np.ndarray, n_h: int, n: int,
+           *, confidence: float, alpha: float, control: str, simultaneous: bool) -> pd.DataFrame:
+    counts, variances = scale_to_population(counts_h, var_h, n_h, n)
+    std = np.sqrt(np.maximum(variances, 0.0))
+    z = z_value(confidence, len(final) if simultaneous else 1)
+    low, high = np.clip(counts - z * std, 0, n), np.clip(counts + z * std, 0, n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        zs = np.where(std > 0, counts / std, np.inf * np.sign(counts))
+    p_value = stats.norm.sf(zs)
+    df = pd.DataFrame({
+        "value": [b.decode("utf-8", errors="replace") for b, _ in final],
+        "estimate": counts,
+        "proportion": counts / n,
+        "std_err": std,
+        "ci_low": low,
+        "ci_high": high,
+        "p_value": p_value,
+        "detected": detect(p_value, alpha, control),
+    })
+    df.attrs.update(protocol=proto.name, epsilon=proto.epsilon, n_reports=n, n_held_out=n_h,
+                    confidence=confidence, simultaneous=simultaneous, post_processed=None, z=z,
+                    max_length=proto.params.max_length)
+    return df

@@ -1,0 +1,402 @@
+"""Discovery (protocol = "discover"): parameters, exact ε audit, encoder, wire, sketch, estimator.
+
+The audit enumerates P(seed, y | value, group) for small parameters and checks that the worst
+ratio over values and outputs is exactly e^ε from the realised probabilities; a negative control
+(a device whose seed depends on its value) fails it. Statistical tests use fixed seeds and
+tolerances from the sampling error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from scipy import stats
+
+from cli.main import main
+from client_sdk.errors import DomainError, InvalidPayload, RegistryError
+from client_sdk.protocols.discover import (
+    Discover,
+    DiscoverParams,
+    bucket,
+    bucket_one,
+    fingerprint,
+    key_bytes,
+    truncate,
+)
+from client_sdk.registry import parse_registry
+from estimators.discovery import children, decode_candidates, discover
+from estimators.simulation import DistributionError, Population, draw_population, host_names, simulate_sketch
+
+SECRET = bytes(range(32))
+
+
+def small(max_length: int = 2, seeds: int = 4, g: int = 3, epsilon: float = 1.0) -> Discover:
+    return Discover(DiscoverParams(epsilon=epsilon, max_length=max_length, seeds=seeds, g=g))
+
+
+def spec_of(**fields):
+    table = {"kind": "string", "protocol": "discover", "epsilon": 4.0, **fields}
+    return parse_registry({"metrics": {"home": table}}).get("home")
+
+
+# --- parameters and registry -------------------------------------------------------------------------
+def test_defaults_and_epsilon():
+    proto = spec_of().protocol_impl
+    par = proto.params
+    assert (par.max_length, par.seeds, par.g, par.groups) == (16, 1024, round(math.exp(4)) + 1, 17)
+    assert proto.epsilon <= 4.0 and proto.epsilon == pytest.approx(4.0, abs=1e-6)
+    assert proto.epsilon == pytest.approx(math.log(proto.p / proto.q), rel=1e-12)
+    assert proto.new_sketch().counts.shape == (17 * 1024, par.g)
+    assert proto.payload_bits == 5 + 10 + 6
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"max_length": 0}, "max_length"),
+    ({"max_length": 65}, "max_length"),
+    ({"seeds": 0}, "seeds"),
+    ({"hash_range": 1}, "hash_range"),
+    ({"seeds": True}, "seeds"),
+    ({"bloom_bits": 8}, "unknown field"),
+])
+def test_bad_options_are_refused(fields, words):
+    with pytest.raises(RegistryError, match=words):
+        spec_of(**fields)
+
+
+def test_discover_is_for_strings_and_fingerprint_tracks_max_length():
+    with pytest.raises(RegistryError, match="string metrics"):
+        parse_registry({"metrics": {"x": {"kind": "categorical", "categories": ["a", "b"],
+                                          "protocol": "discover", "epsilon": 1.0}}})
+    assert spec_of(max_length=8).fingerprint != spec_of().fingerprint
+
+
+# --- keys and hashes ---------------------------------------------------------------------------------
+def test_keys_partition_strings_by_level():
+    b = truncate("héllo.org", 4)
+    assert b == "héllo.org".encode()[:4]
+    assert key_bytes(b"abc", 2) == b"\x01ab" and key_bytes(b"abc", 3) == b"\x01abc"
+    assert key_bytes(b"abc", 4) == b"\x02abc"
+    kids = children([(b"ab", False), (b"x", True)])
+    assert len(kids) == 258 and (b"abz", False) in kids and (b"ab", True) in kids and (b"x", True) in kids
+
+
+def test_hash_scalar_and_vector_agree_and_look_uniform():
+    fps = np.array([fingerprint(key_bytes(f"v{i}".encode(), 8)) for i in range(2000)], dtype=np.uint64)
+    vec = bucket(np.arange(7)[:, None], fps[None, :], 11)
+    assert all(bucket_one(s, int(fp), 11) == vec[s, i] for s in range(7) for i, fp in enumerate(fps[:50]))
+    observed = np.bincount(vec.ravel(), minlength=11)
+    assert stats.chisquare(observed).pvalue > 1e-4
+
+
+# --- exact audit ----------------------------------------------------------------------------------------
+def enumerated_epsilon(proto: Discover, values: list[str]) -> float:
+    """max over groups, outputs and value pairs of ln P(out | v) / P(out | v')."""
+    dists = np.stack([proto.output_distribution(v) for v in values])  # (values, groups, outputs)
+    assert np.allclose(dists.sum(axis=2), 1.0)
+    return float(np.log(dists.max(axis=0) / dists.min(axis=0)).max())
+
+
+VALUES = ["", "a", "ab", "abc", "b", "ba", "héllo", "zz"]
+
+
+@pytest.mark.parametrize("epsilon, g", [(0.5, 2), (1.0, 3), (2.0, 8)])
+def test_exact_audit_matches_quoted_epsilon(epsilon, g):
+    proto = small(g=g, epsilon=epsilon)
+    assert enumerated_epsilon(proto, VALUES) == pytest.approx(proto.epsilon, rel=1e-12)
+    assert proto.epsilon <= epsilon
+
+
+class SeedLeak(Discover):
+    """Negative control: the seed is chosen from the value (a per-value hash would do this)."""
+
+    def output_distribution(self, value: str) -> np.ndarray:
+        dist = super().output_distribution(value).reshape(self.params.groups, self.params.seeds, -1)
+        favourite = fingerprint(value.encode()) % self.params.seeds
+        dist[:, favourite] *= 2
+        return (dist / dist.sum(axis=(1, 2), keepdims=True)).reshape(self.params.groups, -1)
+
+
+def test_negative_control_fails_the_audit():
+    leak = SeedLeak(DiscoverParams(epsilon=1.0, max_length=2, seeds=4, g=3))
+    assert enumerated_epsilon(leak, VALUES) > leak.epsilon + 0.1
+
+
+@pytest.mark.statistical
+def test_encoder_samples_the_audited_distribution():
+    proto = small(max_length=3, seeds=4, g=3, epsilon=1.0)
+    rng = np.random.default_rng(11)
+    for group in range(proto.params.groups):
+        out = proto.encode(["abcd"] * 30_000, rng, cohorts=np.full(30_000, group))
+        observed = np.bincount(out["seed"] * 3 + out["y"], minlength=12)
+        expected = proto.output_distribution("abcd")[group] * 30_000
+        assert stats.chisquare(observed, expected).pvalue > 1e-4
+
+
+def test_sdk_path_uses_the_secret_group_and_valid_cells():
+    proto = small(max_length=3, seeds=4, g=3)
+    group = proto.group_of(SECRET, "home")
+    reports = [proto.encode_secret_one("abcdef", SECRET, "home") for _ in range(200)]
+    assert {r[0] for r in reports} == {group}
+    proto.validate(proto.from_wire(reports))
+    with pytest.raises(DomainError):
+        proto.encode_secret_one(3, SECRET, "home")  # type: ignore[arg-type]
+
+
+# --- wire, validation, sketch ------------------------------------------------------------------------------
+def test_wire_round_trip_and_additive_sketch():
+    proto = small(max_length=3, seeds=4, g=3)
+    rng = np.random.default_rng(1)
+    a = proto.encode(["x", "yy", "zzz"] * 10, rng)
+    b = proto.encode(["w"] * 7, rng)
+    back = proto.from_wire(proto.to_wire(a))
+    for field in ("group", "seed", "y"):
+        assert np.array_equal(back[field], a[field])
+    s1, s2, both = proto.new_sketch(), proto.new_sketch(), proto.new_sketch()
+    proto.accumulate(s1, a)
+    proto.accumulate(s2, b)
+    proto.accumulate(both, {k: np.concatenate([a[k], b[k]]) for k in a})
+    merged = s1.merge(s2)
+    assert np.array_equal(merged.counts, both.counts) and np.array_equal(merged.reports, both.reports)
+    assert both.total_reports == 37 and both.counts.sum() == 37
+
+
+@pytest.mark.parametrize("obj, field", [
+    ([0, 0], "payload"), ("abc", "payload"), ([4, 0, 0], "group"), ([0, 4, 0], "seed"),
+    ([0, 0, 3], "y"), ([0, True, 0], "seed"), ([-1, 0, 0], "group"), ([0, 0, 1.0], "y"),
+])
+def test_bad_reports_are_refused(obj, field):
+    proto = small(max_length=3, seeds=4, g=3)
+    with pytest.raises(InvalidPayload) as info:
+        proto.from_wire([[0, 0, 0], obj])
+    assert info.value.field == field and info.value.index == 1
+    with pytest.raises(InvalidPayload):
+        proto.validate({"group": np.array([0, 9]), "seed": np.array([0, 0]), "y": np.array([0, 0])})
+
+
+# --- estimator -------------------------------------------------------------------------------------------
+@pytest.mark.statistical
+def test_candidate_estimates_are_unbiased_with_honest_standard_errors():
+    """Known candidates: mean z within 4 SE of 0, Var(z) within 1 ± 3·√(2/(R−1)) per family."""
+    spec = spec_of(max_length=6, seeds=64)
+    proto = spec.protocol_impl
+    values = host_names(300)
+    counts = np.round(20_000 * np.arange(1, 301) ** -1.1 / np.sum(np.arange(1, 301) ** -1.1)).astype(np.int64)
+    pop = Population(values, counts)
+    cands = values[:12]
+    truth = np.array([counts[values.index(v)] for v in cands], dtype=float)
+    rng = np.random.default_rng(2024)
+    reps = 60
+    zs = np.array([(lambda df: (df.estimate.to_numpy() - truth) / df.std_err.to_numpy())(
+        decode_candidates(proto, simulate_sketch(spec, pop, rng), cands)) for _ in range(reps)])
+    assert abs(zs.mean()) < 4 / math.sqrt(zs.size) * 2  # items share reports: allow a 2x design effect
+    ratio = zs.var(axis=0, ddof=1).mean()
+    assert abs(ratio - 1) < 3 * math.sqrt(2 / (reps - 1))
+
+
+@pytest.fixture(scope="module")
+def discovered():
+    spec = spec_of(max_length=8, seeds=256)
+    rng = np.random.default_rng(7)
+    drawn = draw_population(spec, 300_000, "hosts:1.1,2000", rng)
+    truth: dict[str, int] = {}  # the devices keep 8 bytes: the truth is over truncated strings
+    for value, count in zip(drawn.values, drawn.counts):
+        key = truncate(value, 8).decode("utf-8", "replace")
+        truth[key] = truth.get(key, 0) + int(count)
+    pop = Population(list(truth), np.array(list(truth.values()), dtype=np.int64))
+    runs = [discover(spec.protocol_impl, simulate_sketch(spec, drawn, rng), top=10) for _ in range(4)]
+    return pop, truth, runs
+
+
+@pytest.mark.statistical
+def test_discovery_finds_the_heavy_strings_without_false_ones(discovered):
+    pop, truth, runs = discovered
+    order = np.argsort(-pop.counts, kind="stable")
+    top5 = {pop.values[i] for i in order[:5]}
+    for df in runs:
+        reported = set(df.value[df.detected])
+        assert top5 <= reported
+        assert sum(truth.get(v, 0) == 0 for v in reported) <= 1
+        assert df.attrs["n_held_out"] < df.attrs["n_reports"] / 8
+
+
+@pytest.mark.statistical
+def test_held_out_intervals_cover(discovered):
+    _, truth, runs = discovered
+    hits = [(r.ci_low <= truth.get(r.value, 0) <= r.ci_high) for df in runs for r in df.itertuples()]
+    # 40 intervals at 95%: SE 0.034, so 4 SE below nominal is 0.81
+    assert np.mean(hits) >= 0.81
+
+
+def test_search_needs_every_group():
+    proto = small(max_length=2, seeds=4, g=3)
+    sketch = proto.new_sketch()
+    proto.accumulate(sketch, proto.encode(["ab"] * 50, np.random.default_rng(0), cohorts=np.full(50, 2)))
+    with pytest.raises(Exception, match="group 0"):
+        discover(proto, sketch, top=1, keep=1, screen=1)
+
+
+# --- simulation ------------------------------------------------------------------------------------------
+def test_host_names_are_distinct_short_and_reproducible():
+    names = host_names(3000)
+    assert len(set(names)) == 3000 and names == host_names(3000)
+    assert max(len(n.encode()) for n in names) <= 16
+    assert any(not n.isascii() for n in names)
+
+
+@pytest.mark.parametrize("dist", ["hosts", "hosts:x", "hosts:1.1,0", "hosts:1,2,3"])
+def test_bad_hosts_distribution(dist):
+    with pytest.raises(DistributionError, match="hosts:S"):
+        draw_population(spec_of(), 10, dist, np.random.default_rng(0))
+
+
+def test_hosts_distribution_is_for_strings():
+    spec = parse_registry({"metrics": {"c": {"kind": "categorical", "categories": ["a", "b"],
+                                             "epsilon": 1.0}}}).get("c")
+    with pytest.raises(DistributionError, match="string metrics"):
+        draw_population(spec, 10, "hosts:1.1", np.random.default_rng(0))
+
+
+# --- CLI ---------------------------------------------------------------------------------------------------
+@pytest.mark.statistical
+def test_cli_simulate_csv_then_discover_and_decode(tmp_path):
+    reg = tmp_path / "m.toml"
+    reg.write_text('[metrics.home]\nkind = "string"\nprotocol = "discover"\nepsilon = 4.0\n'
+                   'max_length = 6\nseeds = 128\n')
+    law = tmp_path / "law.csv"
+    rows = ["value,count", "ünï.de,500", "b.com,300", "c.org,200"] + \
+        [f"x{i:04d}.io,1" for i in range(300)]
+    law.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    db = tmp_path / "s.sqlite"
+    runner = CliRunner()
+
+    def run(*args):
+        result = runner.invoke(main, list(args), catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result
+
+    run("simulate", "--metrics", str(reg), "--metric", "home", "--clients", "200000", "--seed", "4",
+        "--db", str(db), "--distribution", f"csv:{law}", "--silent")
+    out = json.loads(run("estimate", "--metrics", str(reg), "--metric", "home", "--db", str(db),
+                         "--top", "3", "--format", "json").stdout)
+    values = [r["value"] for r in out["estimates"]]
+    assert values == ["ünï.", "b.com", "c.org"]  # "ünï.de" is 8 UTF-8 bytes: truncated to 6
+    assert all(r["detected"] for r in out["estimates"])
+    cands = tmp_path / "c.txt"
+    cands.write_text("b.com\nnobody.example\n")
+    out = json.loads(run("estimate", "--metrics", str(reg), "--metric", "home", "--db", str(db),
+                         "--candidates", str(cands), "--format", "json").stdout)
+    rows = {r["value"]: r for r in out["estimates"]}
+    assert rows["b.com"]["detected"] and not rows["nobody"]["detected"]  # truncated to 6 bytes
+    assert rows["b.com"]["ci_low"] <= 200_000 * 300 / 1300 <= rows["b.com"]["ci_high"]
+
+
+def test_itertools_pairs_cover_values():  # the audit's value set has distinct keys at every level
+    proto = small(max_length=2)
+    for a, b in itertools.combinations(VALUES, 2):
+        assert not np.array_equal(proto.output_distribution(a), proto.output_distribution(b)) or \
+            truncate(a, 2) == truncate(b, 2)
+
+
+# --- SDK and collector -------------------------------------------------------------------------------------
+def test_sdk_report_goes_through_the_collectors_validation(tmp_path):
+    from client_sdk import RetryPolicy, TelemetryClient
+    from client_sdk.testing import FakeCollector, MemoryTransport
+
+    registry = parse_registry('[metrics.home_page]\nkind = "string"\nprotocol = "discover"\n'
+                              'epsilon = 4.0\nmax_length = 8\nseeds = 64\n')
+    proto = registry.get("home_page").protocol_impl
+    fake = FakeCollector(registry)
+    client = TelemetryClient(registry=registry, transport=MemoryTransport(fake), state_dir=tmp_path / "s",
+                             retry=RetryPolicy(initial=0.01, maximum=0.05))
+    assert client.report("home_page", "an.example.org.that.is.long")  # truncated to 8 bytes on the device
+    assert client.flush(5.0)
+    [report] = [r for b in fake.batches for r in b["reports"]]
+    group, seed, y = report["p"]
+    assert group == proto.group_of(client._secret, "home_page")
+    assert 0 <= seed < 64 and 0 <= y < proto.params.g
+    assert client.stats()["clipped"] == 1  # the truncation is counted on the device
+    client.close()
+
+
+def test_collector_ingests_validates_and_serves_discovery(tmp_path):
+    import asyncio
+
+    from cli.output import frame_to_json
+    from client_sdk.registry import load_registry
+    from estimators.frequency import estimate_frame
+
+    from .collector_support import expected_sketch, make_body, write_token
+    from .test_collector_app import AUTH, assert_problem, post, running
+
+    registry_path = tmp_path / "d.toml"
+    registry_path.write_text('[metrics.home]\nkind = "string"\nprotocol = "discover"\nepsilon = 4.0\n'
+                             'max_length = 3\nseeds = 32\n', encoding="utf-8")
+    spec = load_registry(registry_path).get("home")
+    proto = spec.protocol_impl
+    truth = np.asarray(["abc"] * 6000 + ["xy"] * 3000 + [f"{i:03d}" for i in range(1000)], dtype=object)
+    wire = proto.to_wire(proto.encode(truth, np.random.default_rng(3)))
+    bodies = [make_body([{"m": "home", "f": spec.fingerprint, "p": w} for w in wire[i:i + 1000]])
+              for i in range(0, len(wire), 1000)]
+    setup = (registry_path, load_registry(registry_path), write_token(tmp_path / "token"), tmp_path / "c.sqlite")
+
+    async def scenario():
+        async with running(setup) as (client, _):
+            for body in bodies:
+                assert (await post(client, body))[0] == 200
+            bad = make_body([{"m": "home", "f": spec.fingerprint, "p": [0, 32, 0]}])
+            doc = assert_problem(*await post(client, bad), 422, "invalid-report")
+            assert "seed" in json.dumps(doc)
+            resp = await client.get("/v1/metrics/home/estimates?top=2", headers=AUTH)
+            text = await resp.text()
+            assert resp.status == 200, text
+            want = estimate_frame(spec, expected_sketch(spec, bodies), top=2)
+            assert text == frame_to_json(want) and list(want.value) == ["abc", "xy"]
+            resp = await client.get("/v1/metrics/home/estimates?top=0", headers=AUTH)
+            assert_problem(resp.status, resp.headers, await resp.read(), 400, "invalid-query")
+    asyncio.run(scenario())
+
+
+def test_tiny_seed_sets_do_not_crash_the_decoder():
+    """seeds = 1, hash_range = 2: far more candidates than cells; the search still answers."""
+    spec = spec_of(max_length=2, seeds=1, hash_range=2)
+    pop = Population(["ab", "cd"], np.array([300, 200]))
+    df = discover(spec.protocol_impl, simulate_sketch(spec, pop, np.random.default_rng(0)), top=3)
+    assert len(df) == 3 and np.isfinite(df.estimate).all() and np.isfinite(df.std_err).all()
+
+
+@pytest.mark.statistical
+def test_sdk_path_samples_the_audited_distribution(monkeypatch):
+    """encode_secret_one with its CSPRNG replaced by a seeded generator: chi-square per group."""
+    from client_sdk.protocols import discover as module
+
+    rng = np.random.default_rng(8)
+    monkeypatch.setattr(module, "secure_word", lambda: int(rng.integers(0, 1 << 32)))
+    monkeypatch.setattr(module, "secure_below", lambda high: int(rng.integers(0, high)))
+    proto = small(max_length=3, seeds=4, g=3, epsilon=1.0)
+    secrets = {}
+    for i in range(400):  # find one secret per group
+        secret = bytes([i % 256, i // 256]) * 16
+        secrets.setdefault(proto.group_of(secret, "m"), secret)
+    assert len(secrets) == proto.params.groups
+    for group, secret in secrets.items():
+        out = np.array([proto.encode_secret_one("abcd", secret, "m") for _ in range(12_000)])
+        assert (out[:, 0] == group).all()
+        observed = np.bincount(out[:, 1] * 3 + out[:, 2], minlength=12)
+        expected = proto.output_distribution("abcd")[group] * 12_000
+        assert stats.chisquare(observed, expected).pvalue > 1e-4
+
+
+def test_consistent_is_refused_with_a_reason():
+    from client_sdk.errors import EstimationError
+    from estimators.frequency import estimate_frame
+
+    spec = spec_of(max_length=2, seeds=16)
+    sketch = simulate_sketch(spec, Population(["ab"], np.array([100])), np.random.default_rng(0))
+    for candidates in (None, ["ab"]):
+        with pytest.raises(EstimationError, match="consistent"):
+            estimate_frame(spec, sketch, consistent=True, candidates=candidates)
