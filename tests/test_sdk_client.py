@@ -106,11 +106,12 @@ def test_wire_bytes_hold_no_true_value_no_secret_no_identifier(tmp_path, registr
     ids = [decode_body(b)["batch_id"] for _, _, _, b in requests]
     assert ids[0] != ids[1]
     # The only per-client constant is the cohort of cohort protocols: a coarse group of n/m
-    # clients (m = 8 here), derived from the secret, that the decoder needs.
+    # clients (RAPPOR m = 8 here; OLH its resolved cohort count), derived from the secret, that
+    # the decoder needs.
     for _, _, _, body in requests:
         cohorts = {(r["m"], r["p"][0]) for r in decode_body(body)["reports"] if r["m"] in ("app", "site")}
         assert len(cohorts) == 2
-        assert all(0 <= c < 8 for _, c in cohorts)
+        assert all(0 <= c < registry.get(m).protocol_impl.cohorts <= 1024 for m, c in cohorts)
 
 
 def test_two_reports_of_one_value_differ(tmp_path, registry, fake):
