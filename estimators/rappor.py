@@ -88,6 +88,10 @@ ROWS_PER_CANDIDATE = 4
 SCREEN_ROUNDS = 4
 #: Goodness-of-fit p-value below which the summary warns that candidates miss mass.
 GOF_WARNING_P = 1e-3
+#: Grouped jackknife of the background (outside-the-list mass): groups of cohorts, and the
+#: largest model (columns) it refits.
+JACKKNIFE_GROUPS = 16
+JACKKNIFE_MAX_MODEL = 600
 #: Rows of A = G⁻¹XᵀW (or columns of the added-variable solve) per block: bounds memory.
 BLOCK = 512
 
@@ -372,7 +376,8 @@ def decode(sketch: Sketch, params_or_protocol: RapporParams | Rappor,
     if others.size:
         est[others], var_rr[others] = _added_variable(cells, fit, others)
     background = (float(est[intercept]),
-                  float(var_rr[intercept]) + _background_sampling_variance(cells, fit, model, params.k))
+                  max(float(var_rr[intercept]) + _background_sampling_variance(cells, fit, model, params.k),
+                      _background_jackknife_variance(cells, model, params.k)))
     est, var_rr = est[:m_cand], var_rr[:m_cand]
 
     gof = _goodness_of_fit(cells, fit, params, model.shape[0])
@@ -447,6 +452,27 @@ def _background_sampling_variance(cells: _Cells, fit: _Fit, model: np.ndarray, k
     second = np.asarray(u.T @ pi).reshape(-1) ** 2
     n_cohort = cells.n_cohort[::k]
     return float(np.sum(np.maximum(first - second, 0.0) / n_cohort))
+
+
+def _background_jackknife_variance(cells: _Cells, model: np.ndarray, k: int) -> float:
+    """Delete-a-group jackknife variance of b̂ over JACKKNIFE_GROUPS groups of cohorts (0 if not run).
+
+    Cohorts are independent samples of reports, so refitting without each group in turn
+    measures b̂'s variance whatever its source (Efron and Stein, 1981; grouped jackknife), with
+    no model of within-cohort dependence; decode uses the larger of this and the model-based
+    variance, so the outside-the-list interval is not too narrow on real reports. Skipped for
+    large models (each group is a refit) or fewer than JACKKNIFE_GROUPS cohorts with reports.
+    """
+    n_live = cells.y.shape[0] // k
+    if n_live < JACKKNIFE_GROUPS or model.shape[0] > JACKKNIFE_MAX_MODEL:
+        return 0.0
+    group_of_cell = (np.arange(cells.y.shape[0]) // k) % JACKKNIFE_GROUPS
+    b = np.empty(JACKKNIFE_GROUPS)
+    for g in range(JACKKNIFE_GROUPS):
+        keep = group_of_cell != g
+        sub = _Cells(cells.y[keep], cells.d[keep], cells.w[keep], cells.n_cohort[keep], cells.x[keep])
+        b[g] = _fit(sub, model, sandwich=False).beta[-1]
+    return float((JACKKNIFE_GROUPS - 1) / JACKKNIFE_GROUPS * ((b - b.mean()) ** 2).sum())
 
 
 def _candidate_map(candidates: Sequence[str], params: RapporParams) -> CandidateMap:
