@@ -52,6 +52,12 @@ variance exactly from the per-cell variances (sandwich), so the intervals are ho
     threshold; just above it, it widens downwards (and may end below the estimate).
     ``simultaneous=True`` gives Bonferroni Wald intervals over all M candidates instead,
     which hold simultaneously and so after any selection.
+7.  The decoded distribution (estimators.rappor_shares): empirical-Bayes posterior medians
+    of the proportions (minimising expected total variation, free of the winner's curse) on a
+    support whose false strings are at most ``support_alpha`` per absent candidate, with
+    intervals conditional on being reported: the ``share`` columns. The background's
+    variance is the larger of the model-based one (plus population sampling) and a grouped
+    jackknife over cohorts, so the outside-the-list mass is calibrated on real reports.
 """
 
 from __future__ import annotations
@@ -429,7 +435,7 @@ def decode(sketch: Sketch, params_or_protocol: RapporParams | Rappor,
 
 
 def _background_sampling_variance(cells: _Cells, fit: _Fit, model: np.ndarray, k: int) -> float:
-    """Variance the population sampling adds to the background coefficient b̂ (docs/math.md §7).
+    """Variance the population sampling adds to the background coefficient b̂ (docs/rappor.md).
 
     b̂ = aᵀY with a the intercept's row of A = G⁻¹XᵀW. Given the values drawn, cohort j holds
     proportions pⱼ of the model's strings, multinomial with covariance (diag π − ππᵀ)/Nⱼ, and
