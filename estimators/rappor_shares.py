@@ -28,7 +28,8 @@ keeps only the strings far above the noise, and the kept ones are inflated by th
     the test's critical value and the x where P(π = 0 | x) = ½. Its interval is the selective
     one, inverted from N(π, sd²) truncated to (aᵢ, ∞) (Lee et al., 2016; Fithian, Sun and
     Taylor, 2014): frequentist, it covers at the nominal rate conditionally on being
-    reported, whatever the prior. The share is clipped into it.
+    reported, whatever the prior. The share is clipped into it; a string just above its
+    threshold, whose interval collapses to [0, 0], is then not reported.
 
 Everything is vectorised over candidates; the EM fits ĝ on at most ``EM_ROWS`` candidates
 (an even subsample in x order), and posteriors are computed in blocks, so memory is bounded.
@@ -178,6 +179,11 @@ def decoded_shares(x: np.ndarray, se0: np.ndarray, sd: np.ndarray, p_value: np.n
         lo, hi = selective_interval(x[reported], sd[reported], threshold[reported], confidence)
         low[reported], high[reported] = np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
         share[reported] = np.clip(share[reported], low[reported], high[reported])
+        # just above its threshold a string's selective interval collapses towards [0, 0]
+        # (Lee et al., 2016): clipped to a zero share, it is not reported after all
+        dropped = reported & (share <= 0)
+        reported &= ~dropped
+        low[dropped], high[dropped], threshold[dropped] = np.nan, np.nan, np.nan
     return Shares(share, reported, low, high, float(w[0]), threshold)
 
 
