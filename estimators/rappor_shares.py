@@ -60,8 +60,9 @@ MAX_POINTS = 1_000
 BLOCK = 2_048
 #: Default level of the support's test. The bar is at most 1 false string per 100 absent
 #: candidates; the level is half of it because absent candidates' p-values are slightly
-#: anticonservative in simulation (1.2–1.5% below 0.01 on the default set: their estimates carry
-#: small frozen-collision offsets), and 0.005 keeps the bar with a margin (docs/rappor.md).
+#: anticonservative in simulation (1.2–1.5% below 0.01 on the default set, although each one's
+#: variance matches its standard error; the cause is not pinned down), and 0.005 keeps the bar
+#: with a margin (docs/rappor.md).
 SUPPORT_ALPHA = 0.005
 
 
