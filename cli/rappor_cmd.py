@@ -9,7 +9,6 @@ Works registered under ``ldpt`` or standalone (``python -m cli.rappor_cmd``).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -41,6 +40,10 @@ def decoder_options(func):
     return func
 
 
+#: Label of ``ldpt rappor decode`` output when no ``--metric`` is given.
+UNNAMED = "unnamed"
+
+
 @rappor.command("decode")
 @click.option("--params", "params_path", required=True, type=click.Path(dir_okay=False),
               help="google/rappor params.csv (header k,h,m,p,q,f and one row).")
@@ -51,17 +54,19 @@ def decoder_options(func):
 @click.option("--rappor-columns", is_flag=True,
               help="Write google/rappor's result columns (string,estimate,std_error,proportion,"
                    "prop_std_error,prop_low_95,prop_high_95) for the detected strings only.")
+@click.option("--metric", "metric_name", default=UNNAMED, show_default=True,
+              help="Metric name to label the output with (google/rappor's files do not carry one).")
 @decoder_options
 @output_options
-def decode_cmd(params_path: str, counts_path: str, map_path: str, rappor_columns: bool,
+def decode_cmd(params_path: str, counts_path: str, map_path: str, rappor_columns: bool, metric_name: str,
                confidence: float, control: str, alpha: float, fmt: str, output: str | None) -> None:
-    """Decode google/rappor files: estimates, intervals, p-values and detections per string."""
+    """Decode google/rappor files: estimates, tests, and the decoded distribution per string."""
     from estimators import rappor_io
     from estimators.rappor import decode
 
     params, sketch, cmap = rappor_io.read_google(params_path, counts_path, map_path)
     df = decode(sketch, params, cmap, confidence=confidence, control=control, alpha=alpha)
-    df.attrs["metric"] = Path(counts_path).name
+    df.attrs["metric"] = metric_name
     emit(_render(df, fmt, rappor_columns), output)
     _warn(df)
 
@@ -89,9 +94,19 @@ def _summary_lines(df: pd.DataFrame) -> str:
     s = df.attrs.get("summary", {})
     if not s:
         return ""
-    return (f"\n{s['detected']} of {s['candidates']} candidates detected ({s['control']} {s['alpha']:g}); "
+    units = df.attrs.get("units", {})
+    counts = ", ".join(c for c, u in units.items() if u == "count")
+    props = ", ".join(c for c, u in units.items() if u == "proportion")
+    text = (f"\n{s['detected']} of {s['candidates']} candidates detected ({s['control']} {s['alpha']:g}); "
             f"allocated mass {s['allocated_mass']:.3f}; explained variance {s['explained_variance']:.3f}; "
             f"goodness of fit chi2 {s['gof_statistic']:.0f} on {s['gof_df']} df (p = {s['gof_p_value']:.2g})\n")
+    if "reported" in s:
+        text += (f"decoded distribution: {s['reported']} strings reported (share > 0), total share "
+                 f"{s['reported_mass']:.3f}; outside the list {s['mass_outside_model']:.3f} "
+                 f"(± {s['mass_outside_model_se']:.3f})\n")
+    if units:
+        text += f"columns in counts of reports: {counts}; in proportions: {props}\n"
+    return text
 
 
 def _warn(df: pd.DataFrame) -> None:

@@ -52,6 +52,12 @@ variance exactly from the per-cell variances (sandwich), so the intervals are ho
     threshold; just above it, it widens downwards (and may end below the estimate).
     ``simultaneous=True`` gives Bonferroni Wald intervals over all M candidates instead,
     which hold simultaneously and so after any selection.
+7.  The decoded distribution (estimators.rappor_shares): empirical-Bayes posterior medians
+    of the proportions (minimising expected total variation, free of the winner's curse) on a
+    support whose false strings are at most ``support_alpha`` per absent candidate, with
+    intervals conditional on being reported: the ``share`` columns. The background's
+    variance is the larger of the model-based one (plus population sampling) and a grouped
+    jackknife over cohorts, so the outside-the-list mass is calibrated on real reports.
 """
 
 from __future__ import annotations
@@ -73,8 +79,14 @@ from client_sdk.protocols.rappor import Rappor, RapporParams
 
 from .intervals import wald_interval, z_value
 from .multiple_testing import check_control, detect, last_step_level
+from .rappor_shares import SUPPORT_ALPHA, decoded_shares, selective_interval
 
-COLUMNS = ["value", "estimate", "proportion", "std_err", "ci_low", "ci_high", "p_value", "detected"]
+COLUMNS = ["value", "estimate", "proportion", "std_err", "ci_low", "ci_high", "p_value", "detected",
+           "share", "share_low", "share_high", "reported"]
+#: Scale of each numeric column (also in ``df.attrs["units"]``): counts are numbers of reports.
+UNITS = {"estimate": "count", "proportion": "proportion", "std_err": "count", "ci_low": "count",
+         "ci_high": "count", "p_value": "probability", "share": "proportion", "share_low": "proportion",
+         "share_high": "proportion"}
 #: Candidates with a screening z-score above this enter the model set S (many-candidate mode).
 SCREEN_Z = 4.0
 #: Fit all candidates at once while M <= rows / ROWS_PER_CANDIDATE; screen beyond.
@@ -82,6 +94,10 @@ ROWS_PER_CANDIDATE = 4
 SCREEN_ROUNDS = 4
 #: Goodness-of-fit p-value below which the summary warns that candidates miss mass.
 GOF_WARNING_P = 1e-3
+#: Grouped jackknife of the background (outside-the-list mass): groups of cohorts, and the
+#: largest model (columns) it refits.
+JACKKNIFE_GROUPS = 16
+JACKKNIFE_MAX_MODEL = 600
 #: Rows of A = G⁻¹XᵀW (or columns of the added-variable solve) per block: bounds memory.
 BLOCK = 512
 
@@ -317,37 +333,19 @@ def _aliases(x: sparse.csc_matrix) -> np.ndarray:
     return first[inverse.reshape(-1)]
 
 
-def selective_interval(x: np.ndarray, sd: np.ndarray, threshold: np.ndarray,
-                       confidence: float) -> tuple[np.ndarray, np.ndarray]:
-    """Interval for μ from X ~ N(μ, sd²) observed *given* X > threshold (vectorised).
-
-    G(μ) = P_μ(X ≥ x | X > a) = Φ̄((x−μ)/sd) / Φ̄((a−μ)/sd) increases in μ; the limits solve
-    G = (1−confidence)/2 and G = (1+confidence)/2 (bisection in log space, 80 steps over a
-    bracket of ±60 sd around [min(x, 0), max(x, 1)]: proportions live in [0, 1]).
-    """
-    tail = (1.0 - confidence) / 2
-    x, sd, a = (np.asarray(v, dtype=np.float64) for v in (x, sd, threshold))
-
-    def solve(log_target: float) -> np.ndarray:
-        lo, hi = np.minimum(x, 0.0) - 60 * sd, np.maximum(x, 1.0) + 60 * sd
-        for _ in range(80):
-            mid = (lo + hi) / 2
-            log_g = stats.norm.logsf((x - mid) / sd) - stats.norm.logsf((a - mid) / sd)
-            below = log_g < log_target
-            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-        return (lo + hi) / 2
-
-    return solve(math.log(tail)), solve(math.log1p(-tail))
-
-
 def decode(sketch: Sketch, params_or_protocol: RapporParams | Rappor,
            candidates: Sequence[str] | CandidateMap, *, confidence: float = 0.95,
-           control: str = "fwer", alpha: float = 0.05, simultaneous: bool = False) -> pd.DataFrame:
-    """Estimate each candidate's frequency; the usual estimate frame plus p_value and detected.
+           control: str = "fwer", alpha: float = 0.05, simultaneous: bool = False,
+           support_alpha: float = SUPPORT_ALPHA) -> pd.DataFrame:
+    """Estimate each candidate's frequency: unbiased estimates, tests and the decoded distribution.
 
-    Rows are sorted by estimate (largest first). ``df.attrs``: protocol, epsilon (ε₁),
-    epsilon_longitudinal, n_reports, confidence, simultaneous, control, alpha, z and
-    ``summary`` (fields in docs/rappor.md).
+    Columns: ``estimate`` (count), ``proportion``, ``std_err``, ``ci_low``, ``ci_high`` (counts)
+    and ``p_value`` of the unbiased estimate; ``detected`` by ``control`` at ``alpha``; and the
+    decoded distribution (estimators.rappor_shares): ``share`` (proportion, 0 when not
+    reported), its interval ``share_low``/``share_high`` (proportions) and ``reported``.
+    Rows are sorted by estimate (largest first). ``df.attrs``: protocol, epsilon
+    (ε₁), epsilon_longitudinal, n_reports, confidence, simultaneous, control, alpha,
+    support_alpha, z, ``units`` (each numeric column's scale) and ``summary`` (docs/rappor.md).
     """
     params = params_of(params_or_protocol)
     if not 0 < confidence < 1:
@@ -355,6 +353,8 @@ def decode(sketch: Sketch, params_or_protocol: RapporParams | Rappor,
     check_control(control)
     if not 0 < alpha < 1:
         raise EstimationError(f"alpha must be between 0 and 1 (exclusive), got {alpha}")
+    if not 0 < support_alpha < 1:
+        raise EstimationError(f"support_alpha must be between 0 and 1 (exclusive), got {support_alpha}")
     check_sketch(sketch, params)
     cmap = candidates if isinstance(candidates, CandidateMap) else _candidate_map(candidates, params)
     if len(cmap) == 0:
@@ -381,7 +381,9 @@ def decode(sketch: Sketch, params_or_protocol: RapporParams | Rappor,
     others = np.setdiff1d(fit_cols, model, assume_unique=True)
     if others.size:
         est[others], var_rr[others] = _added_variable(cells, fit, others)
-    background = (float(est[intercept]), float(var_rr[intercept]))
+    background = (float(est[intercept]),
+                  max(float(var_rr[intercept]) + _background_sampling_variance(cells, fit, model, params.k),
+                      _background_jackknife_variance(cells, model, params.k)))
     est, var_rr = est[:m_cand], var_rr[:m_cand]
 
     gof = _goodness_of_fit(cells, fit, params, model.shape[0])
@@ -411,19 +413,72 @@ def decode(sketch: Sketch, params_or_protocol: RapporParams | Rappor,
         high[detected] = np.clip(sel_high, 0.0, 1.0) * n
     low[~np.isfinite(counts)] = np.nan
     high[~np.isfinite(counts)] = np.nan
+    shares = decoded_shares(est, se0, np.sqrt(var), p_value, confidence, support_alpha)
     df = pd.DataFrame({"value": list(cmap.values), "estimate": counts, "proportion": est,
                        "std_err": np.sqrt(count_var), "ci_low": low, "ci_high": high,
-                       "p_value": p_value, "detected": detected}, columns=COLUMNS)
+                       "p_value": p_value, "detected": detected, "share": shares.share,
+                       "share_low": shares.low, "share_high": shares.high, "reported": shares.reported},
+                      columns=COLUMNS)
     order = np.lexsort((np.arange(m_cand), -np.nan_to_num(est, nan=-np.inf)))
     df = df.iloc[order].reset_index(drop=True)
 
     summary = _summary(gof, fit, model, params, n, est, detected, alias, empty, screened, control, alpha,
                        background)
+    summary.update(reported=int(shares.reported.sum()), reported_mass=float(shares.share.sum()),
+                   support_alpha=support_alpha, absent_share=shares.null_weight)
     df.attrs.update(protocol="rappor", epsilon=params.epsilon_one,
                     epsilon_longitudinal=params.epsilon_inf, n_reports=n, confidence=confidence,
                     simultaneous=simultaneous, post_processed=None, control=control, alpha=alpha,
-                    z=z_value(confidence, m_cand if simultaneous else 1), summary=summary)
+                    support_alpha=support_alpha, z=z_value(confidence, m_cand if simultaneous else 1),
+                    units=dict(UNITS), summary=summary)
     return df
+
+
+def _background_sampling_variance(cells: _Cells, fit: _Fit, model: np.ndarray, k: int) -> float:
+    """Variance the population sampling adds to the background coefficient b̂ (docs/rappor.md).
+
+    b̂ = aᵀY with a the intercept's row of A = G⁻¹XᵀW. Given the values drawn, cohort j holds
+    proportions pⱼ of the model's strings, multinomial with covariance (diag π − ππᵀ)/Nⱼ, and
+    E[Y | p] moves by X pⱼ in its cells; so Var = Σⱼ [Σₛ πₛ Uₛⱼ² − (Σₛ πₛ Uₛⱼ)²]/Nⱼ with
+    Uₛⱼ = Σ over cohort j's cells of a·xₛ, at π = clip(β̂, 0, 1). Every cohort's proportions sum
+    to 1, so this noise does not average out of the intercept the way it does of a candidate's
+    own coefficient; without it the outside mass's interval is too narrow on real reports.
+    """
+    if model.shape[0] < 2:
+        return 0.0
+    unit = np.zeros(model.shape[0])
+    unit[-1] = 1.0
+    a = fit.xtw.T @ _solve(fit.factor, fit.full_rank, unit)        # the intercept's row of A
+    n_cells = cells.y.shape[0]
+    cohort = sparse.csr_matrix((np.ones(n_cells), (np.arange(n_cells), np.arange(n_cells) // k)),
+                               shape=(n_cells, n_cells // k))
+    u = sparse.csr_matrix(cells.x[:, model[:-1]].T.multiply(a[None, :])) @ cohort   # S × cohorts
+    pi = np.clip(fit.beta[:-1], 0.0, 1.0)
+    first = np.asarray(u.multiply(u).T @ pi).reshape(-1)
+    second = np.asarray(u.T @ pi).reshape(-1) ** 2
+    n_cohort = cells.n_cohort[::k]
+    return float(np.sum(np.maximum(first - second, 0.0) / n_cohort))
+
+
+def _background_jackknife_variance(cells: _Cells, model: np.ndarray, k: int) -> float:
+    """Delete-a-group jackknife variance of b̂ over JACKKNIFE_GROUPS groups of cohorts (0 if not run).
+
+    Cohorts are independent samples of reports, so refitting without each group in turn
+    measures b̂'s variance whatever its source (Efron and Stein, 1981; grouped jackknife), with
+    no model of within-cohort dependence; decode uses the larger of this and the model-based
+    variance, so the outside-the-list interval is not too narrow on real reports. Skipped for
+    large models (each group is a refit) or fewer than JACKKNIFE_GROUPS cohorts with reports.
+    """
+    n_live = cells.y.shape[0] // k
+    if n_live < JACKKNIFE_GROUPS or model.shape[0] > JACKKNIFE_MAX_MODEL:
+        return 0.0
+    group_of_cell = (np.arange(cells.y.shape[0]) // k) % JACKKNIFE_GROUPS
+    b = np.empty(JACKKNIFE_GROUPS)
+    for g in range(JACKKNIFE_GROUPS):
+        keep = group_of_cell != g
+        sub = _Cells(cells.y[keep], cells.d[keep], cells.w[keep], cells.n_cohort[keep], cells.x[keep])
+        b[g] = _fit(sub, model, sandwich=False).beta[-1]
+    return float((JACKKNIFE_GROUPS - 1) / JACKKNIFE_GROUPS * ((b - b.mean()) ** 2).sum())
 
 
 def _candidate_map(candidates: Sequence[str], params: RapporParams) -> CandidateMap:

@@ -46,7 +46,7 @@ def test_frame_columns_attrs_and_order():
     values, cmap, truth = setup(20, 20)
     sk = sample_sketch(DEFAULT.params, cmap, truth, 200_000, np.random.default_rng(0))
     df = decode(sk, DEFAULT, values)
-    assert list(df.columns) == COLUMNS
+    assert list(df.columns) == COLUMNS + ["share", "share_low", "share_high", "reported"]
     assert sorted(df["value"]) == sorted(values)
     assert (np.diff(df["estimate"].to_numpy()) <= 0).all()          # largest first
     a = df.attrs

@@ -145,7 +145,13 @@ def test_cli_decode_formats_and_google_columns(tmp_path, google_files):
     out = tmp_path / "result.csv"
     assert runner.invoke(main, [*base, "--format", "csv", "--output", str(out), "--control", "fdr"]).exit_code == 0
     header = out.read_text().splitlines()[0]
-    assert header == "value,estimate,proportion,std_err,ci_low,ci_high,p_value,detected"
+    assert header == "value,estimate,proportion,std_err,ci_low,ci_high,p_value,detected,share,share_low," \
+                     "share_high,reported"
+    assert as_json["meta"]["units"]["estimate"] == "count" and as_json["meta"]["units"]["share"] == "proportion"
+    assert as_json["meta"]["metric"] == "unnamed" and "columns in counts of reports: estimate" in table.output
+    named = json.loads(runner.invoke(main, [*base, "--metric", "home_page", "--format", "json"]).output)
+    assert named["meta"]["metric"] == "home_page"
+    assert "metric home_page " in runner.invoke(main, [*base, "--metric", "home_page"]).output
     google = runner.invoke(main, [*base, "--rappor-columns", "--format", "csv"]).output.splitlines()
     assert google[0] == ",".join(rappor_io.RAPPOR_COLUMNS)
     direct = decode(sketch, PARAMS, cmap)
