@@ -87,10 +87,10 @@ def audit(metrics_file: str, metric: str, reports: list[int], pair: str | None, 
                            "distinguishing": rows, "linkability": links}, indent=2) + "\n"
     elif fmt == "csv":
         buf = io.StringIO()
-        dist.to_csv(buf, index=False, float_format="%.6g")
+        dist.to_csv(buf, index=False)  # floats round-trip exactly (repr)
         if links:
             buf.write("\n")
-            linkdf.to_csv(buf, index=False, float_format="%.6g")
+            linkdf.to_csv(buf, index=False)
         text = buf.getvalue()
     else:
         text = audit_table(spec.name, spec.protocol, (a, b), dist, linkdf)

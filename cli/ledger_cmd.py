@@ -81,7 +81,7 @@ def ledger(state_dir: str, fmt: str, output: str | None) -> None:
     elif fmt == "csv":
         import pandas as pd  # only for CSV: the table and JSON print without it
 
-        text = pd.DataFrame(rows, columns=list(COLUMNS)).to_csv(index=False, float_format="%.6g")
+        text = pd.DataFrame(rows, columns=list(COLUMNS)).to_csv(index=False)  # floats round-trip exactly
     else:
         text = ledger_table(rows, path, device)
     emit(text, output)

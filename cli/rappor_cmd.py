@@ -80,7 +80,7 @@ def _render(df: pd.DataFrame, fmt: str, google_columns: bool) -> str:
     if google_columns:
         out = rappor_io.rappor_columns(df)
         if fmt == "csv":
-            return out.to_csv(index=False, float_format="%.6g")
+            return out.to_csv(index=False)  # floats round-trip exactly
         if fmt == "json":
             return out.to_json(orient="records", indent=2) + "\n"
         return out.to_string(index=False) + "\n"
