@@ -60,9 +60,13 @@ def audit(metrics_file: str, metric: str, reports: list[int], pair: str | None, 
     """
     import pandas as pd
 
-    from estimators.audit import comparison_specs, distinguish, link
+    from estimators.audit import check_supported, comparison_specs, distinguish, link
 
     _, spec = load_metric(metrics_file, metric)
+    try:
+        check_supported(spec)   # before the pair: a numeric mean has no domain to take it from
+    except LdptError as exc:
+        raise click.ClickException(f"{metrics_file}: metric {metric!r}: {exc}") from None
     if pair is None:
         if spec.kind is Kind.STRING:
             raise click.UsageError("string metrics need --pair A,B (two strings the device may hold)")

@@ -168,3 +168,13 @@ def test_cli_errors_name_the_file_and_field(tmp_path):
     assert out.exit_code != 0 and "--reports" in out.output
     out = runner.invoke(main, ["audit", "--metrics", str(path), "--metric", "flag", "--pair", "true,true"])
     assert out.exit_code != 0 and "--pair" in out.output
+
+
+def test_numeric_mean_metric_is_refused_with_a_message_not_a_crash(tmp_path):
+    """A memoised mean (memobitmean) has no domain pair to audit: a clear error, not a TypeError."""
+    path = tmp_path / "numeric.toml"
+    path.write_text('[metrics.load]\nkind = "numeric"\nrange = [0, 10]\nepsilon = 1.0\nepsilon_inf = 3.0\n')
+    out = CliRunner().invoke(main, ["audit", "--metrics", str(path), "--metric", "load", "--trials", "20"])
+    assert out.exit_code != 0
+    assert "internal error" not in out.output
+    assert str(path) in out.output and "load" in out.output and "memobitmean" in out.output
