@@ -92,8 +92,6 @@ def simulate(metrics_file: str, metric: str, clients: int, distribution: str | N
              days: int | None, change_rate: float, silent: bool) -> None:
     """Simulate CLIENTS devices reporting METRIC once each into a sketch store (or a collector)."""
     if days is not None:
-        if distribution is None:
-            distribution = "zipf:1.1"
         if db is None or url is not None:
             raise click.UsageError("--days writes one window per day into --db (not --url)")
         simulate_days_cmd(metrics_file, metric, clients, distribution, seed, db, window, truth,
@@ -169,13 +167,19 @@ def write_rows(path: str, header: list[str], rows: Iterable[Sequence[Any]]) -> N
         raise click.ClickException(f"{path}: cannot write truth file ({exc.strerror or exc})") from None
 
 
-def simulate_days_cmd(metrics_file: str, metric: str, clients: int, distribution: str, seed: int | None,
+def simulate_days_cmd(metrics_file: str, metric: str, clients: int, distribution: str | None, seed: int | None,
                       db: str, window: str | None, truth: str | None, days: int, change_rate: float,
                       silent: bool) -> None:
     """`ldpt simulate --days`: one window per day (estimators.longitudinal), vectorised."""
-    from estimators.longitudinal import simulate_days
+    from estimators.longitudinal import LongitudinalError, check_metric, simulate_days
 
     _, spec = load_metric(metrics_file, metric)
+    try:
+        check_metric(spec)   # before any file is created
+    except LongitudinalError as exc:
+        raise click.ClickException(f"{metrics_file}: metric {metric!r}: {exc}") from None
+    if distribution is None:
+        distribution = "uniform" if spec.kind is Kind.NUMERIC else "zipf:1.1"
     end = dt.date.fromisoformat((window or today_utc())[:10])
     labels = [(end - dt.timedelta(days=days - 1 - i)).isoformat() for i in range(days)]
     if seed is None:

@@ -3,7 +3,8 @@
 `ldpt simulate --days D --change-rate P` (docs/guide-analysts.md): n devices each report once
 per window (a UTC day) for D consecutive days. Day 0's values are drawn as in
 ``estimators.simulation``; each following day every device's value is, with probability P,
-redrawn from the same distribution (it may come out unchanged).
+redrawn from the same distribution (it may come out unchanged). Histogram metrics draw
+numbers (a numeric distribution) and report their buckets; numeric mean metrics are refused.
 
 Memoised protocols (L-GRR, L-OSUE, LOLOHA) keep one first-round response per (device, memo
 key) — the value, or LOLOHA's hashed value under the device's permanent cohort — drawn the
@@ -28,7 +29,7 @@ from client_sdk.protocols.base import Payloads, Sketch
 from client_sdk.randomness import as_random_source
 from client_sdk.registry import Kind, MetricSpec
 
-from .simulation import CHUNK, Population, draw_population, parse_weights
+from .simulation import CHUNK, Population, draw_numeric, draw_population, parse_weights
 
 
 class LongitudinalError(LdptError):
@@ -81,16 +82,25 @@ def check_arguments(days: int, change_rate: float) -> None:
         raise LongitudinalError(f"--change-rate must be a probability in [0, 1], got {change_rate}")
 
 
-def simulate_days(spec: MetricSpec, clients: int, distribution: str, days: int, change_rate: float,
-                  rng: np.random.Generator,
-                  progress: Callable[[int], None] | None = None) -> Iterator[DayResult]:
-    """Yield one DayResult per day (see the module docstring); vectorised over devices."""
-    check_arguments(days, change_rate)
+def check_metric(spec: MetricSpec) -> None:
+    """LongitudinalError unless ``spec`` has a fixed domain of values (or buckets) to simulate."""
     if spec.kind is Kind.STRING:
-        raise LongitudinalError("--days simulates fixed-domain metrics (boolean, categorical); "
+        raise LongitudinalError("--days simulates fixed-domain metrics (boolean, categorical, histogram); "
                                 "string metrics are decoded against candidates per window")
-    proto = spec.protocol_impl
-    population: Population = draw_population(spec, clients, distribution, rng)
+    if spec.kind is Kind.NUMERIC and not spec.is_histogram:
+        raise LongitudinalError(f"--days simulates fixed-domain metrics (boolean, categorical, histogram); "
+                                f"{spec.name!r} is a numeric mean metric (give it buckets, or simulate "
+                                "one window without --days)")
+
+
+def _initial_values(spec: MetricSpec, clients: int, distribution: str,
+                    rng: np.random.Generator) -> tuple[np.ndarray, int, Callable[[int], np.ndarray]]:
+    """(day-0 value indices, domain size, a function drawing that many new indices)."""
+    if spec.is_histogram:   # bucket indices of numeric draws; a change redraws the number
+        def redraw_buckets(n: int) -> np.ndarray:
+            return spec.bucket_of(draw_numeric(spec, n, distribution, rng).values)
+        return redraw_buckets(clients), len(spec.edges) - 1, redraw_buckets
+    population: Population = draw_population(spec, clients, distribution, rng)  # type: ignore[assignment]
     d = len(population.values)
     if distribution.startswith("csv:") or distribution.endswith(".csv"):
         weights = population.counts / population.size   # a CSV's weights, as realised on day 0
@@ -99,6 +109,18 @@ def simulate_days(spec: MetricSpec, clients: int, distribution: str, days: int, 
         weights = w / w.sum()
     values = spec.index_of(population.values)
     x = np.repeat(values, population.counts)[rng.permutation(population.size)]
+    return x, d, lambda n: values[rng.choice(d, size=n, p=weights)]
+
+
+def simulate_days(spec: MetricSpec, clients: int, distribution: str, days: int, change_rate: float,
+                  rng: np.random.Generator,
+                  progress: Callable[[int], None] | None = None) -> Iterator[DayResult]:
+    """Yield one DayResult per day (see the module docstring); vectorised over devices.
+    Histogram metrics draw numbers (``distribution`` as for numeric metrics) and report buckets."""
+    check_arguments(days, change_rate)
+    check_metric(spec)
+    proto = spec.protocol_impl
+    x, d, redraw = _initial_values(spec, clients, distribution, rng)
     memoised = isinstance(proto, Memoised)
     cohorts = rng.integers(0, proto.cohorts, size=clients) if proto.cohorts > 1 else None
     table = None
@@ -109,7 +131,7 @@ def simulate_days(spec: MetricSpec, clients: int, distribution: str, days: int, 
     for day in range(days):
         if day:
             change = rng.random(clients) < change_rate
-            x[change] = values[rng.choice(d, size=int(change.sum()), p=weights)]
+            x[change] = redraw(int(change.sum()))
         sketch = proto.new_sketch()
         for start in range(0, clients, CHUNK):
             xs = x[start:start + CHUNK]

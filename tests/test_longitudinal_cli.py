@@ -94,3 +94,45 @@ def test_registry_errors_for_epsilon_inf_name_the_field(tmp_path):
     bad.write_text('[device]\nepsilon_per_window = -1\n[metrics.m]\nkind = "boolean"\nepsilon = 1\n')
     out = CliRunner().invoke(main, ["metrics", "check", str(bad)])
     assert out.exit_code != 0 and "device.epsilon_per_window" in out.output
+
+
+NUMERIC = """
+[metrics.hist]
+kind = "numeric"
+range = [0, 10]
+buckets = [0, 2, 4, 6, 8, 10]
+epsilon = 1.0
+epsilon_inf = 3.0
+
+[metrics.load]
+kind = "numeric"
+range = [0, 10]
+epsilon = 1.0
+epsilon_inf = 3.0
+"""
+
+
+def test_simulate_days_histogram_uses_the_numeric_default_distribution(tmp_path):
+    """A memoised histogram reports bucket indices every day; its default distribution is
+    `uniform` over the range (as without --days), and the truth has one row per bucket and day."""
+    path, db, truth = tmp_path / "n.toml", tmp_path / "n.db", tmp_path / "truth.csv"
+    path.write_text(NUMERIC, encoding="utf-8")
+    out = CliRunner().invoke(main, ["simulate", "--metrics", str(path), "--metric", "hist", "--clients", "2000",
+                                    "--days", "3", "--change-rate", "0.5", "--window", "2026-03-03",
+                                    "--db", str(db), "--truth", str(truth), "--seed", "1", "--silent"])
+    assert out.exit_code == 0, out.output
+    rows = list(csv.DictReader(truth.open()))
+    assert len(rows) == 3 * 5
+    for w in ("2026-03-01", "2026-03-02", "2026-03-03"):
+        counts = [int(r["count"]) for r in rows if r["window"] == w]
+        assert sum(counts) == 2000 and min(counts) > 300   # uniform over 5 buckets: 400 each
+
+
+def test_simulate_days_refuses_a_numeric_mean_before_writing_anything(tmp_path):
+    path, db, truth = tmp_path / "n.toml", tmp_path / "n.db", tmp_path / "truth.csv"
+    path.write_text(NUMERIC, encoding="utf-8")
+    out = CliRunner().invoke(main, ["simulate", "--metrics", str(path), "--metric", "load", "--clients", "100",
+                                    "--days", "3", "--db", str(db), "--truth", str(truth), "--silent"])
+    assert out.exit_code != 0 and "internal error" not in out.output
+    assert "--days" in out.output and "load" in out.output
+    assert not db.exists() and not truth.exists()
