@@ -213,6 +213,21 @@ def device_totals(accounts: Mapping[str, MetricAccount], window: str) -> tuple[f
     return in_window, sum(a.lifetime_epsilon for a in accounts.values())
 
 
+def _in_device_window(accounts: Mapping[str, MetricAccount], charge: Charge) -> Charge:
+    """Under [device] caps a late charge (the clock stepped back) counts in the device's current
+    window — the latest of any metric — as a late charge of one metric counts in its own: the
+    cap on the sum over metrics then holds in that window."""
+    if charge.device_window_budget is None and charge.device_lifetime_budget is None:
+        return charge
+    latest = max((a.window for a in accounts.values()), default="")
+    if latest <= window_name(charge.day):
+        return charge
+    try:
+        return charge._replace(day=(dt.date.fromisoformat(latest) - dt.date(1970, 1, 1)).days)
+    except ValueError:   # a hand-edited window that is no date: charge as dated
+        return charge
+
+
 def decide_device(accounts: Mapping[str, MetricAccount], charge: Charge) -> Refusal | None:
     """Whether ``charge`` fits the device-wide caps (pure; None means it fits)."""
     if charge.device_window_budget is None and charge.device_lifetime_budget is None:
@@ -243,6 +258,7 @@ def decide(account: MetricAccount | None, charge: Charge) -> Refusal | None:
 
 def apply(accounts: Accounts, charge: Charge) -> Refusal | None:
     """Charge ``accounts`` in place if the report fits; otherwise count the refusal."""
+    charge = _in_device_window(accounts, charge)
     window = window_name(charge.day)
     account = accounts.get(charge.metric)
     refusal = decide(account, charge) or decide_device(accounts, charge)

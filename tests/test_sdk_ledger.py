@@ -239,3 +239,21 @@ def test_memory_ledger_matches_the_file_ledger(tmp_path):
     b = Ledger(tmp_path).commit(charges)
     assert a.outcomes == b.outcomes
     assert a.accounts["m"].to_json() == b.accounts["m"].to_json()
+
+
+def test_a_late_charge_cannot_overspend_the_device_window_cap():
+    """The device's clock steps back a day after it reported today: the late report counts in
+    the device's current window (as a late charge of one metric does), so the [device] cap on
+    the sum over metrics still holds in that window."""
+    def dev(metric, day):
+        return Charge(metric, "fp", day, 1.0, None, None, 5, None, 2.0, None)
+
+    book = {}
+    assert apply(book, dev("a", DAY)) is None
+    assert apply(book, dev("c", DAY)) is None
+    assert apply(book, dev("a", DAY + 1)) is None   # the next day: a only
+    assert apply(book, dev("c", DAY)) is None       # clock stepped back: counts in DAY + 1
+    assert apply(book, dev("b", DAY + 1)) is Refusal.DEVICE_WINDOW
+    current = window_name(DAY + 1)
+    assert sum(a.window_epsilon for a in book.values() if a.window == current) <= 2.0
+    assert sum(a.window_epsilon for a in book.values() if a.window == window_name(DAY)) == 0
