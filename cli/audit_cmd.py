@@ -70,16 +70,24 @@ def audit(metrics_file: str, metric: str, reports: list[int], pair: str | None, 
     if pair is None:
         if spec.kind is Kind.STRING:
             raise click.UsageError("string metrics need --pair A,B (two strings the device may hold)")
-        a, b = spec.domain[0], spec.domain[1]   # type: ignore[index]
+        # a mean metric: the ends of its range, the pair its reports tell apart best
+        a, b = spec.bounds if spec.is_mean else (spec.domain[0], spec.domain[1])   # type: ignore[index]
     else:
         parts = pair.split(",")
         if len(parts) != 2 or parts[0] == parts[1]:
             raise click.BadParameter(f"{pair!r}: expected two different values A,B", param_hint="--pair")
         a, b = parts
+        if spec.is_mean:
+            try:
+                a, b = float(a), float(b)
+            except ValueError:
+                raise click.BadParameter(f"{pair!r}: a mean metric takes two numbers A,B",
+                                         param_hint="--pair") from None
     rng = np.random.default_rng(seed)
     try:
         rows = [dataclasses.asdict(distinguish(spec, (a, b), t, trials, rng)) for t in reports]
-        links = [] if no_link else [dataclasses.asdict(link(s, a, k, link_devices))
+        links = [] if no_link else [dataclasses.asdict(link(s, str(a) if s.kind is Kind.STRING else a, k,
+                                                            link_devices))
                                     for s in comparison_specs(spec) for k in link_history
                                     if s.protocol != "olh"]
     except LdptError as exc:

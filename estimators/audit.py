@@ -26,6 +26,11 @@ then independent reports y_t ~ P(y | a). Two shapes cover them:
 - bit chains (oue, sue, L-OSUE, RAPPOR): bits independent, per bit i with r_i = P(a_i = 1 | x),
   s₁ = P(y_i = 1 | a_i = 1), s₀ = P(y_i = 1 | a_i = 0) and K_i ones among T reports:
   log Σ over a_i of the two binomial terms.
+
+memobitmean (a memoised numeric mean, Ding et al. 2017) is a one-bit chain per grid point j
+(memoised bit 1 w.p. P1_j, flipped w.p. γ every report); the grid point of a value depends on
+the device's α, a secret the attacker does not know, so its likelihood is the mixture over the
+two grid points around the value with the α-rounding probabilities (``grid_mixture``).
 """
 
 from __future__ import annotations
@@ -42,12 +47,13 @@ from scipy.special import logsumexp
 from client_sdk.errors import LdptError
 from client_sdk.hashing import derive_cohort
 from client_sdk.protocols._longitudinal import Memoised
+from client_sdk.protocols.memobitmean import MemoBitMean
 from client_sdk.protocols.olh import OLH, hash_one
 from client_sdk.protocols.rappor import Rappor
 from client_sdk.registry import Kind, MetricSpec
 
 #: Protocols the attacker has a likelihood for.
-SUPPORTED = ("rr", "grr", "olh", "oue", "sue", "rappor", "lgrr", "losue", "loloha", "dbitflip")
+SUPPORTED = ("rr", "grr", "olh", "oue", "sue", "rappor", "lgrr", "losue", "loloha", "dbitflip", "memobitmean")
 #: Seconds per simulated day (the SDK's windows are UTC days; OLH re-derives its cohort daily).
 DAY = 86_400
 #: Confidence of the accuracy intervals.
@@ -75,6 +81,9 @@ def sdk_reports(spec: MetricSpec, secret: bytes, value: Any, count: int) -> list
     proto = spec.protocol_impl
     if spec.kind is Kind.STRING:
         return [proto.encode_secret_one(value, secret, spec.name) for _ in range(count)]  # type: ignore[attr-defined]
+    if isinstance(proto, MemoBitMean):   # the device's α-point rounding, then the memoised bit
+        idx = proto.alpha_round(normalised(spec, value), secret, spec.name)
+        return [proto.encode_secret_one(idx, secret, spec.name) for _ in range(count)]
     idx = int(spec.index_of([value])[0])
     if isinstance(proto, Memoised):
         return [proto.encode_secret_one(idx, secret, spec.name) for _ in range(count)]
@@ -82,6 +91,23 @@ def sdk_reports(spec: MetricSpec, secret: bytes, value: Any, count: int) -> list
         return [proto.encode_one(idx, derive_cohort(secret, f"olh\x00{spec.name}\x00{day}", proto.cohorts))
                 for day in range(count)]
     return [proto.encode_one(idx) for _ in range(count)]
+
+
+def normalised(spec: MetricSpec, value: Any) -> float:
+    """A mean metric's value clipped to [lo, hi] and mapped to t in [−1, 1], as the SDK does."""
+    lo, hi = spec.bounds
+    x = min(hi, max(lo, float(value)))
+    return (x - lo) * (2.0 / (hi - lo)) - 1.0
+
+
+def grid_mixture(spec: MetricSpec, value: Any) -> list[tuple[float, int]]:
+    """memobitmean: (probability, grid point) a device holding ``value`` rounds to. Its α is a
+    secret uniform 32-bit word, unknown to the attacker: it rounds up w.p. ⌊frac·2^32⌋/2^32."""
+    proto = spec.protocol_impl
+    pos = (normalised(spec, value) + 1.0) * (proto.grid / 2)
+    low = math.floor(pos)
+    up = math.floor((pos - low) * (1 << 32)) / (1 << 32)
+    return [(w, min(j, proto.grid)) for w, j in ((1.0 - up, low), (up, low + 1)) if w > 0]
 
 
 # --- likelihoods ------------------------------------------------------------------------------------
@@ -112,6 +138,9 @@ def chain_for(spec: MetricSpec, value: Any, cohort: int | None) -> Chain:
         bloom = proto._bloom_row(int(cohort or 0), value)   # noqa: SLF001 - the public hash of a candidate
         half = pr.f_realised / 2
         return Chain("bit", np.where(bloom, 1 - half, half), pr.q_realised, pr.p_realised)
+    if name == "memobitmean":   # ``value`` is a grid point j: one memoised bit, flipped w.p. γ
+        gamma = proto.params.gamma_threshold / (1 << 32)
+        return Chain("bit", proto.memo_output_probabilities(int(value))[1:], 1.0 - gamma, gamma)
     idx = int(spec.index_of([value])[0])
     if name in ("oue", "sue"):
         return Chain("bit", np.eye(pr.d)[idx], proto.p, proto.q)
@@ -156,6 +185,8 @@ def report_stats(spec: MetricSpec, wires: list[Any]) -> tuple[np.ndarray, np.nda
     proto = spec.protocol_impl
     payloads = proto.from_wire(wires)
     cohorts = payloads.get("cohort")
+    if proto.name == "memobitmean":   # y is the reported bit
+        return payloads["y"][:, None].astype(np.int64), cohorts
     if proto.name == "dbitflip":   # y is the bit pattern of the sampled buckets
         return (payloads["y"][:, None] >> np.arange(proto.params.sampled)) & 1, cohorts
     if "y" in payloads:
@@ -200,7 +231,24 @@ def _loglik_of_device(spec: MetricSpec, value: Any, wires: list[Any]) -> float:
         # a fresh cohort each day: independent reports, each with its own hashed value
         return float(sum(chain_loglik(chain_for(spec, value, int(s)), c, 1) for c, s in zip(counts, cohorts)))
     cohort = None if cohorts is None else int(cohorts[0])
-    return float(chain_loglik(chain_for(spec, value, cohort), counts.sum(axis=0), len(wires)))
+    return float(likelihood(spec, value, {cohort})(cohort, counts.sum(axis=0), len(wires)))
+
+
+def likelihood(spec: MetricSpec, value: Any, cohorts: set[int | None]):
+    """``ll(cohort, stats, total)``: log P(reports of one device holding ``value``) — its cohort's
+    chain, or for memobitmean the mixture over the grid points its secret α may round to."""
+    if isinstance(spec.protocol_impl, MemoBitMean):
+        mixture = grid_mixture(spec, value)
+        grid_chains = {j: chain_for(spec, j, None) for _, j in mixture}
+
+        def mixed(cohort: int | None, stats_: np.ndarray, total: int | np.ndarray) -> np.ndarray:
+            return logsumexp([math.log(w) + chain_loglik(grid_chains[j], stats_, total) for w, j in mixture], axis=0)
+        return mixed
+    chains = {c: chain_for(spec, value, c) for c in cohorts}
+
+    def single(cohort: int | None, stats_: np.ndarray, total: int | np.ndarray) -> np.ndarray:
+        return chain_loglik(chains[cohort], stats_, total)
+    return single
 
 
 def distinguish(spec: MetricSpec, pair: tuple[Any, Any], reports: int, trials: int,
@@ -260,11 +308,11 @@ def link(spec: MetricSpec, value: Any, history: int, devices: int) -> LinkRow:
         cohorts.append(None if coh is None else int(coh[0]))
     hist_arr, later_arr = np.array(hist), np.array(later)
     score = np.empty((devices, devices))
-    chains = {c: chain_for(spec, value, c) for c in set(cohorts)}
-    base_hist = np.array([chain_loglik(chains[cohorts[i]], hist_arr[i], history) for i in range(devices)])
-    base_later = np.array([chain_loglik(chains[cohorts[j]], later_arr[j], 1) for j in range(devices)])
+    ll = likelihood(spec, value, set(cohorts))
+    base_hist = np.array([ll(cohorts[i], hist_arr[i], history) for i in range(devices)])
+    base_later = np.array([ll(cohorts[j], later_arr[j], 1) for j in range(devices)])
     for i in range(devices):   # rows: the earlier reports of device i against every later report
-        joint = chain_loglik(chains[cohorts[i]], hist_arr[i][None, :] + later_arr, history + 1)
+        joint = ll(cohorts[i], hist_arr[i][None, :] + later_arr, history + 1)
         # a later report from another cohort cannot come from device i (cohorts are permanent)
         other = np.array([c != cohorts[i] for c in cohorts])
         score[i] = np.where(other, -np.inf, joint - base_hist[i] - base_later)

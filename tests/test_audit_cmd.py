@@ -170,11 +170,41 @@ def test_cli_errors_name_the_file_and_field(tmp_path):
     assert out.exit_code != 0 and "--pair" in out.output
 
 
-def test_numeric_mean_metric_is_refused_with_a_message_not_a_crash(tmp_path):
-    """A memoised mean (memobitmean) has no domain pair to audit: a clear error, not a TypeError."""
+def test_numeric_mean_metrics_memoised_audited_others_refused_with_a_message(tmp_path):
+    """A memoised mean (memobitmean) is audited at the ends of its range by default; a mean
+    mechanism without a likelihood here is refused with a message, not a TypeError."""
     path = tmp_path / "numeric.toml"
-    path.write_text('[metrics.load]\nkind = "numeric"\nrange = [0, 10]\nepsilon = 1.0\nepsilon_inf = 3.0\n')
-    out = CliRunner().invoke(main, ["audit", "--metrics", str(path), "--metric", "load", "--trials", "20"])
+    path.write_text('[metrics.load]\nkind = "numeric"\nrange = [0, 10]\nepsilon = 1.0\nepsilon_inf = 3.0\n'
+                    '[metrics.plain]\nkind = "numeric"\nrange = [0, 10]\nepsilon = 1.0\n')
+    runner = CliRunner()
+    out = runner.invoke(main, ["audit", "--metrics", str(path), "--metric", "load", "--trials", "20",
+                               "--reports", "1", "--link-devices", "5", "--link-history", "1", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    assert doc["protocol"] == "memobitmean" and doc["pair"] == [0.0, 10.0]
+    assert {r["protocol"] for r in doc["linkability"]} == {"memobitmean", "rappor"}
+    out = runner.invoke(main, ["audit", "--metrics", str(path), "--metric", "load", "--pair", "1,x"])
+    assert out.exit_code != 0 and "--pair" in out.output
+    out = runner.invoke(main, ["audit", "--metrics", str(path), "--metric", "plain", "--trials", "20"])
     assert out.exit_code != 0
-    assert "internal error" not in out.output
-    assert str(path) in out.output and "load" in out.output and "memobitmean" in out.output
+    assert "internal error" not in out.output and str(path) in out.output and "plain" in out.output
+
+
+MEAN_REGISTRY = '[metrics.load]\nkind = "numeric"\nrange = [0, 10]\nepsilon = 1.0\nepsilon_inf = 3.0\n'
+
+
+@pytest.mark.statistical
+def test_memoised_mean_is_tight_at_one_report_and_flattens_at_the_epsilon_inf_bound():
+    """memobitmean at the range ends: one report is a Duchi bit at ε₁ (bound reached); many
+    reports of one value reveal at most the memoised bit at ε∞ (bound approached, not passed)."""
+    spec = parse_registry(MEAN_REGISTRY).get("load")
+    rng = np.random.default_rng(11)
+    one = distinguish(spec, (0.0, 10.0), 1, 3000, rng)
+    assert one.epsilon == pytest.approx(1.0)
+    assert one.ci_low <= one.bound <= one.ci_high
+    many = distinguish(spec, (0.0, 10.0), 40, 3000, rng)
+    assert many.epsilon == pytest.approx(spec.protocol_impl.epsilon_longitudinal)
+    assert many.ci_low <= many.bound
+    assert many.ci_high >= many.bound - 0.02            # flattens just below e^ε∞/(1+e^ε∞)
+    mid = distinguish(spec, (3.3, 7.1), 40, 3000, rng)  # between grid points: α blurs the value
+    assert mid.ci_low <= mid.bound and mid.accuracy < many.accuracy
