@@ -16,8 +16,8 @@ One report is 1 with P_j = γ + (1 − 2γ)·P1_j, P1_j = (A + jD)/2^64 (Duchi's
 thresholds at ε∞), affine in j, so the server's values v(0), v(1) with E[v | j] = t_j are
 exactly unbiased. γ is the smallest 2^-32 threshold whose realised table has ε ≤ ε₁.
 The ledger charges ε₁ per report in the window and ε∞ once per distinct grid point — at most
-K+1 over the lifetime, and 1 while the value stays within one grid step. Histograms with
-dBitFlipPM are not implemented yet (docs/protocols.md).
+K+1 over the lifetime, and 1 while the value stays within one grid step. Memoised histograms
+use dBitFlipPM or the other L-protocols over the buckets (client_sdk.protocols.dbitflip).
 """
 
 from __future__ import annotations
