@@ -36,8 +36,8 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> list[in
 @click.option("--reports", "reports", default="1,2,5,10", show_default=True, callback=_int_list,
               help="Numbers T of reports the attacker sees (comma-separated).")
 @click.option("--pair", default=None, metavar="A,B",
-              help="The two values the device may hold (default: the first two domain values; "
-                   "string metrics need it).")
+              help="The two values the device may hold (default: the first two domain values, or a mean "
+                   "metric's range ends; string metrics need it; numeric metrics take two numbers).")
 @click.option("--trials", type=click.IntRange(min=20), default=1000, show_default=True,
               help="Games played per T.")
 @click.option("--link-history", default="1,10", show_default=True, callback=_int_list,
@@ -77,12 +77,17 @@ def audit(metrics_file: str, metric: str, reports: list[int], pair: str | None, 
         if len(parts) != 2 or parts[0] == parts[1]:
             raise click.BadParameter(f"{pair!r}: expected two different values A,B", param_hint="--pair")
         a, b = parts
-        if spec.is_mean:
+        if spec.kind is Kind.NUMERIC:   # bucket labels hold a comma: histograms take numbers too
             try:
                 a, b = float(a), float(b)
             except ValueError:
-                raise click.BadParameter(f"{pair!r}: a mean metric takes two numbers A,B",
+                raise click.BadParameter(f"{pair!r}: a numeric metric takes two numbers A,B",
                                          param_hint="--pair") from None
+            if spec.is_histogram:
+                a, b = (spec.domain[i] for i in spec.bucket_of([a, b]))   # type: ignore[index]
+                if a == b:
+                    raise click.BadParameter(f"{pair!r}: both numbers fall in bucket {a}; give numbers "
+                                             "in two different buckets", param_hint="--pair")
     rng = np.random.default_rng(seed)
     try:
         rows = [dataclasses.asdict(distinguish(spec, (a, b), t, trials, rng)) for t in reports]

@@ -208,3 +208,18 @@ def test_memoised_mean_is_tight_at_one_report_and_flattens_at_the_epsilon_inf_bo
     assert many.ci_high >= many.bound - 0.02            # flattens just below e^ε∞/(1+e^ε∞)
     mid = distinguish(spec, (3.3, 7.1), 40, 3000, rng)  # between grid points: α blurs the value
     assert mid.ci_low <= mid.bound and mid.accuracy < many.accuracy
+
+
+def test_histogram_pair_is_given_as_two_numbers(tmp_path):
+    """Bucket labels contain a comma ('[0, 2)'), so --pair takes two numbers of a histogram
+    metric and audits the buckets holding them."""
+    path = tmp_path / "hist.toml"
+    path.write_text('[metrics.h]\nkind = "numeric"\nrange = [0, 10]\nbuckets = [0, 2, 4, 6, 8, 10]\n'
+                    'protocol = "dbitflip"\nepsilon = 1.0\nepsilon_inf = 3.0\n')
+    runner = CliRunner()
+    base = ["audit", "--metrics", str(path), "--metric", "h", "--trials", "20", "--no-link", "--format", "json"]
+    out = runner.invoke(main, [*base, "--pair", "1,5"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["pair"] == ["[0, 2)", "[4, 6)"]
+    out = runner.invoke(main, [*base, "--pair", "1,1.5"])   # one bucket: nothing to tell apart
+    assert out.exit_code != 0 and "--pair" in out.output
