@@ -185,6 +185,63 @@ def test_the_admin_port_answers_while_the_workers_loop_is_blocked(setup):
     asyncio.run(scenario())
 
 
+def test_the_admin_port_closes_slow_headers_and_keeps_keepalive_clients(setup):
+    """The admin port has the main port's header deadline: a socket dripping header lines is
+    closed (408), while a keep-alive scraper is served again and again."""
+    import socket
+
+    from .collector_support import free_port
+
+    async def scenario():
+        async with running(setup, header_timeout=0.3, keepalive_timeout=5.0) as (client, app):
+            state = app[STATE]
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", free_port()))
+            sock.listen(16)
+            admin = AdminServer(state, sock)
+            admin.start()
+            port = sock.getsockname()[1]
+
+            def drip() -> bytes:
+                slow = socket.create_connection(("127.0.0.1", port), timeout=0.2)
+                slow.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+                deadline = time.monotonic() + 10
+                try:
+                    while time.monotonic() < deadline:
+                        try:
+                            return slow.recv(200)
+                        except TimeoutError:
+                            slow.sendall(b"X-Slow: 1\r\n")  # one header line, never the end
+                    return b"still open"
+                except OSError:
+                    return b""  # closed while writing
+                finally:
+                    slow.close()
+
+            def scrape_thrice() -> list[int]:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                try:
+                    statuses = []
+                    for _ in range(3):  # one keep-alive connection
+                        conn.request("GET", "/healthz")
+                        resp = conn.getresponse()
+                        resp.read()
+                        statuses.append(resp.status)
+                    return statuses
+                finally:
+                    conn.close()
+
+            try:
+                answer = await asyncio.to_thread(drip)
+                statuses = await asyncio.to_thread(scrape_thrice)
+            finally:
+                admin.stop()
+            assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer
+            assert statuses == [200, 200, 200]
+
+    asyncio.run(scenario())
+
+
 # --- retention -----------------------------------------------------------------------------------------
 def fill(db, registry, days: list[str]) -> None:
     spec = registry.get("theme")
