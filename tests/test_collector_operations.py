@@ -100,6 +100,26 @@ def test_a_token_file_others_can_read_is_refused_unless_allowed(tmp_path, caplog
     assert "readable by group or others" in caplog.text
 
 
+@pytest.mark.parametrize("dsn", ["postgresql://ldpt:s3cret@db.internal/ldpt",
+                                 "host=db.internal dbname=ldpt password=s3cret"])
+def test_a_config_file_holding_the_dsn_password_must_be_private(tmp_path, caplog, dsn):
+    """docs/operations.md moves the DSN into --config to keep its password out of `ps`: a
+    serve.toml others can read would show it all the same, so it is refused like a token file."""
+    conf = tmp_path / "serve.toml"
+    conf.write_text(f'metrics_file = "metrics.toml"\npostgres_dsn = "{dsn}"\n')
+    conf.chmod(0o644)
+    with pytest.raises(ConfigError, match=r"serve.toml: the config file .*password.* readable by group "
+                                          r"or others \(mode 0644\); run `chmod 600"):
+        make_config(environ={}, toml=conf)
+    cfg = make_config(environ={}, toml=conf, allow_insecure_token_file=True)  # a warning only
+    assert cfg.postgres_dsn == dsn and "readable by group or others" in caplog.text
+    conf.chmod(0o600)
+    assert make_config(environ={}, toml=conf).postgres_dsn == dsn
+    conf.chmod(0o644)  # the password comes from the environment instead: nothing secret in the file
+    conf.write_text('metrics_file = "metrics.toml"\npostgres_dsn = "postgresql://db.internal/ldpt"\n')
+    assert make_config(environ={}, toml=conf).postgres_dsn == "postgresql://db.internal/ldpt"
+
+
 # --- TLS ---------------------------------------------------------------------------------------------
 def self_signed(tmp_path):
     if shutil.which("openssl") is None:
