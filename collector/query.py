@@ -152,6 +152,8 @@ def _side(name: str, value: Any) -> dict[str, Any]:
     first, sep, last = value.partition("..")
     if not sep:
         return {"windows": [_day(name, value, True)], "since": None, "until": None, "label": value}
+    if not first or not last:
+        raise Problem("invalid-query", f"{name}={value!r}: a range needs both ends, D1..D2", field=name)
     since, until = _day(name, first, False), _day(name, last, False)
     if since > until:
         raise Problem("invalid-query", f"{name}={value!r}: the range ends before it starts", field=name)

@@ -377,6 +377,9 @@ def test_api_series_and_compare_give_the_cli_bytes(registry_path, store_path, tm
             assert resp.status == 401
             resp = await client.get(f"/v1/metrics/page/compare?a={DAYS[0]}&b=yesterday", headers=auth)
             assert resp.status == 400 and (await resp.json())["field"] == "b"
+            resp = await client.get(f"/v1/metrics/page/compare?a={DAYS[0]}..&b={DAYS[1]}", headers=auth)
+            doc = await resp.json()  # the message quotes what was sent, not an empty half
+            assert resp.status == 400 and doc["field"] == "a" and f"a='{DAYS[0]}..'" in doc["detail"], doc
             resp = await client.get("/v1/metrics/page/estimates?by=month", headers=auth)
             assert resp.status == 400 and (await resp.json())["field"] == "by"
             resp = await client.get(f"/v1/metrics/page/estimates?by=window&window={DAYS[0]}", headers=auth)
