@@ -63,8 +63,9 @@ ROUTES: tuple[tuple[str, str], ...] = (
 )
 #: Route -> the endpoint label of the ldpt_request_seconds histogram.
 ENDPOINT_OF = {"/v1/reports": "ingest", "/v1/registry": "registry",
-               "/v1/metrics/{name}/estimates": "query", "/healthz": "health", "/readyz": "health",
-               "/metrics": "metrics"}
+               "/v1/metrics/{name}/estimates": "query", "/v1/metrics/{name}/compare": "query",
+               "/ui/api/overview": "query", "/ui/charts/{name}/{chart}.svg": "query",
+               "/healthz": "health", "/readyz": "health", "/metrics": "metrics"}
 READY_TIMEOUT = 5.0
 READY_PROBE_INTERVAL = 1.0
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
