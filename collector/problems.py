@@ -37,7 +37,7 @@ PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "not-found": (404, "No such resource"),
     "no-data": (404, "No reports stored for this metric and window"),
     "method-not-allowed": (405, "Method not allowed"),
-    "request-timeout": (408, "The request body did not arrive in time"),
+    "request-timeout": (408, "The request (headers or body) did not arrive in time"),
     "length-required": (411, "A request body needs Content-Length (or chunked encoding)"),
     "body-too-large": (413, "The request body is larger than this collector accepts"),
     "unsupported-media-type": (415, "Unsupported content type"),
