@@ -26,7 +26,7 @@ STORE_RETRY_AFTER = 5
 
 #: slug -> (HTTP status, title). The slug is the machine-readable part of ``type``.
 PROBLEM_TYPES: dict[str, tuple[int, str]] = {
-    "undecodable-body": (400, "The request body is not a msgpack document"),
+    "undecodable-body": (400, "The request body cannot be decoded (as sent, or as msgpack)"),
     "client-disconnected": (400, "The client closed the connection before its request was complete"),
     "bad-http-request": (400, "The HTTP request is malformed"),
     "invalid-query": (400, "A query parameter is invalid"),
@@ -43,7 +43,7 @@ PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "unsupported-media-type": (415, "Unsupported content type"),
     "invalid-batch": (422, "The batch envelope is invalid"),
     "unsupported-version": (422, "Unsupported wire format version"),
-    "unknown-metric": (422, "A report names a metric this collector does not know"),
+    "unknown-metric": (422, "The metric is not in this collector's registry"),
     "fingerprint-mismatch": (422, "A report was encoded under other metric parameters"),
     "invalid-report": (422, "A report could not have been produced by an honest client"),
     "batch-id-conflict": (422, "This batch id was already used for a different body"),

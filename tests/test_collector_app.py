@@ -529,6 +529,23 @@ def test_a_repeated_query_parameter_is_refused_not_half_read(setup):
     asyncio.run(scenario())
 
 
+def test_problem_titles_fit_the_query_routes_too(setup):
+    """Shared slugs have titles that are true on every route: an unknown metric in a query is
+    not "a report", a deflate-encoded query body is not "a msgpack document"."""
+    async def scenario():
+        async with running(setup) as (client, _):
+            resp = await client.get("/v1/metrics/nope/estimates", headers=AUTH)
+            doc = assert_problem(resp.status, resp.headers, await resp.read(), 404, "unknown-metric")
+            assert "report" not in doc["title"]
+            raw = await raw_request(client, b"POST /v1/metrics/page/estimates HTTP/1.1\r\nHost: x\r\n"
+                                    b"Authorization: Bearer " + TOKEN.encode() + b"\r\n"
+                                    b"Content-Encoding: deflate\r\nContent-Length: 3\r\n"
+                                    b"Connection: close\r\n\r\nabc")
+            assert raw.split(b"\r\n")[0].endswith(b" 400 Bad Request") and b"undecodable-body" in raw, raw[:300]
+            assert b"msgpack document" not in raw
+    asyncio.run(scenario())
+
+
 async def raw_request(client, data: bytes) -> bytes:
     """Send raw bytes to the test server; everything it answers until it closes."""
     reader, writer = await asyncio.open_connection(client.host, client.port)
