@@ -228,6 +228,8 @@ async def _maintain(state: CollectorState) -> None:
 def retention_cutoff(days: int, now: float | None = None) -> str:
     """The first UTC day kept when keeping ``days`` days up to today (YYYY-MM-DD)."""
     today = dt.datetime.fromtimestamp(time.time() if now is None else now, dt.timezone.utc).date()
+    if days - 1 >= (today - dt.date.min).days:  # longer than the calendar: keep everything
+        return dt.date.min.isoformat()
     return (today - dt.timedelta(days=days - 1)).isoformat()
 
 

@@ -296,6 +296,14 @@ def test_ldpt_prune_deletes_whole_windows_before_a_date(setup):
     assert missing.exit_code == 1 and "no such store" in missing.output
 
 
+def test_a_retention_longer_than_the_calendar_keeps_everything():
+    """retention_days = 10**9 passes the settings check; its cutoff must not overflow the date
+    type (the housekeeping would warn every run and never prune): it keeps every window."""
+    now = dt.datetime(2026, 3, 10, 12, tzinfo=dt.timezone.utc).timestamp()
+    assert retention_cutoff(1, now) == "2026-03-10"
+    assert retention_cutoff(10**9, now) == retention_cutoff(10**6, now) == "0001-01-01"
+
+
 def test_retention_days_while_serving(setup):
     """The collector prunes old windows itself, between commits of concurrent batches."""
     db = setup[3]
