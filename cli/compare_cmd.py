@@ -92,7 +92,7 @@ def remote_compare(url: str, token_file: str | None, metric: str, a: str | tuple
     import urllib.parse
     import urllib.request
 
-    from .remote import REQUEST_TIMEOUT, RemoteError, _problem_detail, frame_from_json, read_token
+    from .remote import RemoteError, _problem_detail, frame_from_json, open_query, read_token
 
     if token_file is None:
         raise click.UsageError("--url needs --token-file FILE (the collector's query token)")
@@ -103,7 +103,7 @@ def remote_compare(url: str, token_file: str | None, metric: str, a: str | tuple
     req = urllib.request.Request(endpoint, headers={"Authorization": f"Bearer {read_token(token_file)}",
                                                     "Accept": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT) as resp:
+        with open_query(req) as resp:
             doc = json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         raise RemoteError(f"{url}: HTTP {exc.code}: {_problem_detail(exc.code, exc.read())}") from None

@@ -180,6 +180,24 @@ def read_token(path: str | Path) -> str:
     return token
 
 
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """urllib would re-send every header, the bearer token too, to wherever a 3xx points
+    (another host, plain http): a query request stops there and says where it pointed."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str,
+                         headers: Any, newurl: str) -> None:
+        raise RemoteError(f"{req.full_url.split('?')[0]}: HTTP {code} redirect to {newurl}; the query "
+                          "token is not sent after a redirect: give the final address as --url")
+
+
+_QUERY_OPENER = urllib.request.build_opener(_RefuseRedirects)
+
+
+def open_query(req: urllib.request.Request, timeout: float = REQUEST_TIMEOUT) -> Any:
+    """``urlopen`` for requests carrying the query token: the same, but never follows a redirect."""
+    return _QUERY_OPENER.open(req, timeout=timeout)
+
+
 def fetch_estimates(url: str, metric: str, token: str, params: dict[str, Any],
                     candidates: list[str] | None = None) -> dict[str, Any]:
     """GET (or, with candidates, POST) the estimates API; the parsed {"meta", "estimates"}."""
@@ -193,7 +211,7 @@ def fetch_estimates(url: str, metric: str, token: str, params: dict[str, Any],
         req = urllib.request.Request(endpoint, data=body, method="POST",
                                      headers={**headers, "Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT) as resp:
+        with open_query(req) as resp:
             data = resp.read()
     except urllib.error.HTTPError as exc:
         raise RemoteError(f"{url}: HTTP {exc.code}: {_problem_detail(exc.code, exc.read())}") from None

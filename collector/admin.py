@@ -11,23 +11,32 @@ worker's loop runs every second (``CollectorState.readiness``), and is 503 when 
 is older than ``STALE_AFTER`` seconds (a wedged loop is not ready). /metrics renders the
 shared telemetry table, which is safe to read while workers write it (a scrape may see a
 counter one increment early or late, never a torn series).
+
+The admin port has its own ``ConnectionGuard`` (on the thread's loop) with the main port's
+``header_timeout`` and ``keepalive_timeout`` and at most ``ADMIN_MAX_CONNECTIONS`` sockets, so
+slow or idle sockets cannot hold it (and the process's file descriptors) either.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import threading
 import time
+from typing import Any
 
 from aiohttp import web
 
 from . import app as collector_app
+from .connections import CollectorRunner, ConnectionGuard
 from .problems import Problem
 
 #: /readyz on the admin port fails when the last readiness probe is older than this.
 STALE_AFTER = 10.0
+#: Open connections the admin port keeps per worker (a few scrapers and health checkers).
+ADMIN_MAX_CONNECTIONS = 64
 
 
 async def admin_readyz(request: web.Request) -> web.Response:
@@ -50,6 +59,7 @@ class AdminServer:
         self.state, self.sock = state, sock
         self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
+        self._sweeper: asyncio.Task[None] | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="ldpt-admin", daemon=True)
@@ -71,17 +81,34 @@ class AdminServer:
             return
         self._ready.set()
         self._loop.run_forever()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         self._loop.run_until_complete(self._runner.cleanup())
         self._loop.close()
 
     async def _start(self) -> None:
-        app = web.Application()
+        config = self.state.config
+        guard = ConnectionGuard(header_timeout=config.header_timeout,
+                                keepalive_timeout=config.keepalive_timeout,
+                                max_connections=ADMIN_MAX_CONNECTIONS)
+
+        @web.middleware
+        async def keepalive(request: web.Request, handler: Any) -> web.StreamResponse:
+            try:
+                return await handler(request)
+            finally:  # the next keep-alive request has keepalive_timeout to begin
+                guard.idle(request.protocol)
+
+        logger = collector_app.AddressFreeLog(logging.getLogger("aiohttp.server"))  # as the main port's
+        app = web.Application(middlewares=[keepalive], handler_args={
+            "logger": logger, "keepalive_timeout": config.keepalive_timeout})
         app[collector_app.STATE] = self.state
         app.router.add_get("/healthz", collector_app.healthz)
         app.router.add_get("/readyz", admin_readyz)
         app.router.add_get("/metrics", collector_app.metrics)
-        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        self._runner = CollectorRunner(app, guard=guard, handle_signals=False, access_log=None)
         await self._runner.setup()
+        self._sweeper = asyncio.get_running_loop().create_task(guard.run(), name="ldpt-admin-guard")
         await web.SockSite(self._runner, self.sock).start()
 
     def stop(self) -> None:

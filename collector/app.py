@@ -63,8 +63,9 @@ ROUTES: tuple[tuple[str, str], ...] = (
 )
 #: Route -> the endpoint label of the ldpt_request_seconds histogram.
 ENDPOINT_OF = {"/v1/reports": "ingest", "/v1/registry": "registry",
-               "/v1/metrics/{name}/estimates": "query", "/healthz": "health", "/readyz": "health",
-               "/metrics": "metrics"}
+               "/v1/metrics/{name}/estimates": "query", "/v1/metrics/{name}/compare": "query",
+               "/ui/api/overview": "query", "/ui/charts/{name}/{chart}.svg": "query",
+               "/healthz": "health", "/readyz": "health", "/metrics": "metrics"}
 READY_TIMEOUT = 5.0
 READY_PROBE_INTERVAL = 1.0
 PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -227,6 +228,8 @@ async def _maintain(state: CollectorState) -> None:
 def retention_cutoff(days: int, now: float | None = None) -> str:
     """The first UTC day kept when keeping ``days`` days up to today (YYYY-MM-DD)."""
     today = dt.datetime.fromtimestamp(time.time() if now is None else now, dt.timezone.utc).date()
+    if days - 1 >= (today - dt.date.min).days:  # longer than the calendar: keep everything
+        return dt.date.min.isoformat()
     return (today - dt.timedelta(days=days - 1)).isoformat()
 
 

@@ -16,10 +16,12 @@ import dataclasses
 import logging
 import math
 import os
+import re
 import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from client_sdk.errors import LdptError
 
@@ -262,8 +264,8 @@ def make_config(metrics_file: str | Path | None = None, environ: Mapping[str, st
                 toml: str | Path | None = None, **arguments: Any) -> ServeConfig:
     """Build a ServeConfig: arguments > LDPT_* variables > TOML file > defaults."""
     values = {s.name: s.default for s in SETTINGS}
-    if toml is not None:
-        values.update(settings_from_toml(toml))
+    from_toml = settings_from_toml(toml) if toml is not None else {}
+    values.update(from_toml)
     values.update(settings_from_env(environ))
     if metrics_file is not None:
         arguments["metrics_file"] = metrics_file
@@ -281,17 +283,32 @@ def make_config(metrics_file: str | Path | None = None, environ: Mapping[str, st
     for s in SETTINGS:
         if s.path and values[s.name] is not None:
             values[s.name] = Path(values[s.name])
+    if toml is not None and values["postgres_dsn"] and values["postgres_dsn"] == from_toml.get("postgres_dsn") \
+            and dsn_has_password(values["postgres_dsn"]):
+        # the DSN moved out of `ps` into this file must not be readable by everyone instead
+        check_private(Path(toml), values["allow_insecure_token_file"], "config",
+                      " (its postgres_dsn holds a password)")
     return ServeConfig(**values)
 
 
-def check_private(path: Path, allow_insecure: bool, what: str) -> None:
+def dsn_has_password(dsn: str) -> bool:
+    """Whether a PostgreSQL DSN (URL or ``key=value`` form) carries a password."""
+    try:
+        if urlsplit(dsn).password:
+            return True
+    except ValueError:  # not a URL (e.g. a bracket in a key=value DSN)
+        pass
+    return re.search(r"(^|[\s?&])password\s*=", dsn) is not None
+
+
+def check_private(path: Path, allow_insecure: bool, what: str, why: str = "") -> None:
     """Refuse (or, when allowed, warn about) a secret file readable by group or others."""
     try:
         mode = path.stat().st_mode
     except OSError:
         return  # reading it reports the error
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        message = (f"{path}: the {what} file is readable by group or others (mode "
+        message = (f"{path}: the {what} file{why} is readable by group or others (mode "
                    f"{stat.S_IMODE(mode):04o}); run `chmod 600 {path}`")
         if not allow_insecure:
             raise ConfigError(message + " (or pass --allow-insecure-token-file)")

@@ -26,7 +26,7 @@ STORE_RETRY_AFTER = 5
 
 #: slug -> (HTTP status, title). The slug is the machine-readable part of ``type``.
 PROBLEM_TYPES: dict[str, tuple[int, str]] = {
-    "undecodable-body": (400, "The request body is not a msgpack document"),
+    "undecodable-body": (400, "The request body cannot be decoded (as sent, or as msgpack)"),
     "client-disconnected": (400, "The client closed the connection before its request was complete"),
     "bad-http-request": (400, "The HTTP request is malformed"),
     "invalid-query": (400, "A query parameter is invalid"),
@@ -37,13 +37,13 @@ PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "not-found": (404, "No such resource"),
     "no-data": (404, "No reports stored for this metric and window"),
     "method-not-allowed": (405, "Method not allowed"),
-    "request-timeout": (408, "The request body did not arrive in time"),
+    "request-timeout": (408, "The request (headers or body) did not arrive in time"),
     "length-required": (411, "A request body needs Content-Length (or chunked encoding)"),
     "body-too-large": (413, "The request body is larger than this collector accepts"),
     "unsupported-media-type": (415, "Unsupported content type"),
     "invalid-batch": (422, "The batch envelope is invalid"),
     "unsupported-version": (422, "Unsupported wire format version"),
-    "unknown-metric": (422, "A report names a metric this collector does not know"),
+    "unknown-metric": (422, "The metric is not in this collector's registry"),
     "fingerprint-mismatch": (422, "A report was encoded under other metric parameters"),
     "invalid-report": (422, "A report could not have been produced by an honest client"),
     "batch-id-conflict": (422, "This batch id was already used for a different body"),

@@ -152,6 +152,8 @@ def _side(name: str, value: Any) -> dict[str, Any]:
     first, sep, last = value.partition("..")
     if not sep:
         return {"windows": [_day(name, value, True)], "since": None, "until": None, "label": value}
+    if not first or not last:
+        raise Problem("invalid-query", f"{name}={value!r}: a range needs both ends, D1..D2", field=name)
     since, until = _day(name, first, False), _day(name, last, False)
     if since > until:
         raise Problem("invalid-query", f"{name}={value!r}: the range ends before it starts", field=name)
@@ -184,6 +186,23 @@ def parse_compare(params: Mapping[str, Any], accept: str = "") -> dict[str, Any]
     return out
 
 
+def url_params(query: Any, repeatable: Sequence[str] = ()) -> dict[str, Any]:
+    """The URL's parameters, each given once (``repeatable`` ones as lists of every value).
+
+    ``?since=A&since=B`` is ambiguous, so it is refused rather than half read."""
+    params: dict[str, Any] = {}
+    for key in query:
+        values = query.getall(key)
+        if key in repeatable:
+            params[key] = values
+        elif len(values) > 1:
+            raise Problem("invalid-query", f"{key[:50]!r} is given more than once: give it once",
+                          field=key[:50])
+        else:
+            params[key] = values[0]
+    return params
+
+
 async def query_params(request: web.Request) -> dict[str, Any]:
     """Query fields from the URL (GET; repeated ``candidates``) or a JSON object body (POST)."""
     if request.method == "POST":
@@ -195,11 +214,10 @@ async def query_params(request: web.Request) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise Problem("invalid-query", "the body must be a JSON object of query parameters")
         params: dict[str, Any] = dict(body)
-        params.update({k: v for k, v in request.query.items() if k != "candidates"})
+        params.update({k: v for k, v in url_params(request.query, ("candidates",)).items()
+                       if k != "candidates"})
     else:
-        params = {k: request.query.getone(k) for k in request.query if k != "candidates"}
-        if "candidates" in request.query:
-            params["candidates"] = request.query.getall("candidates")
+        params = url_params(request.query, ("candidates",))
     return parse_query(params, request.headers.get("Accept", ""))
 
 
@@ -333,8 +351,7 @@ async def compare(request: web.Request, registry: Registry, store: AsyncSketchSt
     """``GET /v1/metrics/{name}/compare?a=...&b=...``: what ``ldpt compare`` prints."""
     check_bearer(request.headers.get("Authorization"), tokens)
     spec = metric_spec(registry, request.match_info["name"])
-    params = {k: request.query.getone(k) for k in request.query}
-    q = parse_compare(params, request.headers.get("Accept", ""))
+    q = parse_compare(url_params(request.query), request.headers.get("Accept", ""))
     return _respond(await compare_df(spec, store, q, min_reports), q["format"])
 
 

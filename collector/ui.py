@@ -76,7 +76,7 @@ def setup_ui(app: web.Application, state_key: web.AppKey[Any]) -> None:
         kind = request.match_info["chart"]
         if kind not in CHARTS:
             raise Problem("not-found", f"no chart {kind[:50]!r} (charts: {', '.join(CHARTS)})", status=404)
-        params = {k: request.query.getone(k) for k in request.query}
+        params = query.url_params(request.query)
         if kind == "compare":
             df = await query.compare_df(spec, state.store, query.parse_compare(params), state.config.min_reports)
             svg = compare_svg(df)

@@ -511,6 +511,41 @@ def test_odd_query_input_is_a_problem_never_a_500(setup):
     asyncio.run(scenario())
 
 
+def test_a_repeated_query_parameter_is_refused_not_half_read(setup):
+    """``?since=A&since=B`` is ambiguous (proxies and frameworks disagree on which one wins):
+    refused with 400 naming the field, on the query API and the dashboard's charts alike."""
+    async def scenario():
+        async with running(setup) as (client, _):
+            for url, field in [
+                ("/v1/metrics/page/estimates?since=2026-03-02&since=2026-03-01", "since"),
+                ("/v1/metrics/page/estimates?by=window&by=window", "by"),
+                ("/v1/metrics/page/compare?a=2026-03-01&b=2026-03-02&a=2026-03-03", "a"),
+                ("/ui/charts/page/series.svg?until=2026-03-02&until=2026-03-01", "until"),
+                ("/ui/charts/page/compare.svg?a=2026-03-01&b=2026-03-02&b=2026-03-03", "b"),
+            ]:
+                resp = await client.get(url, headers=AUTH)
+                doc = assert_problem(resp.status, resp.headers, await resp.read(), 400, "invalid-query")
+                assert doc["field"] == field and "more than once" in doc["detail"], (url, doc)
+    asyncio.run(scenario())
+
+
+def test_problem_titles_fit_the_query_routes_too(setup):
+    """Shared slugs have titles that are true on every route: an unknown metric in a query is
+    not "a report", a deflate-encoded query body is not "a msgpack document"."""
+    async def scenario():
+        async with running(setup) as (client, _):
+            resp = await client.get("/v1/metrics/nope/estimates", headers=AUTH)
+            doc = assert_problem(resp.status, resp.headers, await resp.read(), 404, "unknown-metric")
+            assert "report" not in doc["title"]
+            raw = await raw_request(client, b"POST /v1/metrics/page/estimates HTTP/1.1\r\nHost: x\r\n"
+                                    b"Authorization: Bearer " + TOKEN.encode() + b"\r\n"
+                                    b"Content-Encoding: deflate\r\nContent-Length: 3\r\n"
+                                    b"Connection: close\r\n\r\nabc")
+            assert raw.split(b"\r\n")[0].endswith(b" 400 Bad Request") and b"undecodable-body" in raw, raw[:300]
+            assert b"msgpack document" not in raw
+    asyncio.run(scenario())
+
+
 async def raw_request(client, data: bytes) -> bytes:
     """Send raw bytes to the test server; everything it answers until it closes."""
     reader, writer = await asyncio.open_connection(client.host, client.port)

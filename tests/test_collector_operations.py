@@ -100,6 +100,26 @@ def test_a_token_file_others_can_read_is_refused_unless_allowed(tmp_path, caplog
     assert "readable by group or others" in caplog.text
 
 
+@pytest.mark.parametrize("dsn", ["postgresql://ldpt:s3cret@db.internal/ldpt",
+                                 "host=db.internal dbname=ldpt password=s3cret"])
+def test_a_config_file_holding_the_dsn_password_must_be_private(tmp_path, caplog, dsn):
+    """docs/operations.md moves the DSN into --config to keep its password out of `ps`: a
+    serve.toml others can read would show it all the same, so it is refused like a token file."""
+    conf = tmp_path / "serve.toml"
+    conf.write_text(f'metrics_file = "metrics.toml"\npostgres_dsn = "{dsn}"\n')
+    conf.chmod(0o644)
+    with pytest.raises(ConfigError, match=r"serve.toml: the config file .*password.* readable by group "
+                                          r"or others \(mode 0644\); run `chmod 600"):
+        make_config(environ={}, toml=conf)
+    cfg = make_config(environ={}, toml=conf, allow_insecure_token_file=True)  # a warning only
+    assert cfg.postgres_dsn == dsn and "readable by group or others" in caplog.text
+    conf.chmod(0o600)
+    assert make_config(environ={}, toml=conf).postgres_dsn == dsn
+    conf.chmod(0o644)  # the password comes from the environment instead: nothing secret in the file
+    conf.write_text('metrics_file = "metrics.toml"\npostgres_dsn = "postgresql://db.internal/ldpt"\n')
+    assert make_config(environ={}, toml=conf).postgres_dsn == "postgresql://db.internal/ldpt"
+
+
 # --- TLS ---------------------------------------------------------------------------------------------
 def self_signed(tmp_path):
     if shutil.which("openssl") is None:
@@ -185,6 +205,63 @@ def test_the_admin_port_answers_while_the_workers_loop_is_blocked(setup):
     asyncio.run(scenario())
 
 
+def test_the_admin_port_closes_slow_headers_and_keeps_keepalive_clients(setup):
+    """The admin port has the main port's header deadline: a socket dripping header lines is
+    closed (408), while a keep-alive scraper is served again and again."""
+    import socket
+
+    from .collector_support import free_port
+
+    async def scenario():
+        async with running(setup, header_timeout=0.3, keepalive_timeout=5.0) as (client, app):
+            state = app[STATE]
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", free_port()))
+            sock.listen(16)
+            admin = AdminServer(state, sock)
+            admin.start()
+            port = sock.getsockname()[1]
+
+            def drip() -> bytes:
+                slow = socket.create_connection(("127.0.0.1", port), timeout=0.2)
+                slow.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+                deadline = time.monotonic() + 10
+                try:
+                    while time.monotonic() < deadline:
+                        try:
+                            return slow.recv(200)
+                        except TimeoutError:
+                            slow.sendall(b"X-Slow: 1\r\n")  # one header line, never the end
+                    return b"still open"
+                except OSError:
+                    return b""  # closed while writing
+                finally:
+                    slow.close()
+
+            def scrape_thrice() -> list[int]:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                try:
+                    statuses = []
+                    for _ in range(3):  # one keep-alive connection
+                        conn.request("GET", "/healthz")
+                        resp = conn.getresponse()
+                        resp.read()
+                        statuses.append(resp.status)
+                    return statuses
+                finally:
+                    conn.close()
+
+            try:
+                answer = await asyncio.to_thread(drip)
+                statuses = await asyncio.to_thread(scrape_thrice)
+            finally:
+                admin.stop()
+            assert answer == b"" or answer.startswith(b"HTTP/1.1 408 The request (headers or body)"), answer
+            assert statuses == [200, 200, 200]
+
+    asyncio.run(scenario())
+
+
 # --- retention -----------------------------------------------------------------------------------------
 def fill(db, registry, days: list[str]) -> None:
     spec = registry.get("theme")
@@ -217,6 +294,14 @@ def test_ldpt_prune_deletes_whole_windows_before_a_date(setup):
     missing = CliRunner().invoke(main, ["prune", "--db", str(db.with_name("nope.sqlite")),
                                         "--before", "2026-01-01"])
     assert missing.exit_code == 1 and "no such store" in missing.output
+
+
+def test_a_retention_longer_than_the_calendar_keeps_everything():
+    """retention_days = 10**9 passes the settings check; its cutoff must not overflow the date
+    type (the housekeeping would warn every run and never prune): it keeps every window."""
+    now = dt.datetime(2026, 3, 10, 12, tzinfo=dt.timezone.utc).timestamp()
+    assert retention_cutoff(1, now) == "2026-03-10"
+    assert retention_cutoff(10**9, now) == retention_cutoff(10**6, now) == "0001-01-01"
 
 
 def test_retention_days_while_serving(setup):

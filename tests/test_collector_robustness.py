@@ -274,3 +274,17 @@ def test_request_errors_are_counted_apart_from_rejected_reports_and_latency_is_r
             assert re.search(r'ldpt_request_seconds_bucket\{endpoint="other",le="\+Inf"\} 1\n', text)
             assert "ldpt_build_info{" in text and "ldpt_process_resident_memory_bytes " in text
     asyncio.run(scenario())
+
+
+def test_compare_and_the_dashboards_data_are_timed_as_queries(setup):
+    """Every route that estimates (estimates, compare, the dashboard's overview and charts) is
+    an endpoint="query" latency, not "other"; the dashboard's static page stays "other"."""
+    async def scenario():
+        async with running(setup) as (client, _):
+            for path in ("/v1/metrics/theme/compare?a=2026-03-01&b=2026-03-02", "/ui/api/overview",
+                         "/ui/charts/theme/series.svg", "/ui/"):
+                await client.get(path, headers={"Authorization": "Bearer wrong"})
+            text = await (await client.get("/metrics")).text()
+            assert 'ldpt_request_seconds_count{endpoint="query"} 3' in text
+            assert 'ldpt_request_seconds_count{endpoint="other"} 1' in text
+    asyncio.run(scenario())

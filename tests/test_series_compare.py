@@ -377,6 +377,9 @@ def test_api_series_and_compare_give_the_cli_bytes(registry_path, store_path, tm
             assert resp.status == 401
             resp = await client.get(f"/v1/metrics/page/compare?a={DAYS[0]}&b=yesterday", headers=auth)
             assert resp.status == 400 and (await resp.json())["field"] == "b"
+            resp = await client.get(f"/v1/metrics/page/compare?a={DAYS[0]}..&b={DAYS[1]}", headers=auth)
+            doc = await resp.json()  # the message quotes what was sent, not an empty half
+            assert resp.status == 400 and doc["field"] == "a" and f"a='{DAYS[0]}..'" in doc["detail"], doc
             resp = await client.get("/v1/metrics/page/estimates?by=month", headers=auth)
             assert resp.status == 400 and (await resp.json())["field"] == "by"
             resp = await client.get(f"/v1/metrics/page/estimates?by=window&window={DAYS[0]}", headers=auth)
@@ -471,3 +474,50 @@ def test_dashboard_svgs_are_well_formed_and_escape_labels(registry, metric):
         assert root.tag.endswith("svg") and "<b>" not in svg
         assert root.findall(".//{http://www.w3.org/2000/svg}circle")
         assert "style=" not in svg  # the dashboard's CSP forbids inline styles
+
+
+def test_cli_url_never_forwards_the_token_through_a_redirect(registry_path, tmp_path):
+    """urllib re-sends every header, Authorization too, to wherever a 3xx points (another host,
+    plain http). `ldpt estimate|compare --url` stop at a redirect and say where it pointed."""
+    import http.server
+    import threading
+
+    seen: list[str | None] = []
+
+    class Elsewhere(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    elsewhere = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Elsewhere)
+    target = f"http://127.0.0.1:{elsewhere.server_address[1]}"
+
+    class Redirector(Elsewhere):
+        def do_GET(self):  # noqa: N802
+            self.send_response(302)
+            self.send_header("Location", target + self.path)
+            self.end_headers()
+
+    redirector = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirector)
+    servers = [elsewhere, redirector]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    url = f"http://127.0.0.1:{redirector.server_address[1]}"
+    try:
+        r1 = ldpt("estimate", "--metrics", str(registry_path), "--metric", "page", "--url", url,
+                  "--token-file", str(token))
+        r2 = ldpt("compare", "--metrics", str(registry_path), "--metric", "page", "--url", url,
+                  "--token-file", str(token), "--window", DAYS[0], "--against", DAYS[1])
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+    assert seen == []  # the token never left for the other address
+    for r in (r1, r2):
+        assert r.exit_code != 0 and "redirect" in r.output and target in r.output, r.output
