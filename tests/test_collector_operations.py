@@ -83,6 +83,36 @@ def test_bad_config_files_name_the_file_and_key(tmp_path, text, match):
         assert str(conf) in str(info.value)
 
 
+@pytest.mark.parametrize("text,match", [
+    ("window = 'week'\n", "window 'week': use day or hour"),
+    ("rate_limit = -1\n", "rate_limit must be a positive"),
+    ("sqlite_synchronous = 'SOMETIMES'\n", "sqlite_synchronous 'SOMETIMES'"),
+    ("port = 70000\n", "port must be a TCP port in 0..65535, got 70000"),
+    ("admin_port = 65536\n", "admin_port must be a TCP port"),
+])
+def test_bad_config_values_name_the_file_or_variable(tmp_path, text, match):
+    conf = tmp_path / "serve.toml"
+    conf.write_text(text)
+    with pytest.raises(ConfigError, match=match) as info:
+        make_config(tmp_path / "m.toml", environ={}, toml=conf)
+    assert str(info.value).startswith(f"{conf}: ")
+    name, _, value = text.strip().partition(" = ")
+    with pytest.raises(ConfigError, match=match) as info:
+        make_config(tmp_path / "m.toml", environ={f"LDPT_{name.upper()}": value.strip("'")})
+    assert str(info.value).startswith(f"LDPT_{name.upper()}: ")
+
+
+def test_a_port_out_of_range_in_the_config_file_is_a_one_line_error(tmp_path):
+    registry_path = tmp_path / "metrics.toml"
+    write_registry(registry_path)
+    conf = tmp_path / "serve.toml"
+    conf.write_text("port = 70000\n")
+    result = CliRunner().invoke(main, ["serve", "--metrics", str(registry_path), "--db",
+                                       str(tmp_path / "c.sqlite"), "--config", str(conf)])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"Error: {conf}: port must be a TCP port in 0..65535, got 70000"
+
+
 def test_a_token_file_others_can_read_is_refused_unless_allowed(tmp_path, caplog):
     registry_path = tmp_path / "metrics.toml"
     write_registry(registry_path)
