@@ -466,7 +466,18 @@ class _MetricParser:
         if max_bytes is not None and size > max_bytes:
             raise self.fail(f"a {protocol} report takes {size} bytes, above max_report_bytes = {max_bytes}; "
                             "use protocol = \"auto\" or raise max_report_bytes", "max_report_bytes")
+        if lifetime is not None:
+            self.check_lifetime_fits_one_report(spec.protocol_impl, float(lifetime))
         return spec
+
+    def check_lifetime_fits_one_report(self, impl: Protocol, lifetime: float) -> None:
+        """A lifetime budget below one report's charge would make the ledger refuse every report."""
+        memoised = getattr(impl, "epsilon_longitudinal", None)
+        first = float(memoised if memoised is not None else impl.epsilon)
+        if first > lifetime * (1 + 1e-9):  # realised epsilons are quantised floats
+            what = "ε∞, charged for each new value" if memoised is not None else "epsilon per report"
+            raise self.fail(f"{lifetime:g} is below the {first:.4g} one report costs ({what}): every report "
+                            "would be refused; raise it or leave it out", "lifetime_epsilon")
 
     def check_name_and_table(self) -> None:
         if not isinstance(self.name, str) or not NAME_PATTERN.fullmatch(self.name):  # not match: $ allows \n
