@@ -148,3 +148,14 @@ def test_a_lifetime_budget_below_one_report_is_refused(extra, words):
 
 def test_a_lifetime_budget_of_exactly_one_report_loads():
     assert parse_registry(BASE + "lifetime_epsilon = 1.0\n", source="m.toml").get("theme").lifetime_epsilon == 1.0
+
+
+@pytest.mark.parametrize("device, field", [
+    ("epsilon_per_window = 0.5", "device.epsilon_per_window"),
+    ("lifetime_epsilon = 0.9", "device.lifetime_epsilon"),
+])
+def test_a_device_cap_below_one_report_of_a_metric_is_refused(device, field):
+    with pytest.raises(RegistryError, match="metric 'theme' could never report") as info:
+        parse_registry(BASE + f"[device]\n{device}\n", source="m.toml")
+    assert f"m.toml: field '{field}'" in str(info.value)
+    assert parse_registry(BASE + "[device]\nepsilon_per_window = 1\nlifetime_epsilon = 1\n").device is not None
