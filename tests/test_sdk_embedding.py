@@ -74,7 +74,7 @@ reg = parse_registry('[metrics.crash]\\nkind = "boolean"\\nprotocol = "rr"\\neps
 class Ok:
     def post_batch(self, body):
         from client_sdk.transport import Response
-        return Response(200, {{}}, b"{{}}")
+        return Response(200, {{}}, b'{{"accepted": 1, "duplicate": false}}')
     def close(self): pass
 from client_sdk.transport import Transport
 class T(Ok, Transport): pass
