@@ -249,6 +249,21 @@ def test_ldpt_prune_deletes_whole_windows_before_a_date(setup):
     assert missing.exit_code == 1 and "no such store" in missing.output
 
 
+def test_ldpt_prune_refuses_a_date_after_today(setup):
+    """A future --before (a typo: 2062 for 2026) would delete the window being written and every
+    batch id, so SDK retries of recent batches would be counted twice."""
+    db = setup[3]
+    fill(db, setup[1], ["2026-01-01"])
+    tomorrow = (dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=1)).isoformat()
+    for day in (tomorrow, "2999-01-01"):
+        result = CliRunner().invoke(main, ["prune", "--db", str(db), "--before", day])
+        assert result.exit_code == 2 and f"--before {day} is after today" in result.output
+    assert windows(db) == ["2026-01-01"]
+    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    assert CliRunner().invoke(main, ["prune", "--db", str(db), "--before", today]).exit_code == 0
+    assert windows(db) == []
+
+
 def test_retention_days_while_serving(setup):
     """The collector prunes old windows itself, between commits of concurrent batches."""
     db = setup[3]
