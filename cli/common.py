@@ -19,6 +19,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 OUTPUT_FORMATS = ("table", "csv", "json")
 
 
+class FiniteFloatRange(click.FloatRange):
+    """click.FloatRange that also refuses NaN, which passes its bounds (NaN compares false)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = click.FLOAT.convert(value, param, ctx)
+        if rv != rv:
+            self.fail(f"{value} is not a finite number.", param, ctx)
+        return super().convert(rv, param, ctx)
+
+
 class LdptGroup(click.Group):
     """A click group whose commands turn library errors into one clean line (exit 1)."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .common import emit, load_metric, output_options
+from .common import FiniteFloatRange, emit, load_metric, output_options
 from .estimate_cmd import StoreReader, check_source, require_registry, store_options
 from .simulate_cmd import validate_day
 
@@ -33,9 +33,9 @@ def _range(text: str | None, what: str) -> tuple[str, str] | None:
 @click.option("--range", "range_a", default=None, metavar="D1..D2", help="Instead of --window: range A.")
 @click.option("--against-range", "range_b", default=None, metavar="D1..D2",
               help="Instead of --against: range B.")
-@click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+@click.option("--confidence", type=FiniteFloatRange(0, 1, min_open=True, max_open=True),
               default=0.95, show_default=True, help="Confidence level of the difference intervals.")
-@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
+@click.option("--alpha", type=FiniteFloatRange(0, 1, min_open=True, max_open=True), default=0.05,
               show_default=True, help="Level of the tests behind 'changed'.")
 @click.option("--control", type=click.Choice(["fwer", "fdr"]), default="fwer", show_default=True,
               help=CONTROL_HELP)

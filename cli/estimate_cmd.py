@@ -11,7 +11,7 @@ from collector.storage.base import WindowInfo
 from collector.storage.sqlite import open_store
 from estimators.simulation import DistributionError, read_weights_csv
 
-from .common import emit, load_metric, output_options, read_lines, validate_url
+from .common import FiniteFloatRange, emit, load_metric, output_options, read_lines, validate_url
 from .simulate_cmd import validate_date, validate_day
 
 #: A terminal table of a million rows helps nobody: larger results show the largest estimates.
@@ -50,7 +50,7 @@ def store_options(func):  # noqa: ANN001, ANN201 - a click decorator
 @click.option("--by", type=click.Choice(["window"]), default=None,
               help="One estimate per window of --since..--until (days, or hours on an hourly store): "
                    "long-format rows with the window's n; empty windows have n = 0.")
-@click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+@click.option("--confidence", type=FiniteFloatRange(0, 1, min_open=True, max_open=True),
               default=0.95, show_default=True, help="Confidence level of the intervals.")
 @click.option("--simultaneous", is_flag=True, help="Bonferroni intervals that hold for all values at once.")
 @click.option("--consistent", is_flag=True,

@@ -21,7 +21,7 @@ from client_sdk.protocols.numeric import NUMERIC_PROTOCOL_NAMES
 from client_sdk.registry import MAX_NUMERIC_MAGNITUDE, MIN_NUMERIC_WIDTH
 from estimators.poisoning import poisoning_bound
 
-from .common import emit, output_options
+from .common import FiniteFloatRange, emit, output_options
 
 
 def numeric_rows(epsilon: float, lo: float, hi: float, clients: int,
@@ -151,7 +151,7 @@ def format_discover_plan(row: dict, fmt: str) -> str:
 
 
 @click.command()
-@click.option("--epsilon", required=True, type=click.FloatRange(0, 20, min_open=True),
+@click.option("--epsilon", required=True, type=FiniteFloatRange(0, 20, min_open=True),
               help="Per-report privacy budget.")
 @click.option("--domain", type=click.IntRange(min=2), default=None,
               help="Number of distinct values (categorical metrics and histogram buckets).")

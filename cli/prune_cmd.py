@@ -10,6 +10,7 @@ counted again, so keep more days than the SDKs retry for (docs/operations.md).
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import os
 from pathlib import Path
 
@@ -22,6 +23,11 @@ def _day(ctx: click.Context, param: click.Parameter, value: str) -> str:
     day = canonical_window(value, hour_ok=False)
     if day is None:
         raise click.BadParameter(f"{value!r} is not a date (YYYY-MM-DD)")
+    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    if day > today:  # ISO dates order as text
+        raise click.BadParameter(f"--before {day} is after today ({today} UTC): it would delete the "
+                                 "window collectors are writing and the batch ids that keep SDK "
+                                 "retries from being counted twice")
     return day
 
 

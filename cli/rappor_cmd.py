@@ -16,7 +16,7 @@ import click
 from client_sdk.errors import EstimationError
 from estimators.multiple_testing import CONTROLS
 
-from .common import LdptGroup, emit, load_metric, output_options
+from .common import FiniteFloatRange, LdptGroup, emit, load_metric, output_options
 from .simulate_cmd import validate_date, validate_day
 
 if TYPE_CHECKING:  # the decoder (scipy, pandas) loads only when a command runs: a fast `ldpt --help`
@@ -30,12 +30,12 @@ def rappor() -> None:
 
 def decoder_options(func):
     """--confidence, --control and --alpha, shared by decode and the estimate command."""
-    func = click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
+    func = click.option("--alpha", type=FiniteFloatRange(0, 1, min_open=True, max_open=True), default=0.05,
                         show_default=True, help="Error level of the detection test.")(func)
     func = click.option("--control", type=click.Choice(CONTROLS), default="fwer", show_default=True,
                         help="Multiple-testing control of 'detected': fwer (Holm, family-wise) or "
                              "fdr (Benjamini–Hochberg).")(func)
-    func = click.option("--confidence", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    func = click.option("--confidence", type=FiniteFloatRange(0, 1, min_open=True, max_open=True),
                         default=0.95, show_default=True, help="Confidence level of the intervals.")(func)
     return func
 

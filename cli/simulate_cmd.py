@@ -23,7 +23,7 @@ from estimators.simulation import (
     simulate_sketch,
 )
 
-from .common import load_metric, progress_bar, validate_url
+from .common import FiniteFloatRange, load_metric, progress_bar, validate_url
 
 
 def today_utc() -> str:
@@ -84,7 +84,7 @@ def validate_date(ctx: click.Context, param: click.Parameter, value: str | None)
               help="Each device reports once a day for this many consecutive days (windows) ending "
                    "at --window; memoised protocols keep each device's first round. --truth then "
                    "writes window,value,count.")
-@click.option("--change-rate", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
+@click.option("--change-rate", type=FiniteFloatRange(0.0, 1.0), default=0.0, show_default=True,
               help="With --days: probability that a device's value is redrawn each day.")
 @click.option("--silent", is_flag=True, help="No progress bar.")
 def simulate(metrics_file: str, metric: str, clients: int, distribution: str | None, seed: int | None,

@@ -62,6 +62,7 @@ from .registry import DeviceBudget, Kind, MetricSpec, Registry, canonical_value,
 from .remote import check_pins, fetch_registry, registry_from_json
 from .startup import RegistryResolver
 from .state import (
+    CORRUPT_SECRET_ADVICE,
     REGISTRY_CACHE_FILE,
     ClientState,
     FileState,
@@ -342,7 +343,8 @@ class ClientCore:
             try:
                 moved = self.state.quarantine_secret()
                 log.warning("ldpt: %s; moved it to %s and created a new secret (a new privacy spend: "
-                            "the ledger charges values afresh)", exc, moved.name)
+                            "the ledger charges values afresh)",
+                            str(exc).removesuffix(CORRUPT_SECRET_ADVICE), moved.name)
                 return self.state.secret
             except (StateError, OSError) as again:
                 exc = again

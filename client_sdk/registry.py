@@ -421,7 +421,35 @@ def parse_registry(data: str | Mapping[str, Any], source: str = "<registry>") ->
         raise RegistryError("no metrics declared; add a [metrics.NAME] table", source=source)
     metrics = {name: parse_metric(name, table, source) for name, table in tables.items()}
     device = parse_device(data["device"], source) if "device" in data else None
+    if device is not None:
+        check_device_fits_one_report(metrics, device, source)
     return Registry(metrics, source, device)
+
+
+def _memoised(impl: Protocol) -> bool:
+    return getattr(impl, "epsilon_longitudinal", None) is not None
+
+
+def first_lifetime_charge(impl: Protocol) -> float:
+    """What the ledger charges a device's lifetime for its first report: ε, or ε∞ when memoised."""
+    return float(impl.epsilon_longitudinal if _memoised(impl) else impl.epsilon)  # type: ignore[attr-defined]
+
+
+def _exceeds(charge: float, budget: float) -> bool:
+    return charge > budget * (1 + 1e-9)  # realised epsilons are quantised floats (the ledger's slack)
+
+
+def check_device_fits_one_report(metrics: Mapping[str, MetricSpec], device: DeviceBudget,
+                                 source: str) -> None:
+    """A [device] cap below one report of some metric would make the ledger refuse all its reports."""
+    for spec in metrics.values():
+        impl = spec.protocol_impl
+        for key, cap, charge in (("epsilon_per_window", device.epsilon_per_window, float(impl.epsilon)),
+                                 ("lifetime_epsilon", device.lifetime_epsilon, first_lifetime_charge(impl))):
+            if cap is not None and _exceeds(charge, cap):
+                raise RegistryError(f"{cap:g} is below the {charge:.4g} one report of {spec.name!r} costs: "
+                                    f"metric {spec.name!r} could never report; raise the cap",
+                                    source=source, field=f"device.{key}")
 
 
 def parse_metric(name: str, table: Any, source: str = "<registry>") -> MetricSpec:
@@ -466,7 +494,17 @@ class _MetricParser:
         if max_bytes is not None and size > max_bytes:
             raise self.fail(f"a {protocol} report takes {size} bytes, above max_report_bytes = {max_bytes}; "
                             "use protocol = \"auto\" or raise max_report_bytes", "max_report_bytes")
+        if lifetime is not None:
+            self.check_lifetime_fits_one_report(spec.protocol_impl, float(lifetime))
         return spec
+
+    def check_lifetime_fits_one_report(self, impl: Protocol, lifetime: float) -> None:
+        """A lifetime budget below one report's charge would make the ledger refuse every report."""
+        first = first_lifetime_charge(impl)
+        if _exceeds(first, lifetime):
+            what = "ε∞, charged for each new value" if _memoised(impl) else "epsilon per report"
+            raise self.fail(f"{lifetime:g} is below the {first:.4g} one report costs ({what}): every report "
+                            "would be refused; raise it or leave it out", "lifetime_epsilon")
 
     def check_name_and_table(self) -> None:
         if not isinstance(self.name, str) or not NAME_PATTERN.fullmatch(self.name):  # not match: $ allows \n

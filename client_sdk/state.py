@@ -249,6 +249,10 @@ def load_or_create_secret(path: Path) -> bytes:
     return _read_secret(path)
 
 
+#: Appended to the corrupt-secret error for strict callers (non-strict clients move the file aside).
+CORRUPT_SECRET_ADVICE = "; delete the file to start over (a new secret is a new privacy spend)"
+
+
 def _read_secret(path: Path) -> bytes:
     fd = os.open(path, os.O_RDONLY | OPEN_FLAGS)
     try:
@@ -260,8 +264,8 @@ def _read_secret(path: Path) -> bytes:
     finally:
         os.close(fd)
     if len(data) != SECRET_BYTES:
-        raise StateError(f"{path}: not a client secret ({len(data)} bytes, expected {SECRET_BYTES}); "
-                         "delete the file to start over (a new secret is a new privacy spend)")
+        raise StateError(f"{path}: not a client secret ({len(data)} bytes, expected {SECRET_BYTES})"
+                         f"{CORRUPT_SECRET_ADVICE}")
     return data
 
 

@@ -81,6 +81,14 @@ class Fault:
     retry_after: float | None = None
     slug: str = "overloaded"
 
+    def __post_init__(self) -> None:
+        # A fault FakeCollector cannot act on would be consumed silently: the test would pass
+        # without the failure it meant to inject.
+        if self.kind not in ("status", "drop", "lost-ack"):
+            raise ValueError(f"Fault kind {self.kind!r}: use \"status\", \"drop\" or \"lost-ack\"")
+        if self.kind == "status" and not 400 <= self.status <= 599:
+            raise ValueError(f"Fault status {self.status}: a scripted failure is an HTTP 4xx or 5xx")
+
 
 class FakeCollector:
     """Wire format v1 in memory: the collector's validation, batch-id dedupe, sketches."""

@@ -92,6 +92,21 @@ def is_retryable(status: int) -> bool:
     return status in RETRYABLE_STATUSES or 500 <= status <= 599
 
 
+def from_collector(response: Response) -> bool:
+    """Whether an answer is the collector's: its JSON ack (200), or a problem document (4xx).
+
+    A proxy, a captive portal or a wrong endpoint path answers otherwise (an HTML 200 or 404,
+    a redirect); such an answer must neither delete a batch as acknowledged nor drop it as
+    rejected. 413 counts as the collector's whoever sent it: a smaller batch is the remedy.
+    """
+    if response.status == 200:
+        doc = response.json()
+        return isinstance(doc, dict) and "accepted" in doc
+    if 400 <= response.status <= 499:
+        return response.status == 413 or response.problem_type is not None
+    return response.status >= 500  # retried anyway; 1xx-3xx other than 200 are not its answers
+
+
 class Owner(TypingProtocol):
     """What the uploader needs from a client whose reports it carries."""
 
@@ -348,7 +363,8 @@ class Batcher:
         outbox = batch.origin if batch.origin is not None else self.outbox
         self.counters["batches_sent"] += 1
         batch.attempts += 1
-        if response is not None and response.status == 200:
+        foreign = response is not None and not from_collector(response)
+        if response is not None and response.status == 200 and not foreign:
             outbox.done(batch)
             self.attempts = 0
             self.backoff_until = 0.0
@@ -359,7 +375,7 @@ class Batcher:
             if isinstance(doc, dict) and doc.get("duplicate"):
                 self.counters["duplicates"] += 1
             return
-        if response is None or is_retryable(response.status):
+        if response is None or foreign or is_retryable(response.status):
             outbox.release(batch)
             self.unsent_hint = True
             self.attempts += 1
@@ -373,6 +389,8 @@ class Batcher:
             if response is None:
                 self.counters["network_errors"] += 1
             what = f"HTTP {response.status}" if response is not None else f"{error}"
+            if foreign:
+                what += " that is not the collector's answer: check endpoint= and any proxy"
             self.log_once("retrying", logging.WARNING,
                           f"ldpt: collector unavailable ({what}); batches are kept and retried "
                           f"(next attempt in {delay:.1f}s; later failures are logged at DEBUG)")

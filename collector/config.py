@@ -135,10 +135,14 @@ SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
 
 
 class ConfigError(LdptError):
-    """A collector setting or command-line argument is invalid."""
+    """A collector setting or command-line argument is invalid (``setting``: which one, if known)."""
 
     status = 400
     type = "invalid-config"
+
+    def __init__(self, message: str, *, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,10 +187,14 @@ class ServeConfig:
 
     def __post_init__(self) -> None:
         if self.window not in ("day", "hour"):
-            raise ConfigError(f"window {self.window!r}: use day or hour")
+            raise ConfigError(f"window {self.window!r}: use day or hour", setting="window")
         if self.sqlite_synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ConfigError(f"sqlite_synchronous {self.sqlite_synchronous!r}: use OFF, NORMAL, "
-                              "FULL or EXTRA")
+                              "FULL or EXTRA", setting="sqlite_synchronous")
+        for name in ("port", "admin_port"):
+            port = getattr(self, name)
+            if port is not None and not 0 <= port <= 65535:
+                raise ConfigError(f"{name} must be a TCP port in 0..65535, got {port}", setting=name)
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("tls_cert and tls_key go together: give both or neither")
         for s in SETTINGS:
@@ -196,7 +204,7 @@ class ServeConfig:
             low_ok = value >= 0 if s.zero else value > 0
             if not (low_ok and value < math.inf):  # also refuses nan
                 raise ConfigError(f"setting {s.name} must be a {'non-negative' if s.zero else 'positive'} "
-                                  f"finite number, got {value}")
+                                  f"finite number, got {value}", setting=s.name)
 
     @property
     def postgres(self) -> str | None:
@@ -264,9 +272,12 @@ def make_config(metrics_file: str | Path | None = None, environ: Mapping[str, st
                 toml: str | Path | None = None, **arguments: Any) -> ServeConfig:
     """Build a ServeConfig: arguments > LDPT_* variables > TOML file > defaults."""
     values = {s.name: s.default for s in SETTINGS}
+    source: dict[str, str] = {}  # where a setting's value came from, to name it in errors
     from_toml = settings_from_toml(toml) if toml is not None else {}
     values.update(from_toml)
-    values.update(settings_from_env(environ))
+    source.update(dict.fromkeys(from_toml, str(toml)))
+    values.update(from_env := settings_from_env(environ))
+    source.update({name: f"LDPT_{name.upper()}" for name in from_env})
     if metrics_file is not None:
         arguments["metrics_file"] = metrics_file
     if "postgres" in arguments:  # the flag's name
@@ -283,12 +294,19 @@ def make_config(metrics_file: str | Path | None = None, environ: Mapping[str, st
     for s in SETTINGS:
         if s.path and values[s.name] is not None:
             values[s.name] = Path(values[s.name])
+        if arguments.get(s.name) is not None:
+            source.pop(s.name, None)  # a command-line value: click names the option itself
     if toml is not None and values["postgres_dsn"] and values["postgres_dsn"] == from_toml.get("postgres_dsn") \
             and dsn_has_password(values["postgres_dsn"]):
         # the DSN moved out of `ps` into this file must not be readable by everyone instead
         check_private(Path(toml), values["allow_insecure_token_file"], "config",
                       " (its postgres_dsn holds a password)")
-    return ServeConfig(**values)
+    try:
+        return ServeConfig(**values)
+    except ConfigError as exc:
+        if exc.setting in source:
+            raise ConfigError(f"{source[exc.setting]}: {exc}", setting=exc.setting) from None
+        raise
 
 
 def dsn_has_password(dsn: str) -> bool:

@@ -123,3 +123,19 @@ def test_metrics_check_prints_full_fingerprints_that_work_as_pins(run, registry_
         printed = line.split()[-1]
         assert printed == spec.fingerprint
         check_pins(registry, {spec.name: printed})   # raises FingerprintMismatch if it is not a pin
+
+
+@pytest.mark.parametrize("args", [
+    ["plan", "--epsilon", "nan", "--domain", "3", "--clients", "100"],
+    ["estimate", "--metrics", "{reg}", "--metric", "theme", "--db", "{db}", "--confidence", "nan"],
+    ["compare", "--metrics", "{reg}", "--metric", "theme", "--db", "{db}", "--window", "2026-01-01",
+     "--against", "2026-01-02", "--alpha", "nan"],
+    ["simulate", "--metrics", "{reg}", "--metric", "theme", "--clients", "10", "--db", "{db}",
+     "--days", "2", "--change-rate", "nan"],
+])
+def test_nan_for_a_bounded_number_is_a_usage_error(run, registry_file, tmp_path, args):
+    """click's FloatRange lets NaN through (every comparison with NaN is false)."""
+    args = [a.format(reg=registry_file, db=tmp_path / "s.sqlite") for a in args]
+    result = run(*args)
+    assert result.exit_code == 2, result.output
+    assert "nan is not a finite number" in result.output

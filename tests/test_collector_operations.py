@@ -83,6 +83,36 @@ def test_bad_config_files_name_the_file_and_key(tmp_path, text, match):
         assert str(conf) in str(info.value)
 
 
+@pytest.mark.parametrize("text,match", [
+    ("window = 'week'\n", "window 'week': use day or hour"),
+    ("rate_limit = -1\n", "rate_limit must be a positive"),
+    ("sqlite_synchronous = 'SOMETIMES'\n", "sqlite_synchronous 'SOMETIMES'"),
+    ("port = 70000\n", "port must be a TCP port in 0..65535, got 70000"),
+    ("admin_port = 65536\n", "admin_port must be a TCP port"),
+])
+def test_bad_config_values_name_the_file_or_variable(tmp_path, text, match):
+    conf = tmp_path / "serve.toml"
+    conf.write_text(text)
+    with pytest.raises(ConfigError, match=match) as info:
+        make_config(tmp_path / "m.toml", environ={}, toml=conf)
+    assert str(info.value).startswith(f"{conf}: ")
+    name, _, value = text.strip().partition(" = ")
+    with pytest.raises(ConfigError, match=match) as info:
+        make_config(tmp_path / "m.toml", environ={f"LDPT_{name.upper()}": value.strip("'")})
+    assert str(info.value).startswith(f"LDPT_{name.upper()}: ")
+
+
+def test_a_port_out_of_range_in_the_config_file_is_a_one_line_error(tmp_path):
+    registry_path = tmp_path / "metrics.toml"
+    write_registry(registry_path)
+    conf = tmp_path / "serve.toml"
+    conf.write_text("port = 70000\n")
+    result = CliRunner().invoke(main, ["serve", "--metrics", str(registry_path), "--db",
+                                       str(tmp_path / "c.sqlite"), "--config", str(conf)])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"Error: {conf}: port must be a TCP port in 0..65535, got 70000"
+
+
 def test_a_token_file_others_can_read_is_refused_unless_allowed(tmp_path, caplog):
     registry_path = tmp_path / "metrics.toml"
     write_registry(registry_path)
@@ -302,6 +332,21 @@ def test_a_retention_longer_than_the_calendar_keeps_everything():
     now = dt.datetime(2026, 3, 10, 12, tzinfo=dt.timezone.utc).timestamp()
     assert retention_cutoff(1, now) == "2026-03-10"
     assert retention_cutoff(10**9, now) == retention_cutoff(10**6, now) == "0001-01-01"
+
+
+def test_ldpt_prune_refuses_a_date_after_today(setup):
+    """A future --before (a typo: 2062 for 2026) would delete the window being written and every
+    batch id, so SDK retries of recent batches would be counted twice."""
+    db = setup[3]
+    fill(db, setup[1], ["2026-01-01"])
+    tomorrow = (dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=1)).isoformat()
+    for day in (tomorrow, "2999-01-01"):
+        result = CliRunner().invoke(main, ["prune", "--db", str(db), "--before", day])
+        assert result.exit_code == 2 and f"--before {day} is after today" in result.output
+    assert windows(db) == ["2026-01-01"]
+    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    assert CliRunner().invoke(main, ["prune", "--db", str(db), "--before", today]).exit_code == 0
+    assert windows(db) == []
 
 
 def test_retention_days_while_serving(setup):

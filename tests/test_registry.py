@@ -133,3 +133,29 @@ def test_fingerprint_covers_resolved_defaults(monkeypatch):
     after = parse_registry(text).get("theme")
     assert after.protocol_impl.params.m != before.protocol_impl.params.m
     assert after.fingerprint != before.fingerprint
+
+
+@pytest.mark.parametrize("extra, words", [
+    ("lifetime_epsilon = 0.5\n", "below the 1 one report costs"),
+    ('protocol = "lgrr"\nepsilon_inf = 3.0\nlifetime_epsilon = 2.0\n', "below the 3 one report costs"),
+])
+def test_a_lifetime_budget_below_one_report_is_refused(extra, words):
+    """Such a metric could never report: the ledger would refuse its first report on every device."""
+    with pytest.raises(RegistryError, match=words) as info:
+        parse_registry(BASE + extra, source="m.toml")
+    assert "m.toml: metric 'theme': field 'lifetime_epsilon'" in str(info.value)
+
+
+def test_a_lifetime_budget_of_exactly_one_report_loads():
+    assert parse_registry(BASE + "lifetime_epsilon = 1.0\n", source="m.toml").get("theme").lifetime_epsilon == 1.0
+
+
+@pytest.mark.parametrize("device, field", [
+    ("epsilon_per_window = 0.5", "device.epsilon_per_window"),
+    ("lifetime_epsilon = 0.9", "device.lifetime_epsilon"),
+])
+def test_a_device_cap_below_one_report_of_a_metric_is_refused(device, field):
+    with pytest.raises(RegistryError, match="metric 'theme' could never report") as info:
+        parse_registry(BASE + f"[device]\n{device}\n", source="m.toml")
+    assert f"m.toml: field '{field}'" in str(info.value)
+    assert parse_registry(BASE + "[device]\nepsilon_per_window = 1\nlifetime_epsilon = 1\n").device is not None

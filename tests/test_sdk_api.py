@@ -46,6 +46,24 @@ def test_test_doubles_live_in_client_sdk_testing_only():
         assert not hasattr(client_sdk, name) and not hasattr(client_sdk.transport, name)
 
 
+@pytest.mark.parametrize("kwargs", [{"kind": "lost_ack"}, {"kind": "timeout"}, {"kind": "status", "status": 200},
+                                    {"kind": "status", "status": 600}])
+def test_a_misspelt_fault_is_refused_not_silently_ignored(kwargs):
+    """A Fault FakeCollector cannot act on would let a test pass without injecting anything."""
+    from client_sdk.testing import Fault
+
+    with pytest.raises(ValueError, match="Fault"):
+        Fault(**kwargs)
+
+
+def test_every_documented_fault_kind_is_accepted():
+    from client_sdk.testing import Fault
+
+    for fault in (Fault(), Fault("drop"), Fault("lost-ack"), Fault("status", 429, retry_after=1.0),
+                  Fault("status", 400, slug="undecodable-body")):
+        assert fault.kind in ("status", "drop", "lost-ack")
+
+
 def test_sync_and_async_twins_have_matching_names():
     for sync_name, async_name in (("flush", "aflush"), ("close", "aclose")):
         assert callable(getattr(TelemetryClient, sync_name))

@@ -277,6 +277,32 @@ def test_backoff_and_retry_after_on_a_fake_clock():
     assert batcher.idle()
 
 
+@pytest.mark.parametrize("response", [
+    Response(404, {"content-type": "text/html"}, b"<h1>Not Found</h1>"),     # a wrong endpoint path
+    Response(403, {"content-type": "text/html"}, b"blocked by proxy"),       # a proxy or gateway
+    Response(200, {"content-type": "text/html"}, b"<html>sign in</html>"),  # a captive portal
+    Response(302, {"location": "http://portal/"}, b""),
+    Response(204, {}, b""),
+])
+def test_an_answer_that_is_not_the_collectors_keeps_the_batch(response):
+    """Only the collector's ack deletes a batch and only its problem document rejects one:
+    anything else (a proxy, a portal, a wrong path) is retried like an unreachable collector."""
+    clock = [100.0]
+    batcher = Batcher(batch_size=1, retry=RetryPolicy(initial=1.0, maximum=8.0), clock=lambda: clock[0])
+    _, body = pack_batch([("m", "f", 1)])
+    batcher.outbox.add(StoredBatch(b"i" * 16, body, 1, time.time()))
+    batch = batcher.claim(clock[0])
+    batcher.handle(batch, response, None, clock[0])
+    assert batcher.counters["reports_acked"] == 0 and batcher.counters["reports_rejected"] == 0
+    assert batcher.counters["retries"] == 1 and batcher.backoff_until > clock[0]
+    again = batcher.claim(batcher.backoff_until)
+    assert again is not None and again.body == body
+    batcher.handle(again, Response(400, {"content-type": "application/problem+json"},
+                                   b'{"type": "https://ldp-telemetry.dev/problems/undecodable-body"}'),
+                   None, clock[0])
+    assert batcher.counters["reports_rejected"] == 1 and batcher.idle()   # the collector's own answer
+
+
 def test_an_absurd_retry_after_is_capped_not_a_worker_crash():
     """A problem body's integer retry_after beyond float range raised OverflowError in handle()."""
     assert Response(503, {}, b'{"retry_after": 1' + b"0" * 400 + b'}').retry_after() == float("inf")
