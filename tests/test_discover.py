@@ -20,6 +20,7 @@ from scipy import stats
 from cli.main import main
 from client_sdk.errors import DomainError, InvalidPayload, RegistryError
 from client_sdk.protocols.discover import (
+    MAX_CELLS,
     Discover,
     DiscoverParams,
     bucket,
@@ -66,6 +67,17 @@ def test_defaults_and_epsilon():
 def test_bad_options_are_refused(fields, words):
     with pytest.raises(RegistryError, match=words):
         spec_of(**fields)
+
+
+@pytest.mark.parametrize("epsilon", [12.0, 20.0])
+@pytest.mark.parametrize("fields", [{}, {"max_length": 64}, {"seeds": 64}])
+def test_defaults_fit_the_sketch_limit_at_every_registry_epsilon(epsilon, fields):
+    """Regression: at ε >= 12 the default hash_range round(e^ε)+1 made the default sketch exceed
+    MAX_CELLS, so a metric with no hash_range/seeds was refused with "lower seeds or hash_range"."""
+    proto = spec_of(epsilon=epsilon, **fields).protocol_impl
+    par = proto.params
+    assert par.groups * par.seeds * par.g <= MAX_CELLS
+    assert 0 < proto.epsilon <= epsilon and proto.epsilon == pytest.approx(epsilon, rel=1e-3)
 
 
 def test_discover_is_for_strings_and_fingerprint_tracks_max_length():
