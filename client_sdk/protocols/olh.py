@@ -688,7 +688,7 @@ def _linear_from_options(d: int, epsilon: float, options: dict[str, Any]) -> OLH
 
     g = options.get("hash_range")
     if g is None:
-        g = default_params(d, epsilon).g
+        g = default_params(d, epsilon, MAX_LINEAR_CELLS).g
     elif not proj.is_prime(g):
         raise ValueError(f"the linear hash family needs a prime hash_range, got {g}")
     m = proj.directions(g, proj.dimension(d, g))
