@@ -80,6 +80,15 @@ def test_defaults_fit_the_sketch_limit_at_every_registry_epsilon(epsilon, fields
     assert 0 < proto.epsilon <= epsilon and proto.epsilon == pytest.approx(epsilon, rel=1e-3)
 
 
+@pytest.mark.parametrize("protocol", ["discover", "auto"])
+def test_string_report_over_budget_does_not_suggest_auto(protocol):
+    """Regression: the error said 'use protocol = "auto"', but a string metric's auto is RAPPOR,
+    which ignores the budget (and for protocol = "auto" the advice was circular)."""
+    with pytest.raises(RegistryError, match="max_report_bytes") as info:
+        spec_of(protocol=protocol, max_report_bytes=1)
+    assert '"auto"' not in str(info.value) and "raise max_report_bytes" in str(info.value)
+
+
 def test_discover_is_for_strings_and_fingerprint_tracks_max_length():
     with pytest.raises(RegistryError, match="string metrics"):
         parse_registry({"metrics": {"x": {"kind": "categorical", "categories": ["a", "b"],
