@@ -219,6 +219,30 @@ def test_candidate_estimates_are_unbiased_with_honest_standard_errors():
     assert abs(ratio - 1) < 3 * math.sqrt(2 / (reps - 1))
 
 
+def test_long_candidate_lists_are_decoded_in_bounded_blocks(monkeypatch):
+    """Regression: decode_candidates solved one dense k × k system over every listed string, so
+    the query API's 100,000 candidates needed ~80 GB. Blocks of JOINT_MAX (with the kept keys as
+    nuisance) bound it; the estimates of the heavy listed strings barely move (< 0.5 SE)."""
+    import estimators.discovery as discovery
+
+    spec = spec_of(max_length=6, seeds=64)
+    values = host_names(300)
+    counts = np.round(20_000 * np.arange(1, 301) ** -1.1 / np.sum(np.arange(1, 301) ** -1.1)).astype(np.int64)
+    sketch = simulate_sketch(spec, Population(values, counts), np.random.default_rng(8))
+    cands = values[:12] + [f"absent-{i}.example" for i in range(8)]
+    whole = decode_candidates(spec.protocol_impl, sketch, cands)
+    sizes = []
+    held_out = discovery._held_out
+    monkeypatch.setattr(discovery, "_held_out", lambda p, sk, keys, bound: sizes.append(len(keys)) or
+                        held_out(p, sk, keys, bound))
+    monkeypatch.setattr(discovery, "JOINT_MAX", 5)
+    blocks = decode_candidates(spec.protocol_impl, sketch, cands)
+    assert max(sizes) <= 5 + 40 and len(sizes) == -(-len(whole) // 5) >= 2  # keys merge after truncation
+    assert list(blocks.value) == list(whole.value)
+    assert np.all(np.abs(blocks.estimate - whole.estimate)[:12] < 0.5 * whole.std_err[:12])
+    assert np.all(blocks.std_err > 0) and blocks.ci_low.le(blocks.ci_high).all()
+
+
 @pytest.fixture(scope="module")
 def discovered():
     spec = spec_of(max_length=8, seeds=256)
