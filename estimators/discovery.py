@@ -44,6 +44,9 @@ from .multiple_testing import detect
 
 #: Reported strings when no --top is given.
 DEFAULT_TOP = 20
+#: Largest ``top``: each level refines 8·top candidates jointly (a dense system, cost ∝ top³);
+#: at the defaults, n = 10⁵ and ε = 4 top = 100 takes 44 s and 260 MB, top = 250 already 124 s.
+MAX_TOP = 100
 #: Candidate gather is done this many candidates at a time (memory: seeds × chunk int64).
 CHUNK = 2048
 #: Listed candidates (--candidates) estimated jointly at most this many at a time: the joint
@@ -176,6 +179,9 @@ def discover(proto: Discover, sketch: Sketch, *, top: int | None = None, keep: i
     top = DEFAULT_TOP if top is None else top
     keep = max(2 * top, 40) if keep is None else keep
     screen = 4 * keep if screen is None else screen
+    if top > MAX_TOP:
+        raise EstimationError(f"top = {top}: a discover metric reports at most {MAX_TOP} strings (the search "
+                              f"refines 8 × top candidates jointly at every level; docs/discovery.md)")
     if top < 1 or keep < top or screen < keep:
         raise EstimationError(f"need 1 <= top <= keep <= screen, got {top}, {keep}, {screen}")
     n = sketch.total_reports

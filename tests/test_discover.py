@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from scipy import stats
 
 from cli.main import main
-from client_sdk.errors import DomainError, InvalidPayload, RegistryError
+from client_sdk.errors import DomainError, EstimationError, InvalidPayload, RegistryError
 from client_sdk.protocols.discover import (
     MAX_CELLS,
     Discover,
@@ -217,6 +217,17 @@ def test_candidate_estimates_are_unbiased_with_honest_standard_errors():
     assert abs(zs.mean()) < 4 / math.sqrt(zs.size) * 2  # items share reports: allow a 2x design effect
     ratio = zs.var(axis=0, ddof=1).mean()
     assert abs(ratio - 1) < 3 * math.sqrt(2 / (reps - 1))
+
+
+def test_top_is_bounded_with_a_reason():
+    """Regression: --top was unbounded in the CLI and 1,000 in the API, where the joint refine is an
+    8000 × 8000 dense system at each of 16 levels (minutes and gigabytes; top = 250 took 124 s)."""
+    proto = small(max_length=2, seeds=4, g=3)
+    sketch = proto.new_sketch()
+    proto.accumulate(sketch, proto.encode(["ab"] * 60, np.random.default_rng(0)))
+    with pytest.raises(EstimationError, match="at most 100 strings"):
+        discover(proto, sketch, top=101)
+    assert len(discover(proto, sketch, top=100)) >= 1
 
 
 def test_long_candidate_lists_are_decoded_in_bounded_blocks(monkeypatch):
