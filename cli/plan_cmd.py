@@ -212,6 +212,10 @@ def plan(epsilon: float, domain: int | None, value_range: tuple[float, float] | 
     lines.append(f"(*) = what protocol = \"auto\" chooses within max_report_bytes = {max_report_bytes} (smallest "
                  "variance; near-ties go to the smaller report); x optimum = variance / 4e^eps/(e^eps-1)^2; "
                  "forged/1 pt = forged reports that move an estimate by 1 point (docs/security.md)")
+    sizes = [r["report_bytes"] for r in rows if r["available"]]
+    if sizes and not any(r.get("auto") for r in rows):
+        lines.append(f"no protocol's report fits max_report_bytes = {max_report_bytes} (the smallest takes "
+                     f"{min(sizes)} bytes): a metric with protocol = \"auto\" is refused; raise max_report_bytes")
     emit("\n".join(lines) + "\n", output)
 
 

@@ -492,8 +492,12 @@ class _MetricParser:
         except (ValueError, TypeError) as exc:
             raise self.fail(f"invalid {protocol} parameters: {exc}", "protocol") from None
         if max_bytes is not None and size > max_bytes:
+            # only a frequency metric's `auto` respects the budget (strings' auto is rappor)
+            hint = "use protocol = \"auto\" or raise max_report_bytes" \
+                if requested != "auto" and kind is not Kind.STRING and not mean_metric else \
+                "raise max_report_bytes or lower the protocol's size parameters (docs/protocols.md, \"Report size\")"
             raise self.fail(f"a {protocol} report takes {size} bytes, above max_report_bytes = {max_bytes}; "
-                            "use protocol = \"auto\" or raise max_report_bytes", "max_report_bytes")
+                            f"{hint}", "max_report_bytes")
         if lifetime is not None:
             self.check_lifetime_fits_one_report(spec.protocol_impl, float(lifetime))
         return spec

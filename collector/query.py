@@ -24,6 +24,7 @@ from client_sdk.registry import Kind, Registry
 from collector.storage.aio import AsyncSketchStore
 from collector.storage.base import canonical_window, date_filter_ok
 from estimators.compare import compare_frame
+from estimators.discovery import MAX_TOP as DISCOVER_MAX_TOP
 from estimators.formats import frame_to_csv, frame_to_json
 from estimators.frequency import estimate_frame
 from estimators.series import series_frame, windows_in_range
@@ -34,7 +35,7 @@ QUERY_FIELDS = ("window", "since", "until", "by", "confidence", "simultaneous", 
                 "top", "format")
 COMPARE_FIELDS = ("a", "b", "confidence", "alpha", "control", "simultaneous", "format")
 #: Largest ``top`` a discover metric may be asked for (docs/discovery.md).
-MAX_TOP = 1000
+MAX_TOP = DISCOVER_MAX_TOP
 FORMATS = {"json": "application/json", "csv": "text/csv"}
 MAX_CANDIDATES = 100_000
 #: Largest JSON body of a POST query: room for MAX_CANDIDATES strings of ~150 bytes. Read only

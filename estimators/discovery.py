@@ -44,8 +44,14 @@ from .multiple_testing import detect
 
 #: Reported strings when no --top is given.
 DEFAULT_TOP = 20
+#: Largest ``top``: each level refines 8·top candidates jointly (a dense system, cost ∝ top³);
+#: at the defaults, n = 10⁵ and ε = 4 top = 100 takes 44 s and 260 MB, top = 250 already 124 s.
+MAX_TOP = 100
 #: Candidate gather is done this many candidates at a time (memory: seeds × chunk int64).
 CHUNK = 2048
+#: Listed candidates (--candidates) estimated jointly at most this many at a time: the joint
+#: system is k × k dense (100,000 listed strings would need 80 GB), ~1 s per 1,000 at the defaults.
+JOINT_MAX = 1000
 
 Key = tuple[bytes, bool]  # (bytes, ended)
 
@@ -173,6 +179,9 @@ def discover(proto: Discover, sketch: Sketch, *, top: int | None = None, keep: i
     top = DEFAULT_TOP if top is None else top
     keep = max(2 * top, 40) if keep is None else keep
     screen = 4 * keep if screen is None else screen
+    if top > MAX_TOP:
+        raise EstimationError(f"top = {top}: a discover metric reports at most {MAX_TOP} strings (the search "
+                              f"refines 8 × top candidates jointly at every level; docs/discovery.md)")
     if top < 1 or keep < top or screen < keep:
         raise EstimationError(f"need 1 <= top <= keep <= screen, got {top}, {keep}, {screen}")
     n = sketch.total_reports
@@ -185,15 +194,27 @@ def discover(proto: Discover, sketch: Sketch, *, top: int | None = None, keep: i
 
 def _search_and_hold_out(proto: Discover, sketch: Sketch, *, kept_extra: list[Key], keep: int, screen: int
                          ) -> tuple[list[Key], np.ndarray, np.ndarray, int]:
-    """Search, then held-out estimates of ``kept_extra`` + the kept keys (not repeated)."""
+    """Search, then held-out estimates of ``kept_extra`` + the kept keys (not repeated); a
+    ``kept_extra`` longer than JOINT_MAX (distinct keys) is estimated in blocks and returned alone."""
     kept, est, null_se = search(proto, sketch, keep=keep, screen=screen)
     n_level = int(sketch.reports.reshape(proto.params.groups, -1)[-2].sum())
-    keys = list(dict.fromkeys(kept_extra + kept))
     # no key outside the kept ones exceeds the smallest kept estimate by more than 3 standard errors
     floor = (max(float(est.min()), 0.0) + 3 * null_se) if len(est) else 0.0
     n_h = int(sketch.reports.reshape(proto.params.groups, -1)[-1].sum())
-    counts_h, var_h, n_h = _held_out(proto, sketch, keys, floor * n_h / max(n_level, 1))
-    return keys, counts_h, var_h, n_h
+    outside_max = floor * n_h / max(n_level, 1)
+    if len(kept_extra) <= JOINT_MAX:
+        keys = list(dict.fromkeys(kept_extra + kept))
+        counts_h, var_h, n_h = _held_out(proto, sketch, keys, outside_max)
+        return keys, counts_h, var_h, n_h
+    # a long list (distinct keys): JOINT_MAX at a time, each jointly with the kept keys, so the
+    # k × k joint system stays bounded; the other listed keys are then outside C, and any of them
+    # that was not kept is under the same bound ``outside_max`` as every unkept string
+    parts = []
+    for i in range(0, len(kept_extra), JOINT_MAX):
+        chunk = kept_extra[i:i + JOINT_MAX]
+        counts_h, var_h, n_h = _held_out(proto, sketch, list(dict.fromkeys(chunk + kept)), outside_max)
+        parts.append((counts_h[:len(chunk)], var_h[:len(chunk)]))
+    return (list(kept_extra), np.concatenate([c for c, _ in parts]), np.concatenate([v for _, v in parts]), n_h)
 
 
 def decode_candidates(proto: Discover, sketch: Sketch, candidates: list[str], *, confidence: float = 0.95,

@@ -87,9 +87,11 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
     est = proto.estimate(sketch)
     std = np.sqrt(np.maximum(est.variances, 0.0))
     low, high = wald_interval(est.counts, est.variances, n, confidence, simultaneous)
-    if isinstance(proto, PureProtocol):  # tiny support counts: exact interval (intervals.py)
-        low, high = exact_small_counts(low, high, proto.support_counts(sketch), n, proto.p, proto.q,
-                                       confidence, simultaneous)
+    model = (proto.support_counts(sketch), proto.p, proto.q) if isinstance(proto, PureProtocol) \
+        else getattr(proto, "small_count_model", lambda _: None)(sketch)  # one-cohort OLH is GRR
+    if model is not None:  # tiny support counts: exact interval (intervals.py)
+        support, p_star, q_star = model
+        low, high = exact_small_counts(low, high, support, n, p_star, q_star, confidence, simultaneous)
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.where(std > 0, est.counts / std, np.inf * np.sign(est.counts))
     p_value = stats.norm.sf(z)

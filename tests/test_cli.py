@@ -278,6 +278,15 @@ def test_plan_shows_report_size_beside_variance_within_a_budget(run):
     assert "inflation 1.0" in note or "inflation 1.1" in note
 
 
+def test_plan_says_when_no_report_fits_the_budget(run):
+    """Regression: with a budget nothing fits, the table marked no row and its footer still said
+    "(*) = what auto chooses", leaving the user to guess that auto refuses the metric."""
+    out = run("plan", "--epsilon", "4", "--domain", "1000000", "--clients", "1000",
+              "--max-report-bytes", "1").output
+    assert not any(line.startswith("* ") for line in out.splitlines())
+    assert "no protocol's report fits max_report_bytes = 1" in out and "3 bytes" in out
+
+
 def test_top_keeps_the_largest_estimates(run, registry_file, tmp_path):
     db = tmp_path / "s.sqlite"
     run("simulate", "--metrics", str(registry_file), "--metric", "country", "--clients", "20000",

@@ -18,8 +18,9 @@ from click.testing import CliRunner
 from scipy import stats
 
 from cli.main import main
-from client_sdk.errors import DomainError, InvalidPayload, RegistryError
+from client_sdk.errors import DomainError, EstimationError, InvalidPayload, RegistryError
 from client_sdk.protocols.discover import (
+    MAX_CELLS,
     Discover,
     DiscoverParams,
     bucket,
@@ -66,6 +67,26 @@ def test_defaults_and_epsilon():
 def test_bad_options_are_refused(fields, words):
     with pytest.raises(RegistryError, match=words):
         spec_of(**fields)
+
+
+@pytest.mark.parametrize("epsilon", [12.0, 20.0])
+@pytest.mark.parametrize("fields", [{}, {"max_length": 64}, {"seeds": 64}])
+def test_defaults_fit_the_sketch_limit_at_every_registry_epsilon(epsilon, fields):
+    """Regression: at ε >= 12 the default hash_range round(e^ε)+1 made the default sketch exceed
+    MAX_CELLS, so a metric with no hash_range/seeds was refused with "lower seeds or hash_range"."""
+    proto = spec_of(epsilon=epsilon, **fields).protocol_impl
+    par = proto.params
+    assert par.groups * par.seeds * par.g <= MAX_CELLS
+    assert 0 < proto.epsilon <= epsilon and proto.epsilon == pytest.approx(epsilon, rel=1e-3)
+
+
+@pytest.mark.parametrize("protocol", ["discover", "auto"])
+def test_string_report_over_budget_does_not_suggest_auto(protocol):
+    """Regression: the error said 'use protocol = "auto"', but a string metric's auto is RAPPOR,
+    which ignores the budget (and for protocol = "auto" the advice was circular)."""
+    with pytest.raises(RegistryError, match="max_report_bytes") as info:
+        spec_of(protocol=protocol, max_report_bytes=1)
+    assert '"auto"' not in str(info.value) and "raise max_report_bytes" in str(info.value)
 
 
 def test_discover_is_for_strings_and_fingerprint_tracks_max_length():
@@ -196,6 +217,41 @@ def test_candidate_estimates_are_unbiased_with_honest_standard_errors():
     assert abs(zs.mean()) < 4 / math.sqrt(zs.size) * 2  # items share reports: allow a 2x design effect
     ratio = zs.var(axis=0, ddof=1).mean()
     assert abs(ratio - 1) < 3 * math.sqrt(2 / (reps - 1))
+
+
+def test_top_is_bounded_with_a_reason():
+    """Regression: --top was unbounded in the CLI and 1,000 in the API, where the joint refine is an
+    8000 × 8000 dense system at each of 16 levels (minutes and gigabytes; top = 250 took 124 s)."""
+    proto = small(max_length=2, seeds=4, g=3)
+    sketch = proto.new_sketch()
+    proto.accumulate(sketch, proto.encode(["ab"] * 60, np.random.default_rng(0)))
+    with pytest.raises(EstimationError, match="at most 100 strings"):
+        discover(proto, sketch, top=101)
+    assert len(discover(proto, sketch, top=100)) >= 1
+
+
+def test_long_candidate_lists_are_decoded_in_bounded_blocks(monkeypatch):
+    """Regression: decode_candidates solved one dense k × k system over every listed string, so
+    the query API's 100,000 candidates needed ~80 GB. Blocks of JOINT_MAX (with the kept keys as
+    nuisance) bound it; the estimates of the heavy listed strings barely move (< 0.5 SE)."""
+    import estimators.discovery as discovery
+
+    spec = spec_of(max_length=6, seeds=64)
+    values = host_names(300)
+    counts = np.round(20_000 * np.arange(1, 301) ** -1.1 / np.sum(np.arange(1, 301) ** -1.1)).astype(np.int64)
+    sketch = simulate_sketch(spec, Population(values, counts), np.random.default_rng(8))
+    cands = values[:12] + [f"absent-{i}.example" for i in range(8)]
+    whole = decode_candidates(spec.protocol_impl, sketch, cands)
+    sizes = []
+    held_out = discovery._held_out
+    monkeypatch.setattr(discovery, "_held_out", lambda p, sk, keys, bound: sizes.append(len(keys)) or
+                        held_out(p, sk, keys, bound))
+    monkeypatch.setattr(discovery, "JOINT_MAX", 5)
+    blocks = decode_candidates(spec.protocol_impl, sketch, cands)
+    assert max(sizes) <= 5 + 40 and len(sizes) == -(-len(whole) // 5) >= 2  # keys merge after truncation
+    assert list(blocks.value) == list(whole.value)
+    assert np.all(np.abs(blocks.estimate - whole.estimate)[:12] < 0.5 * whole.std_err[:12])
+    assert np.all(blocks.std_err > 0) and blocks.ci_low.le(blocks.ci_high).all()
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from scipy import stats
 from client_sdk.errors import DomainError, EstimationError, InvalidPayload
 from client_sdk.protocols import olh
 from client_sdk.protocols.base import Sketch, pure_variance
-from client_sdk.protocols.factory import per_item_variance
+from client_sdk.protocols.factory import build_protocol, per_item_variance
 from client_sdk.protocols.olh import OLH, OLHParams, from_options, hash_one, hash_values
 from client_sdk.randomness import SCALE
 from estimators.intervals import wald_interval, z_value
@@ -612,3 +612,50 @@ def test_linear_family_needs_every_cohort() -> None:
                                       cohorts=np.zeros(3, dtype=np.int64)))
     with pytest.raises(EstimationError, match="cohorts are empty"):
         proto.estimate(sk)
+
+
+@pytest.mark.parametrize("d, epsilon", [(1_000_000, 8.0), (2_000_000, 0.5), (2_000_000, 2.0), (3_000_000, 8.0)])
+def test_linear_default_field_fits_its_own_sketch_limit(d, epsilon):
+    """Regression: the linear family took HR's default field (sized for HR's 2^25-cell limit), so
+    e.g. d = 10⁶ at ε = 8 was refused with "leave hash_range unset" although it was unset."""
+    proto = build_protocol("olh", d, epsilon, {})
+    assert proto.params.family == "linear"
+    assert proto.params.m * proto.params.g <= olh.MAX_LINEAR_CELLS
+    assert proto.epsilon == pytest.approx(epsilon, rel=1e-6)
+
+
+@pytest.mark.parametrize("name, d", [("olh", olh.MAX_LINEAR_CELLS + 1), ("hr", (1 << 25) + 1)])
+def test_domains_beyond_the_sketch_limit_say_so(name, d):
+    """Above the cell limit the error names the domain, not a too-small epsilon or an unset option."""
+    with pytest.raises(ValueError, match="sketch cells") as info:
+        build_protocol(name, d, 4.0, {})
+    assert "hash_range unset" not in str(info.value) and "epsilon" not in str(info.value)
+
+
+@pytest.mark.statistical
+def test_one_cohort_linear_family_keeps_small_count_coverage():
+    """Regression: with g >= d the linear family has one cohort (t = 1): GRR on [g], whose support
+    counts are tiny at high ε. Wald intervals then covered items with true count 1-6 only ~0.91
+    (d = 2000, ε = 8, n = 30000); they now get the exact small-count interval of pure protocols.
+    Tolerance: 3 binomial SEs below 0.95 over R × (items in the band), a conservative floor."""
+    from client_sdk.registry import parse_registry
+    from estimators.frequency import estimate_frame
+
+    d, n, reps = 1100, 6000, 200
+    spec = parse_registry({"metrics": {"m": {"kind": "categorical", "protocol": "olh", "epsilon": 8.0,
+                                             "categories": [f"c{i}" for i in range(d)]}}}).get("m")
+    proto = spec.protocol_impl
+    assert proto.linear and proto.params.m == 1
+    rng = np.random.default_rng(41)
+    weights = np.arange(1, d + 1) ** -1.1
+    truth = rng.multinomial(n, weights / weights.sum())
+    labels = np.repeat(np.arange(d), truth)
+    band = (truth >= 1) & (truth <= 6)
+    hits = 0
+    for _ in range(reps):
+        sketch = proto.new_sketch()
+        proto.accumulate(sketch, proto.encode(labels, rng))
+        df = estimate_frame(spec, sketch)
+        hits += int(((df.ci_low.to_numpy() <= truth) & (truth <= df.ci_high.to_numpy()))[band].sum())
+    trials = reps * int(band.sum())
+    assert hits / trials >= 0.95 - 3 * math.sqrt(0.95 * 0.05 / trials)

@@ -123,9 +123,12 @@ def bucket_one(seed: int, fp: int, g: int) -> int:
 
 
 # --- parameters ---------------------------------------------------------------------------------------
-def default_hash_range(epsilon: float) -> int:
-    """g = round(e^ε) + 1, the OLH optimum (Wang et al. 2017; docs/math.md §5)."""
-    return max(2, round(math.exp(epsilon)) + 1)
+def default_hash_range(epsilon: float, rows: int = 1) -> int:
+    """g = round(e^ε) + 1, the OLH optimum (Wang et al. 2017; docs/math.md §5), capped so that a
+    sketch of ``rows`` = groups × seeds rows stays within MAX_CELLS (from ε ≈ 11 at the defaults;
+    ε stays exact for any g, only the variance departs from the optimum)."""
+    optimum = round(math.exp(min(epsilon, 40.0))) + 1
+    return max(2, min(optimum, MAX_CELLS // max(1, rows)))
 
 
 def default_seeds(g: int) -> int:
@@ -354,7 +357,7 @@ OPTION_KEYS: frozenset[str] = frozenset({"max_length", "seeds", "hash_range"})
 
 def from_options(domain_size: int | None, epsilon: float | None, options: dict[str, Any]) -> Discover:
     """Build from registry fields: ``max_length`` (bytes, default 16), ``hash_range`` (default
-    round(e^ε)+1), ``seeds`` (default ``default_seeds(hash_range)``). ``domain_size`` is ignored
+    round(e^ε)+1, capped to fit MAX_CELLS), ``seeds`` (default ``default_seeds(hash_range)``). ``domain_size`` is ignored
     (an open set of strings)."""
     if epsilon is None:
         raise ValueError("discover needs epsilon")
@@ -362,8 +365,13 @@ def from_options(domain_size: int | None, epsilon: float | None, options: dict[s
         value = options.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise ValueError(f"{key} must be an integer, got {value!r}")
-    g = int(options.get("hash_range", default_hash_range(float(epsilon))))
+    max_length = int(options.get("max_length", DEFAULT_MAX_LENGTH))
+    seeds = options.get("seeds")
+    g = options.get("hash_range")
+    if g is None:  # fits with the fewest default seeds, or the seeds given
+        rows = (max_length + 1) * (MIN_DEFAULT_SEEDS if seeds is None else int(seeds))
+        g = default_hash_range(float(epsilon), rows)
+    g = int(g)
     return Discover(DiscoverParams(
-        epsilon=float(epsilon),
-        max_length=int(options.get("max_length", DEFAULT_MAX_LENGTH)),
-        seeds=int(options.get("seeds", default_seeds(g))), g=g))
+        epsilon=float(epsilon), max_length=max_length,
+        seeds=int(default_seeds(g) if seeds is None else seeds), g=g))

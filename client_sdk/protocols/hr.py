@@ -150,10 +150,12 @@ class HRParams:
         return qs * (1 - qs) / (self.p - qs) ** 2
 
 
-def default_params(d: int, epsilon: float) -> HRParams:
-    """The field for (d, ε): among primes g (t = ⌈log_g d⌉, K <= MAX_CELLS) the smallest sketch
+def default_params(d: int, epsilon: float, max_cells: int = MAX_CELLS) -> HRParams:
+    """The field for (d, ε): among primes g (t = ⌈log_g d⌉, K <= ``max_cells``) the smallest sketch
     whose light-item variance is within FIELD_TIE of the best one (ValueError if none fits)."""
     check_domain_and_epsilon(d, epsilon, "Hadamard response")
+    if d > max_cells:  # K >= g^t >= d for every field
+        raise ValueError(f"{d:,} values need at least {d:,} sketch cells, above the limit of {max_cells:,}")
     limit = min(MAX_FIELD, 4 * int(math.exp(min(epsilon, 9.0))) + 8)
     found = []
     for g in primes(limit):
@@ -161,11 +163,14 @@ def default_params(d: int, epsilon: float) -> HRParams:
             params = HRParams(d=d, epsilon=epsilon, g=g, t=dimension(d, g))
         except ValueError:
             continue
+        if params.k > max_cells:
+            continue
         found.append((params.light_variance(), params.k, params))
         if g >= d:  # t = 1 from here on: GRR on [g], worse as g grows
             break
     if not found:
-        raise ValueError(f"epsilon {epsilon} is too small for the 2^-32 probability grid")
+        raise ValueError(f"epsilon {epsilon} is too small for the 2^-32 probability grid, or no field's "
+                         f"sketch for {d:,} values fits {max_cells:,} cells")
     best = min(v for v, _, _ in found)
     return min((f for f in found if f[0] <= FIELD_TIE * best), key=lambda f: (f[1], f[0]))[2]
 

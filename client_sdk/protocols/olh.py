@@ -418,6 +418,16 @@ class OLH(Protocol):
         sketch.counts += np.bincount(s * g + y, minlength=m * g).reshape(m, g)
         sketch.reports += np.bincount(s, minlength=m)
 
+    def small_count_model(self, sketch: Sketch) -> tuple[np.ndarray, float, float] | None:
+        """(support counts, p*, q*) when this OLH is a pure protocol, else None.
+
+        The linear family with one cohort (t = 1: g >= d, H(v) = v) is GRR on [g]: support T[0, v],
+        p* = p', q* = q', and its estimate is the pure one, so the estimators may use the exact
+        small-count interval (docs/math.md §8) where support counts are tiny (high ε)."""
+        if not (self.linear and self.params.m == 1):
+            return None
+        return np.asarray(sketch.counts, dtype=np.float64)[0, :self.params.d], self.p, self.q
+
     def estimate(self, sketch: Sketch) -> CountEstimate:
         """Weighted least squares ĉ = Φ⁻¹ Σ_s A_sᵀ Z_s with sandwich per-item variances."""
         m, g, d = self.params.m, self.params.g, self.params.d
@@ -688,7 +698,7 @@ def _linear_from_options(d: int, epsilon: float, options: dict[str, Any]) -> OLH
 
     g = options.get("hash_range")
     if g is None:
-        g = default_params(d, epsilon).g
+        g = default_params(d, epsilon, MAX_LINEAR_CELLS).g
     elif not proj.is_prime(g):
         raise ValueError(f"the linear hash family needs a prime hash_range, got {g}")
     m = proj.directions(g, proj.dimension(d, g))
