@@ -69,15 +69,15 @@ def variance_cell(spec: MetricSpec) -> str:
 
 
 def device_warnings(registry) -> list[str]:
-    """Warn when the metrics' per-window sum exceeds the [device] cap, naming what goes unsent,
-    and about metrics that can never be sent (``never_sent``).
+    """Warn when the metrics' per-window sum exceeds the [device] cap, naming what goes unsent.
+    (A cap below one report of some metric is refused by the registry itself.)
 
     Each metric may charge eps/report x reports_per_window in a window; the ledger refuses the
     reports that would exceed ``epsilon_per_window``, first come first served. Listed in file
     order: which metrics fit if they report in that order, and which are then refused.
     """
     device = registry.device
-    out = never_sent(registry)
+    out: list[str] = []
     if device is None:
         return out
     cap = device.epsilon_per_window
@@ -98,29 +98,6 @@ def device_warnings(registry) -> list[str]:
     if device.lifetime_epsilon is not None:
         out.append(f"[device] lifetime_epsilon = {device.lifetime_epsilon:g}: once the device has spent it, "
                    "every further report is refused")
-    return out
-
-
-def never_sent(registry) -> list[str]:
-    """Warn about metrics whose *first* report already exceeds a cap: the ledger refuses every
-    one of their reports. A report charges eps in the window and, over the lifetime, eps_inf
-    the first time a memoised value is reported (eps without memoisation; client_sdk.ledger)."""
-    device = registry.device
-    out = []
-    for spec in registry:
-        proto = spec.protocol_impl
-        first = proto.epsilon if proto.epsilon_longitudinal is None else proto.epsilon_longitudinal
-        over_life = "its first report charges {:.4g} over the lifetime"
-        caps = [(spec.lifetime_epsilon, "its lifetime_epsilon", first, over_life)]
-        if device is not None:
-            caps += [(device.epsilon_per_window, "[device] epsilon_per_window", proto.epsilon,
-                      "one report charges {:.4g} in the window"),
-                     (device.lifetime_epsilon, "[device] lifetime_epsilon", first, over_life)]
-        for cap, what, cost, charge in caps:
-            if cap is not None and cost > cap * (1 + 1e-9):
-                out.append(f"warning: {spec.name} can never be sent: {charge.format(cost)}, more than "
-                           f"{what} = {cap:g}; raise it or lower the metric's epsilons")
-                break
     return out
 
 
