@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..hashing import check_secret
+from ..hashing import check_secret, derive_cohort
 from ..memo import MemoCache
 from ..randomness import SCALE, SecureRandom, bernoulli, realised
 
@@ -190,6 +190,18 @@ class Memoised(abc.ABC):
     def sdk_cohorts(self, secret: bytes, metric: str) -> np.ndarray | None:
         """The client's cohort as a batch of one (None for protocols without cohorts)."""
         return None
+
+    def permanent_cohort(self, secret: bytes, metric: str, scope: str, size: int) -> int:
+        """A device's permanent cohort in [0, size) for ``metric``: HMAC of the secret under
+        ``scope`` (LOLOHA's seed, dBitFlipPM's window), cached in memory (at most 64 entries)."""
+        cache: dict[tuple[bytes, str], int] = self.__dict__.setdefault("_permanent_cohorts", {})
+        key = (secret, metric)
+        cohort = cache.get(key)
+        if cohort is None:
+            if len(cache) > 64:
+                cache.clear()
+            cohort = cache[key] = derive_cohort(secret, scope + metric, size)
+        return cohort
 
 
 __all__ = ["Memoised", "SymmetricSecondRound", "chain", "check_epsilon_pair", "grr_round", "largest_threshold", "log_ratio"]

@@ -36,7 +36,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidPayload
-from ..hashing import derive_cohort
 from ..memo import MemoCache
 from ..randomness import SCALE, RandomLike, as_random_source, realised, threshold_floor
 from ._longitudinal import Memoised, SymmetricSecondRound, chain, check_epsilon_pair, log_ratio
@@ -99,7 +98,6 @@ class DBitFlip(Memoised, Protocol):
     def __init__(self, params: DBitFlipParams) -> None:
         super().__init__(params)
         self._memo = MemoCache()
-        self._cohort_cache: dict[tuple[bytes, str], int] = {}
         self._weights = np.int64(1) << np.arange(params.sampled, dtype=np.int64)
 
     # --- shape -----------------------------------------------------------------------------------
@@ -154,13 +152,7 @@ class DBitFlip(Memoised, Protocol):
     # --- device side -----------------------------------------------------------------------------
     def cohort_of(self, secret: bytes, metric: str) -> int:
         """This device's permanent window for ``metric`` (HMAC of the secret; cached in memory)."""
-        key = (secret, metric)
-        cohort = self._cohort_cache.get(key)
-        if cohort is None:
-            if len(self._cohort_cache) > 64:
-                self._cohort_cache.clear()
-            cohort = self._cohort_cache[key] = derive_cohort(secret, COHORT_SCOPE + metric, self.params.d)
-        return cohort
+        return self.permanent_cohort(secret, metric, COHORT_SCOPE, self.params.d)
 
     def memo_indices(self, indices: np.ndarray, cohorts: np.ndarray | None = None) -> np.ndarray:
         """Position of the value in the window, or d (none): the only thing round 1 depends on."""

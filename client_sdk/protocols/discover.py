@@ -46,9 +46,9 @@ import numpy as np
 
 from ..errors import DomainError, InvalidPayload
 from ..hashing import derive_cohort, encode_text
-from ..randomness import SCALE, RandomLike, as_random_source, bernoulli, realised, secure_below, secure_word
+from ..randomness import SCALE, RandomLike, as_random_source, bernoulli, secure_below, secure_word
 from .base import CountEstimate, Payloads, Protocol, Sketch, first_bad, require_1d
-from .grr import keep_threshold as grr_keep_threshold
+from .grr import GRROnRange
 
 TAG_KEY = b"ldpt/discover/key/v1"
 FLAG_OPEN = b"\x01"
@@ -142,7 +142,7 @@ def default_seeds(g: int) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class DiscoverParams:
+class DiscoverParams(GRROnRange):
     epsilon: float      # target per-report budget
     max_length: int     # L: bytes kept on the device; L+1 groups
     seeds: int          # m: public seed set size
@@ -173,19 +173,6 @@ class DiscoverParams:
         """L levels plus the held-out group."""
         return self.max_length + 1
 
-    @property
-    def keep_threshold(self) -> int:
-        return grr_keep_threshold(self.epsilon, self.g)
-
-    @property
-    def p(self) -> float:
-        """Realised P(y = H_s(key))."""
-        return realised(self.keep_threshold)
-
-    @property
-    def q(self) -> float:
-        """Realised P(y = b) for each other bucket b."""
-        return (1.0 - self.p) / (self.g - 1)
 
 
 class Discover(Protocol):

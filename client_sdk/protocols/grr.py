@@ -44,6 +44,28 @@ def keep_threshold(epsilon: float, k: int) -> int:
     return threshold_floor(e / (e + k - 1))
 
 
+class GRROnRange:
+    """Realised probabilities of GRR on a range [g] (OLH's hash range, HR's residues, discover's
+    buckets), for params classes with ``epsilon`` and ``g``: one place for the threshold rule."""
+
+    epsilon: float
+    g: int
+
+    @property
+    def keep_threshold(self) -> int:
+        return keep_threshold(self.epsilon, self.g)
+
+    @property
+    def p(self) -> float:
+        """Realised P(report = the true residue / hashed value)."""
+        return realised(self.keep_threshold)
+
+    @property
+    def q(self) -> float:
+        """Realised P(report = b) for each other b in [g]."""
+        return (1.0 - self.p) / (self.g - 1)
+
+
 @dataclasses.dataclass(frozen=True)
 class GRRParams:
     d: int           # domain size

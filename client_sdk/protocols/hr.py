@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidPayload
-from ..randomness import RandomLike, as_random_source, bernoulli, realised, secure_below, secure_word
+from ..randomness import RandomLike, as_random_source, bernoulli, secure_below, secure_word
 from ._projective import (
     dimension,
     direction_code_one,
@@ -70,7 +70,7 @@ from .base import (
     pure_variance,
     require_1d,
 )
-from .grr import keep_threshold as grr_keep_threshold
+from .grr import GRROnRange
 
 #: When p*+q* > 1 (g = 2), Var[ĉ] = n q*(1−q*)/(p*−q*)² − c·(p*+q*−1)/(p*−q*) *decreases* in c,
 #: so the usual plug-in at ĉ narrows the interval exactly when ĉ overshoots. The plug-in is then
@@ -87,7 +87,7 @@ FIELD_TIE = 1.02
 
 
 @dataclasses.dataclass(frozen=True)
-class HRParams:
+class HRParams(GRROnRange):
     d: int           # domain size
     epsilon: float   # target per-report budget
     g: int           # prime field size = hash range
@@ -124,20 +124,6 @@ class HRParams:
     def lam(self) -> int:
         """λ = (g^(t−1) − 1)/(g − 1): directions a with ⟨a, u⟩ = 0 for a fixed u ≠ 0."""
         return hyperplane(self.g, self.t)
-
-    @property
-    def keep_threshold(self) -> int:
-        return grr_keep_threshold(self.epsilon, self.g)
-
-    @property
-    def p(self) -> float:
-        """Realised p' = P(b = ⟨a, x⟩)."""
-        return realised(self.keep_threshold)
-
-    @property
-    def q(self) -> float:
-        """Realised q' = P(b = r) for each residue r ≠ ⟨a, x⟩."""
-        return (1.0 - self.p) / (self.g - 1)
 
     @property
     def q_star(self) -> float:

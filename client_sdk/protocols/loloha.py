@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 
-from ..hashing import derive_cohort
 from ..randomness import RandomLike, as_random_source
 from ._longitudinal import chain, check_epsilon_pair
 from .base import Payloads
@@ -113,7 +112,6 @@ class LOLOHA(GRRChainRounds, OLH):
     def __init__(self, params: LOLOHAParams) -> None:
         super().__init__(params)
         self._init_memo()
-        self._cohorts: dict[tuple[bytes, str], int] = {}
 
     def memo_output_probabilities(self, index: int) -> np.ndarray:
         """P(round-1 response | x = index, cohort s), shape (m, g)."""
@@ -124,13 +122,7 @@ class LOLOHA(GRRChainRounds, OLH):
 
     def cohort_of(self, secret: bytes, metric: str) -> int:
         """This client's permanent cohort for ``metric`` (HMAC of the secret; cached in memory)."""
-        key = (secret, metric)
-        cohort = self._cohorts.get(key)
-        if cohort is None:
-            if len(self._cohorts) > 64:
-                self._cohorts.clear()
-            cohort = self._cohorts[key] = derive_cohort(secret, COHORT_SCOPE + metric, self.params.m)
-        return cohort
+        return self.permanent_cohort(secret, metric, COHORT_SCOPE, self.params.m)
 
     def memo_index(self, index: int, secret: bytes, metric: str) -> int:
         """The hashed value H_s(x): the memoised response depends on nothing else."""

@@ -82,7 +82,6 @@ from ..randomness import (
     RandomLike,
     as_random_source,
     bernoulli,
-    realised,
     secure_below,
     secure_word,
 )
@@ -97,7 +96,7 @@ from .base import (
     pure_variance,
     require_1d,
 )
-from .grr import keep_threshold as grr_keep_threshold
+from .grr import GRROnRange
 
 #: Largest supported domain: the dense least-squares decoder costs O(m·g·d²) time and memory.
 MAX_DOMAIN = 1024
@@ -195,7 +194,7 @@ def _too_large(d: int) -> ValueError:
 
 
 @dataclasses.dataclass(frozen=True)
-class OLHParams:
+class OLHParams(GRROnRange):
     d: int           # domain size
     epsilon: float   # target per-report budget
     m: int           # cohorts (fixed seed set)
@@ -251,21 +250,6 @@ class OLHParams:
     def t(self) -> int:
         """Linear family: digits per value, ⌈log_g d⌉."""
         return proj.dimension(self.d, self.g)
-
-    @property
-    def keep_threshold(self) -> int:
-        """GRR on the hash range [g] (docs/math.md §5)."""
-        return grr_keep_threshold(self.epsilon, self.g)
-
-    @property
-    def p(self) -> float:
-        """Realised P(y = H_s(x))."""
-        return realised(self.keep_threshold)
-
-    @property
-    def q(self) -> float:
-        """Realised P(y = b) for each bucket b != H_s(x)."""
-        return (1.0 - self.p) / (self.g - 1)
 
     @property
     def approx_inflation(self) -> float:
