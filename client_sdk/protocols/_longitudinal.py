@@ -85,7 +85,26 @@ def grr_round(x: np.ndarray, k: int, threshold: int, source: Any) -> np.ndarray:
     return np.where(keep, x, other)
 
 
-class SymmetricSecondRound:
+class TwoRoundChain:
+    """p, q of one report through both rounds (``chain``), for params with p1, q1, p2, q2."""
+
+    p1: float
+    q1: float
+    p2: float
+    q2: float
+
+    @property
+    def p(self) -> float:
+        """P(one report supports the true value): P(reported bit = 1 | true bit 1) for unary."""
+        return chain(self.p1, self.q1, self.p2, self.q2)[0]
+
+    @property
+    def q(self) -> float:
+        """P(one report supports a given other value): P(bit = 1 | true bit 0) for unary."""
+        return chain(self.p1, self.q1, self.p2, self.q2)[1]
+
+
+class SymmetricSecondRound(TwoRoundChain):
     """Round 2 of the bit chains (L-OSUE, dBitFlipPM): each bit kept w.p. p₂, flipped w.p.
     q₂ = 1 − p₂ (SUE), p₂ the largest threshold whose realised ε (``_epsilon_at``) is <= ε₁.
 
@@ -111,15 +130,6 @@ class SymmetricSecondRound:
     def q2(self) -> float:
         return realised(SCALE - self.p2_threshold)
 
-    @property
-    def p(self) -> float:
-        """P(reported bit = 1 | true bit 1)."""
-        return chain(self.p1, self.q1, self.p2, self.q2)[0]
-
-    @property
-    def q(self) -> float:
-        """P(reported bit = 1 | true bit 0)."""
-        return chain(self.p1, self.q1, self.p2, self.q2)[1]
 
 
 class Memoised(abc.ABC):
@@ -204,5 +214,5 @@ class Memoised(abc.ABC):
         return cohort
 
 
-__all__ = ["Memoised", "SymmetricSecondRound", "chain", "check_epsilon_pair", "grr_round", "largest_threshold", "log_ratio"]
+__all__ = ["Memoised", "SymmetricSecondRound", "TwoRoundChain", "chain", "check_epsilon_pair", "grr_round", "largest_threshold", "log_ratio"]
 

@@ -28,7 +28,15 @@ import numpy as np
 
 from ..memo import MemoCache
 from ..randomness import RandomLike, as_random_source, realised
-from ._longitudinal import Memoised, chain, check_epsilon_pair, grr_round, largest_threshold, log_ratio
+from ._longitudinal import (
+    Memoised,
+    TwoRoundChain,
+    chain,
+    check_epsilon_pair,
+    grr_round,
+    largest_threshold,
+    log_ratio,
+)
 from .base import Payloads, check_domain_and_epsilon
 from .grr import GRR
 from .grr import keep_threshold as grr_keep_threshold
@@ -40,7 +48,7 @@ def closed_form_p2(epsilon: float, p1: float, q1: float, k: int) -> float:
     return (e * (1 - q1) - (1 - p1)) / (k * p1 - 1 - e * (k * q1 - 1))
 
 
-class GRRChain:
+class GRRChain(TwoRoundChain):
     """Round 1 GRR_{ε∞} and round 2 GRR on [k], k = ``chain_size`` (L-GRR: d; LOLOHA: g).
 
     Mixed into a frozen params dataclass with ``epsilon`` (ε₁) and ``epsilon_inf`` (ε∞).
@@ -89,15 +97,6 @@ class GRRChain:
     def q2(self) -> float:
         return (1.0 - self.p2) / (self.chain_size - 1)
 
-    @property
-    def p(self) -> float:
-        """P: one report equals the (hashed) value."""
-        return chain(self.p1, self.q1, self.p2, self.q2)[0]
-
-    @property
-    def q(self) -> float:
-        """Q = (1−P)/(k−1): one report equals a given other one."""
-        return chain(self.p1, self.q1, self.p2, self.q2)[1]
 
     @property
     def keep_threshold(self) -> int:
