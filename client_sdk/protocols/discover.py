@@ -326,16 +326,15 @@ class Discover(Protocol):
 
     def from_wire(self, objects: list[Any]) -> Payloads:
         par = self.params
-        out = np.zeros((len(objects), 3), dtype=np.int64)
         highs = (par.groups, par.seeds, par.g)
-        for i, obj in enumerate(objects):
+        for i, obj in enumerate(objects):  # msgpack hands over Python objects: types checked one by one
             if not isinstance(obj, (list, tuple)) or len(obj) != 3:
                 raise InvalidPayload("expected [group, seed, y]", index=i, field="payload")
             for j, (x, high) in enumerate(zip(obj, highs)):
                 if type(x) is not int or not 0 <= x < high:
                     raise InvalidPayload(f"expected an integer in [0, {high}), got {x!r}", index=i,
                                          field=("group", "seed", "y")[j])
-            out[i] = obj
+        out = np.asarray(objects, dtype=np.int64).reshape(-1, 3)  # one conversion, not one per report
         return {"group": out[:, 0], "seed": out[:, 1], "y": out[:, 2]}
 
 
