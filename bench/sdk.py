@@ -21,7 +21,7 @@ charge, msgpack batch, outbox write (fsync) and send — per batch size, with a 
 directory and with in-memory state; optionally against a real `ldpt serve` (``--collector``).
 Start-up and recovery (``--startup-only`` runs just this): how long ``TelemetryClient(...)``
 takes with a registry file, without ``registry=`` while the collector hangs (the fetch runs
-in the background), and with a state directory that cannot be created (state in memory);
+in the background), and with a state directory that cannot be created (reporting disabled);
 and how long ``flush(60)`` takes once the collector is back after an outage long enough for
 the default retry back-off to have grown (flush cuts it short).
 Run: `python bench/sdk.py` (``--quick`` for a short run).

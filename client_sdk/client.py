@@ -19,8 +19,9 @@ opted-out user are counted (``stats()``) and logged once, and ``report()`` retur
 ``strict=True`` (tests) raises instead; ``validate(metric, value)`` checks without reporting.
 
 Construction never raises for environmental reasons and never waits on the network
-(non-strict mode): a state directory that cannot be written becomes state in memory
-(client_sdk.state.open_state), a corrupt secret is moved aside and replaced, and without
+(non-strict mode): a state directory that cannot persist the spend or the secret disables
+reporting, saying why (client_sdk.state.UnusableState: a run whose spend is forgotten would
+let restarts spend the budget again), a corrupt secret is moved aside and replaced, and without
 ``registry=`` the registry is fetched on a background thread (client_sdk.startup) while
 reports wait in memory. Options: ``ClientOptions`` (client_sdk.options), as an object or
 as keywords.
@@ -66,11 +67,11 @@ from .state import (
     REGISTRY_CACHE_FILE,
     ClientState,
     FileState,
-    MemoryState,
+    UnusableState,
     derive_cohort,
     ledger_key,
-    memory_fallback,
     open_state,
+    unusable,
     value_digest,
 )
 from .transport import HTTPTransport, Transport
@@ -85,6 +86,8 @@ DEFAULT_RETRY = RetryPolicy()
 REFUSAL_TEXT = {
     Refusal.WINDOW: "reports_per_window reached for this window",
     Refusal.LIFETIME: "lifetime_epsilon would be exceeded",
+    Refusal.DEVICE_WINDOW: "the device's epsilon_per_window would be exceeded ([device])",
+    Refusal.DEVICE_LIFETIME: "the device's lifetime_epsilon would be exceeded ([device])",
 }
 #: Distinct problems logged per client (then silence: e.g. endless made-up metric names).
 MAX_LOGGED_KINDS = 100
@@ -109,7 +112,9 @@ CLIENT_COUNTERS = (
     "opted_out",                # report() after opt_out()
     "closed",                   # report() after close()
     "dropped_no_registry",      # waited for the registry, which never came before close()
-    "disabled",                 # the ledger is unreadable: nothing is reported
+    "disabled",                 # the ledger or the registry is unusable: nothing is reported
+    "disabled_state",           # the state directory cannot persist the spend or the secret:
+                                # nothing is reported (client_sdk.state.UnusableState)
     "internal_error",           # a bug: logged once, never raised
 )
 
@@ -309,12 +314,15 @@ class ClientCore:
         self._lkey: bytes | None = None
         self._cohorts: dict[tuple[str, int], np.ndarray] = {}
         self._disabled: str | None = None
+        self._disabled_counter = "disabled"
         self._accounts: Accounts = {}
         self._mirror: Accounts = {}
         self._uncommitted: dict[int, Charge] = {}
         self._refusals: dict[tuple[str, Refusal], list[Any]] = {}
         self._resync = False
-        if not self._opted_out:
+        if isinstance(state, UnusableState):
+            self._disable_state(state.reason)
+        elif not self._opted_out:
             self._load_secret(state_dir)
         try:
             self._accounts = self.state.ledger.snapshot()
@@ -329,16 +337,21 @@ class ClientCore:
 
     # --- start-up ---------------------------------------------------------------------------------
     def _load_secret(self, state_dir: str | os.PathLike[str] | None) -> None:
-        """Read (or create) the secret; a corrupt one is moved aside, an unreadable one means memory."""
+        """Read (or create) the secret; a corrupt one is moved aside, an unusable one disables reporting."""
+        if isinstance(self.state, UnusableState):
+            return
         try:
             self._secret = self.state.secret
         except (StateError, OSError) as exc:
             if self._strict:
                 raise
             self._secret = self._recover_secret(exc, state_dir)
-        self._lkey = ledger_key(self._secret)
+        self._lkey = ledger_key(self._secret) if self._secret is not None else None
 
-    def _recover_secret(self, exc: Exception, state_dir: str | os.PathLike[str] | None) -> bytes:
+    def _recover_secret(self, exc: Exception, state_dir: str | os.PathLike[str] | None) -> bytes | None:
+        """A corrupt secret is replaced (persisted: the ledger charges the new one); a secret that
+        cannot be read or created disables reporting — a new random secret each run would draw
+        fresh memoised responses each run, so restarts would reveal the value without bound."""
         if isinstance(exc, StateError) and isinstance(self.state, FileState):
             try:
                 moved = self.state.quarantine_secret()
@@ -348,11 +361,23 @@ class ClientCore:
                 return self.state.secret
             except (StateError, OSError) as again:
                 exc = again
-        log.warning("ldpt: cannot use the client secret (%s); the client state is kept in memory "
-                    "for this run", exc)
-        self.state = memory_fallback(Path(state_dir)) if state_dir is not None else MemoryState()
+        where = getattr(self.state, "secret_path", None) or state_dir
+        problem = f"{where}: cannot use the client secret ({_describe(exc)})"
+        self.state = unusable(Path(state_dir) if state_dir is not None else None, problem)
         self._opted_out = self.state.opted_out
-        return os.urandom(32) if self._opted_out else self.state.secret
+        self._disable_state(self.state.reason)
+        return None
+
+    def _disable_state(self, reason: str) -> None:
+        """Nothing is reported: the state directory cannot persist the spend or the secret."""
+        self._disabled = reason
+        self._disabled_counter = "disabled_state"
+        log.error("ldpt: reporting is disabled: %s", reason)
+
+    @property
+    def disabled_reason(self) -> str | None:
+        """Why report() does nothing (an unusable state directory, ledger or registry), or None."""
+        return self._disabled
 
     def _start_registry(self) -> None:
         """Resolve ``registry=`` now, or (no registry, non-strict, an endpoint) in the background.
@@ -562,7 +587,7 @@ class ClientCore:
         return False
 
     def _not_reporting(self, metric: str) -> bool:
-        reason = "closed" if self._closed else "opted_out" if self._opted_out else "disabled"
+        reason = "closed" if self._closed else "opted_out" if self._opted_out else self._disabled_counter
         self._counters[reason] += 1
         if self._strict and self._disabled is not None:
             raise LdptError(f"reporting is disabled: {self._disabled}")
@@ -738,6 +763,13 @@ class ClientCore:
         self._waiting.clear()   # like the report queue: the parent encodes and sends what waited
         if self._resolver is not None and not self._closed:
             self._resolver.after_fork_child()
+
+
+def _describe(exc: BaseException) -> str:
+    """An OSError as its strerror ("Is a directory"), anything else as its message."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
 
 
 def _raise_domain_error(rt: _Metric, value: Any) -> None:

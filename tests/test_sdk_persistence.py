@@ -1,0 +1,250 @@
+"""The ledger's promise when the device's storage fails (docs/privacy.md, "When the state
+directory cannot be written").
+
+A read-only state directory, a secret that cannot be read, a ledger that stops being
+writable after start, a full disk at commit time: in none of them may restarts (new client
+objects on the same directory) send more than the window's budget, nor memoised responses
+drawn from a fresh secret. The tests run as root too, so read-only directories and
+unreadable files are simulated by refusing the system calls under the state directory (a
+non-root run also tries the real chmod).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from client_sdk import TelemetryClient
+from client_sdk.registry import parse_registry
+from client_sdk.state import UnusableState
+from client_sdk.testing import FakeCollector, MemoryTransport
+from client_sdk.uploader import RetryPolicy
+
+from .sdk_support import file_lock  # noqa: F401 - autouse: both lock implementations
+
+FAST = RetryPolicy(initial=0.01, maximum=0.05)
+DAY = 20_000 * 86_400.0 + 3600.0          # a fixed UTC day (2024-10-04), one hour in
+CAP = 2.0
+
+REGISTRY = parse_registry(f"""
+[device]
+epsilon_per_window = {CAP}
+
+[metrics.crash]
+kind = "boolean"
+protocol = "rr"
+epsilon = 1.0
+reports_per_window = 10
+
+[metrics.theme]
+kind = "categorical"
+categories = ["light", "dark", "system"]
+protocol = "lgrr"
+epsilon = 1.0
+epsilon_inf = 3.0
+reports_per_window = 10
+""", "persistence.toml")
+
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+class Refuse:
+    """Refuse system calls on paths under ``root`` as a read-only file system (or a full disk,
+    or a permission) would: writes and namespace changes; reads of the paths in ``unreadable``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, root: Path, *, writes: bool = True,
+                 unreadable: tuple[Path, ...] = (), code: int = errno.EROFS) -> None:
+        self.root, self.writes, self.code = str(root), writes, code
+        self.unreadable = {str(p) for p in unreadable}
+        real = {name: getattr(os, name) for name in ("open", "access", "mkdir", "replace", "rename",
+                                                     "link", "unlink")}
+
+        def under(path: object) -> bool:
+            if isinstance(path, int):
+                return False
+            p = os.path.abspath(os.fspath(path))  # type: ignore[arg-type]
+            return p == self.root or p.startswith(self.root + os.sep)
+
+        def fail(path: object) -> OSError:
+            return OSError(self.code, os.strerror(self.code), os.fspath(path))  # type: ignore[arg-type]
+
+        def open_(path, flags, mode=0o777, *args, **kw):
+            if under(path):
+                if os.path.abspath(os.fspath(path)) in self.unreadable:
+                    raise OSError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(path))
+                if self.writes and flags & WRITE_FLAGS:
+                    raise fail(path)
+            return real["open"](path, flags, mode, *args, **kw)
+
+        def access(path, mode, *args, **kw):
+            if self.writes and under(path) and mode & os.W_OK:
+                return False
+            return real["access"](path, mode, *args, **kw)
+
+        def namespace(name):
+            def call(*paths, **kw):
+                if self.writes and any(under(p) for p in paths):
+                    raise fail(paths[0])
+                return real[name](*paths, **kw)
+            return call
+
+        monkeypatch.setattr(os, "open", open_)
+        monkeypatch.setattr(os, "access", access)
+        for name in ("mkdir", "replace", "rename", "link", "unlink"):
+            monkeypatch.setattr(os, name, namespace(name))
+
+
+def run(state: Path, fake: FakeCollector, values=(("crash", True), ("theme", "dark")), **kw) -> TelemetryClient:
+    """One run of the app: a new client on ``state``, a few reports, flush, close."""
+    client = TelemetryClient(registry=REGISTRY, state_dir=state, transport=MemoryTransport(fake),
+                             retry=FAST, clock=lambda: DAY, **kw)
+    for metric, value in values:
+        client.report(metric, value)
+    client.flush(5.0)
+    client.close(1.0)
+    return client
+
+
+def epsilon_sent(fake: FakeCollector) -> float:
+    """ε the collector received from this device (one window here), to 6 decimals: the realised
+    epsilons are quantised floats (1 - 7e-10 for rr at ε = 1)."""
+    eps = {name: float(spec.protocol_impl.epsilon) for name, spec in REGISTRY.metrics.items()}
+    return round(sum(eps[r["m"]] for batch in fake.batches for r in batch["reports"]), 6)
+
+
+def first_rounds(fake: FakeCollector) -> list:
+    return [r["p"] for batch in fake.batches for r in batch["reports"] if r["m"] == "theme"]
+
+
+def test_a_writable_directory_keeps_restarts_within_the_device_cap(tmp_path):
+    """The baseline the failure modes are held to: four runs, ε sent in the window = the cap."""
+    fake = FakeCollector(REGISTRY)
+    for _ in range(4):
+        run(tmp_path / "s", fake)
+    assert epsilon_sent(fake) == CAP
+
+
+def test_a_read_only_state_directory_reports_nothing_across_restarts(tmp_path, monkeypatch, caplog):
+    state = tmp_path / "s"
+    state.mkdir(mode=0o700)
+    fake = FakeCollector(REGISTRY)
+    Refuse(monkeypatch, state)
+    with caplog.at_level(logging.ERROR, logger="client_sdk"):
+        clients = [run(state, fake) for _ in range(4)]   # four runs on one day, 2 reports each
+    assert epsilon_sent(fake) == 0.0 <= CAP                 # was 8.0: 2 per run, nothing persisted
+    for client in clients:
+        assert isinstance(client.state, UnusableState)
+        assert client.stats()["disabled_state"] == 2 and client.stats()["reported"] == 0
+        assert "not writable" in client.disabled_reason and "nothing is reported" in client.disabled_reason
+    lines = [r.getMessage() for r in caplog.records if "reporting is disabled" in r.getMessage()]
+    assert len(lines) == 4                                   # one line per run
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes to a 0500 directory")
+def test_a_real_read_only_directory_reports_nothing(tmp_path):
+    state = tmp_path / "s"
+    state.mkdir(mode=0o700)
+    state.chmod(0o500)
+    try:
+        fake = FakeCollector(REGISTRY)
+        for _ in range(3):
+            assert run(state, fake).stats()["disabled_state"] == 2
+        assert epsilon_sent(fake) == 0.0
+    finally:
+        state.chmod(0o700)
+
+
+def test_a_read_only_directory_keeps_the_book_and_the_opt_out_for_display(tmp_path, monkeypatch):
+    state = tmp_path / "s"
+    fake = FakeCollector(REGISTRY)
+    run(state, fake, values=(("crash", True),))
+    Refuse(monkeypatch, state)
+    client = run(state, fake)
+    assert client.ledger_snapshot()["crash"].window_reports == 1     # what was spent, readable
+    assert fake.accepted_reports == 1
+
+
+def test_a_directory_where_the_secret_should_be_reports_nothing_across_restarts(tmp_path, caplog):
+    state = tmp_path / "s"
+    (state / "secret").mkdir(parents=True)        # the secret cannot be read (nor created)
+    fake = FakeCollector(REGISTRY)
+    with caplog.at_level(logging.ERROR, logger="client_sdk"):
+        clients = [run(state, fake, values=(("theme", "dark"),)) for _ in range(6)]
+    # Before: six runs, six secrets, six freshly drawn memoised responses for one value.
+    assert first_rounds(fake) == [] and epsilon_sent(fake) == 0.0
+    for client in clients:
+        assert client.stats()["disabled_state"] == 1
+        assert "cannot use the client secret" in client.disabled_reason
+        assert "Is a directory" in client.disabled_reason
+    assert sum("reporting is disabled" in r.getMessage() for r in caplog.records) == 6
+
+
+@pytest.mark.parametrize("how", ["injected", "chmod"])
+def test_an_unreadable_secret_file_reports_nothing_across_restarts(tmp_path, monkeypatch, how):
+    if how == "chmod" and (os.name != "posix" or os.geteuid() == 0):
+        pytest.skip("root reads a mode-000 file")
+    state = tmp_path / "s"
+    fake = FakeCollector(REGISTRY)
+    run(state, fake, values=(("crash", True),))            # a secret exists, one report spent
+    secret = state / "secret"
+    if how == "chmod":
+        secret.chmod(0)
+    else:
+        Refuse(monkeypatch, state, writes=False, unreadable=(secret,))
+    for _ in range(4):
+        client = run(state, fake)
+        assert client.stats()["disabled_state"] == 2
+        assert "cannot use the client secret" in client.disabled_reason
+    assert fake.accepted_reports == 1 and epsilon_sent(fake) == 1.0
+    if how == "chmod":
+        secret.chmod(0o600)
+
+
+def test_a_ledger_that_becomes_unwritable_after_start_sends_nothing_more(tmp_path, monkeypatch):
+    state = tmp_path / "s"
+    fake = FakeCollector(REGISTRY)
+    client = TelemetryClient(registry=REGISTRY, state_dir=state, transport=MemoryTransport(fake),
+                             retry=FAST, clock=lambda: DAY)
+    assert client.report("crash", True) and client.flush(5.0)
+    refuse = Refuse(monkeypatch, state)                       # e.g. remounted read-only
+    assert client.report("theme", "dark")                     # within the cap in the mirror ...
+    assert client.flush(5.0) is False                         # ... but never charged, never sent
+    stats = client.stats()
+    assert stats["ledger_errors"] == 1 and stats["charged"] == 1 and fake.accepted_reports == 1
+    client.close(1.0)
+    for _ in range(3):                                        # restarts on the same directory
+        assert run(state, fake).stats()["disabled_state"] == 2
+    assert epsilon_sent(fake) == 1.0
+    refuse.writes = False                                     # writable again: the book binds
+    run(state, fake)
+    assert epsilon_sent(fake) == CAP
+
+
+def test_a_full_disk_at_commit_time_drops_the_batch_and_restarts_stay_within_the_cap(tmp_path, monkeypatch):
+    from client_sdk import ledger as ledger_module
+
+    real = ledger_module.atomic_write
+    full = {"on": False}
+
+    def write(path, data, *args, **kw):
+        if full["on"]:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real(path, data, *args, **kw)
+
+    monkeypatch.setattr(ledger_module, "atomic_write", write)
+    state = tmp_path / "s"
+    fake = FakeCollector(REGISTRY)
+    run(state, fake, values=(("crash", True),))
+    full["on"] = True
+    for _ in range(4):
+        client = run(state, fake, values=(("theme", "dark"), ("crash", True)))
+        stats = client.stats()       # the mirror lets theme through; crash then meets the cap
+        assert stats["ledger_errors"] == 1 and stats["charged"] == 0 and stats["refused_device_window"] == 1
+    assert epsilon_sent(fake) == 1.0                          # nothing charged, nothing sent
+    full["on"] = False
+    run(state, fake)
+    assert epsilon_sent(fake) == CAP
