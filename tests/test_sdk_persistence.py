@@ -248,3 +248,44 @@ def test_a_full_disk_at_commit_time_drops_the_batch_and_restarts_stay_within_the
     full["on"] = False
     run(state, fake)
     assert epsilon_sent(fake) == CAP
+
+
+# --- [device] cap refusals (issue: every one raised KeyError) ---------------------------------------
+
+def test_a_device_cap_refusal_is_counted_logged_and_strict_raises_an_ldpt_error(tmp_path, caplog):
+    from client_sdk.errors import LdptError
+
+    fake = FakeCollector(REGISTRY)
+    with caplog.at_level(logging.INFO, logger="client_sdk"):
+        client = run(tmp_path / "s", fake, values=(("crash", True), ("theme", "dark"), ("crash", False)))
+    stats = client.stats()
+    assert stats["refused_device_window"] == 1 and stats["internal_error"] == 0
+    assert any("epsilon_per_window" in r.getMessage() and "[device]" in r.getMessage() for r in caplog.records)
+    strict = TelemetryClient(registry=REGISTRY, state_dir=tmp_path / "s", transport=MemoryTransport(fake),
+                             retry=FAST, clock=lambda: DAY, strict=True)
+    with pytest.raises(LdptError, match="device_window"):
+        strict.report("crash", True)
+    strict.close(1.0)
+
+
+def test_a_device_cap_refusal_at_commit_time_keeps_the_batchs_charged_reports(tmp_path):
+    """Two clients (two processes of one app) on one state directory race the device cap: the
+    second's mirror predates the first's spend, so its commit charges one report and refuses the
+    other. The charged one must still be sent (it was lost with the batch before)."""
+    state = tmp_path / "s"
+    fake = FakeCollector(REGISTRY)
+    kw = dict(registry=REGISTRY, state_dir=state, transport=MemoryTransport(fake), retry=FAST,
+              clock=lambda: DAY, max_batch_age=3600)
+    first, second = TelemetryClient(**kw), TelemetryClient(**kw)
+    assert second.report("crash", True) and second.report("theme", "dark")   # 2 ≤ cap in its mirror
+    assert first.report("crash", False) and first.flush(5.0)               # spends 1 first
+    second.flush(5.0)
+    stats = second.stats()
+    assert stats["reports_refused_at_commit"] == 1 and stats["refused_device_window"] == 1
+    assert stats["charged"] == 1 and stats["internal_error"] == 0
+    assert fake.accepted_reports == 2                         # first's and second's charged report
+    assert epsilon_sent(fake) == CAP
+    book = second.ledger_snapshot()
+    assert book["crash"].window_reports == 2 and book["theme"].refused_device_window == 1
+    first.close(1.0)
+    second.close(1.0)
