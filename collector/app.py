@@ -28,7 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiohttp import web
+from aiohttp import compression_utils, web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
@@ -50,6 +50,11 @@ from .ui import UI_ROUTES, setup_ui
 log = logging.getLogger("ldpt.collector")
 
 MSGPACK_TYPES = frozenset({"application/msgpack", "application/x-msgpack", "application/vnd.msgpack"})
+#: Content-Encodings aiohttp decodes here (one coding, no list): anything else would be read as
+#: identity, so it is refused with 415 (RFC 9110 §8.4: a server that cannot decode must not guess).
+CONTENT_ENCODINGS = ("identity", "gzip", "deflate",
+                     *(("br",) if getattr(compression_utils, "HAS_BROTLI", False) else ()),
+                     *(("zstd",) if getattr(compression_utils, "HAS_ZSTD", False) else ()))
 ROUTES: tuple[tuple[str, str], ...] = (
     ("POST", "/v1/reports"),
     ("GET", "/v1/registry"),
@@ -338,6 +343,7 @@ async def post_reports(request: web.Request) -> web.Response:
         raise Problem("unsupported-media-type", f"Content-Type {request.content_type!r} is not "
                       "accepted; send application/msgpack (wire format v1)",
                       headers={"Accept-Post": "application/msgpack"})
+    check_content_encoding(request.headers.get("Content-Encoding"))
     length = request.content_length
     if length is None and "chunked" not in request.headers.get("Transfer-Encoding", "").lower():
         # HTTP/1.0 without Content-Length ends its body by closing: refuse rather than wait
@@ -372,6 +378,19 @@ async def post_reports(request: web.Request) -> web.Response:
         raise problem
     return web.json_response({"accepted": batch.reports,
                               "duplicate": outcome is BatchOutcome.DUPLICATE})
+
+
+def check_content_encoding(value: str | None) -> None:
+    """Refuse (415) a Content-Encoding aiohttp would not decode: it reads those as identity, so a
+    client that compressed with one would have its bytes taken for msgpack (or, worse, decoded
+    by luck). One coding of CONTENT_ENCODINGS, any case; absent or empty means identity."""
+    coding = (value or "").strip().lower()
+    if coding and coding not in CONTENT_ENCODINGS:
+        raise Problem("unsupported-content-encoding",
+                      f"Content-Encoding {value[:60]!r} is not supported; send the batch with one of "
+                      f"{', '.join(CONTENT_ENCODINGS)} (or none)",
+                      headers={"Accept-Encoding": ", ".join(CONTENT_ENCODINGS)},
+                      content_encoding=value[:60])
 
 
 async def read_body(request: web.Request, timeout: float) -> bytes:
