@@ -6,7 +6,7 @@ Routes (docs/openapi.yaml describes each; a test keeps the two equal):
     GET  /v1/registry                     the metrics, parameters and fingerprints
     GET  /v1/metrics/{name}/estimates     estimates (bearer token); POST for long candidate lists
     GET  /healthz                         the process is up
-    GET  /readyz                          the store is reachable and its schema current
+    GET  /readyz                          the store is reachable, its schema current, and it commits
     GET  /metrics                         Prometheus text
 
 Lifecycle: on startup the store is opened and the group committer started; on cleanup (after
@@ -32,7 +32,7 @@ from aiohttp import compression_utils, web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
-from client_sdk.errors import LdptError
+from client_sdk.errors import LdptError, StoreError
 from client_sdk.registry import Registry
 from collector.storage.aio import AsyncSketchStore, ThreadedStore
 from collector.storage.base import SCHEMA_VERSION, BatchOutcome
@@ -247,15 +247,39 @@ async def apply_retention(store: AsyncSketchStore, days: int, now: float | None 
                  result.windows, result.rows, result.batch_ids, cutoff)
 
 
+async def check_store(state: CollectorState) -> None:
+    """Raise (StoreError, OSError, TimeoutError) unless the store is ready to take batches.
+
+    Reachable with a current schema is not enough: a full disk leaves both true while every
+    commit fails (each batch a 503). So while the latest commit failed, readiness also needs a
+    write probe (``aprobe_write``, one small row) to succeed — which is what ends the failure,
+    since a collector taken out of rotation receives no batch to commit.
+    """
+    await asyncio.wait_for(state.store.acheck(), READY_TIMEOUT)
+    committer = state.committer
+    failing = committer.failing if committer is not None else None
+    if failing is None:
+        return
+    try:
+        await asyncio.wait_for(state.store.aprobe_write(), READY_TIMEOUT)
+    except (LdptError, OSError, asyncio.TimeoutError) as exc:
+        ago = time.monotonic() - failing[0]
+        raise StoreError(f"commits are failing (the latest {ago:.0f} s ago: {failing[1]}); a write "
+                         f"probe failed too: {type(exc).__name__}: {exc}"[:600]) from None
+    if committer.failing is failing:   # the store takes writes again
+        committer.failing = None
+
+
 async def _probe_readiness(state: CollectorState) -> None:
     """Check the store every READY_PROBE_INTERVAL s, so that the admin port's /readyz answers
     from the latest result without touching the store from its own thread."""
     while True:
         try:
-            await asyncio.wait_for(state.store.acheck(), READY_TIMEOUT)
+            await check_store(state)
             state.readiness = (True, "", time.monotonic())
         except Exception as exc:  # any failure means "not ready"; the detail says why
-            state.readiness = (False, f"{type(exc).__name__}: {exc}"[:300], time.monotonic())
+            detail = str(exc) if isinstance(exc, LdptError) else f"{type(exc).__name__}: {exc}"
+            state.readiness = (False, detail[:600], time.monotonic())
         await asyncio.sleep(READY_PROBE_INTERVAL)
 
 
@@ -440,7 +464,7 @@ async def readyz(request: web.Request) -> web.Response:
     if state.draining or state.store is None:
         raise Problem("shutting-down", "the collector is shutting down", retry_after=1)
     try:
-        await asyncio.wait_for(state.store.acheck(), READY_TIMEOUT)
+        await check_store(state)
     except LdptError as exc:
         raise Problem("store-unavailable", str(exc), retry_after=5) from None
     except (asyncio.TimeoutError, OSError) as exc:

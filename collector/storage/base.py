@@ -16,10 +16,20 @@ from typing import Any
 
 import numpy as np
 
+from client_sdk.errors import StoreError
 from client_sdk.protocols.base import Sketch
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = "ldp-telemetry"
+
+
+class CommitOutcomeUnknown(StoreError):
+    """A commit whose outcome is unknown: the connection was lost while the transaction ran or
+    committed (a terminated PostgreSQL backend), so it may or may not have been applied.
+
+    Clients are told to retry (503): the batch-id dedupe makes a retry of an applied batch a
+    duplicate, and of a rolled-back one a fresh commit, so either way it is counted once.
+    """
 
 
 class BatchOutcome(str, enum.Enum):
