@@ -289,3 +289,30 @@ def test_a_device_cap_refusal_at_commit_time_keeps_the_batchs_charged_reports(tm
     assert book["crash"].window_reports == 2 and book["theme"].refused_device_window == 1
     first.close(1.0)
     second.close(1.0)
+
+
+# --- clock errors ------------------------------------------------------------------------------------
+
+def test_a_ten_year_clock_jump_does_not_silence_a_metric_until_that_date(tmp_path):
+    """Injected clock: a run reports, the clock jumps 10 years ahead for one run, then is
+    corrected. The next day's run reports again (it was refused until the future date)."""
+    state = tmp_path / "s"
+    fake = FakeCollector(REGISTRY)
+    now = [DAY]
+
+    def one_run():
+        client = TelemetryClient(registry=REGISTRY, state_dir=state, transport=MemoryTransport(fake),
+                                 retry=FAST, clock=lambda: now[0])
+        sent = client.report("crash", True)
+        client.flush(5.0)
+        client.close(1.0)
+        return sent
+
+    assert one_run()
+    now[0] = DAY + 3652 * 86_400.0          # ten years ahead
+    assert one_run()
+    now[0] = DAY + 600.0                     # corrected, the same day: both reports bind (cap 2)
+    assert not one_run()
+    now[0] = DAY + 86_400.0                  # the next day: reports again (was: silent until 2034)
+    assert one_run() and one_run() and not one_run()   # reports_per_window 10, device cap 2
+    assert fake.accepted_reports == 4
