@@ -231,35 +231,60 @@ def device_totals(accounts: Mapping[str, MetricAccount], window: str) -> tuple[f
 
 
 def redate_future(accounts: Mapping[str, MetricAccount], charge: Charge) -> None:
-    """Re-date book windows more than MAX_WINDOW_AHEAD_DAYS after the charge's day to that day.
+    """Take a book window more than MAX_WINDOW_AHEAD_DAYS after the charge's day for a clock error.
 
-    The spend is kept (it was made under the wrong clock, i.e. recently: it binds the present
-    window), and when the clock comes back to the window it left, that window's spend is added
-    back too: a forward jump of the clock silences a metric for the rest of the day it is
-    corrected on, not until the future date, and that day's cap still holds. Under [device]
-    caps every metric's account is re-dated (the device sums one window over all of them);
-    otherwise the charged metric's only.
+    Such a window is re-dated to the charge's day with its spend kept (made under the wrong
+    clock, i.e. recently, it binds the present window), plus the spend of the window it had
+    left when the clock is back on that very day. A forward jump of the clock then silences a
+    metric for at most the rest of the day it is corrected on, not until the future date.
+
+    The window left behind is remembered (``previous_window``): if the clock later steps
+    forward onto it again — the step back was the error, e.g. a real-time clock reset at boot
+    and corrected by NTP — the book returns to it with the spend made meanwhile instead of
+    opening it afresh, so the round trip gains no budget either way.
+
+    Under [device] caps every metric's account is corrected (the device sums one window over
+    all of them); otherwise the charged metric's only.
     """
+    window = window_name(charge.day)
     try:
         limit = window_name(charge.day + MAX_WINDOW_AHEAD_DAYS)
     except (OverflowError, ValueError):   # a clock at the end of the calendar: nothing is ahead
-        return
+        limit = None
     if charge.device_window_budget is None and charge.device_lifetime_budget is None:
         account = accounts.get(charge.metric)
-        if account is not None and account.window > limit:
-            _redate(account, window_name(charge.day))
+        if account is None:
+            return
+        if limit is not None and account.window > limit:
+            _redate(account, window)
+        elif account.previous_window == window and account.window < window:
+            _resume(account, window)
         return
     for account in accounts.values():
-        if account.window > limit:
-            _redate(account, window_name(charge.day))
+        if limit is not None and account.window > limit:
+            _redate(account, window)
+    # Back onto a window a re-date left: every metric continues there — those re-dated with it
+    # and those first charged while the clock was wrong (all in the device's latest window).
+    latest = max((a.window for a in accounts.values()), default="")
+    if latest < window and any(a.previous_window == window for a in accounts.values()):
+        for account in accounts.values():
+            if account.window == latest or account.previous_window == window:
+                _resume(account, window)
+
+
+def _resume(account: MetricAccount, window: str) -> None:
+    """Forward onto the window a re-date left: it continues, with the spend made since."""
+    account.window = window
+    account.previous_window, account.previous_reports, account.previous_epsilon = "", 0, 0.0
 
 
 def _redate(account: MetricAccount, window: str) -> None:
-    account.window = window
-    if account.previous_window == window:
+    left = account.window
+    if account.previous_window == window:   # back on the window the jump left: its spend binds too
         account.window_reports += account.previous_reports
         account.window_epsilon += account.previous_epsilon
-        account.previous_window, account.previous_reports, account.previous_epsilon = "", 0, 0.0
+    account.window = window
+    account.previous_window, account.previous_reports, account.previous_epsilon = left, 0, 0.0
 
 
 def _in_device_window(accounts: Mapping[str, MetricAccount], charge: Charge) -> Charge:
