@@ -10,7 +10,11 @@ Prints one table per question, bounded in time (well under 2 minutes) and count:
    overloaded (offered/acknowledged batches reported);
 4. batches acknowledged vs stored after SIGKILL under load;
 5. for each limit, the largest shift of an estimate one source can cause (measured where a
-   single loopback source can reach it, and extrapolated from the limit for an hour/day).
+   single loopback source can reach it, and extrapolated from the limit for an hour/day);
+6. the device's storage failing: the epsilon one device's runs (new clients on one state
+   directory, the way an app restarts) deliver in one window when the state directory is
+   read-only (``chattr +i`` as root, mode 0500 otherwise) or the secret is a directory,
+   against the registry's [device] epsilon_per_window.
 
     python bench/robustness.py [--quick]
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import random
 import re
@@ -287,6 +292,97 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] * 1000 if values else float("nan")
 
 
+DEVICE_REGISTRY = """
+[device]
+epsilon_per_window = 2.0
+
+[metrics.crash]
+kind = "boolean"
+protocol = "rr"
+epsilon = 1.0
+reports_per_window = 10
+
+[metrics.theme]
+kind = "categorical"
+categories = ["light", "dark", "system"]
+protocol = "lgrr"
+epsilon = 1.0
+epsilon_inf = 3.0
+reports_per_window = 10
+"""
+
+
+@contextlib.contextmanager
+def read_only(path: Path):
+    """Make the directory ``path`` read-only for this process, even as root (immutable flag)."""
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", str(path)], check=True)
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+    else:
+        path.chmod(0o500)
+        try:
+            yield
+        finally:
+            path.chmod(0o700)
+
+
+def device_runs(port: int, metrics: Path, state: Path, runs: int) -> list[int]:
+    """``runs`` runs of an app on one state directory (a new client each), two reports each;
+    returns stats()["disabled_state"] per run."""
+    from client_sdk import TelemetryClient
+
+    disabled = []
+    for _ in range(runs):
+        client = TelemetryClient(endpoint=f"http://127.0.0.1:{port}", registry=metrics, state_dir=state)
+        client.report("crash", True)
+        client.report("theme", "dark")
+        client.flush(10.0)
+        client.close(2.0)
+        disabled.append(client.stats()["disabled_state"])
+    return disabled
+
+
+def epsilon_per_window(db: Path, eps: dict[str, float]) -> dict[str, float]:
+    """Epsilon the collector received per window (one device sends here: the sum of its reports)."""
+    out: dict[str, float] = {}
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        for metric, window, reports in conn.execute(
+                "SELECT metric, window, sum(reports) FROM sketches GROUP BY metric, window"):
+            out[window] = out.get(window, 0.0) + reports * eps[metric]
+    return out
+
+
+def storage_failures(runs: int) -> None:
+    """6. One device, ``runs`` runs per case, against a live collector; epsilon per window."""
+    logging.getLogger("client_sdk").setLevel(logging.CRITICAL)   # one ERROR line per run, by design
+    rows = []
+    for case in ("writable (baseline)", "read-only state directory", "secret path is a directory"):
+        workdir = Path(tempfile.mkdtemp(prefix="ldpt-state-"))
+        (workdir / "metrics.toml").write_text(DEVICE_REGISTRY)
+        registry = load_registry(workdir / "metrics.toml")
+        eps = {spec.name: float(spec.protocol_impl.epsilon) for spec in registry}
+        state = workdir / "state"
+        state.mkdir(mode=0o700)
+        if case.startswith("secret"):
+            (state / "secret").mkdir()
+        with collector(workdir, {}) as (_, port, _admin, _log):
+            if case.startswith("read-only"):
+                with read_only(state):
+                    disabled = device_runs(port, workdir / "metrics.toml", state, runs)
+            else:
+                disabled = device_runs(port, workdir / "metrics.toml", state, runs)
+        windows = epsilon_per_window(workdir / "c.sqlite", eps)
+        worst = max(windows.values(), default=0.0)
+        rows.append([case, runs, 2 * runs, sum(disabled), f"{worst:.2f}", "2.00",
+                     "yes" if worst <= 2.0 + 1e-6 else "NO"])
+    print_table(["state", "runs", "reports asked", "not made (disabled_state)", "eps received, worst window",
+                 "[device] epsilon_per_window", "within the cap"], rows,
+                "6. the device's storage fails: epsilon one device delivers per window over restarts")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller counts (CI smoke run)")
@@ -392,6 +488,8 @@ def main() -> None:
     print_table(["limit", "one source, over", "forged reports in", "shift, points"], rows,
                 f"5. largest shift of an estimate one source can cause (OUE d=20, eps 1: "
                 f"g = {bound.gain:.2f} per report, {HONEST:,} honest reports, target share 0)")
+
+    storage_failures(4 if opts.quick else 6)
     print(f"\n(total {time.monotonic() - started:.0f} s)")
 
 

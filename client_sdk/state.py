@@ -351,4 +351,4 @@ def unusable(path: Path | None, problem: str) -> UnusableState:
     """The UnusableState of ``path``, its reason naming the problem and what to do."""
     return UnusableState(path, f"{problem}; the privacy spend and the client secret cannot be "
                                "persisted, so nothing is reported (make the state directory "
-                               "writable and restart the app)")
+                               "writable and its secret a readable file, then restart the app)")
