@@ -344,7 +344,10 @@ class ClientCore:
             self._secret = self.state.secret
         except (StateError, OSError) as exc:
             if self._strict:
-                raise
+                if isinstance(exc, StateError):
+                    raise
+                where = getattr(self.state, "secret_path", None) or state_dir
+                raise StateError(f"{where}: cannot use the client secret ({_describe(exc)})") from exc
             self._secret = self._recover_secret(exc, state_dir)
         self._lkey = ledger_key(self._secret) if self._secret is not None else None
 

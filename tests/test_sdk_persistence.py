@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from client_sdk import TelemetryClient
+from client_sdk.errors import StateError
 from client_sdk.registry import parse_registry
 from client_sdk.state import UnusableState
 from client_sdk.testing import FakeCollector, MemoryTransport
@@ -181,6 +182,8 @@ def test_a_directory_where_the_secret_should_be_reports_nothing_across_restarts(
         assert "cannot use the client secret" in client.disabled_reason
         assert "Is a directory" in client.disabled_reason
     assert sum("reporting is disabled" in r.getMessage() for r in caplog.records) == 6
+    with pytest.raises(StateError, match="cannot use the client secret"):   # strict: one error type
+        TelemetryClient(registry=REGISTRY, state_dir=state, transport=MemoryTransport(fake), strict=True)
 
 
 @pytest.mark.parametrize("how", ["injected", "chmod"])
@@ -316,3 +319,26 @@ def test_a_ten_year_clock_jump_does_not_silence_a_metric_until_that_date(tmp_pat
     now[0] = DAY + 86_400.0                  # the next day: reports again (was: silent until 2034)
     assert one_run() and one_run() and not one_run()   # reports_per_window 10, device cap 2
     assert fake.accepted_reports == 4
+
+
+def test_the_async_client_reports_nothing_on_an_unusable_state_directory(tmp_path):
+    import asyncio
+
+    from client_sdk import AsyncTelemetryClient
+    from client_sdk.testing import AsyncMemoryTransport
+
+    state = tmp_path / "s"
+    (state / "secret").mkdir(parents=True)
+    fake = FakeCollector(REGISTRY)
+
+    async def main():
+        client = AsyncTelemetryClient(registry=REGISTRY, state_dir=state, transport=AsyncMemoryTransport(fake),
+                                      retry=FAST, clock=lambda: DAY)
+        assert client.report("theme", "dark") is False
+        assert await client.aflush(2.0) is True          # nothing to send
+        await client.aclose(1.0)
+        return client.stats(), client.disabled_reason
+
+    stats, reason = asyncio.run(main())
+    assert stats["disabled_state"] == 1 and "cannot use the client secret" in reason
+    assert fake.accepted_reports == 0
