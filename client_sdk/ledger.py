@@ -142,9 +142,9 @@ class MetricAccount:
     reports_per_window: int = 1
     lifetime_budget: float | None = None
     memo: dict[str, set[str]] = dataclasses.field(default_factory=dict)  # fingerprint -> digests
-    previous_window: str = ""               # the window before ``window`` and its spend: a clock
-    previous_reports: int = 0               # corrected back to it the day it jumped ahead finds
-    previous_epsilon: float = 0.0           # its spend (redate_future)
+    previous_window: str = ""               # the window before ``window`` and its spend (after a
+    previous_reports: int = 0               # re-date: the window left, spend 0); what a clock
+    previous_epsilon: float = 0.0           # correction comes back to (redate_future)
 
     @property
     def distinct_values(self) -> int:
@@ -260,13 +260,20 @@ def redate_future(accounts: Mapping[str, MetricAccount], charge: Charge) -> None
         elif account.previous_window == window and account.window < window:
             _resume(account, window)
         return
+    latest, returning = "", False            # one pass in the common case (report()'s hot path)
     for account in accounts.values():
-        if limit is not None and account.window > limit:
-            _redate(account, window)
-    # Back onto a window a re-date left: every metric continues there — those re-dated with it
-    # and those first charged while the clock was wrong (all in the device's latest window).
-    latest = max((a.window for a in accounts.values()), default="")
-    if latest < window and any(a.previous_window == window for a in accounts.values()):
+        if account.window > latest:
+            latest = account.window
+        returning = returning or account.previous_window == window
+    if limit is not None and latest > limit:
+        for account in accounts.values():
+            if account.window > limit:
+                _redate(account, window)
+        latest = max(a.window for a in accounts.values())
+        returning = any(a.previous_window == window for a in accounts.values())
+    if returning and latest < window:
+        # Back onto a window a re-date left: every metric continues there — those re-dated with
+        # it and those first charged while the clock was wrong (all in the device's latest window).
         for account in accounts.values():
             if account.window == latest or account.previous_window == window:
                 _resume(account, window)
