@@ -342,3 +342,31 @@ def test_the_async_client_reports_nothing_on_an_unusable_state_directory(tmp_pat
     stats, reason = asyncio.run(main())
     assert stats["disabled_state"] == 1 and "cannot use the client secret" in reason
     assert fake.accepted_reports == 0
+
+
+def _racer(state: str, out) -> None:
+    fake = FakeCollector(REGISTRY)
+    client = TelemetryClient(registry=REGISTRY, state_dir=state, transport=MemoryTransport(fake),
+                             retry=FAST, clock=lambda: DAY, max_batch_age=3600)
+    for metric, value in (("crash", True), ("theme", "dark"), ("crash", False)):
+        client.report(metric, value)
+    client.flush(10.0)
+    client.close(2.0)
+    stats = client.stats()
+    out.put((epsilon_sent(fake), fake.accepted_reports, stats["charged"], stats["internal_error"]))
+
+
+def test_processes_racing_the_device_cap_send_exactly_what_they_charged(tmp_path):
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_racer, args=(str(tmp_path / "s"), out)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(10)
+    assert round(sum(r[0] for r in results), 6) == CAP                 # the cap, across processes
+    assert sum(r[1] for r in results) == sum(r[2] for r in results) == 2   # charged = sent
+    assert all(r[3] == 0 for r in results)
