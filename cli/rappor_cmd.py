@@ -17,7 +17,7 @@ from client_sdk.errors import EstimationError
 from estimators.multiple_testing import CONTROLS
 
 from .common import FiniteFloatRange, LdptGroup, emit, load_metric, output_options
-from .simulate_cmd import validate_date, validate_day
+from .dates import validate_date, validate_day
 
 if TYPE_CHECKING:  # the decoder (scipy, pandas) loads only when a command runs: a fast `ldpt --help`
     import pandas as pd
