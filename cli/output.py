@@ -58,7 +58,7 @@ def _terminal_safe(df: pd.DataFrame) -> pd.DataFrame:
     ESC sequences that retitle or redraw the terminal) are shown as escapes (``\\x1b``)."""
     shown = df.copy()
     for col in shown.columns:
-        if shown[col].dtype == object:
+        if shown[col].dtype == object or pd.api.types.is_string_dtype(shown[col]):
             shown[col] = shown[col].map(lambda v: printable(v) if isinstance(v, str) else v)
     return shown
 

@@ -6,6 +6,8 @@ import click
 import numpy as np
 import pandas as pd
 
+from estimators.formats import printable
+
 #: What `--plot` says when matplotlib (the `plot` extra) is missing.
 INSTALL_HINT = "plotting needs matplotlib: pip install 'ldp-telemetry[plot]'"
 
@@ -62,7 +64,8 @@ def plot_estimates(df: pd.DataFrame, path: str, *, top: int = 50, log_scale: boo
     if "truth" in shown:
         ax.scatter(x, shown["truth"].to_numpy(float), marker="x", color="black", zorder=4, label="truth")
     step = max(1, -(-len(shown) // 50))   # a histogram is drawn whole, with at most ~50 tick labels
-    ax.set_xticks(x[::step], [str(v) for v in shown["value"]][::step], rotation=60, ha="right", fontsize=8)
+    ax.set_xticks(x[::step], [printable(str(v)) for v in shown["value"]][::step], rotation=60, ha="right",
+                  fontsize=8)
     a = df.attrs
     more = "" if kind == "numeric-histogram" or len(df) <= len(shown) else \
         f" — largest {len(shown)} of {len(df)} values"
@@ -109,7 +112,7 @@ def plot_series(df: pd.DataFrame, path: str, top: int, log_scale: bool = False) 
     ax.patch.set_visible(False)
     for value in values:
         r = rows[rows["value"] == value].set_index("window").reindex(windows)
-        line, = ax.plot(x, r["estimate"].to_numpy(float), marker="o", ms=3, label=str(value))
+        line, = ax.plot(x, r["estimate"].to_numpy(float), marker="o", ms=3, label=printable(str(value)))
         low, high = r["ci_low"].to_numpy(float), r["ci_high"].to_numpy(float)
         ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, lw=0)
         ax.vlines(x, low, high, color=line.get_color(), alpha=0.5, lw=1)  # a lone window's interval too
