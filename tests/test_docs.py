@@ -273,3 +273,13 @@ def test_documented_setting_defaults_are_the_code_defaults():
     wrong = {s.name: (rows[s.name], s.default) for s in SETTINGS
              if _documented_default(rows[s.name]) != str(s.default)}
     assert not wrong, f"docs/operations.md: documented vs code defaults differ: {wrong}"
+
+
+@pytest.mark.parametrize("path", ["token.txt", "myapp-state/secret", "ldpt.sqlite.writer-lock"])
+def test_files_the_docs_create_are_ignored_by_git(path):
+    """The query token, an SDK state directory (its secret) and the store's writer lock that
+    following README.md and docs/ creates must never be committed by accident (issue 23)."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    done = subprocess.run(["git", "check-ignore", "--no-index", "-q", path], cwd=ROOT)
+    assert done.returncode == 0, f"{path} is not in .gitignore"
