@@ -68,6 +68,8 @@ def compare(metrics_file: str | None, metric: str, db: str | None, postgres: str
             sketch_a, sketch_b = (reader.load(spec, *_load_args(side)) for side in (a, b))
         df = compare_frame(spec, sketch_a, sketch_b, label_a=_label(a), label_b=_label(b),
                            confidence=confidence, simultaneous=simultaneous, alpha=alpha, control=control)
+        if spec.unit:
+            df.attrs["unit"] = spec.unit
     emit(format_compare(df, fmt), output)
 
 

@@ -113,6 +113,8 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
             with StoreReader(source, db or postgres or "") as reader:
                 df = local_estimate(reader, spec, window, since, until, by, confidence, simultaneous,
                                     consistent, read_candidates(candidates, spec), top, progress)
+            if spec.unit:
+                df.attrs["unit"] = spec.unit
     numeric = str(df.attrs.get("kind", "")).startswith("numeric")
     if top is not None and numeric:
         raise click.UsageError(f"--top ranks the values of a frequency estimate; metric {metric!r} is "

@@ -23,6 +23,7 @@ def frame_to_table(df: pd.DataFrame) -> str:
             f"epsilon {eps:.4g}  reports {_count(a.get('n_reports'))}  "
             f"confidence {a.get('confidence'):.3g}{' (simultaneous)' if a.get('simultaneous') else ''}"
             + (f"  post-processed: {a['post_processed']}" if a.get("post_processed") else "")
+            + (f"  unit {a['unit']}" if a.get("unit") else "")
             if eps is not None else f"metric {a.get('metric')}")
     shown = _terminal_safe(df)
     if str(a.get("kind", "")).startswith("numeric"):
@@ -109,7 +110,7 @@ def compare_to_table(df: pd.DataFrame) -> str:
     pct = a.get("scale") == "proportion"
     head = (f"metric {a.get('metric')}  A {a.get('a')} (n {_count(a.get('n_a'))})  "
             f"B {a.get('b')} (n {_count(a.get('n_b'))})  "
-            f"{'proportions' if pct else 'means'}  changed: {a.get('control')} at alpha {a.get('alpha'):.3g}  "
+            f"{'proportions' if pct else 'means' + (' (' + a['unit'] + ')' if a.get('unit') else '')}  changed: {a.get('control')} at alpha {a.get('alpha'):.3g}  "
             f"{100 * a.get('confidence', 0.95):.3g}% intervals{' (simultaneous)' if a.get('simultaneous') else ''}")
     shown = _terminal_safe(df)
     number = (lambda v: f"{v:.5f}") if pct else format_number

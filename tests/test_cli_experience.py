@@ -200,3 +200,11 @@ def test_cacert_trusts_a_self_signed_collector(tmp_path, registry_file):
         assert "reports 300" in r.output
     finally:
         assert server.terminate() == 0
+
+
+def test_query_api_refuses_comparing_a_window_with_itself():
+    from collector.problems import Problem
+    from collector.query import parse_compare
+
+    with pytest.raises(Problem, match="needs two different windows"):
+        parse_compare({"a": "2026-03-01", "b": "2026-03-01"})
