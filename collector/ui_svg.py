@@ -11,16 +11,22 @@ shows a number the API would not give:
   changed values in red.
 
 Only presentation attributes are used (no ``style``), so the dashboard's Content-Security-Policy
-can forbid inline styles; every label is XML-escaped.
+can forbid inline styles; every label is XML-escaped, and characters XML cannot hold (control
+bytes of a reported string) are written as visible escapes, so a chart is always well-formed.
+Charts carry a ``viewBox``: the page scales them to its width (a phone's 390 px included).
 """
 
 from __future__ import annotations
 
 import math
-from xml.sax.saxutils import escape, quoteattr
+import re
+from xml.sax.saxutils import escape as _xml_escape
+from xml.sax.saxutils import quoteattr as _xml_quoteattr
 
 import numpy as np
 import pandas as pd
+
+from estimators.formats import printable
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 FONT = 'font-family="system-ui, sans-serif" font-size="11"'
@@ -28,6 +34,15 @@ FONT = 'font-family="system-ui, sans-serif" font-size="11"'
 MAX_ROWS = 25
 
 __all__ = ["compare_svg", "estimates_svg", "series_svg"]
+
+
+def escape(text: str) -> str:
+    """Text for an SVG element: non-printable characters as escapes, then XML-escaped."""
+    return _xml_escape(printable(str(text)))
+
+
+def quoteattr(text: str) -> str:
+    return _xml_quoteattr(printable(str(text)))
 
 
 def _fmt(v: float) -> str:
@@ -59,10 +74,11 @@ def _svg(width: int, height: int, body: list[str], title: str) -> str:
 
 def _interval_rows(labels: list[str], mid: np.ndarray, low: np.ndarray, high: np.ndarray,
                    filled: np.ndarray, axis_title: str, title: str, colour_on: str,
-                   colour_off: str, zero_line: bool) -> str:
-    """Horizontal rows: label, interval bar and point, on a shared x axis."""
+                   colour_off: str, zero_line: bool, legend: tuple[str, str] | None = None) -> str:
+    """Horizontal rows: label, interval bar and point, on a shared x axis; ``legend`` names
+    what a filled and a hollow point mean."""
     n = len(labels)
-    left, right, top, row = 170, 30, 40, 22
+    left, right, top, row = 170, 30, 58 if legend else 40, 22
     width, height = 760, top + row * max(n, 1) + 50
     finite = np.concatenate([v[np.isfinite(v)] for v in (mid, low, high)] + [np.zeros(1)])
     ticks = _ticks(float(finite.min()), float(finite.max()))
@@ -73,6 +89,11 @@ def _interval_rows(labels: list[str], mid: np.ndarray, low: np.ndarray, high: np
         return left + (v - lo) / (hi - lo) * plot_w
 
     body = [f'<text x="{left}" y="20" font-size="13" font-weight="bold">{escape(title)}</text>']
+    if legend:
+        body.append(f'<g class="legend"><circle cx="{left + 6}" cy="36" r="4.5" fill="{colour_on}" '
+                    f'stroke="{colour_on}" stroke-width="1.5"/><text x="{left + 16}" y="40">{escape(legend[0])}</text>'
+                    f'<circle cx="{left + 226}" cy="36" r="4.5" fill="#ffffff" stroke="{colour_off}" '
+                    f'stroke-width="1.5"/><text x="{left + 236}" y="40">{escape(legend[1])}</text></g>')
     for t in ticks:
         x = xpos(t)
         body.append(f'<line x1="{x:.1f}" y1="{top - 6}" x2="{x:.1f}" y2="{top + row * n}" stroke="#e5e5e5"/>'
@@ -99,28 +120,61 @@ def _interval_rows(labels: list[str], mid: np.ndarray, low: np.ndarray, high: np
     return _svg(width, height, body, title)
 
 
+def bucket_widths(labels: list[str]) -> np.ndarray | None:
+    """Widths of histogram buckets from their labels "[lo, hi)" (None if a label is not one)."""
+    widths = []
+    for label in labels:
+        m = re.fullmatch(r"\[([^,]+), ([^\])]+)[)\]]", label)
+        if m is None:
+            return None
+        try:
+            widths.append(float(m.group(2)) - float(m.group(1)))
+        except ValueError:
+            return None
+    return np.asarray(widths)
+
+
+def unequal(widths: np.ndarray | None) -> bool:
+    """Whether histogram buckets differ in width (then shares mislead about the shape)."""
+    return widths is not None and len(widths) > 1 and bool(np.ptp(widths) > 1e-9 * np.max(np.abs(widths)))
+
+
 def estimates_svg(df: pd.DataFrame) -> str:
-    """One estimate frame (frequency, histogram or mean) as interval rows, largest first."""
+    """One estimate frame (frequency, histogram or mean) as interval rows, largest first.
+
+    A histogram keeps bucket order; with buckets of unequal width it draws densities (share of
+    reports per unit of the metric), since shares would make a wide bucket look like a peak."""
     a = df.attrs
     kind = a.get("kind")
+    unit = a.get("unit") or ""
     conf = f"{100 * a.get('confidence', 0.95):.3g}% intervals"
     if kind == "numeric-mean":
         r = df[df["statistic"] == "mean"]
         lo, hi = a.get("range", [0, 1])
         return _interval_rows(["mean"], r["estimate"].to_numpy(float), r["ci_low"].to_numpy(float),
                               r["ci_high"].to_numpy(float), np.ones(1, bool),
-                              f"mean, range [{_fmt(lo)}, {_fmt(hi)}]", f"{a.get('metric')}: mean, {conf}",
-                              PALETTE[0], PALETTE[0], zero_line=False)
+                              f"mean{' (' + unit + ')' if unit else ''}, range [{_fmt(lo)}, {_fmt(hi)}]",
+                              f"{a.get('metric')}: mean, {conf}", PALETTE[0], PALETTE[0], zero_line=False)
     rows = df[df["statistic"] == "count"] if kind == "numeric-histogram" else \
         df.sort_values("estimate", ascending=False, kind="stable")
     rows = rows.head(MAX_ROWS)
     n = float(a.get("n_reports") or 1)
+    labels = [str(v) for v in rows["value"]]
+    scale = np.full(len(rows), n)
+    axis = "proportion of reports (estimate / n)"
+    note = ""
+    if kind == "numeric-histogram":
+        widths = bucket_widths(labels)
+        if unequal(widths):
+            scale = n * widths
+            axis = f"density: proportion of reports per {unit or 'unit'} (buckets of unequal width)"
+            note = ", densities"
     more = f" (largest {len(rows)} of {len(df)})" if kind != "numeric-histogram" and len(df) > len(rows) else ""
-    return _interval_rows([str(v) for v in rows["value"]], rows["estimate"].to_numpy(float) / n,
-                          rows["ci_low"].to_numpy(float) / n, rows["ci_high"].to_numpy(float) / n,
-                          rows["detected"].to_numpy(bool), "proportion of reports (estimate / n)",
-                          f"{a.get('metric')}: n = {int(n):,}, {conf}{more}", PALETTE[0], "#9fb7cf",
-                          zero_line=True)
+    return _interval_rows(labels, rows["estimate"].to_numpy(float) / scale,
+                          rows["ci_low"].to_numpy(float) / scale, rows["ci_high"].to_numpy(float) / scale,
+                          rows["detected"].to_numpy(bool), axis,
+                          f"{a.get('metric')}: n = {int(n):,}, {conf}{note}{more}", PALETTE[0], "#9fb7cf",
+                          zero_line=True, legend=("detected (count > 0)", "not detected"))
 
 
 def compare_svg(df: pd.DataFrame) -> str:
@@ -133,22 +187,39 @@ def compare_svg(df: pd.DataFrame) -> str:
     return _interval_rows([str(v) for v in rows["value"]], rows["difference"].to_numpy(float),
                           rows["ci_low"].to_numpy(float), rows["ci_high"].to_numpy(float),
                           rows["changed"].to_numpy(bool), f"change of {scale}: B − A",
-                          f"{a.get('metric')}: {a.get('b')} vs {a.get('a')}{more}", "#d62728", "#7f7f7f",
-                          zero_line=True)
+                          f"{a.get('metric')}: from A {a.get('a')} to B {a.get('b')}{more}", "#d62728", "#7f7f7f",
+                          zero_line=True, legend=("changed", "no change detected"))
 
 
-def series_svg(df: pd.DataFrame, top: int = 5) -> str:
-    """A series frame: lines with interval bands for the ``top`` values, n per window as bars."""
+#: Statistics a histogram metric's series draws (its quantiles over time, in the metric's units).
+HISTOGRAM_SERIES = ("p50", "p90")
+
+
+def series_svg(df: pd.DataFrame, top: int = 5, values: list[str] | None = None) -> str:
+    """A series frame: lines with interval bands for the ``top`` values (or the chosen
+    ``values``), n per window as bars. A mean metric draws its mean, a histogram metric its
+    median and 90th percentile (in its units)."""
     a = df.attrs
+    unit = a.get("unit") or ""
+    in_units = f" ({unit})" if unit else ""
     if a.get("kind") == "numeric-mean":
-        rows, scale, axis = df[df["statistic"] == "mean"].assign(value="mean"), False, "mean"
+        rows, scale, axis = df[df["statistic"] == "mean"].assign(value="mean"), False, "mean" + in_units
+        values = None
+    elif a.get("kind") == "numeric-histogram":
+        rows = df[df["statistic"].isin(HISTOGRAM_SERIES)]
+        rows = rows.assign(value=rows["statistic"])
+        scale, axis, values = False, "quantile" + in_units, list(HISTOGRAM_SERIES)
     else:
         rows = df[df["statistic"] == "count"] if "statistic" in df else df
         scale, axis = True, "proportion of the window's reports"
     windows = list(dict.fromkeys(df["window"]))
     n_per = df.drop_duplicates("window").set_index("window")["n"].reindex(windows).to_numpy(float)
     totals = rows.groupby("value", sort=False)["estimate"].sum(min_count=1).fillna(0.0)
-    values = list(totals.sort_values(ascending=False, kind="stable").index[:top])
+    if values:
+        known = {str(v): v for v in totals.index}
+        values = [known[str(v)] for v in values if str(v) in known][:len(PALETTE)]
+    if not values:
+        values = list(totals.sort_values(ascending=False, kind="stable").index[:top])
     left, right, top_m, bottom = 60, 170, 36, 70
     width, height = 900, 380
     pw, ph = width - left - right, height - top_m - bottom
