@@ -89,7 +89,7 @@ def frame_to_csv(df: pd.DataFrame, raw: bool = False) -> str:
     get a leading ``'`` (``spreadsheet_safe``) unless ``raw`` (docs/guide-analysts.md, "Exports")."""
     out = _series_detected(df)
     if not raw:
-        text = [c for c in out.columns if out[c].dtype == object]
+        text = [c for c in out.columns if out[c].dtype == object or pd.api.types.is_string_dtype(out[c])]
         if text:
             out = out.copy() if out is df else out
             for c in text:
