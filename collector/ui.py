@@ -9,7 +9,8 @@ checked by the same ``query.check_bearer`` as the query API:
   and their report counts (for the metric list and the window pickers);
 - ``GET /ui/charts/{name}/{estimates|series|compare}.svg`` — charts drawn on the server
   (collector/ui_svg.py) from the very DataFrames the query API serialises, with the query
-  API's parameters (and, for the series, ``value=V`` repeated: the lines to draw); the page
+  API's parameters (and ``width``, the page's, so a phone gets a narrow layout; for the
+  series, ``value=V`` repeated: the lines to draw); the page
   fetches the numbers of its tables from the query API itself.
 
 No third-party request is ever made (no CDN, no web fonts) and a Content-Security-Policy
@@ -80,9 +81,10 @@ def setup_ui(app: web.Application, state_key: web.AppKey[Any]) -> None:
         if kind not in CHARTS:
             raise Problem("not-found", f"no chart {kind[:50]!r} (charts: {', '.join(CHARTS)})", status=404)
         params = query.url_params(request.query, repeatable=("value",) if kind == "series" else ())
+        width = _width(params.pop("width", None))
         if kind == "compare":
             df = await query.compare_df(spec, state.store, query.parse_compare(params), state.config.min_reports)
-            svg = compare_svg(df)
+            svg = compare_svg(df, width=width)
         else:
             chosen = None
             if kind == "series":  # value=V (repeatable): the series' lines, chosen on the page
@@ -90,7 +92,7 @@ def setup_ui(app: web.Application, state_key: web.AppKey[Any]) -> None:
                 chosen = [v[:1000] for v in params.pop("value", [])][:SERIES_MAX_VALUES] or None
             q = query.parse_query(params)
             df = await query.estimate_df(spec, state.store, q, state.config.min_reports)
-            svg = series_svg(df, values=chosen) if kind == "series" else estimates_svg(df)
+            svg = series_svg(df, values=chosen, width=width) if kind == "series" else estimates_svg(df, width=width)
         return web.Response(text=svg, content_type="image/svg+xml", headers=SECURITY_HEADERS)
 
     app.router.add_get("/ui", to_index)
@@ -98,6 +100,16 @@ def setup_ui(app: web.Application, state_key: web.AppKey[Any]) -> None:
     app.router.add_get("/ui/static/{file}", page)
     app.router.add_get("/ui/api/overview", overview)
     app.router.add_get("/ui/charts/{name}/{chart}.svg", chart)
+
+
+def _width(text: str | None) -> int | None:
+    """A chart's ``width`` parameter: the page's width in pixels (ui_svg clamps it)."""
+    if text is None:
+        return None
+    if not text.isdigit() or len(text) > 5:
+        raise Problem("invalid-query", f"width={text[:20]!r}: give the width in pixels, e.g. 390",
+                      field="width")
+    return int(text)
 
 
 async def _overview(state: Any) -> dict[str, Any]:

@@ -514,6 +514,28 @@ def test_dashboard_charts_say_what_they_draw(registry):
     assert "density: proportion of reports per ms" in estimates_svg(uneven)
 
 
+
+def test_dashboard_charts_draw_a_narrow_layout_for_a_phone(registry):
+    """width=... (the page's): drawn that wide, text at its size, legend under the series."""
+    import xml.etree.ElementTree as ET
+
+    from collector.ui_svg import MIN_WIDTH, compare_svg, estimates_svg, series_svg
+
+    rng = np.random.default_rng(6)
+    page = registry.get("page")
+    a, b = sketch_of(page, zipf(20), 3000, rng), sketch_of(page, zipf(20), 3000, rng)
+    series = series_frame(page, [("2026-03-01", a), ("2026-03-02", b)])
+    for svg in (estimates_svg(estimate_frame(page, a), width=360), series_svg(series, width=360),
+                compare_svg(compare_frame(page, a, b, label_a="x", label_b="y"), width=360)):
+        root = ET.fromstring(svg)
+        assert root.get("width") == "360" and root.get("viewBox").startswith("0 0 360 ")
+        xs = [float(t.get("x")) for t in root.iter("{http://www.w3.org/2000/svg}text") if t.get("x")]
+        assert min(xs) >= 0 and max(xs) <= 360
+    assert float(ET.fromstring(series_svg(series, width=360)).get("height")) > 380  # legend below
+    assert ET.fromstring(series_svg(series, width=10)).get("width") == str(MIN_WIDTH)
+    assert ET.fromstring(series_svg(series, width=5000)).get("width") == "900"  # never wider than drawn
+
+
 def test_cli_url_never_forwards_the_token_through_a_redirect(registry_path, tmp_path):
     """urllib re-sends every header, Authorization too, to wherever a 3xx points (another host,
     plain http). `ldpt estimate|compare --url` stop at a redirect and say where it pointed."""

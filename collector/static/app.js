@@ -92,8 +92,10 @@ function showError(err) {
 
 async function chart(container, path) {
   container.textContent = "loading…";
+  // the collector draws the chart for this width (a phone gets a narrow layout, not tiny text)
+  const width = Math.max(300, Math.floor(container.clientWidth) - 2);
   try {
-    container.innerHTML = await api(path);  // SVG drawn and escaped by the collector
+    container.innerHTML = await api(path + (path.includes("?") ? "&" : "?") + "width=" + width);  // SVG drawn and escaped by the collector
   } catch (err) {
     container.textContent = "";
     container.append(el("p", { class: "error", text: err.message }));
