@@ -220,7 +220,7 @@ def plan(epsilon: float, domain: int | None, value_range: tuple[float, float] | 
 
 
 def _bits(bits: int) -> str:
-    return f"{bits} bits" if bits < 64 else f"{math.ceil(bits / 8):,} bytes"
+    return f"{bits} bit{'' if bits == 1 else 's'}" if bits < 64 else f"{math.ceil(bits / 8):,} bytes"
 
 
 def format_numeric_plan(epsilon: float, value_range: tuple[float, float], clients: int, fmt: str) -> str:

@@ -18,6 +18,8 @@ import click
 
 from collector.storage.base import PruneResult, canonical_window
 
+from .common import plural
+
 
 def _day(ctx: click.Context, param: click.Parameter, value: str) -> str:
     day = canonical_window(value, hour_ok=False)
@@ -73,5 +75,5 @@ def prune(before: str, db: str | None, postgres: str | None) -> None:
     if not db and not postgres:
         raise click.UsageError("give --db PATH or --postgres DSN (or set LDPT_POSTGRES_DSN)")
     result = prune_postgres(postgres, before) if postgres else prune_sqlite(db, before)
-    click.echo(f"deleted {result.windows} windows ({result.rows} rows) and {result.batch_ids} "
-               f"batch ids before {before}")
+    click.echo(f"deleted {plural(result.windows, 'window')} ({plural(result.rows, 'row')}) and "
+               f"{plural(result.batch_ids, 'batch id')} before {before}")

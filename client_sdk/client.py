@@ -119,6 +119,12 @@ CLIENT_COUNTERS = (
 )
 
 
+#: Counters of reports the app handed over that will never be delivered (refusals by the privacy
+#: budget are by design, not losses): a close() that saw any of them returns False.
+LOST_COUNTERS = ("dropped_queue_full", "dropped", "dropped_no_registry", "disabled", "internal_error",
+                 "outbox_dropped_reports", "outbox_expired_reports")
+
+
 def _wall_clock() -> float:
     """The default clock: ``time.time()`` looked up at each call."""
     return time.time()
@@ -720,6 +726,21 @@ class ClientCore:
             out["outbox_expired_reports"] = ob.expired_reports
         return out
 
+    def undelivered(self) -> dict[str, int]:
+        """The non-zero ``LOST_COUNTERS`` of ``stats()``: reports that will never be delivered."""
+        counts = self.stats()
+        return {k: counts[k] for k in LOST_COUNTERS if counts.get(k, 0) > 0}
+
+    def _close_result(self, delivered: bool) -> bool:
+        """What close()/aclose() return: False (and one log line saying what) when reports were
+        lost, else whether everything was acknowledged (``delivered``)."""
+        lost = self.undelivered()
+        if lost:
+            log.warning("ldpt: closed with reports that were not delivered: %s",
+                        ", ".join(f"{k} {v}" for k, v in lost.items()))
+            return False
+        return delivered
+
     def ledger_snapshot(self) -> Accounts:
         """The privacy ledger as committed (what `ldpt ledger` shows)."""
         return self.state.ledger.snapshot()
@@ -845,7 +866,11 @@ class TelemetryClient(ClientCore):
         return self._uploader.flush(max(0.0, deadline - time.monotonic()))
 
     def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> bool:
-        """Stop reporting, flush within ``timeout``; what is unsent stays in the offline queue."""
+        """Stop reporting, flush within ``timeout``; what is unsent stays in the offline queue.
+
+        True when every report was acknowledged; False when some are still queued, or were
+        dropped (no registry, a full queue, ...: ``undelivered()`` says which, and one warning
+        is logged)."""
         deadline = time.monotonic() + max(0.0, timeout)
         if self._table is None and self._waiting:
             self.wait_for_registry(timeout)
@@ -853,8 +878,8 @@ class TelemetryClient(ClientCore):
         self._stop_registry()
         timeout = max(0.0, deadline - time.monotonic())
         if self._owns_uploader:
-            return self._uploader.close(timeout)
-        return self._uploader.flush(timeout)
+            return self._close_result(self._uploader.close(timeout))
+        return self._close_result(self._uploader.flush(timeout))
 
     def __enter__(self) -> TelemetryClient:
         return self

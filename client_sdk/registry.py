@@ -12,6 +12,7 @@ max_report_bytes = 64           # optional: `auto` picks among protocols whose r
 [metrics.session_minutes]
 kind = "numeric"                # a mean: values in [lo, hi], clipped on the device
 range = [0, 120]
+unit = "minutes"                # optional: shown beside estimates (not in the fingerprint)
 protocol = "auto"               # or laplace, duchi, bitmean, piecewise, hybrid
 epsilon = 1.0
 
@@ -75,7 +76,7 @@ else:  # pragma: no cover
 
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,99}$")
 COMMON_KEYS = ("kind", "protocol", "epsilon", "categories", "description",
-               "reports_per_window", "lifetime_epsilon", "range", "buckets", "max_report_bytes")
+               "reports_per_window", "lifetime_epsilon", "range", "buckets", "max_report_bytes", "unit")
 MAX_CATEGORIES = 10_000_000
 #: Most buckets a histogram metric may declare (its domain goes through a frequency oracle).
 MAX_BUCKETS = 10_000
@@ -121,6 +122,9 @@ class MetricSpec:
     #: report-size budget as written (None: DEFAULT_MAX_REPORT_BYTES); not in the fingerprint,
     #: since the resolved protocol already says what a report means
     max_report_bytes: int | None = None
+    #: numeric metrics: the values' unit as shown beside estimates ("ms", "minutes"); a label,
+    #: not in the fingerprint
+    unit: str = ""
 
     # --- numeric values ------------------------------------------------------------------------
     @property
@@ -281,6 +285,8 @@ class MetricSpec:
             table["lifetime_epsilon"] = self.lifetime_epsilon
         if self.max_report_bytes is not None:
             table["max_report_bytes"] = self.max_report_bytes
+        if self.unit:
+            table["unit"] = self.unit
         return table
 
     def to_json(self) -> dict[str, Any]:
@@ -486,7 +492,8 @@ class _MetricParser:
                           description=self.description(),
                           reports_per_window=self.reports_per_window(),
                           lifetime_epsilon=None if lifetime is None else float(lifetime),
-                          range=value_range, buckets=buckets, max_report_bytes=max_bytes)
+                          range=value_range, buckets=buckets, max_report_bytes=max_bytes,
+                          unit=self.unit(kind))
         try:
             size = report_bytes(spec.protocol_impl)  # also validates the protocol parameters now
         except (ValueError, TypeError) as exc:
@@ -641,6 +648,14 @@ class _MetricParser:
         if not isinstance(description, str):
             raise self.fail("must be a string", "description")
         return description
+
+    def unit(self, kind: Kind) -> str:
+        unit = self.table.get("unit", "")
+        if unit and kind is not Kind.NUMERIC:
+            raise self.fail(f"only numeric metrics take unit (this one is {kind.value})", "unit")
+        if not isinstance(unit, str) or len(unit) > 32 or not unit.isprintable():
+            raise self.fail("must be a short label such as \"ms\" (at most 32 printable characters)", "unit")
+        return unit
 
     def reports_per_window(self) -> int:
         rpw = self.table.get("reports_per_window", 1)

@@ -170,6 +170,9 @@ def parse_compare(params: Mapping[str, Any], accept: str = "") -> dict[str, Any]
     out: dict[str, Any] = {"a": _side("a", params.get("a")), "b": _side("b", params.get("b")),
                            "simultaneous": _flag("simultaneous", params.get("simultaneous", False)),
                            "format": _format(params, accept)}
+    if out["a"]["label"] == out["b"]["label"]:
+        raise Problem("invalid-query", f"a and b are both {out['a']['label']}: a comparison needs two "
+                      "different windows (or ranges)", field="b")
     for name, default in (("confidence", 0.95), ("alpha", 0.05)):
         try:
             level = float(params.get(name, default))
@@ -269,7 +272,7 @@ async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], 
         raise Problem("invalid-query", "candidates are only for string metrics", field="candidates")
     proto = spec.protocol_impl
     if q["by"]:
-        return await _series(spec, store, q, min_reports)
+        return _with_unit(spec, await _series(spec, store, q, min_reports))
     try:
         sketch = await store.aload(spec.name, spec.fingerprint, proto.new_sketch(), q["windows"],
                                    q["since"], q["until"])
@@ -289,7 +292,14 @@ async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], 
     run = functools.partial(estimate_frame, spec, sketch, confidence=q["confidence"],
                             simultaneous=q["simultaneous"], consistent=q["consistent"],
                             candidates=q["candidates"], top=q["top"])
-    return await _off_loop(run, spec.name)  # CPU-bound (RAPPOR decoding may take seconds)
+    return _with_unit(spec, await _off_loop(run, spec.name))  # CPU-bound (RAPPOR decoding may take seconds)
+
+
+def _with_unit(spec: Any, df: Any) -> Any:
+    """A numeric metric's frame says its values' unit (registry ``unit``) in ``meta.unit``."""
+    if getattr(spec, "unit", ""):
+        df.attrs["unit"] = spec.unit
+    return df
 
 
 def _respond(df: Any, fmt: str) -> web.Response:
@@ -376,4 +386,4 @@ async def compare_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], m
     run = functools.partial(compare_frame, spec, sketches[0], sketches[1], label_a=q["a"]["label"],
                             label_b=q["b"]["label"], confidence=q["confidence"],
                             simultaneous=q["simultaneous"], alpha=q["alpha"], control=q["control"])
-    return await _off_loop(run, spec.name)
+    return _with_unit(spec, await _off_loop(run, spec.name))

@@ -317,7 +317,7 @@ def test_ldpt_prune_deletes_whole_windows_before_a_date(setup):
     fill(db, setup[1], ["2026-01-01", "2026-01-31", "2026-02-01T05", "2026-02-02"])
     result = CliRunner().invoke(main, ["prune", "--db", str(db), "--before", "2026-2-1"])
     assert result.exit_code == 0, result.output
-    assert "deleted 2 windows (2 rows) and 1 batch ids before 2026-02-01" in result.output
+    assert "deleted 2 windows (2 rows) and 1 batch id before 2026-02-01" in result.output
     assert windows(db) == ["2026-02-01T05", "2026-02-02"]
     bad = CliRunner().invoke(main, ["prune", "--db", str(db), "--before", "yesterday"])
     assert bad.exit_code == 2 and "not a date" in bad.output

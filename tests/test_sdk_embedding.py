@@ -505,3 +505,28 @@ def test_fake_collector_answers_with_the_collectors_own_problems(registry):
     assert fake.status == real.value.status == 422
     assert doc["type"].endswith("/" + real.value.slug) and doc["detail"] == real.value.detail
     assert doc["report_index"] == 0 and doc["field"] == "x"
+
+
+def test_close_reports_what_it_could_not_deliver(tmp_path, registry, caplog):
+    """Registry never fetched, collector down: close() returned True after dropping reports
+    (issue 23). It returns False, undelivered() names the loss, and one warning says it."""
+    never = TelemetryClient(state_dir=tmp_path / "n", transport=Switch(FakeCollector(registry), down=True))
+    assert never.report("crash", True) is True and never.report("crash", False) is True
+    with caplog.at_level("WARNING", logger="ldpt"):
+        assert never.close(0.0) is False
+    assert never.undelivered() == {"dropped_no_registry": 2}
+    assert "not delivered: dropped_no_registry 2" in caplog.text
+    fine = TelemetryClient(state_dir=tmp_path / "f", transport=Switch(FakeCollector(registry), down=False))
+    assert fine.report("crash", True) is True
+    assert fine.close(10.0) is True and fine.undelivered() == {}
+
+
+def test_aclose_reports_what_it_could_not_deliver(tmp_path, registry):
+    import asyncio
+
+    async def scenario() -> tuple[bool, dict[str, int]]:
+        client = AsyncTelemetryClient(state_dir=tmp_path / "a", transport=Switch(FakeCollector(registry), down=True))
+        client.report("crash", True)
+        return await client.aclose(0.0), client.undelivered()
+
+    assert asyncio.run(scenario()) == (False, {"dropped_no_registry": 1})

@@ -276,10 +276,12 @@ def test_cli_plot_shows_the_largest_values_sorted_and_truth_in_the_table(registr
     r = ldpt("estimate", "--metrics", str(registry_path), "--metric", "page", "--db", str(store_path),
              "--window", DAYS[0], "--top", "5", "--truth", str(truth), "--plot", str(tmp_path / "e.png"))
     assert r.exit_code == 0, r.output
-    header = r.output.splitlines()[1].split()
+    table = [line for line in r.output.splitlines() if not line.startswith("warning:")]
+    assert "warning: " in r.output and "the truth counts 1,500 reports" in r.output  # a partial truth
+    header = table[1].split()
     assert header[-1] == "truth"
-    rows = [line.split() for line in r.output.splitlines()[2:]]
-    assert len(rows) == 5 and rows[0][0] == "p00" and rows[0][-1] == "1,000.0"
+    rows = [line.split() for line in table[2:]]
+    assert len(rows) == 5 and rows[0][0] == "p00" and rows[0][-1] == "1,000"
     estimates = [float(row[1].replace(",", "")) for row in rows]
     assert estimates == sorted(estimates, reverse=True)
     assert (tmp_path / "e.png").stat().st_size > 10_000
@@ -467,13 +469,71 @@ def test_dashboard_svgs_are_well_formed_and_escape_labels(registry, metric):
     empty = spec.protocol_impl.new_sketch()
     series = series_frame(spec, [("2026-03-01", a), ("2026-03-02", empty), ("2026-03-03", b)])
     one = estimate_frame(spec, a)
-    if metric == "page":
-        one.loc[0, "value"] = series.loc[0, "value"] = "<b>&'\""
+    if metric == "page":  # markup, and control bytes XML cannot hold (issue 18: a raw ESC broke the SVG)
+        one.loc[0, "value"] = series.loc[0, "value"] = "<b>&'\"\x1b]0;x\x07\x00"
     for svg in (estimates_svg(one), series_svg(series), compare_svg(compare_frame(spec, a, b, label_a="x", label_b="y"))):
         root = ET.fromstring(svg)  # well-formed XML: every label escaped
         assert root.tag.endswith("svg") and "<b>" not in svg
         assert root.findall(".//{http://www.w3.org/2000/svg}circle")
         assert "style=" not in svg  # the dashboard's CSP forbids inline styles
+        assert 'viewBox="0 0 ' in svg  # the page scales it to its width
+    if metric == "page":
+        assert "\\x1b]0;x\\x07\\x00" in estimates_svg(one)  # shown, escaped
+
+
+def test_dashboard_charts_say_what_they_draw(registry):
+    """Legends for detected/changed, compare titled A then B as the selectors read, densities
+    for unequal buckets, a histogram's series of p50 and p90, a chosen series' values (issue 23)."""
+    from collector.ui_svg import bucket_widths, compare_svg, estimates_svg, series_svg, unequal
+
+    rng = np.random.default_rng(5)
+    page = registry.get("page")
+    a, b = sketch_of(page, zipf(20), 3000, rng), sketch_of(page, zipf(20), 3000, rng)
+    svg = estimates_svg(estimate_frame(page, a))
+    assert "detected (count &gt; 0)" in svg and "not detected" in svg
+    svg = compare_svg(compare_frame(page, a, b, label_a="2026-03-01", label_b="2026-03-02"))
+    assert "from A 2026-03-01 to B 2026-03-02" in svg and "no change detected" in svg
+    series = series_frame(page, [("2026-03-01", a), ("2026-03-02", b)])
+    svg = series_svg(series, values=["p07", "p11", "nope"])
+    assert ">p07</text>" in svg and ">p11</text>" in svg and ">p00</text>" not in svg
+    assert ">p00</text>" in series_svg(series)  # default: the largest
+    latency = registry.get("latency")
+    h = [numeric_sketch(latency, 300, 3000, rng) for _ in range(2)]
+    hist_series = series_frame(latency, [("2026-03-01", h[0]), ("2026-03-02", h[1])])
+    hist_series.attrs["unit"] = "ms"
+    svg = series_svg(hist_series)
+    assert ">p50</text>" in svg and ">p90</text>" in svg and "quantile (ms)" in svg and "[0, 200)" not in svg
+    assert not unequal(bucket_widths(["[0, 200)", "[200, 400)", "[400, 1000]"][:2]))
+    assert unequal(bucket_widths(["[0, 250)", "[250, 500)", "[500, 1000]"]))
+    one = estimate_frame(latency, h[0])
+    assert "density" not in estimates_svg(one)  # 5 equal buckets: shares
+    uneven = one.copy()
+    labels = ["[0, 100)", "[100, 200)", "[200, 400)", "[400, 700)", "[700, 1000]"]
+    uneven.loc[uneven["statistic"] == "count", "value"] = labels
+    uneven.attrs = dict(one.attrs, unit="ms")
+    assert "density: proportion of reports per ms" in estimates_svg(uneven)
+
+
+
+def test_dashboard_charts_draw_a_narrow_layout_for_a_phone(registry):
+    """width=... (the page's): drawn that wide, text at its size, legend under the series."""
+    import xml.etree.ElementTree as ET
+
+    from collector.ui_svg import MIN_WIDTH, compare_svg, estimates_svg, series_svg
+
+    rng = np.random.default_rng(6)
+    page = registry.get("page")
+    a, b = sketch_of(page, zipf(20), 3000, rng), sketch_of(page, zipf(20), 3000, rng)
+    series = series_frame(page, [("2026-03-01", a), ("2026-03-02", b)])
+    for svg in (estimates_svg(estimate_frame(page, a), width=360), series_svg(series, width=360),
+                compare_svg(compare_frame(page, a, b, label_a="x", label_b="y"), width=360)):
+        root = ET.fromstring(svg)
+        assert root.get("width") == "360" and root.get("viewBox").startswith("0 0 360 ")
+        xs = [float(t.get("x")) for t in root.iter("{http://www.w3.org/2000/svg}text") if t.get("x")]
+        assert min(xs) >= 0 and max(xs) <= 360
+    assert float(ET.fromstring(series_svg(series, width=360)).get("height")) > 380  # legend below
+    assert ET.fromstring(series_svg(series, width=10)).get("width") == str(MIN_WIDTH)
+    assert ET.fromstring(series_svg(series, width=5000)).get("width") == "900"  # never wider than drawn
 
 
 def test_cli_url_never_forwards_the_token_through_a_redirect(registry_path, tmp_path):
