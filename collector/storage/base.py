@@ -18,8 +18,14 @@ import numpy as np
 
 from client_sdk.protocols.base import Sketch
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION_ID = "ldp-telemetry"
+
+#: A commit writes a sketch delta sparsely (its non-zero cells) when those cells take at most
+#: this share of the bytes its dense rows would (docs/design.md, "Sparse deltas").
+SPARSE_MAX_SHARE = 0.5
+#: Bytes per sparse cell on disk: a uint32 flat index and an int64 count.
+SPARSE_CELL_BYTES = 12
 
 
 class BatchOutcome(str, enum.Enum):
@@ -120,6 +126,81 @@ def counts_to_blob(counts: np.ndarray) -> bytes:
 
 def blob_to_counts(blob: bytes, cell_shape: tuple[int, ...]) -> np.ndarray:
     return np.frombuffer(blob, dtype="<i8").reshape(cell_shape).astype(np.int64)
+
+
+@dataclasses.dataclass(frozen=True)
+class SparseDelta:
+    """The non-zero cells of one sketch delta, in the sketch's *flat space*.
+
+    The flat space of a sketch with m cohorts of ``width`` cells each is its counters
+    ``counts.reshape(-1)`` (m·width cells) followed by its m per-cohort report counts, so one
+    (cells, values) pair carries a whole delta. Cells are sorted and distinct.
+    """
+
+    m: int
+    width: int
+    cells: np.ndarray    # uint32 flat indices
+    values: np.ndarray   # int64, non-zero
+    reports: int
+
+    @property
+    def nbytes(self) -> int:
+        return SPARSE_CELL_BYTES * int(self.cells.size)
+
+    def cells_blob(self) -> bytes:
+        return np.ascontiguousarray(self.cells, dtype="<u4").tobytes()
+
+    def values_blob(self) -> bytes:
+        return np.ascontiguousarray(self.values, dtype="<i8").tobytes()
+
+
+def dense_row_bytes(sketch: Sketch) -> int:
+    """Bytes the dense rows of ``sketch``'s touched cohorts take (what a dense write costs)."""
+    m = len(sketch.reports)
+    width = sketch.counts[0].size if m else 0
+    touched = int(((sketch.reports != 0) | sketch.counts.reshape(m, -1).any(axis=1)).sum())
+    return 8 * width * touched
+
+
+def sparse_delta(sketch: Sketch) -> SparseDelta:
+    """The non-zero cells of ``sketch`` in its flat space (``SparseDelta``)."""
+    m = len(sketch.reports)
+    flat = sketch.counts.reshape(-1)
+    if flat.size + m >= 1 << 32:
+        raise ValueError(f"a sketch of {flat.size + m} cells does not fit uint32 flat indices")
+    nz = np.flatnonzero(flat)
+    rz = np.flatnonzero(sketch.reports)
+    cells = np.concatenate([nz, rz + flat.size]).astype(np.uint32)
+    values = np.concatenate([flat[nz], sketch.reports[rz]]).astype(np.int64)
+    return SparseDelta(m, flat.size // m if m else 0, cells, values, int(sketch.reports.sum()))
+
+
+def worth_sparse(sketch: Sketch) -> SparseDelta | None:
+    """``sparse_delta(sketch)`` when writing it sparsely saves bytes (``SPARSE_MAX_SHARE``)."""
+    dense = dense_row_bytes(sketch)
+    if dense == 0:
+        return None
+    delta = sparse_delta(sketch)
+    return delta if delta.nbytes <= SPARSE_MAX_SHARE * dense else None
+
+
+def add_sparse(out: Sketch, m: int, width: int, cells_blob: bytes, values_blob: bytes,
+               where: str) -> None:
+    """Add one stored sparse delta into ``out`` (in place), checking it fits ``out``'s shape."""
+    out_m = len(out.reports)
+    out_width = out.counts[0].size if out_m else 0
+    if (m, width) != (out_m, out_width):
+        raise ValueError(f"{where}: sparse delta of {m} x {width} cells, the registry's sketch is "
+                         f"{out_m} x {out_width}; the store was written under other parameters")
+    cells = np.frombuffer(cells_blob, dtype="<u4")
+    values = np.frombuffer(values_blob, dtype="<i8")
+    if cells.size != values.size or (cells.size and (int(cells[-1]) >= m * width + m
+                                                       or not bool(np.all(cells[1:] > cells[:-1])))):
+        raise ValueError(f"{where}: corrupt sparse delta ({cells.size} cells, {values.size} values)")
+    flat = out.counts.reshape(-1)
+    split = int(np.searchsorted(cells, flat.size))  # cells are sorted: counters, then reports
+    flat[cells[:split]] += values[:split]            # distinct cells: plain fancy-index add
+    out.reports[cells[split:].astype(np.int64) - flat.size] += values[split:]
 
 
 def merge_deltas(target: dict[SketchKey, Sketch], deltas: dict[SketchKey, Sketch]) -> None:
