@@ -246,3 +246,52 @@ def test_postgres_sparse_equals_dense_and_folds(name, d, eps, opts, big):
                 await conn.close()
 
     asyncio.run(run())
+
+
+# --- batch-id retention (docs/operations.md, "Batch ids") ---------------------------------------------
+def test_batch_ids_are_kept_within_the_retry_horizon_and_deleted_after(tmp_path):
+    import datetime as dt
+
+    from collector.app import apply_retention
+    from collector.storage.aio import ThreadedStore
+    from collector.storage.base import BATCH_ID_MIN_DAYS, BatchOutcome, batch_id_cutoff
+
+    today = dt.date(2026, 12, 1)
+    assert batch_id_cutoff("2026-12-01", today) == "2026-11-23"   # never within 8 days
+    assert batch_id_cutoff("2026-02-01", today) == "2026-02-01"
+    assert batch_id_cutoff("9999-12-31", today, 14) == "2026-11-17"
+    assert batch_id_cutoff("9999-12-31", today, 3) == "2026-11-23"  # raised to the minimum
+    proto = build_protocol("grr", 4, 1.0, {})
+    (fresh,) = batches_for(proto, np.random.default_rng(1), 1, 3)
+    (old,) = batches_for(proto, np.random.default_rng(2), 1, 3)
+    path = tmp_path / "s.sqlite"
+    with SQLiteStore(path) as store:
+        assert store.commit([fresh, old]) == [BatchOutcome.APPLIED] * 2
+        received = {fresh.batch_id: today - dt.timedelta(days=BATCH_ID_MIN_DAYS - 1),  # inside horizon
+                    old.batch_id: today - dt.timedelta(days=20)}
+        for bid, day in received.items():
+            store._conn.execute("UPDATE batches SET received=? WHERE batch_id=?", (f"{day}T12:00:00+00:00", bid))
+
+    now = dt.datetime(2026, 12, 1, 12, tzinfo=dt.timezone.utc).timestamp()
+
+    async def housekeeping():
+        store = ThreadedStore(path)
+        try:
+            await apply_retention(store, 0, 14, now=now)  # windows kept, ids older than 14 days go
+        finally:
+            await store.aclose()
+    asyncio.run(housekeeping())
+    with SQLiteStore(path) as store:
+        ids = {bytes(r[0]) for r in store._conn.execute("SELECT batch_id FROM batches")}
+        assert ids == {fresh.batch_id}
+        # a retry of the kept batch is still a duplicate; the windows are untouched
+        assert store.commit([fresh]) == [BatchOutcome.DUPLICATE]
+        assert store.load("m", "fp", proto.new_sketch()).total_reports == 6
+
+
+def test_batch_id_days_below_the_retry_horizon_is_refused(tmp_path):
+    from collector.config import ConfigError, make_config
+
+    with pytest.raises(ConfigError, match="batch_id_days 3 is below 8"):
+        make_config(tmp_path / "m.toml", environ={}, batch_id_days=3)
+    assert make_config(tmp_path / "m.toml", environ={}, batch_id_days=0).batch_id_days == 0

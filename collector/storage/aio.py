@@ -61,7 +61,7 @@ class AsyncSketchStore(abc.ABC):
         """Release connections and threads."""
 
     @abc.abstractmethod
-    async def aprune(self, before: str) -> PruneResult:
+    async def aprune(self, before: str, batch_ids_before: str | None = None) -> PruneResult:
         """``SketchStore.prune``: delete windows (and batch ids) before a day."""
 
     async def amaintain(self, today: str | None = None) -> None:  # noqa: B027 - optional hook
@@ -120,15 +120,15 @@ class ThreadedStore(AsyncSketchStore):
     async def acheck(self) -> None:
         await self._run(self._read_thread, lambda: self._reader_store().check())
 
-    def _prune_locked(self, before: str) -> PruneResult:
+    def _prune_locked(self, before: str, batch_ids_before: str | None) -> PruneResult:
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         try:
-            return self._writer.prune(before)
+            return self._writer.prune(before, batch_ids_before)
         finally:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
-    async def aprune(self, before: str) -> PruneResult:
-        return await self._run(self._write_thread, self._prune_locked, before)
+    async def aprune(self, before: str, batch_ids_before: str | None = None) -> PruneResult:
+        return await self._run(self._write_thread, self._prune_locked, before, batch_ids_before)
 
     def _compact_locked(self, before: str | None) -> int:
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)

@@ -26,6 +26,10 @@ APPLICATION_ID = "ldp-telemetry"
 SPARSE_MAX_SHARE = 0.5
 #: Bytes per sparse cell on disk: a uint32 flat index and an int64 count.
 SPARSE_CELL_BYTES = 12
+#: Days a batch id is always kept: the SDK keeps an unsent batch at most 7 days
+#: (client_sdk/queue.py, DEFAULT_OUTBOX_MAX_AGE) and retries it with the same id, plus one day
+#: of clock skew. Within it a retry is deduplicated whatever the retention settings.
+BATCH_ID_MIN_DAYS = 8
 
 
 class BatchOutcome(str, enum.Enum):
@@ -100,9 +104,10 @@ class SketchStore(abc.ABC):
         """Stored windows (optionally of one metric), oldest first."""
 
     @abc.abstractmethod
-    def prune(self, before: str) -> PruneResult:
+    def prune(self, before: str, batch_ids_before: str | None = None) -> PruneResult:
         """Delete every window whose day is before ``before`` (YYYY-MM-DD), and the batch ids
-        received before that day, in one transaction. Safe while collectors commit."""
+        received before ``batch_ids_before`` (default ``before``; see ``batch_id_cutoff``), in
+        one transaction. Safe while collectors commit."""
 
     @abc.abstractmethod
     def check(self) -> None:
@@ -237,6 +242,14 @@ def sum_deltas(deltas_seq: Iterable[Mapping[SketchKey, Sketch]]) -> dict[SketchK
             {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
         proto.accumulate(sketch, payloads)
     return total
+
+
+def batch_id_cutoff(before: str, today: dt.date, keep_days: int = BATCH_ID_MIN_DAYS) -> str:
+    """The day before which batch ids may be deleted: ``before``, but never within ``keep_days``
+    (at least ``BATCH_ID_MIN_DAYS``) of ``today``, so that SDK retries stay deduplicated."""
+    keep = max(keep_days, BATCH_ID_MIN_DAYS)
+    horizon = dt.date.min if (today - dt.date.min).days <= keep else today - dt.timedelta(days=keep)
+    return min(before, horizon.isoformat())
 
 
 def canonical_window(value: str, hour_ok: bool = True) -> str | None:

@@ -381,8 +381,9 @@ class PostgresStore(AsyncSketchStore):
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise StoreError(f"PostgreSQL query failed: {exc}") from None
 
-    async def aprune(self, before: str) -> PruneResult:
-        """Delete windows before a day and the batch ids received before it (one transaction)."""
+    async def aprune(self, before: str, batch_ids_before: str | None = None) -> PruneResult:
+        """Delete windows before a day and the batch ids received before ``batch_ids_before``
+        (default: the same day), in one transaction."""
         try:
             async with self._pool.acquire() as conn, conn.transaction():
                 windows = await conn.fetchval(
@@ -393,7 +394,8 @@ class PostgresStore(AsyncSketchStore):
                                            "FROM d", before)
                 batch_ids = await conn.fetchval("WITH d AS (DELETE FROM ldpt_batches WHERE received < "
                                                 "$1::date RETURNING 1) SELECT count(*) FROM d",
-                                                dt.date.fromisoformat(before))
+                                                dt.date.fromisoformat(before if batch_ids_before is None
+                                                                      else batch_ids_before))
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise StoreError(f"PostgreSQL prune failed: {exc}") from None
         return PruneResult(int(windows), int(rows), int(batch_ids))

@@ -318,7 +318,8 @@ class SQLiteStore(SketchStore):
         with self._lock:
             return [WindowInfo(*row) for row in self._conn.execute(sql, args)]
 
-    def prune(self, before: str) -> PruneResult:
+    def prune(self, before: str, batch_ids_before: str | None = None) -> PruneResult:
+        ids_before = before if batch_ids_before is None else batch_ids_before
         with self._lock:
             conn = self._conn
             try:
@@ -332,7 +333,7 @@ class SQLiteStore(SketchStore):
                 rows += conn.execute("DELETE FROM sketch_deltas WHERE substr(window, 1, 10) < ?",
                                      (before,)).rowcount
                 batch_ids = conn.execute("DELETE FROM batches WHERE substr(received, 1, 10) < ?",
-                                         (before,)).rowcount
+                                         (ids_before,)).rowcount
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
