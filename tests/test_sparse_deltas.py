@@ -86,7 +86,9 @@ def test_sparse_and_dense_stores_hold_the_same_sketches(tmp_path, name, d, eps, 
         assert sparse_rows(dense) == 0
         before = sparse.load("m", "fp", template)
         assert sparse.compact() == (len(WINDOWS) if big else 0)
-        assert sparse_rows(sparse) == 0
+        # a thin window of a large domain stays one sparse row: smaller than its dense rows
+        assert sparse_rows(sparse) == (len(WINDOWS) if big else 0)
+        assert sparse.compact() == 0  # nothing left to fold
         after = sparse.load("m", "fp", template)
         assert np.array_equal(before.counts, after.counts) and np.array_equal(before.reports, after.reports)
         if name in ("olh", "discover", "rappor"):  # decoded by other paths / too few reports
@@ -177,6 +179,27 @@ def test_v1_store_is_migrated_and_keeps_its_data(tmp_path):
         assert np.array_equal(got.counts, want.counts) and got.total_reports == 3_010
 
 
+def test_a_full_window_folds_dense_and_a_thin_one_stays_sparse(tmp_path):
+    """Compaction writes whichever form is smaller: a year of thin daily windows of a d = 10^6
+    metric costs ~12 bytes per distinct cell hit, not 16 MB per window."""
+    proto = build_protocol("hr", 20_000, 2.0, {})
+    rng = np.random.default_rng(9)
+    with SQLiteStore(tmp_path / "s.sqlite") as store:
+        for batch in batches_for(proto, rng, 4, 20):   # thin: 80 reports into 28,000 cells
+            store.commit([batch])
+        full = [b for b in batches_for(proto, rng, 40, 3_000)]  # 120,000 reports: most cells hit
+        for i in range(0, 40, 4):
+            store.commit([PendingBatch(b.batch_id, b.digest,
+                                       {SketchKey("m", "fp", "2026-10-01"): next(iter(b.deltas.values()))},
+                                       b.reports) for b in full[i:i + 4]])
+        store.compact()
+        assert store.compact() == 0  # every window is in one form now
+        per_window = dict(store._conn.execute(
+            "SELECT window, count(*) FROM sketch_deltas GROUP BY window").fetchall())
+        assert per_window == {WINDOWS[0]: 1, WINDOWS[1]: 1}
+        assert store._conn.execute("SELECT DISTINCT window FROM sketches").fetchall() == [("2026-10-01",)]
+
+
 def test_prune_deletes_sparse_rows_too(tmp_path):
     proto = build_protocol("hr", 100_000, 2.0, {})
     with SQLiteStore(tmp_path / "s.sqlite") as store:
@@ -231,7 +254,8 @@ def test_postgres_sparse_equals_dense_and_folds(name, d, eps, opts, big):
                 assert np.array_equal(a.counts, b.counts) and np.array_equal(a.reports, b.reports)
             assert await sparse.awindows() == await dense.awindows()
             await sparse.amaintain(today="2026-12-01")  # both windows are closed: folded
-            assert await sparse._fetchval("SELECT count(*) FROM ldpt_deltas WHERE cells IS NOT NULL") == 0
+            # each thin window is now one sparse row (smaller than its dense rows)
+            assert await sparse._fetchval("SELECT count(*) FROM ldpt_deltas WHERE cells IS NOT NULL") == 2
             a = await sparse.aload("m", "fp", template)
             b = await dense.aload("m", "fp", template)
             assert np.array_equal(a.counts, b.counts) and np.array_equal(a.reports, b.reports)

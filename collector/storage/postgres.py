@@ -406,15 +406,16 @@ class PostgresStore(AsyncSketchStore):
         before ``today``, UTC by default) and of crowded keys (see the module docstring)."""
         today = today or dt.datetime.now(dt.timezone.utc).date().isoformat()
         await self.acompact()
-        keys = await self._fetch(
-            "SELECT metric, fingerprint, time_window FROM ldpt_deltas WHERE cells IS NOT NULL "
-            "GROUP BY 1, 2, 3 HAVING left(time_window, 10) < $1 OR count(*) > $2",
-            today, COMPACT_MAX_SPARSE_ROWS)
+        keys = await self._fetch(  # closed windows not yet in one form, and crowded keys
+            "SELECT metric, fingerprint, time_window FROM ldpt_deltas GROUP BY 1, 2, 3 HAVING "
+            "count(cells) > $2 OR (left(time_window, 10) < $1 AND (count(cells) > 1 OR "
+            "(count(cells) = 1 AND count(*) > 1)))", today, COMPACT_MAX_SPARSE_ROWS)
         for metric, fingerprint, window in keys:
             await self._compact_sparse_key(SketchKey(metric, fingerprint, window))
 
     async def _compact_sparse_key(self, key: SketchKey) -> bool:
-        """One transaction: DELETE the key's sparse rows and INSERT their sum as dense rows."""
+        """One transaction: DELETE the key's sparse rows and INSERT their sum — as dense rows, or
+        as one sparse row while that is the smaller (a thin window of a large domain)."""
         lock = int.from_bytes(hashlib.sha256(
             f"{key.metric}\0{key.fingerprint}\0{key.window}\0sparse".encode()).digest()[:8], "big",
             signed=True)
@@ -436,7 +437,14 @@ class PostgresStore(AsyncSketchStore):
                     except ValueError as exc:
                         raise StoreError(f"{exc}; not compacting") from None
                 self._seq += 1
-                await conn.execute(_INSERT_DELTAS, self.writer, self._seq, *_delta_columns({key: total}))
+                has_dense = await conn.fetchval(
+                    "SELECT EXISTS (SELECT 1 FROM ldpt_deltas WHERE metric=$1 AND fingerprint=$2 AND "
+                    "time_window=$3 AND cells IS NULL)", key.metric, key.fingerprint, key.window)
+                folded = None if has_dense else worth_sparse(total)  # a thin window stays sparse
+                if folded is None:
+                    await conn.execute(_INSERT_DELTAS, self.writer, self._seq, *_delta_columns({key: total}))
+                else:
+                    await conn.execute(_INSERT_SPARSE, self.writer, self._seq, *_sparse_columns({key: folded}))
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise StoreError(f"PostgreSQL compaction failed: {exc}") from None
         return True

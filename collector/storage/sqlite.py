@@ -200,11 +200,15 @@ class SQLiteStore(SketchStore):
         return rows > COMPACT_MAX_ROWS or sparse_bytes >= 8 * delta.m * (delta.width + 1)
 
     def compact(self, before: str | None = None) -> int:
-        """Fold sparse rows into dense rows, for the windows of days before ``before``
-        (YYYY-MM-DD; closed windows, so each is folded once) or for all; returns keys done."""
-        sql, args = "SELECT DISTINCT metric, fingerprint, window FROM sketch_deltas", ()
-        if before is not None:
-            sql, args = sql + " WHERE substr(window, 1, 10) < ?", (before,)
+        """Fold the sparse rows of every key that has several, or dense rows too (``_compact_key``),
+        so each window is read as one form, for the windows
+        of days before ``before`` (YYYY-MM-DD: closed windows, each folded once) or for all;
+        returns the keys folded."""
+        where, args = ("WHERE substr(d.window, 1, 10) < ?", (before,)) if before is not None else ("", ())
+        sql = (f"SELECT d.metric, d.fingerprint, d.window FROM sketch_deltas d {where} "
+               "GROUP BY d.metric, d.fingerprint, d.window HAVING count(*) > 1 OR EXISTS (SELECT 1 "
+               "FROM sketches s WHERE s.metric = d.metric AND s.fingerprint = d.fingerprint AND "
+               "s.window = d.window)")
         with self._lock:
             keys = self._conn.execute(sql, args).fetchall()
             for metric, fingerprint, window in keys:
@@ -212,7 +216,8 @@ class SQLiteStore(SketchStore):
         return len(keys)
 
     def _compact_key(self, key: SketchKey) -> None:
-        """One transaction: the key's sparse rows are deleted and their sum added densely."""
+        """One transaction: the key's sparse rows are replaced by their sum — dense rows, or one
+        sparse row while that is still the smaller (a thin window of a large domain)."""
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -225,10 +230,17 @@ class SQLiteStore(SketchStore):
                 for _, rm, rwidth, cells, counts in rows:
                     add_sparse(total, rm, rwidth, cells, counts, f"{self.path}: {key.metric!r} "
                                f"window {key.window}")
-                self._upsert(key, total)
                 conn.execute("DELETE FROM sketch_deltas WHERE metric=? AND fingerprint=? AND window=? "
                              "AND id <= ?", (key.metric, key.fingerprint, key.window,
                                              max(r[0] for r in rows)))
+                has_dense = conn.execute("SELECT 1 FROM sketches WHERE metric=? AND fingerprint=? AND "
+                                         "window=? LIMIT 1", (key.metric, key.fingerprint,
+                                                             key.window)).fetchone() is not None
+                folded = None if has_dense else worth_sparse(total)  # a thin window stays sparse
+                if folded is None:
+                    self._upsert(key, total)
+                else:
+                    self._append_sparse(key, folded)
             conn.execute("COMMIT")
         except ValueError as exc:
             conn.execute("ROLLBACK")
