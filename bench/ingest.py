@@ -15,6 +15,16 @@ protocol (one request in flight per connection, response parsed by Content-Lengt
     python bench/ingest.py --postgres postgresql://postgres@127.0.0.1:5432/test
     python bench/ingest.py --seconds 5 --protocols grr --workers 1
     python bench/ingest.py --seconds 5 --protocols rappor discover --workers 1   # string metrics
+    python bench/ingest.py --large --batch 1000 --workers 2    # d = 10^6 (hr, olh) and discover
+                                                               # beside grr d = 128 and a trivial
+                                                               # handler that only unpacks the body
+
+``--large`` adds categorical metrics over d = 10^6 values with hr and olh: the sketches whose
+dense delta (16 MB) dwarfs a batch, which the store writes as sparse deltas
+(docs/design.md, "Sparse deltas"); ``trivial`` is an aiohttp server that msgpack-unpacks the
+body and answers 200, the ceiling of HTTP + decoding on this machine. "vs grr" is the rate over
+grr d = 128's on the same store and workers; "RSS growth" the collector's resident memory at
+the end of the measured run minus at its start.
 """
 
 from __future__ import annotations
@@ -49,8 +59,9 @@ sys.path.insert(0, str(ROOT))
 
 from client_sdk.registry import load_registry  # noqa: E402
 
-BATCH = 100
+BATCH = 100  # reports per request (--batch)
 D = 128
+D_LARGE = 1_000_000
 ID_MARK = b"\xa5" * 16  # placeholder batch id in the template body
 
 REGISTRY = """
@@ -83,17 +94,56 @@ kind = "string"
 protocol = "discover"
 epsilon = 4.0
 """
-METRIC_OF = {"grr": "grr128", "oue": "oue128", "rappor": "rappor128", "discover": "discover16"}
+LARGE = """
+[metrics.hr1m]
+kind = "categorical"
+categories = [{cats}]
+protocol = "hr"
+epsilon = 2.0
+
+[metrics.olh1m]
+kind = "categorical"
+categories = [{cats}]
+protocol = "olh"
+epsilon = 2.0
+"""
+METRIC_OF = {"grr": "grr128", "oue": "oue128", "rappor": "rappor128", "discover": "discover16",
+             "hr": "hr1m", "olh": "olh1m"}
+TRIVIAL_SERVER = """
+import sys, msgpack
+from aiohttp import web
+async def handle(request):
+    msgpack.unpackb(await request.read())
+    return web.json_response({"accepted": 1})
+app = web.Application(client_max_size=16 * 2**20)
+app.router.add_post("/v1/reports", handle)
+async def ready(app):
+    print(f"listening on http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}", file=sys.stderr, flush=True)
+runner = web.AppRunner(app, access_log=None)
+import asyncio
+async def main():
+    global site
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    await ready(app)
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
 
 
-def write_registry(path: Path) -> None:
+def write_registry(path: Path, large: bool = False) -> None:
     cats = ", ".join(f'"c{i}"' for i in range(D))
     text = REGISTRY.format(cats=cats) + RAPPOR + DISCOVER
+    if large:
+        text += LARGE.format(cats=", ".join(f'"c{i}"' for i in range(D_LARGE)))
     path.write_text(text, encoding="utf-8")
 
 
 def template_body(registry_path: Path, protocol: str, seed: int = 1) -> tuple[bytes, int]:
     """One batch of BATCH reports encoded with the real protocol code; offset of the batch id."""
+    if protocol == "trivial":  # any valid body: the grr one
+        protocol = "grr"
     spec = load_registry(registry_path).get(METRIC_OF[protocol])
     proto = spec.protocol_impl
     rng = np.random.default_rng(seed)
@@ -101,7 +151,7 @@ def template_body(registry_path: Path, protocol: str, seed: int = 1) -> tuple[by
         values = np.asarray([f"value-{i % 100}" for i in rng.integers(0, 10**6, BATCH)], dtype=object)
         payloads = proto.encode(values, rng)
     else:
-        payloads = proto.encode(rng.integers(0, D, BATCH), rng)
+        payloads = proto.encode(rng.integers(0, proto.domain_size, BATCH), rng)
     reports = [{"m": spec.name, "f": spec.fingerprint, "p": w} for w in proto.to_wire(payloads)]
     body = msgpack.packb({"v": 1, "batch_id": ID_MARK, "reports": reports})
     return body, body.index(ID_MARK)
@@ -117,8 +167,10 @@ def request_bytes(host: str, port: int, body: bytes) -> tuple[bytes, int]:
 class Generator:
     """Keep-alive connections posting batches with fresh ids; counts acks and latencies."""
 
-    def __init__(self, host: str, port: int, request: bytes, id_offset: int, connections: int) -> None:
+    def __init__(self, host: str, port: int, request: bytes, id_offset: int, connections: int,
+                 batch: int = BATCH) -> None:
         self.host, self.port = host, port
+        self.batch = batch
         self.request, self.id_offset = request, id_offset
         self.connections = connections
         self.prefix = os.urandom(8)
@@ -149,7 +201,7 @@ class Generator:
                 elapsed = time.perf_counter() - t0
                 if status == 200:
                     if self.recording:
-                        self.acked += BATCH
+                        self.acked += self.batch
                         self.latencies.append(elapsed)
                     req = self.next_request()
                 elif status == 503:  # overloaded: honour a short back-off, retry the same batch
@@ -184,6 +236,7 @@ class RssSampler(threading.Thread):
         super().__init__(daemon=True)
         self.proc = psutil.Process(pid)
         self.peak = 0
+        self.last = 0
         self.done = threading.Event()
 
     def tree(self) -> list[psutil.Process]:
@@ -202,7 +255,8 @@ class RssSampler(threading.Thread):
     def run(self) -> None:
         while not self.done.is_set():
             try:
-                self.peak = max(self.peak, sum(p.memory_info().rss for p in self.tree()))
+                self.last = sum(p.memory_info().rss for p in self.tree())
+                self.peak = max(self.peak, self.last)
             except psutil.Error:
                 pass
             self.done.wait(0.1)
@@ -216,22 +270,28 @@ def run_measured(gen: Generator, sampler: RssSampler, warmup: float, seconds: fl
         async def mark() -> None:
             await asyncio.sleep(warmup)
             marks["srv0"], marks["gen0"] = sampler.cpu_seconds(), time.process_time()
+            marks["rss0"], marks["pg0"] = sampler.last, postgres_cpu_seconds()
             await asyncio.sleep(seconds)
             marks["srv1"], marks["gen1"] = sampler.cpu_seconds(), time.process_time()
+            marks["rss1"], marks["pg1"] = sampler.last, postgres_cpu_seconds()
         marker = asyncio.create_task(mark())
         elapsed = await gen.run(warmup, seconds)
         await marker
         return elapsed
 
     elapsed = asyncio.run(go())
+    sampler.growth = marks["rss1"] - marks["rss0"]
+    sampler.pg_cpu = marks["pg1"] - marks["pg0"]  # backends live as long as the collector's pool
     return (elapsed, (marks["srv1"] - marks["srv0"]) / seconds, (marks["gen1"] - marks["gen0"]) / seconds)
 
 
 @contextlib.contextmanager
-def collector(registry: Path, workers: int, store_args: list[str]):
-    """A running `ldpt serve` subprocess; yields (pid, port)."""
+def collector(registry: Path, workers: int, store_args: list[str], trivial: bool = False):
+    """A running `ldpt serve` subprocess (or the trivial handler); yields (pid, port)."""
     cmd = [sys.executable, "-c", "from cli.main import main; main()", "serve", "--metrics", str(registry), "--port", "0",
            "--workers", str(workers), *store_args]
+    if trivial:
+        cmd = [sys.executable, "-c", TRIVIAL_SERVER]
     proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stderr.readline()
@@ -258,6 +318,8 @@ class Result:
     p50_ms: float
     p99_ms: float
     peak_rss_mb: float
+    rss_growth_mb: float
+    pg_cpu_seconds: float  # PostgreSQL server CPU over the measured seconds
     overloaded: int
     errors: int
     server_cpu: float     # cores used by the collector's processes
@@ -267,9 +329,9 @@ class Result:
 def run_one(store: str, store_args: list[str], workers: int, protocol: str, registry: Path,
             connections: int, warmup: float, seconds: float) -> Result:
     body, _ = template_body(registry, protocol)
-    with collector(registry, workers, store_args) as (pid, port):
+    with collector(registry, workers, store_args, trivial=protocol == "trivial") as (pid, port):
         request, offset = request_bytes("127.0.0.1", port, body)
-        gen = Generator("127.0.0.1", port, request, offset, connections)
+        gen = Generator("127.0.0.1", port, request, offset, connections, BATCH)
         sampler = RssSampler(pid)
         sampler.start()
         elapsed, srv_cpu, gen_cpu = run_measured(gen, sampler, warmup, seconds)
@@ -277,7 +339,8 @@ def run_one(store: str, store_args: list[str], workers: int, protocol: str, regi
         sampler.join()
     lat = np.asarray(gen.latencies) * 1000 if gen.latencies else np.asarray([np.nan])
     return Result(store, workers, protocol, gen.acked / elapsed, float(np.percentile(lat, 50)),
-                  float(np.percentile(lat, 99)), sampler.peak / 2**20, gen.overloaded, gen.errors,
+                  float(np.percentile(lat, 99)), sampler.peak / 2**20, sampler.growth / 2**20,
+                  sampler.pg_cpu, gen.overloaded, gen.errors,
                   srv_cpu, gen_cpu)
 
 
@@ -293,22 +356,44 @@ def drop_schema(dsn: str, schema: str) -> None:
     asyncio.run(drop())
 
 
+def postgres_cpu_seconds() -> float:
+    """CPU seconds used so far by every PostgreSQL server process on this machine."""
+    total = 0.0
+    for proc in psutil.process_iter(["name"]):
+        if proc.info["name"] in ("postgres", "postmaster"):
+            try:
+                t = proc.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+    return total
+
+
 def main() -> None:
+    global BATCH
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=8.0, help="measured seconds per run")
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--protocols", nargs="+", default=["grr", "oue", "rappor"])
+    ap.add_argument("--protocols", nargs="+", default=None,
+                    help="grr oue rappor discover hr olh trivial (default: grr oue rappor; with "
+                         "--large: trivial grr hr olh discover)")
+    ap.add_argument("--large", action="store_true", help="add the d = 10^6 hr and olh metrics")
+    ap.add_argument("--batch", type=int, default=BATCH, help="reports per request")
     ap.add_argument("--postgres", default=os.environ.get("LDPT_TEST_POSTGRES_DSN"),
                     help="also run against this PostgreSQL DSN")
     ap.add_argument("--no-sqlite", action="store_true")
     args = ap.parse_args()
-    protocols = list(args.protocols)
+    BATCH = args.batch
+    protocols = list(args.protocols or (["trivial", "grr", "hr", "olh", "discover"] if args.large
+                                        else ["grr", "oue", "rappor"]))
+    if not args.large and {"hr", "olh"} & set(protocols):
+        ap.error("hr and olh run on the d = 10^6 metrics: add --large")
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="ldpt-bench-") as tmp:
         registry = Path(tmp) / "metrics.toml"
-        write_registry(registry)
+        write_registry(registry, large=args.large)
         stores: list[tuple[str, object]] = []
         if not args.no_sqlite:
             stores.append(("sqlite", None))
@@ -317,6 +402,8 @@ def main() -> None:
         for store, dsn in stores:
             for workers in args.workers:
                 for protocol in protocols:
+                    if protocol == "trivial" and (store, workers) != (stores[0][0], args.workers[0]):
+                        continue  # the baseline needs no store: once per run
                     if store == "sqlite":
                         db = Path(tmp) / f"bench-{workers}-{protocol}.sqlite"
                         store_args, schema = ["--db", str(db)], None
@@ -330,21 +417,33 @@ def main() -> None:
                     finally:
                         if schema:
                             drop_schema(str(dsn), schema)
+                    if protocol == "trivial":
+                        r.store, r.workers = "-", 1
                     results.append(r)
-                    print(f"  {r.store:8s} workers={r.workers} {r.protocol:6s} "
+                    print(f"  {r.store:8s} workers={r.workers} {r.protocol:8s} "
                           f"{r.reports_per_s:12,.0f} reports/s", file=sys.stderr, flush=True)
-    print(f"\nIngest: batches of {BATCH} reports, d = k = {D}, {args.connections} connections, "
-          f"{args.seconds:g} s measured, durable commits, {os.cpu_count()} cores shared with the generator\n")
-    print(f"{'store':8s} {'workers':>7s} {'protocol':8s} {'reports/s':>12s} {'p50 ms':>8s} {'p99 ms':>8s} "
-          f"{'peak RSS MB':>11s} {'srv CPU':>7s} {'gen CPU':>7s} {'µs CPU/batch':>12s} {'503s':>6s} {'errors':>6s}")
+    print(f"\nIngest: batches of {BATCH} reports, d = k = {D} (hr, olh: d = {D_LARGE:,}), "
+          f"{args.connections} connections, {args.seconds:g} s measured, durable commits, "
+          f"{os.cpu_count()} cores shared with the generator\n")
+    grr = {(r.store, r.workers): r.reports_per_s for r in results if r.protocol == "grr"}
+    print(f"{'store':8s} {'workers':>7s} {'protocol':8s} {'reports/s':>12s} {'vs grr':>7s} {'p50 ms':>8s} "
+          f"{'p99 ms':>8s} {'peak RSS MB':>11s} {'RSS growth':>10s} {'srv CPU':>7s} {'gen CPU':>7s} "
+          f"{'µs CPU/batch':>12s} {'PG s/M':>7s} {'503s':>6s} {'errors':>6s}")
     for r in results:
         per_batch = r.server_cpu / (r.reports_per_s / BATCH) * 1e6 if r.reports_per_s else float("nan")
-        print(f"{r.store:8s} {r.workers:7d} {r.protocol:8s} {r.reports_per_s:12,.0f} {r.p50_ms:8.2f} "
-              f"{r.p99_ms:8.2f} {r.peak_rss_mb:11.0f} {r.server_cpu:7.2f} {r.generator_cpu:7.2f} "
-              f"{per_batch:12.0f} {r.overloaded:6d} {r.errors:6d}")
+        ratio = r.reports_per_s / grr[(r.store, r.workers)] if grr.get((r.store, r.workers)) else float("nan")
+        measured_reports = r.reports_per_s * args.seconds
+        pg_per_m = r.pg_cpu_seconds / measured_reports * 1e6 if r.store == "postgres" and measured_reports \
+            else float("nan")
+        print(f"{r.store:8s} {r.workers:7d} {r.protocol:8s} {r.reports_per_s:12,.0f} {ratio:7.0%} "
+              f"{r.p50_ms:8.2f} {r.p99_ms:8.2f} {r.peak_rss_mb:11.0f} {r.rss_growth_mb:10.0f} "
+              f"{r.server_cpu:7.2f} {r.generator_cpu:7.2f} {per_batch:12.0f} {pg_per_m:7.2f} "
+              f"{r.overloaded:6d} {r.errors:6d}")
     print("\nsrv CPU / gen CPU: cores used by the collector's processes / the load generator while "
           "measuring (PostgreSQL's own backends are not included); µs CPU/batch: collector CPU "
-          "per acknowledged batch.")
+          "per acknowledged batch; PG s/M: PostgreSQL server CPU-seconds (all its processes) per million "
+          "acknowledged reports over the measured seconds; RSS growth: MB from the start "
+          "to the end of the measured run.")
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 Safe while collectors serve the same store: the deletion is one transaction, exactly like a
 group commit (SQLite waits for the writer lock; PostgreSQL row locks), so a collector
 committing at the same moment either lands before it or after it. Batch ids received
-before the date go too: a retry of a batch older than the retention period would then be
-counted again, so keep more days than the SDKs retry for (docs/operations.md).
+before the date go too, except those of the last ``BATCH_ID_MIN_DAYS`` days: SDKs retry a
+batch for up to 7 days with the same id, and a retry whose id is gone would be counted again
+(docs/operations.md, "Batch ids").
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from collector.storage.base import PruneResult, canonical_window
+from collector.storage.base import BATCH_ID_MIN_DAYS, PruneResult, batch_id_cutoff, canonical_window
 
 from .common import plural
 
@@ -33,16 +34,16 @@ def _day(ctx: click.Context, param: click.Parameter, value: str) -> str:
     return day
 
 
-def prune_sqlite(path: str | Path, before: str) -> PruneResult:
+def prune_sqlite(path: str | Path, before: str, ids_before: str) -> PruneResult:
     from collector.storage.sqlite import SQLiteStore
 
     if not Path(path).exists():
         raise click.ClickException(f"{path}: no such store")
     with SQLiteStore(path, create=False) as store:
-        return store.prune(before)
+        return store.prune(before, ids_before)
 
 
-def prune_postgres(dsn: str, before: str) -> PruneResult:
+def prune_postgres(dsn: str, before: str, ids_before: str) -> PruneResult:
     try:
         import asyncpg  # noqa: F401
 
@@ -54,7 +55,7 @@ def prune_postgres(dsn: str, before: str) -> PruneResult:
     async def run() -> PruneResult:
         store = await PostgresStore.open(dsn, create=False, min_size=1, max_size=1)
         try:
-            return await store.aprune(before)
+            return await store.aprune(before, ids_before)
         finally:
             await store.aclose()
 
@@ -74,6 +75,11 @@ def prune(before: str, db: str | None, postgres: str | None) -> None:
     postgres = postgres or (None if db else os.environ.get("LDPT_POSTGRES_DSN") or None)
     if not db and not postgres:
         raise click.UsageError("give --db PATH or --postgres DSN (or set LDPT_POSTGRES_DSN)")
-    result = prune_postgres(postgres, before) if postgres else prune_sqlite(db, before)
+    ids_before = batch_id_cutoff(before, dt.datetime.now(dt.timezone.utc).date())
+    result = prune_postgres(postgres, before, ids_before) if postgres else \
+        prune_sqlite(db, before, ids_before)
     click.echo(f"deleted {plural(result.windows, 'window')} ({plural(result.rows, 'row')}) and "
                f"{plural(result.batch_ids, 'batch id')} before {before}")
+    if ids_before != before:
+        click.echo(f"kept the batch ids received since {ids_before}: SDK retries of the last "
+                   f"{BATCH_ID_MIN_DAYS} days stay deduplicated")

@@ -35,7 +35,7 @@ from aiohttp.web_protocol import RequestPayloadError
 from client_sdk.errors import LdptError, StoreError
 from client_sdk.registry import Registry
 from collector.storage.aio import AsyncSketchStore, ThreadedStore
-from collector.storage.base import SCHEMA_VERSION, BatchOutcome
+from collector.storage.base import SCHEMA_VERSION, BatchOutcome, batch_id_cutoff
 
 from . import query
 from .committer import GroupCommitter
@@ -224,8 +224,7 @@ async def _maintain(state: CollectorState) -> None:
         await asyncio.sleep(state.config.maintain_interval)
         try:
             await state.store.amaintain()
-            if state.config.retention_days:
-                await apply_retention(state.store, state.config.retention_days)
+            await apply_retention(state.store, state.config.retention_days, state.config.batch_id_days)
         except Exception as exc:  # housekeeping must never take the collector down
             log.warning("store maintenance failed: %s: %s", type(exc).__name__, exc)
 
@@ -238,13 +237,20 @@ def retention_cutoff(days: int, now: float | None = None) -> str:
     return (today - dt.timedelta(days=days - 1)).isoformat()
 
 
-async def apply_retention(store: AsyncSketchStore, days: int, now: float | None = None) -> None:
-    """Delete whole windows older than ``days`` days (and their batch ids)."""
-    cutoff = retention_cutoff(days, now)
-    result = await store.aprune(cutoff)
+async def apply_retention(store: AsyncSketchStore, days: int, batch_id_days: int = 0,
+                          now: float | None = None) -> None:
+    """Delete whole windows older than ``days`` days (0: none) and the batch ids received more
+    than ``batch_id_days`` days ago (0: none; never within ``BATCH_ID_MIN_DAYS``)."""
+    if not days and not batch_id_days:
+        return
+    cutoff = retention_cutoff(days, now) if days else dt.date.min.isoformat()
+    today = dt.datetime.fromtimestamp(time.time() if now is None else now, dt.timezone.utc).date()
+    ids_cutoff = batch_id_cutoff("9999-12-31", today, batch_id_days) if batch_id_days \
+        else dt.date.min.isoformat()
+    result = await store.aprune(cutoff, ids_cutoff)
     if result.rows or result.batch_ids:
-        log.info("retention: deleted %d windows (%d rows) and %d batch ids before %s",
-                 result.windows, result.rows, result.batch_ids, cutoff)
+        log.info("retention: deleted %d windows (%d rows) before %s and %d batch ids received before %s",
+                 result.windows, result.rows, cutoff, result.batch_ids, ids_cutoff)
 
 
 async def check_store(state: CollectorState) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from client_sdk.errors import LdptError
+from collector.storage.base import BATCH_ID_MIN_DAYS
 
 try:
     import tomllib
@@ -80,6 +81,9 @@ SETTINGS: tuple[Setting, ...] = (
     # --- retention --------------------------------------------------------------------------------
     Setting("retention_days", 0, "Delete windows older than this many days (checked every "
             "maintain_interval); 0 keeps everything.", zero=True),
+    Setting("batch_id_days", 14, "Keep the batch ids that deduplicate SDK retries this many days "
+            "(at least 8: the SDK retries a batch for up to 7 days), then delete them (checked every "
+            "maintain_interval); 0 keeps them forever.", zero=True),
     # --- connections ------------------------------------------------------------------------------
     Setting("header_timeout", 10.0,
             "Seconds a connection may take to send a request's headers (from its first byte, or "
@@ -165,6 +169,7 @@ class ServeConfig:
     min_reports: int = 0
     access_log: bool = False
     retention_days: int = 0
+    batch_id_days: int = 14
     header_timeout: float = 10.0
     keepalive_timeout: float = 15.0
     max_connections: int = 1000
@@ -195,6 +200,10 @@ class ServeConfig:
             port = getattr(self, name)
             if port is not None and not 0 <= port <= 65535:
                 raise ConfigError(f"{name} must be a TCP port in 0..65535, got {port}", setting=name)
+        if 0 < self.batch_id_days < BATCH_ID_MIN_DAYS:
+            raise ConfigError(f"batch_id_days {self.batch_id_days} is below {BATCH_ID_MIN_DAYS}: SDKs retry "
+                              "a batch for up to 7 days, and a retry whose id is gone is counted twice",
+                              setting="batch_id_days")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("tls_cert and tls_key go together: give both or neither")
         for s in SETTINGS:

@@ -41,6 +41,9 @@ class Target:
             rows = store._conn.execute(
                 "SELECT metric, fingerprint, window, cohort, reports, counts FROM sketches ORDER BY 1, 2, 3, 4"
             ).fetchall()
+            rows += store._conn.execute(  # sparse deltas (small commits of large sketches)
+                "SELECT metric, fingerprint, window, id, reports, cells || counts FROM sketch_deltas "
+                "ORDER BY 1, 2, 3, 4").fetchall()
             ids = store._conn.execute("SELECT batch_id, digest FROM batches ORDER BY 1").fetchall()
             return rows, ids
         finally:

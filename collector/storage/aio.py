@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import datetime as dt
 import fcntl
 import functools
 import os
@@ -65,11 +66,12 @@ class AsyncSketchStore(abc.ABC):
         await self.acheck()
 
     @abc.abstractmethod
-    async def aprune(self, before: str) -> PruneResult:
+    async def aprune(self, before: str, batch_ids_before: str | None = None) -> PruneResult:
         """``SketchStore.prune``: delete windows (and batch ids) before a day."""
 
-    async def amaintain(self) -> None:  # noqa: B027 - optional hook, default no-op
-        """Periodic housekeeping (Postgres: compaction of delta rows); no-op by default."""
+    async def amaintain(self, today: str | None = None) -> None:  # noqa: B027 - optional hook
+        """Periodic housekeeping: compaction of delta rows (``today`` is the first open day,
+        YYYY-MM-DD UTC by default); no-op by default."""
 
 
 class ThreadedStore(AsyncSketchStore):
@@ -133,15 +135,29 @@ class ThreadedStore(AsyncSketchStore):
     async def aprobe_write(self) -> None:
         await self._run(self._write_thread, self._probe_locked)
 
-    def _prune_locked(self, before: str) -> PruneResult:
+    def _prune_locked(self, before: str, batch_ids_before: str | None) -> PruneResult:
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
         try:
-            return self._writer.prune(before)
+            return self._writer.prune(before, batch_ids_before)
         finally:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
-    async def aprune(self, before: str) -> PruneResult:
-        return await self._run(self._write_thread, self._prune_locked, before)
+    async def aprune(self, before: str, batch_ids_before: str | None = None) -> PruneResult:
+        return await self._run(self._write_thread, self._prune_locked, before, batch_ids_before)
+
+    def _compact_locked(self, before: str | None) -> int:
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            return self._writer.compact(before)
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    async def amaintain(self, today: str | None = None) -> None:
+        """Fold the sparse rows of closed windows (days before ``today``, UTC by default) into
+        dense rows, so that reading a past window reads one dense sketch; a commit compacts the
+        keys it crowds itself."""
+        today = today or dt.datetime.now(dt.timezone.utc).date().isoformat()
+        await self._run(self._write_thread, self._compact_locked, today)
 
     async def aclose(self) -> None:
         await self._run(self._write_thread, self._writer.close)

@@ -19,8 +19,18 @@ import numpy as np
 from client_sdk.errors import StoreError
 from client_sdk.protocols.base import Sketch
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION_ID = "ldp-telemetry"
+
+#: A commit writes a sketch delta sparsely (its non-zero cells) when those cells take at most
+#: this share of the bytes its dense rows would (docs/design.md, "Sparse deltas").
+SPARSE_MAX_SHARE = 0.5
+#: Bytes per sparse cell on disk: a uint32 flat index and an int64 count.
+SPARSE_CELL_BYTES = 12
+#: Days a batch id is always kept: the SDK keeps an unsent batch at most 7 days
+#: (client_sdk/queue.py, DEFAULT_OUTBOX_MAX_AGE) and retries it with the same id, plus one day
+#: of clock skew. Within it a retry is deduplicated whatever the retention settings.
+BATCH_ID_MIN_DAYS = 8
 
 
 class CommitOutcomeUnknown(StoreError):
@@ -104,9 +114,10 @@ class SketchStore(abc.ABC):
         """Stored windows (optionally of one metric), oldest first."""
 
     @abc.abstractmethod
-    def prune(self, before: str) -> PruneResult:
+    def prune(self, before: str, batch_ids_before: str | None = None) -> PruneResult:
         """Delete every window whose day is before ``before`` (YYYY-MM-DD), and the batch ids
-        received before that day, in one transaction. Safe while collectors commit."""
+        received before ``batch_ids_before`` (default ``before``; see ``batch_id_cutoff``), in
+        one transaction. Safe while collectors commit."""
 
     @abc.abstractmethod
     def check(self) -> None:
@@ -130,6 +141,81 @@ def counts_to_blob(counts: np.ndarray) -> bytes:
 
 def blob_to_counts(blob: bytes, cell_shape: tuple[int, ...]) -> np.ndarray:
     return np.frombuffer(blob, dtype="<i8").reshape(cell_shape).astype(np.int64)
+
+
+@dataclasses.dataclass(frozen=True)
+class SparseDelta:
+    """The non-zero cells of one sketch delta, in the sketch's *flat space*.
+
+    The flat space of a sketch with m cohorts of ``width`` cells each is its counters
+    ``counts.reshape(-1)`` (m·width cells) followed by its m per-cohort report counts, so one
+    (cells, values) pair carries a whole delta. Cells are sorted and distinct.
+    """
+
+    m: int
+    width: int
+    cells: np.ndarray    # uint32 flat indices
+    values: np.ndarray   # int64, non-zero
+    reports: int
+
+    @property
+    def nbytes(self) -> int:
+        return SPARSE_CELL_BYTES * int(self.cells.size)
+
+    def cells_blob(self) -> bytes:
+        return np.ascontiguousarray(self.cells, dtype="<u4").tobytes()
+
+    def values_blob(self) -> bytes:
+        return np.ascontiguousarray(self.values, dtype="<i8").tobytes()
+
+
+def dense_row_bytes(sketch: Sketch) -> int:
+    """Bytes the dense rows of ``sketch``'s touched cohorts take (what a dense write costs)."""
+    m = len(sketch.reports)
+    width = sketch.counts[0].size if m else 0
+    touched = int(((sketch.reports != 0) | sketch.counts.reshape(m, -1).any(axis=1)).sum())
+    return 8 * width * touched
+
+
+def sparse_delta(sketch: Sketch) -> SparseDelta:
+    """The non-zero cells of ``sketch`` in its flat space (``SparseDelta``)."""
+    m = len(sketch.reports)
+    flat = sketch.counts.reshape(-1)
+    if flat.size + m >= 1 << 32:
+        raise ValueError(f"a sketch of {flat.size + m} cells does not fit uint32 flat indices")
+    nz = np.flatnonzero(flat)
+    rz = np.flatnonzero(sketch.reports)
+    cells = np.concatenate([nz, rz + flat.size]).astype(np.uint32)
+    values = np.concatenate([flat[nz], sketch.reports[rz]]).astype(np.int64)
+    return SparseDelta(m, flat.size // m if m else 0, cells, values, int(sketch.reports.sum()))
+
+
+def worth_sparse(sketch: Sketch) -> SparseDelta | None:
+    """``sparse_delta(sketch)`` when writing it sparsely saves bytes (``SPARSE_MAX_SHARE``)."""
+    dense = dense_row_bytes(sketch)
+    if dense == 0:
+        return None
+    delta = sparse_delta(sketch)
+    return delta if delta.nbytes <= SPARSE_MAX_SHARE * dense else None
+
+
+def add_sparse(out: Sketch, m: int, width: int, cells_blob: bytes, values_blob: bytes,
+               where: str) -> None:
+    """Add one stored sparse delta into ``out`` (in place), checking it fits ``out``'s shape."""
+    out_m = len(out.reports)
+    out_width = out.counts[0].size if out_m else 0
+    if (m, width) != (out_m, out_width):
+        raise ValueError(f"{where}: sparse delta of {m} x {width} cells, the registry's sketch is "
+                         f"{out_m} x {out_width}; the store was written under other parameters")
+    cells = np.frombuffer(cells_blob, dtype="<u4")
+    values = np.frombuffer(values_blob, dtype="<i8")
+    if cells.size != values.size or (cells.size and (int(cells[-1]) >= m * width + m
+                                                       or not bool(np.all(cells[1:] > cells[:-1])))):
+        raise ValueError(f"{where}: corrupt sparse delta ({cells.size} cells, {values.size} values)")
+    flat = out.counts.reshape(-1)
+    split = int(np.searchsorted(cells, flat.size))  # cells are sorted: counters, then reports
+    flat[cells[:split]] += values[:split]            # distinct cells: plain fancy-index add
+    out.reports[cells[split:].astype(np.int64) - flat.size] += values[split:]
 
 
 def merge_deltas(target: dict[SketchKey, Sketch], deltas: dict[SketchKey, Sketch]) -> None:
@@ -166,6 +252,14 @@ def sum_deltas(deltas_seq: Iterable[Mapping[SketchKey, Sketch]]) -> dict[SketchK
             {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
         proto.accumulate(sketch, payloads)
     return total
+
+
+def batch_id_cutoff(before: str, today: dt.date, keep_days: int = BATCH_ID_MIN_DAYS) -> str:
+    """The day before which batch ids may be deleted: ``before``, but never within ``keep_days``
+    (at least ``BATCH_ID_MIN_DAYS``) of ``today``, so that SDK retries stay deduplicated."""
+    keep = max(keep_days, BATCH_ID_MIN_DAYS)
+    horizon = dt.date.min if (today - dt.date.min).days <= keep else today - dt.timedelta(days=keep)
+    return min(before, horizon.isoformat())
 
 
 def canonical_window(value: str, hour_ok: bool = True) -> str | None:

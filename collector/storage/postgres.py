@@ -1,11 +1,17 @@
 """PostgreSQL sketch store: many collectors on many machines, one database (asyncpg).
 
-Schema v1 (in the first schema of the DSN's ``search_path``, created if missing):
+Schema v2 (in the first schema of the DSN's ``search_path``, created if missing):
 
   ldpt_meta(key PRIMARY KEY, value)                  application id and schema version
   ldpt_batches(batch_id bytea PRIMARY KEY, digest, reports, writer, received)
   ldpt_deltas(id identity PRIMARY KEY, writer, seq, metric, fingerprint, time_window,
-              cohort, reports, counts bytea)         append-only sketch deltas
+              cohort, reports, counts bytea, cells bytea, m, width)
+                                                     append-only sketch deltas
+
+A delta row is dense (one cohort's counters; ``cells`` NULL) or sparse (``cohort`` = -1: the
+non-zero cells of a whole delta in the sketch's flat space, ``SparseDelta``; ``counts`` holds
+their values). A commit writes a small delta of a large sketch sparsely, so its cost follows
+the reports it carries, not the domain. v1 stores gain the three columns on open.
 
 Why append-only: an UPDATE of a shared per-window sketch row would serialise every collector
 on that row's lock. Instead each group commit INSERTs its own delta rows (keyed by the
@@ -19,7 +25,9 @@ inserted in sorted order so two groups sharing ids cannot deadlock.
 Compaction (``amaintain``) keeps the row count small: per (metric, fingerprint, window,
 cohort) with many rows, one transaction DELETEs them (RETURNING their values) and INSERTs
 their sum — readers see either all the old rows or the one new row (MVCC), and an advisory
-lock keeps two collectors from compacting the same key at once.
+lock keeps two collectors from compacting the same key at once. Sparse rows are folded into
+dense rows the same way, per (metric, fingerprint, window), once they weigh as much as the
+dense rows, are too many, or their window is closed.
 
 Counters are stored as little-endian int64 blobs (``counts_to_blob``) and summed in numpy.
 """
@@ -29,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import hashlib
+import logging
 import os
 import re
 import uuid
@@ -50,11 +59,16 @@ from .base import (
     PendingBatch,
     PruneResult,
     SketchKey,
+    SparseDelta,
     WindowInfo,
+    add_sparse,
     blob_to_counts,
     counts_to_blob,
     sum_deltas,
+    worth_sparse,
 )
+
+log = logging.getLogger("ldpt.store")
 
 try:  # optional extra: `pip install 'ldp-telemetry[postgres]'`
     import asyncpg
@@ -75,6 +89,16 @@ CREATE TABLE IF NOT EXISTS ldpt_deltas (
 );
 CREATE INDEX IF NOT EXISTS ldpt_deltas_key ON ldpt_deltas (metric, fingerprint, time_window, cohort);
 """
+#: Schema v2: sparse delta rows (also the migration from v1; idempotent).
+_SCHEMA_V2 = """
+ALTER TABLE ldpt_deltas ADD COLUMN IF NOT EXISTS cells bytea;
+ALTER TABLE ldpt_deltas ADD COLUMN IF NOT EXISTS m integer;
+ALTER TABLE ldpt_deltas ADD COLUMN IF NOT EXISTS width integer;
+"""
+#: ``cohort`` of a sparse delta row.
+SPARSE_COHORT = -1
+#: Fold a key's sparse rows into dense rows once there are more of them than this.
+COMPACT_MAX_SPARSE_ROWS = 256
 #: Advisory lock id serialising schema creation when many collectors start at once.
 _SCHEMA_LOCK = 0x6C647074  # "ldpt"
 #: Compact a (metric, fingerprint, window, cohort) once it has more rows than this.
@@ -90,6 +114,12 @@ _INSERT_BATCHES = """
 INSERT INTO ldpt_batches (batch_id, digest, reports, writer)
 SELECT b, d, r, $4 FROM unnest($1::bytea[], $2::bytea[], $3::int[]) AS t(b, d, r) ORDER BY b
 ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id
+"""
+_INSERT_SPARSE = """
+INSERT INTO ldpt_deltas (writer, seq, metric, fingerprint, time_window, cohort, reports, counts, cells, m, width)
+SELECT $1, $2, mt, f, w, -1, r, x, c, mm, wd
+FROM unnest($3::text[], $4::text[], $5::text[], $6::bigint[], $7::bytea[], $8::bytea[], $9::int[], $10::int[])
+    AS t(mt, f, w, r, x, c, mm, wd)
 """
 _INSERT_DELTAS = """
 INSERT INTO ldpt_deltas (writer, seq, metric, fingerprint, time_window, cohort, reports, counts)
@@ -120,6 +150,9 @@ class PostgresStore(AsyncSketchStore):
         self._pool = pool
         self.writer = writer
         self._seq = 0
+        self._sparse_bytes: dict[SketchKey, int] = {}
+        self._compacting: set[SketchKey] = set()
+        self._tasks: set[asyncio.Task] = set()
         parts = urlsplit(dsn)
         self.description = f"postgres:{parts.hostname or 'localhost'}{parts.path or ''}"
 
@@ -166,9 +199,14 @@ class PostgresStore(AsyncSketchStore):
                     if not create:
                         raise StoreError("no ldp-telemetry store in this database/schema")
                     await conn.execute(_SCHEMA)
+                    await conn.execute(_SCHEMA_V2)
                     await conn.executemany("INSERT INTO ldpt_meta VALUES ($1, $2) ON CONFLICT DO NOTHING",
                                            [("application", APPLICATION_ID),
                                             ("schema_version", str(SCHEMA_VERSION))])
+                elif await conn.fetchval("SELECT value FROM ldpt_meta WHERE key = 'schema_version'") == "1":
+                    await conn.execute(_SCHEMA_V2)  # v1 -> v2: add the sparse columns
+                    await conn.execute("UPDATE ldpt_meta SET value = $1 WHERE key = 'schema_version'",
+                                       str(SCHEMA_VERSION))
             await self._check_meta(conn)
 
     async def _check_meta(self, conn: Any) -> None:
@@ -240,10 +278,44 @@ class PostgresStore(AsyncSketchStore):
         total = sum_deltas(applied_deltas)
         if total:
             self._seq += 1
+            sparse = {}
+            if self.sparse:
+                for key, sk in list(total.items()):
+                    delta = worth_sparse(sk)
+                    if delta is not None:
+                        sparse[key] = delta
+                        del total[key]
             cols = _delta_columns(total)
             if cols[0]:
                 await conn.execute(_INSERT_DELTAS, self.writer, self._seq, *cols)
+            if sparse:
+                await conn.execute(_INSERT_SPARSE, self.writer, self._seq, *_sparse_columns(sparse))
+                self._note_sparse(sparse)
         return outcomes
+
+    #: Write small deltas sparsely (tests set False on an instance to force dense rows).
+    sparse = True
+
+    def _note_sparse(self, sparse: dict[SketchKey, SparseDelta]) -> None:
+        """Count the sparse bytes this collector wrote per key; past the dense size, schedule
+        that key's compaction in the background (every collector does so for its own share)."""
+        for key, delta in sparse.items():
+            written = self._sparse_bytes.get(key, 0) + delta.nbytes
+            if written >= 8 * delta.m * (delta.width + 1) and key not in self._compacting:
+                written = 0
+                self._compacting.add(key)
+                task = asyncio.get_running_loop().create_task(self._compact_sparse_bg(key))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            self._sparse_bytes[key] = written
+
+    async def _compact_sparse_bg(self, key: SketchKey) -> None:
+        try:
+            await self._compact_sparse_key(key)
+        except Exception as exc:  # housekeeping: the next maintain run tries again
+            log.warning("compaction of %s window %s failed: %s", key.metric, key.window, exc)
+        finally:
+            self._compacting.discard(key)
 
     async def add_sketch(self, key: SketchKey, sketch: Sketch) -> None:
         """Add a sketch without a batch id (imports, simulation)."""
@@ -256,7 +328,8 @@ class PostgresStore(AsyncSketchStore):
         out = Sketch(template.counts.copy(), template.reports.copy())
         if windows is not None and not windows:
             return out
-        sql = "SELECT time_window, cohort, reports, counts FROM ldpt_deltas WHERE metric=$1 AND fingerprint=$2"
+        sql = ("SELECT time_window, cohort, reports, counts, cells, m, width FROM ldpt_deltas "
+               "WHERE metric=$1 AND fingerprint=$2")
         args: list[Any] = [metric, fingerprint]
         if windows is not None:
             args.append(list(windows))
@@ -271,7 +344,13 @@ class PostgresStore(AsyncSketchStore):
         cell_shape = template.counts.shape[1:]
         m = template.reports.shape[0]
         expected = int(np.prod(cell_shape)) * 8
-        for window, cohort, reports, blob in rows:
+        for window, cohort, reports, blob, cells, rm, rwidth in rows:
+            if cells is not None:
+                try:
+                    add_sparse(out, rm, rwidth, cells, blob, f"{metric!r} window {window}")
+                except ValueError as exc:
+                    raise StoreError(str(exc)) from None
+                continue
             if not 0 <= cohort < m or len(blob) != expected:
                 raise StoreError(f"stored delta of {metric!r} window {window} cohort {cohort} does not "
                                  "match the registry's sketch shape; the store was written under "
@@ -324,8 +403,9 @@ class PostgresStore(AsyncSketchStore):
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise StoreError(f"PostgreSQL query failed: {exc}") from None
 
-    async def aprune(self, before: str) -> PruneResult:
-        """Delete windows before a day and the batch ids received before it (one transaction)."""
+    async def aprune(self, before: str, batch_ids_before: str | None = None) -> PruneResult:
+        """Delete windows before a day and the batch ids received before ``batch_ids_before``
+        (default: the same day), in one transaction."""
         try:
             async with self._pool.acquire() as conn, conn.transaction():
                 windows = await conn.fetchval(
@@ -336,20 +416,65 @@ class PostgresStore(AsyncSketchStore):
                                            "FROM d", before)
                 batch_ids = await conn.fetchval("WITH d AS (DELETE FROM ldpt_batches WHERE received < "
                                                 "$1::date RETURNING 1) SELECT count(*) FROM d",
-                                                dt.date.fromisoformat(before))
+                                                dt.date.fromisoformat(before if batch_ids_before is None
+                                                                      else batch_ids_before))
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise StoreError(f"PostgreSQL prune failed: {exc}") from None
         return PruneResult(int(windows), int(rows), int(batch_ids))
 
     # --- housekeeping ---------------------------------------------------------------------------------
-    async def amaintain(self) -> None:
-        """Compact keys with many delta rows (see the module docstring)."""
+    async def amaintain(self, today: str | None = None) -> None:
+        """Compact keys with many delta rows, and fold the sparse rows of closed windows (days
+        before ``today``, UTC by default) and of crowded keys (see the module docstring)."""
+        today = today or dt.datetime.now(dt.timezone.utc).date().isoformat()
         await self.acompact()
+        keys = await self._fetch(  # closed windows not yet in one form, and crowded keys
+            "SELECT metric, fingerprint, time_window FROM ldpt_deltas GROUP BY 1, 2, 3 HAVING "
+            "count(cells) > $2 OR (left(time_window, 10) < $1 AND (count(cells) > 1 OR "
+            "(count(cells) = 1 AND count(*) > 1)))", today, COMPACT_MAX_SPARSE_ROWS)
+        for metric, fingerprint, window in keys:
+            await self._compact_sparse_key(SketchKey(metric, fingerprint, window))
+
+    async def _compact_sparse_key(self, key: SketchKey) -> bool:
+        """One transaction: DELETE the key's sparse rows and INSERT their sum — as dense rows, or
+        as one sparse row while that is the smaller (a thin window of a large domain)."""
+        lock = int.from_bytes(hashlib.sha256(
+            f"{key.metric}\0{key.fingerprint}\0{key.window}\0sparse".encode()).digest()[:8], "big",
+            signed=True)
+        try:
+            async with self._pool.acquire() as conn, conn.transaction():
+                if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", lock):
+                    return False  # another collector is folding this key
+                rows = await conn.fetch(
+                    "DELETE FROM ldpt_deltas WHERE metric=$1 AND fingerprint=$2 AND time_window=$3 "
+                    "AND cells IS NOT NULL RETURNING counts, cells, m, width",
+                    key.metric, key.fingerprint, key.window)
+                if not rows:
+                    return False
+                m, width = rows[0][2], rows[0][3]
+                total = Sketch(np.zeros((m, width), dtype=np.int64), np.zeros(m, dtype=np.int64))
+                for values, cells, rm, rwidth in rows:
+                    try:
+                        add_sparse(total, rm, rwidth, cells, values, f"{key.metric!r} window {key.window}")
+                    except ValueError as exc:
+                        raise StoreError(f"{exc}; not compacting") from None
+                self._seq += 1
+                has_dense = await conn.fetchval(
+                    "SELECT EXISTS (SELECT 1 FROM ldpt_deltas WHERE metric=$1 AND fingerprint=$2 AND "
+                    "time_window=$3 AND cells IS NULL)", key.metric, key.fingerprint, key.window)
+                folded = None if has_dense else worth_sparse(total)  # a thin window stays sparse
+                if folded is None:
+                    await conn.execute(_INSERT_DELTAS, self.writer, self._seq, *_delta_columns({key: total}))
+                else:
+                    await conn.execute(_INSERT_SPARSE, self.writer, self._seq, *_sparse_columns({key: folded}))
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise StoreError(f"PostgreSQL compaction failed: {exc}") from None
+        return True
 
     async def acompact(self, min_rows: int = COMPACT_MIN_ROWS) -> int:
         """Merge the delta rows of every key with more than ``min_rows`` rows; returns keys done."""
         keys = await self._fetch(
-            "SELECT metric, fingerprint, time_window, cohort FROM ldpt_deltas "
+            "SELECT metric, fingerprint, time_window, cohort FROM ldpt_deltas WHERE cells IS NULL "
             "GROUP BY 1, 2, 3, 4 HAVING count(*) > $1", min_rows)
         done = 0
         for metric, fingerprint, window, cohort in keys:
@@ -361,7 +486,8 @@ class PostgresStore(AsyncSketchStore):
                         continue  # another collector is compacting this key
                     rows = await conn.fetch(
                         "DELETE FROM ldpt_deltas WHERE metric=$1 AND fingerprint=$2 AND time_window=$3 "
-                        "AND cohort=$4 RETURNING reports, counts", metric, fingerprint, window, cohort)
+                        "AND cohort=$4 AND cells IS NULL RETURNING reports, counts",
+                        metric, fingerprint, window, cohort)
                     if not rows:
                         continue
                     width = len(rows[0][1])
@@ -379,7 +505,17 @@ class PostgresStore(AsyncSketchStore):
         return done
 
     async def aclose(self) -> None:
+        for task in list(self._tasks):  # a background fold in flight finishes or rolls back
+            await asyncio.gather(task, return_exceptions=True)
         await self._pool.close()
+
+
+def _sparse_columns(sparse: dict[SketchKey, SparseDelta]) -> tuple[list[Any], ...]:
+    """Column arrays (metric, fingerprint, window, reports, values, cells, m, width)."""
+    keys, deltas = list(sparse), list(sparse.values())
+    return ([k.metric for k in keys], [k.fingerprint for k in keys], [k.window for k in keys],
+            [d.reports for d in deltas], [d.values_blob() for d in deltas],
+            [d.cells_blob() for d in deltas], [d.m for d in deltas], [d.width for d in deltas])
 
 
 def _delta_columns(total: dict[SketchKey, Sketch]) -> tuple[list[Any], ...]:

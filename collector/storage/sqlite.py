@@ -1,14 +1,22 @@
 """SQLite sketch store: the embedded default (WAL mode, one file, many processes).
 
-Schema v1:
+Schema v2:
   ldpt_meta(key PRIMARY KEY, value)                     application id and schema version
-  sketches(metric, fingerprint, window, cohort, reports, counts BLOB)   additive counters
+  sketches(metric, fingerprint, window, cohort, reports, counts BLOB)   dense counters
+  sketch_deltas(id, metric, fingerprint, window, reports, m, width, cells BLOB, counts BLOB)
+                                                        sparse deltas (append-only)
   batches(batch_id PRIMARY KEY, digest, reports, received)              idempotent ingestion
+
+A commit adds a small delta as one sparse row (its non-zero cells, ``SparseDelta``) instead of
+rewriting the dense blob of a large sketch; compaction folds a key's sparse rows into its dense
+rows once they hold as many bytes as the dense rows (so each byte is rewritten O(1) times).
+Loads sum both. A v1 store is migrated in place on open (the new table is added).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -27,10 +35,13 @@ from .base import (
     PruneResult,
     SketchKey,
     SketchStore,
+    SparseDelta,
     WindowInfo,
+    add_sparse,
     blob_to_counts,
     counts_to_blob,
     sum_deltas,
+    worth_sparse,
 )
 
 _SCHEMA = """
@@ -44,8 +55,20 @@ CREATE TABLE IF NOT EXISTS batches (
     batch_id BLOB PRIMARY KEY, digest BLOB NOT NULL, reports INTEGER NOT NULL, received TEXT NOT NULL
 );
 """
+#: Added by schema v2 (also the migration from v1).
+_SCHEMA_V2 = (
+    """CREATE TABLE IF NOT EXISTS sketch_deltas (
+    id INTEGER PRIMARY KEY, metric TEXT NOT NULL, fingerprint TEXT NOT NULL, window TEXT NOT NULL,
+    reports INTEGER NOT NULL, m INTEGER NOT NULL, width INTEGER NOT NULL,
+    cells BLOB NOT NULL, counts BLOB NOT NULL)""",
+    "CREATE INDEX IF NOT EXISTS sketch_deltas_key ON sketch_deltas (metric, fingerprint, window)",
+)
+#: Compact a key's sparse rows when there are more of them than this, whatever their size
+#: (bounds the rows a load reads).
+COMPACT_MAX_ROWS = 256
 
 BUSY_TIMEOUT_MS = 30_000
+log = logging.getLogger("ldpt.store")
 #: After a checkpoint the WAL file is truncated to at most this many bytes (SQLite otherwise
 #: keeps the file at its largest size: on a small disk the WAL held all the space deletes freed).
 JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
@@ -84,6 +107,8 @@ class SQLiteStore(SketchStore):
                 raise StoreError(f"{self.path}: empty database, not an ldp-telemetry store")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(_SCHEMA)  # idempotent: safe when several processes create at once
+            for statement in _SCHEMA_V2:
+                conn.execute(statement)
             conn.execute("INSERT OR IGNORE INTO ldpt_meta VALUES ('application', ?)", (APPLICATION_ID,))
             conn.execute("INSERT OR IGNORE INTO ldpt_meta VALUES ('schema_version', ?)",
                          (str(SCHEMA_VERSION),))
@@ -91,6 +116,8 @@ class SQLiteStore(SketchStore):
         if meta.get("application") != APPLICATION_ID:
             raise StoreError(f"{self.path}: not an ldp-telemetry store")
         version = int(meta.get("schema_version", "0"))
+        if version == 1:
+            version = self._migrate_v1()
         if version > SCHEMA_VERSION:
             raise StoreError(f"{self.path}: written by a newer ldp-telemetry (schema v{version}; this "
                              f"version reads up to v{SCHEMA_VERSION}); upgrade ldp-telemetry")
@@ -101,7 +128,28 @@ class SQLiteStore(SketchStore):
         conn.execute(f"PRAGMA synchronous={synchronous}")
         conn.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
 
+    def _migrate_v1(self) -> int:
+        """v1 -> v2: add the sparse-delta table (v1 data is unchanged); safe across processes."""
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            row = conn.execute("SELECT value FROM ldpt_meta WHERE key='schema_version'").fetchone()
+            if row is not None and int(row[0]) == 1:
+                for statement in _SCHEMA_V2:
+                    conn.execute(statement)
+                conn.execute("UPDATE ldpt_meta SET value=? WHERE key='schema_version'",
+                             (str(SCHEMA_VERSION),))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return SCHEMA_VERSION
+
     # --- writes -----------------------------------------------------------------------------------
+    #: Write small deltas sparsely (tests set False on an instance to force dense rows).
+    sparse = True
+
     def commit(self, batches: Sequence[PendingBatch]) -> list[BatchOutcome]:
         now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         with self._lock:
@@ -128,15 +176,91 @@ class SQLiteStore(SketchStore):
                         seen_here[bid] = batch.digest
                     applied.append(batch.deltas)
                     outcomes.append(BatchOutcome.APPLIED)
+                crowded = []
                 for key, sketch in sum_deltas(applied).items():
-                    self._upsert(key, sketch)
+                    delta = worth_sparse(sketch) if self.sparse else None
+                    if delta is None:
+                        self._upsert(key, sketch)
+                    elif self._append_sparse(key, delta):
+                        crowded.append(key)
                 conn.execute("COMMIT")
-                return outcomes
             except BaseException as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 self._after_failure(exc)
                 raise
+            for key in crowded:  # after the ack-able commit: its own transaction
+                try:
+                    self._compact_key(key)
+                except Exception as exc:  # the commit stands; housekeeping folds the key later
+                    log.warning("compaction of %s window %s failed: %s", key.metric, key.window, exc)
+            return outcomes
+
+    def _append_sparse(self, key: SketchKey, delta: SparseDelta) -> bool:
+        """Insert one sparse row; True when the key's sparse rows now call for compaction."""
+        conn = self._conn
+        conn.execute("INSERT INTO sketch_deltas (metric, fingerprint, window, reports, m, width, "
+                     "cells, counts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                     (key.metric, key.fingerprint, key.window, delta.reports, delta.m, delta.width,
+                      delta.cells_blob(), delta.values_blob()))
+        rows, sparse_bytes = conn.execute(
+            "SELECT count(*), coalesce(sum(length(cells) + length(counts)), 0) FROM sketch_deltas "
+            "WHERE metric=? AND fingerprint=? AND window=?",
+            (key.metric, key.fingerprint, key.window)).fetchone()
+        # Fold once the sparse rows weigh what the dense rows would: every byte is then
+        # rewritten a bounded number of times, and a load reads at most ~2x the dense size.
+        return rows > COMPACT_MAX_ROWS or sparse_bytes >= 8 * delta.m * (delta.width + 1)
+
+    def compact(self, before: str | None = None) -> int:
+        """Fold the sparse rows of every key that has several, or dense rows too (``_compact_key``),
+        so each window is read as one form, for the windows
+        of days before ``before`` (YYYY-MM-DD: closed windows, each folded once) or for all;
+        returns the keys folded."""
+        where, args = ("WHERE substr(d.window, 1, 10) < ?", (before,)) if before is not None else ("", ())
+        sql = (f"SELECT d.metric, d.fingerprint, d.window FROM sketch_deltas d {where} "
+               "GROUP BY d.metric, d.fingerprint, d.window HAVING count(*) > 1 OR EXISTS (SELECT 1 "
+               "FROM sketches s WHERE s.metric = d.metric AND s.fingerprint = d.fingerprint AND "
+               "s.window = d.window)")
+        with self._lock:
+            keys = self._conn.execute(sql, args).fetchall()
+            for metric, fingerprint, window in keys:
+                self._compact_key(SketchKey(metric, fingerprint, window))
+        return len(keys)
+
+    def _compact_key(self, key: SketchKey) -> None:
+        """One transaction: the key's sparse rows are replaced by their sum — dense rows, or one
+        sparse row while that is still the smaller (a thin window of a large domain)."""
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            rows = conn.execute("SELECT id, m, width, cells, counts FROM sketch_deltas WHERE "
+                                "metric=? AND fingerprint=? AND window=?",
+                                (key.metric, key.fingerprint, key.window)).fetchall()
+            if rows:
+                m, width = rows[0][1], rows[0][2]
+                total = Sketch(np.zeros((m, width), dtype=np.int64), np.zeros(m, dtype=np.int64))
+                for _, rm, rwidth, cells, counts in rows:
+                    add_sparse(total, rm, rwidth, cells, counts, f"{self.path}: {key.metric!r} "
+                               f"window {key.window}")
+                conn.execute("DELETE FROM sketch_deltas WHERE metric=? AND fingerprint=? AND window=? "
+                             "AND id <= ?", (key.metric, key.fingerprint, key.window,
+                                             max(r[0] for r in rows)))
+                has_dense = conn.execute("SELECT 1 FROM sketches WHERE metric=? AND fingerprint=? AND "
+                                         "window=? LIMIT 1", (key.metric, key.fingerprint,
+                                                             key.window)).fetchone() is not None
+                folded = None if has_dense else worth_sparse(total)  # a thin window stays sparse
+                if folded is None:
+                    self._upsert(key, total)
+                else:
+                    self._append_sparse(key, folded)
+            conn.execute("COMMIT")
+        except ValueError as exc:
+            conn.execute("ROLLBACK")
+            raise StoreError(str(exc)) from None
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
     def _after_failure(self, exc: BaseException) -> None:
         """A full disk: checkpoint and truncate the WAL (lock held), so the space the WAL holds
@@ -165,14 +289,16 @@ class SQLiteStore(SketchStore):
                 raise StoreError(f"{self.path}: cannot write ({exc})") from None
 
     def _upsert(self, key: SketchKey, sketch: Sketch) -> None:
+        touched = [int(c) for c in np.flatnonzero(
+            (sketch.reports != 0) | sketch.counts.reshape(len(sketch.reports), -1).any(1))]
         rows = {}
-        for cohort, blob, reports in self._conn.execute(
+        for cohort, blob, reports in self._conn.execute(  # only the cohorts this delta touches
                 "SELECT cohort, counts, reports FROM sketches WHERE metric=? AND fingerprint=? "
-                "AND window=?", (key.metric, key.fingerprint, key.window)):
+                f"AND window=? AND cohort IN ({','.join('?' * len(touched))})",
+                (key.metric, key.fingerprint, key.window, *touched)):
             rows[cohort] = (blob, reports)
         cell_shape = sketch.counts.shape[1:]
-        for cohort in np.flatnonzero((sketch.reports != 0) | sketch.counts.reshape(len(sketch.reports), -1).any(1)):
-            cohort = int(cohort)
+        for cohort in touched:
             counts = sketch.counts[cohort]
             reports = int(sketch.reports[cohort])
             if cohort in rows:
@@ -195,54 +321,69 @@ class SQLiteStore(SketchStore):
     def load(self, metric: str, fingerprint: str, template: Sketch,
              windows: Sequence[str] | None = None, since: str | None = None,
              until: str | None = None) -> Sketch:
-        sql = ("SELECT window, cohort, reports, counts FROM sketches WHERE metric=? AND fingerprint=?")
+        where = "metric=? AND fingerprint=?"
         args: list[object] = [metric, fingerprint]
         if windows is not None:
             if not windows:
                 return Sketch(template.counts.copy(), template.reports.copy())
-            sql += f" AND window IN ({','.join('?' * len(windows))})"
+            where += f" AND window IN ({','.join('?' * len(windows))})"
             args += list(windows)
         if since is not None:
-            sql += " AND substr(window, 1, 10) >= ?"
+            where += " AND substr(window, 1, 10) >= ?"
             args.append(since)
         if until is not None:
-            sql += " AND substr(window, 1, 10) <= ?"
+            where += " AND substr(window, 1, 10) <= ?"
             args.append(until)
         out = Sketch(template.counts.copy(), template.reports.copy())
         cell_shape = template.counts.shape[1:]
         m = template.reports.shape[0]
-        with self._lock:
-            rows = self._conn.execute(sql, args).fetchall()
+        with self._lock:  # one read transaction: a compaction cannot move cells between the two
+            self._conn.execute("BEGIN")
+            try:
+                rows = self._conn.execute(f"SELECT window, cohort, reports, counts FROM sketches "
+                                          f"WHERE {where}", args).fetchall()
+                sparse_rows = self._conn.execute(f"SELECT window, m, width, cells, counts FROM "
+                                                 f"sketch_deltas WHERE {where}", args).fetchall()
+            finally:
+                self._conn.execute("COMMIT")
         for window, cohort, reports, blob in rows:
             if not 0 <= cohort < m:
                 raise StoreError(f"{self.path}: stored cohort {cohort} of {metric!r} window {window} "
                                  f"is outside [0, {m}); the store does not match the registry")
             out.counts[cohort] += self._decode(blob, cell_shape, SketchKey(metric, fingerprint, window))
             out.reports[cohort] += reports
+        for window, rm, rwidth, cells, counts in sparse_rows:
+            try:
+                add_sparse(out, rm, rwidth, cells, counts, f"{self.path}: {metric!r} window {window}")
+            except ValueError as exc:
+                raise StoreError(str(exc)) from None
         return out
 
     def windows(self, metric: str | None = None) -> list[WindowInfo]:
-        sql = "SELECT metric, fingerprint, window, SUM(reports) FROM sketches"
-        args: tuple = ()
-        if metric is not None:
-            sql += " WHERE metric=?"
-            args = (metric,)
-        sql += " GROUP BY metric, fingerprint, window ORDER BY window, metric"
+        where, args = ("WHERE metric=?", (metric, metric)) if metric is not None else ("", ())
+        sql = (f"SELECT metric, fingerprint, window, SUM(reports) FROM (SELECT metric, fingerprint, "
+               f"window, reports FROM sketches {where} UNION ALL SELECT metric, fingerprint, window, "
+               f"reports FROM sketch_deltas {where}) GROUP BY metric, fingerprint, window "
+               f"ORDER BY window, metric")
         with self._lock:
             return [WindowInfo(*row) for row in self._conn.execute(sql, args)]
 
-    def prune(self, before: str) -> PruneResult:
+    def prune(self, before: str, batch_ids_before: str | None = None) -> PruneResult:
+        ids_before = before if batch_ids_before is None else batch_ids_before
         with self._lock:
             conn = self._conn
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                windows = conn.execute("SELECT count(DISTINCT metric || char(0) || fingerprint || "
-                                       "char(0) || window) FROM sketches WHERE substr(window, 1, 10) < ?",
-                                       (before,)).fetchone()[0]
+                windows = conn.execute(
+                    "SELECT count(*) FROM (SELECT metric, fingerprint, window FROM sketches WHERE "
+                    "substr(window, 1, 10) < ?1 UNION SELECT metric, fingerprint, window FROM "
+                    "sketch_deltas WHERE substr(window, 1, 10) < ?1)", (before,)).fetchone()[0]
                 rows = conn.execute("DELETE FROM sketches WHERE substr(window, 1, 10) < ?",
                                     (before,)).rowcount
+                rows += conn.execute("DELETE FROM sketch_deltas WHERE substr(window, 1, 10) < ?",
+                                     (before,)).rowcount
                 batch_ids = conn.execute("DELETE FROM batches WHERE substr(received, 1, 10) < ?",
-                                         (before,)).rowcount
+                                         (ids_before,)).rowcount
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:

@@ -1,0 +1,321 @@
+"""Sparse sketch deltas (docs/design.md, "Sparse deltas"): a commit of b reports into a large
+sketch writes O(b) cells; compaction folds them into dense rows; loads and estimates equal, to
+the count, what dense deltas give — on SQLite and (with LDPT_TEST_POSTGRES_DSN) PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import uuid
+
+import numpy as np
+import pytest
+
+from client_sdk.protocols.factory import build_protocol
+from collector.storage.base import (
+    PendingBatch,
+    SketchKey,
+    sparse_delta,
+    worth_sparse,
+)
+from collector.storage.sqlite import SQLiteStore
+
+WINDOWS = ("2026-11-01", "2026-11-02")
+
+# (protocol, d, ε, options, written sparsely): protocols whose sketch dwarfs a batch of few-word
+# reports go sparse; a small sketch, and unary reports (OUE sets ~d/(e^ε+1) bits, a RAPPOR report
+# about half its Bloom bits: a batch's delta is dense by nature, and RAPPOR's per-cohort rows
+# already touch only the cohorts a batch hit) go dense.
+CASES = [
+    ("hr", 100_000, 2.0, {}, True),
+    ("olh", 50_000, 2.0, {}, True),
+    ("ss", 20_000, 8.0, {}, True),
+    ("discover", None, 4.0, {}, True),
+    ("rappor", None, None, {"cohorts": 256, "bloom_bits": 128, "hashes": 2}, False),
+    ("oue", 20_000, 1.0, {}, False),
+    ("grr", 16, 1.0, {}, False),
+]
+
+
+def values_for(proto, rng, size):
+    if proto.name in ("discover", "rappor"):  # open domains of strings
+        return np.asarray([f"host-{i}.example" for i in rng.integers(0, 10**6, size)], dtype=object)
+    return rng.integers(0, proto.domain_size, size)
+
+
+def batches_for(proto, rng, n_batches, size):
+    """(window, PendingBatch) pairs with random ids, each delta accumulated as the collector does."""
+    out = []
+    for i in range(n_batches):
+        payloads = proto.encode(values_for(proto, rng, size), rng)
+        sketch = proto.new_sketch()
+        proto.accumulate(sketch, payloads)
+        window = WINDOWS[i % len(WINDOWS)]
+        out.append(PendingBatch(rng.bytes(16), b"digest", {SketchKey("m", "fp", window): sketch}, size))
+    return out
+
+
+def sqlite_pair(tmp_path, name):
+    sparse = SQLiteStore(tmp_path / f"{name}-sparse.sqlite")
+    dense = SQLiteStore(tmp_path / f"{name}-dense.sqlite")
+    dense.sparse = False
+    return sparse, dense
+
+
+def sparse_rows(store) -> int:
+    return store._conn.execute("SELECT count(*) FROM sketch_deltas").fetchone()[0]
+
+
+@pytest.mark.parametrize("name,d,eps,opts,big", CASES, ids=[c[0] for c in CASES])
+def test_sparse_and_dense_stores_hold_the_same_sketches(tmp_path, name, d, eps, opts, big):
+    proto = build_protocol(name, d, eps, opts)
+    rng = np.random.default_rng(7)
+    batches = batches_for(proto, rng, 40, 25)
+    sparse, dense = sqlite_pair(tmp_path, name)
+    with sparse, dense:
+        for group in (batches[:15], batches[15:16], batches[16:]):  # groups of several batches
+            assert sparse.commit(group) == dense.commit(group)
+        template = proto.new_sketch()
+        for windows in ([WINDOWS[0]], [WINDOWS[1]], None):
+            a = sparse.load("m", "fp", template, windows)
+            b = dense.load("m", "fp", template, windows)
+            assert np.array_equal(a.counts, b.counts) and np.array_equal(a.reports, b.reports)
+        assert sparse.windows() == dense.windows()
+        assert (sparse_rows(sparse) > 0) == big  # the small sketch is written densely
+        assert sparse_rows(dense) == 0
+        before = sparse.load("m", "fp", template)
+        assert sparse.compact() == (len(WINDOWS) if big else 0)
+        # a thin window of a large domain stays one sparse row: smaller than its dense rows
+        assert sparse_rows(sparse) == (len(WINDOWS) if big else 0)
+        assert sparse.compact() == 0  # nothing left to fold
+        after = sparse.load("m", "fp", template)
+        assert np.array_equal(before.counts, after.counts) and np.array_equal(before.reports, after.reports)
+        if name in ("olh", "discover", "rappor"):  # decoded by other paths / too few reports
+            return
+        est_a, est_b = proto.estimate(after), proto.estimate(dense.load("m", "fp", template))
+        assert np.array_equal(est_a.counts, est_b.counts)
+        assert np.array_equal(est_a.variances, est_b.variances)
+
+
+def test_commit_writes_cells_proportional_to_the_batch(tmp_path):
+    """b reports into a d = 10^6 HR sketch: one sparse row of at most b + 1 cells (12 bytes each),
+    not the 8 MB dense blob; the dense table is untouched until compaction."""
+    proto = build_protocol("hr", 1_000_000, 2.0, {})
+    rng = np.random.default_rng(3)
+    with SQLiteStore(tmp_path / "s.sqlite") as store:
+        for b in (1, 10, 1_000):
+            (batch,) = batches_for(proto, rng, 1, b)
+            store.commit([batch])
+            cells, values = store._conn.execute(
+                "SELECT length(cells), length(counts) FROM sketch_deltas ORDER BY id DESC LIMIT 1").fetchone()
+            assert cells == 4 * (values // 8) and values // 8 <= b + 1
+        assert store._conn.execute("SELECT count(*) FROM sketches").fetchone() == (0,)
+
+
+def test_crowded_key_is_folded_by_the_commit_that_crowds_it(tmp_path):
+    """Sparse bytes of a key reaching its dense size trigger a fold right after that commit."""
+    proto = build_protocol("hr", 2_000, 2.0, {})  # small dense size: folds after a few commits
+    rng = np.random.default_rng(5)
+    dense_bytes = 8 * (proto.new_sketch().counts.size + 1)
+    with SQLiteStore(tmp_path / "s.sqlite") as store:
+        total = proto.new_sketch()
+        folded = False
+        for batch in batches_for(proto, rng, 150, 30):
+            batch = PendingBatch(batch.batch_id, batch.digest,
+                                 {SketchKey("m", "fp", WINDOWS[0]): next(iter(batch.deltas.values()))},
+                                 batch.reports)
+            total = total.merge(next(iter(batch.deltas.values())))
+            store.commit([batch])
+            sparse_bytes = store._conn.execute(
+                "SELECT coalesce(sum(length(cells) + length(counts)), 0) FROM sketch_deltas").fetchone()[0]
+            assert sparse_bytes < dense_bytes + 12 * 31  # never much beyond the dense size
+            folded |= store._conn.execute("SELECT count(*) FROM sketches").fetchone()[0] > 0
+        assert folded
+        got = store.load("m", "fp", proto.new_sketch())
+        assert np.array_equal(got.counts, total.counts) and np.array_equal(got.reports, total.reports)
+
+
+def test_worth_sparse_only_when_it_saves_bytes():
+    proto = build_protocol("hr", 1_000, 1.0, {})
+    rng = np.random.default_rng(0)
+    small, large = proto.new_sketch(), proto.new_sketch()
+    proto.accumulate(small, proto.encode(rng.integers(0, 1_000, 5), rng))
+    proto.accumulate(large, proto.encode(rng.integers(0, 1_000, 5_000), rng))
+    assert worth_sparse(small) is not None and worth_sparse(large) is None
+    delta = sparse_delta(small)
+    assert delta.reports == 5 and delta.cells[-1] == small.counts.size  # the report count's cell
+    assert np.all(np.diff(delta.cells.astype(np.int64)) > 0)
+
+
+def test_v1_store_is_migrated_and_keeps_its_data(tmp_path):
+    path = tmp_path / "v1.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+        CREATE TABLE ldpt_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE sketches (metric TEXT NOT NULL, fingerprint TEXT NOT NULL, window TEXT NOT NULL,
+            cohort INTEGER NOT NULL, reports INTEGER NOT NULL, counts BLOB NOT NULL,
+            PRIMARY KEY (metric, fingerprint, window, cohort));
+        CREATE TABLE batches (batch_id BLOB PRIMARY KEY, digest BLOB NOT NULL, reports INTEGER NOT NULL,
+            received TEXT NOT NULL);
+        INSERT INTO ldpt_meta VALUES ('application', 'ldp-telemetry'), ('schema_version', '1');
+    """)
+    proto = build_protocol("hr", 5_000, 2.0, {})
+    old = proto.new_sketch()
+    proto.accumulate(old, proto.encode(np.arange(3_000) % 5_000, np.random.default_rng(1)))
+    conn.execute("INSERT INTO sketches VALUES ('m', 'fp', ?, 0, ?, ?)",
+                 (WINDOWS[0], int(old.reports[0]), old.counts[0].astype("<i8").tobytes()))
+    conn.commit()
+    conn.close()
+    with SQLiteStore(path) as store:
+        assert store._conn.execute("SELECT value FROM ldpt_meta WHERE key='schema_version'").fetchone() == ("2",)
+        (batch,) = batches_for(proto, np.random.default_rng(2), 1, 10)
+        batch = PendingBatch(batch.batch_id, batch.digest,
+                             {SketchKey("m", "fp", WINDOWS[0]): next(iter(batch.deltas.values()))}, 10)
+        store.commit([batch])
+        assert sparse_rows(store) == 1
+        got = store.load("m", "fp", proto.new_sketch())
+        want = old.merge(next(iter(batch.deltas.values())))
+        assert np.array_equal(got.counts, want.counts) and got.total_reports == 3_010
+
+
+def test_a_full_window_folds_dense_and_a_thin_one_stays_sparse(tmp_path):
+    """Compaction writes whichever form is smaller: a year of thin daily windows of a d = 10^6
+    metric costs ~12 bytes per distinct cell hit, not 16 MB per window."""
+    proto = build_protocol("hr", 20_000, 2.0, {})
+    rng = np.random.default_rng(9)
+    with SQLiteStore(tmp_path / "s.sqlite") as store:
+        for batch in batches_for(proto, rng, 4, 20):   # thin: 80 reports into 28,000 cells
+            store.commit([batch])
+        full = [b for b in batches_for(proto, rng, 40, 3_000)]  # 120,000 reports: most cells hit
+        for i in range(0, 40, 4):
+            store.commit([PendingBatch(b.batch_id, b.digest,
+                                       {SketchKey("m", "fp", "2026-10-01"): next(iter(b.deltas.values()))},
+                                       b.reports) for b in full[i:i + 4]])
+        store.compact()
+        assert store.compact() == 0  # every window is in one form now
+        per_window = dict(store._conn.execute(
+            "SELECT window, count(*) FROM sketch_deltas GROUP BY window").fetchall())
+        assert per_window == {WINDOWS[0]: 1, WINDOWS[1]: 1}
+        assert store._conn.execute("SELECT DISTINCT window FROM sketches").fetchall() == [("2026-10-01",)]
+
+
+def test_prune_deletes_sparse_rows_too(tmp_path):
+    proto = build_protocol("hr", 100_000, 2.0, {})
+    with SQLiteStore(tmp_path / "s.sqlite") as store:
+        store.commit(batches_for(proto, np.random.default_rng(4), 4, 10))
+        result = store.prune("2026-11-02")
+        assert result.windows == 1 and result.rows == 1  # one group commit: one sparse row per window
+        assert [w.window for w in store.windows()] == ["2026-11-02"]
+
+
+def test_corrupt_sparse_row_is_a_store_error(tmp_path):
+    from client_sdk.errors import StoreError
+    proto = build_protocol("hr", 100_000, 2.0, {})
+    with SQLiteStore(tmp_path / "s.sqlite") as store:
+        store.commit(batches_for(proto, np.random.default_rng(4), 1, 10))
+        store._conn.execute("UPDATE sketch_deltas SET cells = zeroblob(8)")
+        with pytest.raises(StoreError, match="corrupt sparse delta|other parameters"):
+            store.load("m", "fp", proto.new_sketch())
+        with pytest.raises(StoreError):  # another registry's shape
+            store.load("m", "fp", build_protocol("hr", 1_000, 2.0, {}).new_sketch())
+
+
+# --- PostgreSQL ---------------------------------------------------------------------------------------
+DSN = os.environ.get("LDPT_TEST_POSTGRES_DSN")
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(not DSN, reason="LDPT_TEST_POSTGRES_DSN is not set; PostgreSQL sparse-delta test skipped")
+@pytest.mark.parametrize("name,d,eps,opts,big", CASES[:2], ids=[c[0] for c in CASES[:2]])
+def test_postgres_sparse_equals_dense_and_folds(name, d, eps, opts, big):
+    asyncpg = pytest.importorskip("asyncpg")
+    from collector.storage.postgres import PostgresStore
+
+    proto = build_protocol(name, d, eps, opts)
+    batches = batches_for(proto, np.random.default_rng(11), 30, 20)
+    schemas = [f"ldpt_test_{uuid.uuid4().hex[:12]}" for _ in range(2)]
+    sep = "&" if "?" in DSN else "?"
+
+    async def run():
+        sparse = await PostgresStore.open(f"{DSN}{sep}search_path={schemas[0]}")
+        dense = await PostgresStore.open(f"{DSN}{sep}search_path={schemas[1]}")
+        dense.sparse = False
+        try:
+            for group in (batches[:10], batches[10:]):
+                assert await sparse.acommit(group) == await dense.acommit(group)
+            template = proto.new_sketch()
+            n_sparse = await sparse._fetchval("SELECT count(*) FROM ldpt_deltas WHERE cells IS NOT NULL")
+            assert n_sparse > 0
+            assert await dense._fetchval("SELECT count(*) FROM ldpt_deltas WHERE cells IS NOT NULL") == 0
+            for windows in ([WINDOWS[0]], None):
+                a = await sparse.aload("m", "fp", template, windows)
+                b = await dense.aload("m", "fp", template, windows)
+                assert np.array_equal(a.counts, b.counts) and np.array_equal(a.reports, b.reports)
+            assert await sparse.awindows() == await dense.awindows()
+            await sparse.amaintain(today="2026-12-01")  # both windows are closed: folded
+            # each thin window is now one sparse row (smaller than its dense rows)
+            assert await sparse._fetchval("SELECT count(*) FROM ldpt_deltas WHERE cells IS NOT NULL") == 2
+            a = await sparse.aload("m", "fp", template)
+            b = await dense.aload("m", "fp", template)
+            assert np.array_equal(a.counts, b.counts) and np.array_equal(a.reports, b.reports)
+        finally:
+            await sparse.aclose()
+            await dense.aclose()
+            conn = await asyncpg.connect(DSN)
+            try:
+                for schema in schemas:
+                    await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            finally:
+                await conn.close()
+
+    asyncio.run(run())
+
+
+# --- batch-id retention (docs/operations.md, "Batch ids") ---------------------------------------------
+def test_batch_ids_are_kept_within_the_retry_horizon_and_deleted_after(tmp_path):
+    import datetime as dt
+
+    from collector.app import apply_retention
+    from collector.storage.aio import ThreadedStore
+    from collector.storage.base import BATCH_ID_MIN_DAYS, BatchOutcome, batch_id_cutoff
+
+    today = dt.date(2026, 12, 1)
+    assert batch_id_cutoff("2026-12-01", today) == "2026-11-23"   # never within 8 days
+    assert batch_id_cutoff("2026-02-01", today) == "2026-02-01"
+    assert batch_id_cutoff("9999-12-31", today, 14) == "2026-11-17"
+    assert batch_id_cutoff("9999-12-31", today, 3) == "2026-11-23"  # raised to the minimum
+    proto = build_protocol("grr", 4, 1.0, {})
+    (fresh,) = batches_for(proto, np.random.default_rng(1), 1, 3)
+    (old,) = batches_for(proto, np.random.default_rng(2), 1, 3)
+    path = tmp_path / "s.sqlite"
+    with SQLiteStore(path) as store:
+        assert store.commit([fresh, old]) == [BatchOutcome.APPLIED] * 2
+        received = {fresh.batch_id: today - dt.timedelta(days=BATCH_ID_MIN_DAYS - 1),  # inside horizon
+                    old.batch_id: today - dt.timedelta(days=20)}
+        for bid, day in received.items():
+            store._conn.execute("UPDATE batches SET received=? WHERE batch_id=?", (f"{day}T12:00:00+00:00", bid))
+
+    now = dt.datetime(2026, 12, 1, 12, tzinfo=dt.timezone.utc).timestamp()
+
+    async def housekeeping():
+        store = ThreadedStore(path)
+        try:
+            await apply_retention(store, 0, 14, now=now)  # windows kept, ids older than 14 days go
+        finally:
+            await store.aclose()
+    asyncio.run(housekeeping())
+    with SQLiteStore(path) as store:
+        ids = {bytes(r[0]) for r in store._conn.execute("SELECT batch_id FROM batches")}
+        assert ids == {fresh.batch_id}
+        # a retry of the kept batch is still a duplicate; the windows are untouched
+        assert store.commit([fresh]) == [BatchOutcome.DUPLICATE]
+        assert store.load("m", "fp", proto.new_sketch()).total_reports == 6
+
+
+def test_batch_id_days_below_the_retry_horizon_is_refused(tmp_path):
+    from collector.config import ConfigError, make_config
+
+    with pytest.raises(ConfigError, match="batch_id_days 3 is below 8"):
+        make_config(tmp_path / "m.toml", environ={}, batch_id_days=3)
+    assert make_config(tmp_path / "m.toml", environ={}, batch_id_days=0).batch_id_days == 0
