@@ -67,6 +67,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("admin_port", None, "Serve /healthz, /readyz and /metrics also on this port, in a "
             "thread of each worker outside the ingest path (0 picks one), so monitoring answers "
             "under overload.", int, zero=True),
+    Setting("admin_host", "127.0.0.1", "Address the admin port listens on: loopback unless set, "
+            "whatever `host` is (the admin routes need no token; open it deliberately, e.g. "
+            "0.0.0.0 for Kubernetes probes, behind a firewall)."),
     Setting("tls_cert", None, "PEM certificate (chain) to serve HTTPS; needs tls_key.", str, path=True),
     Setting("tls_key", None, "PEM private key of tls_cert.", str, path=True),
     # --- query API --------------------------------------------------------------------------------
@@ -158,6 +161,7 @@ class ServeConfig:
     workers: int = 1
     window: str = "day"
     admin_port: int | None = None
+    admin_host: str = "127.0.0.1"
     tls_cert: Path | None = None
     tls_key: Path | None = None
     query_token_file: Path | None = None
