@@ -118,8 +118,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_reports_per_batch", 10_000,
             "Most reports one batch may carry; more is a 422 invalid-batch."),
     Setting("max_inflight_bytes", 64 << 20,
-            "Request bodies being read or decoded at once (by Content-Length); above it new "
-            "requests get 503 + Retry-After before their body is read. Bounds memory."),
+            "Bytes of request bodies held at once (charged as they arrive, until decoded); a "
+            "body that would exceed it gets 503 + Retry-After. Bounds memory."),
+    Setting("max_inflight_bytes_per_source", 4 << 20,
+            "Share of max_inflight_bytes one source address may hold at once (relays are "
+            "exempt), so slow or unfinished bodies from a few addresses cannot fill it; at "
+            "least max_body_bytes."),
     Setting("queue_max_batches", 4096,
             "Validated batches waiting for the committer; above it 503 + Retry-After."),
     Setting("queue_max_reports", 1_000_000,
@@ -182,6 +186,7 @@ class ServeConfig:
     max_body_bytes: int = 1 << 20
     max_reports_per_batch: int = 10_000
     max_inflight_bytes: int = 64 << 20
+    max_inflight_bytes_per_source: int = 4 << 20
     queue_max_batches: int = 4096
     queue_max_reports: int = 1_000_000
     group_max_batches: int = 2048
@@ -199,6 +204,10 @@ class ServeConfig:
             port = getattr(self, name)
             if port is not None and not 0 <= port <= 65535:
                 raise ConfigError(f"{name} must be a TCP port in 0..65535, got {port}", setting=name)
+        if self.max_inflight_bytes_per_source < self.max_body_bytes:
+            raise ConfigError(f"max_inflight_bytes_per_source ({self.max_inflight_bytes_per_source}) "
+                              f"must be at least max_body_bytes ({self.max_body_bytes}): a largest "
+                              "batch could never be accepted", setting="max_inflight_bytes_per_source")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("tls_cert and tls_key go together: give both or neither")
         for s in SETTINGS:
