@@ -374,3 +374,119 @@ def test_a_per_source_share_bounds_bodies_that_are_sent_but_never_finished(setup
                 w.close()
             assert statuses.count(200) >= 0.95 * len(bodies), statuses
     asyncio.run(scenario())
+
+
+def test_the_guard_evicts_from_the_address_holding_most_never_the_newest():
+    """Issue 18 (admin port): the scraper's new connection was evicted before its request was
+    parsed. With a per-address cap a flooding address evicts its own oldest idle socket;
+    at the worker's cap the victim comes from the address holding the most."""
+    now = [0.0]
+    guard = ConnectionGuard(header_timeout=10, keepalive_timeout=15, max_connections=6,
+                            max_per_address=3, clock=lambda: now[0])
+    flood = [FakeConn() for _ in range(3)]
+    for i, c in enumerate(flood):
+        now[0] = i
+        assert guard.opened(c, "198.51.100.1")
+    now[0] = 5
+    scraper = FakeConn()
+    assert guard.opened(scraper, "192.0.2.10")
+    newer = FakeConn()
+    assert guard.opened(newer, "198.51.100.1")       # its own oldest goes, not the scraper
+    assert flood[0].farewell == b"" and scraper.farewell is None and newer.farewell is None
+    guard.busy(flood[1])
+    guard.busy(flood[2])
+    guard.busy(newer)
+    assert not guard.opened(FakeConn(), "198.51.100.1")  # all of its own are busy: refused
+    assert scraper.farewell is None
+    # the worker's cap: the victim is from the address holding the most (not busy)
+    others = [FakeConn(), FakeConn()]
+    for c in others:
+        assert guard.opened(c, "203.0.113.1")
+    assert len(guard) == 6
+    late = FakeConn()
+    assert guard.opened(late, "203.0.113.2")
+    assert others[0].farewell == b"" and scraper.farewell is None and late.farewell is None
+    # a closed connection frees its address's slot
+    guard.closed(flood[1])
+    assert guard.opened(FakeConn(), "198.51.100.1") and flood[2].farewell is None
+
+
+@pytest.mark.e2e
+def test_a_scrape_gets_through_a_socket_flood_on_the_admin_port(setup):
+    """300 sockets from one address (127.0.0.2, a loopback alias) connect to the admin port,
+    send nothing and reconnect whenever closed; every one of 20 scrapes from 127.0.0.1, each
+    on a new connection, is answered. The scrapes start once the flood has filled the port
+    (its connections have been evicted at least 300 times): a condition, not a sleep."""
+    import http.client
+    import socket
+    import threading
+
+    from collector.admin import AdminServer
+
+    from .collector_support import free_port
+
+    async def scenario():
+        async with running(setup, header_timeout=5.0, keepalive_timeout=5.0) as (client, app):
+            state = app[STATE]
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", free_port()))
+            sock.listen(1024)
+            admin = AdminServer(state, sock)
+            admin.start()
+            port = sock.getsockname()[1]
+            stop = threading.Event()
+            connects = [0]
+
+            def flood() -> None:
+                import selectors
+                sel = selectors.DefaultSelector()
+
+                def connect() -> None:
+                    s = socket.socket()
+                    s.bind(("127.0.0.2", 0))
+                    s.setblocking(False)
+                    s.connect_ex(("127.0.0.1", port))
+                    sel.register(s, selectors.EVENT_READ)
+                    connects[0] += 1
+                for _ in range(300):
+                    connect()
+                while not stop.is_set():
+                    for key, _ in sel.select(0.05):
+                        s = key.fileobj
+                        try:
+                            data = s.recv(1024)
+                        except OSError:
+                            data = b""
+                        if not data:  # evicted: come back at once
+                            sel.unregister(s)
+                            s.close()
+                            connect()
+                for key in list(sel.get_map().values()):
+                    key.fileobj.close()
+
+            def scrape() -> int:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                try:
+                    conn.request("GET", "/metrics")
+                    resp = conn.getresponse()
+                    resp.read()
+                    return resp.status
+                except OSError:
+                    return 0
+                finally:
+                    conn.close()
+
+            flooder = threading.Thread(target=flood)
+            flooder.start()
+            try:
+                deadline = time.monotonic() + 30
+                while connects[0] < 600 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+                assert connects[0] >= 600, connects[0]   # the port is full and churning
+                statuses = [await asyncio.to_thread(scrape) for _ in range(20)]
+            finally:
+                stop.set()
+                flooder.join(10)
+                admin.stop()
+            assert statuses == [200] * 20, statuses
+    asyncio.run(scenario())
