@@ -19,6 +19,10 @@ All keys kept at level L are then estimated jointly on the held-out group L and 
 them (ranked on group L−1) reported, so the estimates, intervals and p-values come from data that
 played no part in choosing them (no winner's curse); they are scaled to the whole population, and
 their variance carries a bound on the residual collision bias of the strings that were not kept.
+Each estimate is then capped by its prefixes' estimates on the selection groups (``chain_caps``):
+forged reports can claim the held-out group, whose estimate is scaled by n/n_h, and the cap makes
+what they move independent of where they are put (docs/security.md). The group sizes are tested
+against the multinomial honest devices produce (``group_size_test``).
 ``decode_candidates`` estimates a given list the same way, with the discovered keys as nuisance.
 """
 
