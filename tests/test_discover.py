@@ -534,3 +534,30 @@ def test_group_size_anomalies_are_flagged(forged_runs):
     assert out["held-out"][1]["held_out_excess_z"] > 10
     # 300 extra (~3.8 sd) stay under the warning's threshold, but not unseen; the cap bounds them
     assert out["spread + 300 held-out"][1]["held_out_excess_z"] > 3
+
+
+def test_a_planted_string_is_not_made_top_by_the_held_out_group():
+    """Issue 18's planting: forged reports, a few in every selection group (so that the
+    string's prefixes are kept at every level and it is found) and the rest in the held-out
+    group. Here 2,048 (4% of 50,000; 128 per selection group, 1,024 held-out): before, the
+    planted string's estimate was 16,555, the largest of all (the true top string: ~8,700);
+    capped by its prefixes it gets at most g per forged report plus the 4-SE margin."""
+    from estimators.discovery import CAP_Z
+    from estimators.poisoning import poisoning_bound
+
+    spec = spec_of(max_length=8, seeds=64)
+    proto = spec.protocol_impl
+    par = proto.params
+    values = host_names(300)
+    w = np.arange(1, 301) ** -1.1
+    pop = Population(values, np.round(50_000 * w / w.sum()).astype(np.int64))
+    sketch = simulate_sketch(spec, pop, np.random.default_rng(36))
+    groups = np.r_[np.repeat(np.arange(par.max_length), 128), np.full(1024, par.groups - 1)]
+    proto.accumulate(sketch, _forge(proto, "evil.example", groups))
+    df = discover(proto, sketch, top=5)
+    assert "evil.exa" in set(df.value)                      # found: its prefixes were kept
+    evil = float(df.estimate[df.value == "evil.exa"].iloc[0])
+    level_se = math.sqrt(float(proto.variance(sketch.total_reports / par.groups, 0.0)))
+    assert evil <= len(groups) * poisoning_bound(proto).gain + CAP_Z * level_se * par.groups
+    assert df.value[df.estimate.idxmax()] == values[0][:8]  # the largest estimate is honest
+    assert df.attrs["capped"] >= 1 and "warning" in df.attrs
