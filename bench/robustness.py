@@ -1,6 +1,7 @@
 """Robustness benchmark: a real `ldpt serve` on loopback, attacked and overloaded (issue 13).
 
-Prints one table per question, bounded in time (well under 2 minutes) and count:
+Prints one table per question, bounded in time (about 4 minutes on a busy 2-core machine;
+--quick less) and count:
 
 1. hostile bodies sent (random bytes, mutations of valid batches, undecodable
    Content-Encoding, duplicate msgpack keys, HTTP/1.0 without a length) and the 5xx seen;
