@@ -561,3 +561,35 @@ def test_a_planted_string_is_not_made_top_by_the_held_out_group():
     assert evil <= len(groups) * poisoning_bound(proto).gain + CAP_Z * level_se * par.groups
     assert df.value[df.estimate.idxmax()] == values[0][:8]  # the largest estimate is honest
     assert df.attrs["capped"] >= 1 and "warning" in df.attrs
+
+
+def test_cli_warns_when_the_group_sizes_betray_forged_reports(tmp_path):
+    """`ldpt estimate` says so on stderr when the discovery groups are not what honest devices
+    produce (and the JSON meta carries the test), but not on honest data."""
+    from collector.storage.base import SketchKey
+    from collector.storage.sqlite import SQLiteStore
+
+    reg = tmp_path / "m.toml"
+    reg.write_text('[metrics.home]\nkind = "string"\nprotocol = "discover"\nepsilon = 4.0\n'
+                   'max_length = 3\nseeds = 16\n')
+    spec = parse_registry({"metrics": {"home": {"kind": "string", "protocol": "discover", "epsilon": 4.0,
+                                                "max_length": 3, "seeds": 16}}}).get("home")
+    proto = spec.protocol_impl
+    rng = np.random.default_rng(3)
+    honest = proto.new_sketch()
+    proto.accumulate(honest, proto.encode(["abc"] * 3000 + ["xyz"] * 1000, rng))
+    forged = proto.new_sketch()
+    forged.counts += honest.counts
+    forged.reports += honest.reports
+    proto.accumulate(forged, _forge(proto, "evil", np.full(600, proto.params.groups - 1)))
+    runner = CliRunner()
+    for name, sketch, warned in (("honest", honest, False), ("forged", forged, True)):
+        db = tmp_path / f"{name}.sqlite"
+        with SQLiteStore(db, create=True) as store:
+            store.add_sketch(SketchKey("home", spec.fingerprint, "2026-01-01"), sketch)
+        result = runner.invoke(main, ["estimate", "--metrics", str(reg), "--metric", "home", "--db", str(db),
+                                      "--format", "json"])
+        assert result.exit_code == 0, result.output
+        meta = json.loads(result.stdout)["meta"]
+        assert (meta["group_size_p_value"] < 1e-6) is warned
+        assert ("forged reports chose their group" in result.stderr) is warned, result.stderr
