@@ -19,7 +19,6 @@ from client_sdk.protocols.factory import (
 )
 from client_sdk.protocols.numeric import NUMERIC_PROTOCOL_NAMES
 from client_sdk.registry import MAX_NUMERIC_MAGNITUDE, MIN_NUMERIC_WIDTH
-from estimators.discovery import CAP_Z
 from estimators.poisoning import poisoning_bound
 
 from .common import FiniteFloatRange, emit, output_options
@@ -123,6 +122,8 @@ def discover_plan(epsilon: float, clients: int, max_length: int) -> dict:
     (docs/discovery.md): each of the L+1 groups holds clients/(L+1) reports."""
     proto = build_protocol("discover", None, epsilon, {"max_length": max_length})
     par = proto.params
+    from estimators.discovery import CAP_Z  # pandas/scipy: not on `ldpt --help`'s path
+
     per_group = clients / par.groups
     level_se = math.sqrt(float(proto.variance(per_group, 0.0)))
     bound = poisoning_bound(proto)
