@@ -504,6 +504,7 @@ def forged_runs():
     return proto, before.attrs, out
 
 
+@pytest.mark.statistical
 def test_forged_reports_move_discovery_by_about_the_gain_wherever_placed(forged_runs):
     """Issue 18: forged reports may claim any group, and the held-out estimate is scaled by
     n/n_h (9× here): 1,000 forged reports in the held-out group moved a string by ~9 g per
@@ -514,13 +515,16 @@ def test_forged_reports_move_discovery_by_about_the_gain_wherever_placed(forged_
     proto, _, out = forged_runs
     gain = poisoning_bound(proto).gain
     spread = out["spread"][0]
-    # spread: m·g exactly on the held-out group (the forged payloads are deterministic), up to
-    # the n/n_h scaling of 1,000 extra reports and the cap's own noise: within ±25%
+    # spread: the held-out count moves by exactly m_h·g (the forged payloads are deterministic;
+    # m_h = 111 or 112), scaled by n/n_h, whose honest part has sd 1.3% (n_h ~ Binomial(n, 1/9));
+    # the joint re-estimate of the nuisance keys moves it by well under a standard error
+    # (~200 of ~2,000): within ±25% is > 2.5 of those standard errors
     assert 0.75 * gain <= spread <= 1.25 * gain, (spread, gain)
     for name, (per_report, _) in out.items():
         assert per_report <= 3 * spread, (name, per_report, spread)
 
 
+@pytest.mark.statistical
 def test_group_size_anomalies_are_flagged(forged_runs):
     """Group sizes are multinomial with equal probabilities: 1,000 extra held-out reports
     among 50,000 are ~14 sd, and the estimates say so (p < 1e-6, attrs["warning"]); honest data
@@ -536,6 +540,7 @@ def test_group_size_anomalies_are_flagged(forged_runs):
     assert out["spread + 300 held-out"][1]["held_out_excess_z"] > 3
 
 
+@pytest.mark.statistical
 def test_a_planted_string_is_not_made_top_by_the_held_out_group():
     """Issue 18's planting: forged reports, a few in every selection group (so that the
     string's prefixes are kept at every level and it is found) and the rest in the held-out
