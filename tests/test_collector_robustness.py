@@ -490,3 +490,31 @@ def test_a_scrape_gets_through_a_socket_flood_on_the_admin_port(setup):
                 admin.stop()
             assert statuses == [200] * 20, statuses
     asyncio.run(scenario())
+
+
+def test_inflight_budget_charges_arrivals_per_source():
+    """collector/inflight.py without a server: a declared length reserves nothing, arrived
+    bytes are charged in total and per source, relays are exempt from the share, and a
+    refusal mid-body asks to close the connection."""
+    from collector.inflight import InflightBudget
+    from collector.problems import Problem
+
+    changes: list[int] = []
+    budget = InflightBudget(100, 40, on_change=changes.append, retry_after=lambda: 3.0)
+    for _ in range(50):
+        budget.admit("a", 1 << 20, exempt=False)   # lying lengths: admitted, nothing held
+    assert budget.held == 0
+    budget.charge("a", 30, exempt=False)
+    with pytest.raises(Problem) as refused:
+        budget.admit("a", 20, exempt=False)        # its share: 30 + 20 > 40
+    assert refused.value.slug == "overloaded" and refused.value.retry_after == 3.0
+    budget.admit("b", 20, exempt=False)            # another source has room
+    with pytest.raises(Problem) as mid_body:
+        budget.charge("a", 11, exempt=False)
+    assert mid_body.value.close
+    budget.charge("relay", 59, exempt=True)        # a relay may exceed the share ...
+    with pytest.raises(Problem):
+        budget.admit("b", 1, exempt=False)         # ... not the total (30 + 11 + 59 = 100)
+    budget.release("a", 41)
+    budget.release("relay", 59)
+    assert budget.held == 0 and budget.held_by("a") == 0 and sum(changes) == 0
