@@ -134,7 +134,8 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
     if top is not None:
         df = top_series(df, top) if by else largest(df, top)
     emit(format_frame(df, fmt, raw_csv=raw_csv), output)
-    warning = (full.attrs.get("summary") or {}).get("warning")
+    # RAPPOR's decoder summary, or discover's forged-group warning (estimators/discovery.py)
+    warning = (full.attrs.get("summary") or {}).get("warning") or full.attrs.get("warning")
     if warning:
         click.echo(f"warning: {warning}", err=True)
     if plot_path:

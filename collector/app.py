@@ -41,6 +41,7 @@ from . import query
 from .committer import GroupCommitter
 from .config import ServeConfig, read_tokens
 from .connections import ConnectionGuard
+from .inflight import InflightBudget
 from .ingest import BatchDecoder
 from .limits import IngestPolicy
 from .problems import Problem
@@ -95,7 +96,7 @@ class CollectorState:
     store: AsyncSketchStore | None = None
     committer: GroupCommitter | None = None
     draining: bool = False
-    inflight_bytes: int = 0
+    inflight: InflightBudget | None = None
     maintenance: asyncio.Task[None] | None = None
     guard: ConnectionGuard | None = None
     sweeper: asyncio.Task[None] | None = None
@@ -151,6 +152,10 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
         store_factory=store_factory or default_store_factory(config),
         registry_body=registry_body,
         registry_etag='"' + hashlib.sha256(registry_body).hexdigest()[:32] + '"')
+    state.inflight = InflightBudget(
+        config.max_inflight_bytes, config.max_inflight_bytes_per_source,
+        on_change=state.telemetry.add_inflight,
+        retry_after=lambda: state.committer.retry_after() if state.committer else 1.0)
     state.guard = ConnectionGuard(header_timeout=config.header_timeout,
                                   keepalive_timeout=config.keepalive_timeout,
                                   max_connections=config.max_connections,
@@ -382,18 +387,17 @@ async def post_reports(request: web.Request) -> web.Response:
     if length is not None and length > config.max_body_bytes:
         raise Problem("body-too-large", f"the body has {length} bytes; this collector accepts at "
                       f"most {config.max_body_bytes} (send smaller batches)")
-    charge = length if length is not None else config.max_body_bytes
-    if state.inflight_bytes and state.inflight_bytes + charge > config.max_inflight_bytes:
-        raise Problem("overloaded", "too many request bodies in flight; retry the same batch "
-                      "after Retry-After seconds", retry_after=state.committer.retry_after())
-    state.inflight_bytes += charge
-    state.telemetry.add_inflight(charge)
+    # in-flight bytes are charged as they arrive, per source too (collector/inflight.py): a
+    # declared length reserves nothing, so slow or lying bodies cannot starve ingestion
+    state.inflight.admit(source, length, relay)
+    charged = [0]
     try:
-        body = await read_body(request, config.body_read_timeout)
+        body = await read_body(request, config.body_read_timeout,
+                               charge=lambda n: _charge(state, source, relay, charged, n),
+                               max_bytes=config.max_body_bytes)
         batch = state.decoder.decode(body, state.window_now())
     finally:
-        state.inflight_bytes -= charge
-        state.telemetry.add_inflight(-charge)
+        state.inflight.release(source, charged[0])
     try:
         state.policy.check_batch(batch.deltas.per_metric, state.reports_per_window, relay)
     except Problem as problem:
@@ -423,11 +427,31 @@ def check_content_encoding(value: str | None) -> None:
                       content_encoding=value[:60])
 
 
-async def read_body(request: web.Request, timeout: float) -> bytes:
-    """The request body, or a problem: too slow (408), undecodable Content-Encoding (400) or
-    the client hung up (counted as ``client-disconnected``; there is nobody to answer)."""
+def _charge(state: CollectorState, source: Any, relay: bool, charged: list[int], nbytes: int) -> None:
+    charged[0] += nbytes  # released by the caller even when the charge is refused
+    state.inflight.charge(source, nbytes, relay)
+
+
+async def read_body(request: web.Request, timeout: float, *,
+                    charge: Callable[[int], None] | None = None, max_bytes: int | None = None) -> bytes:
+    """The request body, each chunk passed to ``charge`` as it arrives (which may refuse it),
+    or a problem: larger than ``max_bytes`` once decoded (413), too slow (408), undecodable
+    Content-Encoding (400) or the client hung up (counted as ``client-disconnected``; there is
+    nobody to answer)."""
+    async def chunks() -> bytes:
+        parts, size = [], 0
+        while chunk := await request.content.readany():
+            size += len(chunk)
+            if max_bytes is not None and size > max_bytes:
+                raise Problem("body-too-large", f"the body exceeds {max_bytes} bytes; send "
+                              "smaller batches", close=True)
+            if charge is not None:
+                charge(len(chunk))
+            parts.append(chunk)
+        return b"".join(parts)
+
     try:
-        return await asyncio.wait_for(request.read(), timeout)
+        return await asyncio.wait_for(chunks(), timeout)
     except asyncio.TimeoutError:
         raise Problem("request-timeout", f"the body did not arrive within {timeout:g} s; send it "
                       "at once (the same batch id may be retried)") from None

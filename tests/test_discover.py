@@ -286,6 +286,11 @@ def test_held_out_intervals_cover(discovered):
     hits = [(r.ci_low <= truth.get(r.value, 0) <= r.ci_high) for df in runs for r in df.itertuples()]
     # 40 intervals at 95%: SE 0.034, so 4 SE below nominal is 0.81
     assert np.mean(hits) >= 0.81
+    # the prefix caps (chain_caps) bind on honest data only in the Gaussian tail: each level's
+    # bound is CAP_Z = 4 of its own SE above the truth, 2.8 sd of the difference; of 40
+    # estimates × 8 levels, expect ~0.1 capped
+    assert sum(df.attrs["capped"] for df in runs) <= 2
+    assert all("warning" not in df.attrs for df in runs)
 
 
 def test_search_needs_every_group():
@@ -456,3 +461,140 @@ def test_consistent_is_refused_with_a_reason():
     for candidates in (None, ["ab"]):
         with pytest.raises(EstimationError, match="consistent"):
             estimate_frame(spec, sketch, consistent=True, candidates=candidates)
+
+
+# --- forged groups (issue 18) ----------------------------------------------------------------------------
+def _forge(proto: Discover, value: str, groups: np.ndarray) -> dict:
+    """Forged reports for ``value``, one per entry of ``groups`` (the group each claims): the
+    best payload, y = H_s(key) of the group's level, seeds in turn. Each passes validation."""
+    par = proto.params
+    b = truncate(value, par.max_length)
+    fps = np.array([fingerprint(key_bytes(b, min(t + 1, par.max_length))) for t in range(par.groups)],
+                   dtype=np.uint64)
+    groups = np.asarray(groups, dtype=np.int64)
+    seeds = np.arange(len(groups), dtype=np.int64) % par.seeds
+    forged = {"group": groups, "seed": seeds, "y": bucket(seeds, fps[groups], par.g).astype(np.int64)}
+    proto.validate(forged)
+    return forged
+
+
+@pytest.fixture(scope="module")
+def forged_runs():
+    """One honest sketch (50,000 reports, L = 8, ε = 4) and the estimate of "evil.example"
+    (held by nobody) after 1,000 forged reports placed four ways."""
+    import copy
+
+    spec = spec_of(max_length=8, seeds=64)
+    proto = spec.protocol_impl
+    values = host_names(300)
+    w = np.arange(1, 301) ** -1.1
+    pop = Population(values, np.round(50_000 * w / w.sum()).astype(np.int64))
+    honest = simulate_sketch(spec, pop, np.random.default_rng(18))
+    target, m, last = "evil.example", 1000, proto.params.groups - 1
+    placements = {"spread": np.arange(m) % (last + 1), "held-out": np.full(m, last),
+                  "last two": last - np.arange(m) % 2,
+                  "spread + 300 held-out": np.r_[np.arange(m - 300) % (last + 1), np.full(300, last)]}
+    before = decode_candidates(proto, honest, [target])
+    out = {}
+    for name, groups in placements.items():
+        sketch = copy.deepcopy(honest)
+        proto.accumulate(sketch, _forge(proto, target, groups))
+        df = decode_candidates(proto, sketch, [target])
+        out[name] = ((df.estimate.iloc[0] - before.estimate.iloc[0]) / m, df.attrs)
+    return proto, before.attrs, out
+
+
+@pytest.mark.statistical
+def test_forged_reports_move_discovery_by_about_the_gain_wherever_placed(forged_runs):
+    """Issue 18: forged reports may claim any group, and the held-out estimate is scaled by
+    n/n_h (9× here): 1,000 forged reports in the held-out group moved a string by ~9 g per
+    report. Capped by its prefixes' estimates on the other groups, the estimate moves by about
+    g per report when spread like honest devices, and by at most 3× that wherever placed."""
+    from estimators.poisoning import poisoning_bound
+
+    proto, _, out = forged_runs
+    gain = poisoning_bound(proto).gain
+    spread = out["spread"][0]
+    # spread: the held-out count moves by exactly m_h·g (the forged payloads are deterministic;
+    # m_h = 111 or 112), scaled by n/n_h, whose honest part has sd 1.3% (n_h ~ Binomial(n, 1/9));
+    # the joint re-estimate of the nuisance keys moves it by well under a standard error
+    # (~200 of ~2,000): within ±25% is > 2.5 of those standard errors
+    assert 0.75 * gain <= spread <= 1.25 * gain, (spread, gain)
+    for name, (per_report, _) in out.items():
+        assert per_report <= 3 * spread, (name, per_report, spread)
+
+
+@pytest.mark.statistical
+def test_group_size_anomalies_are_flagged(forged_runs):
+    """Group sizes are multinomial with equal probabilities: 1,000 extra held-out reports
+    among 50,000 are ~14 sd, and the estimates say so (p < 1e-6, attrs["warning"]); honest data
+    and a spread forger are not flagged."""
+    _, honest, out = forged_runs
+    assert honest["group_size_p_value"] > 1e-3 and "warning" not in honest
+    assert "warning" not in out["spread"][1]
+    for name in ("held-out", "last two"):
+        attrs = out[name][1]
+        assert attrs["group_size_p_value"] < 1e-6 and "forged reports chose their group" in attrs["warning"]
+    assert out["held-out"][1]["held_out_excess_z"] > 10
+    # 300 extra (~3.8 sd) stay under the warning's threshold, but not unseen; the cap bounds them
+    assert out["spread + 300 held-out"][1]["held_out_excess_z"] > 3
+
+
+@pytest.mark.statistical
+def test_a_planted_string_is_not_made_top_by_the_held_out_group():
+    """Issue 18's planting: forged reports, a few in every selection group (so that the
+    string's prefixes are kept at every level and it is found) and the rest in the held-out
+    group. Here 2,048 (4% of 50,000; 128 per selection group, 1,024 held-out): before, the
+    planted string's estimate was 16,555, the largest of all (the true top string: ~8,700);
+    capped by its prefixes it gets at most g per forged report plus the 4-SE margin."""
+    from estimators.discovery import CAP_Z
+    from estimators.poisoning import poisoning_bound
+
+    spec = spec_of(max_length=8, seeds=64)
+    proto = spec.protocol_impl
+    par = proto.params
+    values = host_names(300)
+    w = np.arange(1, 301) ** -1.1
+    pop = Population(values, np.round(50_000 * w / w.sum()).astype(np.int64))
+    sketch = simulate_sketch(spec, pop, np.random.default_rng(36))
+    groups = np.r_[np.repeat(np.arange(par.max_length), 128), np.full(1024, par.groups - 1)]
+    proto.accumulate(sketch, _forge(proto, "evil.example", groups))
+    df = discover(proto, sketch, top=5)
+    assert "evil.exa" in set(df.value)                      # found: its prefixes were kept
+    evil = float(df.estimate[df.value == "evil.exa"].iloc[0])
+    level_se = math.sqrt(float(proto.variance(sketch.total_reports / par.groups, 0.0)))
+    assert evil <= len(groups) * poisoning_bound(proto).gain + CAP_Z * level_se * par.groups
+    assert df.value[df.estimate.idxmax()] == values[0][:8]  # the largest estimate is honest
+    assert df.attrs["capped"] >= 1 and "warning" in df.attrs
+
+
+def test_cli_warns_when_the_group_sizes_betray_forged_reports(tmp_path):
+    """`ldpt estimate` says so on stderr when the discovery groups are not what honest devices
+    produce (and the JSON meta carries the test), but not on honest data."""
+    from collector.storage.base import SketchKey
+    from collector.storage.sqlite import SQLiteStore
+
+    reg = tmp_path / "m.toml"
+    reg.write_text('[metrics.home]\nkind = "string"\nprotocol = "discover"\nepsilon = 4.0\n'
+                   'max_length = 3\nseeds = 16\n')
+    spec = parse_registry({"metrics": {"home": {"kind": "string", "protocol": "discover", "epsilon": 4.0,
+                                                "max_length": 3, "seeds": 16}}}).get("home")
+    proto = spec.protocol_impl
+    rng = np.random.default_rng(3)
+    honest = proto.new_sketch()
+    proto.accumulate(honest, proto.encode(["abc"] * 3000 + ["xyz"] * 1000, rng))
+    forged = proto.new_sketch()
+    forged.counts += honest.counts
+    forged.reports += honest.reports
+    proto.accumulate(forged, _forge(proto, "evil", np.full(600, proto.params.groups - 1)))
+    runner = CliRunner()
+    for name, sketch, warned in (("honest", honest, False), ("forged", forged, True)):
+        db = tmp_path / f"{name}.sqlite"
+        with SQLiteStore(db, create=True) as store:
+            store.add_sketch(SketchKey("home", spec.fingerprint, "2026-01-01"), sketch)
+        result = runner.invoke(main, ["estimate", "--metrics", str(reg), "--metric", "home", "--db", str(db),
+                                      "--format", "json"])
+        assert result.exit_code == 0, result.output
+        meta = json.loads(result.stdout)["meta"]
+        assert (meta["group_size_p_value"] < 1e-6) is warned
+        assert ("forged reports chose their group" in result.stderr) is warned, result.stderr
