@@ -319,3 +319,44 @@ def test_batch_id_days_below_the_retry_horizon_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="batch_id_days 3 is below 8"):
         make_config(tmp_path / "m.toml", environ={}, batch_id_days=3)
     assert make_config(tmp_path / "m.toml", environ={}, batch_id_days=0).batch_id_days == 0
+
+
+class _Groups:
+    """A batch's validated payloads per key, not yet accumulated (as collector.ingest.BatchDeltas)."""
+
+    def __init__(self, groups):
+        self.payload_groups = groups
+
+
+@pytest.mark.parametrize("name,d,eps,opts,big", CASES, ids=[c[0] for c in CASES])
+def test_payload_groups_go_sparse_without_a_dense_temporary(tmp_path, name, d, eps, opts, big):
+    """The collector's path: payloads summed per key at commit time. Protocols with flat cells
+    build their sparse delta from the reports' cell indices (sparse_from_payloads); the stored
+    counts equal a dense store's and the protocol's own accumulate, to the unit."""
+    from collector.storage.base import sparse_from_payloads, sum_deltas
+
+    proto = build_protocol(name, d, eps, opts)
+    rng = np.random.default_rng(13)
+    key = SketchKey("m", "fp", WINDOWS[0])
+    payloads = [proto.encode(values_for(proto, rng, 30), rng) for _ in range(12)]
+    batches = [PendingBatch(rng.bytes(16), b"d", _Groups([(key, proto, p)]), 30) for p in payloads]
+    want = proto.new_sketch()
+    for p in payloads:
+        proto.accumulate(want, p)
+    summed = sum_deltas([b.deltas for b in batches], sparse=True)[key]
+    has_cells = proto.flat_cells(payloads[0]) is not None
+    assert has_cells == (name in ("hr", "olh", "ss", "discover", "grr"))
+    if has_cells and big:
+        assert summed.reports == 360 and np.array_equal(summed.to_sketch().counts.reshape(want.counts.shape),
+                                                        want.counts)
+    assert sparse_from_payloads(proto, payloads[0]) is None or has_cells
+    sparse, dense = sqlite_pair(tmp_path, name)
+    with sparse, dense:
+        sparse.commit(batches[:5])
+        sparse.commit(batches[5:])
+        dense.commit(batches)
+        a = sparse.load("m", "fp", proto.new_sketch())
+        b = dense.load("m", "fp", proto.new_sketch())
+        assert np.array_equal(a.counts, want.counts) and np.array_equal(a.reports, want.reports)
+        assert np.array_equal(b.counts, want.counts) and np.array_equal(b.reports, want.reports)
+        assert (sparse_rows(sparse) > 0) == big

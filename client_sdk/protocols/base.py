@@ -148,6 +148,13 @@ class Protocol(abc.ABC):
     def accumulate(self, sketch: Sketch, payloads: Payloads) -> None:
         """Fold validated payloads into ``sketch`` in place."""
 
+    def flat_cells(self, payloads: Payloads) -> tuple[np.ndarray, np.ndarray] | None:
+        """What ``accumulate`` adds, as indices: (the flat counter index of every unit added,
+        the cohort of every report), for protocols whose reports add one to a few counters;
+        None for the others. The collector turns a small batch into a sparse delta from these
+        without a sketch-sized temporary (docs/design.md, "Sparse deltas")."""
+        return None
+
     @abc.abstractmethod
     def estimate(self, sketch: Sketch) -> CountEstimate:
         """Unbiased count estimates for every domain value, with variances."""
@@ -184,6 +191,20 @@ class Protocol(abc.ABC):
             raise DomainError(f"index {int(arr[bad])} at position {bad} is outside the domain "
                               f"[0, {self.domain_size})")
         return arr
+
+
+def add_cells(sketch: Sketch, cells: np.ndarray, cohorts: np.ndarray) -> None:
+    """``accumulate`` for protocols with ``flat_cells``: add one per flat counter index and one
+    report per cohort index (bincount for large batches, no sketch-sized temporary for small)."""
+    if not sketch.counts.flags.c_contiguous:  # reshape would copy: add a dense increment
+        sketch.counts += np.bincount(cells, minlength=sketch.counts.size).reshape(sketch.counts.shape)
+        cells = cells[:0]
+    flat = sketch.counts.reshape(-1)  # a view of the counters
+    for target, idx in ((flat, cells), (sketch.reports, cohorts)):
+        if 8 * idx.shape[0] >= target.shape[0]:
+            target += np.bincount(idx, minlength=target.shape[0])
+        else:
+            np.add.at(target, idx, 1)
 
 
 def check_domain_and_epsilon(d: int, epsilon: float, protocol: str) -> None:

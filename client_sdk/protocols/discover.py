@@ -47,7 +47,7 @@ import numpy as np
 from ..errors import DomainError, InvalidPayload
 from ..hashing import derive_cohort, encode_text
 from ..randomness import SCALE, RandomLike, as_random_source, bernoulli, secure_below, secure_word
-from .base import CountEstimate, Payloads, Protocol, Sketch, first_bad, require_1d
+from .base import CountEstimate, Payloads, Protocol, Sketch, add_cells, first_bad, require_1d
 from .grr import GRROnRange
 
 TAG_KEY = b"ldpt/discover/key/v1"
@@ -300,11 +300,12 @@ class Discover(Protocol):
                 raise InvalidPayload(f"{field} {int(arr[i])} outside [0, {high})", index=i, field=field)
 
     def accumulate(self, sketch: Sketch, payloads: Payloads) -> None:
+        add_cells(sketch, *self.flat_cells(payloads))
+
+    def flat_cells(self, payloads: Payloads) -> tuple[np.ndarray, np.ndarray]:
         par = self.params
         row = np.asarray(payloads["group"], np.int64) * par.seeds + np.asarray(payloads["seed"], np.int64)
-        cell = row * par.g + np.asarray(payloads["y"], np.int64)
-        sketch.counts += np.bincount(cell, minlength=self.cohorts * par.g).reshape(sketch.counts.shape)
-        sketch.reports += np.bincount(row, minlength=self.cohorts)
+        return row * par.g + np.asarray(payloads["y"], np.int64), row
 
     # --- estimators ---------------------------------------------------------------------------------------
     def estimate(self, sketch: Sketch) -> CountEstimate:

@@ -28,6 +28,7 @@ from .base import (
     DirectResponse,
     Payloads,
     Sketch,
+    add_cells,
     check_domain_and_epsilon,
     first_bad,
     integers_from_wire,
@@ -125,9 +126,11 @@ class GRR(DirectResponse):
             raise InvalidPayload(f"value {int(y[i])} outside [0, {self.params.d})", index=i, field="y")
 
     def accumulate(self, sketch: Sketch, payloads: Payloads) -> None:
+        add_cells(sketch, *self.flat_cells(payloads))
+
+    def flat_cells(self, payloads: Payloads) -> tuple[np.ndarray, np.ndarray]:
         y = np.asarray(payloads["y"], dtype=np.int64)
-        sketch.counts[0] += np.bincount(y, minlength=self.params.d)
-        sketch.reports[0] += y.shape[0]
+        return y, np.zeros(y.shape[0], dtype=np.int64)
 
 
 

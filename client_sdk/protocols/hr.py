@@ -63,6 +63,7 @@ from .base import (
     Payloads,
     PureProtocol,
     Sketch,
+    add_cells,
     check_domain_and_epsilon,
     first_bad,
     integers_from_wire,
@@ -225,12 +226,11 @@ class HR(PureProtocol):
             raise InvalidPayload(f"value {int(y[i])} outside [0, {self.k})", index=i, field="y")
 
     def accumulate(self, sketch: Sketch, payloads: Payloads) -> None:
+        add_cells(sketch, *self.flat_cells(payloads))
+
+    def flat_cells(self, payloads: Payloads) -> tuple[np.ndarray, np.ndarray]:
         y = np.asarray(payloads["y"], dtype=np.int64)
-        if 8 * y.shape[0] >= self.k:
-            sketch.counts[0] += np.bincount(y, minlength=self.k)
-        else:  # a small batch into a large sketch: no K-sized temporary
-            np.add.at(sketch.counts[0], y, 1)
-        sketch.reports[0] += y.shape[0]
+        return y, np.zeros(y.shape[0], dtype=np.int64)
 
     def support_counts(self, sketch: Sketch) -> np.ndarray:
         """S(x) = Σ_a h[a, ⟨a,x⟩] for every x by one DFT over Z_g^t (module docstring)."""

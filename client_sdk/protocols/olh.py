@@ -91,6 +91,7 @@ from .base import (
     Payloads,
     Protocol,
     Sketch,
+    add_cells,
     check_domain_and_epsilon,
     first_bad,
     pure_variance,
@@ -396,11 +397,11 @@ class OLH(Protocol):
                 raise InvalidPayload(f"{field} {int(arr[i])} outside [0, {high})", index=i, field=field)
 
     def accumulate(self, sketch: Sketch, payloads: Payloads) -> None:
-        m, g = self.params.m, self.params.g
+        add_cells(sketch, *self.flat_cells(payloads))
+
+    def flat_cells(self, payloads: Payloads) -> tuple[np.ndarray, np.ndarray]:
         s = np.asarray(payloads["cohort"], dtype=np.int64)
-        y = np.asarray(payloads["y"], dtype=np.int64)
-        sketch.counts += np.bincount(s * g + y, minlength=m * g).reshape(m, g)
-        sketch.reports += np.bincount(s, minlength=m)
+        return s * self.params.g + np.asarray(payloads["y"], dtype=np.int64), s
 
     def small_count_model(self, sketch: Sketch) -> tuple[np.ndarray, float, float] | None:
         """(support counts, p*, q*) when this OLH is a pure protocol, else None.

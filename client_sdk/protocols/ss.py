@@ -51,6 +51,7 @@ from .base import (
     Payloads,
     PureProtocol,
     Sketch,
+    add_cells,
     check_domain_and_epsilon,
     first_bad,
     require_1d,
@@ -263,9 +264,11 @@ class SS(PureProtocol):
                                      index=i, field="subset")
 
     def accumulate(self, sketch: Sketch, payloads: Payloads) -> None:
+        add_cells(sketch, *self.flat_cells(payloads))
+
+    def flat_cells(self, payloads: Payloads) -> tuple[np.ndarray, np.ndarray]:
         sub = np.asarray(payloads["subset"])
-        sketch.counts[0] += np.bincount(sub.reshape(-1).astype(np.int64), minlength=self.params.d)
-        sketch.reports[0] += sub.shape[0]
+        return sub.reshape(-1).astype(np.int64), np.zeros(sub.shape[0], dtype=np.int64)
 
 
 

@@ -11,6 +11,7 @@ import abc
 import dataclasses
 import datetime as dt
 import enum
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -168,6 +169,12 @@ class SparseDelta:
     def values_blob(self) -> bytes:
         return np.ascontiguousarray(self.values, dtype="<i8").tobytes()
 
+    def to_sketch(self) -> Sketch:
+        """The dense sketch of this delta (shape (m, width))."""
+        out = Sketch(np.zeros((self.m, self.width), dtype=np.int64), np.zeros(self.m, dtype=np.int64))
+        add_sparse(out, self.m, self.width, self.cells_blob(), self.values_blob(), "delta")
+        return out
+
 
 def dense_row_bytes(sketch: Sketch) -> int:
     """Bytes the dense rows of ``sketch``'s touched cohorts take (what a dense write costs)."""
@@ -227,31 +234,57 @@ def merge_deltas(target: dict[SketchKey, Sketch], deltas: dict[SketchKey, Sketch
             target[key] = sk.copy()
 
 
-def sum_deltas(deltas_seq: Iterable[Mapping[SketchKey, Sketch]]) -> dict[SketchKey, Sketch]:
+def sum_deltas(deltas_seq: Iterable[Mapping[SketchKey, Sketch]],
+               sparse: bool = False) -> dict[SketchKey, Sketch | SparseDelta]:
     """Sum of many batches' deltas (one transaction's worth).
 
     Deltas that carry ``payload_groups`` — ``[(key, protocol, payloads), ...]``, the collector's
     validated but not yet accumulated batches — are concatenated per key and accumulated in
     one vectorised ``protocol.accumulate`` call per key: no per-batch dense sketch, and the
-    per-call overhead is paid once per transaction instead of once per batch.
+    per-call overhead is paid once per transaction instead of once per batch. With ``sparse``,
+    a key whose reports touch few of its sketch's cells (``sparse_from_payloads``) comes back
+    as a ``SparseDelta``, built without a sketch-sized temporary.
     """
-    total: dict[SketchKey, Sketch] = {}
+    total: dict[SketchKey, Sketch | SparseDelta] = {}
     pending: dict[SketchKey, tuple[Any, list[dict[str, np.ndarray]]]] = {}
     for deltas in deltas_seq:
         groups = getattr(deltas, "payload_groups", None)
         if groups is None:
-            merge_deltas(total, deltas)
+            merge_deltas(total, deltas)  # type: ignore[arg-type]
             continue
         for key, proto, payloads in groups:
             pending.setdefault(key, (proto, []))[1].append(payloads)
     for key, (proto, parts) in pending.items():
-        sketch = total.get(key)
-        if sketch is None:  # sketches in ``total`` are copies we own: safe to add in place
-            sketch = total[key] = proto.new_sketch()
         payloads = parts[0] if len(parts) == 1 else \
             {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
+        sketch = total.get(key)
+        if sketch is None and sparse:
+            delta = sparse_from_payloads(proto, payloads)
+            if delta is not None:
+                total[key] = delta
+                continue
+        if sketch is None:  # sketches in ``total`` are copies we own: safe to add in place
+            sketch = total[key] = proto.new_sketch()
         proto.accumulate(sketch, payloads)
     return total
+
+
+def sparse_from_payloads(proto: Any, payloads: Mapping[str, np.ndarray]) -> SparseDelta | None:
+    """The ``SparseDelta`` of a batch of reports from the protocol's ``flat_cells`` — O(b log b)
+    for b reports, whatever the sketch's size — or None when the protocol has no flat cells or
+    the batch would touch too much of the sketch for sparse rows to pay."""
+    cells = proto.flat_cells(payloads)
+    if cells is None:
+        return None
+    counter_cells, cohorts = cells
+    m = proto.cohorts
+    width = math.prod(proto.cell_shape)
+    size = m * width
+    if SPARSE_CELL_BYTES * (counter_cells.size + cohorts.size) > SPARSE_MAX_SHARE * 8 * (size + m) \
+            or size + m >= 1 << 32:
+        return None
+    flat, values = np.unique(np.concatenate([counter_cells, cohorts + size]), return_counts=True)
+    return SparseDelta(m, width, flat.astype(np.uint32), values.astype(np.int64), int(cohorts.size))
 
 
 def batch_id_cutoff(before: str, today: dt.date, keep_days: int = BATCH_ID_MIN_DAYS) -> str:

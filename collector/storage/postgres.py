@@ -275,16 +275,16 @@ class PostgresStore(AsyncSketchStore):
                     continue
             applied_deltas.append(b.deltas)
             outcomes.append(BatchOutcome.APPLIED)
-        total = sum_deltas(applied_deltas)
+        total = sum_deltas(applied_deltas, sparse=self.sparse)
         if total:
             self._seq += 1
             sparse = {}
-            if self.sparse:
-                for key, sk in list(total.items()):
-                    delta = worth_sparse(sk)
-                    if delta is not None:
-                        sparse[key] = delta
-                        del total[key]
+            for key, summed in list(total.items()):
+                delta = summed if isinstance(summed, SparseDelta) else \
+                    worth_sparse(summed) if self.sparse else None
+                if delta is not None:
+                    sparse[key] = delta
+                    del total[key]
             cols = _delta_columns(total)
             if cols[0]:
                 await conn.execute(_INSERT_DELTAS, self.writer, self._seq, *cols)

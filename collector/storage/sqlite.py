@@ -177,10 +177,13 @@ class SQLiteStore(SketchStore):
                     applied.append(batch.deltas)
                     outcomes.append(BatchOutcome.APPLIED)
                 crowded = []
-                for key, sketch in sum_deltas(applied).items():
-                    delta = worth_sparse(sketch) if self.sparse else None
+                for key, summed in sum_deltas(applied, sparse=self.sparse).items():
+                    if isinstance(summed, SparseDelta):
+                        delta: SparseDelta | None = summed
+                    else:
+                        delta = worth_sparse(summed) if self.sparse else None
                     if delta is None:
-                        self._upsert(key, sketch)
+                        self._upsert(key, summed)
                     elif self._append_sparse(key, delta):
                         crowded.append(key)
                 conn.execute("COMMIT")
