@@ -51,7 +51,10 @@ def mean_interval(proto: NumericProtocol, sketch: Sketch, confidence: float) -> 
         low, high = binary_interval(int(round(h[1])), n, float(values[0]), float(values[1]), alpha)
     else:
         low, high = score_interval(h, n, values, variance_envelope(proto), alpha)
-    return max(-1.0, low), min(1.0, high)
+    # the true mean lies in [−1, 1]; an interval wholly outside (all reports in an extreme cell,
+    # rejected at every mean in range) shrinks to the nearest end
+    low, high = min(max(-1.0, low), 1.0), max(min(1.0, high), -1.0)
+    return (low, high) if low <= high else ((-1.0, -1.0) if high <= -1.0 else (1.0, 1.0))
 
 
 def binary_interval(ones: int, n: int, v0: float, v1: float, alpha: float) -> tuple[float, float]:
