@@ -66,11 +66,16 @@ def zero_count_p_values(support: np.ndarray, n: int, q_star: float) -> np.ndarra
 
     The upper tail itself, not a mid-p: the discrete test then rejects with probability at most
     its level under the null, which Holm and Benjamini–Hochberg need. Support counts take few
-    distinct values, so the tail is evaluated once per distinct count.
+    distinct values, so the tail is evaluated once per distinct count (a lookup table when the
+    counts are no larger than their number, as when n is far below d).
     """
-    s = np.rint(np.asarray(support, dtype=np.float64)).astype(np.int64)
+    raw = np.asarray(support)
+    s = raw.astype(np.int64) if raw.dtype.kind in "iu" else np.rint(raw).astype(np.int64)
     if s.size == 0:
         return np.zeros(0)
+    top = int(s.max())
+    if 0 <= int(s.min()) and top < s.size:
+        return stats.binom.sf(np.arange(-1, top), n, q_star)[s]
     distinct, where = np.unique(s, return_inverse=True)
     return stats.binom.sf(distinct - 1, n, q_star)[where.reshape(s.shape)]
 
