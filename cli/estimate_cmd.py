@@ -7,7 +7,7 @@ import click
 from client_sdk.errors import EstimationError, StoreError
 from client_sdk.protocols.base import Sketch
 from client_sdk.registry import Kind, MetricSpec
-from collector.storage.base import WindowInfo
+from collector.storage.base import WindowInfo, date_filter_ok
 from collector.storage.sqlite import open_store
 from estimators.simulation import DistributionError, read_weights_csv
 
@@ -142,6 +142,7 @@ def local_estimate(reader: StoreReader, spec: MetricSpec, window: str | None, si
     """The estimate (or with ``by`` the series) from a store, as the query API computes it
     (``top``: how many strings a discover metric discovers)."""
     from estimators.frequency import estimate_frame  # scipy and pandas: only when estimating
+    from estimators.memo_range import is_memoised, range_frame
     from estimators.series import series_frame, windows_in_range
 
     if by:
@@ -151,6 +152,11 @@ def local_estimate(reader: StoreReader, spec: MetricSpec, window: str | None, si
         return series_frame(spec, sketches, confidence=confidence, simultaneous=simultaneous,
                             candidates=candidates)
     sketch = reader.load(spec, [window] if window else None, since, until)
+    if window is None and is_memoised(spec) and spec.kind is not Kind.STRING:
+        # permanent noise repeats across windows: not one sketch of independent reports
+        stored = sorted({w.window for w in reader.stored_windows(spec) if date_filter_ok(w.window, since, until)})
+        return range_frame(spec, [(w, reader.load(spec, [w], None, None, allow_empty=True)) for w in stored],
+                           confidence=confidence, simultaneous=simultaneous, consistent=consistent)
     return estimate_frame(spec, sketch, confidence=confidence, simultaneous=simultaneous,
                           consistent=consistent, candidates=candidates, top=top)
 

@@ -27,6 +27,7 @@ from estimators.compare import compare_frame
 from estimators.discovery import MAX_TOP as DISCOVER_MAX_TOP
 from estimators.formats import frame_to_csv, frame_to_json
 from estimators.frequency import estimate_frame
+from estimators.memo_range import is_memoised, range_frame
 from estimators.series import series_frame, windows_in_range
 
 from .problems import Problem
@@ -286,10 +287,28 @@ async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], 
         raise Problem("too-few-reports", f"{n} reports of {spec.name!r} in {what}; this collector "
                       f"publishes estimates only from {min_reports} reports (widen the window)",
                       metric=spec.name, reports=n, min_reports=min_reports)
-    run = functools.partial(estimate_frame, spec, sketch, confidence=q["confidence"],
-                            simultaneous=q["simultaneous"], consistent=q["consistent"],
-                            candidates=q["candidates"], top=q["top"])
+    if q["windows"] is None and is_memoised(spec) and spec.kind is not Kind.STRING:
+        # a memoised device repeats its permanent noise every day: the windows' sketches cannot
+        # simply be summed and estimated as independent reports (estimators.memo_range)
+        run = functools.partial(range_frame, spec, await _range_sketches(spec, store, q),
+                                confidence=q["confidence"], simultaneous=q["simultaneous"],
+                                consistent=q["consistent"])
+    else:
+        run = functools.partial(estimate_frame, spec, sketch, confidence=q["confidence"],
+                                simultaneous=q["simultaneous"], consistent=q["consistent"],
+                                candidates=q["candidates"], top=q["top"])
     return await _off_loop(run, spec.name)  # CPU-bound (RAPPOR decoding may take seconds)
+
+
+async def _range_sketches(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any]) -> list[Any]:
+    """(window, sketch) of every stored window of the range under the registry's parameters."""
+    try:
+        stored = sorted({w.window for w in await store.awindows(spec.name)
+                         if w.fingerprint == spec.fingerprint and date_filter_ok(w.window, q["since"], q["until"])})
+        return [(w, await store.aload(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch(), [w]))
+                for w in stored]
+    except LdptError as exc:
+        raise Problem.from_error(exc) from None
 
 
 def _respond(df: Any, fmt: str) -> web.Response:

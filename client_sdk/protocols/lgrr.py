@@ -36,6 +36,7 @@ from ._longitudinal import (
     grr_round,
     largest_threshold,
     log_ratio,
+    pure_chain_permanent_variance,
 )
 from .base import Payloads, check_domain_and_epsilon
 from .grr import GRR
@@ -151,6 +152,10 @@ class LGRR(GRRChainRounds, GRR):
         probs = np.full(self.params.d, self.params.q1)
         probs[index] = self.params.p1
         return probs
+
+    def permanent_variance(self, sketch: Any, estimate: Any) -> np.ndarray:
+        """Exact for a pure chain (``_longitudinal.pure_chain_permanent_variance``)."""
+        return pure_chain_permanent_variance(self.params, estimate.n, estimate.counts)
 
     def encode(self, indices: np.ndarray, rng: RandomLike = None,
                cohorts: np.ndarray | None = None) -> Payloads:

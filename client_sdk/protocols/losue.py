@@ -23,7 +23,13 @@ import numpy as np
 
 from ..memo import MemoCache
 from ..randomness import SCALE, RandomLike, as_random_source, realised, threshold_ceil
-from ._longitudinal import Memoised, SymmetricSecondRound, chain, check_epsilon_pair
+from ._longitudinal import (
+    Memoised,
+    SymmetricSecondRound,
+    chain,
+    check_epsilon_pair,
+    pure_chain_permanent_variance,
+)
 from ._unary import MAX_ENUMERATED_D, UnaryEncoding, check_thresholds
 from .base import Payloads
 
@@ -109,6 +115,10 @@ class LOSUE(Memoised, UnaryEncoding):
         one = np.full(d, self.params.q1)
         one[index] = self.params.p1
         return np.where(bits == 1, one, 1.0 - one).prod(axis=1)
+
+    def permanent_variance(self, sketch: Any, estimate: Any) -> np.ndarray:
+        """Exact for a pure chain (``_longitudinal.pure_chain_permanent_variance``)."""
+        return pure_chain_permanent_variance(self.params, estimate.n, estimate.counts)
 
     def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
         """OUE bits, bool (n, d): x's bit 1 w.p. p₁, every other bit w.p. q₁."""

@@ -119,6 +119,11 @@ class MemoBitMean(Memoised, NumericProtocol):
         a = self.params.first.low_threshold
         return math.log((SCALE64 - a) / a)
 
+    @property
+    def second_round_keep(self) -> float:
+        """λ = 1 − 2γ: the flip keeps the bit w.p. 1 − γ = λ + (1 − λ)/2."""
+        return 1.0 - 2.0 * self._gamma / SCALE
+
     def memo_output_probabilities(self, index: int) -> np.ndarray:
         p1 = int(self._t1[index]) / SCALE64
         return np.array([1.0 - p1, p1])
