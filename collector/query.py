@@ -392,7 +392,10 @@ async def compare_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], m
                           f"{s['label']}; this collector publishes estimates only from {min_reports} "
                           "reports", metric=spec.name, reports=sketch.total_reports, min_reports=min_reports)
         sketches.append(sketch)
+    ranges = [await _range_sketches(spec, store, q[side])
+              if q[side]["windows"] is None and is_memoised(spec) else None for side in ("a", "b")]
     run = functools.partial(compare_frame, spec, sketches[0], sketches[1], label_a=q["a"]["label"],
                             label_b=q["b"]["label"], confidence=q["confidence"],
-                            simultaneous=q["simultaneous"], alpha=q["alpha"], control=q["control"])
+                            simultaneous=q["simultaneous"], alpha=q["alpha"], control=q["control"],
+                            windows_a=ranges[0], windows_b=ranges[1])
     return await _off_loop(run, spec.name)
