@@ -25,6 +25,7 @@ import abc
 import functools
 import math
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,7 @@ import numpy as np
 from ..hashing import check_secret, derive_cohort
 from ..memo import MemoCache
 from ..randomness import SCALE, SecureRandom, bernoulli, realised
+from ._epsilon import log_up
 
 
 def check_epsilon_pair(epsilon: float | None, epsilon_inf: Any, protocol: str) -> float:
@@ -73,7 +75,7 @@ def largest_threshold(epsilon_of: Callable[[int], float], target: float, low: in
 
 def log_ratio(a: float, b: float) -> float:
     """ln(a/b) for a privacy ratio, 0 when a <= b (a second round that is noise or worse)."""
-    return math.log(a / b) if a > b > 0 else 0.0
+    return log_up(Fraction(a) / Fraction(b)) if a > b > 0 else 0.0
 
 
 def grr_round(x: np.ndarray, k: int, threshold: int, source: Any) -> np.ndarray:

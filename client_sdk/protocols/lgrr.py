@@ -22,12 +22,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from ..memo import MemoCache
 from ..randomness import RandomLike, as_random_source, realised
+from ._epsilon import log_up
 from ._longitudinal import (
     Memoised,
     TwoRoundChain,
@@ -130,7 +132,7 @@ class GRRChainRounds(Memoised):
 
     @property
     def epsilon_longitudinal(self) -> float:
-        return math.log(self.params.p1 / self.params.q1)
+        return log_up(Fraction(self.params.p1) / Fraction(self.params.q1))
 
     def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
         return grr_round(memo_inputs, self.params.chain_size, self.params.p1_threshold, source)

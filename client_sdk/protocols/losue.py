@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from ..memo import MemoCache
 from ..randomness import SCALE, RandomLike, as_random_source, realised, threshold_ceil
+from ._epsilon import log_up
 from ._longitudinal import (
     Memoised,
     SymmetricSecondRound,
@@ -42,7 +44,10 @@ def closed_form_p2(epsilon: float, epsilon_inf: float) -> float:
 
 def unary_epsilon(p: float, q: float) -> float:
     """ε of a unary report with per-bit rates p (x's bit) and q (other bits); 0 if p <= q."""
-    return math.log(p * (1 - q) / ((1 - p) * q)) if 0 < q < p < 1 else (math.inf if p >= 1 or q <= 0 else 0.0)
+    if not 0 < q < p < 1:
+        return math.inf if p >= 1 or q <= 0 else 0.0
+    fp, fq = Fraction(p), Fraction(q)
+    return log_up(fp * (1 - fq) / ((1 - fp) * fq))
 
 
 def l_sue_rates(epsilon: float, epsilon_inf: float) -> tuple[float, float]:
