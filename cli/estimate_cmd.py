@@ -142,7 +142,7 @@ def local_estimate(reader: StoreReader, spec: MetricSpec, window: str | None, si
     """The estimate (or with ``by`` the series) from a store, as the query API computes it
     (``top``: how many strings a discover metric discovers)."""
     from estimators.frequency import estimate_frame  # scipy and pandas: only when estimating
-    from estimators.memo_range import is_memoised, range_frame
+    from estimators.memo_range import is_memoised, range_frame, with_rappor_range_warning
     from estimators.series import series_frame, windows_in_range
 
     if by:
@@ -157,8 +157,12 @@ def local_estimate(reader: StoreReader, spec: MetricSpec, window: str | None, si
         stored = sorted({w.window for w in reader.stored_windows(spec) if date_filter_ok(w.window, since, until)})
         return range_frame(spec, [(w, reader.load(spec, [w], None, None, allow_empty=True)) for w in stored],
                            confidence=confidence, simultaneous=simultaneous, consistent=consistent)
-    return estimate_frame(spec, sketch, confidence=confidence, simultaneous=simultaneous,
-                          consistent=consistent, candidates=candidates, top=top)
+    df = estimate_frame(spec, sketch, confidence=confidence, simultaneous=simultaneous,
+                        consistent=consistent, candidates=candidates, top=top)
+    if window is None and spec.protocol == "rappor":
+        stored = {w.window for w in reader.stored_windows(spec) if date_filter_ok(w.window, since, until)}
+        df = with_rappor_range_warning(df, len(stored))
+    return df
 
 
 def top_series(df, top: int):

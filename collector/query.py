@@ -27,7 +27,7 @@ from estimators.compare import compare_frame
 from estimators.discovery import MAX_TOP as DISCOVER_MAX_TOP
 from estimators.formats import frame_to_csv, frame_to_json
 from estimators.frequency import estimate_frame
-from estimators.memo_range import is_memoised, range_frame
+from estimators.memo_range import is_memoised, range_frame, with_rappor_range_warning
 from estimators.series import series_frame, windows_in_range
 
 from .problems import Problem
@@ -297,16 +297,27 @@ async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], 
         run = functools.partial(estimate_frame, spec, sketch, confidence=q["confidence"],
                                 simultaneous=q["simultaneous"], consistent=q["consistent"],
                                 candidates=q["candidates"], top=q["top"])
-    return await _off_loop(run, spec.name)  # CPU-bound (RAPPOR decoding may take seconds)
+    df = await _off_loop(run, spec.name)  # CPU-bound (RAPPOR decoding may take seconds)
+    if q["windows"] is None and spec.protocol == "rappor":
+        df = with_rappor_range_warning(df, len(await _range_labels(spec, store, q)))
+    return df
+
+
+async def _range_labels(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any]) -> list[str]:
+    """The stored windows of the range under the registry's parameters, oldest first."""
+    try:
+        return sorted({w.window for w in await store.awindows(spec.name)
+                       if w.fingerprint == spec.fingerprint and date_filter_ok(w.window, q["since"], q["until"])})
+    except LdptError as exc:
+        raise Problem.from_error(exc) from None
 
 
 async def _range_sketches(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any]) -> list[Any]:
     """(window, sketch) of every stored window of the range under the registry's parameters."""
+    labels = await _range_labels(spec, store, q)
     try:
-        stored = sorted({w.window for w in await store.awindows(spec.name)
-                         if w.fingerprint == spec.fingerprint and date_filter_ok(w.window, q["since"], q["until"])})
         return [(w, await store.aload(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch(), [w]))
-                for w in stored]
+                for w in labels]
     except LdptError as exc:
         raise Problem.from_error(exc) from None
 

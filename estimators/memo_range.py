@@ -48,7 +48,7 @@ from .multiple_testing import check_control, detect
 #: ``attrs["range_variance"]`` of a memoised range: how its standard errors were computed.
 RANGE_VARIANCE = "memoised: sum of per-window permanent SDs, squared, plus fresh variances"
 
-__all__ = ["RANGE_VARIANCE", "is_memoised", "range_frame", "range_variance"]
+__all__ = ["RANGE_VARIANCE", "is_memoised", "range_frame", "range_variance", "with_rappor_range_warning"]
 
 
 def is_memoised(spec: MetricSpec) -> bool:
@@ -157,3 +157,18 @@ def _mean_range(spec: MetricSpec, base: pd.DataFrame, estimates: Sequence, perma
     out.loc[out["statistic"] == "sum", ["std_err", "ci_low", "ci_high"]] = [n * se, n * low, n * high]
     out.attrs = dict(base.attrs, windows=windows, range_variance=RANGE_VARIANCE)
     return out
+
+
+def with_rappor_range_warning(df: pd.DataFrame, windows: int) -> pd.DataFrame:
+    """A RAPPOR estimate over ``windows`` > 1 windows, with a warning in its summary: RAPPOR's
+    PRR is memoised too, and its decoder has no range bound yet, so the intervals of a summed
+    range treat repeated permanent noise as independent and are too narrow (docs/rappor.md)."""
+    if windows <= 1:
+        return df
+    note = (f"this range sums {windows} windows of memoised (PRR) reports, which repeat their "
+            "permanent noise every day; the intervals treat them as independent and are too narrow "
+            "— estimate one window (--window) or a series (--by window)")
+    summary = dict(df.attrs.get("summary") or {})
+    summary["warning"] = "; ".join(w for w in (summary.get("warning"), note) if w)
+    df.attrs["summary"] = summary
+    return df

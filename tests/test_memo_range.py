@@ -257,3 +257,25 @@ def test_memoised_mean_range_covers_the_device_day_mean():
         old.append(plain.at["mean", "ci_low"] <= truth <= plain.at["mean", "ci_high"])
     assert np.mean(hits) >= 0.93 - 2 * math.sqrt(0.93 * 0.07 / 400), np.mean(hits)
     assert np.mean(old) < 0.8, np.mean(old)
+
+
+def test_a_rappor_range_says_its_intervals_are_too_narrow(tmp_path):
+    """RAPPOR's PRR is memoised as well, and its decoder has no range bound: a range of several
+    windows is not silently given independent-report intervals — the summary (CLI stderr, API
+    meta) warns; one window does not."""
+    path, db, cands = tmp_path / "r.toml", tmp_path / "r.db", tmp_path / "c.txt"
+    path.write_text('[metrics.site]\nkind = "string"\n', encoding="utf-8")
+    cands.write_text("a.example\nb.example\n", encoding="utf-8")
+    runner = CliRunner()
+    for day in ("2026-03-01", "2026-03-02"):
+        out = runner.invoke(main, ["simulate", "--metrics", str(path), "--metric", "site", "--clients", "3000",
+                                   "--window", day, "--db", str(db), "--seed", "3", "--silent",
+                                   "--distribution", "uniform"])
+        assert out.exit_code == 0, out.output
+    base = ["estimate", "--metrics", str(path), "--metric", "site", "--db", str(db), "--candidates", str(cands),
+            "--format", "json"]
+    ranged = runner.invoke(main, base + ["--since", "2026-03-01", "--until", "2026-03-02"])
+    assert ranged.exit_code == 0, ranged.output
+    assert "memoised (PRR)" in json.loads(ranged.stdout)["meta"]["summary"]["warning"]
+    single = runner.invoke(main, base + ["--window", "2026-03-01"])
+    assert "memoised (PRR)" not in (json.loads(single.stdout)["meta"]["summary"]["warning"] or "")
