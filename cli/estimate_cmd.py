@@ -171,7 +171,10 @@ def local_estimate(reader: StoreReader, spec: MetricSpec, window: str | None, si
                    progress: Working | None = None):
     """The estimate (or with ``by`` the series) from a store, as the query API computes it
     (``top``: how many strings a discover metric discovers; ``progress``: says which step runs)."""
+    from client_sdk.registry import Kind
+    from collector.storage.base import date_filter_ok
     from estimators.frequency import estimate_frame  # scipy and pandas: only when estimating
+    from estimators.memo_range import is_memoised, range_frame, with_rappor_range_warning
     from estimators.series import series_frame, windows_in_range
 
     step = progress.step if progress is not None else (lambda _: None)
@@ -187,10 +190,21 @@ def local_estimate(reader: StoreReader, spec: MetricSpec, window: str | None, si
                             candidates=candidates)
     step(f"loading {spec.name}")
     sketch = reader.load(spec, [window] if window else None, since, until)
+    if window is None and is_memoised(spec) and spec.kind is not Kind.STRING:
+        # permanent noise repeats across windows: not one sketch of independent reports
+        stored = sorted({w.window for w in reader.stored_windows(spec) if date_filter_ok(w.window, since, until)})
+        step(f"estimating {spec.name} over {len(stored):,} window{'' if len(stored) == 1 else 's'} "
+             "(memoised: range bound)")
+        return range_frame(spec, [(w, reader.load(spec, [w], None, None, allow_empty=True)) for w in stored],
+                           confidence=confidence, simultaneous=simultaneous, consistent=consistent)
     step(f"estimating {spec.name} from {sketch.total_reports:,} reports"
          + (" (discovering strings)" if spec.protocol == "discover" and not candidates else ""))
-    return estimate_frame(spec, sketch, confidence=confidence, simultaneous=simultaneous,
-                          consistent=consistent, candidates=candidates, top=top)
+    df = estimate_frame(spec, sketch, confidence=confidence, simultaneous=simultaneous,
+                        consistent=consistent, candidates=candidates, top=top)
+    if window is None and spec.protocol == "rappor":
+        stored = {w.window for w in reader.stored_windows(spec) if date_filter_ok(w.window, since, until)}
+        df = with_rappor_range_warning(df, len(stored))
+    return df
 
 
 def top_series(df, top: int):

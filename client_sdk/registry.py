@@ -7,7 +7,7 @@ categories = ["light", "dark", "system"]
 protocol = "auto"               # or rr, grr, oue, sue, olh, hr, ss, lgrr, losue, loloha, dbitflip
                                 # (strings: rappor, or discover with max_length = 16 bytes)
 epsilon = 1.0
-max_report_bytes = 64           # optional: `auto` picks among protocols whose report fits (default 8192)
+max_report_bytes = 64           # optional: every report fits (default 8192); `auto` picks among those
 
 [metrics.session_minutes]
 kind = "numeric"                # a mean: values in [lo, hi], clipped on the device
@@ -498,13 +498,15 @@ class _MetricParser:
             size = report_bytes(spec.protocol_impl)  # also validates the protocol parameters now
         except (ValueError, TypeError) as exc:
             raise self.fail(f"invalid {protocol} parameters: {exc}", "protocol") from None
-        if max_bytes is not None and size > max_bytes:
+        budget = DEFAULT_MAX_REPORT_BYTES if max_bytes is None else max_bytes
+        if size > budget:   # every protocol, explicit or chosen by `auto`, and the default budget too
             # only a frequency metric's `auto` respects the budget (strings' auto is rappor)
             hint = "use protocol = \"auto\" or raise max_report_bytes" \
                 if requested != "auto" and kind is not Kind.STRING and not mean_metric else \
                 "raise max_report_bytes or lower the protocol's size parameters (docs/protocols.md, \"Report size\")"
-            raise self.fail(f"a {protocol} report takes {size} bytes, above max_report_bytes = {max_bytes}; "
-                            f"{hint}", "max_report_bytes")
+            which = f"max_report_bytes = {budget:,}" + (" (the default)" if max_bytes is None else "")
+            raise self.fail(f"a {protocol} report takes {size:,} bytes, above {which}; {hint}",
+                            "max_report_bytes")
         if lifetime is not None:
             self.check_lifetime_fits_one_report(spec.protocol_impl, float(lifetime))
         return spec
@@ -621,7 +623,8 @@ class _MetricParser:
             raise self.fail(str(exc), field) from None
 
     def max_report_bytes(self) -> int | None:
-        """The report-size budget `auto` respects (None: DEFAULT_MAX_REPORT_BYTES)."""
+        """The report-size budget of every protocol, and the one `auto` chooses within
+        (None: DEFAULT_MAX_REPORT_BYTES)."""
         max_bytes = self.table.get("max_report_bytes")
         if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int)
                                       or max_bytes < 1):

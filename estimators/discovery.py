@@ -300,8 +300,22 @@ def discover(proto: Discover, sketch: Sketch, *, top: int | None = None, keep: i
     kept, counts_h, var_h, n_h = _search_and_hold_out(proto, sketch, kept_extra=[], keep=keep, screen=screen,
                                                       levels=levels)
     caps = chain_caps(proto, sketch, levels, kept[:top])
-    return _frame(proto, sketch, kept[:top], counts_h[:top], var_h[:top], n_h, n, caps, confidence=confidence,
-                  alpha=alpha, control=control, simultaneous=simultaneous)
+    df = _frame(proto, sketch, kept[:top], counts_h[:top], var_h[:top], n_h, n, caps, confidence=confidence,
+                alpha=alpha, control=control, simultaneous=simultaneous)
+    # only what was found: the search always keeps ``keep`` keys, and below the heavy strings they
+    # are byte strings nobody holds (the multiple-testing family stays the ``top`` ranked keys)
+    found = df[df["detected"]].reset_index(drop=True)
+    found.attrs = dict(df.attrs, tested=len(df))
+    return found
+
+
+def key_text(key: Key) -> str:
+    """An unambiguous printable form of a key: printable ASCII as is, a backslash as ``\\\\``,
+    every other byte as ``\\xNN``, and ``\\…`` after a string cut at max_length (not ended).
+    Two keys whose bytes decode to the same text (invalid UTF-8 is shown as U+FFFD) differ here."""
+    b, ended = key
+    text = "".join("\\\\" if x == 0x5C else chr(x) if 0x20 <= x < 0x7F else f"\\x{x:02x}" for x in b)
+    return text if ended else text + "\\…"
 
 
 def _search_and_hold_out(proto: Discover, sketch: Sketch, *, kept_extra: list[Key], keep: int, screen: int,
@@ -382,6 +396,7 @@ def _frame(proto: Discover, sketch: Sketch, final: list[Key], counts_h: np.ndarr
     p_value = stats.norm.sf(zs)
     df = pd.DataFrame({
         "value": [b.decode("utf-8", errors="replace") for b, _ in final],
+        "key": [key_text(k) for k in final],
         "estimate": counts,
         "proportion": counts / n,
         "std_err": std,

@@ -29,6 +29,7 @@ def _jsonable(value: Any) -> Any:
 COLUMN_SCALES = {
     "window": "window label (UTC day YYYY-MM-DD or hour YYYY-MM-DDTHH)",
     "value": "value of the metric's domain (or bucket label)",
+    "key": "a discovered string's bytes, unambiguous: printable ASCII, \\\\, \\xNN; a trailing \\… if cut at max_length",
     "statistic": "row kind of a numeric metric (count = a bucket, or mean, sum, n, p10 ... p99)",
     "estimate": "count (reports holding the value), or the statistic in the metric's units",
     "raw_estimate": "count, unbiased, before post-processing",

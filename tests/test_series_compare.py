@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from click.testing import CliRunner
+from scipy import stats
 
 from cli.main import main
 from client_sdk.errors import EstimationError
@@ -199,11 +200,12 @@ def _runs(spec, weights_a, weights_b, n, runs, seed):
 @pytest.mark.statistical
 def test_compare_family_wise_false_flags_at_most_alpha(registry):
     """Same distribution in A and B (each window's devices a fresh multinomial draw): any value
-    flagged in at most 5% of runs (Holm, fwer); difference unbiased, standard error calibrated."""
-    spec, runs = registry.get("page"), 400
+    flagged in at most 5% of runs (Holm, fwer) within 2.5 MC SEs (2,000 runs: 0.062; it allowed
+    0.083 with 400; measured 0.0465 over 4,000); difference unbiased, standard error calibrated."""
+    spec, runs = registry.get("page"), 2000
     frames = _runs(spec, zipf(20), zipf(20), 20_000, runs, seed=21)
     rate = np.mean([f["changed"].any() for f in frames])
-    assert rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / runs), rate
+    assert rate <= 0.05 + 2.5 * math.sqrt(0.05 * 0.95 / runs), rate
     # unbiased difference and calibrated standard error (per value, pooled over runs)
     diff = np.array([f["difference"].to_numpy() for f in frames])
     se = np.array([f["std_err"].to_numpy() for f in frames])
@@ -224,27 +226,35 @@ def _shifted(weights: np.ndarray, index: int, delta: float) -> np.ndarray:
     return out
 
 
-def _se_of_difference(spec, weights: np.ndarray, n: int, index: int) -> float:
-    """Randomisation plus sampling of the devices, for each of two windows of n reports."""
-    w = weights[index]
-    var = spec.protocol_impl.variance(n, weights * n)[index] / n ** 2 + w * (1 - w) / n
-    return math.sqrt(2 * var)
+def _shift_of(spec, weights: np.ndarray, n: int, index: int, k: float) -> float:
+    """The shift δ of value ``index`` that is k standard errors of the difference — randomisation
+    plus sampling of the devices in each of two windows of n reports, B's at the shifted weights
+    (the SE an analyst reads; it grows with the shifted share, hence the fixed point)."""
+    def var(w: np.ndarray) -> float:
+        return spec.protocol_impl.variance(n, w * n)[index] / n ** 2 + w[index] * (1 - w[index]) / n
+
+    delta = 0.0
+    for _ in range(30):
+        delta = k * math.sqrt(var(weights) + var(_shifted(weights, index, delta)))
+    return delta
 
 
 @pytest.mark.statistical
 def test_compare_detects_a_three_se_shift(registry):
-    """A 3-SE shift in one value: its test rejects in >= 80% of runs (Φ(3 − 1.96) = 85%); the
-    family-wise flag over 20 values detects a shift of required_shift(20) SEs in >= 80%."""
-    spec, n, runs, idx = registry.get("page"), 20_000, 300, 4
+    """The documented power within 3 MC SEs (2,000 runs: SE ≈ 0.008): a 3-SE shift in one value
+    is rejected by its own test in Φ(3 − 1.96) = 85% of runs (measured 0.854 over 4,000), and the
+    family-wise flag over 20 values catches a shift of required_shift(20) SEs in 80% (measured
+    0.791). The test used to measure the shift in the null's SE and accept 0.80 and 0.73."""
+    spec, n, runs, idx = registry.get("page"), 20_000, 2000, 4
     base = zipf(20)
-    se = _se_of_difference(spec, base, n, idx)
-    frames = _runs(spec, base, _shifted(base, idx, 3 * se), n, runs, seed=22)
+    frames = _runs(spec, base, _shifted(base, idx, _shift_of(spec, base, n, idx, 3.0)), n, runs, seed=22)
     power = np.mean([f["p_value"].iloc[idx] <= 0.05 and f["difference"].iloc[idx] > 0 for f in frames])
-    assert power >= 0.80, power
+    documented = float(stats.norm.cdf(3 - stats.norm.isf(0.025)))
+    assert abs(power - documented) <= 3 * math.sqrt(documented * (1 - documented) / runs), power
     shift = required_shift(20)
-    frames = _runs(spec, base, _shifted(base, idx, shift * se), n, runs, seed=23)
+    frames = _runs(spec, base, _shifted(base, idx, _shift_of(spec, base, n, idx, shift)), n, runs, seed=23)
     flagged = np.mean([bool(f["changed"].iloc[idx]) for f in frames])
-    assert flagged >= 0.80 - 3 * math.sqrt(0.8 * 0.2 / runs), (flagged, shift)
+    assert abs(flagged - 0.80) <= 3 * math.sqrt(0.8 * 0.2 / runs), (flagged, shift)
 
 
 # --- CLI and API -------------------------------------------------------------------------------

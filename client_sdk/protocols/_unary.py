@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any, ClassVar
 
 import numpy as np
@@ -40,6 +41,7 @@ from ..randomness import (
     realised,
     threshold_ceil,
 )
+from ._epsilon import log_up
 from .base import (
     Payloads,
     PureProtocol,
@@ -122,7 +124,8 @@ class UnaryEncoding(PureProtocol):
     @property
     def epsilon(self) -> float:
         # ε = ln(p'(1−q') / ((1−p')q')); 1−p' and 1−q' are exact (multiples of 2^-32).
-        return math.log(self.p * (1.0 - self.q) / ((1.0 - self.p) * self.q))
+        p, q = Fraction(self.p), Fraction(self.q)
+        return log_up(p * (1 - q) / ((1 - p) * q))
 
     @property
     def payload_bits(self) -> int:

@@ -20,12 +20,14 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
+from fractions import Fraction
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ..errors import DomainError, InvalidPayload
 from ..randomness import RandomLike
+from ._epsilon import log_up
 
 Payloads = dict[str, np.ndarray]
 """A batch of randomised reports: named arrays sharing the leading (batch) dimension."""
@@ -250,7 +252,7 @@ class DirectResponse(PureProtocol):
 
     @property
     def epsilon(self) -> float:
-        return math.log(self.p / self.q)
+        return log_up(Fraction(self.p) / Fraction(self.q))   # an upper bound (protocols/_epsilon.py)
 
     @property
     def payload_bits(self) -> int:

@@ -253,6 +253,17 @@ class DBitFlip(Memoised, Protocol):
         f = np.clip(np.nan_to_num(f_hat, nan=0.0), 0.0, 1.0)
         return CountEstimate(n * f_hat, self._variance(n, n_v, f), n, {"bucket_reports": n_v})
 
+    def permanent_variance(self, sketch: Sketch, estimate: CountEstimate) -> np.ndarray:
+        """λ·(randomisation part) + (sampling part): which devices' windows hold v is permanent too
+        (``Memoised.permanent_variance``); the sampling part is the second term of ``_variance``."""
+        n = estimate.n
+        n_v = np.asarray(estimate.extra["bucket_reports"], dtype=np.float64)
+        f = np.clip(np.nan_to_num(np.asarray(estimate.counts, dtype=np.float64) / max(n, 1), nan=0.0), 0.0, 1.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sampling = np.where(n_v > 0, n * n * f * (1 - f) * (n - n_v) / (n_v * max(n - 1, 1)), 0.0)
+        lam = self.second_round_keep
+        return lam * np.asarray(estimate.variances, dtype=np.float64) + (1 - lam) * sampling
+
     def variance(self, n: int, true_counts: np.ndarray | float) -> np.ndarray:
         """Var[ĉ(v)] with the expected n_v = n·d/k."""
         f = np.asarray(true_counts, dtype=np.float64) / max(n, 1)

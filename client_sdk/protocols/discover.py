@@ -40,6 +40,7 @@ import dataclasses
 import hashlib
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,7 @@ import numpy as np
 from ..errors import DomainError, InvalidPayload
 from ..hashing import derive_cohort, encode_text
 from ..randomness import SCALE, RandomLike, as_random_source, bernoulli, secure_below, secure_word
+from ._epsilon import log_up
 from .base import CountEstimate, Payloads, Protocol, Sketch, add_cells, first_bad, require_1d
 from .grr import GRROnRange
 
@@ -203,7 +205,7 @@ class Discover(Protocol):
     # --- privacy -------------------------------------------------------------------------------------
     @property
     def epsilon(self) -> float:
-        return math.log(self.p / self.q)
+        return log_up(Fraction(self.p) / Fraction(self.q))
 
     @property
     def payload_bits(self) -> int:

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from ..randomness import RandomLike, as_random_source
+from ._epsilon import log_up
 from .base import Payloads
 from .numeric import SCALE64, NumericProtocol, check_grid_and_epsilon, secure_word64, words64
 
@@ -30,8 +32,8 @@ DEFAULT_GRID = 256
 
 
 def realised_epsilon(low: int) -> float:
-    """ln((2^64 − A)/A) for T_0 = A, T_K = 2^64 − A; log1p keeps tiny ε to full precision."""
-    return math.log1p((SCALE64 - 2 * low) / low)
+    """ln((2^64 − A)/A) for T_0 = A, T_K = 2^64 − A, exact and rounded up (``_epsilon.log_up``)."""
+    return log_up(Fraction(SCALE64 - low, low))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +89,11 @@ class Duchi(NumericProtocol):
     @property
     def epsilon(self) -> float:
         return realised_epsilon(self._a)
+
+    def integer_table(self) -> tuple[np.ndarray, int]:
+        """P(1 | j) = (A + jD)/2^64: the sampler's own thresholds (``encode``: u < T_j)."""
+        t = [self._a + self._d * j for j in range(self.params.grid + 1)]
+        return np.array([[SCALE64 - x, x] for x in t], dtype=object), SCALE64
 
     def probability_table(self) -> np.ndarray:
         return self._table

@@ -40,12 +40,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from ..errors import InvalidPayload
 from ..randomness import RandomLike, as_random_source, bernoulli, secure_below, secure_word
+from ._epsilon import log_up
 from ._projective import (
     dimension,
     direction_code_one,
@@ -179,7 +181,7 @@ class HR(PureProtocol):
     @property
     def epsilon(self) -> float:
         # Q(y|x)/Q(y|x') is at most (p'/m)/(q'/m).
-        return math.log(self.params.p / self._q_prime)
+        return log_up(Fraction(self.params.p) / Fraction(self._q_prime))
 
     @property
     def payload_bits(self) -> int:

@@ -123,6 +123,13 @@ class Hybrid(NumericProtocol):
         used = ([self._pm.epsilon] if self._h > 0 else []) + ([self._duchi.epsilon] if self._h < SCALE else [])
         return max(used)
 
+    def integer_table(self) -> tuple[np.ndarray, int]:
+        """h/2^32 · Piecewise (out of T) beside (1 − h/2^32) · Duchi (out of 2^64), one denominator."""
+        pm, pm_total = self._pm.integer_table()
+        du, du_total = self._duchi.integer_table()
+        table = np.concatenate([pm * (self._h * du_total), du * ((SCALE - self._h) * pm_total)], axis=1)
+        return table, SCALE * pm_total * du_total
+
     def probability_table(self) -> np.ndarray:
         return self._table
 

@@ -33,8 +33,16 @@ from typing import Any
 import numpy as np
 
 from ..randomness import RandomLike, as_random_source
+from ._epsilon import log_up
 from .base import Payloads
-from .numeric import SCALE64, NumericProtocol, check_grid_and_epsilon, secure_word64, words64
+from .numeric import (
+    SCALE64,
+    NumericProtocol,
+    check_grid_and_epsilon,
+    max_column_ratio,
+    secure_word64,
+    words64,
+)
 
 DEFAULT_GRID = 32
 #: Largest probability clamped into an end cell, for any input.
@@ -169,6 +177,10 @@ class Laplace(NumericProtocol):
     def epsilon(self) -> float:
         return self._epsilon
 
+    def integer_table(self) -> tuple[np.ndarray, int]:
+        """The noise weights out of 2^64 that ``encode``'s inverse CDF (``_bounds``) realises."""
+        return self._integer_table().astype(object), SCALE64
+
     def probability_table(self) -> np.ndarray:
         if self._table is None:
             self._table = self._integer_table().astype(np.float64) / float(SCALE64)
@@ -201,12 +213,8 @@ class Laplace(NumericProtocol):
 
 
 def _max_log_ratio(table: np.ndarray) -> float:
-    """ln max_y max_{j,j'} W(y|j)/W(y|j') for an integer table with full support."""
-    hi, lo = table.max(axis=0), table.min(axis=0)
-    if (lo == 0).any():
-        return math.inf
-    # uint64 -> float64 rounds each weight by <= 2^-53 relative: ε' is exact to ~1e-15
-    return float(np.log((hi.astype(np.float64) / lo.astype(np.float64)).max()))
+    """ln max_y max_{j,j'} W(y|j)/W(y|j') for an integer table, exact and rounded up."""
+    return log_up(max_column_ratio(table))
 
 
 OPTION_KEYS: frozenset[str] = frozenset({"grid"})

@@ -22,12 +22,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from ..memo import MemoCache
 from ..randomness import RandomLike, as_random_source, realised
+from ._epsilon import log_up
 from ._longitudinal import (
     Memoised,
     TwoRoundChain,
@@ -36,6 +38,7 @@ from ._longitudinal import (
     grr_round,
     largest_threshold,
     log_ratio,
+    pure_chain_permanent_variance,
 )
 from .base import Payloads, check_domain_and_epsilon
 from .grr import GRR
@@ -129,7 +132,7 @@ class GRRChainRounds(Memoised):
 
     @property
     def epsilon_longitudinal(self) -> float:
-        return math.log(self.params.p1 / self.params.q1)
+        return log_up(Fraction(self.params.p1) / Fraction(self.params.q1))
 
     def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
         return grr_round(memo_inputs, self.params.chain_size, self.params.p1_threshold, source)
@@ -151,6 +154,10 @@ class LGRR(GRRChainRounds, GRR):
         probs = np.full(self.params.d, self.params.q1)
         probs[index] = self.params.p1
         return probs
+
+    def permanent_variance(self, sketch: Any, estimate: Any) -> np.ndarray:
+        """Exact for a pure chain (``_longitudinal.pure_chain_permanent_variance``)."""
+        return pure_chain_permanent_variance(self.params, estimate.n, estimate.counts)
 
     def encode(self, indices: np.ndarray, rng: RandomLike = None,
                cohorts: np.ndarray | None = None) -> Payloads:

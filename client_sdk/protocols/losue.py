@@ -17,13 +17,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from ..memo import MemoCache
 from ..randomness import SCALE, RandomLike, as_random_source, realised, threshold_ceil
-from ._longitudinal import Memoised, SymmetricSecondRound, chain, check_epsilon_pair
+from ._epsilon import log_up
+from ._longitudinal import (
+    Memoised,
+    SymmetricSecondRound,
+    chain,
+    check_epsilon_pair,
+    pure_chain_permanent_variance,
+)
 from ._unary import MAX_ENUMERATED_D, UnaryEncoding, check_thresholds
 from .base import Payloads
 
@@ -36,7 +44,10 @@ def closed_form_p2(epsilon: float, epsilon_inf: float) -> float:
 
 def unary_epsilon(p: float, q: float) -> float:
     """ε of a unary report with per-bit rates p (x's bit) and q (other bits); 0 if p <= q."""
-    return math.log(p * (1 - q) / ((1 - p) * q)) if 0 < q < p < 1 else (math.inf if p >= 1 or q <= 0 else 0.0)
+    if not 0 < q < p < 1:
+        return math.inf if p >= 1 or q <= 0 else 0.0
+    fp, fq = Fraction(p), Fraction(q)
+    return log_up(fp * (1 - fq) / ((1 - fp) * fq))
 
 
 def l_sue_rates(epsilon: float, epsilon_inf: float) -> tuple[float, float]:
@@ -109,6 +120,10 @@ class LOSUE(Memoised, UnaryEncoding):
         one = np.full(d, self.params.q1)
         one[index] = self.params.p1
         return np.where(bits == 1, one, 1.0 - one).prod(axis=1)
+
+    def permanent_variance(self, sketch: Any, estimate: Any) -> np.ndarray:
+        """Exact for a pure chain (``_longitudinal.pure_chain_permanent_variance``)."""
+        return pure_chain_permanent_variance(self.params, estimate.n, estimate.counts)
 
     def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
         """OUE bits, bool (n, d): x's bit 1 w.p. p₁, every other bit w.p. q₁."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,7 @@ import numpy as np
 from ..hashing import check_secret
 from ..memo import MemoCache, MemoRandom
 from ..randomness import SCALE, RandomLike, SecureRandom, as_random_source
+from ._epsilon import log_up
 from ._longitudinal import Memoised, check_epsilon_pair, largest_threshold
 from .base import Payloads
 from .duchi import DuchiParams
@@ -67,9 +69,16 @@ class MemoBitMeanParams:
         p1 = np.array([(a + d * j) / SCALE64 for j in range(self.grid + 1)])
         return g + (1 - 2 * g) * p1
 
+    def one_weights(self, gamma_threshold: int) -> list[int]:
+        """P(report = 1 | j)·2^96 exactly: γ + (1 − 2γ)·P1_j with γ = G/2^32, P1_j = T_j/2^64."""
+        a, d, g = self.first.low_threshold, self.first.step, gamma_threshold
+        return [g * SCALE64 + (SCALE - 2 * g) * (a + d * j) for j in range(self.grid + 1)]
+
     def epsilon_realised(self, gamma_threshold: int) -> float:
-        one = self.one_probabilities(gamma_threshold)
-        return float(max(math.log(one.max() / one.min()), math.log((1 - one.min()) / (1 - one.max()))))
+        """ε of one report from the exact weights, rounded up (``_epsilon.log_up``)."""
+        one = self.one_weights(gamma_threshold)
+        total = SCALE * SCALE64
+        return log_up(max(Fraction(max(one), min(one)), Fraction(total - min(one), total - max(one))))
 
     @functools.cached_property
     def gamma_threshold(self) -> int:
@@ -111,13 +120,23 @@ class MemoBitMean(Memoised, NumericProtocol):
     def probability_table(self) -> np.ndarray:
         return self._table
 
+    def integer_table(self) -> tuple[np.ndarray, int]:
+        """The two rounds' exact law out of 2^96 (``MemoBitMeanParams.one_weights``)."""
+        total = SCALE * SCALE64
+        return np.array([[total - w, w] for w in self.params.one_weights(self._gamma)], dtype=object), total
+
     def debiased_values(self) -> np.ndarray:
         return self._values
 
     @property
     def epsilon_longitudinal(self) -> float:
         a = self.params.first.low_threshold
-        return math.log((SCALE64 - a) / a)
+        return log_up(Fraction(SCALE64 - a, a))
+
+    @property
+    def second_round_keep(self) -> float:
+        """λ = 1 − 2γ: the flip keeps the bit w.p. 1 − γ = λ + (1 − λ)/2."""
+        return 1.0 - 2.0 * self._gamma / SCALE
 
     def memo_output_probabilities(self, index: int) -> np.ndarray:
         p1 = int(self._t1[index]) / SCALE64

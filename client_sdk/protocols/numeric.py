@@ -28,12 +28,14 @@ import abc
 import dataclasses
 import math
 import os
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from ..errors import InvalidPayload
 from ..randomness import SCALE, RandomLike, RandomSource, as_random_source, secure_word
+from ._epsilon import log_up
 from .base import Payloads, Protocol, Sketch, first_bad, integers_from_wire, require_1d
 
 #: Mechanisms whose probabilities need finer steps than 2^-32 test 64-bit words against them.
@@ -43,6 +45,29 @@ SCALE64 = 1 << 64
 def words64(source: RandomSource, count: int) -> np.ndarray:
     """``count`` uniform 64-bit words (uint64), each made of two uniform 32-bit words."""
     return np.ascontiguousarray(source.words(2 * count)).view(np.uint64)
+
+
+def max_column_ratio(weights: np.ndarray) -> Fraction | float:
+    """max_y max_{j,j'} W[j,y]/W[j',y] as an exact Fraction over the outputs some input can
+    produce (inf when one input can produce y and another cannot). Float ratios find the
+    columns within 1e-9 of the largest; only those are compared exactly."""
+    w = np.asarray(weights)   # an integer dtype (exact max/min in numpy) or Python ints
+    hi, lo = [int(x) for x in w.max(axis=0)], [int(x) for x in w.min(axis=0)]
+    used = [i for i in range(w.shape[1]) if hi[i] > 0]
+    if any(lo[i] == 0 for i in used):
+        return math.inf
+    approx = {i: hi[i] / lo[i] for i in used}
+    top = max(approx.values())
+    return max(Fraction(hi[i], lo[i]) for i in used if approx[i] >= top * (1 - 1e-9))
+
+
+def exact_max_log_ratio(protocol: "NumericProtocol") -> float:
+    """log_up of the worst ratio of the sampler's table (integer where available, else the
+    float table taken exactly)."""
+    exact = protocol.integer_table()
+    weights = exact[0] if exact is not None else \
+        np.vectorize(Fraction, otypes=[object])(protocol.probability_table())
+    return log_up(max_column_ratio(weights))
 
 
 def secure_word64() -> int:
@@ -121,11 +146,19 @@ class NumericProtocol(Protocol):
     def output_probabilities(self, index: int) -> np.ndarray:
         return self.probability_table()[index]
 
+    def integer_table(self) -> tuple[np.ndarray, int] | None:
+        """(W, S): the sampler's exact law P(y | j) = W[j, y]/S from its integer thresholds (W an
+        object array of Python ints), or None where the mechanism has none."""
+        return None
+
     @property
     def epsilon(self) -> float:
-        """Exact per-report epsilon of the realised table (every mechanism here has full support)."""
-        table = self.probability_table()
-        return float(np.log(table.max(axis=0) / table.min(axis=0)).max())
+        """Per-report ε of the sampler's exact table, rounded up (``_epsilon.log_up``); from the
+        float table, taken exactly, where there is no integer one."""
+        cached = self.__dict__.get("_exact_epsilon")
+        if cached is None:
+            cached = self.__dict__["_exact_epsilon"] = exact_max_log_ratio(self)
+        return cached
 
     # --- device side ----------------------------------------------------------------------------
     def discretise(self, t: np.ndarray, rng: RandomLike = None) -> np.ndarray:

@@ -72,6 +72,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -86,6 +87,7 @@ from ..randomness import (
     secure_word,
 )
 from . import _projective as proj
+from ._epsilon import log_up
 from .base import (
     CountEstimate,
     Payloads,
@@ -293,7 +295,7 @@ class OLH(Protocol):
 
     @property
     def epsilon(self) -> float:
-        return math.log(self.p / self.q)
+        return log_up(Fraction(self.p) / Fraction(self.q))
 
     @property
     def payload_bits(self) -> int:

@@ -26,11 +26,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from ..randomness import SCALE, RandomLike, as_random_source, secure_word
+from ._epsilon import log_up
 from .base import Payloads
 from .numeric import NumericProtocol, check_grid_and_epsilon
 
@@ -48,7 +50,7 @@ def weights_for(epsilon: float, grid: int, window: int) -> tuple[int, int]:
     if b < 1:
         raise ValueError(f"epsilon {epsilon} is too large for 32-bit piecewise weights")
     a = math.floor(b * ratio)
-    while a > b and math.log(a / b) > epsilon:  # float rounding in b·e^ε: step back
+    while a > b and log_up(Fraction(a, b)) > epsilon:  # float rounding in b·e^ε: step back
         a -= 1
     return a, b
 
@@ -155,7 +157,14 @@ class Piecewise(NumericProtocol):
 
     @property
     def epsilon(self) -> float:
-        return math.log(self._a / self._b)
+        return log_up(Fraction(self._a, self._b))
+
+    def integer_table(self) -> tuple[np.ndarray, int]:
+        """a inside the window, b elsewhere, out of T = w·a + K·b: ``cells_from_uniform``'s law."""
+        j = np.arange(self._k + 1)[:, None]
+        c = np.arange(self._k + self._w)[None, :]
+        inside = (c >= j) & (c < j + self._w)
+        return np.where(inside, self._a, self._b).astype(object), self._total
 
     def probability_table(self) -> np.ndarray:
         return self._table

@@ -47,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -63,6 +64,7 @@ from ..randomness import (
     threshold_ceil,
     threshold_floor,
 )
+from ._epsilon import log_up
 from .base import CountEstimate, Payloads, Protocol, Sketch, first_bad, require_1d
 
 #: Registry options and their defaults (docs/rappor.md): Google's demo noise at Chrome's k.
@@ -188,7 +190,8 @@ def _log_ratio(a: float, b: float) -> float:
         return -math.inf
     if b <= 0:
         return math.inf
-    return math.log(a / b)
+    ratio = Fraction(a) / Fraction(b)
+    return log_up(ratio) if ratio > 1 else math.log(a / b)   # the worst (largest) ratio rounds up
 
 
 def worst_case_epsilon(one_given_one: float, one_given_zero: float, h: int, k: int) -> float:

@@ -33,6 +33,7 @@ import itertools
 import math
 import os
 import struct
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,7 @@ from ..randomness import (
     secure_below,
     threshold_ceil,
 )
+from ._epsilon import log_up
 from .base import (
     Payloads,
     PureProtocol,
@@ -123,7 +125,8 @@ class SS(PureProtocol):
     @property
     def epsilon(self) -> float:
         # Q(S|x∈S)/Q(S|x∉S) = [π'/C(d−1,s−1)] / [(1−π')/C(d−1,s)] = π'(d−s)/((1−π')s).
-        return math.log(self.pi * (self.params.d - self.s) / ((1.0 - self.pi) * self.s))
+        pi = Fraction(self.pi)
+        return log_up(pi * (self.params.d - self.s) / ((1 - pi) * self.s))
 
     @property
     def payload_bits(self) -> int:
