@@ -297,9 +297,11 @@ def test_held_out_intervals_cover():
     hits = [(r.ci_low <= truth.get(r.value, 0) <= r.ci_high) for df in runs for r in df.itertuples()]
     se = math.sqrt(0.95 * 0.05 / len(hits))
     assert len(hits) >= 250 and np.mean(hits) >= 0.95 - 2.5 * se, (len(hits), np.mean(hits))
-    # the prefix caps (chain_caps) bind on honest data only in the Gaussian tail (each level's
-    # bound is CAP_Z = 4 of its own SE above the truth): a handful of ~330 estimates at most
-    assert sum(df.attrs["capped"] for df in runs) <= 3
+    # the prefix caps (chain_caps) bind on honest data only in the Gaussian tail: a prefix's bound
+    # is CAP_Z = 4 of its own SE above it, ~2.8 sd of the difference when the string holds most of
+    # its prefix (P ~ 0.0023 per prefix); ~330 estimates x 3 prefixes expect ~2.3 capped, and a
+    # Poisson(2.3) exceeds 9 with probability < 1e-3
+    assert sum(df.attrs["capped"] for df in runs) <= 9
     assert all("warning" not in df.attrs for df in runs)
 
 
