@@ -52,8 +52,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from ._lazy import np, numpy_types
 from .errors import DomainError, RegistryError, UnknownMetricError
 from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
 from .protocols.base import Protocol
@@ -157,7 +156,7 @@ class MetricSpec:
 
         int, float and numpy numbers are numbers; bool is not (``True`` is no duration).
         """
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        if isinstance(value, (bool, *numpy_types("bool_"))) or not isinstance(value, (int, float, *numpy_types("integer", "floating"))):
             raise DomainError(f"metric {self.name!r} takes numbers, got {type(value).__name__}")
         try:
             x = float(value)
@@ -306,9 +305,9 @@ def bucket_labels(edges: np.ndarray) -> tuple[str, ...]:
 def canonical_value(kind: Kind, value: Any) -> str:
     """The string key of a true value: booleans accept bool/0/1/'true'/'false'."""
     if kind is Kind.BOOLEAN:
-        if isinstance(value, (bool, np.bool_)):
+        if isinstance(value, (bool, *numpy_types("bool_"))):
             return "true" if value else "false"
-        if isinstance(value, (int, np.integer)) and int(value) in (0, 1):
+        if isinstance(value, (int, *numpy_types("integer"))) and int(value) in (0, 1):
             return BOOLEAN_VALUES[int(value)]
         if isinstance(value, str) and value.strip().lower() in BOOLEAN_VALUES:
             return value.strip().lower()

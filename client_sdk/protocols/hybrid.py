@@ -21,10 +21,9 @@ import functools
 import math
 from typing import Any
 
-import numpy as np
-
+from .._lazy import np
 from ..errors import InvalidPayload
-from ..randomness import SCALE, RandomLike, as_random_source, secure_word
+from ..randomness import OS_WORDS, SCALE, RandomLike, WordSource, as_random_source
 from .base import Payloads, first_bad
 from .duchi import Duchi, DuchiParams
 from .numeric import NumericProtocol, check_grid_and_epsilon
@@ -151,11 +150,12 @@ class Hybrid(NumericProtocol):
         bits = self._duchi.encode(j, source)["y"]
         return {"y": np.where(use_pm, pm_cells, self._m + bits)}
 
-    def encode_one(self, index: int, cohort: int | None = None) -> int:
+    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
         j = self._check_index(index)
-        if secure_word() < self._h:
-            return self._pm.cell_one(j)
-        return self._m + self._duchi.encode_one(j)
+        src = source or OS_WORDS
+        if src.word() < self._h:
+            return self._pm.cell_one(j, src)
+        return self._m + self._duchi.encode_one(j, None, src)
 
 
 OPTION_KEYS: frozenset[str] = frozenset({"grid"})

@@ -30,11 +30,10 @@ import itertools
 import math
 from typing import Any
 
-import numpy as np
-
-from ..randomness import RandomLike, as_random_source
+from .._lazy import np
+from ..randomness import OS_WORDS, RandomLike, WordSource, as_random_source
 from .base import Payloads
-from .numeric import SCALE64, NumericProtocol, check_grid_and_epsilon, secure_word64, words64
+from .numeric import SCALE64, NumericProtocol, check_grid_and_epsilon, words64
 
 DEFAULT_GRID = 32
 #: Largest probability clamped into an end cell, for any input.
@@ -194,9 +193,9 @@ class Laplace(NumericProtocol):
         y = np.clip(j + noise, self._n - self._l, self._n + self._k + self._l)
         return {"y": y - (self._n - self._l)}
 
-    def encode_one(self, index: int, cohort: int | None = None) -> int:
+    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
         j = self._check_index(index)
-        i = bisect.bisect_right(self._bounds, secure_word64())
+        i = bisect.bisect_right(self._bounds, (source or OS_WORDS).word64())
         return min(max(j + i - self._k, 0), self.cells - 1)
 
 

@@ -30,10 +30,9 @@ import math
 import os
 from typing import Any
 
-import numpy as np
-
+from .._lazy import np
 from ..errors import InvalidPayload
-from ..randomness import SCALE, RandomLike, RandomSource, as_random_source, secure_word
+from ..randomness import OS_WORDS, SCALE, RandomLike, RandomSource, WordSource, as_random_source
 from .base import Payloads, Protocol, Sketch, first_bad, integers_from_wire, require_1d
 
 #: Mechanisms whose probabilities need finer steps than 2^-32 test 64-bit words against them.
@@ -139,11 +138,11 @@ class NumericProtocol(Protocol):
         up = as_random_source(rng).words(pos.shape).astype(np.uint64) < up_threshold
         return np.minimum(low.astype(np.int64) + up, self.grid)
 
-    def discretise_one(self, t: float) -> int:
+    def discretise_one(self, t: float, source: WordSource | None = None) -> int:
         """``discretise`` for one value from the OS CSPRNG, in plain Python (SDK hot path)."""
         pos = (min(1.0, max(-1.0, t)) + 1.0) * (self.grid / 2)
         low = math.floor(pos)
-        if secure_word() < math.floor((pos - low) * SCALE):
+        if (source or OS_WORDS).word() < math.floor((pos - low) * SCALE):
             low += 1
         return min(low, self.grid)
 

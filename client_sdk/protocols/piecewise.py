@@ -28,9 +28,8 @@ import functools
 import math
 from typing import Any
 
-import numpy as np
-
-from ..randomness import SCALE, RandomLike, as_random_source, secure_word
+from .._lazy import np
+from ..randomness import OS_WORDS, SCALE, RandomLike, WordSource, as_random_source
 from .base import Payloads
 from .numeric import NumericProtocol, check_grid_and_epsilon
 
@@ -185,15 +184,13 @@ class Piecewise(NumericProtocol):
         r = self.uniform_below_total(as_random_source(rng), j.shape[0])
         return {"y": self.cells_from_uniform(j, r)}
 
-    def encode_one(self, index: int, cohort: int | None = None) -> int:
-        return self.cell_one(self._check_index(index))
+    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
+        return self.cell_one(self._check_index(index), source)
 
-    def cell_one(self, j: int) -> int:
-        """One report for grid index j from the OS CSPRNG, in plain Python."""
-        u = secure_word()
-        while u >= self._accept:
-            u = secure_word()
-        r = u % self._total
+    def cell_one(self, j: int, source: WordSource | None = None) -> int:
+        """One report for grid index j from the OS CSPRNG, in plain Python: r uniform on the
+        2^32-word rejection of ``uniform_below_total`` (u < ⌊2^32/total⌋·total), then the cell."""
+        r = (source or OS_WORDS).below32(self._total)
         inside = self._w * self._a
         if r < inside:
             return j + r // self._a
