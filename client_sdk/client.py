@@ -147,7 +147,7 @@ class _Metric:
         if self.numeric:
             self.lo, self.hi = spec.bounds
             self.scale = 2.0 / (self.hi - self.lo)
-            self.inner_edges = [float(e) for e in spec.edges[1:-1]] if spec.is_histogram else None
+            self.inner_edges = spec.edge_list[1:-1] if spec.is_histogram else None
             self.labels = spec.domain
 
     def number(self, value: Any, secret: bytes = b"") -> tuple[str, int, bool] | None:

@@ -48,7 +48,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,7 @@ from .protocols.factory import (
     option_keys,
     report_bytes,
 )
-from .protocols.numeric import NUMERIC_PROTOCOL_NAMES
+from .protocols.numeric import NUMERIC_PROTOCOL_NAMES, linspace_list
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -140,16 +140,22 @@ class MetricSpec:
         return float(self.range[0]), float(self.range[1])
 
     @functools.cached_property
-    def edges(self) -> np.ndarray:
-        """Bucket edges e_0 = lo < e_1 < ... < e_B = hi of a histogram metric (float64)."""
+    def edge_list(self) -> list[float]:
+        """Bucket edges e_0 = lo < e_1 < ... < e_B = hi of a histogram metric, as floats (the SDK
+        buckets values with them, without numpy; ``edges`` is the same numbers as an array)."""
         if self.buckets is None:
             raise TypeError(f"metric {self.name!r} is not a histogram metric")
         lo, hi = self.bounds
         if isinstance(self.buckets, int):
-            edges = np.linspace(lo, hi, self.buckets + 1)
+            edges = linspace_list(lo, hi, self.buckets + 1)
             edges[0], edges[-1] = lo, hi
             return edges
-        return np.asarray(self.buckets, dtype=np.float64)
+        return [float(b) for b in self.buckets]
+
+    @functools.cached_property
+    def edges(self) -> np.ndarray:
+        """Bucket edges e_0 = lo < e_1 < ... < e_B = hi of a histogram metric (float64)."""
+        return np.asarray(self.edge_list, dtype=np.float64)
 
     def number(self, value: Any) -> float:
         """A reported value as a finite float; DomainError (naming the metric) otherwise.
@@ -185,7 +191,7 @@ class MetricSpec:
 
     @functools.cached_property
     def _bucket_labels(self) -> tuple[str, ...]:
-        return bucket_labels(self.edges)
+        return bucket_labels(self.edge_list)
 
     # --- domain -----------------------------------------------------------------------------
     @property
@@ -256,7 +262,7 @@ class MetricSpec:
                "options": {k: v for k, v in self.options}, "resolved": resolved}
         if self.kind is Kind.NUMERIC:  # only here: other kinds keep their fingerprints
             out["range"] = list(self.bounds)
-            out["buckets"] = None if self.buckets is None else [float(e) for e in self.edges]
+            out["buckets"] = None if self.buckets is None else list(self.edge_list)
         return out
 
     def to_toml_table(self) -> dict[str, Any]:
@@ -295,7 +301,7 @@ def _edge_text(x: float) -> str:
     return str(int(x)) if x.is_integer() and abs(x) < 1e15 else repr(float(x))
 
 
-def bucket_labels(edges: np.ndarray) -> tuple[str, ...]:
+def bucket_labels(edges: Sequence[float]) -> tuple[str, ...]:
     """"[lo, hi)" per bucket, the last one "[lo, hi]" (it includes the range's top)."""
     text = [_edge_text(float(e)) for e in edges]
     last = len(text) - 2
@@ -692,8 +698,8 @@ def _parse_buckets(buckets: Any, lo: float, hi: float, fail: Any) -> int | tuple
         if not 2 <= buckets <= MAX_BUCKETS:
             raise fail(f"{buckets} is not allowed; use an integer in [2, {MAX_BUCKETS}] or a list of "
                        "edges", "buckets")
-        edges = np.linspace(lo, hi, buckets + 1)
-        if np.any(np.diff(edges) <= 0):
+        edges = linspace_list(lo, hi, buckets + 1)
+        if any(b <= a for a, b in zip(edges, edges[1:])):
             raise fail(f"{buckets} equal-width buckets are too narrow for the range", "buckets")
         return buckets
     if not isinstance(buckets, list) or not all(_number(v) for v in buckets):

@@ -73,10 +73,22 @@ class Duchi(NumericProtocol):
         return np.array([self._a + self._d * j for j in range(self.params.grid + 1)], dtype=np.uint64)
 
     @functools.cached_property
-    def _values(self) -> np.ndarray:
+    def _value_list(self) -> list[float]:
         # v(y) solves E[v | j] = t_j: P_j = (A + jD)/2^64 and t_j = −1 + 2j/K.
         scale = 2.0 * SCALE64 / (self._d * self.params.grid)
-        return np.array([(0.0 - self._a / SCALE64) * scale - 1.0, (1.0 - self._a / SCALE64) * scale - 1.0])
+        return [(0.0 - self._a / SCALE64) * scale - 1.0, (1.0 - self._a / SCALE64) * scale - 1.0]
+
+    @functools.cached_property
+    def _values(self) -> np.ndarray:
+        return np.array(self._value_list)
+
+    def second_moments(self) -> list[float]:
+        v0, v1 = self._value_list
+        out = []
+        for j in range(self.params.grid + 1):
+            t = self._a + self._d * j
+            out.append((SCALE64 - t) / SCALE64 * (v0 * v0) + t / SCALE64 * (v1 * v1))
+        return out
 
     @functools.cached_property
     def _table(self) -> np.ndarray:

@@ -26,7 +26,7 @@ from ..errors import InvalidPayload
 from ..randomness import OS_WORDS, SCALE, RandomLike, WordSource, as_random_source
 from .base import Payloads, first_bad
 from .duchi import Duchi, DuchiParams
-from .numeric import NumericProtocol, check_grid_and_epsilon
+from .numeric import NumericProtocol, check_grid_and_epsilon, linspace_list
 from .piecewise import MAX_GRID, Piecewise, PiecewiseParams
 
 DEFAULT_GRID = 256
@@ -38,10 +38,12 @@ def paper_alpha(epsilon: float) -> float:
     return 1.0 - math.exp(-epsilon / 2) if epsilon > 0.61 else 0.0
 
 
-def _variance_curves(pm: Piecewise, duchi: Duchi) -> tuple[np.ndarray, np.ndarray]:
-    """Per-report variance of each part on the fine grid ``worst_case_variance`` scans."""
-    fine = np.linspace(-1.0, 1.0, 8 * pm.grid + 1)
-    return pm.value_variance(fine), duchi.value_variance(fine)
+def _variance_curves(pm: Piecewise, duchi: Duchi) -> tuple[list[float], list[float]]:
+    """Per-report variance of each part on the fine grid ``worst_case_variance`` scans (plain
+    floats: devices resolve the mixture too)."""
+    fine = linspace_list(-1.0, 1.0, 8 * pm.grid + 1)
+    a, b = pm.second_moments(), duchi.second_moments()
+    return [pm.value_variance_one(t, a) for t in fine], [duchi.value_variance_one(t, b) for t in fine]
 
 
 def best_threshold(pm: Piecewise, duchi: Duchi) -> int:
@@ -49,7 +51,8 @@ def best_threshold(pm: Piecewise, duchi: Duchi) -> int:
     a_curve, b_curve = _variance_curves(pm, duchi)
 
     def worst(alpha: float) -> float:
-        return float((alpha * a_curve + (1 - alpha) * b_curve).max())
+        beta = 1 - alpha
+        return max(alpha * a + beta * b for a, b in zip(a_curve, b_curve))
 
     lo, hi = 0.0, 1.0
     for _ in range(60):
@@ -95,10 +98,20 @@ class Hybrid(NumericProtocol):
         else:
             self._h = round(params.alpha * SCALE)
         self._m = self._pm.cells
+
+    @functools.cached_property
+    def _table(self) -> np.ndarray:
         mix = self._h / SCALE
-        self._table = np.concatenate([mix * self._pm.probability_table(),
-                                      (1 - mix) * self._duchi.probability_table()], axis=1)
-        self._values = np.concatenate([self._pm.debiased_values(), self._duchi.debiased_values()])
+        return np.concatenate([mix * self._pm.probability_table(),
+                               (1 - mix) * self._duchi.probability_table()], axis=1)
+
+    @functools.cached_property
+    def _values(self) -> np.ndarray:
+        return np.concatenate([self._pm.debiased_values(), self._duchi.debiased_values()])
+
+    def second_moments(self) -> list[float]:
+        mix = self._h / SCALE
+        return [mix * a + (1 - mix) * b for a, b in zip(self._pm.second_moments(), self._duchi.second_moments())]
 
     @property
     def grid(self) -> int:

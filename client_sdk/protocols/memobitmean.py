@@ -101,6 +101,21 @@ class MemoBitMean(Memoised, NumericProtocol):
     def _t1(self) -> np.ndarray:
         return np.array(self._t1_ints, dtype=np.uint64)
 
+    @property
+    def epsilon(self) -> float:
+        """The realised per-report ε of the two rounds (the table's, computed without numpy)."""
+        return self.params.epsilon_realised(self._gamma)
+
+    def second_moments(self) -> list[float]:
+        g = self._gamma / SCALE
+        a, d = self.params.first.low_threshold, self.params.first.step
+        one = [g + (1 - 2 * g) * ((a + d * j) / SCALE64) for j in range(self.params.grid + 1)]
+        slope = (one[-1] - one[0]) / self.params.grid
+        spread = (2.0 / self.params.grid) / slope
+        v0 = -1.0 - spread * one[0]
+        v1 = v0 + spread
+        return [(1.0 - p) * (v0 * v0) + p * (v1 * v1) for p in one]
+
     @functools.cached_property
     def _table(self) -> np.ndarray:
         one = self.params.one_probabilities(self._gamma)

@@ -49,6 +49,19 @@ def secure_word64() -> int:
     return int.from_bytes(os.urandom(8), "little")
 
 
+def linspace_list(start: float, stop: float, num: int) -> list[float]:
+    """``numpy.linspace(start, stop, num)`` in plain floats, bit for bit (i·step + start, the
+    last point set to stop): devices build grids and bucket edges without numpy."""
+    if num == 1:
+        return [float(start)]
+    div = num - 1
+    delta = stop - start
+    step = delta / div
+    out = [i * step + start for i in range(num)] if step != 0 else [i / div * delta + start for i in range(num)]
+    out[-1] = float(stop)
+    return out
+
+
 #: Numeric mean mechanisms, in the order `ldpt plan` lists them.
 NUMERIC_PROTOCOL_NAMES = ("laplace", "duchi", "bitmean", "piecewise", "hybrid")
 
@@ -211,10 +224,26 @@ class NumericProtocol(Protocol):
         frac = pos - low
         return (1 - frac) * second[low] + frac * second[low + 1] - t * t
 
+    def second_moments(self) -> list[float]:
+        """E[v(y)² | j] for j = 0..K as plain floats: what ``worst_case_variance`` (and with it
+        ``auto``, on devices too) needs. Mechanisms compute it from their integer weights
+        without numpy; this default reads the table."""
+        table, v = self.probability_table(), self.debiased_values()
+        return (table @ (v * v)).tolist()
+
+    def value_variance_one(self, t: float, second: list[float]) -> float:
+        """``value_variance`` of one t from ``second_moments()``, in plain floats."""
+        t = min(1.0, max(-1.0, float(t)))
+        pos = (t + 1.0) * (self.grid / 2)
+        low = min(math.floor(pos), self.grid - 1)
+        frac = pos - low
+        return (1 - frac) * second[low] + frac * second[low + 1] - t * t
+
     def worst_case_variance(self) -> float:
-        """max over t in [−1, 1] of the per-report variance (grid points and 8 points between)."""
-        fine = np.linspace(-1.0, 1.0, 8 * self.grid + 1)
-        return float(self.value_variance(fine).max())
+        """max over t in [−1, 1] of the per-report variance (grid points and 8 points between),
+        in plain Python (``auto`` runs it on devices)."""
+        second = self.second_moments()
+        return max(self.value_variance_one(t, second) for t in linspace_list(-1.0, 1.0, 8 * self.grid + 1))
 
     def variance(self, n: int, true_counts: np.ndarray | float) -> np.ndarray:
         """Var of the mean of n reports whose values all equal t (``true_counts`` is t here)."""

@@ -52,28 +52,34 @@ def weights_for(epsilon: float, grid: int, window: int) -> tuple[int, int]:
     return a, b
 
 
-def _report_second_moments(a: int, b: int, grid: int, window: int) -> tuple[np.ndarray, float, float]:
-    """(E[v² | j] for j = 0..K, β, c₀) for weights (A, B) and window w, in closed form."""
+def _report_second_moments(a: int, b: int, grid: int, window: int) -> tuple[list[float], float, float]:
+    """(E[v² | j] for j = 0..K, β, c₀) for weights (A, B) and window w, in closed form.
+
+    Plain floats (devices choose the window too); Σc and Σc² are integers, exact in binary64.
+    """
     total = window * a + grid * b
     cells = grid + window
     beta = 2.0 * total / (grid * window * (a - b))
-    c = np.arange(cells, dtype=np.float64)
-    all1, all2 = c.sum(), (c * c).sum()
-    j = np.arange(grid + 1, dtype=np.float64)
-    win1 = window * j + window * (window - 1) / 2.0                   # Σ_{c in [j, j+w)} c
-    win2 = window * j * j + j * window * (window - 1) + (window - 1) * window * (2 * window - 1) / 6.0
-    mean_c = (b * all1 + (a - b) * win1) / total
-    second_c = (b * all2 + (a - b) * win2) / total
+    all1 = float((cells - 1) * cells // 2)
+    all2 = float((cells - 1) * cells * (2 * cells - 1) // 6)
+    half, sixth = window * (window - 1) / 2.0, (window - 1) * window * (2 * window - 1) / 6.0
+    mean_c, second_c = [], []
+    for jj in range(grid + 1):
+        j = float(jj)
+        win1 = window * j + half                                       # Σ_{c in [j, j+w)} c
+        win2 = window * j * j + j * window * (window - 1) + sixth
+        mean_c.append((b * all1 + (a - b) * win1) / total)
+        second_c.append((b * all2 + (a - b) * win2) / total)
     # v = β(c − c₀) with E[v | 0] = −1, i.e. c₀ = E[c | 0] + 1/β
     c0 = mean_c[0] + 1.0 / beta
-    second_v = beta * beta * (second_c - 2 * c0 * mean_c + c0 * c0)
+    second_v = [beta * beta * (s - 2 * c0 * m + c0 * c0) for s, m in zip(second_c, mean_c)]
     return second_v, beta, c0
 
 
 @functools.lru_cache(maxsize=64)
 def best_window(epsilon: float, grid: int) -> int:
     """w in 1..K minimising max_j Var[v | j] (exact, with the realised weights)."""
-    t2 = (-1.0 + 2.0 * np.arange(grid + 1) / grid) ** 2
+    t2 = [(-1.0 + 2.0 * j / grid) ** 2 for j in range(grid + 1)]
     best = None
     for window in range(1, grid + 1):
         try:
@@ -82,7 +88,7 @@ def best_window(epsilon: float, grid: int) -> int:
             break
         if a <= b:
             continue
-        worst = float((_report_second_moments(a, b, grid, window)[0] - t2).max())
+        worst = max(s - t for s, t in zip(_report_second_moments(a, b, grid, window)[0], t2))
         if best is None or worst < best[0]:
             best = (worst, window)
     if best is None:
@@ -128,12 +134,22 @@ class Piecewise(NumericProtocol):
         self._k, self._w, self._a, self._b = k, w, a, b
         self._total = w * a + k * b
         self._accept = (SCALE // self._total) * self._total   # accept u < this
-        _, beta, c0 = _report_second_moments(a, b, k, w)
-        self._values = beta * (np.arange(k + w, dtype=np.float64) - c0)
-        j = np.arange(k + 1)[:, None]
-        c = np.arange(k + w)[None, :]
-        inside = (c >= j) & (c < j + w)
-        self._table = np.where(inside, a, b) / self._total
+        self._beta_c0 = _report_second_moments(a, b, k, w)[1:]
+
+    @functools.cached_property
+    def _values(self) -> np.ndarray:
+        beta, c0 = self._beta_c0
+        return beta * (np.arange(self._k + self._w, dtype=np.float64) - c0)
+
+    @functools.cached_property
+    def _table(self) -> np.ndarray:
+        j = np.arange(self._k + 1)[:, None]
+        c = np.arange(self._k + self._w)[None, :]
+        inside = (c >= j) & (c < j + self._w)
+        return np.where(inside, self._a, self._b) / self._total
+
+    def second_moments(self) -> list[float]:
+        return _report_second_moments(self._a, self._b, self._k, self._w)[0]
 
     @property
     def grid(self) -> int:
