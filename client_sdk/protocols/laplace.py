@@ -30,6 +30,7 @@ import dataclasses
 import functools
 import itertools
 import math
+import operator
 from typing import Any
 
 from .._lazy import np
@@ -127,7 +128,8 @@ class Laplace(NumericProtocol):
         """E[v² | j] from the integer rows (``_integer_rows``), in plain floats."""
         sq = [v * v for v in self._value_list]
         scale = float(SCALE64)
-        return [sum(float(w) / scale * s for w, s in zip(row, sq)) for row in _integer_rows(self._weights, self._k, self._l)]
+        return [sum(map(operator.mul, [float(w) / scale for w in row], sq))
+                for row in _integer_rows(self._weights, self._k, self._l)]
 
     # --- construction ---------------------------------------------------------------------------
     def _calibrate(self, target: float) -> tuple[float, list[int], float]:
