@@ -156,3 +156,47 @@ def test_the_gf2_rank_certificate_agrees_with_the_numpy_check():
                     except ValueError:
                         pass
     assert certified > 100 and uncertified > 10  # both branches exercised
+
+
+SECRETS = [bytes([i]) * 32 for i in range(1, 9)]
+
+
+@pytest.mark.parametrize("name, d, options", [
+    ("lgrr", 5, {"epsilon_inf": 4.0}), ("losue", 6, {"epsilon_inf": 4.0}),
+    ("loloha", 6, {"epsilon_inf": 3.0}), ("dbitflip", 6, {"epsilon_inf": 3.0}),
+    ("memobitmean", None, {"grid": 8, "epsilon_inf": 3.0}),
+])
+def test_memoised_first_rounds_are_the_same_words_on_both_paths(name, d, options):
+    """A device's memoised response (MemoWords, plain Python) is the batch path's (MemoRandom)."""
+    from client_sdk.memo import MemoRandom, MemoWords
+
+    proto = build_protocol(name, d, 1.0, options)
+    for secret in SECRETS:
+        for memo_in in range(proto.memo_key_space):
+            key = f"{name}:{memo_in}"
+            pure = proto.first_round_one(memo_in, MemoWords(secret, "m", key))
+            batch = proto.first_round(np.array([memo_in], dtype=np.int64), MemoRandom(secret, "m", key))
+            assert np.array_equal(np.asarray(pure).reshape(batch.shape), batch), (secret, memo_in)
+
+
+def test_rappor_prr_and_bloom_bits_are_the_same_on_both_paths():
+    from client_sdk import hashing
+
+    proto = build_protocol("rappor", None, None, {})
+    k, h, m = proto.params.k, proto.params.h, proto.params.m
+    for secret in SECRETS:
+        for value in ("", "a", "www.example.org", "\udcff surrogate", "x" * 300):
+            cohort = proto.cohort_of(secret, "home")
+            assert hashing.bloom_positions_one_list(value, cohort, k, h) == \
+                hashing.bloom_positions_one(value, cohort, k, h).tolist()
+            assert hashing.prr_words_list(secret, "home", value, k) == \
+                hashing.prr_words(secret, "home", value, k).tolist()
+            bloom = set(hashing.bloom_positions_one_list(value, cohort, k, h))
+            pure = proto.prr_one(bloom, hashing.prr_words_list(secret, "home", value, k))
+            assert pure == proto._prr(secret, "home", value, cohort).tolist()
+    # a k that does not divide 2^32 takes the rejection path
+    for value in ("a", "b", "c"):
+        for cohort in range(4):
+            assert hashing.bloom_positions_one_list(value, cohort, 100, 3) == \
+                hashing.bloom_positions_one(value, cohort, 100, 3).tolist()
+    assert m >= 1
