@@ -101,8 +101,12 @@ class FakeCollector:
     def __init__(self, registry: Registry | None = None, *,
                  clock: Callable[[], float] = time.time) -> None:
         # Lazily (see the module docstring): the collector's own decoder and problem type.
-        from collector.ingest import BatchDecoder
-        from collector.problems import Problem
+        try:
+            from collector.ingest import BatchDecoder
+            from collector.problems import Problem
+        except ImportError as exc:  # the SDK-only distribution has no collector
+            raise ImportError("FakeCollector validates with the collector's code: install ldp-telemetry "
+                              "(pip install -e . in a checkout), or use RecordingCollector") from exc
 
         self._problem_type = Problem
         self.registry = registry
