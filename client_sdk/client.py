@@ -42,9 +42,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ._files import atomic_write
+from ._lazy import numpy_types
 from .errors import (
     DomainError,
     FingerprintMismatch,
@@ -159,7 +158,7 @@ class _Metric:
         if self.numeric:
             self.lo, self.hi = spec.bounds
             self.scale = 2.0 / (self.hi - self.lo)
-            self.inner_edges = [float(e) for e in spec.edges[1:-1]] if spec.is_histogram else None
+            self.inner_edges = spec.edge_list[1:-1] if spec.is_histogram else None
             self.labels = spec.domain
 
     def number(self, value: Any, secret: bytes = b"") -> tuple[str, int, bool] | None:
@@ -172,8 +171,8 @@ class _Metric:
         """
         kind = type(value)
         if kind is not float and kind is not int:
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
-                                                                            np.floating)):
+            if isinstance(value, (bool, *numpy_types("bool_"))) \
+                    or not isinstance(value, (int, float, *numpy_types("integer", "floating"))):
                 return None
         try:
             x = float(value)
@@ -318,7 +317,7 @@ class ClientCore:
         self._opted_out = state.opted_out
         self._secret: bytes | None = None
         self._lkey: bytes | None = None
-        self._cohorts: dict[tuple[str, int], np.ndarray] = {}
+        self._cohorts: dict[tuple[str, int], int] = {}
         self._disabled: str | None = None
         self._disabled_counter = "disabled"
         self._accounts: Accounts = {}
@@ -555,10 +554,10 @@ class ClientCore:
             return proto.encode_secret_one(key, self._secret, rt.name)
         if rt.two_round:
             return proto.encode_secret_one(idx, self._secret, rt.name)
-        cohort = int(self._cohort(rt)[0]) if rt.uses_cohorts else None
+        cohort = self._cohort(rt) if rt.uses_cohorts else None
         return proto.encode_one(idx, cohort)  # OS CSPRNG; plain-integer fast path where there is one
 
-    def _cohort(self, rt: _Metric) -> np.ndarray:
+    def _cohort(self, rt: _Metric) -> int:
         """OLH cohort for this metric and UTC day: HMAC(secret, metric, day).
 
         Re-derived every day so the cohort is no stable identifier across windows (estimates
@@ -570,8 +569,7 @@ class ClientCore:
         if arr is None:
             if len(self._cohorts) > 256:
                 self._cohorts.clear()
-            arr = self._cohorts[key] = np.array(
-                [derive_cohort(self._secret, f"olh\x00{rt.name}\x00{day}", rt.m)], dtype=np.int64)  # type: ignore[arg-type]
+            arr = self._cohorts[key] = derive_cohort(self._secret, f"olh\x00{rt.name}\x00{day}", rt.m)  # type: ignore[arg-type]
         return arr
 
     # --- refusals and bad input ------------------------------------------------------------------

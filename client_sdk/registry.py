@@ -49,12 +49,11 @@ import json
 import math
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from ._lazy import np, numpy_types
 from .errors import DomainError, RegistryError, UnknownMetricError
 from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
 from .protocols.base import Protocol
@@ -67,7 +66,7 @@ from .protocols.factory import (
     option_keys,
     report_bytes,
 )
-from .protocols.numeric import NUMERIC_PROTOCOL_NAMES
+from .protocols.numeric import NUMERIC_PROTOCOL_NAMES, linspace_list
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -145,23 +144,29 @@ class MetricSpec:
         return float(self.range[0]), float(self.range[1])
 
     @functools.cached_property
-    def edges(self) -> np.ndarray:
-        """Bucket edges e_0 = lo < e_1 < ... < e_B = hi of a histogram metric (float64)."""
+    def edge_list(self) -> list[float]:
+        """Bucket edges e_0 = lo < e_1 < ... < e_B = hi of a histogram metric, as floats (the SDK
+        buckets values with them, without numpy; ``edges`` is the same numbers as an array)."""
         if self.buckets is None:
             raise TypeError(f"metric {self.name!r} is not a histogram metric")
         lo, hi = self.bounds
         if isinstance(self.buckets, int):
-            edges = np.linspace(lo, hi, self.buckets + 1)
+            edges = linspace_list(lo, hi, self.buckets + 1)
             edges[0], edges[-1] = lo, hi
             return edges
-        return np.asarray(self.buckets, dtype=np.float64)
+        return [float(b) for b in self.buckets]
+
+    @functools.cached_property
+    def edges(self) -> np.ndarray:
+        """Bucket edges e_0 = lo < e_1 < ... < e_B = hi of a histogram metric (float64)."""
+        return np.asarray(self.edge_list, dtype=np.float64)
 
     def number(self, value: Any) -> float:
         """A reported value as a finite float; DomainError (naming the metric) otherwise.
 
         int, float and numpy numbers are numbers; bool is not (``True`` is no duration).
         """
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        if isinstance(value, (bool, *numpy_types("bool_"))) or not isinstance(value, (int, float, *numpy_types("integer", "floating"))):
             raise DomainError(f"metric {self.name!r} takes numbers, got {type(value).__name__}")
         try:
             x = float(value)
@@ -190,7 +195,7 @@ class MetricSpec:
 
     @functools.cached_property
     def _bucket_labels(self) -> tuple[str, ...]:
-        return bucket_labels(self.edges)
+        return bucket_labels(self.edge_list)
 
     # --- domain -----------------------------------------------------------------------------
     @property
@@ -261,7 +266,7 @@ class MetricSpec:
                "options": {k: v for k, v in self.options}, "resolved": resolved}
         if self.kind is Kind.NUMERIC:  # only here: other kinds keep their fingerprints
             out["range"] = list(self.bounds)
-            out["buckets"] = None if self.buckets is None else [float(e) for e in self.edges]
+            out["buckets"] = None if self.buckets is None else list(self.edge_list)
         return out
 
     def to_toml_table(self) -> dict[str, Any]:
@@ -302,7 +307,7 @@ def _edge_text(x: float) -> str:
     return str(int(x)) if x.is_integer() and abs(x) < 1e15 else repr(float(x))
 
 
-def bucket_labels(edges: np.ndarray) -> tuple[str, ...]:
+def bucket_labels(edges: Sequence[float]) -> tuple[str, ...]:
     """"[lo, hi)" per bucket, the last one "[lo, hi]" (it includes the range's top)."""
     text = [_edge_text(float(e)) for e in edges]
     last = len(text) - 2
@@ -312,9 +317,9 @@ def bucket_labels(edges: np.ndarray) -> tuple[str, ...]:
 def canonical_value(kind: Kind, value: Any) -> str:
     """The string key of a true value: booleans accept bool/0/1/'true'/'false'."""
     if kind is Kind.BOOLEAN:
-        if isinstance(value, (bool, np.bool_)):
+        if isinstance(value, (bool, *numpy_types("bool_"))):
             return "true" if value else "false"
-        if isinstance(value, (int, np.integer)) and int(value) in (0, 1):
+        if isinstance(value, (int, *numpy_types("integer"))) and int(value) in (0, 1):
             return BOOLEAN_VALUES[int(value)]
         if isinstance(value, str) and value.strip().lower() in BOOLEAN_VALUES:
             return value.strip().lower()
@@ -711,8 +716,8 @@ def _parse_buckets(buckets: Any, lo: float, hi: float, fail: Any) -> int | tuple
         if not 2 <= buckets <= MAX_BUCKETS:
             raise fail(f"{buckets} is not allowed; use an integer in [2, {MAX_BUCKETS}] or a list of "
                        "edges", "buckets")
-        edges = np.linspace(lo, hi, buckets + 1)
-        if np.any(np.diff(edges) <= 0):
+        edges = linspace_list(lo, hi, buckets + 1)
+        if any(b <= a for a, b in zip(edges, edges[1:])):
             raise fail(f"{buckets} equal-width buckets are too narrow for the range", "buckets")
         return buckets
     if not isinstance(buckets, list) or not all(_number(v) for v in buckets):

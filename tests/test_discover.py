@@ -457,13 +457,11 @@ def test_tiny_seed_sets_do_not_crash_the_decoder():
 
 
 @pytest.mark.statistical
-def test_sdk_path_samples_the_audited_distribution(monkeypatch):
-    """encode_secret_one with its CSPRNG replaced by a seeded generator: chi-square per group."""
-    from client_sdk.protocols import discover as module
+def test_sdk_path_samples_the_audited_distribution():
+    """encode_secret_one driven by a seeded word source instead of the CSPRNG: chi-square per group."""
+    from client_sdk.randomness import SeededWords
 
-    rng = np.random.default_rng(8)
-    monkeypatch.setattr(module, "secure_word", lambda: int(rng.integers(0, 1 << 32)))
-    monkeypatch.setattr(module, "secure_below", lambda high: int(rng.integers(0, high)))
+    source = SeededWords(8)
     proto = small(max_length=3, seeds=4, g=3, epsilon=1.0)
     secrets = {}
     for i in range(400):  # find one secret per group
@@ -471,7 +469,7 @@ def test_sdk_path_samples_the_audited_distribution(monkeypatch):
         secrets.setdefault(proto.group_of(secret, "m"), secret)
     assert len(secrets) == proto.params.groups
     for group, secret in secrets.items():
-        out = np.array([proto.encode_secret_one("abcd", secret, "m") for _ in range(12_000)])
+        out = np.array([proto.encode_secret_one("abcd", secret, "m", source) for _ in range(12_000)])
         assert (out[:, 0] == group).all()
         observed = np.bincount(out[:, 1] * 3 + out[:, 2], minlength=12)
         expected = proto.output_distribution("abcd")[group] * 12_000

@@ -28,11 +28,10 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
+from .._lazy import np
 from ..hashing import check_secret, derive_cohort
 from ..memo import MemoCache
-from ..randomness import SCALE, SecureRandom, bernoulli, realised
+from ..randomness import OS_WORDS, SCALE, WordSource, bernoulli, realised
 from ._epsilon import log_up
 
 
@@ -85,6 +84,14 @@ def grr_round(x: np.ndarray, k: int, threshold: int, source: Any) -> np.ndarray:
     other = source.below(k - 1, n)
     other += other >= x
     return np.where(keep, x, other)
+
+
+def grr_round_one(x: int, k: int, threshold: int, source: WordSource) -> int:
+    """``grr_round`` for one input in Python ints, drawing the same words in the same order:
+    the keep word (none when T = 2^32), then the other value (always drawn, as the batch does)."""
+    keep = threshold >= SCALE or source.word() < threshold
+    other = source.below(k - 1)
+    return x if keep else other + (other >= x)
 
 
 class TwoRoundChain:
@@ -177,16 +184,46 @@ class Memoised(abc.ABC):
         """Ledger/memo key of a value: one ε∞ charge per distinct key over the lifetime."""
         return f"{self.name}:{self.memo_index(index, secret, metric)}"  # type: ignore[attr-defined]
 
-    def encode_secret_one(self, index: int, secret: bytes, metric: str) -> Any:
-        """One report of one client (the SDK path): memoised first round, fresh second round."""
+    @abc.abstractmethod
+    def first_round_one(self, memo_input: int, source: WordSource) -> Any:
+        """``first_round`` of one memo input in plain Python, the same words in the same order
+        (``client_sdk.memo.MemoWords`` gives the SDK the words ``MemoRandom`` gives a batch)."""
+
+    @abc.abstractmethod
+    def second_round_one(self, first: Any, source: WordSource) -> Any:
+        """``second_round`` of one first-round response in plain Python."""
+
+    @abc.abstractmethod
+    def wire_one(self, second: Any, cohort: int | None) -> Any:
+        """The wire payload of one second-round response (``to_wire`` of a batch of one)."""
+
+    def encode_secret_one(self, index: int, secret: bytes, metric: str,
+                          source: WordSource | None = None) -> Any:
+        """One report of one client (the SDK path, plain Python): memoised first round, fresh
+        second round from ``source`` (the OS CSPRNG unless a test injects one)."""
         x = self._check_index(index)  # type: ignore[attr-defined]
         secret = check_secret(secret)
         key = self.memo_key(x, secret, metric)
         memo_in = self.memo_index(x, secret, metric)
-        first = self._memo.get(secret, metric, key,
-                               lambda src: self.first_round(np.array([memo_in], dtype=np.int64), src))
-        y = self.second_round(first, SecureRandom())  # type: ignore[arg-type]
-        return self._wire_one(y, secret, metric)
+        first = self._memo.get(secret, metric, key, lambda src: self.first_round_one(memo_in, src))
+        return self.wire_one(self.second_round_one(first, source or OS_WORDS), self.sdk_cohort(secret, metric))
+
+    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> Any:
+        """One report with fresh coins in both rounds (a new client reporting once), plain Python."""
+        x = self._check_index(index)  # type: ignore[attr-defined]
+        src = source or OS_WORDS
+        if self.uses_cohorts and cohort is None:  # type: ignore[attr-defined]
+            cohort = src.below(self.cohorts)  # type: ignore[attr-defined]
+        memo_in = self.memo_index_in_cohort(x, cohort)
+        return self.wire_one(self.second_round_one(self.first_round_one(memo_in, src), src), cohort)
+
+    def memo_index_in_cohort(self, index: int, cohort: int | None) -> int:
+        """``memo_indices`` of one value in a given cohort (the value itself unless hashed)."""
+        return index
+
+    def sdk_cohort(self, secret: bytes, metric: str) -> int | None:
+        """The client's cohort as an int (None for protocols without cohorts)."""
+        return None
 
     @property
     def second_round_keep(self) -> float:

@@ -25,8 +25,7 @@ import math
 from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
+from .._lazy import np
 from ..memo import MemoCache
 from ..randomness import RandomLike, as_random_source, realised
 from ._epsilon import log_up
@@ -36,6 +35,7 @@ from ._longitudinal import (
     chain,
     check_epsilon_pair,
     grr_round,
+    grr_round_one,
     largest_threshold,
     log_ratio,
     pure_chain_permanent_variance,
@@ -140,6 +140,12 @@ class GRRChainRounds(Memoised):
     def second_round(self, first: np.ndarray, source: Any) -> np.ndarray:
         return grr_round(first, self.params.chain_size, self.params.p2_threshold, source)
 
+    def first_round_one(self, memo_input: int, source: Any) -> int:
+        return grr_round_one(memo_input, self.params.chain_size, self.params.p1_threshold, source)
+
+    def second_round_one(self, first: int, source: Any) -> int:
+        return grr_round_one(first, self.params.chain_size, self.params.p2_threshold, source)
+
 
 class LGRR(GRRChainRounds, GRR):
     """L-GRR over GRR's sketch, estimator and wire (see the module docstring)."""
@@ -165,8 +171,8 @@ class LGRR(GRRChainRounds, GRR):
         source = as_random_source(rng)
         return {"y": self.second_round(self.first_round(self.check_indices(indices), source), source)}
 
-    def encode_one(self, index: int, cohort: int | None = None) -> int:
-        return int(self.encode(np.array([self._check_index(index)]))["y"][0])
+    def wire_one(self, second: int, cohort: int | None) -> int:
+        return second
 
 
 OPTION_KEYS: frozenset[str] = frozenset({"epsilon_inf"})

@@ -29,8 +29,7 @@ import dataclasses
 import math
 from typing import Any
 
-import numpy as np
-
+from .._lazy import np
 from ..randomness import RandomLike, as_random_source
 from ._longitudinal import chain, check_epsilon_pair
 from .base import Payloads
@@ -191,9 +190,16 @@ class LOLOHA(GRRChainRounds, OLH):
         y = self.second_round(self.first_round(self.memo_indices(x, s), source), source)
         return {"cohort": s, "y": y}
 
-    def encode_one(self, index: int, cohort: int | None = None) -> list[int]:
-        cohorts = None if cohort is None else np.array([cohort], dtype=np.int64)
-        return self.to_wire(self.encode(np.array([self._check_index(index)]), None, cohorts))[0]
+    def memo_index_in_cohort(self, index: int, cohort: int | None) -> int:
+        if cohort is None or not 0 <= cohort < self.params.m:
+            raise ValueError(f"cohorts must be integers in [0, {self.params.m}), one per value")
+        return hash_one(int(cohort), index, self.params.g)
+
+    def sdk_cohort(self, secret: bytes, metric: str) -> int:
+        return self.cohort_of(secret, metric)
+
+    def wire_one(self, second: int, cohort: int | None) -> list[int]:
+        return [int(cohort), second]  # type: ignore[arg-type]
 
 
 OPTION_KEYS: frozenset[str] = frozenset({"epsilon_inf", "hash_range", "cohorts"})

@@ -20,8 +20,7 @@ import math
 from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
+from .._lazy import np
 from ..memo import MemoCache
 from ..randomness import SCALE, RandomLike, as_random_source, realised, threshold_ceil
 from ._epsilon import log_up
@@ -32,7 +31,7 @@ from ._longitudinal import (
     check_epsilon_pair,
     pure_chain_permanent_variance,
 )
-from ._unary import MAX_ENUMERATED_D, UnaryEncoding, check_thresholds
+from ._unary import MAX_ENUMERATED_D, UnaryEncoding, check_thresholds, pack_bits
 from .base import Payloads
 
 
@@ -152,8 +151,22 @@ class LOSUE(Memoised, UnaryEncoding):
             out[start:start + block] = np.packbits(bits, axis=1, bitorder="little")
         return {"bits": out}
 
-    def encode_one(self, index: int, cohort: int | None = None) -> bytes:
-        return self.to_wire(self.encode(np.array([self._check_index(index)])))[0]
+    def first_round_one(self, memo_input: int, source: Any) -> list[bool]:
+        """``first_round`` of one value: d words, bit i is uᵢ < T_q₁, bit x is u_x < T_p₁."""
+        u = source.words(self.params.d)
+        q1 = self.params.q_threshold
+        bits = [w < q1 for w in u]
+        bits[memo_input] = u[memo_input] < self.params.p_threshold
+        return bits
+
+    def second_round_one(self, first: list[bool], source: Any) -> list[int]:
+        """``second_round`` of one response: the indices of the reported 1 bits."""
+        t1 = self.params.p2_threshold
+        t0 = SCALE - t1
+        return [i for i, (b, w) in enumerate(zip(first, source.words(len(first)))) if w < (t1 if b else t0)]
+
+    def wire_one(self, second: list[int], cohort: int | None) -> bytes:
+        return pack_bits(second, self._width)
 
     def batch_payloads(self, second: np.ndarray, cohorts: np.ndarray | None = None) -> Payloads:
         return {"bits": np.packbits(second, axis=1, bitorder="little")}
