@@ -31,6 +31,7 @@ import functools
 import itertools
 import math
 import operator
+from fractions import Fraction
 from typing import Any
 
 from .._lazy import np
@@ -257,7 +258,7 @@ def _sliding(values: list[int], width: int, pick: Any) -> list[int]:
 def _max_log_ratio_of_weights(weights: list[int], k: int, window: int) -> float:
     """``_max_log_ratio(_integer_table(weights))`` in plain Python, exactly: interior column c
     holds the K+1 weights W[c .. c+K] (a sliding window), the two end columns the clamped
-    tails; the largest column ratio max/min is taken in binary64, as the table's."""
+    tails; the largest column ratio max/min is taken exactly, as ``_max_log_ratio`` does."""
     rows = _integer_rows(weights, k, window)
     cells = k + 2 * window + 1
     highs = _sliding(weights, k + 1, max)[1:cells - 1]
@@ -268,7 +269,8 @@ def _max_log_ratio_of_weights(weights: list[int], k: int, window: int) -> float:
         lows.append(min(column))
     if min(lows) == 0:
         return math.inf
-    return math.log(max(float(h) / float(lo) for h, lo in zip(highs, lows)))
+    # the exact largest ratio, its log rounded up (``_epsilon.log_up``): an upper bound, as quoted
+    return log_up(max(Fraction(h, lo) for h, lo in zip(highs, lows)))
 
 
 def _max_log_ratio(table: np.ndarray) -> float:
