@@ -186,6 +186,14 @@ def local_estimate(reader: StoreReader, spec: MetricSpec, window: str | None, si
                             candidates=candidates)
     step(f"loading {spec.name}")
     sketch = reader.load(spec, [window] if window else None, since, until)
+    if spec.parts is not None:   # a joint metric: its breakdown (estimators/joint.py)
+        from estimators.joint import joint_frame
+
+        if simultaneous or consistent:
+            raise click.UsageError(f"metric {spec.name!r} is a joint metric: --simultaneous and --consistent "
+                                   "apply to frequency estimates; its breakdown has neither")
+        step(f"estimating {spec.name}'s breakdown from {sketch.total_reports:,} reports")
+        return joint_frame(spec, sketch, confidence=confidence)
     step(f"estimating {spec.name} from {sketch.total_reports:,} reports"
          + (" (discovering strings)" if spec.protocol == "discover" and not candidates else ""))
     return estimate_frame(spec, sketch, confidence=confidence, simultaneous=simultaneous,

@@ -95,7 +95,8 @@ class JointPart:
         return tuple((e[i] + e[i + 1]) / 2 for i in range(len(e) - 1))
 
     def index(self, value: Any) -> int | None:
-        """Index of a true value in this part, None when it is not in the domain."""
+        """Index of a true value in this part, None when it is not in the domain (a numeric
+        part takes a number, clipped to its range, or a bucket label)."""
         if self.kind == "boolean":
             if isinstance(value, bool) or type(value).__name__ == "bool_":
                 return int(bool(value))
@@ -111,6 +112,8 @@ class JointPart:
                 return None
         if isinstance(value, bool) or type(value).__name__ == "bool_":
             return None
+        if isinstance(value, str) and value in self.labels:   # a bucket label ("[0, 500)")
+            return self.labels.index(value)
         try:
             x = float(value)
         except (TypeError, ValueError, OverflowError):

@@ -292,6 +292,14 @@ async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], 
     run = functools.partial(estimate_frame, spec, sketch, confidence=q["confidence"],
                             simultaneous=q["simultaneous"], consistent=q["consistent"],
                             candidates=q["candidates"], top=q["top"])
+    if getattr(spec, "parts", None) is not None:   # a joint metric: its breakdown (estimators/joint.py)
+        from estimators.joint import joint_frame
+
+        for flag in ("simultaneous", "consistent"):
+            if q[flag]:
+                raise Problem("invalid-query", f"{flag} applies to frequency estimates; {spec.name!r} is a "
+                              "joint metric, whose breakdown has no such option", field=flag)
+        run = functools.partial(joint_frame, spec, sketch, confidence=q["confidence"])
     return _with_unit(spec, await _off_loop(run, spec.name))  # CPU-bound (RAPPOR decoding may take seconds)
 
 

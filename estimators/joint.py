@@ -195,6 +195,11 @@ def estimate_joint(spec: MetricSpec, sketch: Sketch) -> JointEstimate:
     return JointEstimate(spec.joint, np.asarray(est.counts, dtype=np.float64), cov, n)
 
 
+def _share_pairs(k: int) -> list[tuple[int, int]]:
+    """(target, given) part pairs, grouped by the given part: P(crashed | os) before P(os | crashed)."""
+    return sorted(itertools.permutations(range(k), 2), key=lambda tg: (tg[1], tg[0]))
+
+
 def _rows(je: JointEstimate, confidence: float) -> list[dict[str, Any]]:
     """Every statistic of the joint frame (joint_frame's docstring)."""
     z = z_value(confidence)
@@ -211,7 +216,7 @@ def _rows(je: JointEstimate, confidence: float) -> list[dict[str, Any]]:
             s = math.sqrt(max(var, 0.0))
             out.append(dict(statistic=f"count {part.name}", value=label, estimate=c, std_err=s,
                             ci_low=max(0.0, c - z * s), ci_high=min(float(n), c + z * s), p_value=math.nan))
-    for t, g in itertools.permutations(range(len(parts)), 2):
+    for t, g in _share_pairs(len(parts)):
         for b, a in itertools.product(range(je.domain.shape[g]), range(je.domain.shape[t])):
             r, s, lo, hi = je.share(t, a, g, b, z)
             out.append(dict(statistic=f"P({parts[t].name} | {parts[g].name})",
