@@ -40,8 +40,9 @@ from client_sdk.protocols.base import Protocol, Sketch
 from client_sdk.registry import MetricSpec
 
 from .intervals import z_value
+from .multiple_testing import detect
 
-JOINT_COLUMNS = ["statistic", "value", "estimate", "std_err", "ci_low", "ci_high", "p_value"]
+JOINT_COLUMNS = ["statistic", "value", "estimate", "std_err", "ci_low", "ci_high", "p_value", "detected"]
 __all__ = ["JOINT_COLUMNS", "JointEstimate", "count_covariance", "estimate_joint", "fieller",
            "joint_frame", "joint_truth", "pair_probabilities"]
 
@@ -247,11 +248,18 @@ def joint_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95) -
     - ``mean NUM | G``: a bucketed numeric part's mean per value of G (bucket midpoints; the
       bias from bucketing is at most half the widest bucket: ``attrs["mean_bias_bound"]``);
     - ``independence A, B``: the Wald χ² statistic and its p-value.
+
+    ``detected``: cells whose count is non-zero by Holm's test at 5 % (as frequency frames);
+    False on the other rows.
     """
     if not 0 < confidence < 1:
         raise EstimationError(f"confidence must be between 0 and 1 (exclusive), got {confidence}")
     je = estimate_joint(spec, sketch)
     df = pd.DataFrame(_rows(je, confidence), columns=JOINT_COLUMNS)
+    cells = (df["statistic"] == "count").to_numpy()
+    detected = np.zeros(len(df), dtype=bool)
+    detected[cells] = detect(df.loc[cells, "p_value"].to_numpy(float), 0.05, "fwer")
+    df["detected"] = detected
     proto = spec.protocol_impl
     df.attrs.update(metric=spec.name, fingerprint=spec.fingerprint, protocol=proto.name,
                     epsilon=proto.epsilon, n_reports=je.n, confidence=confidence, kind="joint",
