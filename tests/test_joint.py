@@ -189,3 +189,31 @@ def test_joint_frame_has_every_statistic():
     cells = df[df["statistic"] == "count"]["estimate"].to_numpy()
     marg = df[df["statistic"] == "count os"]["estimate"].to_numpy()
     assert marg == pytest.approx(cells.reshape(3, 2).sum(axis=1))
+
+
+def test_dashboard_draws_a_joint_metrics_cells():
+    from collector.ui_svg import estimates_svg
+
+    spec = _registry(first=["a", "b", "c"])
+    df = joint_frame(spec, draw_sketch(spec.protocol_impl, np.array([9000, 1000, 8000, 2000, 5000, 5000]),
+                                       np.random.default_rng(2)))
+    assert df["detected"][df["statistic"] == "count"].all() and not df["detected"][df["statistic"] != "count"].any()
+    svg = estimates_svg(df)
+    assert all(label in svg for label in spec.domain) and "largest" not in svg
+
+
+def test_three_parts_give_every_pair_its_breakdown():
+    spec = parse_registry('[metrics.j]\nkind = "joint"\nepsilon = 3.0\nof = ['
+                          '{ name = "os", kind = "categorical", categories = ["a", "b"] }, '
+                          '{ name = "crashed", kind = "boolean" }, '
+                          '{ name = "ms", kind = "numeric", range = [0, 30], buckets = 3 }]\n').get("j")
+    assert spec.joint.shape == (2, 2, 3) and spec.domain[1] == "a|false|[10, 20)"
+    counts = np.arange(1, 13) * 2000
+    df = joint_frame(spec, draw_sketch(spec.protocol_impl, counts, np.random.default_rng(4)))
+    stats_ = set(df["statistic"])
+    assert {"P(crashed | os)", "P(os | ms)", "mean ms | os", "mean ms | crashed", "independence crashed, ms"} <= stats_
+    truth = joint_truth([p.to_toml() for p in spec.parts], dict(zip(spec.domain, counts.astype(float))),
+                        list(df["statistic"]), list(df["value"]))
+    rows = df.assign(truth=truth)
+    means = rows[rows["statistic"].str.startswith("mean")]
+    assert ((means["ci_low"] <= means["truth"]) & (means["truth"] <= means["ci_high"])).mean() >= 0.75
