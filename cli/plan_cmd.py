@@ -232,8 +232,10 @@ def format_joint_plan(spec, clients: int, max_report_bytes: int, fmt: str) -> st
 def plan(epsilon: float | None, metrics_file: str | None, metric: str | None, domain: int | None,
          value_range: tuple[float, float] | None, clients: int, max_report_bytes: int, discover: bool,
          max_length: int, fmt: str, output: str | None) -> None:
-    """Compare protocols for EPSILON, DOMAIN (or --range) and CLIENTS; mark the one `auto` picks
-    (or, with --metrics and --metric, what a joint metric costs against separate metrics)."""
+    """Compare protocols for EPSILON, DOMAIN (or --range) and CLIENTS; mark the one `auto` picks.
+
+    With --metrics FILE --metric NAME of a joint metric: what it costs against separate metrics.
+    """
     if metric is not None or metrics_file is not None:
         if metric is None or metrics_file is None:
             raise click.UsageError("--metrics FILE and --metric NAME go together (a joint metric to plan)")
