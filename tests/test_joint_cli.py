@@ -165,3 +165,39 @@ def test_plan_shows_what_a_joint_costs_against_separate_metrics(tmp_path):
     assert {r["part"] for r in rows} == {"os", "crashed"}
     for r in rows:
         assert r["variance ratio"] >= 1.0       # a marginal from the joint never beats its own metric
+
+
+def test_query_api_and_dashboard_serve_the_breakdown(tmp_path):
+    import asyncio
+
+    from cli.output import frame_to_json
+    from client_sdk.registry import load_registry
+    from estimators.joint import joint_frame
+
+    from .collector_support import expected_sketch, make_body, wire_reports, write_token
+    from .test_collector_app import AUTH, assert_problem, post, running
+
+    registry_path, _ = _files(tmp_path)
+    registry = load_registry(registry_path)
+    spec = registry.get("crash_by_os")
+    rng = np.random.default_rng(11)
+    bodies = [make_body(wire_reports(spec, rng.integers(0, 8, 200), rng)) for _ in range(3)]
+    setup = (registry_path, registry, write_token(tmp_path / "token"), tmp_path / "c.sqlite")
+    path = "/v1/metrics/crash_by_os/estimates"
+
+    async def get(client, url):
+        resp = await client.get(url, headers=AUTH)
+        return resp.status, resp.headers, await resp.read()
+
+    async def scenario():
+        async with running(setup, min_reports=10) as (client, _):
+            for body in bodies:
+                assert (await post(client, body))[0] == 200
+            status, _, data = await get(client, path)
+            assert status == 200
+            assert data.decode() == frame_to_json(joint_frame(spec, expected_sketch(spec, bodies)))
+            doc = assert_problem(*await get(client, path + "?consistent=true"), 400, "invalid-query")
+            assert doc["field"] == "consistent"
+            status, headers, svg = await get(client, "/ui/charts/crash_by_os/estimates.svg")
+            assert status == 200 and b"ios|true" in svg
+    asyncio.run(scenario())
