@@ -200,6 +200,14 @@ def parse_parts(raw: Any, fail: Callable[[str, str | None], Exception]) -> tuple
     return parts
 
 
+def parts_from_tables(tables: Any) -> tuple[JointPart, ...]:
+    """Parts from their TOML tables as ``to_toml`` writes them (a frame's ``joint_parts``);
+    ValueError naming the field when they are not valid."""
+    def fail(message: str, field: str | None = None) -> Exception:
+        return ValueError(f"{field}: {message}")
+    return parse_parts(tables, fail)
+
+
 def _parse_part(pos: int, table: Any, fail: Callable[[str, str | None], Exception]) -> JointPart:
     where = f"of[{pos}]"
     if not isinstance(table, Mapping):

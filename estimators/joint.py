@@ -121,8 +121,8 @@ class JointEstimate:
         num, v_num = self.linear(w_num)
         den, v_den = self.linear(w_den)
         c = float(w_num @ self.cov @ w_den)
-        if den <= 0:
-            return math.nan, math.inf, *bounds
+        if den <= 0:   # no devices in the category, as far as the data can tell
+            return math.nan, math.nan, *bounds
         r = num / den
         se = math.sqrt(max(v_num - 2 * r * c + r * r * v_den, 0.0)) / den
         return min(max(r, bounds[0]), bounds[1]), se, *fieller(num, den, v_num, v_den, c, z, bounds)
@@ -144,7 +144,7 @@ class JointEstimate:
             w_num = w_den * (it == a)
             den = float(w_den @ self.counts)
             if den <= 0:
-                return math.nan, math.inf, math.nan
+                return math.nan, math.nan, math.nan
             r = float(w_num @ self.counts) / den
             diff += sign * r
             grads.append(sign * (w_num - r * w_den) / den)
@@ -243,8 +243,9 @@ def joint_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95) -
 
     - ``count``: each cell ("ios|true"), unbiased, with its Wald interval;
     - ``count PART``: each part's marginal (a sum of cells, variance from the covariance);
-    - ``P(T | G)``: the share of T = a among devices with G = b (value "a | b"), delta-method
-      std err and Fieller interval within [0, 1];
+    - ``P(T | G)``: the share of T = a among devices with G = b (value "a | b"), the ratio of
+      the cell sums clipped to [0, 1] (empty when the category's estimate is not positive),
+      delta-method std err and Fieller interval within [0, 1];
     - ``mean NUM | G``: a bucketed numeric part's mean per value of G (bucket midpoints; the
       bias from bucketing is at most half the widest bucket: ``attrs["mean_bias_bound"]``);
     - ``independence A, B``: the Wald χ² statistic and its p-value.
@@ -274,12 +275,12 @@ def joint_truth(parts: list[dict[str, Any]], cell_counts: dict[str, float],
                 statistics: list[str], values: list[str]) -> list[float]:
     """The true value of each (statistic, value) row of a joint frame, from true cell counts
     (``ldpt simulate --truth`` of a joint metric: value,count per cell)."""
-    from client_sdk.joint import _parse_part
+    from client_sdk.joint import parts_from_tables
 
-    def fail(message: str, field: str | None = None) -> Exception:
-        return EstimationError(f"{field}: {message}")
-
-    domain = JointDomain(tuple(_parse_part(i, t, fail) for i, t in enumerate(parts)))
+    try:
+        domain = JointDomain(parts_from_tables(parts))
+    except ValueError as exc:
+        raise EstimationError(f"the frame's joint_parts are not valid: {exc}") from None
     c = np.array([cell_counts.get(label, 0.0) for label in domain.labels()], dtype=np.float64)
     truth = JointEstimate(domain, c, np.zeros((c.size, c.size)), int(round(c.sum())))
     table: dict[tuple[str, str], float] = {}
