@@ -34,6 +34,9 @@ t = 2(x − lo)/(hi − lo) − 1 in [−1, 1] and reports it with a numeric mec
 the bucket labels "[lo, hi)" (the last one "[lo, hi]"); the device reports its bucket index
 through a frequency oracle, exactly like a categorical metric.
 
+A *joint* metric (``kind = "joint"``, ``of = [...]`` naming 2 or 3 parts: client_sdk.joint) is
+a categorical metric over the product of its parts' domains: one report, one ε, per tuple.
+
 Every metric gets a *fingerprint*: a hash of its canonical parameters. Reports and sketches
 carry it, so data randomised under other parameters can never be mixed in. ``auto`` is
 resolved at load time (deterministically), and the file dumps back exactly as written.
