@@ -190,6 +190,14 @@ def local_estimate(reader: StoreReader, spec: MetricSpec, window: str | None, si
                             candidates=candidates)
     step(f"loading {spec.name}")
     sketch = reader.load(spec, [window] if window else None, since, until)
+    if spec.parts is not None:   # a joint metric: its breakdown (estimators/joint.py)
+        from estimators.joint import joint_frame
+
+        if simultaneous or consistent:
+            raise click.UsageError(f"metric {spec.name!r} is a joint metric: --simultaneous and --consistent "
+                                   "apply to frequency estimates; its breakdown has neither")
+        step(f"estimating {spec.name}'s breakdown from {sketch.total_reports:,} reports")
+        return joint_frame(spec, sketch, confidence=confidence)
     if window is None and is_memoised(spec) and spec.kind is not Kind.STRING:
         # permanent noise repeats across windows: not one sketch of independent reports
         stored = sorted({w.window for w in reader.stored_windows(spec) if date_filter_ok(w.window, since, until)})

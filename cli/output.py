@@ -28,6 +28,8 @@ def frame_to_table(df: pd.DataFrame) -> str:
     shown = _terminal_safe(df)
     if str(a.get("kind", "")).startswith("numeric"):
         return "\n".join(head + [_numeric_table(shown)]) + "\n"
+    if a.get("kind") == "joint":
+        return "\n".join(head + [_joint_table(shown)]) + "\n"
     notes = _negative_note(df)
     for col in ("estimate", "raw_estimate", "std_err", "ci_low", "ci_high"):
         if col in shown:
@@ -44,6 +46,21 @@ def frame_to_table(df: pd.DataFrame) -> str:
         shown["n"] = shown["n"].map(_count)
     body = shown.to_string(index=False)
     return "\n".join(head + [body] + notes) + "\n"
+
+
+def _joint_table(shown: pd.DataFrame) -> str:
+    """Rows of a joint metric's breakdown: counts to 0.1, shares to 4 decimals, means as numbers."""
+    def fmt(stat: str, v: object) -> str:
+        if pd.isna(v):
+            return ""
+        x = float(v)  # type: ignore[arg-type]
+        return f"{x:.4f}" if stat.startswith("P(") else format_number(x) if stat.startswith("mean ") \
+            else f"{x:,.2f}" if stat.startswith("independence") else f"{x:,.1f}"
+    for col in ("estimate", "std_err", "ci_low", "ci_high", "truth"):
+        if col in shown:
+            shown[col] = [fmt(st, v) for st, v in zip(shown["statistic"], shown[col])]
+    shown["p_value"] = shown["p_value"].map(lambda v: "" if pd.isna(v) else f"{v:.2g}")
+    return shown.to_string(index=False)
 
 
 def _count(n: object) -> str:

@@ -159,9 +159,71 @@ def format_discover_plan(row: dict, fmt: str) -> str:
         f"  payload                    {_bits(row['payload_bits']):>14}"]) + "\n"
 
 
+def joint_plan_rows(spec, clients: int, max_report_bytes: int = DEFAULT_MAX_REPORT_BYTES) -> list[dict]:  # noqa: ANN001
+    """A joint metric's cost, one row per part: the variance of one value's marginal count from
+    the joint report (every cell n/d: the sum of d/k cells, covariance of docs/math.md "Joint
+    reports") against a separate metric of that part at the same ε (its own `auto` protocol,
+    each value n/k), and against separate metrics sharing the joint's ε (ε/parts each)."""
+    from estimators.joint import count_covariance
+
+    joint = spec.joint
+    proto = spec.protocol_impl
+    d = joint.size
+    cov = count_covariance(proto, clients, [clients / d] * d)
+    eps = float(spec.epsilon)
+    rows = []
+    for k, part in enumerate(joint.parts):
+        size = joint.shape[k]
+        w = [0.0] * d
+        for cell in range(d):   # cells whose part-k value is 0 (all values alike under the uniform law)
+            w[cell] = 1.0 if (cell // math.prod(joint.shape[k + 1:])) % size == 0 else 0.0
+        import numpy as np
+
+        wv = np.asarray(w)
+        var_joint = float(wv @ cov @ wv)
+        own = build_protocol(choose_protocol(size, eps, max_report_bytes), size, eps, {})
+        split_eps = eps / len(joint.parts)
+        split = build_protocol(choose_protocol(size, split_eps, max_report_bytes), size, split_eps, {})
+        var_own = float(own.variance(clients, clients / size))
+        var_split = float(split.variance(clients, clients / size))
+        rows.append({"part": part.name, "values": size, "joint_protocol": proto.name, "cells": d,
+                     "std_err_joint": math.sqrt(var_joint), "own_protocol": own.name,
+                     "std_err_own": math.sqrt(var_own), "variance ratio": var_joint / var_own,
+                     "split_protocol": split.name, "std_err_split": math.sqrt(var_split),
+                     "split_epsilon": split_eps})
+    return rows
+
+
+def format_joint_plan(spec, clients: int, max_report_bytes: int, fmt: str) -> str:  # noqa: ANN001
+    rows = joint_plan_rows(spec, clients, max_report_bytes)
+    if fmt == "json":
+        import json
+
+        return json.dumps({"metric": spec.name, "epsilon": spec.epsilon, "clients": clients,
+                           "rows": rows}, indent=2) + "\n"
+    if fmt == "csv":
+        return rows_to_csv(rows, list(rows[0]))
+    lines = [f"{spec.name}: a joint of {' x '.join(str(r['values']) for r in rows)} = {rows[0]['cells']} cells "
+             f"({rows[0]['joint_protocol']}), epsilon {spec.epsilon:g}, clients {clients:,}: std err of one "
+             "value's count of each part",
+             f"  {'part':<16}{'from the joint':>16}{'own metric, same eps':>22}{'x variance':>12}"
+             f"{'separate, eps split':>21}"]
+    for r in rows:
+        lines.append(f"  {r['part']:<16}{r['std_err_joint']:>16,.1f}{r['std_err_own']:>15,.1f} ({r['own_protocol']:<4})"
+                     f"{r['variance ratio']:>12.2f}{r['std_err_split']:>14,.1f} ({r['split_protocol']:<4})")
+    lines.append("x variance = the joint's variance over its own metric's: the clients a marginal from the joint "
+                 "needs for the same error; separate metrics can never be joined (docs/guide-analysts.md, "
+                 "\"Breakdowns by private attributes\"), and reporting both costs both epsilons, or splits one")
+    return "\n".join(lines) + "\n"
+
+
 @click.command()
-@click.option("--epsilon", required=True, type=FiniteFloatRange(0, 20, min_open=True),
-              help="Per-report privacy budget.")
+@click.option("--epsilon", type=FiniteFloatRange(0, 20, min_open=True), default=None,
+              help="Per-report privacy budget (required unless --metric names a joint metric).")
+@click.option("--metrics", "metrics_file", type=click.Path(dir_okay=False), default=None,
+              help="With --metric: the registry of a joint metric to plan (what it costs against "
+                   "separate metrics).")
+@click.option("--metric", default=None, help="A joint metric of --metrics.")
 @click.option("--domain", type=click.IntRange(min=2), default=None,
               help="Number of distinct values (categorical metrics and histogram buckets).")
 @click.option("--range", "value_range", callback=parse_range, default=None, metavar="LO,HI",
@@ -176,9 +238,31 @@ def format_discover_plan(row: dict, fmt: str) -> str:
 @click.option("--max-length", type=click.IntRange(1, 64), default=16, show_default=True,
               help="With --discover: bytes kept on the device.")
 @output_options
-def plan(epsilon: float, domain: int | None, value_range: tuple[float, float] | None, clients: int,
-         max_report_bytes: int, discover: bool, max_length: int, fmt: str, output: str | None) -> None:
-    """Compare protocols for EPSILON, DOMAIN (or --range) and CLIENTS; mark the one `auto` picks."""
+def plan(epsilon: float | None, metrics_file: str | None, metric: str | None, domain: int | None,
+         value_range: tuple[float, float] | None, clients: int, max_report_bytes: int, discover: bool,
+         max_length: int, fmt: str, output: str | None) -> None:
+    """Compare protocols for EPSILON, DOMAIN (or --range) and CLIENTS; mark the one `auto` picks.
+
+    With --metrics FILE --metric NAME of a joint metric: what it costs against separate metrics.
+    """
+    if metric is not None or metrics_file is not None:
+        if metric is None or metrics_file is None:
+            raise click.UsageError("--metrics FILE and --metric NAME go together (a joint metric to plan)")
+        if domain is not None or value_range is not None or discover or epsilon is not None:
+            raise click.UsageError("--metric plans a joint metric from the registry: leave out --epsilon, "
+                                   "--domain, --range and --discover")
+        from client_sdk.registry import Kind
+
+        from .common import load_metric
+
+        spec = load_metric(metrics_file, metric)[1]
+        if spec.kind is not Kind.JOINT:
+            raise click.UsageError(f"--metric plans joint metrics; {metric!r} is {spec.kind.value} (use "
+                                   "--epsilon and --domain)")
+        emit(format_joint_plan(spec, clients, max_report_bytes, fmt), output)
+        return
+    if epsilon is None:
+        raise click.UsageError("give --epsilon (or --metrics FILE --metric NAME of a joint metric)")
     if discover:
         if domain is not None or value_range is not None:
             raise click.UsageError("--discover plans a string metric: leave out --domain and --range")

@@ -60,12 +60,17 @@ from .dates import today_utc, validate_day
                    "writes window,value,count.")
 @click.option("--change-rate", type=FiniteFloatRange(0.0, 1.0), default=0.0, show_default=True,
               help="With --days: probability that a device's value is redrawn each day.")
+@click.option("--joint-counts", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Joint metrics: CSV of joint counts, a column per part and count (e.g. "
+                   "os,crashed,count); without it (and --distribution) a built-in correlated law.")
 @click.option("--silent", is_flag=True, help="No progress bar.")
 def simulate(metrics_file: str, metric: str, clients: int, distribution: str | None, seed: int | None,
              db: str | None, url: str | None, cacert: str | None, batch_size: int, window: str | None, truth: str | None,
-             days: int | None, change_rate: float, silent: bool) -> None:
+             days: int | None, change_rate: float, joint_counts: str | None, silent: bool) -> None:
     """Simulate CLIENTS devices reporting METRIC once each into a sketch store (or a collector)."""
     if days is not None:
+        if joint_counts:
+            raise click.UsageError("--joint-counts draws one population; leave --days out")
         if db is None or url is not None:
             raise click.UsageError("--days writes one window per day into --db (not --url)")
         simulate_days_cmd(metrics_file, metric, clients, distribution, seed, db, window, truth,
@@ -86,9 +91,18 @@ def simulate(metrics_file: str, metric: str, clients: int, distribution: str | N
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % (2**63))
     rng = np.random.default_rng(seed)
-    if distribution is None:
-        distribution = "uniform" if spec.kind is Kind.NUMERIC else "zipf:1.1"
-    population = draw_population(spec, clients, distribution, rng)
+    if joint_counts and spec.kind is not Kind.JOINT:
+        raise click.UsageError(f"--joint-counts is for joint metrics; {metric!r} is {spec.kind.value}")
+    if joint_counts and distribution:
+        raise click.UsageError("use either --joint-counts or --distribution, not both")
+    if spec.kind is Kind.JOINT and distribution is None:
+        from estimators.joint_population import joint_population
+
+        population: Population | NumericPopulation = joint_population(spec, clients, joint_counts, rng)
+    else:
+        if distribution is None:
+            distribution = "uniform" if spec.kind is Kind.NUMERIC else "zipf:1.1"
+        population = draw_population(spec, clients, distribution, rng)
     if truth:  # before the reports are stored: a bad path must not leave a half-done run behind
         if isinstance(population, NumericPopulation):
             write_rows(truth, ["statistic", "value"], numeric_truth(spec, population))

@@ -108,6 +108,8 @@ def attach_truth(df: Any, path: str, *, string_metric: bool, window: str | None 
                  by: str | None = None) -> tuple[Any, list[str]]:
     """``df`` with a ``truth`` column, and the warnings to print (errors raise ClickException)."""
     truth = read_truth(path)
+    if df.attrs.get("kind") == "joint":
+        return _joint(df, truth, window, since, until)
     numeric = str(df.attrs.get("kind", "")).startswith("numeric")
     if numeric:
         return _numeric(df, truth, window=window, since=since, until=until, by=by)
@@ -237,5 +239,22 @@ def _numeric(df: Any, truth: TruthFile, *, window: str | None, since: str | None
                         f"holds {int(n):,}; is it the truth of this data (ldpt simulate --db adds to "
                         "what the store already holds)?")
     out["truth"] = [stats.get(str(k), np.nan) for k in key]
+    out.attrs = dict(df.attrs)
+    return out, warnings
+
+
+def _joint(df: Any, truth: TruthFile, window: str | None, since: str | None,
+           until: str | None) -> tuple[Any, list[str]]:
+    """A joint metric: the true cell counts (value,count) give every row's truth (its cells,
+    marginals, shares and means; estimators.joint.joint_truth)."""
+    from estimators.joint import joint_truth
+
+    if truth.shape == "statistics":
+        raise click.ClickException(f"{truth.path}: a numeric metric's truth file; a joint metric's is "
+                                   "value,count per cell (as ldpt simulate --truth writes it)")
+    cells = _selected(truth, window, since, until)
+    counts_rows = df["statistic"] == "count"
+    out, warnings = _counts(df, truth, False, window, since, until, None, "value", counts_rows)
+    out["truth"] = joint_truth(df.attrs["joint_parts"], cells, list(df["statistic"]), list(df["value"]))
     out.attrs = dict(df.attrs)
     return out, warnings

@@ -195,6 +195,9 @@ class _Metric:
         """(canonical key, domain index) of a true value, None when it is not in the domain."""
         if self.string:
             return (value, -1) if isinstance(value, str) else None
+        if self.kind is Kind.JOINT:   # a tuple/dict of the parts' values: one cell of the product
+            cell = self.spec.joint.cell(value)
+            return None if cell is None else (self.spec.domain[cell], cell)  # type: ignore[index]
         key = canonical_value(self.kind, value)
         idx = self.index.get(key)
         return None if idx is None else (key, idx)

@@ -34,6 +34,9 @@ t = 2(x − lo)/(hi − lo) − 1 in [−1, 1] and reports it with a numeric mec
 the bucket labels "[lo, hi)" (the last one "[lo, hi]"); the device reports its bucket index
 through a frequency oracle, exactly like a categorical metric.
 
+A *joint* metric (``kind = "joint"``, ``of = [...]`` naming 2 or 3 parts: client_sdk.joint) is
+a categorical metric over the product of its parts' domains: one report, one ε, per tuple.
+
 Every metric gets a *fingerprint*: a hash of its canonical parameters. Reports and sketches
 carry it, so data randomised under other parameters can never be mixed in. ``auto`` is
 resolved at load time (deterministically), and the file dumps back exactly as written.
@@ -55,6 +58,7 @@ from typing import Any
 
 from ._lazy import np, numpy_types
 from .errors import DomainError, RegistryError, UnknownMetricError
+from .joint import JOINT_PROTOCOLS, JointDomain, JointPart, parse_parts
 from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
 from .protocols.base import Protocol
 from .protocols.factory import (
@@ -75,7 +79,7 @@ else:  # pragma: no cover
 
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,99}$")
 COMMON_KEYS = ("kind", "protocol", "epsilon", "categories", "description",
-               "reports_per_window", "lifetime_epsilon", "range", "buckets", "max_report_bytes", "unit")
+               "reports_per_window", "lifetime_epsilon", "range", "buckets", "max_report_bytes", "unit", "of")
 MAX_CATEGORIES = 10_000_000
 #: Most buckets a histogram metric may declare (its domain goes through a frequency oracle).
 MAX_BUCKETS = 10_000
@@ -94,6 +98,7 @@ class Kind(str, enum.Enum):
     CATEGORICAL = "categorical"
     STRING = "string"
     NUMERIC = "numeric"
+    JOINT = "joint"             # a tuple of 2-3 private parts (client_sdk.joint)
 
 
 BOOLEAN_VALUES = ("false", "true")
@@ -124,6 +129,15 @@ class MetricSpec:
     #: numeric metrics: the values' unit as shown beside estimates ("ms", "minutes"); a label,
     #: not in the fingerprint
     unit: str = ""
+    #: joint metrics: the parts named by ``of`` (client_sdk.joint), else None
+    parts: tuple[JointPart, ...] | None = None
+
+    @functools.cached_property
+    def joint(self) -> JointDomain:
+        """The product domain of a joint metric (TypeError for other kinds)."""
+        if self.parts is None:
+            raise TypeError(f"metric {self.name!r} is not a joint metric")
+        return JointDomain(self.parts)
 
     # --- numeric values ------------------------------------------------------------------------
     @property
@@ -205,7 +219,13 @@ class MetricSpec:
             return BOOLEAN_VALUES
         if self.kind is Kind.NUMERIC:
             return self._bucket_labels if self.buckets is not None else None
+        if self.kind is Kind.JOINT:
+            return self._joint_labels
         return self.categories
+
+    @functools.cached_property
+    def _joint_labels(self) -> tuple[str, ...]:
+        return self.joint.labels()
 
     @property
     def domain_size(self) -> int | None:
@@ -222,7 +242,7 @@ class MetricSpec:
         for pos, value in enumerate(values):
             key = canonical_value(self.kind, value)
             try:
-                out.append(self._index[key])
+                out.append(self._index[key] if self.parts is None else _joint_cell(self.joint, value))
             except KeyError:
                 allowed = ", ".join(repr(v) for v in (self.domain or ())[:10])
                 more = "" if (self.domain_size or 0) <= 10 else ", ..."
@@ -267,6 +287,8 @@ class MetricSpec:
         if self.kind is Kind.NUMERIC:  # only here: other kinds keep their fingerprints
             out["range"] = list(self.bounds)
             out["buckets"] = None if self.buckets is None else list(self.edge_list)
+        if self.parts is not None:
+            out["of"] = [p.to_toml() for p in self.parts]
         return out
 
     def to_toml_table(self) -> dict[str, Any]:
@@ -280,6 +302,8 @@ class MetricSpec:
             table["range"] = list(self.range)
         if self.buckets is not None:
             table["buckets"] = self.buckets if isinstance(self.buckets, int) else list(self.buckets)
+        if self.parts is not None:
+            table["of"] = [p.to_toml() for p in self.parts]
         for key, value in self.options:
             table[key] = value
         if self.description:
@@ -312,6 +336,13 @@ def bucket_labels(edges: Sequence[float]) -> tuple[str, ...]:
     text = [_edge_text(float(e)) for e in edges]
     last = len(text) - 2
     return tuple(f"[{text[i]}, {text[i + 1]}{']' if i == last else ')'}" for i in range(last + 1))
+
+
+def _joint_cell(joint: JointDomain, value: Any) -> int:
+    cell = joint.cell(value)
+    if cell is None:
+        raise KeyError(value)
+    return cell
 
 
 def canonical_value(kind: Kind, value: Any) -> str:
@@ -484,8 +515,10 @@ class _MetricParser:
         mean_metric = kind is Kind.NUMERIC and buckets is None
         requested = self.requested_protocol(mean_metric)
         categories = self.categories(kind)
+        parts = self.parts(kind)
         d = None if kind is Kind.STRING or mean_metric else \
-            2 if kind is Kind.BOOLEAN else len(categories) if categories is not None else _bucket_count(buckets)
+            2 if kind is Kind.BOOLEAN else len(categories) if categories is not None else \
+            math.prod(len(p.labels) for p in parts) if parts is not None else _bucket_count(buckets)
         protocol = self.declared_protocol(kind, requested, d)
         epsilon = self.epsilon(protocol)
         protocol = self.resolved_protocol(kind, protocol, mean_metric, d, epsilon)
@@ -498,7 +531,7 @@ class _MetricParser:
                           reports_per_window=self.reports_per_window(),
                           lifetime_epsilon=None if lifetime is None else float(lifetime),
                           range=value_range, buckets=buckets, max_report_bytes=max_bytes,
-                          unit=self.unit(kind))
+                          unit=self.unit(kind), parts=parts)
         try:
             size = report_bytes(spec.protocol_impl)  # also validates the protocol parameters now
         except (ValueError, TypeError) as exc:
@@ -536,7 +569,8 @@ class _MetricParser:
         try:
             return Kind(kind_raw)
         except ValueError:
-            raise self.fail(f"{kind_raw!r} is not allowed; use one of boolean, categorical, string, numeric",
+            raise self.fail(f"{kind_raw!r} is not allowed; use one of boolean, categorical, string, numeric, "
+                            "joint",
                             "kind") from None
 
     def requested_protocol(self, mean_metric: bool) -> str:
@@ -574,8 +608,19 @@ class _MetricParser:
             raise self.fail(f"at most {MAX_CATEGORIES} categories", "categories")
         return tuple(cats)
 
+    def parts(self, kind: Kind) -> tuple[JointPart, ...] | None:
+        """The ``of`` field of a joint metric (client_sdk.joint.parse_parts); others may not have it."""
+        if kind is not Kind.JOINT:
+            if "of" in self.table:
+                raise self.fail(f"only joint metrics take of (this one is {kind.value})", "of")
+            return None
+        return parse_parts(self.table.get("of"), self.fail)
+
     def declared_protocol(self, kind: Kind, requested: str, d: int | None) -> str:
         """The protocol before `auto` is resolved, checked against the metric's kind and domain."""
+        if kind is Kind.JOINT and requested != "auto" and requested not in JOINT_PROTOCOLS:
+            raise self.fail(f"a joint metric uses auto or one of {', '.join(JOINT_PROTOCOLS)} (their count "
+                            "estimates' covariance is known: docs/math.md, \"Joint reports\")", "protocol")
         if kind is Kind.STRING:
             protocol = "rappor" if requested == "auto" else requested
             if protocol not in ("rappor", "discover"):
@@ -604,6 +649,8 @@ class _MetricParser:
                           epsilon: float | None) -> str:
         """`auto` resolved (memoised, numeric or frequency oracle); epsilon_inf checked."""
         memoised = self.table.get("epsilon_inf") is not None
+        if memoised and kind is Kind.JOINT:
+            raise self.fail("joint metrics are not memoised; remove epsilon_inf", "epsilon_inf")
         if memoised and kind is Kind.STRING:
             raise self.fail("string metrics memoise with RAPPOR's permanent randomised response (its ε∞ "
                             "follows from prob_f); remove epsilon_inf", "epsilon_inf")
@@ -621,7 +668,7 @@ class _MetricParser:
                     choose_longitudinal_protocol(d, epsilon, self.table["epsilon_inf"], budget)
             if mean_metric:
                 return choose_numeric_protocol(epsilon, {k: self.table[k] for k in ("grid",) if k in self.table})
-            return choose_protocol(d, epsilon, budget)
+            return choose_protocol(d, epsilon, budget, JOINT_PROTOCOLS if kind is Kind.JOINT else None)
         except (ValueError, TypeError) as exc:
             field = "max_report_bytes" if "max_report_bytes" in str(exc) else \
                 "epsilon_inf" if memoised else "epsilon"

@@ -300,6 +300,14 @@ async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], 
         run = functools.partial(estimate_frame, spec, sketch, confidence=q["confidence"],
                                 simultaneous=q["simultaneous"], consistent=q["consistent"],
                                 candidates=q["candidates"], top=q["top"])
+    if getattr(spec, "parts", None) is not None:   # a joint metric: its breakdown (estimators/joint.py)
+        from estimators.joint import joint_frame
+
+        for flag in ("simultaneous", "consistent"):
+            if q[flag]:
+                raise Problem("invalid-query", f"{flag} applies to frequency estimates; {spec.name!r} is a "
+                              "joint metric, whose breakdown has no such option", field=flag)
+        run = functools.partial(joint_frame, spec, sketch, confidence=q["confidence"])
     df = await _off_loop(run, spec.name)  # CPU-bound (RAPPOR decoding may take seconds)
     if q["windows"] is None and spec.protocol == "rappor":
         df = with_rappor_range_warning(df, len(await _range_labels(spec, store, q)))

@@ -180,7 +180,7 @@ def estimates_svg(df: pd.DataFrame, width: int | None = None) -> str:
                               f"mean{' (' + unit + ')' if unit else ''}, range [{_fmt(lo)}, {_fmt(hi)}]",
                               f"{a.get('metric')}: mean, {conf}", PALETTE[0], PALETTE[0], zero_line=False,
                               width=width)
-    rows = df[df["statistic"] == "count"] if kind == "numeric-histogram" else \
+    rows = df[df["statistic"] == "count"] if kind in ("numeric-histogram", "joint") else \
         df.sort_values("estimate", ascending=False, kind="stable")
     rows = rows.head(MAX_ROWS)
     n = float(a.get("n_reports") or 1)
@@ -194,7 +194,8 @@ def estimates_svg(df: pd.DataFrame, width: int | None = None) -> str:
             scale = n * widths
             axis = f"density: proportion of reports per {unit or 'unit'} (buckets of unequal width)"
             note = ", densities"
-    more = f" (largest {len(rows)} of {len(df)})" if kind != "numeric-histogram" and len(df) > len(rows) else ""
+    more = f" (largest {len(rows)} of {len(df)})" if kind not in ("numeric-histogram", "joint") \
+        and len(df) > len(rows) else ""
     return _interval_rows(labels, rows["estimate"].to_numpy(float) / scale,
                           rows["ci_low"].to_numpy(float) / scale, rows["ci_high"].to_numpy(float) / scale,
                           rows["detected"].to_numpy(bool), axis,

@@ -84,14 +84,16 @@ def per_item_variance(protocol: Protocol) -> float:
 
 
 def choose_protocol(domain_size: int, epsilon: float,
-                    max_report_bytes: int = DEFAULT_MAX_REPORT_BYTES) -> str:
+                    max_report_bytes: int = DEFAULT_MAX_REPORT_BYTES,
+                    candidates: tuple[str, ...] | None = None) -> str:
     """Protocol with the smallest per-item variance among those whose report is at most
     ``max_report_bytes``; near-ties (AUTO_TIE_MARGIN) go to the smaller payload.
+    ``candidates`` narrows AUTO_CANDIDATES (joint metrics: client_sdk.joint.JOINT_PROTOCOLS).
     ValueError when no protocol can be built (epsilon too small for the probability grid) or
     none fits the budget."""
     scored = []
     for name in AUTO_CANDIDATES:
-        if not applicable(name, domain_size):
+        if not applicable(name, domain_size) or (candidates is not None and name not in candidates):
             continue
         try:
             proto = build_protocol(name, domain_size, epsilon, {})
