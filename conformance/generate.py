@@ -394,7 +394,7 @@ def rounding_vectors(registry: Any) -> dict[str, Any]:
         lo, hi = spec.bounds
         scale = 2.0 / (hi - lo)
         for x in (lo, hi, (lo + hi) / 2, lo + (hi - lo) / 3, lo + 1e-9 * (hi - lo), hi - 1e-12, lo - 1, hi + 1):
-            t = (x - lo) * scale - 1.0
+            t = (min(hi, max(lo, x)) - lo) * scale - 1.0   # the client clips first (client_sdk.client)
             pos = (min(1.0, max(-1.0, t)) + 1.0) * (proto.grid / 2)
             frac_threshold = math.floor((pos - math.floor(pos)) * (1 << 32))
             for word in sorted({0, max(0, frac_threshold - 1), frac_threshold, (1 << 32) - 1}):
@@ -412,7 +412,7 @@ def rounding_vectors(registry: Any) -> dict[str, Any]:
             t = (x - lo) * (2.0 / (hi - lo)) - 1.0
             alpha.append({"metric": "load_memo", "secret": i, "value": x, "t": t, "alpha_word": word,
                           "index": proto.alpha_round(t, s, "load_memo")})
-    return {"description": "x -> t = (x − lo)·(2/(hi − lo)) − 1 (binary64, in this order), then the grid index "
+    return {"description": "x clipped to [lo, hi] -> t = (x − lo)·(2/(hi − lo)) − 1 (binary64, in this order), then the grid index "
                            "for one 32-bit word (mean metrics) or the device's α word (memoised means).",
             "randomised": cases, "alpha_point": alpha}
 
