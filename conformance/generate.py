@@ -333,6 +333,12 @@ def derivation_vectors() -> dict[str, Any]:
     out: dict[str, Any] = {"secrets": [s.hex() for s in SECRETS]}
     texts = ["", "a", "héllo", "日本語", "\ud800", "x\udfff", "\U0001F600", "\udbff\U0001F600\udc00", "a\x00b"]
     out["text"] = [{"text": t, "utf8": encode_text(t).hex()} for t in texts]
+    below = []
+    for h in (1, 2, 3, 5, 57, 1000, 1_000_003, (1 << 21) - 1, (1 << 21) + 1, (3 << 30) + 1, (1 << 32) - 1):
+        limit = ((1 << 64) // h) * h
+        for u in sorted({0, 12345, limit - 1, min(limit, (1 << 64) - 1), (1 << 64) - 1, (1 << 64) - (1 << 32)}):
+            below.append({"h": h, "word": str(u), "value": u % h if u < limit else None})
+    out["below64"] = below
     out["ledger_key"] = [{"secret": i, "key": ledger_key(s).hex()} for i, s in enumerate(SECRETS)]
     out["value_digest"] = [
         {"secret": i, "fingerprint": fp, "key": key, "digest": value_digest(ledger_key(s), fp, key)}

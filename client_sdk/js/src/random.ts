@@ -70,18 +70,28 @@ export function word64(src: RandomSource): bigint {
   return words64(src, 1)[0];
 }
 
-/** ⌊2^64/h⌋·h: W64 words below it reduce mod h without bias. */
-export function limit64(h: number): bigint {
+/**
+ * A W64 word (low and high 32-bit halves) reduced mod h, or −1 when it is at or above
+ * ⌊2^64/h⌋·h (rejected). Small bounds stay in exact double arithmetic; larger ones use BigInt.
+ */
+export function reduce64(lo: number, hi: number, h: number): number {
+  if (h <= 2097152) {   // every product below stays under 2^53
+    const m32 = TWO32 % h;
+    const r = (m32 * m32) % h;   // 2^64 mod h: the top r values of u are rejected
+    if (r > 0 && hi === 0xffffffff && lo >= TWO32 - r) return -1;
+    return ((hi % h) * m32 + lo) % h;
+  }
   const hb = BigInt(h);
-  return (TWO64 / hb) * hb;
+  const u = (BigInt(hi) << 32n) | BigInt(lo);
+  return u < (TWO64 / hb) * hb ? Number(u % hb) : -1;
 }
 
 /** BELOW(h): a uniform integer in [0, h) by rejection on W64 words. */
 export function below(src: RandomSource, h: number): number {
   if (!(h >= 1)) throw new RangeError("below() needs h >= 1");
-  const lim = limit64(h);
   for (;;) {
-    const u = word64(src);
-    if (u < lim) return Number(u % BigInt(h));
+    const w = words32(src, 2);
+    const v = reduce64(w[0], w[1], h);
+    if (v >= 0) return v;
   }
 }

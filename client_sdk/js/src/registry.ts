@@ -28,6 +28,16 @@ const ENCODERS: Record<string, (b: Block) => Encoder> = {
   duchi, bitmean: duchi, laplace, piecewise, hybrid, memobitmean,
 };
 
+/** The one-report encoder of a published encoder object (RegistryError if unknown). */
+export function encoderFor(block: Block): Encoder {
+  if (block.version !== ENCODER_VERSION) {
+    throw new RegistryError(`encoder version ${block.version} is not known to this SDK; upgrade it`);
+  }
+  const make = ENCODERS[block.protocol];
+  if (make === undefined) throw new RegistryError(`protocol ${block.protocol} is not known to this SDK; upgrade it`);
+  return make(block);
+}
+
 const ledgerKeys = new WeakMap<Uint8Array, Uint8Array>();
 
 function digestOf(secret: Uint8Array, fingerprint: string, key: string): string {
@@ -75,13 +85,12 @@ class PublishedMetric implements Metric {
     if (block === undefined || typeof block !== "object" || block === null) {
       throw new RegistryError(`metric ${this.name}: no encoder object (the collector is older than this SDK)`);
     }
-    if (block.version !== ENCODER_VERSION) {
-      throw new RegistryError(`metric ${this.name}: encoder version ${block.version} is not known to this SDK; upgrade it`);
+    try {
+      this.encoder = encoderFor(block);
+    } catch (e) {
+      throw new RegistryError(`metric ${this.name}: ${(e as Error).message}`);
     }
-    const make = ENCODERS[block.protocol];
-    if (make === undefined) throw new RegistryError(`metric ${this.name}: protocol ${block.protocol} is not known to this SDK; upgrade it`);
     this.block = block;
-    this.encoder = make(block);
     this.kind = String(entry.kind);
     this.fingerprint = String(entry.fingerprint);
     this.epsilon = number(entry.epsilon_per_report, `metric ${this.name}: epsilon_per_report`);

@@ -15,7 +15,7 @@ import { directionCode, inner } from "../src/protocols/frequency.js";
 import { alphaRound, discretise } from "../src/protocols/numeric.js";
 import { truncate } from "../src/protocols/strings.js";
 import { loadRegistry } from "../src/registry.js";
-import { ByteSource, type RandomSource } from "../src/random.js";
+import { ByteSource, type RandomSource, reduce64 } from "../src/random.js";
 import { hex, toHex, vectors, wireFromJson } from "./support.js";
 
 const der = vectors("derivations.json");
@@ -23,6 +23,14 @@ const secrets: Uint8Array[] = der.secrets.map(hex);
 
 test("text is UTF-8 with lone surrogates as 3 bytes", () => {
   for (const c of der.text) assert.equal(toHex(utf8(c.text)), c.utf8, JSON.stringify(c.text));
+});
+
+test("BELOW(h): a W64 word reduced mod h, or rejected at or above ⌊2^64/h⌋·h", () => {
+  for (const c of der.below64) {
+    const u = BigInt(c.word);
+    const got = reduce64(Number(u & 0xffffffffn), Number(u >> 32n), c.h);
+    assert.equal(got, c.value === null ? -1 : c.value, `h=${c.h} u=${c.word}`);
+  }
 });
 
 test("ledger keys and value digests", () => {

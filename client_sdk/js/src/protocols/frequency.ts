@@ -5,7 +5,7 @@
  */
 
 import { deriveCohort, olhHash } from "../hashing.js";
-import { type RandomSource, TWO32, below, limit64, word32, words32, words64 } from "../random.js";
+import { type RandomSource, below, reduce64, word32, words32 } from "../random.js";
 import { type Block, type Encoder, SecretCache, packBits } from "./types.js";
 
 /** GRR on [d] in the SDK's single-report form: u = W32; keep, else BELOW(d−1) shifted past x. */
@@ -34,12 +34,12 @@ export const unary = (b: Block): Encoder => ({
 /** Subset selection: s+1 W64 words at once, rejected ones redrawn in order, then Floyd. */
 export function ss(b: Block): Encoder {
   const d: number = b.d, s: number = b.s;
-  const highs = [TWO32, ...Array.from({ length: s }, (_, i) => d - s + i)];
-  const limits = highs.map(limit64);
   return {
     encode(x, _k, c) {
-      const w = words64(c.random, s + 1);
-      const draws = w.map((u, i) => (u < limits[i] ? Number(u % BigInt(highs[i])) : below(c.random, highs[i])));
+      const w = words32(c.random, 2 * (s + 1));
+      // draw 0 is u mod 2^32 (never rejected); draw i >= 1 is uniform on [0, d − s + i − 1)
+      const draws = Array.from({ length: s + 1 }, (_, i) => (i === 0 ? w[0] : reduce64(w[2 * i], w[2 * i + 1], d - s + i - 1)));
+      for (let i = 1; i <= s; i++) if (draws[i] < 0) draws[i] = below(c.random, d - s + i - 1);
       const include = draws[0] < b.include_threshold;
       const first = include ? 1 : 0;
       const chosen = new Set<number>(include ? [x] : []);

@@ -26,10 +26,21 @@ function grrRound(word: number, other: number, x: number, keep: number): number 
   return keep >= TWO32 || word < keep ? x : other + (other >= x ? 1 : 0);
 }
 
-const memoGrr = (m: MemoStream, x: number, k: number, keep: number): number => {
+/** Where a memoised round reads its coins: the memo stream of (secret, metric, key). */
+export interface Coins {
+  word(): number;
+  below(h: number): number;
+}
+
+/** Round 1 of L-GRR and LOLOHA: GRR_{ε∞} on [k] of x from memo coins. */
+export function memoGrr(m: Coins, x: number, k: number, keep: number): number {
   const w = keep >= TWO32 ? 0 : m.word();
   return grrRound(w, m.below(k - 1), x, keep);
-};
+}
+
+/** Round 1 of bit chains: bit i = M32 < one(i) (L-OSUE: OUE at ε∞; dBitFlipPM: SUE at ε∞). */
+export const memoBits = (m: Coins, n: number, one: (i: number) => number): boolean[] =>
+  Array.from({ length: n }, (_, i) => m.word() < one(i));
 
 function freshGrr(rnd: RandomSource, z: number, k: number, keep: number): number {
   const w = keep >= TWO32 ? 0 : word32(rnd);
@@ -51,8 +62,7 @@ export const lgrr = (b: Block): Encoder => ({
 export const losue = (b: Block): Encoder => ({
   memoKey: (x) => `losue:${x}`,
   encode(x, _k, c) {
-    const z = memo(c, `losue:${x}`, (m) =>
-      Array.from({ length: b.d }, (_, i) => m.word() < (i === x ? b.p1_threshold : b.q1_threshold)));
+    const z = memo(c, `losue:${x}`, (m) => memoBits(m, b.d, (i) => (i === x ? b.p1_threshold : b.q1_threshold)));
     return packBits(flipRound(words32(c.random, b.d), z, b.p2_threshold));
   },
 });
@@ -78,8 +88,7 @@ export function dbitflip(b: Block): Encoder {
     memoKey: (x, c) => `dbitflip:${position(x, c)}`,
     encode(x, _k, c) {
       const pos = position(x, c);
-      const z = memo(c, `dbitflip:${pos}`, (m) =>
-        Array.from({ length: b.sampled }, (_, i) => m.word() < (i === pos ? b.p1_threshold : TWO32 - b.p1_threshold)));
+      const z = memo(c, `dbitflip:${pos}`, (m) => memoBits(m, b.sampled, (i) => (i === pos ? b.p1_threshold : TWO32 - b.p1_threshold)));
       const y = flipRound(words32(c.random, b.sampled), z, b.p2_threshold);
       return [permanent(c, "dbitflip\u0000", b.d), y.reduce((acc, one, i) => acc + (one ? 2 ** i : 0), 0)];
     },

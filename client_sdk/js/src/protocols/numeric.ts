@@ -79,15 +79,18 @@ const bits = new SecretCache<number>();
 export const alphaWord = (c: Context): number =>
   bits.get(c.secret, `alpha\u0000${c.metric}`, () => new MemoStream(c.secret, c.metric, "alpha").word());
 
+/** Round 1 of memobitmean: Duchi's bit at ε∞ from two memo words (the first the low half). */
+export function memoBit(b: Block, j: number, m: { word(): number }): number {
+  const lo = m.word();
+  return duchiBit(b, j, BigInt(lo) | (BigInt(m.word()) << 32n));
+}
+
 /** memobitmean: the memoised 1BitMean bit of grid index j (two memo words, low first), flipped w.p. γ. */
 export const memobitmean = (b: Block): Encoder => ({
   memoKey: (j) => `memobitmean:${j}`,
   encode(j, _k, c) {
-    const bit = bits.get(c.secret, `${c.metric}\u0000memobitmean:${j}`, () => {
-      const m = new MemoStream(c.secret, c.metric, `memobitmean:${j}`);
-      const lo = m.word();
-      return duchiBit(b, j, BigInt(lo) | (BigInt(m.word()) << 32n));
-    });
+    const bit = bits.get(c.secret, `${c.metric}\u0000memobitmean:${j}`,
+      () => memoBit(b, j, new MemoStream(c.secret, c.metric, `memobitmean:${j}`)));
     return bit ^ (word32(c.random) < b.gamma_threshold ? 1 : 0);
   },
 });
