@@ -386,6 +386,9 @@ def derivation_vectors() -> dict[str, Any]:
                                    "buckets": [{"seed": sd, "g": g, "bucket": disc.bucket_one(sd, fp, g)}
                                                for sd in (0, 7, 1023) for g in (2, 5, 56)]})
     out["discover"] = disc_cases
+    pattern = bytes(range(256)) * 2
+    out["discover_fingerprint"] = [{"key_bytes": pattern[:n].hex(), "fingerprint": str(disc.fingerprint(pattern[:n]))}
+                                   for n in (0, 1, 107, 108, 109, 200, 236, 237, 300)]
     return out
 
 

@@ -6,7 +6,6 @@
  *   lp(x)  = 4-byte big-endian length ‖ x;   text = UTF-8, lone surrogates as 3 bytes (WTF-8)
  */
 
-import { blake2b } from "@noble/hashes/blake2b";
 import { hmac } from "@noble/hashes/hmac";
 import { sha256 } from "@noble/hashes/sha2";
 import { shake256 } from "@noble/hashes/sha3";
@@ -160,13 +159,58 @@ const reduce = (base: bigint, i: number, g: number): number =>
 export const olhHash = (s: number, v: number, g: number): number =>
   reduce(mix((0x6c6470742d6f6c68n + BigInt(s + 1) * GAMMA) & M64), v, g);
 
-/** discover's fp(key): BLAKE2b-64 of the tagged key bytes, little-endian. */
-export function discoverFingerprint(key: Uint8Array): bigint {
-  const d = blake2b(concat(TAG_KEY, key), { dkLen: 8 });
-  let fp = 0n;
-  for (let i = 7; i >= 0; i--) fp = (fp << 8n) | BigInt(d[i]);
-  return fp;
+// --- BLAKE2b with an 8-byte digest (RFC 7693), for discover's public key fingerprints ----------------
+const B2_IV = [0x6a09e667f3bcc908n, 0xbb67ae8584caa73bn, 0x3c6ef372fe94f82bn, 0xa54ff53a5f1d36f1n,
+  0x510e527fade682d1n, 0x9b05688c2b3e6c1fn, 0x1f83d9abfb41bd6bn, 0x5be0cd19137e2179n];
+const SIGMA = ("0123456789abcdefea489fd61c02b753b8c052fdae3671947931dcbe265a40f8905724afe1bc683d" +
+  "2c6a0b834d75fe19c51fed4a0763928bdb7ec13950f4862a6fe9b308c2d714a5a2847615fb9e3cd0").split("").map((c) => parseInt(c, 16));
+
+const rotr = (x: bigint, n: bigint): bigint => ((x >> n) | (x << (64n - n))) & M64;
+
+function compress(h: bigint[], block: Uint8Array, t: number, last: boolean): void {
+  const m = Array.from({ length: 16 }, (_, i) => {
+    let w = 0n;
+    for (let j = 7; j >= 0; j--) w = (w << 8n) | BigInt(block[8 * i + j]);
+    return w;
+  });
+  const v = [...h, ...B2_IV];
+  v[12] ^= BigInt(t);
+  if (last) v[14] ^= M64;
+  const g = (a: number, b: number, c: number, d: number, x: bigint, y: bigint): void => {
+    v[a] = (v[a] + v[b] + x) & M64;
+    v[d] = rotr(v[d] ^ v[a], 32n);
+    v[c] = (v[c] + v[d]) & M64;
+    v[b] = rotr(v[b] ^ v[c], 24n);
+    v[a] = (v[a] + v[b] + y) & M64;
+    v[d] = rotr(v[d] ^ v[a], 16n);
+    v[c] = (v[c] + v[d]) & M64;
+    v[b] = rotr(v[b] ^ v[c], 63n);
+  };
+  for (let r = 0; r < 12; r++) {
+    const s = SIGMA.slice(16 * (r % 10), 16 * (r % 10) + 16).map((i) => m[i]);
+    g(0, 4, 8, 12, s[0], s[1]); g(1, 5, 9, 13, s[2], s[3]); g(2, 6, 10, 14, s[4], s[5]); g(3, 7, 11, 15, s[6], s[7]);
+    g(0, 5, 10, 15, s[8], s[9]); g(1, 6, 11, 12, s[10], s[11]); g(2, 7, 8, 13, s[12], s[13]); g(3, 4, 9, 14, s[14], s[15]);
+  }
+  for (let i = 0; i < 8; i++) h[i] ^= v[i] ^ v[i + 8];
 }
+
+/** BLAKE2b-64 (unkeyed) of `msg` as the little-endian integer of its 8-byte digest. */
+export function blake2b64(msg: Uint8Array): bigint {
+  const h = [...B2_IV];
+  h[0] ^= 0x01010008n;   // digest length 8, no key, fanout 1, depth 1
+  let at = 0;
+  while (msg.length - at > 128) {
+    compress(h, msg.subarray(at, at + 128), at + 128, false);
+    at += 128;
+  }
+  const last = new Uint8Array(128);
+  last.set(msg.subarray(at));
+  compress(h, last, msg.length, true);
+  return h[0];
+}
+
+/** discover's fp(key): BLAKE2b-64 of the tagged key bytes, little-endian. */
+export const discoverFingerprint = (key: Uint8Array): bigint => blake2b64(concat(TAG_KEY, key));
 
 /** discover's H_seed(key) = ⌊mix(mix(fp ^ SALT) + (seed+1)·γ)·g/2^64⌋. */
 export const discoverBucket = (seed: number, fp: bigint, g: number): number =>

@@ -77,6 +77,9 @@ test("OLH hashes, projective directions, discover fingerprints and buckets", () 
     assert.equal(fp.toString(), c.fingerprint);
     for (const bk of c.buckets) assert.equal(discoverBucket(bk.seed, fp, bk.g), bk.bucket);
   }
+  for (const c of der.discover_fingerprint) {   // BLAKE2b over one and several 128-byte blocks
+    assert.equal(discoverFingerprint(hex(c.key_bytes)).toString(), c.fingerprint, `${c.key_bytes.length / 2} bytes`);
+  }
 });
 
 test("grid roundings for given words, and α-point rounding", () => {
