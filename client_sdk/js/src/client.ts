@@ -97,7 +97,17 @@ export class ReportError extends Error {
   override name = "ReportError";
 }
 
-const sleep = (seconds: number) => new Promise((r) => setTimeout(r, Math.max(0, seconds) * 1000));
+const sleep = (seconds: number) => new Promise<void>((r) => setTimeout(r, Math.max(0, seconds) * 1000));
+
+/** `promise`, or undefined after `seconds` (the timer is cleared: nothing lingers). */
+async function within<T>(promise: Promise<T>, seconds: number): Promise<T | undefined> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    return await Promise.race([promise, new Promise<undefined>((r) => { timer = setTimeout(() => r(undefined), Math.max(0, seconds) * 1000); })]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 export class TelemetryClient {
   /** Resolves when state and registry are loaded (or reporting was disabled: see stats()). */
@@ -484,7 +494,7 @@ export class TelemetryClient {
     this.flushing += 1;
     if (!this.serverBackoff) this.backoffUntil = Math.min(this.backoffUntil, this.mono());
     try {
-      await Promise.race([this.ready, sleep(timeout)]);
+      await within(this.ready, timeout);
       for (;;) {
         await this.wake();
         if (this.store === null) return false;

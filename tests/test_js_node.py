@@ -1,0 +1,61 @@
+"""The JavaScript SDK end to end in Node, against a real `ldpt serve` (client_sdk/js/e2e).
+
+2,000 simulated devices, each a Node `TelemetryClient` with its own state directory (secret,
+ledger, outbox), report a categorical, a string (RAPPOR) and a numeric metric; the collector's
+estimates cover the truth. Then two Node processes share one state directory (one device
+budget) and together never spend more than the registry's [device] cap, and `ldpt ledger`
+reads the book the Node SDK wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from tests.js_runtime_support import E2E, assert_covers_truth, built_sdk, e2e_collector
+
+pytestmark = pytest.mark.e2e
+
+DEVICES = 2000
+
+
+def node_fleet(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(["node", str(E2E / "node-fleet.mjs"), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def result(proc: subprocess.Popen) -> dict:
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    return json.loads(out)
+
+
+def test_node_fleet_estimates_cover_the_truth(tmp_path):
+    built_sdk()
+    with e2e_collector(tmp_path) as server:
+        fleet = result(node_fleet("fleet", server.url, str(tmp_path / "devices"), str(DEVICES)))
+        assert fleet["disabled"] == []
+        assert fleet["devices"] == fleet["flushed"] == DEVICES
+        assert fleet["reported"] == fleet["acked"] == 3 * DEVICES
+        device = tmp_path / "devices" / "device-7"
+        assert (device / "secret").stat().st_size == 32 and (device / "ledger.json").exists()
+        assert not list((device / "outbox").glob("*"))   # everything acknowledged was deleted
+        assert_covers_truth(server, tmp_path, DEVICES)
+
+
+def test_two_node_processes_never_overspend_one_device_budget(tmp_path):
+    built_sdk()
+    with e2e_collector(tmp_path) as server:
+        shared = str(tmp_path / "shared")
+        procs = [node_fleet("shared", server.url, shared, "5") for _ in range(2)]
+        results = [result(p) for p in procs]
+    # [device] epsilon_per_window = 6, load costs ε = 2: three reports in the window, whoever sends them
+    assert sum(r["acked"] for r in results) == sum(r["charged"] for r in results) == 3
+    assert sum(r["accepted"] for r in results) >= 3
+    done = subprocess.run([".venv/bin/ldpt", "ledger", "--state-dir", shared, "--format", "json"],
+                          cwd=E2E.parent.parent.parent, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert "load" in done.stdout and rows, rows
