@@ -146,6 +146,24 @@ range = [0, 500]
 buckets = [0, 10, 50, 100, 500]
 epsilon = 1.0
 
+[metrics.ratio]
+kind = "numeric"
+range = [0, 1]
+buckets = 3
+epsilon = 1.0
+
+[metrics.tiny]
+kind = "numeric"
+range = [-1e-05, 2.5e-05]
+buckets = [-1e-05, 0.0, 5e-06, 2.5e-05]
+epsilon = 1.0
+
+[metrics.huge]
+kind = "numeric"
+range = [0, 1e20]
+buckets = [0, 1e15, 1.5e16, 1e20]
+epsilon = 1.0
+
 [metrics.latency_memo]
 kind = "numeric"
 range = [0, 60]
@@ -283,6 +301,9 @@ REPORT_VALUES: dict[str, list[Any]] = {
     "model": ["t00", "t11", "t29"],
     "latency": [0, 9.99, 10, 49.5, 100, 499.9, 500, -3, 1e9],
     "latency_memo": [0, 15, 59.9, 60, 33.3],
+    "ratio": [0, 0.3, 0.5, 1],
+    "tiny": [-1e-05, 0, 3e-06, 1e-05],
+    "huge": [0, 1e15, 2e16, 1e20],
     "load": [0, 100, 50, 33.3, 0.1, -1, 250, 99.99999],
     "load_low": [-5, 5, 0, 1.2345, -4.999],
     "load_bitmean": [0, 1, 0.5, 0.123],
