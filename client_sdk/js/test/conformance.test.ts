@@ -6,11 +6,13 @@
  */
 
 import assert from "node:assert/strict";
+import { readFileSync, readdirSync } from "node:fs";
+import { join } from "node:path";
 import { test } from "node:test";
 
 import { loadRegistry } from "../src/registry.js";
 import { checkAll, checkDerivations, checkReports, checkRoundings } from "./conformance_check.js";
-import { vectors } from "./support.js";
+import { repoRoot, vectors } from "./support.js";
 
 const files = Object.fromEntries(["registry.json", "reports.json", "derivations.json", "roundings.json"]
   .map((name) => [name, vectors(name)]));
@@ -54,4 +56,11 @@ test("published epsilons and limits are taken as published; pins and unknown enc
   assert.throws(() => loadRegistry(old), /version 99/);
   const unknown = { metrics: [{ ...registryDoc.metrics[0], encoder: { ...registryDoc.metrics[0].encoder, protocol: "pgr" } }] };
   assert.throws(() => loadRegistry(unknown), /pgr/);
+});
+
+test("randomness comes from crypto.getRandomValues only: no Math.random anywhere in the SDK", () => {
+  const src = join(repoRoot(), "client_sdk", "js", "src");
+  const files = readdirSync(src, { recursive: true }).map(String).filter((f) => f.endsWith(".ts"));
+  assert.ok(files.length > 5);
+  for (const f of files) assert.doesNotMatch(readFileSync(join(src, f), "utf8"), /Math\.random\s*\(/, f);
 });
