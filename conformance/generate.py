@@ -413,6 +413,38 @@ def derivation_vectors() -> dict[str, Any]:
     return out
 
 
+# --- memoised responses and RAPPOR's PRR -------------------------------------------------------------
+def memo_vectors(registry: Any) -> dict[str, Any]:
+    """The memoised first-round response of given (secret, metric, value): what every report of
+    that value re-randomises (L-protocols, memobitmean) and RAPPOR's permanent randomised response."""
+    responses = []
+    for name, indices in (("plan", (0, 1, 3)), ("crash_memo", (0, 1)), ("tags", (0, 21, 39)), ("model", (0, 11, 29)),
+                          ("latency_memo", (0, 2, 5)), ("load_memo", (0, 16, 32))):
+        proto = registry.get(name).protocol_impl
+        for i, secret in enumerate(SECRETS[:2]):
+            for idx in indices:
+                key = proto.memo_key(idx, secret, name)
+                memo_in = proto.memo_index(idx, secret, name)
+                first = proto.first_round(np.array([memo_in], dtype=np.int64), memo.MemoRandom(secret, name, key))[0]
+                response = [int(b) for b in first] if np.ndim(first) else int(first)
+                responses.append({"metric": name, "protocol": proto.name, "secret": i, "index": idx, "key": key,
+                                  "memo_input": int(memo_in), "response": response})
+    prr = []
+    spec = registry.get("url")
+    proto = spec.protocol_impl
+    for i, secret in enumerate(SECRETS[:2]):
+        cohort = proto.cohort_of(secret, "url")
+        for value in ("example.com", "", "héllo wörld", "\ud800x"):
+            bloom = [int(b) for b in hashing.bloom_positions_one(value, cohort, proto.params.k, proto.params.h)]
+            bits = proto._prr(secret, "url", value, cohort)
+            prr.append({"metric": "url", "secret": i, "value": value, "cohort": cohort, "bloom": bloom,
+                        "prr": [int(b) for b in bits]})
+    return {"description": "Memoised first rounds: (metric, secret, domain index) -> memo key, memo input (the value, "
+                           "its hash, its window position or grid point) and the response drawn from the memo stream "
+                           "(an int, or bits). RAPPOR: cohort, Bloom bits and PRR bits of a value.",
+            "secrets": [s.hex() for s in SECRETS[:2]], "responses": responses, "prr": prr}
+
+
 # --- numeric grid roundings --------------------------------------------------------------------------
 def rounding_vectors(registry: Any) -> dict[str, Any]:
     """Randomised rounding to the input grid (mean metrics) for given words, and α-point rounding
@@ -740,6 +772,7 @@ def build() -> dict[str, dict[str, Any]]:
         "reports.json": report_vectors(registry),
         "derivations.json": derivation_vectors(),
         "roundings.json": rounding_vectors(registry),
+        "memo.json": memo_vectors(registry),
         "tables.json": table_vectors(),
         "ledger.json": ledger_vectors(),
         "batches.json": batch_vectors(),

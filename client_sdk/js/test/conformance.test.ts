@@ -11,10 +11,10 @@ import { join } from "node:path";
 import { test } from "node:test";
 
 import { loadRegistry } from "../src/registry.js";
-import { checkAll, checkDerivations, checkReports, checkRoundings } from "./conformance_check.js";
+import { checkAll, checkDerivations, checkMemo, checkReports, checkRoundings } from "./conformance_check.js";
 import { repoRoot, vectors } from "./support.js";
 
-const files = Object.fromEntries(["registry.json", "reports.json", "derivations.json", "roundings.json"]
+const files = Object.fromEntries(["registry.json", "reports.json", "derivations.json", "roundings.json", "memo.json"]
   .map((name) => [name, vectors(name)]));
 const registryDoc = files["registry.json"].registry;
 
@@ -24,6 +24,10 @@ test("derivations: WTF-8 text, BELOW, ledger keys and digests, cohorts, PRR, mem
 
 test("grid roundings for given words, and α-point rounding", () => {
   assert.deepEqual(checkRoundings(registryDoc, { ...files["roundings.json"], secrets: files["derivations.json"].secrets }), []);
+});
+
+test("memoised responses and RAPPOR's PRR bits of given secrets and values", () => {
+  assert.deepEqual(checkMemo(registryDoc, files["memo.json"]), []);
 });
 
 test("every report: key, index, digest and payload from the given random bytes, all consumed", () => {

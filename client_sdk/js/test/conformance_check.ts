@@ -9,10 +9,11 @@ import {
   prrWords, utf8, valueDigest,
 } from "../src/hashing.js";
 import { directionCode, inner } from "../src/protocols/frequency.js";
-import { alphaRound, discretise } from "../src/protocols/numeric.js";
-import { truncate } from "../src/protocols/strings.js";
-import { loadRegistry } from "../src/registry.js";
-import { ByteSource, type RandomSource, reduce64 } from "../src/random.js";
+import { memoBits, memoGrr } from "../src/protocols/memoised.js";
+import { alphaRound, discretise, memoBit } from "../src/protocols/numeric.js";
+import { prrBits, truncate } from "../src/protocols/strings.js";
+import { encoderFor, loadRegistry } from "../src/registry.js";
+import { ByteSource, type RandomSource, TWO32, cryptoRandom, reduce64 } from "../src/random.js";
 
 /* eslint-disable @typescript-eslint/no-explicit-any */
 type Doc = any;
@@ -142,6 +143,40 @@ export function checkReports(registryDoc: Doc, reports: Doc): string[] {
   return f.list;
 }
 
+/** Memoised first-round responses and RAPPOR's PRR bits of given (secret, metric, value). */
+export function checkMemo(registryDoc: Doc, memo: Doc): string[] {
+  const f = new Failures();
+  const block = (name: string) => registryDoc.metrics.find((m: { name: string }) => m.name === name).encoder;
+  const secrets: Uint8Array[] = memo.secrets.map(fromHex);
+  for (const c of memo.responses) {
+    const b = block(c.metric);
+    const secret = secrets[c.secret];
+    const ctx = { secret, metric: c.metric, day: 0, random: cryptoRandom };
+    f.eq(encoderFor(b).memoKey?.(c.index, ctx), c.key, `memo key ${c.metric} ${c.index}`);
+    const m = new MemoStream(secret, c.metric, c.key);
+    const x = c.memo_input;
+    const bits = (v: boolean[]) => v.map(Number);
+    const got = b.protocol === "lgrr" ? memoGrr(m, x, b.d, b.p1_threshold)
+      : b.protocol === "loloha" ? memoGrr(m, x, b.g, b.p1_threshold)
+      : b.protocol === "losue" ? bits(memoBits(m, b.d, (i) => (i === x ? b.p1_threshold : b.q1_threshold)))
+      : b.protocol === "dbitflip" ? bits(memoBits(m, b.sampled, (i) => (i === x ? b.p1_threshold : TWO32 - b.p1_threshold)))
+      : memoBit(b, x, m);
+    f.eq(got, c.response, `memoised response ${c.metric} secret ${c.secret} index ${c.index}`);
+  }
+  for (const c of memo.prr) {
+    const b = block(c.metric);
+    const secret = secrets[c.secret];
+    const cohort = deriveCohort(secret, "rappor", b.m);
+    f.eq(cohort, c.cohort, `RAPPOR cohort ${c.secret}`);
+    const bloom = bloomBits(c.value, cohort, b.k, b.h);
+    f.eq(bloom, c.bloom, `Bloom bits ${JSON.stringify(c.value)}`);
+    const set = Array.from({ length: b.k }, (_, i) => bloom.includes(i));
+    f.eq(prrBits(prrWords(secret, c.metric, c.value, b.k), set, b.half_f_threshold).map(Number), c.prr,
+      `PRR ${JSON.stringify(c.value)} secret ${c.secret}`);
+  }
+  return f.list;
+}
+
 /** All of the above from the parsed vector files (name -> document). */
 export function checkAll(files: Record<string, Doc>): string[] {
   const registry = files["registry.json"].registry;
@@ -149,5 +184,6 @@ export function checkAll(files: Record<string, Doc>): string[] {
     ...checkDerivations(files["derivations.json"]),
     ...checkRoundings(registry, { ...files["roundings.json"], secrets: files["derivations.json"].secrets }),
     ...checkReports(registry, files["reports.json"]),
+    ...checkMemo(registry, files["memo.json"]),
   ];
 }
