@@ -107,13 +107,15 @@ class PageServer:
 
 @contextlib.contextmanager
 def e2e_collector(tmp: Path, origins: str = "") -> Iterator[Server]:
-    """`ldpt serve` of the e2e registry on a free port, with a query token and ``origins`` allowed."""
+    """`ldpt serve` of the e2e registry on a free port, with a query token and ``origins`` allowed
+    (a serve.toml holding ``cors_origins``)."""
     shutil.copy(E2E / "metrics.toml", tmp / "metrics.toml")
     (tmp / "token").write_text(TOKEN + "\n", encoding="utf-8")
     (tmp / "token").chmod(0o600)
     args = ["--metrics", "metrics.toml", "--db", "store.sqlite", "--port", "0", "--query-token-file", "token"]
-    if origins:
-        args += ["--cors-origins", origins]
+    if origins:   # the operator's way: serve.toml (docs/operations.md, "Web pages (CORS)")
+        (tmp / "serve.toml").write_text(f"cors_origins = {json.dumps(origins)}\n", encoding="utf-8")
+        args += ["--config", "serve.toml"]
     with serving(args, tmp) as server:
         yield server
 

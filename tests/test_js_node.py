@@ -14,6 +14,7 @@ import subprocess
 
 import pytest
 
+from tests.collector_support import wait_until
 from tests.js_runtime_support import E2E, assert_covers_truth, built_sdk, e2e_collector
 
 pytestmark = pytest.mark.e2e
@@ -48,12 +49,16 @@ def test_node_fleet_estimates_cover_the_truth(tmp_path):
 def test_two_node_processes_never_overspend_one_device_budget(tmp_path):
     built_sdk()
     with e2e_collector(tmp_path) as server:
-        shared = str(tmp_path / "shared")
-        procs = [node_fleet("shared", server.url, shared, "5") for _ in range(2)]
+        shared, gate = str(tmp_path / "shared"), tmp_path / "go"
+        procs = [node_fleet("shared", server.url, shared, "5", str(gate)) for _ in range(2)]
+        assert wait_until(lambda: len(list(tmp_path.glob("go.*"))) == 2, 120), "a process did not start"
+        gate.touch()   # both have read the (empty) book: each mirror allows the whole budget
         results = [result(p) for p in procs]
-    # [device] epsilon_per_window = 6, load costs ε = 2: three reports in the window, whoever sends them
-    assert sum(r["acked"] for r in results) == sum(r["charged"] for r in results) == 3
-    assert sum(r["accepted"] for r in results) >= 3
+    # [device] epsilon_per_window = 6, load costs ε = 2: three reports in the window in all; the
+    # three more the mirrors allowed were refused by the locked commit and never sent
+    assert [r["accepted"] for r in results] == [3, 3], results
+    assert sum(r["acked"] for r in results) == sum(r["charged"] for r in results) == 3, results
+    assert sum(r["refusedAtCommit"] for r in results) == 3, results
     done = subprocess.run([".venv/bin/ldpt", "ledger", "--state-dir", shared, "--format", "json"],
                           cwd=E2E.parent.parent.parent, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

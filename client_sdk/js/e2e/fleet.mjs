@@ -54,12 +54,15 @@ export async function runFleet({ n, makeClient, concurrency = 50, progress = () 
 
 /**
  * One device budget shared by several tabs or processes: report `tries` values of `load`
- * (ε = 1, reports_per_window = 20) on the device `makeClient()` opens, under the registry's
+ * (ε = 2, reports_per_window = 20) on the device `makeClient()` opens, under the registry's
  * [device] epsilon_per_window; return what this tab/process got charged and acknowledged.
+ * `gate` (a promise) holds the reports until every tab has loaded the book: each tab's
+ * in-memory mirror then allows the whole budget, and only the locked commit can keep the cap.
  */
-export async function spendShared({ makeClient, tries }) {
+export async function spendShared({ makeClient, tries, gate = Promise.resolve() }) {
   const client = makeClient();
   await client.ready;
+  await gate;
   let accepted = 0;
   for (let i = 0; i < tries; i++) if (client.report("load", i)) accepted += 1;
   await client.flush(60);
