@@ -4,7 +4,7 @@ import { build } from "esbuild";
 import { gzipSync } from "node:zlib";
 import { existsSync } from "node:fs";
 
-const BUDGET = 20 * 1024; // minified + gzip, bytes (issue: <= 20 KB with everything)
+const BUDGET = 20_000; // minified + gzip bytes of the whole browser bundle: "<= 20 KB", read strictly
 
 async function bundle(entry, outfile) {
   const result = await build({

@@ -6,7 +6,6 @@
  *   lp(x)  = 4-byte big-endian length ‖ x;   text = UTF-8, lone surrogates as 3 bytes (WTF-8)
  */
 
-import { hmac } from "@noble/hashes/hmac";
 import { sha256 } from "@noble/hashes/sha2";
 import { shake256 } from "@noble/hashes/sha3";
 
@@ -51,7 +50,13 @@ function be32(n: number): Uint8Array {
   return Uint8Array.of(n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255);
 }
 
-export const hmacSha256 = (key: Uint8Array, msg: Uint8Array): Uint8Array => hmac(sha256, key, msg);
+/** HMAC-SHA256 (RFC 2104) over noble's SHA-256; pinned by every keyed derivation vector. */
+export function hmacSha256(key: Uint8Array, msg: Uint8Array): Uint8Array {
+  const k = new Uint8Array(64);
+  k.set(key.length > 64 ? sha256(key) : key);
+  const inner = sha256(concat(k.map((b) => b ^ 0x36), msg));
+  return sha256(concat(k.map((b) => b ^ 0x5c), inner));
+}
 
 /** Little-endian uint32 words of a byte string. */
 export function le32(bytes: Uint8Array): Uint32Array {
