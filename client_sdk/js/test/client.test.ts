@@ -16,7 +16,8 @@ import { summarise } from "../src/ledger.js";
 import { FileStore } from "../src/storage/node.js";
 import { MemoryStore } from "../src/storage/memory.js";
 import { unpack } from "../src/wire.js";
-import { FakeCollector, json, problem, toyRegistry } from "./support.js";
+import { TransportError } from "../src/transport.js";
+import { FakeCollector, json, problem, toyRegistry, vectors } from "./support.js";
 
 const DAY = 20_000 * 86_400;
 const noPlatform: Platform = {
@@ -193,7 +194,28 @@ test("opt-out deletes the queue and the outbox and stops reporting; opt-in repor
   assert.ok(await c.flush(5));
 });
 
-test("the registry is fetched from the collector when not given, and cached", async () => {
+test("a fetched registry is cached in the device state and used while the collector is down", async () => {
+  const published = JSON.stringify(vectors("registry.json").registry);
+  const store = new MemoryStore();
+  const up = new FakeCollector();
+  const get = up.request.bind(up);
+  up.request = async (method, path, body) => (method === "GET" && path === "/v1/registry"
+    ? json(200, published) : get(method, path, body));
+  const first = new TelemetryClient({ transport: up, store, flushOnHide: false }, noPlatform);
+  await first.ready;
+  assert.ok(first.report("theme", "dark"));
+  assert.ok(await first.flush(5));
+  assert.equal(await store.readRegistry(), published);
+  const down = new FakeCollector();
+  down.request = async () => { throw new TransportError("connection refused"); };
+  const second = new TelemetryClient({ transport: down, store, flushOnHide: false }, noPlatform);
+  await second.ready;
+  assert.equal((await second.stats()).disabled_reason, null);
+  assert.equal(second.report("theme", "light"), false); // the same device: today's theme was reported
+  assert.ok(second.report("crash", true)); // encoded with the cached registry, kept for later
+});
+
+test("without a registry or a cached copy, nothing is reported", async () => {
   const collector = new FakeCollector();
   const store = new MemoryStore();
   collector.request = async () => json(503, { type: "x/overloaded" });
