@@ -8,7 +8,8 @@ that origin only (`--cors-origins`). The page loads the built, minified bundle a
   and ledger — reporting a categorical, a string (RAPPOR) and a numeric metric; the collector's
   estimates cover the truth;
 - in two tabs of one origin, spends one shared device budget ([device] epsilon_per_window):
-  together they never charge or send more than the cap (Web Locks + IndexedDB transactions).
+  together they never charge or send more than the cap (Web Locks + IndexedDB transactions);
+- queues a report and sends it when the page is hidden (`visibilitychange`), nothing flushed.
 
 Screenshots of the page are saved under $LDPT_TEST_ARTIFACTS (default tests/artifacts/,
 gitignored). Skips, with the reason, without Chromium/chromedriver/selenium or node/npm.
@@ -144,3 +145,19 @@ def test_two_tabs_never_overspend_one_device_budget(tmp_path, page, browser):
         assert sum(r["charged"] for r in results) == sum(r["acked"] for r in results) == 3, results
         assert sum(r["refusedAtCommit"] for r in results) == 3, results
     (tmp_path / "results.json").write_text(json.dumps(results), encoding="utf-8")
+
+
+def test_hiding_the_page_sends_what_is_queued(tmp_path, page, browser):
+    with e2e_collector(tmp_path, origins=page.origin) as server:
+        open_page(browser, page, server.url)
+        browser.execute_script("window.ldptStart('hide', 1, 'hide-device')")
+        deadline = time.monotonic() + 60
+        while not browser.execute_script("return window.ldptArmed === true"):
+            assert time.monotonic() < deadline, "the page did not report"
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert browser.execute_script("return window.ldptResult") is None   # queued, not sent
+        browser.execute_script("Object.defineProperty(document, 'visibilityState', {value: 'hidden'});"
+                               "document.dispatchEvent(new Event('visibilitychange'));")
+        result = wait_result(browser, 60)
+        assert (result["acked"], result["queued"]) == (1, 0), result
