@@ -141,6 +141,7 @@ export class TelemetryClient {
   private flushing = 0;
   private pump: Promise<void> | null = null;
   private timer: ReturnType<typeof setTimeout> | null = null;
+  private timerAt = 0;
   private unhide: (() => void) | null = null;
   private logged = new Set<string>();
 
@@ -301,8 +302,15 @@ export class TelemetryClient {
 
   // --- the worker ------------------------------------------------------------------------------------
 
+  /** Wake the worker in `seconds`, unless it is already due to wake sooner. */
   private schedule(seconds: number): void {
-    if (this.timer !== null || this.closed) return;
+    if (this.closed) return;
+    const at = this.mono() + Math.max(0, seconds);
+    if (this.timer !== null) {
+      if (this.timerAt <= at) return;
+      clearTimeout(this.timer);
+    }
+    this.timerAt = at;
     this.timer = setTimeout(() => { this.timer = null; this.wake(); }, Math.max(0, seconds) * 1000);
     (this.timer as { unref?: () => void }).unref?.(); // Node: never keeps a process alive
   }

@@ -8,6 +8,10 @@ import { type ClientOptions, type Platform, TelemetryClient as Core } from "./cl
 import { StateError } from "./state.js";
 import { FileStore } from "./storage/node.js";
 
+/** One `beforeExit` listener for every client of the process (no listener-count warning). */
+const exitHooks = new Set<() => void>();
+const flushAll = () => { for (const flush of exitHooks) flush(); };
+
 export const nodePlatform: Platform = {
   async openStore(options) {
     const dir = options.stateDir ?? process.env.LDPT_STATE_DIR;
@@ -15,8 +19,12 @@ export const nodePlatform: Platform = {
     return new FileStore(dir, options.outboxLimits).open();
   },
   onHide(flush) {
-    process.on("beforeExit", flush);
-    return () => { process.off("beforeExit", flush); };
+    if (!exitHooks.size) process.on("beforeExit", flushAll);
+    exitHooks.add(flush);
+    return () => {
+      exitHooks.delete(flush);
+      if (!exitHooks.size) process.off("beforeExit", flushAll);
+    };
   },
 };
 
