@@ -51,3 +51,14 @@ test("the file round-trips and refuses what is not a ledger", () => {
     assert.throws(() => parseLedger(bad, "ledger.json"), LedgerError, bad);
   }
 });
+
+test("books written by the Python SDK parse to the same accounts", () => {
+  for (const seq of vectors("ledger.json").sequences) {
+    const last = seq.steps[seq.steps.length - 1].accounts; // MetricAccount.to_json() of each metric
+    const text = JSON.stringify({ format: "ldpt-ledger", version: 1, generation: "py", metrics: last });
+    const { accounts, generation } = parseLedger(text);
+    assert.equal(generation, "py");
+    assert.deepEqual(Object.fromEntries([...accounts].map(([k, v]) => [k, normal(v)])),
+      Object.fromEntries(Object.entries(last).map(([k, v]) => [k, normal(v as MetricAccount)])));
+  }
+});
