@@ -9,7 +9,8 @@ that origin only (`--cors-origins`). The page loads the built, minified bundle a
   estimates cover the truth;
 - in two tabs of one origin, spends one shared device budget ([device] epsilon_per_window):
   together they never charge or send more than the cap (Web Locks + IndexedDB transactions);
-- queues a report and sends it when the page is hidden (`visibilitychange`), nothing flushed.
+- queues a report and sends it when the page is hidden (`visibilitychange`), or left for
+  another page (`pagehide`: the keepalive fetch starts in the event handler), nothing flushed.
 
 Screenshots of the page are saved under $LDPT_TEST_ARTIFACTS (default tests/artifacts/,
 gitignored). Skips, with the reason, without Chromium/chromedriver/selenium or node/npm.
@@ -25,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.js_runtime_support import PageServer, assert_covers_truth, built_sdk, e2e_collector
+from tests.collector_support import wait_until
+from tests.js_runtime_support import PageServer, assert_covers_truth, built_sdk, e2e_collector, estimate
 
 pytestmark = pytest.mark.e2e
 
@@ -161,3 +163,23 @@ def test_hiding_the_page_sends_what_is_queued(tmp_path, page, browser):
                                "document.dispatchEvent(new Event('visibilitychange'));")
         result = wait_result(browser, 60)
         assert (result["acked"], result["queued"]) == (1, 0), result
+
+
+def test_leaving_the_page_sends_what_is_queued(tmp_path, page, browser):
+    with e2e_collector(tmp_path, origins=page.origin) as server:
+        open_page(browser, page, server.url)
+        browser.execute_script("window.ldptStart('hide', 1, 'leave-device')")
+        deadline = time.monotonic() + 60
+        while not browser.execute_script("return window.ldptArmed === true"):
+            assert time.monotonic() < deadline, "the page did not report"
+            time.sleep(0.05)
+        browser.get("about:blank")   # pagehide: charged, stored and sent with keepalive
+        assert wait_until(lambda: estimate_count(server, tmp_path, "theme") == 1, 30), \
+            "the report queued before leaving the page never arrived"
+
+
+def estimate_count(server, tmp_path, metric: str) -> int:
+    try:
+        return estimate(server, tmp_path, metric)["meta"]["n_reports"]
+    except AssertionError:   # no data yet
+        return 0

@@ -12,6 +12,8 @@
  * ledger in one locked transaction (state.ts — a report the ledger refuses, e.g. because
  * another tab spent the budget, is dropped and never sent), packs the rest into one wire batch
  * with a random id (wire.ts), stores it in the outbox *before* the first send, and POSTs it.
+ * In browsers (`Platform.chargeEarly`) the charge comes first, right after report(), so that
+ * the page's hide/pagehide handler can send charged reports synchronously (`sendNow`).
  * Only the collector's JSON ack deletes a batch; only its problem document drops one; anything
  * else (network error, 408/429/5xx, a proxy's page, a redirect) keeps the same bytes for a
  * retry after the back-off or the server's Retry-After.
@@ -26,7 +28,9 @@ import {
 } from "./ledger.js";
 import type { Metric, Registry } from "./metrics.js";
 import { loadRegistry } from "./registry.js";
-import { type DeviceStore, type OutboxLimits, type StoredBatch, DEFAULT_OUTBOX_LIMITS, DeviceLedger } from "./state.js";
+import {
+  type DeviceStore, type OutboxLimits, type StoredBatch, DEFAULT_OUTBOX_LIMITS, DeviceLedger, batchName,
+} from "./state.js";
 import {
   type RetryPolicy, type Transport, DEFAULT_RETRY, DEFAULT_TIMEOUT, FetchTransport, Response, TransportError,
   fromCollector, getRegistry, isRetryable, postBatch, retryDelay,
@@ -54,8 +58,14 @@ export type Counter = (typeof COUNTERS)[number];
 /** Where the device state lives, chosen by the package entry (index.ts / node.ts). */
 export interface Platform {
   openStore(options: ClientOptions): Promise<DeviceStore>;
-  /** Call `flush` when the page is hidden or the process is about to exit. */
-  onHide(flush: () => void): () => void;
+  /** Call `hide` when the page is hidden or left, or the process is about to exit. */
+  onHide(hide: () => void): () => void;
+  /**
+   * Browsers: charge each report as soon as report() returns (one ledger transaction per burst
+   * of reports) and send charged reports synchronously on hide — a page may go away at any
+   * time, and after its pagehide event nothing asynchronous runs. Node charges per batch.
+   */
+  chargeEarly?: boolean;
 }
 
 export interface ClientOptions {
@@ -90,7 +100,7 @@ export interface ClientOptions {
   flushOnHide?: boolean;
 }
 
-interface Queued { charge: Charge; report: WireReport; at: number }
+interface Queued { charge: Charge; report: WireReport; at: number; charged: boolean }
 
 /** A report refused by the client: thrown in strict mode. */
 export class ReportError extends Error {
@@ -120,6 +130,7 @@ export class TelemetryClient {
   private readonly queueSize: number;
   private readonly retry: RetryPolicy;
   private readonly strict: boolean;
+  private readonly chargeEarly: boolean;
   private readonly transport: Transport | null;
   private store: DeviceStore | null = null;
   private ledger: DeviceLedger | null = null;
@@ -159,8 +170,14 @@ export class TelemetryClient {
     if (this.transport === null) throw new TypeError("give endpoint (the collector URL) or transport");
     const limits = options.outboxLimits ?? DEFAULT_OUTBOX_LIMITS;
     this.ready = this.start({ ...options, outboxLimits: limits }, platform);
+    this.chargeEarly = platform.chargeEarly ?? false;
     // on hide/exit: what is queued is charged, stored and sent now (keepalive outlives the page)
-    if (options.flushOnHide ?? true) this.unhide = platform.onHide(() => { if (this.queue.length) void this.flush(1); });
+    if (options.flushOnHide ?? true) {
+      this.unhide = platform.onHide(() => {
+        if (this.chargeEarly) this.sendNow();
+        if (this.queue.length) void this.flush(1);
+      });
+    }
   }
 
   private async start(options: ClientOptions, platform: Platform): Promise<void> {
@@ -267,9 +284,10 @@ export class TelemetryClient {
     }
     const payload: WireValue = rt.encode(found, secret, day);
     this.uncommitted.add(charge);
-    this.queue.push({ charge, report: { m: rt.name, f: rt.fingerprint, p: payload }, at: this.mono() });
+    this.queue.push({ charge, report: { m: rt.name, f: rt.fingerprint, p: payload }, at: this.mono(), charged: false });
     this.counters.reported += 1;
     if (this.queue.length >= this.batchSize) this.wake();
+    else if (this.chargeEarly) this.schedule(0); // charged now, sent at batch time (or on hide)
     else this.schedule(this.maxBatchAge);
     return true;
   }
@@ -335,6 +353,7 @@ export class TelemetryClient {
   private async cycle(): Promise<void> {
     if (this.store === null) return;
     if (this.refusals.size) await this.recordRefusals();
+    if (this.chargeEarly) await this.chargeQueued();
     while (this.batchDue(this.mono())) await this.buildOne();
     for (;;) {
       const now = this.mono();
@@ -374,43 +393,92 @@ export class TelemetryClient {
     }
   }
 
-  /** Take one batch off the queue, charge it, store what was charged in the outbox. */
-  private async buildOne(): Promise<void> {
-    const items = this.queue.splice(0, this.batchSize);
-    if (!items.length) return;
-    const store = this.store as DeviceStore;
-    if (await store.isOptedOut()) { // another tab or process opted out
+  /**
+   * Charge `items` (those not charged yet) in one ledger transaction; returns the charged ones.
+   * A report the ledger refuses (another tab or process spent the budget first), or that
+   * cannot be charged, is dropped: never sent.
+   */
+  private async charge(items: Queued[]): Promise<Queued[]> {
+    const todo = items.filter((it) => !it.charged);
+    if (!todo.length) return items;
+    const drop = (its: Queued[]) => {
+      for (const it of its) this.uncommitted.delete(it.charge);
+      this.rebuildMirror();
+      return items.filter((it) => it.charged);
+    };
+    if (await (this.store as DeviceStore).isOptedOut()) { // another tab or process opted out
       this.optedOut = true;
-      this.counters.dropped += items.length;
-      for (const it of items) this.uncommitted.delete(it.charge);
-      return;
+      this.counters.dropped += todo.length;
+      return drop(todo);
     }
     let outcomes: Array<Refusal | null>;
     try {
-      const result = await (this.ledger as DeviceLedger).commit(items.map((it) => it.charge), this.drainRefusals());
+      const result = await (this.ledger as DeviceLedger).commit(todo.map((it) => it.charge), this.drainRefusals());
       outcomes = result.outcomes;
       this.accounts = result.accounts;
-      for (const it of items) this.uncommitted.delete(it.charge);
+      for (const it of todo) this.uncommitted.delete(it.charge);
       if (result.foreign || outcomes.some((o) => o !== null)) this.rebuildMirror();
     } catch (exc) { // never send what could not be charged
-      this.counters.ledger_errors += items.length;
-      for (const it of items) this.uncommitted.delete(it.charge);
-      this.rebuildMirror();
+      this.counters.ledger_errors += todo.length;
       this.log(`ldpt: cannot update the privacy ledger, reports dropped: ${(exc as Error).message}`);
-      return;
+      return drop(todo);
     }
-    const accepted: WireReport[] = [];
-    items.forEach((it, i) => {
+    todo.forEach((it, i) => {
       const o = outcomes[i];
       if (o === null) {
+        it.charged = true;
         this.counters.charged += 1;
-        accepted.push(it.report);
-      } else { // another tab or process spent the budget first
+      } else {
         this.counters[`refused_${o}`] += 1;
         this.counters.reports_refused_at_commit += 1;
       }
     });
-    if (accepted.length) await this.store_(accepted, this.clock());
+    return items.filter((it) => it.charged);
+  }
+
+  /** Browsers: charge what report() queued right away, so a page that goes away can send it. */
+  private async chargeQueued(): Promise<void> {
+    const items = this.queue.filter((it) => !it.charged);
+    if (!items.length) return;
+    await this.charge(items);
+    const tried = new Set(items); // refused or dropped ones leave the queue; later reports stay
+    this.queue = this.queue.filter((it) => it.charged || !tried.has(it));
+  }
+
+  /** Take one batch off the queue, charge it, store what was charged in the outbox. */
+  private async buildOne(): Promise<void> {
+    const items = this.queue.splice(0, this.batchSize);
+    if (!items.length) return;
+    const accepted = await this.charge(items);
+    if (accepted.length) await this.store_(accepted.map((it) => it.report), this.clock());
+  }
+
+  /**
+   * The page is being hidden or left: send every charged report now, in this event handler —
+   * the `fetch(..., {keepalive: true})` starts before anything is awaited, so it outlives the
+   * page — and store the batch in the outbox too (if the page lives on, the answer settles it;
+   * if the send is lost, the next page load resends it, the same bytes: counted once).
+   */
+  private sendNow(): void {
+    const store = this.store;
+    const ready = this.queue.filter((it) => it.charged);
+    if (store === null || !ready.length) return;
+    this.queue = this.queue.filter((it) => !it.charged);
+    for (let i = 0; i < ready.length; i += this.batchSize) {
+      const reports = ready.slice(i, i + this.batchSize).map((it) => it.report);
+      const id = newBatchId();
+      const body = packBatch(reports, id);
+      const created = this.clock();
+      const sending = postBatch(this.transport as Transport, body); // fetch starts here, synchronously
+      const batch: StoredBatch = { name: batchName(created, reports.length, id), body, reports: reports.length, created };
+      const stored = store.outbox.add(id, body, reports.length, created);
+      void Promise.allSettled([sending, stored]).then(async ([sent, kept]) => {
+        if (kept.status === "fulfilled") this.counters.batches_built += 1;
+        else this.counters.outbox_write_errors += 1;
+        await this.handle(batch, sent.status === "fulfilled" ? sent.value : null,
+          sent.status === "rejected" ? (sent.reason as Error) : null);
+      });
+    }
   }
 
   private async store_(reports: WireReport[], created: number): Promise<void> {

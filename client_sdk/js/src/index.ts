@@ -9,6 +9,7 @@ import { type ClientOptions, type Platform, TelemetryClient as Core } from "./cl
 import { openBrowserStore } from "./storage/browser.js";
 
 export const browserPlatform: Platform = {
+  chargeEarly: true,
   openStore: (options) => openBrowserStore(options.namespace ?? "default", options.outboxLimits),
   onHide(flush) {
     if (typeof addEventListener !== "function" || typeof document === "undefined") return () => undefined;

@@ -225,3 +225,23 @@ test("without a registry or a cached copy, nothing is reported", async () => {
   const s = await c.stats();
   assert.match(String(s.disabled_reason), /503/); // no registry, no cache: nothing is reported
 });
+
+test("browsers: reports are charged at once, and hiding the page sends them synchronously", async () => {
+  let hide: () => void = () => undefined;
+  const browserLike: Platform = { chargeEarly: true, openStore: noPlatform.openStore, onHide: (h) => { hide = h; return () => undefined; } };
+  const collector = new FakeCollector();
+  const store = new MemoryStore();
+  const c = new TelemetryClient({ transport: collector, store, registry: toyRegistry([{ name: "theme", reportsPerWindow: 3 }]) }, browserLike);
+  await c.ready;
+  assert.ok(c.report("theme", "a"));
+  assert.ok(c.report("theme", "b"));
+  await new Promise((r) => setTimeout(r, 50)); // the charge pass runs right after report()
+  assert.equal((await c.stats()).charged, 2);
+  assert.equal(collector.bodies.length, 0); // charged, not sent: batching goes on
+  hide();
+  assert.equal(collector.bodies.length, 1); // sent inside the event handler, nothing awaited
+  assert.ok(await c.flush(5));
+  const s = await c.stats();
+  assert.deepEqual([s.reports_acked, s.queued, s.outbox_pending], [2, 0, 0]);
+  await c.close(0);
+});
