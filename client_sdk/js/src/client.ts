@@ -628,6 +628,16 @@ export class TelemetryClient {
     this.rebuildMirror();
   }
 
+  /** Throw ReportError if `report(metric, value)` would be dropped as bad input (after `ready`). */
+  validate(metric: string, value: unknown): void {
+    const rt = this.registry?.get(metric);
+    if (this.registry === null) throw new ReportError("the metric registry is not known yet: await client.ready");
+    if (rt === undefined) throw new ReportError(`unknown metric ${JSON.stringify(metric)}`);
+    if (rt.lookup(value, this.secret ?? new Uint8Array(32), dayOf(this.clock())) === null) {
+      throw new ReportError(`a value of metric ${JSON.stringify(metric)} is not in its domain`);
+    }
+  }
+
   get isOptedOut(): boolean {
     return this.optedOut;
   }

@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 
-import { TelemetryClient, type Platform } from "../src/client.js";
+import { ReportError, TelemetryClient, type Platform } from "../src/client.js";
 import { summarise } from "../src/ledger.js";
 import { FileStore } from "../src/storage/node.js";
 import { MemoryStore } from "../src/storage/memory.js";
@@ -63,6 +63,15 @@ test("reports within the budget are charged, batched, sent once and acknowledged
   const rows = summarise(await c.ledgerSnapshot());
   assert.deepEqual(rows.map((r) => [r.metric, r.window_reports, r.lifetime_reports, r.refused_window]),
     [["theme", 1, 3, 1]]);
+});
+
+test("validate() names bad input without reporting", async () => {
+  const { c } = await client({ strict: true });
+  c.validate("theme", "a");
+  assert.throws(() => c.validate("theme", "zzz"), ReportError);
+  assert.throws(() => c.validate("nope", "a"), /unknown metric/);
+  assert.throws(() => c.report("nope", "a"), ReportError); // strict: report() raises too
+  assert.equal((await c.stats()).reported, 0);
 });
 
 test("lifetime caps and memoised values: ε∞ once per distinct value", async () => {
