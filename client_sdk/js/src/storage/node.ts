@@ -3,8 +3,9 @@
  * "The state directory"), so `ldpt ledger --state-dir DIR` reads it:
  *
  *     secret        32 random bytes, mode 0600, created by write-temp + link (never overwritten)
- *     ledger.json   the privacy ledger (ledger.ts), replaced atomically under ledger.lock
- *     ledger.lock   the lock file every Node process of the directory takes (lock.node.ts)
+ *     ledger.json   the privacy ledger (ledger.ts), replaced atomically under the lock
+ *     ledger.nodelock  the lock file every Node process of the directory takes (lock.node.ts;
+ *                   present only while held, unlike the Python SDK's flock(2) file ledger.lock)
  *     outbox/       batches waiting for the collector, `<name>.ldpb`; claimed by renaming
  *     registry.json the last fetched registry
  *     opted-out     present after optOut()
@@ -212,7 +213,7 @@ export class FileStore implements DeviceStore {
   }
 
   async updateLedger<T>(fn: (text: string | null) => [string | null, T]): Promise<T> {
-    return withFileLock(this.path("ledger.lock"), async () => {
+    return withFileLock(this.path("ledger.nodelock"), async () => {
       const [text, result] = fn(await this.readLedger());
       if (text !== null) await atomicWrite(this.path("ledger.json"), text);
       return result;
