@@ -154,6 +154,8 @@ export class TelemetryClient {
   private timer: ReturnType<typeof setTimeout> | null = null;
   private timerAt = 0;
   private unhide: (() => void) | null = null;
+  /** Ends the wait before the next registry fetch (flush, close). */
+  private hurry: (() => void) | null = null;
   private logged = new Set<string>();
 
   constructor(options: ClientOptions, platform: Platform) {
@@ -188,7 +190,22 @@ export class TelemetryClient {
       if (!this.optedOut) this.secret = await this.store.loadSecret();
       this.accounts = await this.ledger.snapshot();
       this.mirror = copyAccounts(this.accounts);
-      this.registry = await this.resolveRegistry(options);
+      // an unreachable collector (and no cached copy) is retried with the retry policy, the
+      // reports waiting in memory meanwhile; flush() retries at once, close() gives up
+      for (let attempt = 1; this.registry === null && !this.closed; attempt++) {
+        try {
+          this.registry = await this.resolveRegistry(options);
+        } catch (exc) {
+          if (!(exc instanceof TransportError) || this.strict) throw exc;
+          this.log(`ldpt: cannot fetch the registry (${exc.message}); retrying, reports wait in memory`);
+          await new Promise<void>((go) => {
+            const t = setTimeout(go, retryDelay(this.retry, attempt, null) * 1000);
+            this.hurry = () => { clearTimeout(t); go(); };
+          });
+          this.hurry = null;
+        }
+      }
+      if (this.registry === null) return; // closed before the registry came
     } catch (exc) {
       this.disable(exc as Error);
       if (this.strict) throw exc;
@@ -569,8 +586,10 @@ export class TelemetryClient {
     const failures = this.failures();
     this.flushing += 1;
     if (!this.serverBackoff) this.backoffUntil = Math.min(this.backoffUntil, this.mono());
+    this.hurry?.(); // a registry fetch waiting to be retried: now
     try {
       await within(this.ready, timeout);
+      if (this.registry === null && this.disabledReason === null) return false;
       for (;;) {
         await this.wake();
         if (this.store === null) return false;
@@ -594,6 +613,7 @@ export class TelemetryClient {
   async close(timeout = 10): Promise<boolean> {
     const ok = await this.flush(timeout);
     this.closed = true;
+    this.hurry?.();
     this.counters.dropped_no_registry += this.waiting.length;
     this.waiting = [];
     if (this.timer !== null) clearTimeout(this.timer);

@@ -224,15 +224,42 @@ test("a fetched registry is cached in the device state and used while the collec
   assert.ok(second.report("crash", true)); // encoded with the cached registry, kept for later
 });
 
-test("without a registry or a cached copy, nothing is reported", async () => {
+test("an unreachable collector: the registry fetch is retried, reports wait in memory", async () => {
+  const published = JSON.stringify(vectors("registry.json").registry);
   const collector = new FakeCollector();
-  const store = new MemoryStore();
-  collector.request = async () => json(503, { type: "x/overloaded" });
-  const c = new TelemetryClient({ transport: collector, store, flushOnHide: false }, noPlatform);
+  const post = collector.request.bind(collector);
+  let down = true;
+  collector.request = async (method, path, body) => {
+    if (method !== "GET") return post(method, path, body);
+    if (down) throw new TransportError("connection refused");
+    return json(200, published);
+  };
+  const c = new TelemetryClient({ transport: collector, store: new MemoryStore(), flushOnHide: false,
+    retry: { initial: 60, maximum: 60 } }, noPlatform);
+  assert.ok(c.report("theme", "dark")); // waits for the registry
+  assert.equal(await c.flush(0.1), false);
+  assert.equal((await c.stats()).awaiting_registry, 1);
+  down = false;
+  assert.ok(await c.flush(5)); // retries the fetch at once, then encodes and sends what waited
+  const s = await c.stats();
+  assert.deepEqual([s.reports_acked, s.awaiting_registry, s.disabled_reason], [1, 0, null]);
+
+  const never = new TelemetryClient({ transport: { request: async () => { throw new TransportError("down"); } },
+    store: new MemoryStore(), flushOnHide: false, retry: { initial: 60, maximum: 60 } }, noPlatform);
+  assert.ok(never.report("theme", "dark"));
+  assert.equal(await never.close(0.1), false);
+  assert.equal((await never.stats()).dropped_no_registry, 1); // dropped at close, never encoded
+});
+
+test("a registry document this SDK cannot use disables reporting, and stats() says why", async () => {
+  const collector = new FakeCollector();
+  collector.request = async () => json(200, { metrics: "not a list" });
+  const c = new TelemetryClient({ transport: collector, store: new MemoryStore(), flushOnHide: false }, noPlatform);
   assert.ok(c.report("theme", "a")); // waits for the registry
   await c.ready;
   const s = await c.stats();
-  assert.match(String(s.disabled_reason), /503/); // no registry, no cache: nothing is reported
+  assert.match(String(s.disabled_reason), /RegistryError/);
+  assert.equal(s.disabled, 1);
 });
 
 test("browsers: reports are charged at once, and hiding the page sends them synchronously", async () => {
