@@ -71,9 +71,11 @@ def built_sdk() -> Path:
 
 
 class PageServer:
-    """The test page on its own origin: /fleet.html, /fleet.mjs and /sdk.js (the bundle)."""
+    """The test pages on their own origin: /fleet.html, /fleet.mjs, /sdk.js (the bundle),
+    /storage.html and the compiled modules under /dist/."""
 
     FILES = {"/fleet.html": (E2E / "fleet.html", "text/html; charset=utf-8"),
+             "/storage.html": (E2E / "storage.html", "text/html; charset=utf-8"),
              "/fleet.mjs": (E2E / "fleet.mjs", "text/javascript; charset=utf-8"),
              "/sdk.js": (BUNDLE, "text/javascript; charset=utf-8")}
 
@@ -82,7 +84,11 @@ class PageServer:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                entry = files.get(self.path.split("?", 1)[0])
+                path = self.path.split("?", 1)[0]
+                entry = files.get(path)
+                if entry is None and path.startswith("/dist/") and path.endswith(".js") and ".." not in path:
+                    entry = (JS / path.lstrip("/"), "text/javascript; charset=utf-8")   # the compiled modules
+                    entry = entry if entry[0].is_file() else None
                 if entry is None:
                     self.send_error(404)
                     return

@@ -9,6 +9,8 @@ that origin only (`--cors-origins`). The page loads the built, minified bundle a
   estimates cover the truth;
 - in two tabs of one origin, spends one shared device budget ([device] epsilon_per_window):
   together they never charge or send more than the cap (Web Locks + IndexedDB transactions);
+- checks the IndexedDB store itself (e2e/storage.html): outbox caps, exclusive claims across two
+  store objects of one namespace, one secret, and 24 concurrent ledger commits under a cap of 10;
 - queues a report and sends it when the page is hidden (`visibilitychange`), or left for
   another page (`pagehide`: the keepalive fetch starts in the event handler), nothing flushed.
 
@@ -183,3 +185,10 @@ def estimate_count(server, tmp_path, metric: str) -> int:
         return estimate(server, tmp_path, metric)["meta"]["n_reports"]
     except AssertionError:   # no data yet
         return 0
+
+
+def test_indexeddb_state_outbox_caps_claims_and_the_locked_ledger(page, browser):
+    browser.get(f"{page.origin}/storage.html")
+    result = wait_result(browser, 60)
+    assert result == {"pending": 3, "dropped": 1, "claimed": [1, 2], "reclaimed": True, "afterDone": 2,
+                      "sameSecret": True, "charged": 10, "windowReports": 10}, result
