@@ -4,18 +4,20 @@
 ledger, outbox), report a categorical, a string (RAPPOR) and a numeric metric; the collector's
 estimates cover the truth. Then two Node processes share one state directory (one device
 budget) and together never spend more than the registry's [device] cap, and `ldpt ledger`
-reads the book the Node SDK wrote.
+reads the book the Node SDK wrote. Last, a collector outage: the batch waits in the outbox
+through refused connections and is counted once when the collector is back.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import urllib.request
 
 import pytest
 
-from tests.collector_support import wait_until
-from tests.js_runtime_support import E2E, assert_covers_truth, built_sdk, e2e_collector
+from tests.collector_support import serving, wait_until
+from tests.js_runtime_support import E2E, assert_covers_truth, built_sdk, e2e_collector, estimate
 
 pytestmark = pytest.mark.e2e
 
@@ -64,3 +66,30 @@ def test_two_node_processes_never_overspend_one_device_budget(tmp_path):
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     assert "load" in done.stdout and rows, rows
+
+
+def test_a_collector_outage_keeps_the_batch_and_the_retry_is_counted_once(tmp_path):
+    built_sdk()
+    with e2e_collector(tmp_path) as server:
+        url, port = server.url, server.port
+        (tmp_path / "registry.json").write_text(json.dumps(fetch_json(f"{url}/v1/registry")), encoding="utf-8")
+        server.terminate()
+        gate = tmp_path / "up"
+        proc = node_fleet("outage", url, str(tmp_path / "device"), str(tmp_path / "registry.json"), str(gate))
+        assert wait_until(lambda: (tmp_path / "up.down").exists(), 120), "the device did not report"
+        # the batch waits in the outbox (the exact bytes), through refused connections; a retry
+        # may hold it claimed (renamed *.ldpb.<pid>.<tag>.sending) at this very moment
+        assert len(list((tmp_path / "device" / "outbox").glob("*.ldpb*"))) == 1
+        args = ["--metrics", "metrics.toml", "--db", "store.sqlite", "--port", str(port),
+                "--query-token-file", "token"]
+        with serving(args, tmp_path) as again:   # the same port: the endpoint the device knows
+            gate.touch()
+            out = result(proc)
+            assert out["during"] is False and out["after"] is True, out
+            assert out["network_errors"] >= 1 and out["reports_acked"] == 1 and out["outbox_pending"] == 0, out
+            assert estimate(again, tmp_path, "theme")["meta"]["n_reports"] == 1
+
+
+def fetch_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        return json.loads(resp.read())
