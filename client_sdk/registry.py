@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from ._lazy import np, numpy_types
+from .encoder_block import encoder_block
 from .errors import DomainError, RegistryError, UnknownMetricError
 from .joint import JOINT_PROTOCOLS, JointDomain, JointPart, parse_parts
 from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
@@ -319,11 +320,12 @@ class MetricSpec:
         return table
 
     def to_json(self) -> dict[str, Any]:
-        """What `GET /v1/registry` publishes for one metric."""
+        """What `GET /v1/registry` publishes for one metric (``encoder``: the resolved integers an
+        SDK in another language encodes from, client_sdk.encoder_block)."""
         proto = self.protocol_impl
         return {**self.to_toml_table(), "name": self.name, "resolved_protocol": self.protocol,
                 "fingerprint": self.fingerprint, "epsilon_per_report": proto.epsilon,
-                "epsilon_longitudinal": proto.epsilon_longitudinal}
+                "epsilon_longitudinal": proto.epsilon_longitudinal, "encoder": encoder_block(self)}
 
 
 def _edge_text(x: float) -> str:

@@ -21,7 +21,7 @@ from .registry import COMMON_KEYS, Registry, parse_device, parse_metric
 
 #: Members `GET /v1/registry` adds to each metric's TOML table (not registry input).
 PUBLISHED_KEYS = ("name", "resolved_protocol", "fingerprint", "epsilon_per_report",
-                  "epsilon_longitudinal")
+                  "epsilon_longitudinal", "encoder")
 
 
 def registry_from_json(doc: Mapping[str, Any] | str | bytes, source: str = "GET /v1/registry",

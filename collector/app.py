@@ -4,6 +4,7 @@ Routes (docs/openapi.yaml describes each; a test keeps the two equal):
 
     POST /v1/reports                      ingest one msgpack batch (wire format v1)
     GET  /v1/registry                     the metrics, parameters and fingerprints
+    OPTIONS /v1/reports, /v1/registry     CORS preflight for browser SDKs (collector/cors.py)
     GET  /v1/metrics/{name}/estimates     estimates (bearer token); POST for long candidate lists
     GET  /healthz                         the process is up
     GET  /readyz                          the store is reachable, its schema current, and it commits
@@ -37,7 +38,7 @@ from client_sdk.registry import Registry
 from collector.storage.aio import AsyncSketchStore, ThreadedStore
 from collector.storage.base import SCHEMA_VERSION, BatchOutcome, batch_id_cutoff
 
-from . import query
+from . import cors, query
 from .committer import GroupCommitter
 from .config import ServeConfig, read_tokens
 from .connections import ConnectionGuard
@@ -59,6 +60,8 @@ CONTENT_ENCODINGS = ("identity", "gzip", "deflate",
 ROUTES: tuple[tuple[str, str], ...] = (
     ("POST", "/v1/reports"),
     ("GET", "/v1/registry"),
+    ("OPTIONS", "/v1/reports"),
+    ("OPTIONS", "/v1/registry"),
     ("GET", "/v1/metrics/{name}/estimates"),
     ("POST", "/v1/metrics/{name}/estimates"),
     ("GET", "/v1/metrics/{name}/compare"),
@@ -169,6 +172,13 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
     app[STATE] = state
     app.router.add_post("/v1/reports", post_reports)
     app.router.add_get("/v1/registry", get_registry)
+    origins = cors.parse_origins(config.cors_origins)
+    for path in cors.CORS_ROUTES:
+        app.router.add_route("OPTIONS", path, cors.preflight_handler(origins))
+
+    async def cors_headers(request: web.Request, response: web.StreamResponse) -> None:
+        cors.add_headers(request, response, origins)
+    app.on_response_prepare.append(cors_headers)
     app.router.add_get("/v1/metrics/{name}/estimates", get_estimates)
     app.router.add_post("/v1/metrics/{name}/estimates", get_estimates)
     app.router.add_get("/v1/metrics/{name}/compare", get_compare)

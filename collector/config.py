@@ -113,6 +113,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("relay_sources", "127.0.0.1,::1", "Comma-separated addresses/networks that batch "
             "many devices' reports (relays, `ldpt simulate --url`, load tests): exempt from the "
             "per-batch and rate limits. Empty: none."),
+    Setting("cors_origins", "", "Comma-separated web origins (scheme://host[:port], or *) whose "
+            "pages may POST /v1/reports and GET /v1/registry from a browser (the JavaScript SDK); "
+            "the query API never answers other origins. Empty: none."),
     Setting("ingest_key_file", None, "If set, batches need Authorization: Bearer <key> with a "
             "key from this file (one per line), for apps that can hold a shared key.", str,
             path=True),
@@ -187,6 +190,7 @@ class ServeConfig:
     rate_limit_burst: float = 60.0
     trusted_proxies: str = ""
     relay_sources: str = "127.0.0.1,::1"
+    cors_origins: str = ""
     ingest_key_file: Path | None = None
     max_body_bytes: int = 1 << 20
     max_reports_per_batch: int = 10_000

@@ -32,6 +32,7 @@ PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "invalid-query": (400, "A query parameter is invalid"),
     "unauthorized": (401, "A valid bearer token is required"),
     "ingest-key-required": (401, "This collector accepts batches only with its ingest key"),
+    "origin-not-allowed": (403, "This web origin may not call the collector from a browser"),
     "query-disabled": (403, "The query API is disabled on this collector"),
     "too-few-reports": (403, "Too few reports in the selected windows to publish an estimate"),
     "not-found": (404, "No such resource"),

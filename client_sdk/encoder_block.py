@@ -1,0 +1,102 @@
+"""The integers a metric's one-report encoder needs, as published to SDKs in other languages.
+
+Several parameters are derived with floating-point mathematics (``math.exp``, ``math.log``,
+window and mixture searches): a threshold computed by another language's libm could differ in
+its last bit and give a different integer, i.e. a different mechanism from the one the
+collector decodes. So the Python reference is the only place they are derived: ``GET
+/v1/registry`` publishes, per metric, an ``encoder`` object holding every resolved integer
+(thresholds out of 2^32 or 2^64, hash ranges, cohorts, windows, bucket edges), and an SDK in
+another language encodes from those integers alone, never re-deriving them (docs/conformance.md).
+
+Integers that can reach 2^53 (thresholds out of 2^64, Laplace's inverse-CDF bounds) are decimal
+strings: JSON numbers beyond 2^53 are not exact in JavaScript.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .protocols.base import Protocol
+
+#: Version of the block's layout; an SDK refuses a version it does not know.
+ENCODER_VERSION = 1
+
+
+def _u64(value: int) -> str:
+    return str(int(value))
+
+
+def _duchi(proto: Any) -> dict[str, Any]:
+    return {"grid": proto.params.grid, "low": _u64(proto.params.low_threshold), "step": _u64(proto.params.step)}
+
+
+def _piecewise(proto: Any) -> dict[str, Any]:
+    a, b = proto.weights
+    return {"grid": proto.grid, "window": proto.window, "a": a, "b": b}
+
+
+def _numeric(name: str, proto: Any) -> dict[str, Any]:
+    if name in ("duchi", "bitmean"):
+        return _duchi(proto)
+    if name == "piecewise":
+        return _piecewise(proto)
+    if name == "hybrid":
+        pm, duchi = proto.parts
+        return {"grid": proto.grid, "h": int(proto.alpha * (1 << 32)), "piecewise": _piecewise(pm), "duchi": _duchi(duchi)}
+    if name == "laplace":
+        return {"grid": proto.grid, "window": proto.window, "bounds": [_u64(b) for b in proto._bounds]}
+    if name == "memobitmean":
+        first = proto.params.first
+        return {"grid": proto.grid, "low": _u64(first.low_threshold), "step": _u64(first.step),
+                "gamma_threshold": proto.params.gamma_threshold}
+    raise KeyError(name)
+
+
+def protocol_block(name: str, proto: Protocol) -> dict[str, Any]:
+    """The resolved integers of protocol ``name`` (docs/conformance.md, "The encoder block")."""
+    par: Any = proto.params
+    if name in ("rr", "grr"):
+        return {"d": par.d, "keep_threshold": par.keep_threshold}
+    if name in ("oue", "sue"):
+        return {"d": par.d, "p_threshold": par.p_threshold, "q_threshold": par.q_threshold}
+    if name == "ss":
+        return {"d": par.d, "s": par.s, "include_threshold": par.include_threshold}
+    if name == "olh":
+        out = {"d": par.d, "m": par.m, "g": par.g, "family": par.family, "keep_threshold": par.keep_threshold}
+        if par.family == "linear":
+            out["t"] = par.t
+        return out
+    if name == "hr":
+        return {"d": par.d, "g": par.g, "t": par.t, "m": par.m, "keep_threshold": par.keep_threshold}
+    if name == "rappor":
+        return {"k": par.k, "h": par.h, "m": par.m, "half_f_threshold": par.half_f_threshold,
+                "p_threshold": par.p_threshold, "q_threshold": par.q_threshold}
+    if name == "discover":
+        return {"max_length": par.max_length, "groups": par.groups, "seeds": par.seeds, "g": par.g,
+                "keep_threshold": par.keep_threshold}
+    if name == "lgrr":
+        return {"d": par.d, "p1_threshold": par.p1_threshold, "p2_threshold": par.p2_threshold}
+    if name == "losue":
+        return {"d": par.d, "p1_threshold": par.p_threshold, "q1_threshold": par.q_threshold,
+                "p2_threshold": par.p2_threshold}
+    if name == "loloha":
+        return {"d": par.d, "m": par.m, "g": par.g, "p1_threshold": par.p1_threshold,
+                "p2_threshold": par.p2_threshold}
+    if name == "dbitflip":
+        return {"d": par.d, "sampled": par.sampled, "p1_threshold": par.p1_threshold,
+                "p2_threshold": par.p2_threshold}
+    return _numeric(name, proto)
+
+
+def encoder_block(spec: Any) -> dict[str, Any]:
+    """The ``encoder`` object of one published metric (a ``MetricSpec``)."""
+    block: dict[str, Any] = {"version": ENCODER_VERSION, "protocol": spec.protocol}
+    block.update(protocol_block(spec.protocol, spec.protocol_impl))
+    if spec.is_histogram:
+        block["edges"] = [float(e) for e in spec.edges]
+    if spec.is_mean:
+        block["range"] = list(spec.bounds)
+    return block
+
+
+__all__ = ["ENCODER_VERSION", "encoder_block", "protocol_block"]

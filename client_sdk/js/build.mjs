@@ -1,0 +1,31 @@
+// Browser bundle: dist/ldpt.min.js (ES module, minified), and its gzip size against the budget.
+// `node build.mjs --size` prints the sizes of the whole bundle and of the core alone.
+import { build } from "esbuild";
+import { gzipSync } from "node:zlib";
+import { existsSync } from "node:fs";
+
+const BUDGET = 20_000; // minified + gzip bytes of the whole browser bundle: "<= 20 KB", read strictly
+
+async function bundle(entry, outfile) {
+  const result = await build({
+    entryPoints: [entry], bundle: true, minify: true, format: "esm", platform: "browser",
+    target: ["es2020"], outfile, write: true, metafile: false, legalComments: "none",
+  });
+  if (result.errors.length) throw new Error(`esbuild failed for ${entry}`);
+  const { readFileSync } = await import("node:fs");
+  const raw = readFileSync(outfile);
+  return { raw: raw.length, gzip: gzipSync(raw, { level: 9 }).length };
+}
+
+const sizes = {};
+if (existsSync("src/index.ts")) sizes.bundle = await bundle("src/index.ts", "dist/ldpt.min.js");
+sizes.core = await bundle("src/registry.ts", "build/core.min.js");
+if (process.argv.includes("--size")) {
+  for (const [name, s] of Object.entries(sizes)) {
+    console.log(`${name}: ${s.raw} bytes minified, ${s.gzip} bytes gzip (budget ${BUDGET} for the bundle)`);
+  }
+}
+if (sizes.bundle && sizes.bundle.gzip > BUDGET) {
+  console.error(`browser bundle is ${sizes.bundle.gzip} bytes gzip, above the ${BUDGET}-byte budget`);
+  process.exit(1);
+}

@@ -1,0 +1,52 @@
+/**
+ * The Node end-to-end driver (tests/test_js_node.py), on the built package (`npm run build`):
+ *
+ *   node e2e/node-fleet.mjs fleet  ENDPOINT STATES_ROOT N     N devices, one state dir each
+ *   node e2e/node-fleet.mjs shared ENDPOINT STATE_DIR TRIES GATE
+ *       one device's budget (run it twice at once): once its state is loaded, writes GATE.<pid>
+ *       and waits for the file GATE before reporting
+ *   node e2e/node-fleet.mjs outage ENDPOINT STATE_DIR REGISTRY_JSON GATE
+ *       the collector is down: report, flush (fails), write GATE.down, wait for GATE, flush again
+ *
+ * prints one JSON document (fleet.mjs's counts) on stdout.
+ */
+
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+import { TelemetryClient } from "../dist/node.js";
+import { runFleet, spendShared } from "./fleet.mjs";
+
+const [mode, endpoint, where, count, gateFile] = process.argv.slice(2);
+const registry = mode === "outage" ? JSON.parse(readFileSync(count, "utf8"))
+  : await (await fetch(`${endpoint}/v1/registry`)).json();
+let result;
+if (mode === "outage") {
+  const client = new TelemetryClient({ endpoint, registry, stateDir: where, flushOnHide: false,
+    retry: { initial: 0.05, maximum: 0.2 } });
+  await client.ready;
+  client.report("theme", "dark");
+  const during = await client.flush(0.5);
+  writeFileSync(`${gateFile}.down`, "");
+  while (!existsSync(gateFile)) await new Promise((r) => setTimeout(r, 10));
+  const after = await client.flush(30);
+  result = { during, after, ...(await client.stats()) };
+} else if (mode === "fleet") {
+  result = await runFleet({
+    n: Number(count),
+    makeClient: (j) => new TelemetryClient({ endpoint, registry, stateDir: join(where, `device-${j}`), flushOnHide: false }),
+  });
+} else {
+  const gate = new Promise((go) => {
+    const poll = setInterval(() => { if (existsSync(gateFile)) { clearInterval(poll); go(); } }, 10);
+  });
+  result = await spendShared({
+    tries: Number(count), gate,
+    makeClient: () => {
+      const client = new TelemetryClient({ endpoint, registry, stateDir: where, flushOnHide: false });
+      client.ready.then(() => writeFileSync(`${gateFile}.${process.pid}`, ""));
+      return client;
+    },
+  });
+}
+process.stdout.write(JSON.stringify(result) + "\n");

@@ -1,0 +1,338 @@
+/**
+ * The privacy ledger: the device's budget book (docs/privacy.md), the same book as the Python
+ * SDK's `client_sdk/ledger.py`, charge for charge (pinned by the conformance suite's ledger
+ * vectors, docs/conformance.md).
+ *
+ * What a report costs (docs/math.md §10):
+ * - without memoisation: ε per report, in the window (a UTC day) and over the lifetime;
+ * - memoised (RAPPOR, `epsilon_inf`): ε₁ per report in the window, and ε∞ over the lifetime the
+ *   first time a *distinct* value is reported (recognised by a keyed digest, never the value).
+ * A report beyond `reports_per_window`, the metric's `lifetime_epsilon`, or the registry's
+ * `[device]` caps (sums over all metrics) is refused, counted, and never sent.
+ *
+ * Everything here is pure: the storage layer (state.ts) runs `commit` inside one locked
+ * read-modify-write, so two tabs or two processes never overspend together. The book's JSON is
+ * the Python SDK's `ledger.json` format, so `ldpt ledger --state-dir` reads a Node state dir.
+ */
+
+/** Relative slack when comparing spends with a budget (realised epsilons are quantised floats). */
+export const BUDGET_SLACK = 1e-9;
+export const SECONDS_PER_DAY = 86_400;
+export const LEDGER_FORMAT = "ldpt-ledger";
+export const LEDGER_VERSION = 1;
+
+/** Why a report was refused (never sent). */
+export type Refusal = "window" | "lifetime" | "device_window" | "device_lifetime";
+
+/** One report asking to be charged: what it costs and the limits that apply. */
+export interface Charge {
+  metric: string;
+  fingerprint: string;
+  /** UTC day of the report (days since 1970-01-01): the window. */
+  day: number;
+  /** ε per report (ε₁ for memoised protocols). */
+  epsilon: number;
+  /** ε∞ when the protocol is memoised, else null. */
+  epsilonLongitudinal: number | null;
+  /** Keyed digest of the value (memoised protocols), else null. */
+  digest: string | null;
+  reportsPerWindow: number;
+  lifetimeBudget: number | null;
+  deviceWindowBudget: number | null;
+  deviceLifetimeBudget: number | null;
+}
+
+/** What one metric has spent on this device (field names as in ledger.json). */
+export interface MetricAccount {
+  window: string;
+  window_reports: number;
+  window_epsilon: number;
+  lifetime_reports: number;
+  lifetime_epsilon: number;
+  refused_window: number;
+  refused_lifetime: number;
+  refused_device_window: number;
+  refused_device_lifetime: number;
+  fingerprint: string;
+  epsilon_per_report: number;
+  epsilon_longitudinal: number | null;
+  reports_per_window: number;
+  lifetime_budget: number | null;
+  /** fingerprint -> digests of the distinct values charged at ε∞. */
+  memo: Record<string, string[]>;
+}
+
+/** The whole book, in insertion order (device sums add in this order, as Python's dict). */
+export type Accounts = Map<string, MetricAccount>;
+
+/** UTC day number of a POSIX timestamp in seconds: the ledger's window. */
+export function dayOf(seconds: number): number {
+  return Math.floor(seconds / SECONDS_PER_DAY);
+}
+
+/** The window as shown to users and in the file: YYYY-MM-DD (UTC). */
+export function windowName(day: number): string {
+  return new Date(day * SECONDS_PER_DAY * 1000).toISOString().slice(0, 10);
+}
+
+function dayOfWindow(window: string): number | null {
+  const t = Date.parse(window + "T00:00:00Z");
+  return /^\d{4}-\d{2}-\d{2}$/.test(window) && Number.isFinite(t) ? Math.round(t / 86_400_000) : null;
+}
+
+function isMemoised(c: Charge): boolean {
+  return c.epsilonLongitudinal !== null;
+}
+
+export function copyAccount(a: MetricAccount): MetricAccount {
+  const memo: Record<string, string[]> = {};
+  for (const fp of Object.keys(a.memo)) memo[fp] = a.memo[fp].slice();
+  return { ...a, memo };
+}
+
+export function copyAccounts(accounts: Accounts): Accounts {
+  const out: Accounts = new Map();
+  for (const [k, v] of accounts) out.set(k, copyAccount(v));
+  return out;
+}
+
+function newAccount(c: Charge, window: string): MetricAccount {
+  return {
+    window, window_reports: 0, window_epsilon: 0, lifetime_reports: 0, lifetime_epsilon: 0,
+    refused_window: 0, refused_lifetime: 0, refused_device_window: 0, refused_device_lifetime: 0,
+    fingerprint: c.fingerprint, epsilon_per_report: c.epsilon, epsilon_longitudinal: c.epsilonLongitudinal,
+    reports_per_window: c.reportsPerWindow, lifetime_budget: c.lifetimeBudget, memo: {},
+  };
+}
+
+/** Start a new window when the charge is later; a late charge counts in the current one. */
+function roll(a: MetricAccount, window: string): void {
+  if (window > a.window) {
+    a.window = window;
+    a.window_reports = 0;
+    a.window_epsilon = 0;
+  }
+}
+
+/** Distinct values charged at ε∞ over all fingerprints. */
+export function distinctValues(a: MetricAccount): number {
+  let n = 0;
+  for (const fp of Object.keys(a.memo)) n += a.memo[fp].length;
+  return n;
+}
+
+/** Lifetime epsilon this report adds: ε, or ε∞ for a value not seen before (memoised). */
+export function lifetimeCost(a: MetricAccount | undefined, c: Charge): number {
+  if (!isMemoised(c)) return c.epsilon;
+  const seen = a !== undefined && (a.memo[c.fingerprint] ?? []).includes(c.digest as string);
+  return seen ? 0 : (c.epsilonLongitudinal as number);
+}
+
+/** [epsilon charged in `window`, lifetime epsilon], summed over every metric of the device. */
+export function deviceTotals(accounts: Accounts, window: string): [number, number] {
+  let inWindow = 0;
+  let lifetime = 0;
+  for (const a of accounts.values()) if (a.window === window) inWindow += a.window_epsilon;
+  for (const a of accounts.values()) lifetime += a.lifetime_epsilon;
+  return [inWindow, lifetime];
+}
+
+/**
+ * Under [device] caps a late charge (the clock stepped back) counts in the device's current
+ * window — the latest of any metric — so the cap on the sum over metrics holds in that window.
+ */
+function inDeviceWindow(accounts: Accounts, c: Charge): Charge {
+  if (c.deviceWindowBudget === null && c.deviceLifetimeBudget === null) return c;
+  let latest = "";
+  for (const a of accounts.values()) if (a.window > latest) latest = a.window;
+  if (latest <= windowName(c.day)) return c;
+  const day = dayOfWindow(latest);
+  return day === null ? c : { ...c, day };
+}
+
+/** Whether `c` fits the device-wide caps (null: it fits). */
+export function decideDevice(accounts: Accounts, c: Charge): Refusal | null {
+  if (c.deviceWindowBudget === null && c.deviceLifetimeBudget === null) return null;
+  const [windowSpent, lifetimeSpent] = deviceTotals(accounts, windowName(c.day));
+  if (c.deviceWindowBudget !== null && windowSpent + c.epsilon > c.deviceWindowBudget * (1 + BUDGET_SLACK)) {
+    return "device_window";
+  }
+  if (c.deviceLifetimeBudget !== null) {
+    const cost = lifetimeCost(accounts.get(c.metric), c);
+    if (lifetimeSpent + cost > c.deviceLifetimeBudget * (1 + BUDGET_SLACK)) return "device_lifetime";
+  }
+  return null;
+}
+
+/** Whether `c` fits the budget of account `a` (null: it fits). */
+export function decide(a: MetricAccount | undefined, c: Charge): Refusal | null {
+  const window = windowName(c.day);
+  const inWindow = a === undefined || window > a.window ? 0 : a.window_reports;
+  if (inWindow + 1 > c.reportsPerWindow) return "window";
+  if (c.lifetimeBudget !== null) {
+    const spent = a === undefined ? 0 : a.lifetime_epsilon;
+    if (spent + lifetimeCost(a, c) > c.lifetimeBudget * (1 + BUDGET_SLACK)) return "lifetime";
+  }
+  return null;
+}
+
+export function countRefusal(a: MetricAccount, reason: Refusal, n = 1): void {
+  if (reason === "window") a.refused_window += n;
+  else if (reason === "lifetime") a.refused_lifetime += n;
+  else if (reason === "device_window") a.refused_device_window += n;
+  else a.refused_device_lifetime += n;
+}
+
+/** Charge `accounts` in place if the report fits; otherwise count the refusal and return why. */
+export function apply(accounts: Accounts, charge: Charge): Refusal | null {
+  const c = inDeviceWindow(accounts, charge);
+  const window = windowName(c.day);
+  let a = accounts.get(c.metric);
+  const refusal = decide(a, c) ?? decideDevice(accounts, c);
+  if (a === undefined) {
+    a = newAccount(c, window);
+    accounts.set(c.metric, a);
+  }
+  roll(a, window);
+  if (refusal !== null) {
+    countRefusal(a, refusal);
+    return refusal;
+  }
+  const cost = lifetimeCost(a, c);
+  a.window_reports += 1;
+  a.window_epsilon += c.epsilon;
+  a.lifetime_reports += 1;
+  a.lifetime_epsilon += cost;
+  if (isMemoised(c) && cost > 0) (a.memo[c.fingerprint] ??= []).push(c.digest as string);
+  a.fingerprint = c.fingerprint;
+  a.epsilon_per_report = c.epsilon;
+  a.epsilon_longitudinal = c.epsilonLongitudinal;
+  a.reports_per_window = c.reportsPerWindow;
+  a.lifetime_budget = c.lifetimeBudget;
+  return null;
+}
+
+/** Refusals decided on the app's side, to be recorded in the book: [charge, reason, count]. */
+export type RefusalCounts = Array<[Charge, Refusal, number]>;
+
+/** Apply refusal counts, then charges in order (one transaction); the outcome per charge. */
+export function commitCharges(accounts: Accounts, charges: readonly Charge[],
+  refusals: RefusalCounts = []): Array<Refusal | null> {
+  for (const [c, reason, n] of refusals) {
+    const window = windowName(c.day);
+    let a = accounts.get(c.metric);
+    if (a === undefined) {
+      a = newAccount(c, window);
+      accounts.set(c.metric, a);
+    }
+    roll(a, window);
+    countRefusal(a, reason, n);
+  }
+  return charges.map((c) => apply(accounts, c));
+}
+
+/** Drop the memoisation digests (opt-out: the secret they are keyed by is gone). */
+export function forgetValues(accounts: Accounts): boolean {
+  let changed = false;
+  for (const a of accounts.values()) {
+    if (Object.keys(a.memo).length) changed = true;
+    a.memo = {};
+  }
+  return changed;
+}
+
+// --- the file ---------------------------------------------------------------------------------
+
+export class LedgerError extends Error {
+  override name = "LedgerError";
+}
+
+const COUNT_FIELDS = ["window_reports", "lifetime_reports", "refused_window", "refused_lifetime",
+  "reports_per_window", "refused_device_window", "refused_device_lifetime"] as const;
+const EPSILON_FIELDS = ["window_epsilon", "lifetime_epsilon", "epsilon_per_report"] as const;
+const OPTIONAL_EPSILON_FIELDS = ["epsilon_longitudinal", "lifetime_budget"] as const;
+
+function sortedKeys(o: object): string[] {
+  return Object.keys(o).sort();
+}
+
+/** The book as the Python SDK writes ledger.json (metrics and keys sorted; digests sorted). */
+export function dumpLedger(accounts: Accounts, generation = ""): string {
+  const metrics: Record<string, unknown> = {};
+  for (const name of [...accounts.keys()].sort()) {
+    const a = accounts.get(name) as MetricAccount;
+    const memo: Record<string, string[]> = {};
+    for (const fp of sortedKeys(a.memo)) memo[fp] = a.memo[fp].slice().sort();
+    const row: Record<string, unknown> = { ...a, memo };
+    const sorted: Record<string, unknown> = {};
+    for (const k of sortedKeys(row)) sorted[k] = row[k];
+    metrics[name] = sorted;
+  }
+  return JSON.stringify({ format: LEDGER_FORMAT, generation, metrics, version: LEDGER_VERSION }, null, 1) + "\n";
+}
+
+/** Parse a book written by `dumpLedger` or the Python SDK; LedgerError when it is not one. */
+export function parseLedger(text: string | null, where = "ledger"): { accounts: Accounts; generation: string | null } {
+  const accounts: Accounts = new Map();
+  if (text === null) return { accounts, generation: null };
+  let doc: any;
+  try {
+    doc = JSON.parse(text);
+    if (doc === null || typeof doc !== "object" || doc.format !== LEDGER_FORMAT) throw new Error("not an ldp-telemetry ledger");
+    if (Number(doc.version ?? 0) > LEDGER_VERSION) throw new Error(`written by a newer SDK (version ${doc.version})`);
+    if (doc.metrics === null || typeof doc.metrics !== "object") throw new Error("no metrics");
+    for (const name of Object.keys(doc.metrics)) accounts.set(name, accountFromJson(doc.metrics[name]));
+  } catch (exc) {
+    throw new LedgerError(`${where}: the privacy ledger is unreadable (${(exc as Error).message}); the SDK ` +
+      "refuses to report until it is repaired or removed (removing it forgets past spend)");
+  }
+  return { accounts, generation: typeof doc.generation === "string" ? doc.generation : null };
+}
+
+function accountFromJson(data: any): MetricAccount {
+  if (data === null || typeof data !== "object") throw new Error("an account is not an object");
+  const a: MetricAccount = {
+    window: data.window, window_reports: data.window_reports ?? 0, window_epsilon: data.window_epsilon ?? 0,
+    lifetime_reports: data.lifetime_reports ?? 0, lifetime_epsilon: data.lifetime_epsilon ?? 0,
+    refused_window: data.refused_window ?? 0, refused_lifetime: data.refused_lifetime ?? 0,
+    refused_device_window: data.refused_device_window ?? 0, refused_device_lifetime: data.refused_device_lifetime ?? 0,
+    fingerprint: data.fingerprint ?? "", epsilon_per_report: data.epsilon_per_report ?? 0,
+    epsilon_longitudinal: data.epsilon_longitudinal ?? null, reports_per_window: data.reports_per_window ?? 1,
+    lifetime_budget: data.lifetime_budget ?? null, memo: {},
+  };
+  const bad: string[] = [];
+  for (const f of COUNT_FIELDS) if (!Number.isInteger(a[f])) bad.push(f);
+  for (const f of EPSILON_FIELDS) if (typeof a[f] !== "number" || !Number.isFinite(a[f])) bad.push(f);
+  for (const f of OPTIONAL_EPSILON_FIELDS) {
+    const v = a[f];
+    if (v !== null && (typeof v !== "number" || !Number.isFinite(v))) bad.push(f);
+  }
+  for (const f of ["window", "fingerprint"] as const) if (typeof a[f] !== "string") bad.push(f);
+  const memo = data.memo ?? {};
+  if (memo === null || typeof memo !== "object" || Array.isArray(memo)) bad.push("memo");
+  else {
+    for (const fp of Object.keys(memo)) {
+      const digests = memo[fp];
+      if (!Array.isArray(digests) || !digests.every((d: unknown) => typeof d === "string")) bad.push("memo");
+      else a.memo[fp] = digests.slice();
+    }
+  }
+  if (bad.length) throw new Error(`field(s) ${[...new Set(bad)].join(", ")} have the wrong type`);
+  return a;
+}
+
+/** One plain row per metric (what `ldpt ledger` prints), for apps that show the book. */
+export function summarise(accounts: Accounts): Array<Record<string, unknown>> {
+  return [...accounts.keys()].sort().map((name) => {
+    const a = accounts.get(name) as MetricAccount;
+    return {
+      metric: name, window: a.window, window_reports: a.window_reports, reports_per_window: a.reports_per_window,
+      window_epsilon: a.window_epsilon, lifetime_reports: a.lifetime_reports, lifetime_epsilon: a.lifetime_epsilon,
+      lifetime_budget: a.lifetime_budget, epsilon_per_report: a.epsilon_per_report,
+      epsilon_longitudinal: a.epsilon_longitudinal,
+      distinct_values: a.epsilon_longitudinal !== null ? distinctValues(a) : null,
+      refused_window: a.refused_window, refused_lifetime: a.refused_lifetime,
+      refused_device: a.refused_device_window + a.refused_device_lifetime,
+    };
+  });
+}

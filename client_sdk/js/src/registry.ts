@@ -1,0 +1,185 @@
+/**
+ * The registry as the collector publishes it (`GET /v1/registry`; docs/conformance.md): per
+ * metric its published constants (fingerprint, ε per report, ε∞, limits) and an `encoder`
+ * object holding every resolved integer of its protocol. Nothing is re-derived here from ε:
+ * thresholds computed with another libm could differ in the last bit, so the Python reference
+ * derives them once and every SDK encodes from the same integers.
+ */
+
+import { ledgerKey, utf8, valueDigest } from "./hashing.js";
+import type { DeviceCaps, Found, Metric, Registry } from "./metrics.js";
+import { dbitflip, lgrr, loloha, losue } from "./protocols/memoised.js";
+import { grr, hr, olh, rr, ss, unary } from "./protocols/frequency.js";
+import { alphaRound, alphaWord, discretise, duchi, hybrid, laplace, memobitmean, piecewise } from "./protocols/numeric.js";
+import { discover, rappor } from "./protocols/strings.js";
+import type { Block, Context, Encoder } from "./protocols/types.js";
+import { type RandomSource, cryptoRandom } from "./random.js";
+import type { WireValue } from "./wire.js";
+
+/** The encoder layout this SDK understands. */
+export const ENCODER_VERSION = 1;
+
+export class RegistryError extends Error {
+  override name = "RegistryError";
+}
+
+const ENCODERS: Record<string, (b: Block) => Encoder> = {
+  rr, grr, oue: unary, sue: unary, ss, olh, hr, rappor, discover, lgrr, losue, loloha, dbitflip,
+  duchi, bitmean: duchi, laplace, piecewise, hybrid, memobitmean,
+};
+
+/** The one-report encoder of a published encoder object (RegistryError if unknown). */
+export function encoderFor(block: Block): Encoder {
+  if (block.version !== ENCODER_VERSION) {
+    throw new RegistryError(`encoder version ${block.version} is not known to this SDK; upgrade it`);
+  }
+  const make = ENCODERS[block.protocol];
+  if (make === undefined) throw new RegistryError(`protocol ${block.protocol} is not known to this SDK; upgrade it`);
+  return make(block);
+}
+
+const ledgerKeys = new WeakMap<Uint8Array, Uint8Array>();
+
+function digestOf(secret: Uint8Array, fingerprint: string, key: string): string {
+  let lkey = ledgerKeys.get(secret);
+  if (lkey === undefined) ledgerKeys.set(secret, (lkey = ledgerKey(secret)));
+  return valueDigest(lkey, fingerprint, key);
+}
+
+/** An edge as a bucket label writes it (Python's int, or float repr). */
+function edgeText(x: number): string {
+  if (Number.isInteger(x) && Math.abs(x) < 1e15) return String(x);
+  const [mant, exp] = x.toExponential().split("e");
+  const e = Number(exp);
+  const digits = mant.replace("-", "").replace(".", "");
+  const sign = x < 0 ? "-" : "";
+  if (e < -4 || e >= 16) return `${sign}${digits[0]}${digits.length > 1 ? "." + digits.slice(1) : ""}e${e < 0 ? "-" : "+"}${String(Math.abs(e)).padStart(2, "0")}`;
+  if (e < 0) return `${sign}0.${"0".repeat(-e - 1)}${digits}`;
+  const whole = digits.padEnd(e + 1, "0");
+  return `${sign}${whole.slice(0, e + 1)}.${whole.slice(e + 1) || "0"}`;
+}
+
+type Entry = Record<string, unknown>;
+
+function number(v: unknown, what: string): number {
+  if (typeof v !== "number" || !Number.isFinite(v)) throw new RegistryError(`${what} must be a finite number`);
+  return v;
+}
+
+class PublishedMetric implements Metric {
+  readonly name: string;
+  readonly fingerprint: string;
+  readonly epsilon: number;
+  readonly epsilonLongitudinal: number | null;
+  readonly reportsPerWindow: number;
+  readonly lifetimeEpsilon: number | null;
+  private readonly kind: string;
+  private readonly encoder: Encoder;
+  private readonly block: Block;
+  private readonly index = new Map<string, number>();
+  private readonly labels: string[] = [];
+
+  constructor(entry: Entry, private readonly random: RandomSource) {
+    this.name = String(entry.name);
+    const block = entry.encoder as Block | undefined;
+    if (block === undefined || typeof block !== "object" || block === null) {
+      throw new RegistryError(`metric ${this.name}: no encoder object (the collector is older than this SDK)`);
+    }
+    try {
+      this.encoder = encoderFor(block);
+    } catch (e) {
+      throw new RegistryError(`metric ${this.name}: ${(e as Error).message}`);
+    }
+    this.block = block;
+    this.kind = String(entry.kind);
+    this.fingerprint = String(entry.fingerprint);
+    this.epsilon = number(entry.epsilon_per_report, `metric ${this.name}: epsilon_per_report`);
+    this.epsilonLongitudinal = entry.epsilon_longitudinal == null ? null
+      : number(entry.epsilon_longitudinal, `metric ${this.name}: epsilon_longitudinal`);
+    this.reportsPerWindow = entry.reports_per_window == null ? 1 : number(entry.reports_per_window, "reports_per_window");
+    this.lifetimeEpsilon = entry.lifetime_epsilon == null ? null : number(entry.lifetime_epsilon, "lifetime_epsilon");
+    const domain = this.kind === "boolean" ? ["false", "true"]
+      : this.kind === "categorical" ? (entry.categories as string[]) : null;
+    (domain ?? []).forEach((v, i) => this.index.set(v, i));
+    if (block.edges) {
+      const e = (block.edges as number[]).map(edgeText);
+      for (let i = 0; i + 1 < e.length; i++) this.labels.push(`[${e[i]}, ${e[i + 1]}${i === e.length - 2 ? "]" : ")"}`);
+    }
+  }
+
+  private ctx(secret: Uint8Array, day: number): Context {
+    return { secret, metric: this.name, day, random: this.random };
+  }
+
+  private found(key: string, index: number, clipped: boolean, secret: Uint8Array, day: number): Found {
+    if (this.encoder.memoKey) key = this.encoder.memoKey(index, this.ctx(secret, day));
+    const digest = this.epsilonLongitudinal === null ? null : digestOf(secret, this.fingerprint, key);
+    return { key, index, clipped, digest };
+  }
+
+  lookup(value: unknown, secret: Uint8Array, day: number): Found | null {
+    const b = this.block;
+    if (this.kind === "string") {
+      if (typeof value !== "string") return null;
+      const clipped = b.max_length !== undefined && utf8(value).length > b.max_length;
+      return this.found(value, -1, clipped, secret, day);
+    }
+    if (this.kind === "numeric") {
+      if (typeof value !== "number" || !Number.isFinite(value)) return null;
+      const [lo, hi] = (b.range ?? [b.edges[0], b.edges[b.edges.length - 1]]) as [number, number];
+      const clipped = value < lo || value > hi;
+      const x = value < lo ? lo : value > hi ? hi : value;
+      if (b.edges) {
+        let i = 0;   // bisect right over the inner edges
+        while (i + 2 < b.edges.length && b.edges[i + 1] <= x) i++;
+        return this.found(this.labels[i], i, clipped, secret, day);
+      }
+      const t = (x - lo) * (2.0 / (hi - lo)) - 1.0;
+      const j = this.encoder.memoKey
+        ? alphaRound(t, b.grid, alphaWord(this.ctx(secret, day)))
+        : discretise(t, b.grid, this.random);
+      return this.found("", j, clipped, secret, day);
+    }
+    let key: string | null = null;
+    if (typeof value === "string") key = this.kind === "boolean" ? value.trim().toLowerCase() : value;
+    else if (this.kind === "boolean" && (value === true || value === false || value === 0 || value === 1)) {
+      key = value === true || value === 1 ? "true" : "false";
+    } else if (typeof value === "number" && Number.isInteger(value)) key = String(value);
+    const index = key === null ? undefined : this.index.get(key);
+    return index === undefined ? null : this.found(key as string, index, false, secret, day);
+  }
+
+  encode(found: Found, secret: Uint8Array, day: number): WireValue {
+    return this.encoder.encode(found.index, found.key, this.ctx(secret, day));
+  }
+}
+
+/**
+ * A registry from the published document (an object or its JSON text). `pins` maps metric
+ * names to the fingerprints the app was built against: a published metric whose fingerprint
+ * differs, or a pinned metric that is missing, is a RegistryError. `random` replaces the CSPRNG
+ * (tests only).
+ */
+export function loadRegistry(doc: unknown, pins?: Record<string, string>, random: RandomSource = cryptoRandom): Registry {
+  const parsed = (typeof doc === "string" ? JSON.parse(doc) : doc) as { metrics?: Entry[]; device?: Entry | null };
+  if (parsed === null || typeof parsed !== "object" || !Array.isArray(parsed.metrics) || parsed.metrics.length === 0) {
+    throw new RegistryError('expected {"metrics": [...]} with at least one metric');
+  }
+  const metrics = new Map<string, Metric>();
+  for (const entry of parsed.metrics) {
+    const metric = new PublishedMetric(entry, random);
+    const pin = pins?.[metric.name];
+    if (pin !== undefined && pin !== metric.fingerprint) {
+      throw new RegistryError(`metric ${metric.name} changed: fingerprint ${metric.fingerprint}, the app is pinned to ${pin}`);
+    }
+    metrics.set(metric.name, metric);
+  }
+  const missing = Object.keys(pins ?? {}).filter((n) => !metrics.has(n));
+  if (missing.length) throw new RegistryError(`pinned metric(s) ${missing.join(", ")} are not published`);
+  const dev = parsed.device;
+  const device: DeviceCaps | null = dev == null ? null : {
+    epsilonPerWindow: (dev.epsilon_per_window as number | undefined) ?? null,
+    lifetimeEpsilon: (dev.lifetime_epsilon as number | undefined) ?? null,
+  };
+  return { get: (n) => metrics.get(n), device, names: [...metrics.keys()] };
+}

@@ -1,0 +1,245 @@
+/**
+ * Device state in a directory (Node), laid out as the Python SDK's (docs/guide-app-teams.md,
+ * "The state directory"), so `ldpt ledger --state-dir DIR` reads it:
+ *
+ *     secret        32 random bytes, mode 0600, created by write-temp + link (never overwritten)
+ *     ledger.json   the privacy ledger (ledger.ts), replaced atomically under the lock
+ *     ledger.nodelock  the lock file every Node process of the directory takes (lock.node.ts;
+ *                   present only while held, unlike the Python SDK's flock(2) file ledger.lock)
+ *     outbox/       batches waiting for the collector, `<name>.ldpb`; claimed by renaming
+ *     registry.json the last fetched registry
+ *     opted-out     present after optOut()
+ *
+ * Every write is write-temp-fsync-rename (readers see the old file or the new one, never a torn
+ * one). The lock file is this SDK's own: a Python process and a Node process must not share
+ * one directory (the Python SDK locks with flock(2)).
+ */
+
+import { randomBytes } from "node:crypto";
+import { promises as fs } from "node:fs";
+import { join } from "node:path";
+
+import { withFileLock } from "../lock.node.js";
+import {
+  type DeviceStore, type Outbox, type OutboxCounters, type OutboxLimits, type StoredBatch,
+  CLAIM_TIMEOUT, DEFAULT_OUTBOX_LIMITS, SECRET_BYTES, StateError, batchName, overCaps, parseBatchName,
+} from "../state.js";
+
+const BATCH_SUFFIX = ".ldpb";
+const CLAIM_SUFFIX = ".sending";
+
+function tempName(path: string): string {
+  const slash = path.lastIndexOf("/");
+  return `${path.slice(0, slash + 1)}.${path.slice(slash + 1)}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`;
+}
+
+async function fsyncDir(dir: string): Promise<void> {
+  try {
+    const h = await fs.open(dir, "r");
+    try {
+      await h.sync();
+    } finally {
+      await h.close();
+    }
+  } catch {
+    /* best effort (platforms where directories cannot be opened) */
+  }
+}
+
+/** Write-temp-fsync-rename: readers see the old file or the new one, never a torn one. */
+export async function atomicWrite(path: string, data: Uint8Array | string, durable = true): Promise<void> {
+  const tmp = tempName(path);
+  const h = await fs.open(tmp, "wx", 0o600);
+  try {
+    await h.writeFile(data);
+    if (durable) await h.sync();
+  } catch (exc) {
+    await h.close();
+    await fs.rm(tmp, { force: true });
+    throw exc;
+  }
+  await h.close();
+  try {
+    await fs.rename(tmp, path);
+  } catch (exc) {
+    await fs.rm(tmp, { force: true });
+    throw exc;
+  }
+  if (durable) await fsyncDir(join(path, ".."));
+}
+
+async function readOrNull(path: string, encoding?: "utf8"): Promise<any> {
+  try {
+    return await fs.readFile(path, encoding ?? null);
+  } catch (exc) {
+    if ((exc as NodeJS.ErrnoException).code === "ENOENT") return null;
+    throw exc;
+  }
+}
+
+export class FileOutbox implements Outbox {
+  readonly counters: OutboxCounters = { droppedReports: 0, expiredReports: 0 };
+
+  constructor(readonly dir: string, private readonly limits: OutboxLimits = DEFAULT_OUTBOX_LIMITS) {}
+
+  private async scan(): Promise<{ waiting: string[]; claims: string[] }> {
+    let names: string[];
+    try {
+      names = await fs.readdir(this.dir);
+    } catch (exc) {
+      if ((exc as NodeJS.ErrnoException).code === "ENOENT") return { waiting: [], claims: [] };
+      throw exc;
+    }
+    const waiting = names.filter((n) => n.endsWith(BATCH_SUFFIX) && parseBatchName(n.slice(0, -BATCH_SUFFIX.length)));
+    return { waiting: waiting.sort(), claims: names.filter((n) => n.endsWith(CLAIM_SUFFIX)) };
+  }
+
+  async add(batchId: Uint8Array, body: Uint8Array, reports: number, created: number): Promise<void> {
+    await fs.mkdir(this.dir, { recursive: true, mode: 0o700 });
+    await atomicWrite(join(this.dir, batchName(created, reports, batchId) + BATCH_SUFFIX), body);
+    const { waiting } = await this.scan();
+    const rows = [];
+    for (const n of waiting) {
+      const meta = parseBatchName(n.slice(0, -BATCH_SUFFIX.length));
+      const size = await fs.stat(join(this.dir, n)).then((s) => s.size, () => 0);
+      rows.push({ ...(meta as { created: number; reports: number }), size });
+    }
+    const { expired, dropped } = overCaps(rows, this.limits, created);
+    for (const [list, key] of [[expired, "expiredReports"], [dropped, "droppedReports"]] as const) {
+      for (const i of list) {
+        if (await fs.rm(join(this.dir, waiting[i])).then(() => true, () => false)) this.counters[key] += rows[i].reports;
+      }
+    }
+  }
+
+  async claim(now: number): Promise<StoredBatch | null> {
+    const { waiting, claims } = await this.scan();
+    for (const c of claims) { // abandoned claims (their sender died) go back to the queue
+      const mtime = await fs.stat(join(this.dir, c)).then((s) => s.mtimeMs / 1000, () => now);
+      if (now - mtime > CLAIM_TIMEOUT) {
+        await fs.rename(join(this.dir, c), join(this.dir, c.split(BATCH_SUFFIX)[0] + BATCH_SUFFIX)).catch(() => undefined);
+      }
+    }
+    for (const n of waiting) {
+      const claimed = join(this.dir, `${n}.${process.pid}.${randomBytes(3).toString("hex")}${CLAIM_SUFFIX}`);
+      try {
+        await fs.rename(join(this.dir, n), claimed);
+      } catch {
+        continue; // another process claimed (or finished) it first
+      }
+      const t = new Date();
+      await fs.utimes(claimed, t, t).catch(() => undefined); // the claim's age starts now
+      const stem = n.slice(0, -BATCH_SUFFIX.length);
+      const meta = parseBatchName(stem) as { created: number; reports: number };
+      const body = new Uint8Array(await fs.readFile(claimed));
+      return { name: claimed, body, reports: meta.reports, created: meta.created };
+    }
+    return null;
+  }
+
+  async release(batch: StoredBatch): Promise<void> {
+    const base = batch.name.slice(batch.name.lastIndexOf("/") + 1);
+    await fs.rename(batch.name, join(this.dir, base.split(BATCH_SUFFIX)[0] + BATCH_SUFFIX)).catch(() => undefined);
+  }
+
+  async done(batch: StoredBatch): Promise<void> {
+    await fs.rm(batch.name, { force: true });
+  }
+
+  async pending(): Promise<number> {
+    const { waiting, claims } = await this.scan();
+    return waiting.length + claims.length;
+  }
+
+  async clear(): Promise<void> {
+    const { waiting, claims } = await this.scan();
+    await Promise.all([...waiting, ...claims].map((n) => fs.rm(join(this.dir, n), { force: true })));
+  }
+}
+
+/** One device's state in `dir` (created 0700). */
+export class FileStore implements DeviceStore {
+  readonly outbox: FileOutbox;
+
+  constructor(readonly where: string, limits: OutboxLimits = DEFAULT_OUTBOX_LIMITS) {
+    this.outbox = new FileOutbox(join(where, "outbox"), limits);
+  }
+
+  /** Create the directory and check it can be written; StateError otherwise. */
+  async open(): Promise<this> {
+    try {
+      await fs.mkdir(this.where, { recursive: true, mode: 0o700 });
+      await fs.access(this.where, (await import("node:fs")).constants.W_OK);
+    } catch (exc) {
+      throw new StateError(`${this.where}: the state directory cannot be used (${(exc as Error).message})`);
+    }
+    return this;
+  }
+
+  private path(name: string): string {
+    return join(this.where, name);
+  }
+
+  async loadSecret(): Promise<Uint8Array> {
+    const path = this.path("secret");
+    let data: Buffer | null = await readOrNull(path);
+    if (data === null) {
+      const tmp = tempName(path);
+      const h = await fs.open(tmp, "wx", 0o600);
+      try {
+        await h.writeFile(randomBytes(SECRET_BYTES)); // the secret: never leaves this directory
+        await h.sync();
+      } finally {
+        await h.close();
+      }
+      try {
+        await fs.link(tmp, path); // fails if another process created it first: use theirs
+      } catch (exc) {
+        if ((exc as NodeJS.ErrnoException).code !== "EEXIST") throw exc;
+      } finally {
+        await fs.rm(tmp, { force: true });
+      }
+      await fsyncDir(this.where);
+      data = await fs.readFile(path);
+    }
+    if (data.length !== SECRET_BYTES) {
+      throw new StateError(`${path}: not a client secret (${data.length} bytes, expected ${SECRET_BYTES})`);
+    }
+    return new Uint8Array(data);
+  }
+
+  readLedger(): Promise<string | null> {
+    return readOrNull(this.path("ledger.json"), "utf8");
+  }
+
+  async updateLedger<T>(fn: (text: string | null) => [string | null, T]): Promise<T> {
+    return withFileLock(this.path("ledger.nodelock"), async () => {
+      const [text, result] = fn(await this.readLedger());
+      if (text !== null) await atomicWrite(this.path("ledger.json"), text);
+      return result;
+    });
+  }
+
+  async isOptedOut(): Promise<boolean> {
+    return fs.access(this.path("opted-out")).then(() => true, () => false);
+  }
+
+  async optOut(): Promise<void> {
+    await atomicWrite(this.path("opted-out"), "opted out: nothing is reported\n");
+    await fs.rm(this.path("secret"), { force: true });
+    await fs.rm(this.outbox.dir, { recursive: true, force: true });
+    await fsyncDir(this.where);
+  }
+
+  async optIn(): Promise<void> {
+    await fs.rm(this.path("opted-out"), { force: true });
+  }
+
+  readRegistry(): Promise<string | null> {
+    return readOrNull(this.path("registry.json"), "utf8");
+  }
+
+  writeRegistry(text: string): Promise<void> {
+    return atomicWrite(this.path("registry.json"), text);
+  }
+}

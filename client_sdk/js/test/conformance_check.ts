@@ -1,0 +1,189 @@
+/**
+ * The conformance checks as plain functions, free of Node APIs, so the same code runs in Node
+ * (test/conformance.test.ts) and in a browser page (bundle this module, fetch the vector files,
+ * call `checkAll`): each returns the list of failures, empty when every vector passes.
+ */
+
+import {
+  MemoStream, bloomBits, deriveCohort, discoverBucket, discoverFingerprint, ledgerKey, memoKey, olhHash, prrKey,
+  prrWords, utf8, valueDigest,
+} from "../src/hashing.js";
+import { directionCode, inner } from "../src/protocols/frequency.js";
+import { memoBits, memoGrr } from "../src/protocols/memoised.js";
+import { alphaRound, discretise, memoBit } from "../src/protocols/numeric.js";
+import { prrBits, truncate } from "../src/protocols/strings.js";
+import { encoderFor, loadRegistry } from "../src/registry.js";
+import { ByteSource, type RandomSource, TWO32, cryptoRandom, reduce64 } from "../src/random.js";
+
+/* eslint-disable @typescript-eslint/no-explicit-any */
+type Doc = any;
+
+export const fromHex = (h: string): Uint8Array => Uint8Array.from(h.match(/../g) ?? [], (x) => parseInt(x, 16));
+export const toHex = (b: Uint8Array): string => Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+
+/** A payload from the vectors' JSON ({"bin": hex} for bytes). */
+export function payloadFromJson(p: any): unknown {
+  if (Array.isArray(p)) return p.map(payloadFromJson);
+  if (p !== null && typeof p === "object" && "bin" in p) return fromHex(p.bin);
+  return p;
+}
+
+/** Canonical text of a payload for comparisons (bytes as hex). */
+function show(p: unknown): string {
+  return JSON.stringify(p, (_k, v) => (v instanceof Uint8Array ? { bin: toHex(v) } : v));
+}
+
+class Failures {
+  readonly list: string[] = [];
+  eq(got: unknown, want: unknown, what: string): void {
+    if (show(got) !== show(want)) this.list.push(`${what}: got ${show(got)}, want ${show(want)}`);
+  }
+}
+
+export function checkDerivations(der: Doc): string[] {
+  const f = new Failures();
+  const secrets: Uint8Array[] = der.secrets.map(fromHex);
+  for (const c of der.text) f.eq(toHex(utf8(c.text)), c.utf8, `utf8 ${JSON.stringify(c.text)}`);
+  for (const c of der.below64) {
+    const u = BigInt(c.word);
+    f.eq(reduce64(Number(u & 0xffffffffn), Number(u >> 32n), c.h), c.value === null ? -1 : c.value, `BELOW h=${c.h} u=${c.word}`);
+  }
+  for (const c of der.ledger_key) f.eq(toHex(ledgerKey(secrets[c.secret])), c.key, `ledger key ${c.secret}`);
+  for (const c of der.value_digest) {
+    f.eq(valueDigest(ledgerKey(secrets[c.secret]), c.fingerprint, c.key), c.digest, `digest ${JSON.stringify(c.key)}`);
+  }
+  for (const c of der.cohort) f.eq(deriveCohort(secrets[c.secret], c.scope, c.m), c.cohort, `cohort ${JSON.stringify(c.scope)} m=${c.m}`);
+  for (const c of der.prr) {
+    f.eq(toHex(prrKey(secrets[c.secret], c.metric, c.value)), c.key, `PRR key ${c.value}`);
+    f.eq(Array.from(prrWords(secrets[c.secret], c.metric, c.value, c.k)), c.words, `PRR words ${c.value}`);
+  }
+  for (const c of der.bloom) f.eq(bloomBits(c.value, c.cohort, c.k, c.h), c.bits, `Bloom ${JSON.stringify(c)}`);
+  for (const c of der.memo) {
+    f.eq(toHex(memoKey(secrets[c.secret], c.metric, c.key)), c.memo_key, `memo key ${c.key}`);
+    const words = new MemoStream(secrets[c.secret], c.metric, c.key);
+    f.eq(Array.from({ length: c.words.length }, () => words.word()), c.words, `memo words ${c.key}`);
+    const draws = new MemoStream(secrets[c.secret], c.metric, c.key);
+    for (const d of c.draws) f.eq(draws.below(d.below), d.value, `memo below(${d.below}) ${c.key}`);
+  }
+  for (const c of der.olh_hash) f.eq(olhHash(c.cohort, c.value, c.g), c.bucket, `OLH hash ${JSON.stringify(c)}`);
+  for (const c of der.projective) {
+    f.eq(directionCode(c.s, c.g, c.t), c.code, `direction ${c.s} g=${c.g} t=${c.t}`);
+    const step = Math.max(1, Math.floor(c.g ** c.t / 16));
+    c.inner.forEach((want: number, i: number) => f.eq(inner(c.code, i * step, c.g), want, `inner ${c.code}·${i * step}`));
+  }
+  for (const c of der.discover) {
+    const b = truncate(c.value, c.max_length);
+    const key = b.length >= c.level ? Uint8Array.of(1, ...b.subarray(0, c.level)) : Uint8Array.of(2, ...b);
+    f.eq(toHex(key), c.key_bytes, `discover key ${JSON.stringify(c.value)} level ${c.level}`);
+    const fp = discoverFingerprint(key);
+    f.eq(fp.toString(), c.fingerprint, `discover fingerprint ${c.key_bytes}`);
+    for (const bk of c.buckets) f.eq(discoverBucket(bk.seed, fp, bk.g), bk.bucket, `discover bucket ${JSON.stringify(bk)}`);
+  }
+  for (const c of der.discover_fingerprint) {
+    f.eq(discoverFingerprint(fromHex(c.key_bytes)).toString(), c.fingerprint, `BLAKE2b-64 of ${c.key_bytes.length / 2} bytes`);
+  }
+  return f.list;
+}
+
+export function checkRoundings(registryDoc: Doc, rounding: Doc): string[] {
+  const f = new Failures();
+  const block = (name: string) => registryDoc.metrics.find((m: { name: string }) => m.name === name).encoder;
+  for (const c of rounding.randomised) {
+    const b = block(c.metric);
+    const [lo, hi] = b.range;
+    const x = Math.min(hi, Math.max(lo, c.value));
+    f.eq((x - lo) * (2.0 / (hi - lo)) - 1.0, c.t, `t of ${c.metric} ${c.value}`);
+    const word = new Uint8Array(4);
+    new DataView(word.buffer).setUint32(0, c.word, true);
+    const src = new ByteSource(word);
+    f.eq(discretise(c.t, b.grid, src), c.index, `rounding ${c.metric} t=${c.t} word=${c.word}`);
+    f.eq(src.consumed, 4, "rounding consumes one word");
+  }
+  for (const c of rounding.alpha_point) {
+    const secret = fromHex(rounding.secrets?.[c.secret] ?? "");
+    if (secret.length) f.eq(new MemoStream(secret, c.metric, "alpha").word(), c.alpha_word, `alpha word ${c.secret}`);
+    f.eq(alphaRound(c.t, block(c.metric).grid, c.alpha_word), c.index, `alpha rounding ${c.metric} t=${c.t}`);
+  }
+  return f.list;
+}
+
+/** Every report vector: the given bytes are the only randomness, and all of them are consumed. */
+export function checkReports(registryDoc: Doc, reports: Doc): string[] {
+  const f = new Failures();
+  let current = new ByteSource(new Uint8Array(0));
+  const source: RandomSource = { fill: (out) => current.fill(out) };
+  const registry = loadRegistry(registryDoc, undefined, source);
+  const secrets: Uint8Array[] = reports.secrets.map(fromHex);
+  const seen = new Set<string>();
+  for (const c of reports.cases) {
+    const what = `${c.metric} ${JSON.stringify(c.value)} secret ${c.secret} day ${c.day} random ${c.random.slice(0, 16)}`;
+    const metric = registry.get(c.metric);
+    if (metric === undefined) {
+      f.list.push(`${what}: metric not loaded`);
+      continue;
+    }
+    const bytes = fromHex(c.random);
+    current = new ByteSource(bytes);
+    const secret = secrets[c.secret];
+    try {
+      const found = metric.lookup(c.value, secret, c.day);
+      if (found === null) {
+        f.list.push(`${what}: not found`);
+        continue;
+      }
+      f.eq([found.key, found.index, found.clipped, found.digest], [c.key, c.index, c.clipped, c.digest], what);
+      f.eq(metric.encode(found, secret, c.day), payloadFromJson(c.payload), `${what}: payload`);
+      f.eq(current.consumed, bytes.length, `${what}: bytes consumed`);
+    } catch (e) {
+      f.list.push(`${what}: ${(e as Error).message}`);
+    }
+    seen.add(c.metric);
+  }
+  f.eq([...seen].sort(), [...registry.names].sort(), "metrics covered");
+  return f.list;
+}
+
+/** Memoised first-round responses and RAPPOR's PRR bits of given (secret, metric, value). */
+export function checkMemo(registryDoc: Doc, memo: Doc): string[] {
+  const f = new Failures();
+  const block = (name: string) => registryDoc.metrics.find((m: { name: string }) => m.name === name).encoder;
+  const secrets: Uint8Array[] = memo.secrets.map(fromHex);
+  for (const c of memo.responses) {
+    const b = block(c.metric);
+    const secret = secrets[c.secret];
+    const ctx = { secret, metric: c.metric, day: 0, random: cryptoRandom };
+    f.eq(encoderFor(b).memoKey?.(c.index, ctx), c.key, `memo key ${c.metric} ${c.index}`);
+    const m = new MemoStream(secret, c.metric, c.key);
+    const x = c.memo_input;
+    const bits = (v: boolean[]) => v.map(Number);
+    const got = b.protocol === "lgrr" ? memoGrr(m, x, b.d, b.p1_threshold)
+      : b.protocol === "loloha" ? memoGrr(m, x, b.g, b.p1_threshold)
+      : b.protocol === "losue" ? bits(memoBits(m, b.d, (i) => (i === x ? b.p1_threshold : b.q1_threshold)))
+      : b.protocol === "dbitflip" ? bits(memoBits(m, b.sampled, (i) => (i === x ? b.p1_threshold : TWO32 - b.p1_threshold)))
+      : memoBit(b, x, m);
+    f.eq(got, c.response, `memoised response ${c.metric} secret ${c.secret} index ${c.index}`);
+  }
+  for (const c of memo.prr) {
+    const b = block(c.metric);
+    const secret = secrets[c.secret];
+    const cohort = deriveCohort(secret, "rappor", b.m);
+    f.eq(cohort, c.cohort, `RAPPOR cohort ${c.secret}`);
+    const bloom = bloomBits(c.value, cohort, b.k, b.h);
+    f.eq(bloom, c.bloom, `Bloom bits ${JSON.stringify(c.value)}`);
+    const set = Array.from({ length: b.k }, (_, i) => bloom.includes(i));
+    f.eq(prrBits(prrWords(secret, c.metric, c.value, b.k), set, b.half_f_threshold).map(Number), c.prr,
+      `PRR ${JSON.stringify(c.value)} secret ${c.secret}`);
+  }
+  return f.list;
+}
+
+/** All of the above from the parsed vector files (name -> document). */
+export function checkAll(files: Record<string, Doc>): string[] {
+  const registry = files["registry.json"].registry;
+  return [
+    ...checkDerivations(files["derivations.json"]),
+    ...checkRoundings(registry, { ...files["roundings.json"], secrets: files["derivations.json"].secrets }),
+    ...checkReports(registry, files["reports.json"]),
+    ...checkMemo(registry, files["memo.json"]),
+  ];
+}

@@ -1,0 +1,813 @@
+"""Generate the conformance vectors from the Python reference (docs/conformance.md).
+
+    .venv/bin/python -m conformance.generate            # rewrite conformance/vectors/*.json
+    .venv/bin/python -m conformance.generate --check    # exit 1 if a file would change
+
+Every vector is computed by the SDK's own code paths: the registry document is
+``Registry.to_json()`` (what ``GET /v1/registry`` serves), reports go through the client's
+value lookup and ``ClientCore._encode``, charges through ``client_sdk.ledger.apply`` and batches
+through ``client_sdk.uploader.pack_batch``. The one-report encoders draw their randomness from
+``os.urandom``; here it is replaced, for the duration of one report, by a fixed byte stream
+(``ByteStream``), so a vector pins "given these bytes, this payload". Nothing in the SDK changes
+for that: production keeps reading the OS CSPRNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import random
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import numpy as np
+
+from client_sdk import hashing, memo
+from client_sdk.client import ClientCore
+from client_sdk.encoder_block import protocol_block
+from client_sdk.hashing import encode_text
+from client_sdk.ledger import Charge, apply
+from client_sdk.options import ClientOptions
+from client_sdk.protocols import _projective as proj
+from client_sdk.protocols import discover as disc
+from client_sdk.protocols import olh as olh_mod
+from client_sdk.protocols.factory import build_protocol
+from client_sdk.protocols.numeric import NumericProtocol
+from client_sdk.registry import parse_registry
+from client_sdk.state import MemoryState, ledger_key, value_digest
+from client_sdk.uploader import pack_batch
+
+from . import exact
+
+VECTORS = Path(__file__).resolve().parent / "vectors"
+SUITE_VERSION = 1
+
+SECRETS = [bytes(range(32)), hashlib.sha256(b"ldpt conformance secret").digest(), b"\xff" * 32]
+DAY = 20_000          # 2024-10-04, a UTC day number (the ledger's window, OLH's daily cohort)
+
+REGISTRY_TOML = """
+[device]
+epsilon_per_window = 40.0
+lifetime_epsilon = 1000.0
+
+[metrics.crash]
+kind = "boolean"
+epsilon = 1.0
+
+[metrics.crash_memo]
+kind = "boolean"
+epsilon = 1.0
+epsilon_inf = 2.0
+
+[metrics.theme]
+kind = "categorical"
+categories = ["light", "dark", "system", "high-contrast", "sépia"]
+epsilon = 2.0
+
+[metrics.country]
+kind = "categorical"
+categories = [%(c40)s]
+epsilon = 1.0
+
+[metrics.browser]
+kind = "categorical"
+categories = [%(c16)s]
+protocol = "oue"
+epsilon = 2.0
+
+[metrics.lang]
+kind = "categorical"
+categories = [%(c10)s]
+protocol = "sue"
+epsilon = 2.0
+
+[metrics.page]
+kind = "categorical"
+categories = [%(c200)s]
+epsilon = 2.0
+max_report_bytes = 2
+
+[metrics.region]
+kind = "categorical"
+categories = [%(c20)s]
+protocol = "olh"
+epsilon = 2.0
+
+[metrics.city]
+kind = "categorical"
+categories = [%(c30)s]
+protocol = "olh"
+hash_family = "linear"
+epsilon = 2.0
+
+[metrics.url]
+kind = "string"
+protocol = "rappor"
+bloom_bits = 16
+hashes = 2
+cohorts = 8
+
+[metrics.query]
+kind = "string"
+protocol = "discover"
+epsilon = 4.0
+max_length = 4
+seeds = 8
+hash_range = 5
+
+[metrics.plan]
+kind = "categorical"
+categories = ["free", "pro", "team", "enterprise"]
+epsilon = 1.0
+epsilon_inf = 3.0
+
+[metrics.tags]
+kind = "categorical"
+categories = [%(c40)s]
+epsilon = 1.0
+epsilon_inf = 2.0
+
+[metrics.model]
+kind = "categorical"
+categories = [%(c30)s]
+protocol = "loloha"
+epsilon = 1.0
+epsilon_inf = 2.0
+
+[metrics.latency]
+kind = "numeric"
+range = [0, 500]
+buckets = [0, 10, 50, 100, 500]
+epsilon = 1.0
+
+[metrics.ratio]
+kind = "numeric"
+range = [0, 1]
+buckets = 3
+epsilon = 1.0
+
+[metrics.tiny]
+kind = "numeric"
+range = [-1e-05, 2.5e-05]
+buckets = [-1e-05, 0.0, 5e-06, 2.5e-05]
+epsilon = 1.0
+
+[metrics.huge]
+kind = "numeric"
+range = [0, 1e20]
+buckets = [0, 1e15, 1.5e16, 1e20]
+epsilon = 1.0
+
+[metrics.latency_memo]
+kind = "numeric"
+range = [0, 60]
+buckets = 6
+protocol = "dbitflip"
+epsilon = 1.0
+epsilon_inf = 2.0
+sampled_buckets = 3
+
+[metrics.load]
+kind = "numeric"
+range = [0, 100]
+epsilon = 1.0
+
+[metrics.load_low]
+kind = "numeric"
+range = [-5, 5]
+epsilon = 0.5
+
+[metrics.load_bitmean]
+kind = "numeric"
+range = [0, 1]
+protocol = "bitmean"
+epsilon = 1.0
+grid = 16
+
+[metrics.load_pw]
+kind = "numeric"
+range = [10, 20]
+protocol = "piecewise"
+epsilon = 2.0
+grid = 32
+
+[metrics.load_laplace]
+kind = "numeric"
+range = [0, 8]
+protocol = "laplace"
+epsilon = 4.0
+grid = 8
+
+[metrics.load_memo]
+kind = "numeric"
+range = [0, 60]
+epsilon = 1.0
+epsilon_inf = 3.0
+"""
+
+
+def _cats(prefix: str, n: int) -> str:
+    return ", ".join(f'"{prefix}{i:02d}"' for i in range(n))
+
+
+def registry_text() -> str:
+    return REGISTRY_TOML % {"c10": _cats("l", 10), "c16": _cats("b", 16), "c20": _cats("r", 20),
+                            "c30": _cats("t", 30), "c40": _cats("c", 40), "c200": _cats("p", 200)}
+
+
+# --- randomness ------------------------------------------------------------------------------------
+class ByteStream:
+    """A fixed byte sequence served in order as ``os.urandom`` (raises when exhausted)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def __call__(self, n: int) -> bytes:
+        if self.pos + n > len(self.data):
+            raise RuntimeError("conformance byte stream exhausted")
+        out = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+
+def with_bytes(data: bytes, fn: Callable[[], Any]) -> tuple[Any, int]:
+    """Run ``fn`` with os.urandom serving ``data``; (its result, bytes consumed)."""
+    stream = ByteStream(data)
+    with mock.patch.object(os, "urandom", stream):
+        result = fn()
+    return result, stream.pos
+
+
+def wire_json(obj: Any) -> Any:
+    """A wire payload in JSON: bytes become {"bin": hex}, lists stay lists, ints stay ints."""
+    if isinstance(obj, (bytes, bytearray)):
+        return {"bin": bytes(obj).hex()}
+    if isinstance(obj, (list, tuple)):
+        return [wire_json(o) for o in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    return obj
+
+
+# --- the registry document -------------------------------------------------------------------------
+def registry_vectors(registry: Any) -> dict[str, Any]:
+    doc = json.loads(json.dumps(registry.to_json()))
+    return {"description": "The published registry document (GET /v1/registry) every report vector "
+                           "refers to; an SDK encodes from each metric's `encoder` object.",
+            "registry": doc}
+
+
+# --- reports through the client's code path --------------------------------------------------------
+def client_encode(core: ClientCore, name: str, value: Any, secret: bytes) -> dict[str, Any]:
+    """What ``ClientCore._report`` computes for one value, up to the randomised payload.
+
+    Mirrors the lookup part of ``_report`` (value -> key, index) and calls the client's own
+    ``_encode``; the ledger digest of a memoised key is included."""
+    rt = core._table.get(name)
+    clipped = False
+    if rt.numeric:
+        key, idx, clipped = rt.number(value, secret) if rt.two_round else rt.number(value)
+    else:
+        key, idx = rt.lookup(value)
+        if rt.max_bytes is not None and len(encode_text(key)) > rt.max_bytes:
+            clipped = True
+    if rt.two_round:
+        key = rt.proto.memo_key(idx, secret, rt.name)
+    payload = core._encode(rt, key, idx)
+    digest = value_digest(core._lkey, rt.fingerprint, key) if rt.memoised else None
+    return {"key": key, "index": int(idx), "clipped": clipped, "digest": digest, "payload": wire_json(payload)}
+
+
+REPORT_VALUES: dict[str, list[Any]] = {
+    "crash": [True, False, 0, 1, "true", "false"],
+    "crash_memo": [True, False],
+    "theme": ["light", "dark", "system", "high-contrast", "sépia"],
+    "country": ["c00", "c07", "c39"],
+    "browser": ["b00", "b09", "b15"],
+    "lang": ["l00", "l09"],
+    "page": ["p00", "p199"],
+    "region": ["r00", "r13", "r19"],
+    "city": ["t00", "t17", "t29"],
+    "url": ["example.com", "", "héllo wörld", "\ud800x", "日本語"],
+    "query": ["abc", "", "a", "abcdefgh", "é", "\U0001F600z", "\udfffz"],
+    "plan": ["free", "pro", "enterprise"],
+    "tags": ["c00", "c21", "c39"],
+    "model": ["t00", "t11", "t29"],
+    "latency": [0, 9.99, 10, 49.5, 100, 499.9, 500, -3, 1e9],
+    "latency_memo": [0, 15, 59.9, 60, 33.3],
+    "ratio": [0, 0.3, 0.5, 1],
+    "tiny": [-1e-05, 0, 3e-06, 1e-05],
+    "huge": [0, 1e15, 2e16, 1e20],
+    "load": [0, 100, 50, 33.3, 0.1, -1, 250, 99.99999],
+    "load_low": [-5, 5, 0, 1.2345, -4.999],
+    "load_bitmean": [0, 1, 0.5, 0.123],
+    "load_pw": [10, 20, 15, 17.77],
+    "load_laplace": [0, 8, 3.3, 7.9],
+    "load_memo": [0, 60, 30, 12.345, 59.99],
+}
+#: Stream prefixes: none, a maximal word first (rejected by every bounded draw whose bound is
+#: not a power of two, "never" for thresholds), a zero word first.
+PREFIXES = (b"", b"\xff" * 8, b"\x00" * 8)
+#: Value-independent streams per (value, secret): seeded bytes behind each prefix.
+STREAM_BYTES = 4096
+
+
+def report_vectors(registry: Any) -> dict[str, Any]:
+    cases = []
+    rng = random.Random(20)
+    for s_index, secret in enumerate(SECRETS[:2]):
+        core = ClientCore(registry=registry, state=MemoryState(secret=secret),
+                          options=ClientOptions(strict=True, clock=lambda: DAY * 86_400.0 + 3_600.0))
+        core._install_registry(registry)
+        for name, values in REPORT_VALUES.items():
+            for value in values:
+                for prefix in PREFIXES:
+                    data = prefix + rng.randbytes(STREAM_BYTES)
+                    out, used = with_bytes(data, lambda n=name, v=value, c=core, s=secret: client_encode(c, n, v, s))
+                    cases.append({"metric": name, "secret": s_index, "day": DAY, "value": value,
+                                  "random": data[:used].hex(), **out})
+    # OLH's cohort is re-derived per UTC day: the same report one day later
+    for day in (DAY + 1, DAY + 365):
+        core = ClientCore(registry=registry, state=MemoryState(secret=SECRETS[0]),
+                          options=ClientOptions(strict=True, clock=lambda d=day: d * 86_400.0))
+        core._install_registry(registry)
+        for name in ("region", "city"):
+            data = rng.randbytes(64)
+            out, used = with_bytes(data, lambda n=name, c=core: client_encode(c, n, REPORT_VALUES[n][0], SECRETS[0]))
+            cases.append({"metric": name, "secret": 0, "day": day, "value": REPORT_VALUES[name][0],
+                          "random": data[:used].hex(), **out})
+    return {"description": "One report per case: metric (registry.json), secret (index into secrets), UTC day, "
+                           "the value as the app passes it, and the random bytes the encoder consumes, "
+                           "all of them, in order. Expected: key, index, clipped, digest (memoised "
+                           "metrics' ledger digest) and the wire payload ({\"bin\": hex} for bytes).",
+            "secrets": [s.hex() for s in SECRETS[:2]], "cases": cases}
+
+
+# --- derivations from the secret and the public hashes ------------------------------------------------
+def derivation_vectors() -> dict[str, Any]:
+    out: dict[str, Any] = {"secrets": [s.hex() for s in SECRETS]}
+    texts = ["", "a", "héllo", "日本語", "\ud800", "x\udfff", "\U0001F600", "\udbff\U0001F600\udc00", "a\x00b"]
+    out["text"] = [{"text": t, "utf8": encode_text(t).hex()} for t in texts]
+    below = []
+    for h in (1, 2, 3, 5, 57, 1000, 1_000_003, (1 << 21) - 1, (1 << 21) + 1, (3 << 30) + 1, (1 << 32) - 1):
+        limit = ((1 << 64) // h) * h
+        for u in sorted({0, 12345, limit - 1, min(limit, (1 << 64) - 1), (1 << 64) - 1, (1 << 64) - (1 << 32)}):
+            below.append({"h": h, "word": str(u), "value": u % h if u < limit else None})
+    out["below64"] = below
+    out["ledger_key"] = [{"secret": i, "key": ledger_key(s).hex()} for i, s in enumerate(SECRETS)]
+    out["value_digest"] = [
+        {"secret": i, "fingerprint": fp, "key": key, "digest": value_digest(ledger_key(s), fp, key)}
+        for i, s in enumerate(SECRETS) for fp in ("0123456789abcdef0123456789abcdef",)
+        for key in ("", "lgrr:3", "example.com", "sépia", "\ud800")]
+    scopes = ["rappor", f"olh\x00theme\x00{DAY}", "loloha\x00model", "dbitflip\x00latency_memo",
+              "discover\x00query", "é"]
+    out["cohort"] = [{"secret": i, "scope": scope, "m": m, "cohort": hashing.derive_cohort(s, scope, m)}
+                     for i, s in enumerate(SECRETS) for scope in scopes
+                     for m in (1, 3, 8, 64, 1000, 3 << 30, (1 << 32) - 1)]
+    out["prr"] = [{"secret": i, "metric": metric, "value": value, "k": k,
+                   "key": hashing.prr_key(s, metric, value).hex(),
+                   "words": [int(w) for w in hashing.prr_words(s, metric, value, k)]}
+                  for i, s in enumerate(SECRETS) for metric in ("url", "ü")
+                  for value in ("example.com", "", "\ud800") for k in (4, 16)]
+    memo_cases = []
+    for i, s in enumerate(SECRETS):
+        for metric, key in (("plan", "lgrr:0"), ("load_memo", "alpha"), ("model", "loloha:4")):
+            words = memo.MemoRandom(s, metric, key).words(20)
+            src = memo.MemoRandom(s, metric, key)
+            draws = [{"below": h, "value": int(src.below(h, 1)[0])}
+                     for h in (3, 5, 2, (3 << 30) + 1, (3 << 30) + 1, 7, (1 << 32) - 1)]
+            memo_cases.append({"secret": i, "metric": metric, "key": key,
+                               "memo_key": memo.memo_key(s, metric, key).hex(),
+                               "words": [int(w) for w in words], "draws": draws})
+    out["memo"] = memo_cases
+    out["bloom"] = [{"value": v, "k": k, "h": h, "cohort": c,
+                     "bits": [int(b) for b in hashing.bloom_positions_one(v, c, k, h)]}
+                    for v in ("example.com", "", "\ud800", "日本語") for (k, h) in ((16, 2), (128, 2), (100, 3), (3, 64))
+                    for c in (0, 1, 7, 63)]
+    out["olh_hash"] = [{"cohort": s, "value": v, "g": g, "bucket": olh_mod.hash_one(s, v, g)}
+                       for s in (0, 1, 38, 1000) for v in (0, 1, 19, 1023) for g in (2, 3, 5, 8, 1 << 20)]
+    out["projective"] = [{"s": s, "g": g, "t": t, "code": proj.direction_code_one(s, g, t),
+                          "inner": [proj.inner_one(proj.direction_code_one(s, g, t), x, g) for x in range(0, g ** t, max(1, g ** t // 16))]}
+                         for (g, t) in ((2, 7), (3, 3), (5, 2), (7, 1), (11, 3)) for s in range(0, proj.directions(g, t), max(1, proj.directions(g, t) // 5))]
+    disc_cases = []
+    for value in ("abc", "", "a", "abcdefgh", "é", "\ud800"):
+        for max_length in (1, 4, 16):
+            b = disc.truncate(value, max_length)
+            for level in range(1, max_length + 1, max(1, max_length // 4)):
+                kb = disc.key_bytes(b, level)
+                fp = disc.fingerprint(kb)
+                disc_cases.append({"value": value, "max_length": max_length, "level": level,
+                                   "key_bytes": kb.hex(), "fingerprint": str(fp),
+                                   "buckets": [{"seed": sd, "g": g, "bucket": disc.bucket_one(sd, fp, g)}
+                                               for sd in (0, 7, 1023) for g in (2, 5, 56)]})
+    out["discover"] = disc_cases
+    pattern = bytes(range(256)) * 2
+    out["discover_fingerprint"] = [{"key_bytes": pattern[:n].hex(), "fingerprint": str(disc.fingerprint(pattern[:n]))}
+                                   for n in (0, 1, 107, 108, 109, 200, 236, 237, 300)]
+    return out
+
+
+# --- memoised responses and RAPPOR's PRR -------------------------------------------------------------
+def memo_vectors(registry: Any) -> dict[str, Any]:
+    """The memoised first-round response of given (secret, metric, value): what every report of
+    that value re-randomises (L-protocols, memobitmean) and RAPPOR's permanent randomised response."""
+    responses = []
+    for name, indices in (("plan", (0, 1, 3)), ("crash_memo", (0, 1)), ("tags", (0, 21, 39)), ("model", (0, 11, 29)),
+                          ("latency_memo", (0, 2, 5)), ("load_memo", (0, 16, 32))):
+        proto = registry.get(name).protocol_impl
+        for i, secret in enumerate(SECRETS[:2]):
+            for idx in indices:
+                key = proto.memo_key(idx, secret, name)
+                memo_in = proto.memo_index(idx, secret, name)
+                first = proto.first_round(np.array([memo_in], dtype=np.int64), memo.MemoRandom(secret, name, key))[0]
+                response = [int(b) for b in first] if np.ndim(first) else int(first)
+                responses.append({"metric": name, "protocol": proto.name, "secret": i, "index": idx, "key": key,
+                                  "memo_input": int(memo_in), "response": response})
+    prr = []
+    spec = registry.get("url")
+    proto = spec.protocol_impl
+    for i, secret in enumerate(SECRETS[:2]):
+        cohort = proto.cohort_of(secret, "url")
+        for value in ("example.com", "", "héllo wörld", "\ud800x"):
+            bloom = [int(b) for b in hashing.bloom_positions_one(value, cohort, proto.params.k, proto.params.h)]
+            bits = proto._prr(secret, "url", value, cohort)
+            prr.append({"metric": "url", "secret": i, "value": value, "cohort": cohort, "bloom": bloom,
+                        "prr": [int(b) for b in bits]})
+    return {"description": "Memoised first rounds: (metric, secret, domain index) -> memo key, memo input (the value, "
+                           "its hash, its window position or grid point) and the response drawn from the memo stream "
+                           "(an int, or bits). RAPPOR: cohort, Bloom bits and PRR bits of a value.",
+            "secrets": [s.hex() for s in SECRETS[:2]], "responses": responses, "prr": prr}
+
+
+# --- numeric grid roundings --------------------------------------------------------------------------
+def rounding_vectors(registry: Any) -> dict[str, Any]:
+    """Randomised rounding to the input grid (mean metrics) for given words, and α-point rounding
+    (memoised means) for given secrets."""
+    cases = []
+    for name in ("load", "load_low", "load_bitmean", "load_pw", "load_laplace"):
+        spec = registry.get(name)
+        proto: NumericProtocol = spec.protocol_impl   # type: ignore[assignment]
+        lo, hi = spec.bounds
+        scale = 2.0 / (hi - lo)
+        for x in (lo, hi, (lo + hi) / 2, lo + (hi - lo) / 3, lo + 1e-9 * (hi - lo), hi - 1e-12, lo - 1, hi + 1):
+            t = (min(hi, max(lo, x)) - lo) * scale - 1.0   # the client clips first (client_sdk.client)
+            pos = (min(1.0, max(-1.0, t)) + 1.0) * (proto.grid / 2)
+            frac_threshold = math.floor((pos - math.floor(pos)) * (1 << 32))
+            for word in sorted({0, max(0, frac_threshold - 1), frac_threshold, (1 << 32) - 1}):
+                data = word.to_bytes(4, "little")
+                j, used = with_bytes(data, lambda t=t, p=proto: p.discretise_one(t))
+                assert used == 4
+                cases.append({"metric": name, "value": x, "t": t, "word": word, "index": j})
+    alpha = []
+    spec = registry.get("load_memo")
+    proto = spec.protocol_impl
+    lo, hi = spec.bounds
+    for i, s in enumerate(SECRETS):
+        word = int(memo.MemoRandom(s, "load_memo", "alpha").words(1)[0])
+        for x in (0.0, 60.0, 30.0, 12.345, 59.99, 0.9375, 1.875):
+            t = (x - lo) * (2.0 / (hi - lo)) - 1.0
+            alpha.append({"metric": "load_memo", "secret": i, "value": x, "t": t, "alpha_word": word,
+                          "index": proto.alpha_round(t, s, "load_memo")})
+    return {"description": "x clipped to [lo, hi] -> t = (x − lo)·(2/(hi − lo)) − 1 (binary64, in this order), then the grid index "
+                           "for one 32-bit word (mean metrics) or the device's α word (memoised means).",
+            "randomised": cases, "alpha_point": alpha}
+
+
+# --- exact tables ------------------------------------------------------------------------------------
+def _check(tab: dict[str, Any], probs: Callable[[Any], np.ndarray]) -> None:
+    den = int(tab["denominator"])
+    for x, row in zip(tab["inputs"], tab["rows"]):
+        want = np.asarray(probs(x), dtype=np.float64).ravel()
+        got = np.array([int(v) / den for v in row])
+        assert want.shape == got.shape and np.allclose(got, want, rtol=1e-9, atol=1e-300), (x, got[:4], want[:4])
+
+
+def table_vectors() -> dict[str, Any]:
+    configs = []
+
+    def add(label: str, name: str, d: int | None, eps: float | None, options: dict[str, Any],
+            tables: Callable[[Any, dict[str, Any]], dict[str, Any]], note: str = "") -> None:
+        proto = build_protocol(name, d, eps, options)
+        block = {"version": 1, "protocol": name, **protocol_block(name, proto)}
+        configs.append({"label": label, "protocol": name, "encoder": block,
+                        "epsilon": proto.epsilon, "epsilon_longitudinal": proto.epsilon_longitudinal,
+                        "note": note, "tables": tables(proto, block)})
+
+    def rr_like(p: Any, b: dict[str, Any]) -> dict[str, Any]:
+        tab = exact.direct(b["d"], b["keep_threshold"])
+        _check(tab, p.output_probabilities)
+        return {"report": tab}
+
+    add("rr", "rr", 2, 1.0, {}, rr_like)
+    add("grr", "grr", 5, 1.5, {}, rr_like)
+
+    def unary(p: Any, b: dict[str, Any]) -> dict[str, Any]:
+        tab = exact.bits(b["d"], lambda x, i: b["p_threshold"] if i == x else b["q_threshold"], range(b["d"]))
+        _check(tab, p.output_probabilities)
+        return {"report": tab}
+
+    add("oue", "oue", 4, 1.0, {}, unary)
+    add("sue", "sue", 4, 2.0, {}, unary)
+
+    def ss(p: Any, b: dict[str, Any]) -> dict[str, Any]:
+        tab = exact.subsets(b["d"], b["s"], b["include_threshold"])
+        _check(tab, p.output_probabilities)
+        return {"report": tab}
+
+    add("ss", "ss", 6, 0.5, {}, ss)
+
+    def hr(p: Any, b: dict[str, Any]) -> dict[str, Any]:
+        g, t = b["g"], b["t"]
+        tab = exact.hadamard(b["d"], g, b["m"], b["keep_threshold"],
+                             lambda s, x: proj.inner_one(proj.direction_code_one(s, g, t), x, g))
+        _check(tab, p.output_probabilities)
+        return {"report": tab}
+
+    add("hr", "hr", 6, 1.0, {}, hr)
+
+    def olh(p: Any, b: dict[str, Any]) -> dict[str, Any]:
+        by_cohort = []
+        for s in range(b["m"]):
+            tab = exact.direct(b["g"], b["keep_threshold"])
+            hashed = [p._hash_one(s, x) for x in range(b["d"])]
+            by_cohort.append({"hashed": hashed, **tab})
+        full = p.output_probabilities  # (m, g) per x
+        for s, entry in enumerate(by_cohort):
+            den = int(entry["denominator"])
+            for x in range(b["d"]):
+                got = np.array([int(v) / den for v in entry["rows"][entry["hashed"][x]]])
+                assert np.allclose(got, full(x)[s])
+        return {"report_given_hash": {"by_cohort": by_cohort}}
+
+    add("olh", "olh", 6, 1.0, {"cohorts": 4, "hash_range": 3}, olh,
+        "cohort s, value x: the report is GRR on [g] of H_s(x) = hashed[x]: row hashed[x] of the table")
+    add("olh-linear", "olh", 6, 1.0, {"hash_family": "linear", "hash_range": 3}, olh,
+        "linear family: H_s(x) = <a_s, x> mod g")
+
+    def rappor(p: Any, b: dict[str, Any]) -> dict[str, Any]:
+        k = b["k"]
+        irr = exact.bits(k, lambda prr, i: b["q_threshold"] if (prr >> i) & 1 else b["p_threshold"], range(1 << k))
+        half = b["half_f_threshold"]
+        prr = exact.bits(k, lambda bloom, i: exact.S32 - half if (bloom >> i) & 1 else half, range(1 << k))
+        full = exact.compose(prr, irr)
+        _check(full, p.output_probabilities)
+        _check(prr, p.prr_output_probabilities)
+        return {"report_given_prr": irr, "prr_given_bloom": prr, "full": full}
+
+    add("rappor", "rappor", None, None, {"bloom_bits": 4, "hashes": 2, "cohorts": 2}, rappor,
+        "inputs are bit patterns Σ b_i 2^i (PRR bits, or Bloom bits); outputs the IRR bits likewise")
+
+    def discover(p: Any, b: dict[str, Any]) -> dict[str, Any]:
+        values = ["abc", "", "ab", "b"]
+        by_group = []
+        for group in range(b["groups"]):
+            level = min(group + 1, b["max_length"])
+            fps = {v: disc.fingerprint(disc.key_bytes(disc.truncate(v, b["max_length"]), level)) for v in values}
+            tab = exact.seeded_grr(values, b["seeds"], b["g"], b["keep_threshold"],
+                                   lambda v, s, f=fps: disc.bucket_one(s, f[v], b["g"]))
+            want = {v: p.output_distribution(v)[group] for v in values}
+            _check(tab, want.__getitem__)
+            by_group.append(tab)
+        return {"report_by_group": {"by_group": by_group}}
+
+    add("discover", "discover", None, 2.0, {"max_length": 2, "seeds": 3, "hash_range": 4}, discover,
+        "group t (derived from the secret): output seed·g + y over the fresh seed and bucket")
+
+    def lgrr(p: Any, b: dict[str, Any]) -> dict[str, Any]:
+        first = exact.direct(b["d"], b["p1_threshold"])
+        second = exact.direct(b["d"], b["p2_threshold"])
+        full = exact.compose(first, second)
+        _check(full, p.output_probabilities)
+        _check(first, p.memo_output_probabilities)
+        return {"memo": first, "report_given_memo": second, "full": full}
+
+    add("lgrr", "lgrr", 4, 1.0, {"epsilon_inf": 3.0}, lgrr)
+
+    def losue(p: Any, b: dict[str, Any]) -> dict[str, Any]:
+        d = b["d"]
+        first = exact.bits(d, lambda x, i: b["p1_threshold"] if i == x else b["q1_threshold"], range(d))
+        t2 = b["p2_threshold"]
+        second = exact.bits(d, lambda z, i: t2 if (z >> i) & 1 else exact.S32 - t2, range(1 << d))
+        full = exact.compose(first, second)
+        _check(full, p.output_probabilities)
+        _check(first, p.memo_output_probabilities)
+        return {"memo": first, "report_given_memo": second, "full": full}
+
+    add("losue", "losue", 3, 1.0, {"epsilon_inf": 2.0}, losue)
+
+    def loloha(p: Any, b: dict[str, Any]) -> dict[str, Any]:
+        g = b["g"]
+        first = exact.direct(g, b["p1_threshold"])
+        second = exact.direct(g, b["p2_threshold"])
+        full = exact.compose(first, second)
+        hashed = [[olh_mod.hash_one(s, x, g) for x in range(b["d"])] for s in range(b["m"])]
+        probs = [p.output_probabilities(x) for x in range(b["d"])]
+        den = int(full["denominator"])
+        for s in range(b["m"]):
+            for x in range(b["d"]):
+                assert np.allclose([int(v) / den for v in full["rows"][hashed[s][x]]], probs[x][s])
+        return {"hashed": hashed, "memo_given_hash": first, "report_given_memo": second, "full_given_hash": full}
+
+    add("loloha", "loloha", 5, 1.0, {"epsilon_inf": 2.0, "hash_range": 3, "cohorts": 4}, loloha,
+        "cohort s hashes x to hashed[s][x]; the memo is GRR_{ε∞} on [g] of it, the report GRR on [g] of the memo")
+
+    def dbitflip(p: Any, b: dict[str, Any]) -> dict[str, Any]:
+        k, ds = b["d"], b["sampled"]
+        t1, t2 = b["p1_threshold"], b["p2_threshold"]
+        # memo input: position of x in the window, or ds (none)
+        first = exact.bits(ds, lambda pos, i: t1 if i == pos else exact.S32 - t1, range(ds + 1))
+        second = exact.bits(ds, lambda z, i: t2 if (z >> i) & 1 else exact.S32 - t2, range(1 << ds))
+        full = exact.compose(first, second)
+        table = p.output_probabilities
+        den = int(full["denominator"])
+        for x in range(k):
+            probs = table(x)
+            for s in range(k):
+                pos = (x - s) % k
+                pos = pos if pos < ds else ds
+                assert np.allclose([int(v) / den for v in full["rows"][pos]], probs[s])
+        return {"memo_given_position": first, "report_given_memo": second, "full_given_position": full}
+
+    add("dbitflip", "dbitflip", 5, 1.0, {"epsilon_inf": 2.0, "sampled_buckets": 2}, dbitflip,
+        "window s = cohort; memo input = (x − s) mod d if below sampled, else sampled")
+
+    def duchi(p: Any, b: dict[str, Any]) -> dict[str, Any]:
+        tab = exact.duchi(b["grid"], int(b["low"]), int(b["step"]))
+        _check(tab, p.output_probabilities)
+        return {"report": tab}
+
+    add("duchi", "duchi", None, 1.0, {"grid": 4}, duchi)
+    add("bitmean", "bitmean", None, 0.5, {"grid": 2}, duchi)
+
+    def piecewise(p: Any, b: dict[str, Any]) -> dict[str, Any]:
+        tab = exact.piecewise(b["grid"], b["window"], b["a"], b["b"])
+        _check(tab, p.output_probabilities)
+        return {"report": tab}
+
+    add("piecewise", "piecewise", None, 2.0, {"grid": 4}, piecewise)
+
+    def hybrid(p: Any, b: dict[str, Any]) -> dict[str, Any]:
+        pm = b["piecewise"]
+        du = b["duchi"]
+        tab = exact.hybrid(b["h"], exact.piecewise(pm["grid"], pm["window"], pm["a"], pm["b"]),
+                           exact.duchi(du["grid"], int(du["low"]), int(du["step"])))
+        _check(tab, p.output_probabilities)
+        return {"report": tab}
+
+    add("hybrid", "hybrid", None, 2.0, {"grid": 4}, hybrid)
+
+    def laplace(p: Any, b: dict[str, Any]) -> dict[str, Any]:
+        tab = exact.laplace(b["grid"], b["window"], [int(v) for v in b["bounds"]])
+        _check(tab, p.output_probabilities)
+        return {"report": tab}
+
+    add("laplace", "laplace", None, 6.0, {"grid": 2}, laplace)
+
+    def memobitmean(p: Any, b: dict[str, Any]) -> dict[str, Any]:
+        first = exact.duchi(b["grid"], int(b["low"]), int(b["step"]))
+        second = exact.flip(b["gamma_threshold"])
+        full = exact.compose(first, second)
+        _check(full, p.output_probabilities)
+        _check(first, p.memo_output_probabilities)
+        return {"memo": first, "report_given_memo": second, "full": full}
+
+    add("memobitmean", "memobitmean", None, 1.0, {"epsilon_inf": 3.0, "grid": 4}, memobitmean)
+    return {"description": "Exact P(y|x) of small configurations: P(output o | input i) = rows[i][o] / "
+                           "denominator. `report*` tables are what one report's fresh randomness draws "
+                           "(given the parts derived from the secret); `memo*` the memoised first round "
+                           "(over secrets); `full*` both. epsilon / epsilon_longitudinal as quoted.",
+            "configs": configs}
+
+
+# --- ledger charges ----------------------------------------------------------------------------------
+def _charge_json(c: Charge) -> dict[str, Any]:
+    return dict(c._asdict())
+
+
+def ledger_vectors() -> dict[str, Any]:
+    fp_a, fp_b, fp_c = "a" * 32, "b" * 32, "c" * 32
+    sequences = []
+
+    def run(label: str, charges: list[Charge]) -> None:
+        accounts: dict[str, Any] = {}
+        steps = []
+        for charge in charges:
+            refusal = apply(accounts, charge)
+            steps.append({"charge": _charge_json(charge), "outcome": None if refusal is None else refusal.value,
+                          "accounts": {k: v.to_json() for k, v in accounts.items()}})
+        sequences.append({"label": label, "steps": steps})
+
+    plain = dict(metric="m", fingerprint=fp_a, epsilon=1.0, epsilon_longitudinal=None, digest=None,
+                 reports_per_window=2, lifetime_budget=4.5)
+    run("per-report epsilon, reports_per_window and lifetime_epsilon across windows",
+        [Charge(day=d, **plain) for d in (DAY, DAY, DAY, DAY + 1, DAY + 1, DAY + 2, DAY + 2, DAY + 5)])
+    memo = dict(metric="mm", fingerprint=fp_b, epsilon=0.5, epsilon_longitudinal=2.0, reports_per_window=3,
+                lifetime_budget=5.0)
+    run("memoised: epsilon per report in the window, epsilon_inf once per distinct digest",
+        [Charge(day=d, digest=g, **memo) for d, g in
+         ((DAY, "d1"), (DAY, "d1"), (DAY, "d2"), (DAY, "d3"), (DAY + 1, "d3"), (DAY + 1, "d1"),
+          (DAY + 2, "d2"), (DAY + 3, "d4"))])
+    run("memoised: a new fingerprint starts a new memo set",
+        [Charge(day=DAY, digest="d1", **memo),
+         Charge(day=DAY + 1, digest="d1", **{**memo, "fingerprint": fp_c}),
+         Charge(day=DAY + 2, digest="d1", **memo)])
+    dev = dict(device_window_budget=1.5, device_lifetime_budget=4.0)
+    x = dict(metric="x", fingerprint=fp_a, epsilon=1.0, epsilon_longitudinal=None, digest=None,
+             reports_per_window=5, lifetime_budget=None, **dev)
+    y = dict(metric="y", fingerprint=fp_b, epsilon=0.25, epsilon_longitudinal=1.0, reports_per_window=5,
+             lifetime_budget=None, **dev)
+    run("[device] caps: epsilon_per_window and lifetime_epsilon summed over metrics, across windows",
+        [Charge(day=DAY, **x), Charge(day=DAY, digest="v1", **y), Charge(day=DAY, digest="v1", **y),
+         Charge(day=DAY, **x), Charge(day=DAY, digest="v1", **y), Charge(day=DAY + 1, digest="v2", **y),
+         Charge(day=DAY + 1, **x), Charge(day=DAY + 1, **x), Charge(day=DAY + 2, digest="v3", **y),
+         Charge(day=DAY + 3, **x), Charge(day=DAY + 3, digest="v1", **y)])
+    run("[device] caps: a late charge (clock stepped back) counts in the device's latest window",
+        [Charge(day=DAY + 1, **x), Charge(day=DAY, digest="v1", **y), Charge(day=DAY, digest="v2", **y),
+         Charge(day=DAY, **x)])
+    tenth = dict(metric="t", fingerprint=fp_a, epsilon=0.1, epsilon_longitudinal=None, digest=None,
+                 reports_per_window=100, lifetime_budget=1.0)
+    run("float sums: ten charges of 0.1 fit a budget of 1.0 (relative slack 1e-9), the eleventh does not",
+        [Charge(day=DAY, **tenth) for _ in range(11)])
+    return {"description": "Sequences of charges applied in order to an empty ledger (client_sdk.ledger.apply): "
+                           "each step's outcome (null = charged, else the refusal) and every account after it. "
+                           "window = the UTC date of day (days since 1970-01-01).",
+            "budget_slack": 1e-9, "sequences": sequences}
+
+
+# --- batch bytes --------------------------------------------------------------------------------------
+def batch_vectors() -> dict[str, Any]:
+    batch_id = bytes(range(16))
+    fp = "0123456789abcdef0123456789abcdef"
+    lists = [
+        [("crash", fp, 1)],
+        [("theme", fp, 4), ("page", fp, 70_000), ("region", fp, [3, 1]), ("browser", fp, b"\x05\x80"),
+         ("url", fp, [7, b"\x00\xff"]), ("query", fp, [4, 1023, 55]), ("load", fp, 0)],
+        [("m" * 40, fp, b"\x00" * 300)],
+        [("crash", fp, i % 2) for i in range(20)],
+        [("ü-métrique", fp, [2 ** 31, 2 ** 32 + 5])],
+        [("x", fp, 127), ("x", fp, 128), ("x", fp, 255), ("x", fp, 256), ("x", fp, 65_535), ("x", fp, 65_536)],
+    ]
+    cases = []
+    for reports in lists:
+        _, body = pack_batch(reports, batch_id)
+        cases.append({"batch_id": batch_id.hex(),
+                      "reports": [{"m": m, "f": f, "p": wire_json(p)} for m, f, p in reports],
+                      "body": body.hex()})
+    return {"description": "pack_batch: the msgpack body of a batch of (metric, fingerprint, payload) reports "
+                           "with a given batch id ({\"bin\": hex} payloads are msgpack bin).",
+            "cases": cases}
+
+
+# --- driver ---------------------------------------------------------------------------------------------
+def build() -> dict[str, dict[str, Any]]:
+    registry = parse_registry(registry_text(), "conformance/registry")
+    files = {
+        "registry.json": registry_vectors(registry),
+        "reports.json": report_vectors(registry),
+        "derivations.json": derivation_vectors(),
+        "roundings.json": rounding_vectors(registry),
+        "memo.json": memo_vectors(registry),
+        "tables.json": table_vectors(),
+        "ledger.json": ledger_vectors(),
+        "batches.json": batch_vectors(),
+    }
+    for doc in files.values():
+        doc["suite_version"] = SUITE_VERSION
+    return files
+
+
+def render(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, indent=1, ensure_ascii=True) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a vector file would change")
+    parser.add_argument("--out", type=Path, default=VECTORS, help="directory of the vector files")
+    args = parser.parse_args(argv)
+    files = build()
+    changed = []
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, doc in files.items():
+        path = args.out / name
+        text = render(doc)
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            changed.append(name)
+            if not args.check:
+                path.write_text(text, encoding="utf-8")
+    if args.check and changed:
+        print(f"conformance vectors out of date: {', '.join(changed)}; run python -m conformance.generate",
+              file=sys.stderr)
+        return 1
+    print("unchanged" if not changed else f"{'would change' if args.check else 'wrote'}: {', '.join(changed)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
