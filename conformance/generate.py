@@ -730,6 +730,16 @@ def ledger_vectors() -> dict[str, Any]:
     run("[device] caps: a late charge (clock stepped back) counts in the device's latest window",
         [Charge(day=DAY + 1, **x), Charge(day=DAY, digest="v1", **y), Charge(day=DAY, digest="v2", **y),
          Charge(day=DAY, **x)])
+    ten_years = 3653
+    run("clock errors: a window more than 2 days ahead is re-dated to the clock's day, its spend kept; "
+        "a clock back on the day it left resumes it",
+        [Charge(day=DAY, **plain), Charge(day=DAY + ten_years, **plain), Charge(day=DAY, **plain),
+         Charge(day=DAY, **plain), Charge(day=DAY + 1, **plain), Charge(day=DAY + 3, **plain),
+         Charge(day=DAY + 1, **plain)])
+    run("clock errors under [device] caps: every account is re-dated, and a return resumes the latest",
+        [Charge(day=DAY, **x), Charge(day=DAY + ten_years, digest="v1", **y), Charge(day=DAY, **x),
+         Charge(day=DAY + ten_years, digest="v2", **y), Charge(day=DAY + 1, digest="v1", **y),
+         Charge(day=DAY + 1, **x)])
     tenth = dict(metric="t", fingerprint=fp_a, epsilon=0.1, epsilon_longitudinal=None, digest=None,
                  reports_per_window=100, lifetime_budget=1.0)
     run("float sums: ten charges of 0.1 fit a budget of 1.0 (relative slack 1e-9), the eleventh does not",

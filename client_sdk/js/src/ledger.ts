@@ -20,6 +20,11 @@ export const BUDGET_SLACK = 1e-9;
 export const SECONDS_PER_DAY = 86_400;
 export const LEDGER_FORMAT = "ldpt-ledger";
 export const LEDGER_VERSION = 1;
+/**
+ * How far ahead of the clock (UTC days) a recorded window may be before it is taken for a clock
+ * error and re-dated to the clock's day (its spend kept); as MAX_WINDOW_AHEAD_DAYS in Python.
+ */
+export const MAX_WINDOW_AHEAD_DAYS = 2;
 
 /** Why a report was refused (never sent). */
 export type Refusal = "window" | "lifetime" | "device_window" | "device_lifetime";
@@ -60,6 +65,10 @@ export interface MetricAccount {
   lifetime_budget: number | null;
   /** fingerprint -> digests of the distinct values charged at ε∞. */
   memo: Record<string, string[]>;
+  /** The window before `window` and its spend (after a re-date: the window left, spend 0). */
+  previous_window: string;
+  previous_reports: number;
+  previous_epsilon: number;
 }
 
 /** The whole book, in insertion order (device sums add in this order, as Python's dict). */
@@ -102,16 +111,83 @@ function newAccount(c: Charge, window: string): MetricAccount {
     refused_window: 0, refused_lifetime: 0, refused_device_window: 0, refused_device_lifetime: 0,
     fingerprint: c.fingerprint, epsilon_per_report: c.epsilon, epsilon_longitudinal: c.epsilonLongitudinal,
     reports_per_window: c.reportsPerWindow, lifetime_budget: c.lifetimeBudget, memo: {},
+    previous_window: "", previous_reports: 0, previous_epsilon: 0,
   };
 }
 
 /** Start a new window when the charge is later; a late charge counts in the current one. */
 function roll(a: MetricAccount, window: string): void {
   if (window > a.window) {
+    a.previous_window = a.window;
+    a.previous_reports = a.window_reports;
+    a.previous_epsilon = a.window_epsilon;
     a.window = window;
     a.window_reports = 0;
     a.window_epsilon = 0;
   }
+}
+
+/**
+ * Clock errors (docs/privacy.md): a book window more than MAX_WINDOW_AHEAD_DAYS after the
+ * charge's day is re-dated to that day with its spend kept (plus the spend of the window it had
+ * left when the clock is back on that very day); the window left is remembered, so a clock that
+ * steps forward onto it again resumes it instead of opening it afresh. Under [device] caps every
+ * account is corrected, otherwise the charged metric's only. As `redate_future` in Python.
+ */
+export function redateFuture(accounts: Accounts, c: Charge): void {
+  const window = windowName(c.day);
+  let limit: string | null;
+  try {
+    limit = windowName(c.day + MAX_WINDOW_AHEAD_DAYS);
+  } catch {
+    limit = null; // a clock at the end of the calendar: nothing is ahead
+  }
+  if (c.deviceWindowBudget === null && c.deviceLifetimeBudget === null) {
+    const a = accounts.get(c.metric);
+    if (a === undefined) return;
+    if (limit !== null && a.window > limit) redate(a, window);
+    else if (a.previous_window === window && a.window < window) resume(a, window);
+    return;
+  }
+  let latest = "";
+  let returning = false;
+  for (const a of accounts.values()) {
+    if (a.window > latest) latest = a.window;
+    returning = returning || a.previous_window === window;
+  }
+  if (limit !== null && latest > limit) {
+    for (const a of accounts.values()) if (a.window > limit) redate(a, window);
+    latest = "";
+    returning = false;
+    for (const a of accounts.values()) {
+      if (a.window > latest) latest = a.window;
+      returning = returning || a.previous_window === window;
+    }
+  }
+  if (returning && latest < window) {
+    for (const a of accounts.values()) {
+      if (a.window === latest || a.previous_window === window) resume(a, window);
+    }
+  }
+}
+
+function resume(a: MetricAccount, window: string): void {
+  a.window = window;
+  a.previous_window = "";
+  a.previous_reports = 0;
+  a.previous_epsilon = 0;
+}
+
+function redate(a: MetricAccount, window: string): void {
+  const left = a.window;
+  if (a.previous_window === window) { // back on the window the jump left: its spend binds too
+    a.window_reports += a.previous_reports;
+    a.window_epsilon += a.previous_epsilon;
+  }
+  a.window = window;
+  a.previous_window = left;
+  a.previous_reports = 0;
+  a.previous_epsilon = 0;
 }
 
 /** Distinct values charged at ε∞ over all fingerprints. */
@@ -185,6 +261,7 @@ export function countRefusal(a: MetricAccount, reason: Refusal, n = 1): void {
 
 /** Charge `accounts` in place if the report fits; otherwise count the refusal and return why. */
 export function apply(accounts: Accounts, charge: Charge): Refusal | null {
+  redateFuture(accounts, charge);
   const c = inDeviceWindow(accounts, charge);
   const window = windowName(c.day);
   let a = accounts.get(c.metric);
@@ -219,6 +296,7 @@ export type RefusalCounts = Array<[Charge, Refusal, number]>;
 export function commitCharges(accounts: Accounts, charges: readonly Charge[],
   refusals: RefusalCounts = []): Array<Refusal | null> {
   for (const [c, reason, n] of refusals) {
+    redateFuture(accounts, c); // a refusal decided under a corrected clock re-dates too
     const window = windowName(c.day);
     let a = accounts.get(c.metric);
     if (a === undefined) {
@@ -248,8 +326,8 @@ export class LedgerError extends Error {
 }
 
 const COUNT_FIELDS = ["window_reports", "lifetime_reports", "refused_window", "refused_lifetime",
-  "reports_per_window", "refused_device_window", "refused_device_lifetime"] as const;
-const EPSILON_FIELDS = ["window_epsilon", "lifetime_epsilon", "epsilon_per_report"] as const;
+  "reports_per_window", "refused_device_window", "refused_device_lifetime", "previous_reports"] as const;
+const EPSILON_FIELDS = ["window_epsilon", "lifetime_epsilon", "epsilon_per_report", "previous_epsilon"] as const;
 const OPTIONAL_EPSILON_FIELDS = ["epsilon_longitudinal", "lifetime_budget"] as const;
 
 function sortedKeys(o: object): string[] {
@@ -299,6 +377,8 @@ function accountFromJson(data: any): MetricAccount {
     fingerprint: data.fingerprint ?? "", epsilon_per_report: data.epsilon_per_report ?? 0,
     epsilon_longitudinal: data.epsilon_longitudinal ?? null, reports_per_window: data.reports_per_window ?? 1,
     lifetime_budget: data.lifetime_budget ?? null, memo: {},
+    previous_window: data.previous_window ?? "", previous_reports: data.previous_reports ?? 0,
+    previous_epsilon: data.previous_epsilon ?? 0,
   };
   const bad: string[] = [];
   for (const f of COUNT_FIELDS) if (!Number.isInteger(a[f])) bad.push(f);
@@ -307,7 +387,7 @@ function accountFromJson(data: any): MetricAccount {
     const v = a[f];
     if (v !== null && (typeof v !== "number" || !Number.isFinite(v))) bad.push(f);
   }
-  for (const f of ["window", "fingerprint"] as const) if (typeof a[f] !== "string") bad.push(f);
+  for (const f of ["window", "fingerprint", "previous_window"] as const) if (typeof a[f] !== "string") bad.push(f);
   const memo = data.memo ?? {};
   if (memo === null || typeof memo !== "object" || Array.isArray(memo)) bad.push("memo");
   else {

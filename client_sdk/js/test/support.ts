@@ -8,13 +8,14 @@ import type { Found, Metric, Registry } from "../src/metrics.js";
 import { Response, type Transport } from "../src/transport.js";
 import { type WireValue, unpack } from "../src/wire.js";
 
-/** The repository root, found from this file (source or compiled) upwards. */
+/** The repository root (the directory holding conformance/vectors), found from this file
+ * (source or compiled) upwards; client_sdk/ has a pyproject.toml of its own. */
 export function repoRoot(): string {
   if (process.env.LDPT_REPO_ROOT) return process.env.LDPT_REPO_ROOT;
   let dir = dirname(fileURLToPath(import.meta.url));
   for (let i = 0; i < 8; i++) {
     try {
-      readFileSync(join(dir, "pyproject.toml"));
+      readFileSync(join(dir, "conformance", "vectors", "registry.json"));
       return dir;
     } catch {
       dir = dirname(dir);
