@@ -3,9 +3,10 @@
 Each command runs as a fresh process (`.venv/bin/ldpt` or the `ldpt` next to this
 interpreter), so the time includes the interpreter's start and every import the command
 does. Limits (issue 12, on a 2-core machine): `ldpt --help` <= 0.3 s, `ldpt ledger` <= 0.5 s,
-`ldpt metrics check docs/examples/metrics.toml` <= 0.8 s. The CLI keeps them by importing
-pandas, scipy, matplotlib and aiohttp only inside the commands that need them
-(tests/test_cli_first_use.py checks that `import cli.main` loads none of them).
+`ldpt metrics check docs/examples/metrics.toml` <= 0.8 s, and (issue 23) a subcommand's help
+at most 1.5x `ldpt --help`. The CLI keeps them by importing numpy, pandas, scipy, matplotlib
+and aiohttp only inside the commands that need them (tests/test_cli_first_use.py checks that
+`import cli.main`, and `ldpt estimate --help`, load none of them).
 
 Run: `python bench/cli.py [--repeat 5]`.
 """
@@ -74,8 +75,17 @@ def main() -> None:
                   [ldpt, "metrics", "check", str(EXAMPLE)], 0.8)]
         for label, argv, limit in cases:
             median, worst = time_command(argv, args.repeat)
-            rows.append([label, median, worst, limit, "yes" if median <= limit else "NO"])
-    print_table(["command", "median s", "max s", "limit s", "within"], rows,
+            rows.append([label, median, worst, limit, "", "yes" if median <= limit else "NO"])
+        for name in ("estimate", "compare"):  # help must not load the numeric stack
+            # interleaved with `ldpt --help`, so a busy machine slows both alike
+            base, sub = [], []
+            for _ in range(args.repeat):
+                base.append(time_command([ldpt, "--help"], 1)[0])
+                sub.append(time_command([ldpt, name, "--help"], 1)[0])
+            ratio = statistics.median(sub) / statistics.median(base)
+            rows.append([f"ldpt {name} --help", statistics.median(sub), max(sub),
+                         1.5 * statistics.median(base), f"{ratio:.2f}x", "yes" if ratio <= 1.5 else "NO"])
+    print_table(["command", "median s", "max s", "limit s", "vs --help", "within"], rows,
                 title=f"CLI start-up, median of {args.repeat} runs ({sys.platform}, Python "
                       f"{sys.version.split()[0]})")
 

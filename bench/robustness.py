@@ -1,6 +1,7 @@
 """Robustness benchmark: a real `ldpt serve` on loopback, attacked and overloaded (issue 13).
 
-Prints one table per question, bounded in time (well under 2 minutes) and count:
+Prints one table per question, bounded in time (about 4 minutes on a busy 2-core machine;
+--quick less) and count:
 
 1. hostile bodies sent (random bytes, mutations of valid batches, undecodable
    Content-Encoding, duplicate msgpack keys, HTTP/1.0 without a length) and the 5xx seen;
@@ -10,7 +11,15 @@ Prints one table per question, bounded in time (well under 2 minutes) and count:
    overloaded (offered/acknowledged batches reported);
 4. batches acknowledged vs stored after SIGKILL under load;
 5. for each limit, the largest shift of an estimate one source can cause (measured where a
-   single loopback source can reach it, and extrapolated from the limit for an hour/day).
+   single loopback source can reach it, and extrapolated from the limit for an hour/day);
+6. the device's storage failing: the epsilon one device's runs (new clients on one state
+   directory, the way an app restarts) deliver in one window when the state directory is
+   read-only (``chattr +i`` as root, mode 0500 otherwise) or the secret is a directory,
+   against the registry's [device] epsilon_per_window.
+7-10. issue 18: an honest client's success while 64 sockets hold lying slow bodies, scrapes
+   answered through a socket flood on the admin port, forged first X-Forwarded-For lines
+   behind a proxy that appends its own, and the discover estimate moved per forged report by
+   where the reports claim to be; then the issue's bars in one table.
 
     python bench/robustness.py [--quick]
 """
@@ -20,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import random
 import re
@@ -282,9 +292,284 @@ def scrape_latencies(port: int, seconds: float) -> list[float]:
     return out
 
 
+# --- issue 18: starving ingestion, flooding the admin port, two-line X-Forwarded-For, forged groups ---
+def xff_request(body: bytes, lines: list[str], declared: int | None = None) -> bytes:
+    """A POST /v1/reports with one X-Forwarded-For header line per entry of ``lines``."""
+    head = (b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nContent-Type: application/msgpack\r\n"
+            b"Connection: close\r\nContent-Length: " + str(len(body) if declared is None else declared).encode())
+    for line in lines:
+        head += b"\r\nX-Forwarded-For: " + line.encode()
+    return head + b"\r\n\r\n" + body
+
+
+def fresh_batch(body: bytes) -> bytes:
+    doc = msgpack.unpackb(body)
+    doc["batch_id"] = os.urandom(16)
+    return msgpack.packb(doc)
+
+
+async def honest_client(port: int, body: bytes, count: int, pause: float) -> list[int]:
+    """``count`` batches from 203.0.113.50 (through the trusted loopback proxy), one at a time."""
+    out = []
+    for _ in range(count):
+        out.append(await send_raw(port, xff_request(fresh_batch(body), ["203.0.113.50"])))
+        await asyncio.sleep(pause)
+    return out
+
+
+async def slow_bodies(port: int, sockets: int, body: bytes, honest: int) -> tuple[int, list[int]]:
+    """Issue 18's attack: ``sockets`` POSTs from two addresses, each declaring 1 MiB and sending
+    one byte, held open while an honest client posts; (attack requests in flight, statuses)."""
+    writers = []
+    for i in range(sockets):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(xff_request(b"\x00", [f"198.51.100.{1 + i % 2}"], declared=1 << 20))
+        await writer.drain()
+        writers.append((reader, writer))
+    await asyncio.sleep(0.5)  # let the collector start every handler (bench: a pause is fine)
+    alive = sum(not r.at_eof() for r, _ in writers)
+    statuses = await honest_client(port, body, honest, 0.05)
+    for _, w in writers:
+        w.close()
+    return alive, statuses
+
+
+def admin_flood(port: int, sockets: int, scrapes: int) -> tuple[int, int]:
+    """``sockets`` silent connections from 127.0.0.2 that reconnect whenever closed, while a
+    scraper on 127.0.0.1 opens a new connection per scrape; (connects made, scrapes answered 200)."""
+    import http.client
+    import selectors
+    import socket
+
+    stop = threading.Event()
+    connects = [0]
+
+    def flood() -> None:
+        sel = selectors.DefaultSelector()
+
+        def connect() -> None:
+            s = socket.socket()
+            s.bind(("127.0.0.2", 0))
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+            sel.register(s, selectors.EVENT_READ)
+            connects[0] += 1
+        for _ in range(sockets):
+            connect()
+        while not stop.is_set():
+            for key, _ in sel.select(0.05):
+                try:
+                    data = key.fileobj.recv(1024)
+                except OSError:
+                    data = b""
+                if not data:
+                    sel.unregister(key.fileobj)
+                    key.fileobj.close()
+                    connect()
+        for key in list(sel.get_map().values()):
+            key.fileobj.close()
+
+    flooder = threading.Thread(target=flood, daemon=True)
+    flooder.start()
+    deadline = time.monotonic() + 30
+    while connects[0] < 2 * sockets and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ok = 0
+    for _ in range(scrapes):
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", "/metrics")
+            resp = conn.getresponse()
+            resp.read()
+            ok += resp.status == 200
+            conn.close()
+        except OSError:
+            pass
+    stop.set()
+    flooder.join(10)
+    return connects[0], ok
+
+
+async def two_line_xff(port: int, capped: bytes, big: bytes, batches: int) -> tuple[int, int, list[int]]:
+    """Forged first lines behind a proxy that appends its own: (attacker batches accepted of
+    ``batches`` with random first lines, 10,000-report batches accepted of 5 with a first line
+    127.0.0.1, an honest client's statuses meanwhile)."""
+    rnd = random.Random(18)
+    honest = asyncio.create_task(honest_client(port, capped, 40, 0.05))
+    accepted = 0
+    for _ in range(batches):
+        forged = ".".join(str(rnd.randrange(1, 255)) for _ in range(4))
+        accepted += await send_raw(port, xff_request(fresh_batch(capped), [forged, "198.51.100.7"])) == 200
+    relay = 0
+    for i in range(5):
+        relay += await send_raw(port, xff_request(fresh_batch(big), ["127.0.0.1", f"198.51.100.{20 + i}"])) == 200
+    return accepted, relay, await honest
+
+
+def forged_groups(quick: bool) -> list[list]:
+    """Discover estimate of "evil.example" (held by nobody) moved per forged report, by where
+    1,000 forged reports claim to be (100,000 honest reports, ε = 4, default seeds)."""
+    import copy
+
+    from client_sdk.protocols.discover import bucket, fingerprint, key_bytes, truncate
+    from client_sdk.registry import parse_registry
+    from estimators.discovery import decode_candidates
+    from estimators.simulation import Population, host_names, simulate_sketch
+
+    length = 8 if quick else 16
+    spec = parse_registry({"metrics": {"home": {"kind": "string", "protocol": "discover", "epsilon": 4.0,
+                                                "max_length": length}}}).get("home")
+    proto, par = spec.protocol_impl, spec.protocol_impl.params
+    w = np.arange(1, 301) ** -1.1
+    pop = Population(host_names(300), np.round(HONEST * w / w.sum()).astype(np.int64))
+    honest = simulate_sketch(spec, pop, np.random.default_rng(18))
+    target, m, last = "evil.example", 1000, par.groups - 1
+    b = truncate(target, length)
+    fps = np.array([fingerprint(key_bytes(b, min(t + 1, length))) for t in range(par.groups)], dtype=np.uint64)
+    before = float(decode_candidates(proto, honest, [target]).estimate.iloc[0])
+    placements = {"spread like honest devices": np.arange(m) % par.groups,
+                  "all in the held-out group": np.full(m, last),
+                  "last two groups": last - np.arange(m) % 2,
+                  "spread + 300 more held-out": np.r_[np.arange(m - 300) % par.groups, np.full(300, last)]}
+    rows = []
+    for name, groups in placements.items():
+        sketch = copy.deepcopy(honest)
+        seeds = np.arange(m, dtype=np.int64) % par.seeds
+        proto.accumulate(sketch, {"group": groups.astype(np.int64), "seed": seeds,
+                                  "y": bucket(seeds, fps[groups], par.g).astype(np.int64)})
+        df = decode_candidates(proto, sketch, [target])
+        rows.append([name, (float(df.estimate.iloc[0]) - before) / m, df.attrs["held_out_excess_z"],
+                     df.attrs["group_size_p_value"], "warning" in df.attrs])
+    return rows
+
+
+def issue18(workdir: Path, spec, rng: np.random.Generator, quick: bool) -> list[list]:
+    """Tables 6-9 and the rows of the issue-18 summary."""
+    capped = valid_bodies(spec, 1, 8, rng)[0]
+    big = valid_bodies(spec, 1, 10_000, rng)[0]
+    summary = []
+    env = {"LDPT_TRUSTED_PROXIES": "127.0.0.1", "LDPT_RELAY_SOURCES": ""}
+    with collector(workdir, env) as (proc, port, admin, log):
+        alive, statuses = asyncio.run(slow_bodies(port, 64, capped, 60))
+    ok = statuses.count(200)
+    print_table(["attack sockets (2 addresses)", "still open when the client ran", "honest batches ok / sent",
+                 "their statuses"], [[64, alive, f"{ok} / {len(statuses)}",
+                                      ", ".join(f"{s}: {statuses.count(s)}" for s in sorted(set(statuses)))]],
+                "6. slow bodies: Content-Length 1 MiB, one byte sent (before: 503 overloaded 141/141)")
+    summary.append(["slow bodies (64 sockets, 2 addresses)", ok / len(statuses)])
+
+    sockets, scrapes = (150, 20) if quick else (600, 75)
+    with collector(workdir, {}) as (proc, port, admin, log):
+        connects, answered = admin_flood(admin, sockets, scrapes)
+    print_table(["flood sockets (one address)", "connects (incl. reconnects)", "scrapes answered / sent"],
+                [[sockets, connects, f"{answered} / {scrapes}"]],
+                "7. admin-port slowloris (before: 4 of 75 scrapes answered)")
+    summary.append([f"admin slowloris ({sockets} sockets, 1 address)", answered / scrapes])
+
+    with collector(workdir, {"LDPT_TRUSTED_PROXIES": "127.0.0.1"}) as (proc, port, admin, log):
+        accepted, relay, statuses = asyncio.run(two_line_xff(port, capped, big, 150))
+    ok = statuses.count(200)
+    print_table(["forged-first-line batches accepted / 150", "'127.0.0.1' first line: 10,000-report batches accepted / 5",
+                 "honest batches ok / sent"], [[accepted, relay, f"{ok} / {len(statuses)}"]],
+                "8. two X-Forwarded-For lines (proxy appends its own; before: 150/150 and 5/5)")
+    summary.append(["two-line X-Forwarded-For", ok / len(statuses)])
+    return summary
+
+
 def pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))] * 1000 if values else float("nan")
+
+
+DEVICE_REGISTRY = """
+[device]
+epsilon_per_window = 2.0
+
+[metrics.crash]
+kind = "boolean"
+protocol = "rr"
+epsilon = 1.0
+reports_per_window = 10
+
+[metrics.theme]
+kind = "categorical"
+categories = ["light", "dark", "system"]
+protocol = "lgrr"
+epsilon = 1.0
+epsilon_inf = 3.0
+reports_per_window = 10
+"""
+
+
+@contextlib.contextmanager
+def read_only(path: Path):
+    """Make the directory ``path`` read-only for this process, even as root (immutable flag)."""
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", str(path)], check=True)
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+    else:
+        path.chmod(0o500)
+        try:
+            yield
+        finally:
+            path.chmod(0o700)
+
+
+def device_runs(port: int, metrics: Path, state: Path, runs: int) -> list[int]:
+    """``runs`` runs of an app on one state directory (a new client each), two reports each;
+    returns stats()["disabled_state"] per run."""
+    from client_sdk import TelemetryClient
+
+    disabled = []
+    for _ in range(runs):
+        client = TelemetryClient(endpoint=f"http://127.0.0.1:{port}", registry=metrics, state_dir=state)
+        client.report("crash", True)
+        client.report("theme", "dark")
+        client.flush(10.0)
+        client.close(2.0)
+        disabled.append(client.stats()["disabled_state"])
+    return disabled
+
+
+def epsilon_per_window(db: Path, eps: dict[str, float]) -> dict[str, float]:
+    """Epsilon the collector received per window (one device sends here: the sum of its reports)."""
+    out: dict[str, float] = {}
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        for metric, window, reports in conn.execute(
+                "SELECT metric, window, sum(reports) FROM sketches GROUP BY metric, window"):
+            out[window] = out.get(window, 0.0) + reports * eps[metric]
+    return out
+
+
+def storage_failures(runs: int) -> None:
+    """6. One device, ``runs`` runs per case, against a live collector; epsilon per window."""
+    logging.getLogger("client_sdk").setLevel(logging.CRITICAL)   # one ERROR line per run, by design
+    rows = []
+    for case in ("writable (baseline)", "read-only state directory", "secret path is a directory"):
+        workdir = Path(tempfile.mkdtemp(prefix="ldpt-state-"))
+        (workdir / "metrics.toml").write_text(DEVICE_REGISTRY)
+        registry = load_registry(workdir / "metrics.toml")
+        eps = {spec.name: float(spec.protocol_impl.epsilon) for spec in registry}
+        state = workdir / "state"
+        state.mkdir(mode=0o700)
+        if case.startswith("secret"):
+            (state / "secret").mkdir()
+        with collector(workdir, {}) as (_, port, _admin, _log):
+            if case.startswith("read-only"):
+                with read_only(state):
+                    disabled = device_runs(port, workdir / "metrics.toml", state, runs)
+            else:
+                disabled = device_runs(port, workdir / "metrics.toml", state, runs)
+        windows = epsilon_per_window(workdir / "c.sqlite", eps)
+        worst = max(windows.values(), default=0.0)
+        rows.append([case, runs, 2 * runs, sum(disabled), f"{worst:.2f}", "2.00",
+                     "yes" if worst <= 2.0 + 1e-6 else "NO"])
+    print_table(["state", "runs", "reports asked", "not made (disabled_state)", "eps received, worst window",
+                 "[device] epsilon_per_window", "within the cap"], rows,
+                "6. the device's storage fails: epsilon one device delivers per window over restarts")
 
 
 def main() -> None:
@@ -392,6 +677,23 @@ def main() -> None:
     print_table(["limit", "one source, over", "forged reports in", "shift, points"], rows,
                 f"5. largest shift of an estimate one source can cause (OUE d=20, eps 1: "
                 f"g = {bound.gain:.2f} per report, {HONEST:,} honest reports, target share 0)")
+
+    storage_failures(4 if opts.quick else 6)
+    # 7-10. issue 18
+    summary = issue18(workdir, spec, rng, opts.quick)
+    rows = forged_groups(opts.quick)
+    honest_figure = rows[0][1]
+    print_table(["forged reports claim", "estimate moved per forged report", "x honest placement",
+                 "held-out excess (sd)", "group-size p", "warning"],
+                [[r[0], f"{r[1]:.2f}", f"{r[1] / honest_figure:.2f}", f"{r[2]:+.1f}", f"{r[3]:.1e}",
+                  "yes" if r[4] else "no"] for r in rows],
+                f"9. discover, forged groups: 1,000 forged reports for a string nobody holds, {HONEST:,} honest "
+                f"(eps 4, L = {8 if opts.quick else 16}; before: held-out 27.9 vs spread 2.05 per report)")
+    worst = max(r[1] for r in rows) / honest_figure
+    rows = [[name, f"{rate:.1%}", ">= 95%", "ok" if rate >= 0.95 else "FAIL"] for name, rate in summary]
+    rows.append(["discover: moved per forged report, worst placement", f"{worst:.2f}x honest placement",
+                 "<= 3x", "ok" if worst <= 3 else "FAIL"])
+    print_table(["issue 18 attack", "honest success / figure", "bar", ""], rows, "issue 18 bars")
     print(f"\n(total {time.monotonic() - started:.0f} s)")
 
 

@@ -21,9 +21,18 @@ charge, msgpack batch, outbox write (fsync) and send — per batch size, with a 
 directory and with in-memory state; optionally against a real `ldpt serve` (``--collector``).
 Start-up and recovery (``--startup-only`` runs just this): how long ``TelemetryClient(...)``
 takes with a registry file, without ``registry=`` while the collector hangs (the fetch runs
-in the background), and with a state directory that cannot be created (state in memory);
+in the background), and with a state directory that cannot be created (reporting disabled);
 and how long ``flush(60)`` takes once the collector is back after an outage long enough for
 the default retry back-off to have grown (flush cuts it short).
+Lean-SDK bars (``--bars`` runs just these; docs/design.md, "Two distributions"): the SDK wheel
+is built and installed alone into a bare virtual environment; it prints the installed size
+beyond the bare environment and the packages it holds; the import time of
+``from client_sdk import TelemetryClient`` and the wall time of a fresh process that builds a
+client from a registry file and makes 100 reports of mixed kinds, each over ``python -c pass``
+(medians of 10 fresh processes); and report()'s p50/p99 per protocol on the plain-Python path
+beside the numpy path of the baseline (``--baseline REF``, default ``main``: that commit's tree
+run by the same interpreter), with each protocol's bar (100 µs; unary encodings + 0.5 µs per
+payload bit).
 Run: `python bench/sdk.py` (``--quick`` for a short run).
 """
 
@@ -32,15 +41,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import resource
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+import venv
 from collections.abc import Iterator
 from pathlib import Path
 
-from _common import print_table
+from _common import ROOT, print_table
 
 from client_sdk import MemoryState, TelemetryClient
 from client_sdk.registry import parse_registry
@@ -248,16 +262,226 @@ def worker_throughput(n: int, batch_size: int, disk: bool, tmp: Path, endpoint: 
     return n / elapsed, batches
 
 
+# --- lean-SDK bars ----------------------------------------------------------------------------------
+#: Metrics of the bars' latency table: (metric, protocol, registry lines, value).
+BAR_CATEGORIES = ", ".join(f'"v{i:04d}"' for i in range(1024))
+BAR_METRICS = [
+    ("rr", "rr", 'kind = "boolean"', True),
+    ("grr", "grr", 'kind = "categorical"\ncategories = ["light", "dark", "system"]', "dark"),
+    ("olh", "olh", f"kind = \"categorical\"\ncategories = [{CATEGORIES}]", "v042"),
+    ("hr", "hr", f"kind = \"categorical\"\ncategories = [{CATEGORIES}]", "v042"),
+    ("ss", "ss", f"kind = \"categorical\"\ncategories = [{CATEGORIES}]", "v042"),
+    ("mean", "auto", 'kind = "numeric"\nrange = [0, 120]', 37.5),
+    ("histogram", "auto", 'kind = "numeric"\nrange = [0, 5000]\nbuckets = [0, 250, 500, 1000, 2000, 5000]', 812.0),
+    ("lgrr", "lgrr", 'kind = "categorical"\ncategories = ["light", "dark", "system"]\nepsilon_inf = 4.0', "dark"),
+    ("loloha", "loloha", f"kind = \"categorical\"\ncategories = [{CATEGORIES}]\nepsilon_inf = 4.0", "v042"),
+    ("memobitmean", "memobitmean", 'kind = "numeric"\nrange = [0, 120]\nepsilon_inf = 4.0', 37.5),
+    ("discover", "discover", 'kind = "string"\nepsilon = 4.0', "www.example.org"),
+    ("oue", "oue", f"kind = \"categorical\"\ncategories = [{CATEGORIES}]", "v042"),
+    ("oue1024", "oue", f"kind = \"categorical\"\ncategories = [{BAR_CATEGORIES}]", "v0042"),
+    ("sue", "sue", f"kind = \"categorical\"\ncategories = [{CATEGORIES}]", "v042"),
+    ("losue", "losue", f"kind = \"categorical\"\ncategories = [{CATEGORIES}]\nepsilon_inf = 4.0", "v042"),
+    ("dbitflip", "dbitflip", f"kind = \"categorical\"\ncategories = [{CATEGORIES}]\nepsilon_inf = 4.0", "v042"),
+    ("rappor", "rappor", 'kind = "string"', "www.example.org"),
+]
+#: Unary encodings: their bar grows by 0.5 µs per payload bit.
+UNARY = ("oue", "sue", "losue", "rappor", "dbitflip")
+BAR_US, BAR_US_PER_BIT = 100.0, 0.5
+
+
+def bar_registry(metrics: list[tuple[str, str, str, object]]) -> str:
+    out = []
+    for name, protocol, lines, _ in metrics:
+        eps = "" if protocol in ("rappor", "discover") else "epsilon = 1.0\n"
+        out.append(f"[metrics.{name}]\n{lines}\nprotocol = \"{protocol}\"\n{eps}reports_per_window = 10000000\n")
+    return "\n".join(out)
+
+
+#: Run by a fresh interpreter, on this tree or the baseline's: report() latency per metric.
+LATENCY_SCRIPT = """
+import json, statistics, sys, time
+from client_sdk import MemoryState, TelemetryClient
+from client_sdk.registry import load_registry
+from client_sdk.transport import Response, Transport
+
+class Ok(Transport):
+    def request(self, method, path, body=None, headers=None):
+        return Response(200, {"content-type": "application/json"}, b'{"accepted": 1, "duplicate": false}')
+
+registry = load_registry(sys.argv[1])
+values, count = json.loads(sys.argv[2]), int(sys.argv[3])
+out = {}
+for name, value in values.items():
+    c = TelemetryClient(registry=registry, state=MemoryState(), transport=Ok(), batch_size=10**9,
+                        max_batch_age=1e9, queue_size=count + 1000)
+    for _ in range(200):
+        c.report(name, value)
+    c.flush(30.0)
+    time.sleep(0.05)
+    samples, walls = [], []
+    for i in range(count):
+        if i % 500 == 499:
+            c.flush(30.0)
+            time.sleep(0.05)  # let the worker finish with the batch: time report() alone
+        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+        ok = c.report(name, value)
+        t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+        samples.append(c1 - c0)
+        walls.append(t1 - t0)
+        assert ok, name
+    c.close(30.0)
+    samples.sort()
+    walls.sort()
+    bits = c.registry.get(name).protocol_impl.payload_bits
+    p99 = int(0.99 * (len(samples) - 1))
+    out[name] = [statistics.median(samples) / 1e3, samples[p99] / 1e3, walls[p99] / 1e3, bits]
+print(json.dumps(out))
+"""
+
+#: A fresh process: a client from a registry file (docs/examples/metrics.toml's metrics, auto
+#: included, with room for 100 reports a day), 100 reports of mixed kinds, close.
+STARTUP_SCRIPT = """
+import sys, tempfile
+from client_sdk import TelemetryClient
+from client_sdk.transport import Response, Transport
+
+class Ok(Transport):
+    def request(self, method, path, body=None, headers=None):
+        return Response(200, {"content-type": "application/json"}, b'{"accepted": 1, "duplicate": false}')
+
+values = {"theme": "dark", "crashed_today": True, "country": "FR", "session_minutes": 37.5, "startup_ms": 812.0}
+names = list(values)
+with tempfile.TemporaryDirectory() as state:
+    c = TelemetryClient(registry=sys.argv[1], state_dir=state, transport=Ok())
+    for i in range(100):
+        assert c.report(names[i % len(names)], values[names[i % len(names)]])
+    c.close(30.0)
+"""
+
+
+def startup_registry(path: Path) -> Path:
+    """docs/examples/metrics.toml with reports_per_window = 100 on every metric."""
+    text = (ROOT / "docs" / "examples" / "metrics.toml").read_text(encoding="utf-8")
+    path.write_text(text.replace("\nprotocol = ", "\nreports_per_window = 100\nprotocol = "), encoding="utf-8")
+    return path
+
+
+def fresh_process(cmd: list[str], cwd: Path, runs: int = 10, env: dict | None = None) -> tuple[float, float]:
+    """(median wall ms, median CPU ms) of ``runs`` fresh processes, run in ``cwd`` (not the
+    repository, whose client_sdk would shadow the one installed or named by PYTHONPATH). CPU
+    time (user + system) leaves out the time a busy machine gives other processes."""
+    walls, cpus = [], []
+    for _ in range(runs):
+        r0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=cwd)
+        t1, r1 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        walls.append((t1 - t0) * 1e3)
+        cpus.append((r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) * 1e3)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def tree_size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def sdk_environment(tmp: Path) -> tuple[Path, Path]:
+    """(bare venv python, SDK-only venv python): the SDK wheel built from this tree and installed alone."""
+    dist, src = tmp / "dist", tmp / "sdk-src"
+    shutil.copytree(ROOT / "client_sdk", src, ignore=shutil.ignore_patterns("__pycache__", "build", "dist",
+                                                                           "*.egg-info"))
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(src)],
+                   check=True, capture_output=True)
+    wheel = next(dist.glob("ldp_telemetry_sdk-*.whl"))
+    for name in ("bare", "sdk"):
+        venv.create(tmp / name, with_pip=True)
+    subprocess.run([str(tmp / "sdk" / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)], check=True,
+                   capture_output=True)
+    return tmp / "bare" / "bin" / "python", tmp / "sdk" / "bin" / "python"
+
+
+def baseline_tree(ref: str, tmp: Path) -> Path | None:
+    """The baseline commit's tree (git archive), or None when the ref is unknown."""
+    out = tmp / f"baseline-{ref.replace('/', '_')}"
+    archive = subprocess.run(["git", "archive", ref, "client_sdk"], cwd=ROOT, capture_output=True)
+    if archive.returncode:
+        return None
+    out.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
+    return out
+
+
+def lean_bars(tmp: Path, baseline: str, count: int) -> None:
+    bare, sdk = sdk_environment(tmp)
+    extra_kb = (tree_size(sdk.parent.parent) - tree_size(bare.parent.parent)) / 1024
+    listed = json.loads(subprocess.run([str(sdk), "-m", "pip", "list", "--format", "json"], check=True,
+                                       capture_output=True, text=True).stdout)
+    packages = sorted(p["name"] for p in listed)
+    banned = [p for p in packages if p.lower() in ("numpy", "scipy", "pandas", "aiohttp", "click")]
+    print_table(["what", "value", "bar", "within"],
+                [["installed beyond a bare venv (KiB)", extra_kb, "<= 5,120", "yes" if extra_kb <= 5120 else "NO"],
+                 ["packages", " ".join(packages), "no numpy/scipy/pandas/aiohttp/click", "no" if banned else "yes"]],
+                "SDK alone (ldp-telemetry-sdk wheel in a bare virtual environment)")
+
+    registry = tmp / "bars.toml"
+    registry.write_text(bar_registry(BAR_METRICS))
+    base = fresh_process([str(sdk), "-c", "pass"], tmp)
+    runs = [("from client_sdk import TelemetryClient", [str(sdk), "-c", "from client_sdk import TelemetryClient"], 60),
+            ("import + client from docs/examples/metrics.toml + 100 mixed reports + close",
+             [str(sdk), "-c", STARTUP_SCRIPT, str(startup_registry(tmp / "startup.toml"))], 100)]
+    rows = [["python -c pass", *base, "", "", "", ""]]
+    for label, cmd, bar in runs:
+        wall, cpu = fresh_process(cmd, tmp)
+        rows.append([label, wall, cpu, wall - base[0], cpu - base[1], bar,
+                     "/".join("yes" if v <= bar else "NO" for v in (wall - base[0], cpu - base[1]))])
+    tree = baseline_tree(baseline, tmp)
+    if tree is not None:
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        old = fresh_process([sys.executable, "-c", "from client_sdk import TelemetryClient"], tmp, env=env)
+        old_base = fresh_process([sys.executable, "-c", "pass"], tmp)
+        rows.append([f"{baseline} (numpy): from client_sdk import TelemetryClient", *old, old[0] - old_base[0],
+                     old[1] - old_base[1], "", ""])
+    print_table(["fresh process", "wall ms", "CPU ms", "wall over bare", "CPU over bare", "bar ms",
+                 "within (wall/CPU)"], rows, "start-up, medians of 10 fresh processes, SDK-only environment")
+
+    values = json.dumps({name: value for name, _, _, value in BAR_METRICS})
+    pure = json.loads(subprocess.run([str(sdk), "-c", LATENCY_SCRIPT, str(registry), values, str(count)],
+                                     check=True, capture_output=True, text=True, cwd=tmp).stdout)
+    old: dict = {}
+    if tree is not None:
+        # The baseline (numpy on the device path) runs in this interpreter, with its tree first on the path.
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        run_old = subprocess.run([sys.executable, "-c", LATENCY_SCRIPT, str(registry), values, str(count)],
+                                 capture_output=True, text=True, env=env, cwd=tmp)
+        old = json.loads(run_old.stdout) if run_old.returncode == 0 else {}
+    rows = []
+    for name, protocol, _, _ in BAR_METRICS:
+        p50, p99, wall99, bits = pure[name]
+        bar = BAR_US + (BAR_US_PER_BIT * bits if protocol in UNARY else 0.0)
+        o50, o99 = old.get(name, [None, None])[:2]
+        rows.append([name, bits, p50, p99, wall99, bar, "yes" if p99 <= bar else "NO",
+                     "-" if o50 is None else o50, "-" if o99 is None else o99])
+    print_table(["metric", "bits", "p50 µs", "p99 µs", "wall p99", "bar µs", "within", f"{baseline} p50",
+                 f"{baseline} p99"], rows,
+                f"report() ({count:,} each, worker idle, state in memory), thread CPU time (wall p99 beside: "
+                f"it adds the time this busy machine runs other processes): plain Python in the SDK-only "
+                f"environment, and the numpy path of {baseline}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples")
     parser.add_argument("--collector", metavar="URL", help="also measure throughput against a running ldpt serve "
                         "(its registry must be this benchmark's; see REGISTRY)")
     parser.add_argument("--startup-only", action="store_true", help="only the start-up and recovery table")
+    parser.add_argument("--bars", action="store_true", help="only the lean-SDK bars")
+    parser.add_argument("--baseline", default="main", help="git ref whose numpy path the bars compare with")
     args = parser.parse_args()
     count = 2_000 if args.quick else 10_000
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
+        if args.bars:
+            lean_bars(tmp, args.baseline, count)
+            return
         print_table(["what", "ms"], startup_and_recovery(tmp), "start-up and recovery (wall time)")
         if args.startup_only:
             return
@@ -281,6 +505,7 @@ def main() -> None:
         print_table(["batch size", "state", "reports/s", "batches"], rows,
                     f"worker throughput: {n:,} queued oue (d=128) reports to acknowledged "
                     "(ledger charge + msgpack + outbox fsync + send, 1 ms simulated round trip)")
+        lean_bars(tmp, args.baseline, count)
 
 
 if __name__ == "__main__":

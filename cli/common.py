@@ -77,6 +77,12 @@ def validate_url(ctx: click.Context, param: click.Parameter, value: str | None) 
     return value
 
 
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """``1 window``, ``2 windows``, ``20,000 reports``: a count with thousands separators and the
+    word in the number it takes."""
+    return f"{n:,} {word if n == 1 else words or word + 's'}"
+
+
 def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     """Left-aligned text columns, header first (no pandas: small tables must print at once)."""
     widths = [max(len(r[i]) for r in [*rows, header]) for i in range(len(header))]
@@ -115,9 +121,20 @@ def emit(text: str, output: str | None) -> None:
         click.echo(text, nl=not text.endswith("\n"))
 
 
-def progress_bar(total: int, label: str, silent: bool) -> Any:
-    """A click progress bar on stderr, or a no-op context when silent or not a terminal-ish run."""
+def progress_shown(silent: bool) -> bool:
+    """Progress goes to standard error when it is a terminal and --silent was not given
+    (a pipe, a log file or a test's captured stream gets none)."""
     if silent:
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def progress_bar(total: int, label: str, silent: bool) -> Any:
+    """A click progress bar on stderr, or a no-op context when silent or not a terminal."""
+    if not progress_shown(silent):
         return _NullBar()
     return click.progressbar(length=total, label=label, file=sys.stderr, show_pos=True)
 
@@ -131,3 +148,42 @@ class _NullBar:
 
     def update(self, n: int) -> None:
         return None
+
+
+class Working:
+    """For work whose length is not known in advance (a decode, a discovery): ``label ... 12 s``
+    on standard error, redrawn every ``interval`` seconds by a daemon thread and erased at the
+    end; nothing when silent or not a terminal. ``step(text)`` changes what it says."""
+
+    def __init__(self, label: str, silent: bool, interval: float = 0.5) -> None:
+        self.label, self.interval = label, interval
+        self.shown = progress_shown(silent)
+        self._stop = None
+        self._thread = None
+
+    def step(self, label: str) -> None:
+        self.label = label
+
+    def __enter__(self) -> "Working":
+        if self.shown:
+            import threading
+            import time
+
+            self._stop = threading.Event()
+            start = time.monotonic()
+
+            def run() -> None:
+                while not self._stop.wait(self.interval):
+                    sys.stderr.write(f"\r{self.label} ... {time.monotonic() - start:.0f} s\x1b[K")
+                    sys.stderr.flush()
+
+            self._thread = threading.Thread(target=run, name="ldpt-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from .common import FiniteFloatRange, emit, load_metric, output_options
-from .estimate_cmd import StoreReader, check_source, require_registry, store_options
-from .simulate_cmd import validate_day
+from .dates import validate_day
+from .estimate_cmd import StoreReader, check_served_fingerprint, check_source, require_registry, store_options
 
 CONTROL_HELP = ("Multiple-testing control of 'changed': fwer = Holm (chance of any false flag <= alpha), "
                 "fdr = Benjamini-Hochberg.")
@@ -42,7 +42,7 @@ def _range(text: str | None, what: str) -> tuple[str, str] | None:
 @click.option("--simultaneous", is_flag=True, help="Bonferroni intervals that hold for all values at once.")
 @output_options
 def compare(metrics_file: str | None, metric: str, db: str | None, postgres: str | None, url: str | None,
-            token_file: str | None, window: str | None, against: str | None, range_a: str | None,
+            token_file: str | None, cacert: str | None, window: str | None, against: str | None, range_a: str | None,
             range_b: str | None, confidence: float, alpha: float, control: str, simultaneous: bool,
             fmt: str, output: str | None) -> None:
     """Compare METRIC between two windows: per value the change of proportion, its interval, a p-value."""
@@ -51,21 +51,27 @@ def compare(metrics_file: str | None, metric: str, db: str | None, postgres: str
     source = check_source(db, postgres, url)
     a = _side(window, _range(range_a, "--range"), "--window", "--range")
     b = _side(against, _range(range_b, "--against-range"), "--against", "--against-range")
+    if cacert and not url:
+        raise click.UsageError("--cacert applies to an https:// --url")
+    if _label(a) == _label(b):
+        raise click.UsageError(f"A and B are both {_label(a)}: a comparison needs two different "
+                               "windows (or ranges)")
     if url is not None:
-        df = remote_compare(url, token_file, metric, a, b, confidence, alpha, control, simultaneous)
+        df = remote_compare(url, token_file, metric, a, b, confidence, alpha, control, simultaneous, cacert)
         spec = load_metric(metrics_file, metric)[1] if metrics_file else None
-        if spec is not None and df.attrs.get("fingerprint") != spec.fingerprint:
-            raise click.ClickException(f"{url}: the collector's metric {metric!r} has fingerprint "
-                                       f"{df.attrs.get('fingerprint')}, but {metrics_file} gives "
-                                       f"{spec.fingerprint}; the registries differ")
+        check_served_fingerprint(df, url, metric, metrics_file, spec)
     else:
         from estimators.compare import compare_frame
 
         spec = load_metric(require_registry(metrics_file), metric)[1]
         with StoreReader(source, db or postgres or "") as reader:
             sketch_a, sketch_b = (reader.load(spec, *_load_args(side)) for side in (a, b))
+            wins_a, wins_b = (_range_windows(reader, spec, side) for side in (a, b))
         df = compare_frame(spec, sketch_a, sketch_b, label_a=_label(a), label_b=_label(b),
-                           confidence=confidence, simultaneous=simultaneous, alpha=alpha, control=control)
+                           confidence=confidence, simultaneous=simultaneous, alpha=alpha, control=control,
+                           windows_a=wins_a, windows_b=wins_b)
+        if spec.unit:
+            df.attrs["unit"] = spec.unit
     emit(format_compare(df, fmt), output)
 
 
@@ -73,6 +79,20 @@ def _side(window: str | None, rng: tuple[str, str] | None, w_opt: str, r_opt: st
     if (window is None) == (rng is None):
         raise click.UsageError(f"give {w_opt} DAY or {r_opt} D1..D2 (one of them)")
     return window if window is not None else rng  # type: ignore[return-value]
+
+
+def _range_windows(reader, spec, side: str | tuple[str, str]):
+    """The per-window sketches of a range side (None for one window): a memoised metric's range
+    is estimated with its permanent-noise bound (estimators.memo_range)."""
+    if isinstance(side, str):
+        return None
+    from collector.storage.base import date_filter_ok
+    from estimators.memo_range import is_memoised
+
+    if not is_memoised(spec):
+        return None
+    stored = sorted({w.window for w in reader.stored_windows(spec) if date_filter_ok(w.window, side[0], side[1])})
+    return [(w, reader.load(spec, [w], None, None, allow_empty=True)) for w in stored]
 
 
 def _load_args(side: str | tuple[str, str]) -> tuple[list[str] | None, str | None, str | None]:
@@ -85,14 +105,22 @@ def _label(side: str | tuple[str, str]) -> str:
 
 def remote_compare(url: str, token_file: str | None, metric: str, a: str | tuple[str, str],
                    b: str | tuple[str, str], confidence: float, alpha: float, control: str,
-                   simultaneous: bool):
+                   simultaneous: bool, cacert: str | None = None):
     """The collector's ``/v1/metrics/{name}/compare`` answer as a DataFrame."""
     import json
     import urllib.error
     import urllib.parse
     import urllib.request
 
-    from .remote import RemoteError, _problem_detail, frame_from_json, open_query, read_token
+    from .remote import (
+        RemoteError,
+        _problem_detail,
+        _unreachable,
+        frame_from_json,
+        open_query,
+        read_token,
+        ssl_context,
+    )
 
     if token_file is None:
         raise click.UsageError("--url needs --token-file FILE (the collector's query token)")
@@ -103,12 +131,12 @@ def remote_compare(url: str, token_file: str | None, metric: str, a: str | tuple
     req = urllib.request.Request(endpoint, headers={"Authorization": f"Bearer {read_token(token_file)}",
                                                     "Accept": "application/json"})
     try:
-        with open_query(req) as resp:
+        with open_query(req, context=ssl_context(cacert)) as resp:
             doc = json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         raise RemoteError(f"{url}: HTTP {exc.code}: {_problem_detail(exc.code, exc.read())}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise RemoteError(f"{url}: cannot reach the collector ({getattr(exc, 'reason', exc)})") from None
+        raise _unreachable(url, exc) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("estimates"), list):
         raise RemoteError(f"{url}: the answer is not a comparison document")
     return frame_from_json(doc)

@@ -1,18 +1,22 @@
-"""`ldpt estimate`: load a metric's sketch from the store and print debiased estimates."""
+"""`ldpt estimate`: load a metric's sketch from the store and print debiased estimates.
+
+Nothing numeric is imported at module level (the registry, the stores and the estimators load
+inside the command), so `ldpt estimate --help` answers as fast as `ldpt --help` (bench/cli.py).
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from client_sdk.errors import EstimationError, StoreError
-from client_sdk.protocols.base import Sketch
-from client_sdk.registry import Kind, MetricSpec
-from collector.storage.base import WindowInfo
-from collector.storage.sqlite import open_store
-from estimators.simulation import DistributionError, read_weights_csv
+from .common import FiniteFloatRange, Working, emit, load_metric, output_options, read_lines, validate_url
+from .dates import validate_date, validate_day
 
-from .common import FiniteFloatRange, emit, load_metric, output_options, read_lines, validate_url
-from .simulate_cmd import validate_date, validate_day
+if TYPE_CHECKING:
+    from client_sdk.protocols.base import Sketch
+    from client_sdk.registry import MetricSpec
+    from collector.storage.base import WindowInfo
 
 #: A terminal table of a million rows helps nobody: larger results show the largest estimates.
 TABLE_MAX_ROWS = 1000
@@ -37,6 +41,9 @@ def store_options(func):  # noqa: ANN001, ANN201 - a click decorator
                      help="Instead of --db: query a running collector (needs --token-file)."),
         click.option("--token-file", type=click.Path(dir_okay=False, exists=True), default=None,
                      help="File holding the collector's query bearer token (with --url)."),
+        click.option("--cacert", type=click.Path(dir_okay=False, exists=True), default=None,
+                     help="With an https:// --url: trust this CA certificate (PEM), for a collector "
+                          "with a private CA or a self-signed certificate (SSL_CERT_FILE works too)."),
     ]):
         func = option(func)
     return func
@@ -68,15 +75,24 @@ def store_options(func):  # noqa: ANN001, ANN201 - a click decorator
               help="Only the N values with the largest estimates, largest first (tables show at "
                    f"most {TABLE_MAX_ROWS:,} rows unless --top says otherwise; plots {PLOT_MAX_VALUES}); "
                    "for a discover metric, how many strings to discover (default 20).")
+@click.option("--raw-csv", is_flag=True,
+              help="--format csv: write strings exactly, even those a spreadsheet would run as a "
+                   "formula (by default a leading = + - @ tab or CR gets a ' before it).")
+@click.option("--silent", is_flag=True, help="No progress on standard error.")
 @output_options
 def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: str | None,
-             url: str | None, token_file: str | None, window: str | None, since: str | None,
-             until: str | None, by: str | None, confidence: float, simultaneous: bool,
-             consistent: bool, candidates: str | None, truth: str | None, plot_path: str | None,
-             log_scale: bool, top: int | None, fmt: str, output: str | None) -> None:
+             url: str | None, token_file: str | None, cacert: str | None, window: str | None,
+             since: str | None, until: str | None, by: str | None, confidence: float,
+             simultaneous: bool, consistent: bool, candidates: str | None, truth: str | None,
+             plot_path: str | None, log_scale: bool, top: int | None, raw_csv: bool, silent: bool,
+             fmt: str, output: str | None) -> None:
     """Estimate METRIC's frequencies with confidence intervals."""
     from .output import format_frame
 
+    if plot_path:  # before any work: a missing extra must not cost a long estimate first
+        from .plot import require_matplotlib
+
+        require_matplotlib()
     source = check_source(db, postgres, url)
     if window and (since or until):
         raise click.UsageError("use either --window or --since/--until, not both")
@@ -84,29 +100,42 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
         raise click.UsageError("--by window draws a series over --since/--until; leave --window out")
     if by and consistent:
         raise click.UsageError("--consistent applies to one estimate; leave it out with --by window")
-    if url is not None:
-        df = remote_estimate(url, token_file, metrics_file, metric, window, since, until, confidence,
-                             simultaneous, consistent, candidates, by, top)
-    else:
-        spec = load_metric(require_registry(metrics_file), metric)[1]
-        with StoreReader(source, db or postgres or "") as reader:
-            df = local_estimate(reader, spec, window, since, until, by, confidence, simultaneous,
-                                consistent, read_candidates(candidates, spec), top)
-    full = df
+    if cacert and not url:
+        raise click.UsageError("--cacert applies to an https:// --url")
+    with Working(f"estimating {metric}", silent) as progress:
+        if url is not None:
+            df = remote_estimate(url, token_file, metrics_file, metric, window, since, until, confidence,
+                                 simultaneous, consistent, candidates, by, top, cacert)
+            string_metric = df.attrs.get("protocol") in ("rappor", "discover")
+        else:
+            spec = load_metric(require_registry(metrics_file), metric)[1]
+            string_metric = spec.kind.value == "string"
+            with StoreReader(source, db or postgres or "") as reader:
+                df = local_estimate(reader, spec, window, since, until, by, confidence, simultaneous,
+                                    consistent, read_candidates(candidates, spec), top, progress)
+            if spec.unit:
+                df.attrs["unit"] = spec.unit
     numeric = str(df.attrs.get("kind", "")).startswith("numeric")
     if top is not None and numeric:
         raise click.UsageError(f"--top ranks the values of a frequency estimate; metric {metric!r} is "
                                "numeric (its rows are buckets and statistics): leave --top out")
     if truth:
-        df = with_truth(df, truth)
+        from .truth import attach_truth
+
+        df, warnings = attach_truth(df, truth, string_metric=string_metric, window=window, since=since,
+                                    until=until, by=by)
+        for line in warnings:
+            click.echo(f"warning: {line}", err=True)
+    full = df
     if by is None and top is None and fmt == "table" and len(df) > TABLE_MAX_ROWS and not numeric:
         top = TABLE_MAX_ROWS
         click.echo(f"showing the {TABLE_MAX_ROWS:,} largest of {len(df):,} estimates "
                    "(--top N to choose, --format csv or json for all)", err=True)
     if top is not None:
         df = top_series(df, top) if by else largest(df, top)
-    emit(format_frame(df, fmt), output)
-    warning = (full.attrs.get("summary") or {}).get("warning")
+    emit(format_frame(df, fmt, raw_csv=raw_csv), output)
+    # RAPPOR's decoder summary, or discover's forged-group warning (estimators/discovery.py)
+    warning = (full.attrs.get("summary") or {}).get("warning") or full.attrs.get("warning")
     if warning:
         click.echo(f"warning: {warning}", err=True)
     if plot_path:
@@ -115,7 +144,7 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
         if by:
             plot_series(full, plot_path, top or PLOT_MAX_SERIES, log_scale)
         else:
-            plot_estimates(full, plot_path, truth, top=top or PLOT_MAX_VALUES, log_scale=log_scale)
+            plot_estimates(full, plot_path, top=top or PLOT_MAX_VALUES, log_scale=log_scale)
 
 
 def check_source(db: str | None, postgres: str | None, url: str | None) -> str:
@@ -138,21 +167,44 @@ def require_registry(metrics_file: str | None) -> str:
 
 def local_estimate(reader: StoreReader, spec: MetricSpec, window: str | None, since: str | None,
                    until: str | None, by: str | None, confidence: float, simultaneous: bool,
-                   consistent: bool, candidates: list[str] | None, top: int | None = None):
+                   consistent: bool, candidates: list[str] | None, top: int | None = None,
+                   progress: Working | None = None):
     """The estimate (or with ``by`` the series) from a store, as the query API computes it
-    (``top``: how many strings a discover metric discovers)."""
+    (``top``: how many strings a discover metric discovers; ``progress``: says which step runs)."""
+    from client_sdk.registry import Kind
+    from collector.storage.base import date_filter_ok
     from estimators.frequency import estimate_frame  # scipy and pandas: only when estimating
+    from estimators.memo_range import is_memoised, range_frame, with_rappor_range_warning
     from estimators.series import series_frame, windows_in_range
 
+    step = progress.step if progress is not None else (lambda _: None)
     if by:
         stored = reader.stored_windows(spec)
         grid = windows_in_range([w.window for w in stored], since, until)
-        sketches = [(w, reader.load(spec, [w], None, None, allow_empty=True)) for w in grid]
+        sketches = []
+        for i, w in enumerate(grid, start=1):
+            step(f"loading {spec.name}: window {i:,} of {len(grid):,}")
+            sketches.append((w, reader.load(spec, [w], None, None, allow_empty=True)))
+        step(f"estimating {spec.name} in {len(grid):,} window{'' if len(grid) == 1 else 's'}")
         return series_frame(spec, sketches, confidence=confidence, simultaneous=simultaneous,
                             candidates=candidates)
+    step(f"loading {spec.name}")
     sketch = reader.load(spec, [window] if window else None, since, until)
-    return estimate_frame(spec, sketch, confidence=confidence, simultaneous=simultaneous,
-                          consistent=consistent, candidates=candidates, top=top)
+    if window is None and is_memoised(spec) and spec.kind is not Kind.STRING:
+        # permanent noise repeats across windows: not one sketch of independent reports
+        stored = sorted({w.window for w in reader.stored_windows(spec) if date_filter_ok(w.window, since, until)})
+        step(f"estimating {spec.name} over {len(stored):,} window{'' if len(stored) == 1 else 's'} "
+             "(memoised: range bound)")
+        return range_frame(spec, [(w, reader.load(spec, [w], None, None, allow_empty=True)) for w in stored],
+                           confidence=confidence, simultaneous=simultaneous, consistent=consistent)
+    step(f"estimating {spec.name} from {sketch.total_reports:,} reports"
+         + (" (discovering strings)" if spec.protocol == "discover" and not candidates else ""))
+    df = estimate_frame(spec, sketch, confidence=confidence, simultaneous=simultaneous,
+                        consistent=consistent, candidates=candidates, top=top)
+    if window is None and spec.protocol == "rappor":
+        stored = {w.window for w in reader.stored_windows(spec) if date_filter_ok(w.window, since, until)}
+        df = with_rappor_range_warning(df, len(stored))
+    return df
 
 
 def top_series(df, top: int):
@@ -169,28 +221,6 @@ def top_values(df, top: int) -> list:
     return list(totals.sort_values(ascending=False, kind="stable").index[:top])
 
 
-def with_truth(df, truth_csv: str):
-    """A ``truth`` column from ``ldpt simulate --truth`` (counts, or a numeric metric's statistics)."""
-    import numpy as np
-
-    from .plot import read_statistics
-
-    out = df.copy()
-    if str(df.attrs.get("kind", "")).startswith("numeric"):
-        stats = read_statistics(truth_csv)
-        key = out["statistic"].where(out["statistic"] != "count", out.get("value", out["statistic"]))
-        out["truth"] = [stats.get(str(k), np.nan) for k in key]
-    else:
-        try:
-            values, counts = read_weights_csv(truth_csv)
-        except DistributionError as exc:
-            raise click.ClickException(str(exc)) from None
-        known = dict(zip(values, counts.astype(float)))
-        out["truth"] = [known.get(str(v), 0.0) for v in out["value"]]
-    out.attrs = dict(df.attrs)
-    return out
-
-
 def largest(df, top: int):
     """The ``top`` rows with the largest estimates, largest first (attrs kept)."""
     out = df.nlargest(top, "estimate") if len(df) > top else \
@@ -202,9 +232,9 @@ def largest(df, top: int):
 def remote_estimate(url: str, token_file: str | None, metrics_file: str | None, metric: str,
                     window: str | None, since: str | None, until: str | None, confidence: float,
                     simultaneous: bool, consistent: bool, candidates: str | None, by: str | None = None,
-                    top: int | None = None):
+                    top: int | None = None, cacert: str | None = None):
     """Ask a collector's query API; the DataFrame it returns, as the local path would build it."""
-    from .remote import fetch_estimates, frame_from_json, read_token
+    from .remote import fetch_estimates, frame_from_json, read_token, ssl_context
 
     if token_file is None:
         raise click.UsageError("--url needs --token-file FILE (the collector's query token)")
@@ -214,13 +244,23 @@ def remote_estimate(url: str, token_file: str | None, metrics_file: str | None, 
               "simultaneous": "true" if simultaneous else None,
               "consistent": "true" if consistent else None, "by": by, "format": "json",
               "top": None if top is None or spec is None or spec.protocol != "discover" else str(top)}
-    df = frame_from_json(fetch_estimates(url, metric, read_token(token_file), params, cands))
+    df = frame_from_json(fetch_estimates(url, metric, read_token(token_file), params, cands,
+                                         ssl_context(cacert)))
+    check_served_fingerprint(df, url, metric, metrics_file, spec)
+    return df
+
+
+def check_served_fingerprint(df, url: str, metric: str, metrics_file: str | None,  # noqa: ANN001
+                             spec: MetricSpec | None) -> None:
+    """The collector's metric must be the one the given registry describes (what to do if not)."""
     served = df.attrs.get("fingerprint")
     if spec is not None and served and served != spec.fingerprint:
-        raise click.ClickException(f"{url}: the collector's metric {metric!r} has fingerprint "
-                                   f"{served}, but {metrics_file} gives {spec.fingerprint}; the "
-                                   "registries differ")
-    return df
+        raise click.ClickException(
+            f"{url}: the collector's metric {metric!r} has fingerprint {served[:12]}, but "
+            f"{metrics_file} gives {spec.fingerprint[:12]}: the registries differ. Leave --metrics "
+            "out to use the collector's own registry, or give the file the collector runs with "
+            "(GET /v1/registry lists its metrics and fingerprints; `ldpt metrics check FILE` "
+            "prints a file's)")
 
 
 def _read_lines(path: str | None) -> list[str] | None:
@@ -250,6 +290,8 @@ class StoreReader:
             self._store = self._loop.run_until_complete(
                 PostgresStore.open(where, create=False, min_size=1, max_size=2))
         else:
+            from collector.storage.sqlite import open_store
+
             self.label = where
             self._store = open_store(where, create=False)
 
@@ -270,6 +312,8 @@ class StoreReader:
 
     def stored_windows(self, spec: MetricSpec) -> list[WindowInfo]:
         """The metric's stored windows under the registry's parameters (errors when there are none)."""
+        from client_sdk.errors import EstimationError, StoreError
+
         stored = self._windows(spec.name)
         if not stored:
             raise EstimationError(f"{self.label}: no data for metric {spec.name!r}")
@@ -278,13 +322,18 @@ class StoreReader:
             other = sorted({w.fingerprint[:12] for w in stored})
             raise StoreError(f"{self.label}: metric {spec.name!r} was stored under other parameters "
                              f"(fingerprint {', '.join(other)}; the registry now gives "
-                             f"{spec.fingerprint[:12]}); estimates cannot mix them")
+                             f"{spec.fingerprint[:12]}); estimates cannot mix them. Estimate with the "
+                             "registry file the data was collected under (its version from your "
+                             "version control; `ldpt metrics check FILE` prints each metric's "
+                             "fingerprint), or keep the new parameters under a new metric name")
         return mine
 
     def load(self, spec: MetricSpec, windows: list[str] | None, since: str | None, until: str | None,
              *, allow_empty: bool = False) -> Sketch:
         """Merged sketch of the metric over the chosen windows (an error when it holds no reports,
         unless ``allow_empty``: a series shows empty windows as n = 0)."""
+        from client_sdk.errors import EstimationError
+
         if not allow_empty:
             self.stored_windows(spec)
         template = spec.protocol_impl.new_sketch()
@@ -309,6 +358,9 @@ def load_sketch(spec: MetricSpec, db: str, windows: list[str] | None, since: str
 
 def read_candidates(path: str | None, spec: MetricSpec) -> list[str] | None:
     """Candidate strings, one per line (blank lines ignored); also accepts value,count CSV."""
+    from client_sdk.registry import Kind
+    from estimators.simulation import DistributionError, read_weights_csv
+
     if path is None:
         return None
     if spec.kind is not Kind.STRING:

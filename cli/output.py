@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from estimators.formats import frame_to_csv, frame_to_json
+from estimators.formats import frame_to_csv, frame_to_json, printable
 
 __all__ = ["compare_to_table", "format_compare", "format_frame", "frame_to_csv", "frame_to_json", "frame_to_table"]
 
@@ -20,24 +20,62 @@ def frame_to_table(df: pd.DataFrame) -> str:
         eps = a.get("epsilon")
         head.append(
             f"metric {a.get('metric')}  protocol {a.get('protocol')}  "
-            f"epsilon {eps:.4g}  reports {a.get('n_reports')}  "
+            f"epsilon {eps:.4g}  reports {_count(a.get('n_reports'))}  "
             f"confidence {a.get('confidence'):.3g}{' (simultaneous)' if a.get('simultaneous') else ''}"
             + (f"  post-processed: {a['post_processed']}" if a.get("post_processed") else "")
+            + (f"  unit {a['unit']}" if a.get("unit") else "")
             if eps is not None else f"metric {a.get('metric')}")
-    shown = df.copy()
+    shown = _terminal_safe(df)
     if str(a.get("kind", "")).startswith("numeric"):
         return "\n".join(head + [_numeric_table(shown)]) + "\n"
-    for col in ("estimate", "raw_estimate", "std_err", "ci_low", "ci_high", "truth"):
+    notes = _negative_note(df)
+    for col in ("estimate", "raw_estimate", "std_err", "ci_low", "ci_high"):
         if col in shown:
             shown[col] = shown[col].map(lambda v: "" if pd.isna(v) else f"{v:,.1f}")
+    if "truth" in shown:  # true counts are whole numbers
+        shown["truth"] = shown["truth"].map(lambda v: "" if pd.isna(v) else f"{v:,.0f}" if float(v).is_integer()
+                                            else f"{v:,.1f}")
     if "proportion" in shown:
         shown["proportion"] = shown["proportion"].map(lambda v: "" if pd.isna(v) else f"{v:.4f}")
     if "p_value" in shown:
         shown["p_value"] = shown["p_value"].map(lambda v: "" if pd.isna(v) else f"{v:.2g}")
     if "n" in shown:  # a series: a window without reports shows no "detected"
         shown["detected"] = [("" if n == 0 else str(d)) for d, n in zip(shown["detected"], shown["n"])]
+        shown["n"] = shown["n"].map(_count)
     body = shown.to_string(index=False)
-    return "\n".join(head + [body]) + "\n"
+    return "\n".join(head + [body] + notes) + "\n"
+
+
+def _count(n: object) -> str:
+    """A report count with thousands separators (as tables, the dashboard and the docs write it)."""
+    try:
+        return f"{int(n):,}"  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return str(n)
+
+
+def _terminal_safe(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy whose text cells print as text: control characters (a discovered string may hold
+    ESC sequences that retitle or redraw the terminal) are shown as escapes (``\\x1b``)."""
+    shown = df.copy()
+    for col in shown.columns:
+        if shown[col].dtype == object or pd.api.types.is_string_dtype(shown[col]):
+            shown[col] = shown[col].map(lambda v: printable(v) if isinstance(v, str) else v)
+    return shown
+
+
+def _negative_note(df: pd.DataFrame) -> list[str]:
+    """A line saying why some estimates are below zero (and below their interval), when they are."""
+    if "estimate" not in df:
+        return []
+    est = df["estimate"].to_numpy(float)
+    negative = int(np.count_nonzero(est < 0))
+    if not negative:
+        return []
+    clipped = "ci_low" in df and bool(np.any(est < df["ci_low"].to_numpy(float)))
+    return [f"note: {negative:,} estimate{'s are' if negative > 1 else ' is'} below 0: an unbiased "
+            "estimate of a count near 0 falls on either side of it by noise"
+            + ("; intervals are clipped at 0, since a count never is negative" if clipped else "")]
 
 
 def format_number(v: object) -> str:
@@ -70,10 +108,11 @@ def compare_to_table(df: pd.DataFrame) -> str:
     """`ldpt compare` as a table: a header naming A, B and the control, changed values marked."""
     a = df.attrs
     pct = a.get("scale") == "proportion"
-    head = (f"metric {a.get('metric')}  A {a.get('a')} (n {a.get('n_a')})  B {a.get('b')} (n {a.get('n_b')})  "
-            f"{'proportions' if pct else 'means'}  changed: {a.get('control')} at alpha {a.get('alpha'):.3g}  "
+    head = (f"metric {a.get('metric')}  A {a.get('a')} (n {_count(a.get('n_a'))})  "
+            f"B {a.get('b')} (n {_count(a.get('n_b'))})  "
+            f"{'proportions' if pct else 'means' + (' (' + a['unit'] + ')' if a.get('unit') else '')}  changed: {a.get('control')} at alpha {a.get('alpha'):.3g}  "
             f"{100 * a.get('confidence', 0.95):.3g}% intervals{' (simultaneous)' if a.get('simultaneous') else ''}")
-    shown = df.copy()
+    shown = _terminal_safe(df)
     number = (lambda v: f"{v:.5f}") if pct else format_number
     for col in ("estimate_a", "estimate_b", "difference", "std_err", "ci_low", "ci_high"):
         shown[col] = shown[col].map(number)
@@ -84,9 +123,14 @@ def compare_to_table(df: pd.DataFrame) -> str:
     return "\n".join([head, shown.to_string(index=False), tail]) + "\n"
 
 
-def format_compare(df: pd.DataFrame, fmt: str) -> str:
-    return {"table": compare_to_table, "csv": frame_to_csv, "json": frame_to_json}[fmt](df)
+def format_compare(df: pd.DataFrame, fmt: str, raw_csv: bool = False) -> str:
+    if fmt == "csv":
+        return frame_to_csv(df, raw=raw_csv)
+    return {"table": compare_to_table, "json": frame_to_json}[fmt](df)
 
 
-def format_frame(df: pd.DataFrame, fmt: str) -> str:
-    return {"table": frame_to_table, "csv": frame_to_csv, "json": frame_to_json}[fmt](df)
+def format_frame(df: pd.DataFrame, fmt: str, raw_csv: bool = False) -> str:
+    """``df`` as a terminal table, CSV (spreadsheet-safe unless ``raw_csv``) or JSON."""
+    if fmt == "csv":
+        return frame_to_csv(df, raw=raw_csv)
+    return {"table": frame_to_table, "json": frame_to_json}[fmt](df)

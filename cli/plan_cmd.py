@@ -122,13 +122,20 @@ def discover_plan(epsilon: float, clients: int, max_length: int) -> dict:
     (docs/discovery.md): each of the L+1 groups holds clients/(L+1) reports."""
     proto = build_protocol("discover", None, epsilon, {"max_length": max_length})
     par = proto.params
+    from estimators.discovery import CAP_Z  # pandas/scipy: not on `ldpt --help`'s path
+
     per_group = clients / par.groups
     level_se = math.sqrt(float(proto.variance(per_group, 0.0)))
+    bound = poisoning_bound(proto)
     return {"protocol": "discover", "epsilon": proto.epsilon, "max_length": par.max_length,
             "groups": par.groups, "hash_range": par.g, "seeds": par.seeds,
             "reports_per_group": per_group, "std_err_count_per_level": level_se,
             "std_err_count_population": level_se * par.groups,
             "detection_floor_share": 4 * level_se / per_group,
+            # wherever forged reports claim to be (docs/security.md): g per report, plus at most
+            # the prefix caps' margin of CAP_Z population-scale standard errors
+            "forged_gain": bound.gain, "forged_per_point": bound.forged_for_one_point(clients),
+            "forged_margin_count": CAP_Z * level_se * par.groups,
             "sketch_bytes": 8 * par.groups * par.seeds * par.g, "payload_bits": proto.payload_bits}
 
 
@@ -146,6 +153,8 @@ def format_discover_plan(row: dict, fmt: str) -> str:
         f"  std err of a count (level) {row['std_err_count_per_level']:>14,.1f}",
         f"  std err (population scale) {row['std_err_count_population']:>14,.1f}",
         f"  share found reliably       {row['detection_floor_share']:>14.4f}  (4 std errs at every level)",
+        f"  forged reports per point   {row['forged_per_point']:>14,}  (g = {row['forged_gain']:.2f} per report "
+        f"wherever placed; placement adds at most {row['forged_margin_count']:,.0f}, 4 std errs; docs/security.md)",
         f"  sketch per window          {row['sketch_bytes'] / 2**20:>11.1f} MiB",
         f"  payload                    {_bits(row['payload_bits']):>14}"]) + "\n"
 
@@ -220,7 +229,7 @@ def plan(epsilon: float, domain: int | None, value_range: tuple[float, float] | 
 
 
 def _bits(bits: int) -> str:
-    return f"{bits} bits" if bits < 64 else f"{math.ceil(bits / 8):,} bytes"
+    return f"{bits} bit{'' if bits == 1 else 's'}" if bits < 64 else f"{math.ceil(bits / 8):,} bytes"
 
 
 def format_numeric_plan(epsilon: float, value_range: tuple[float, float], clients: int, fmt: str) -> str:

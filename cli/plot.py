@@ -6,6 +6,19 @@ import click
 import numpy as np
 import pandas as pd
 
+from estimators.formats import printable
+
+#: What `--plot` says when matplotlib (the `plot` extra) is missing.
+INSTALL_HINT = "plotting needs matplotlib: pip install 'ldp-telemetry[plot]'"
+
+
+def require_matplotlib() -> None:
+    """Fail at once, before any estimate is computed, when the `plot` extra is not installed."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise click.ClickException(INSTALL_HINT) from None
+
 
 def _pyplot():  # noqa: ANN202 - matplotlib is an optional extra
     try:
@@ -14,23 +27,24 @@ def _pyplot():  # noqa: ANN202 - matplotlib is an optional extra
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise click.ClickException("plotting needs matplotlib: pip install 'ldp-telemetry[plot]'") from None
+        raise click.ClickException(INSTALL_HINT) from None
+    # Labels are the metric's values (discovered strings among them): text, never mathtext, so a
+    # value such as "$\\undefined$" is drawn as written instead of failing the plot.
+    matplotlib.rcParams["text.parse_math"] = False
+    matplotlib.rcParams["text.usetex"] = False
     return plt
 
 
-def plot_estimates(df: pd.DataFrame, path: str, truth_csv: str | None = None, *, top: int = 50,
-                   log_scale: bool = False) -> None:
+def plot_estimates(df: pd.DataFrame, path: str, *, top: int = 50, log_scale: bool = False) -> None:
     """The ``top`` largest estimates, largest first, with intervals; detected values filled,
-    the others hollow; the truth as crosses when known. Histograms keep bucket order."""
+    the others hollow; the ``truth`` column (``--truth``) as crosses. Histograms keep bucket order."""
     plt = _pyplot()
     kind = df.attrs.get("kind")
-    numeric_truth = read_statistics(truth_csv) if truth_csv and kind else {}
     if kind == "numeric-mean":
-        _plot_mean(plt, df, path, numeric_truth)
+        _plot_mean(plt, df, path)
         return
     if kind == "numeric-histogram":  # the bucket rows, in bucket order; mean and quantiles are in the table
         shown = df[df["statistic"] == "count"]
-        truth_csv = None
     else:
         shown = df.sort_values("estimate", ascending=False, kind="stable").head(top)
     x = np.arange(len(shown))
@@ -47,18 +61,11 @@ def plot_estimates(df: pd.DataFrame, path: str, truth_csv: str | None = None, *,
                    label="estimate (detected)")
         ax.scatter(x[~detected], shown["estimate"][~detected], facecolors="white",
                    edgecolors="tab:blue", zorder=3, label="estimate (not detected)")
-    if truth_csv:
-        from estimators.simulation import read_weights_csv
-
-        values, counts = read_weights_csv(truth_csv)
-        truth = dict(zip(values, counts))
-        ax.scatter(x, [truth.get(str(v), 0) for v in shown["value"]], marker="x", color="black",
-                   zorder=4, label="truth")
-    if numeric_truth:
-        ax.scatter(x, [numeric_truth.get(str(v), np.nan) for v in shown["value"]], marker="x",
-                   color="black", zorder=4, label="truth")
+    if "truth" in shown:
+        ax.scatter(x, shown["truth"].to_numpy(float), marker="x", color="black", zorder=4, label="truth")
     step = max(1, -(-len(shown) // 50))   # a histogram is drawn whole, with at most ~50 tick labels
-    ax.set_xticks(x[::step], [str(v) for v in shown["value"]][::step], rotation=60, ha="right", fontsize=8)
+    ax.set_xticks(x[::step], [printable(str(v)) for v in shown["value"]][::step], rotation=60, ha="right",
+                  fontsize=8)
     a = df.attrs
     more = "" if kind == "numeric-histogram" or len(df) <= len(shown) else \
         f" — largest {len(shown)} of {len(df)} values"
@@ -105,7 +112,7 @@ def plot_series(df: pd.DataFrame, path: str, top: int, log_scale: bool = False) 
     ax.patch.set_visible(False)
     for value in values:
         r = rows[rows["value"] == value].set_index("window").reindex(windows)
-        line, = ax.plot(x, r["estimate"].to_numpy(float), marker="o", ms=3, label=str(value))
+        line, = ax.plot(x, r["estimate"].to_numpy(float), marker="o", ms=3, label=printable(str(value)))
         low, high = r["ci_low"].to_numpy(float), r["ci_high"].to_numpy(float)
         ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, lw=0)
         ax.vlines(x, low, high, color=line.get_color(), alpha=0.5, lw=1)  # a lone window's interval too
@@ -137,14 +144,14 @@ def _save(plt, fig, path: str) -> None:  # noqa: ANN001 - matplotlib is an optio
         plt.close(fig)
 
 
-def _plot_mean(plt, df: pd.DataFrame, path: str, truth: dict[str, float]) -> None:  # noqa: ANN001
+def _plot_mean(plt, df: pd.DataFrame, path: str) -> None:  # noqa: ANN001
     """A mean metric: the estimate with its interval, and the true mean when known."""
     row = df[df["statistic"] == "mean"].iloc[0]
     fig, ax = plt.subplots(figsize=(5, 4))
     err = [[max(0.0, row["estimate"] - row["ci_low"])], [max(0.0, row["ci_high"] - row["estimate"])]]
     ax.errorbar([0], [row["estimate"]], yerr=err, fmt="o", capsize=6, label="estimate ± CI")
-    if "mean" in truth:
-        ax.scatter([0], [truth["mean"]], marker="x", color="black", s=60, zorder=3, label="truth")
+    if "truth" in df and np.isfinite(row["truth"]):
+        ax.scatter([0], [row["truth"]], marker="x", color="black", s=60, zorder=3, label="truth")
     a = df.attrs
     lo, hi = a.get("range", [np.nan, np.nan])
     ax.set_xticks([0], [f"mean of {a.get('metric')}"])
@@ -154,24 +161,3 @@ def _plot_mean(plt, df: pd.DataFrame, path: str, truth: dict[str, float]) -> Non
                  f"n={a.get('n_reports')}, {100 * a.get('confidence', 0.95):.0f}% interval", fontsize=10)
     ax.legend()
     _save(plt, fig, path)
-
-
-def read_statistics(path: str) -> dict[str, float]:
-    """A ``statistic,value`` truth file (``ldpt simulate --truth`` of a numeric metric)."""
-    import csv
-
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            rows = list(csv.reader(fh))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise click.ClickException(f"{path}: cannot read the truth file ({exc})") from None
-    if not rows or [c.strip() for c in rows[0]] != ["statistic", "value"]:
-        raise click.ClickException(f"{path}: a numeric metric's truth file starts with the header "
-                                   "statistic,value (as ldpt simulate --truth writes it)")
-    out = {}
-    for line, row in enumerate(rows[1:], start=2):
-        try:
-            out[row[0]] = float(row[1])
-        except (IndexError, ValueError):
-            raise click.ClickException(f"{path}: line {line}: field 'value' is not a number") from None
-    return out

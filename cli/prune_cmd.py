@@ -19,6 +19,8 @@ import click
 
 from collector.storage.base import BATCH_ID_MIN_DAYS, PruneResult, batch_id_cutoff, canonical_window
 
+from .common import plural
+
 
 def _day(ctx: click.Context, param: click.Parameter, value: str) -> str:
     day = canonical_window(value, hour_ok=False)
@@ -76,8 +78,8 @@ def prune(before: str, db: str | None, postgres: str | None) -> None:
     ids_before = batch_id_cutoff(before, dt.datetime.now(dt.timezone.utc).date())
     result = prune_postgres(postgres, before, ids_before) if postgres else \
         prune_sqlite(db, before, ids_before)
-    click.echo(f"deleted {result.windows} windows ({result.rows} rows) and {result.batch_ids} "
-               f"batch ids before {before}")
+    click.echo(f"deleted {plural(result.windows, 'window')} ({plural(result.rows, 'row')}) and "
+               f"{plural(result.batch_ids, 'batch id')} before {before}")
     if ids_before != before:
         click.echo(f"kept the batch ids received since {ids_before}: SDK retries of the last "
                    f"{BATCH_ID_MIN_DAYS} days stay deduplicated")

@@ -16,8 +16,8 @@ import click
 from client_sdk.errors import EstimationError
 from estimators.multiple_testing import CONTROLS
 
-from .common import FiniteFloatRange, LdptGroup, emit, load_metric, output_options
-from .simulate_cmd import validate_date, validate_day
+from .common import FiniteFloatRange, LdptGroup, Working, emit, load_metric, output_options
+from .dates import validate_date, validate_day
 
 if TYPE_CHECKING:  # the decoder (scipy, pandas) loads only when a command runs: a fast `ldpt --help`
     import pandas as pd
@@ -57,15 +57,17 @@ UNNAMED = "unnamed"
 @click.option("--metric", "metric_name", default=UNNAMED, show_default=True,
               help="Metric name to label the output with (google/rappor's files do not carry one).")
 @decoder_options
+@click.option("--silent", is_flag=True, help="No progress on standard error.")
 @output_options
 def decode_cmd(params_path: str, counts_path: str, map_path: str, rappor_columns: bool, metric_name: str,
-               confidence: float, control: str, alpha: float, fmt: str, output: str | None) -> None:
+               confidence: float, control: str, alpha: float, silent: bool, fmt: str, output: str | None) -> None:
     """Decode google/rappor files: estimates, tests, and the decoded distribution per string."""
     from estimators import rappor_io
     from estimators.rappor import decode
 
     params, sketch, cmap = rappor_io.read_google(params_path, counts_path, map_path)
-    df = decode(sketch, params, cmap, confidence=confidence, control=control, alpha=alpha)
+    with Working(f"decoding {len(cmap.values):,} candidates", silent):
+        df = decode(sketch, params, cmap, confidence=confidence, control=control, alpha=alpha)
     df.attrs["metric"] = metric_name
     emit(_render(df, fmt, rappor_columns), output)
     _warn(df)

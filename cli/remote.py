@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import random
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -94,8 +95,31 @@ def _backoff(attempt: int, retry_after: float | None) -> float:
     return max(delay, retry_after or 0.0)
 
 
+def ssl_context(cacert: str | None) -> ssl.SSLContext | None:
+    """A TLS context trusting ``cacert`` (a PEM file of CA certificates: a private CA or a
+    self-signed collector), or None for the system's trust store (which ``SSL_CERT_FILE`` and
+    ``SSL_CERT_DIR`` also extend or replace)."""
+    if cacert is None:
+        return None
+    try:
+        return ssl.create_default_context(cafile=cacert)
+    except (OSError, ssl.SSLError) as exc:
+        raise RemoteError(f"{cacert}: cannot load CA certificates ({getattr(exc, 'strerror', None) or exc})") from None
+
+
+def _unreachable(url: str, exc: BaseException) -> RemoteError:
+    """'cannot reach the collector', with what to do when its certificate is not trusted."""
+    reason = getattr(exc, "reason", exc)
+    hint = ""
+    if isinstance(reason, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(reason):
+        hint = ("; a collector with a private CA or a self-signed certificate: give --cacert FILE "
+                "(its CA certificate, PEM) or set SSL_CERT_FILE")
+    return RemoteError(f"{url}: cannot reach the collector ({reason}){hint}")
+
+
 async def send_batches(url: str, bodies: Iterable[tuple[int, bytes]], *,
                        progress: Callable[[int], None] | None = None,
+                       ssl_context: ssl.SSLContext | None = None,
                        concurrency: int = REMOTE_CONCURRENCY, retry_deadline: float = RETRY_DEADLINE,
                        on_ack: Callable[[bytes, dict[str, Any]], None] | None = None) -> SendStats:
     """POST every body to ``url``/v1/reports, retrying each until acknowledged."""
@@ -131,6 +155,8 @@ async def send_batches(url: str, bodies: Iterable[tuple[int, bytes]], *,
                                           f"{_problem_detail(resp.status, payload)}")
                     retry_after = _retry_after(resp.headers)
                     reason = f"HTTP {resp.status}"
+            except aiohttp.ClientConnectorCertificateError as exc:  # retrying cannot fix trust
+                raise _unreachable(url, exc.certificate_error) from None
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                 reason = f"{type(exc).__name__}: {exc}"
             if loop.time() >= deadline:
@@ -144,7 +170,8 @@ async def send_batches(url: str, bodies: Iterable[tuple[int, bytes]], *,
         while (item := await queue.get()) is not None:
             await post_one(session, *item)
 
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    connector = aiohttp.TCPConnector(ssl=ssl_context) if ssl_context is not None else None
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         workers = [asyncio.create_task(worker(session)) for _ in range(concurrency)]
         try:
             for item in bodies:
@@ -193,13 +220,17 @@ class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
 _QUERY_OPENER = urllib.request.build_opener(_RefuseRedirects)
 
 
-def open_query(req: urllib.request.Request, timeout: float = REQUEST_TIMEOUT) -> Any:
-    """``urlopen`` for requests carrying the query token: the same, but never follows a redirect."""
-    return _QUERY_OPENER.open(req, timeout=timeout)
+def open_query(req: urllib.request.Request, timeout: float = REQUEST_TIMEOUT,
+               context: ssl.SSLContext | None = None) -> Any:
+    """``urlopen`` for requests carrying the query token: the same, but never follows a redirect
+    (``context``: the TLS trust of ``--cacert``)."""
+    opener = _QUERY_OPENER if context is None else \
+        urllib.request.build_opener(_RefuseRedirects, urllib.request.HTTPSHandler(context=context))
+    return opener.open(req, timeout=timeout)
 
 
 def fetch_estimates(url: str, metric: str, token: str, params: dict[str, Any],
-                    candidates: list[str] | None = None) -> dict[str, Any]:
+                    candidates: list[str] | None = None, context: ssl.SSLContext | None = None) -> dict[str, Any]:
     """GET (or, with candidates, POST) the estimates API; the parsed {"meta", "estimates"}."""
     endpoint = f"{url.rstrip('/')}/v1/metrics/{urllib.parse.quote(metric, safe='')}/estimates"
     query = {k: v for k, v in params.items() if v is not None}
@@ -211,13 +242,12 @@ def fetch_estimates(url: str, metric: str, token: str, params: dict[str, Any],
         req = urllib.request.Request(endpoint, data=body, method="POST",
                                      headers={**headers, "Content-Type": "application/json"})
     try:
-        with open_query(req) as resp:
+        with open_query(req, context=context) as resp:
             data = resp.read()
     except urllib.error.HTTPError as exc:
         raise RemoteError(f"{url}: HTTP {exc.code}: {_problem_detail(exc.code, exc.read())}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise RemoteError(f"{url}: cannot reach the collector ({reason})") from None
+        raise _unreachable(url, exc) from None
     try:
         doc = json.loads(data)
     except ValueError:
@@ -228,14 +258,17 @@ def fetch_estimates(url: str, metric: str, token: str, params: dict[str, Any],
     return doc
 
 
-def check_reachable(url: str, timeout: float = 10.0) -> None:
+def check_reachable(url: str, timeout: float = 10.0, context: ssl.SSLContext | None = None) -> None:
     """Fail fast, with one line, when nothing answers GET /healthz at ``url``.
 
     ``send_batches`` retries network errors for minutes (a collector restarting mid-run), which
     is the wrong behaviour for a mistyped address or a collector that was never started.
     """
     endpoint = url.rstrip("/") + "/healthz"
-    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # as aiohttp: no env proxy
+    handlers: list[Any] = [urllib.request.ProxyHandler({})]  # as aiohttp: no env proxy
+    if context is not None:
+        handlers.append(urllib.request.HTTPSHandler(context=context))
+    direct = urllib.request.build_opener(*handlers)
     try:
         with direct.open(endpoint, timeout=timeout) as resp:
             resp.read()
@@ -243,8 +276,7 @@ def check_reachable(url: str, timeout: float = 10.0) -> None:
         raise RemoteError(f"{url}: GET /healthz answered HTTP {exc.code}; is this an ldpt "
                           "collector's address?") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise RemoteError(f"{url}: cannot reach the collector ({reason})") from None
+        raise _unreachable(url, exc) from None
 
 
 def frame_from_json(doc: dict[str, Any]) -> pd.DataFrame:

@@ -55,6 +55,8 @@ def _settings_help() -> str:
               help="PEM private key of --tls-cert.")
 @click.option("--admin-port", type=click.IntRange(0, 65535), default=None,
               help="Also serve /healthz, /readyz, /metrics on this port, outside the ingest path.")
+@click.option("--admin-host", default=None,
+              help="Address of the admin port [default: 127.0.0.1, whatever --host is].")
 @click.option("--access-log", is_flag=True, default=None,
               help="Log every request (off by default: client addresses are not logged).")
 def serve(config_file: str | None, metrics_file: str | None, db: str | None, postgres: str | None,
@@ -62,7 +64,7 @@ def serve(config_file: str | None, metrics_file: str | None, db: str | None, pos
           query_token_file: str | None, allow_insecure_token_file: bool | None,
           ingest_key_file: str | None, min_reports: int | None, retention_days: int | None,
           tls_cert: str | None, tls_key: str | None, admin_port: int | None,
-          access_log: bool | None) -> None:
+          admin_host: str | None, access_log: bool | None) -> None:
     """Run the collector until SIGTERM/SIGINT (then commit what was accepted and exit 0)."""
     from collector.config import ConfigError
 
@@ -76,7 +78,7 @@ def serve(config_file: str | None, metrics_file: str | None, db: str | None, pos
             workers=workers, window=window, query_token_file=query_token_file,
             allow_insecure_token_file=allow_insecure_token_file, ingest_key_file=ingest_key_file,
             min_reports=min_reports, retention_days=retention_days, tls_cert=tls_cert,
-            tls_key=tls_key, admin_port=admin_port, access_log=access_log)
+            tls_key=tls_key, admin_port=admin_port, admin_host=admin_host, access_log=access_log)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     if config.postgres_dsn:

@@ -12,7 +12,7 @@ import click
 import numpy as np
 
 from client_sdk.registry import Kind, MetricSpec
-from collector.storage.base import SketchKey, canonical_window
+from collector.storage.base import SketchKey
 from collector.storage.sqlite import open_store
 from estimators.simulation import (
     NumericPopulation,
@@ -23,37 +23,8 @@ from estimators.simulation import (
     simulate_sketch,
 )
 
-from .common import FiniteFloatRange, load_metric, progress_bar, validate_url
-
-
-def today_utc() -> str:
-    return dt.datetime.now(dt.timezone.utc).date().isoformat()
-
-
-def validate_day(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """Accept YYYY-MM-DD (or YYYY-MM-DDTHH for hourly windows); returns the zero-padded label."""
-    if value is None:
-        return None
-    window = canonical_window(value)
-    if window is None:
-        raise click.BadParameter(f"{value!r} is not a date YYYY-MM-DD (or hour YYYY-MM-DDTHH)")
-    return window
-
-
-def validate_date(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """Accept YYYY-MM-DD only (--since/--until select whole UTC days); zero-padded."""
-    if value is None:
-        return None
-    day = canonical_window(value, hour_ok=False)
-    if day is None:
-        raise click.BadParameter(f"{value!r} is not a date YYYY-MM-DD (--since and --until "
-                                 "select whole days; use --window for one hour)")
-    # whichever of --since/--until click parses second sees the other: a reversed range is empty
-    since, until = (day, ctx.params.get("until")) if param.name == "since" else (ctx.params.get("since"), day)
-    if since and until and since > until:
-        raise click.UsageError(f"--since {since} is after --until {until}: the range is empty "
-                               "(swap them; both days are inclusive)")
-    return day
+from .common import FiniteFloatRange, load_metric, plural, progress_bar, validate_url
+from .dates import today_utc, validate_day
 
 
 @click.command()
@@ -73,6 +44,9 @@ def validate_date(ctx: click.Context, param: click.Parameter, value: str | None)
 @click.option("--url", default=None, metavar="URL", callback=validate_url,
               help="Instead of --db: send the reports to a running collector (ldpt serve) in "
                    "batches over HTTP, e.g. http://127.0.0.1:8080.")
+@click.option("--cacert", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="With an https:// --url: trust this CA certificate (PEM), for a collector with a "
+                   "private CA or a self-signed certificate (SSL_CERT_FILE works too).")
 @click.option("--batch-size", type=click.IntRange(1, 10_000), default=500, show_default=True,
               help="Reports per HTTP batch with --url.")
 @click.option("--window", callback=validate_day, default=None,
@@ -88,7 +62,7 @@ def validate_date(ctx: click.Context, param: click.Parameter, value: str | None)
               help="With --days: probability that a device's value is redrawn each day.")
 @click.option("--silent", is_flag=True, help="No progress bar.")
 def simulate(metrics_file: str, metric: str, clients: int, distribution: str | None, seed: int | None,
-             db: str | None, url: str | None, batch_size: int, window: str | None, truth: str | None,
+             db: str | None, url: str | None, cacert: str | None, batch_size: int, window: str | None, truth: str | None,
              days: int | None, change_rate: float, silent: bool) -> None:
     """Simulate CLIENTS devices reporting METRIC once each into a sketch store (or a collector)."""
     if days is not None:
@@ -99,6 +73,8 @@ def simulate(metrics_file: str, metric: str, clients: int, distribution: str | N
         return
     if change_rate:
         raise click.UsageError("--change-rate applies with --days")
+    if cacert and not url:
+        raise click.UsageError("--cacert applies to an https:// --url")
     if db is None and url is None:
         raise click.UsageError("give --db PATH (a SQLite store to write) or --url URL (a collector)")
     if db is not None and url is not None:
@@ -119,9 +95,9 @@ def simulate(metrics_file: str, metric: str, clients: int, distribution: str | N
         else:
             write_truth(truth, population.values, population.counts)
     if url is not None:
-        send_population(spec, population, rng, url, batch_size, silent)
+        send_population(spec, population, rng, url, batch_size, silent, cacert)
         if not silent:
-            click.echo(f"{clients} simulated reports of {metric} ({spec.protocol}, epsilon "
+            click.echo(f"{plural(clients, 'simulated report')} of {metric} ({spec.protocol}, epsilon "
                        f"{spec.protocol_impl.epsilon:.4g}) -> {url} (seed {seed})", err=True)
         return
     store = open_store(db, create=True)  # opened before the long work: a bad store fails fast
@@ -133,22 +109,23 @@ def simulate(metrics_file: str, metric: str, clients: int, distribution: str | N
     finally:
         store.close()
     if not silent:
-        click.echo(f"{clients} simulated reports of {metric} ({spec.protocol}, epsilon "
+        click.echo(f"{plural(clients, 'simulated report')} of {metric} ({spec.protocol}, epsilon "
                    f"{spec.protocol_impl.epsilon:.4g}) -> {db} window {window} (seed {seed})", err=True)
 
 
 def send_population(spec: MetricSpec, population: Population | NumericPopulation, rng: np.random.Generator, url: str,
-                    batch_size: int, silent: bool) -> None:
+                    batch_size: int, silent: bool, cacert: str | None = None) -> None:
     """Encode the population exactly as the --db path does and post it to a collector."""
-    from .remote import batch_bodies, check_reachable, send_batches
+    from .remote import batch_bodies, check_reachable, send_batches, ssl_context
 
-    check_reachable(url)
+    context = ssl_context(cacert)
+    check_reachable(url, context=context)
     bodies = batch_bodies(spec, encode_population(spec, population, rng), batch_size)
     with progress_bar(population.size, f"sending {spec.name}", silent) as bar:
-        stats = asyncio.run(send_batches(url, bodies, progress=bar.update))
+        stats = asyncio.run(send_batches(url, bodies, progress=bar.update, ssl_context=context))
     if not silent and (stats.retries or stats.duplicates):
-        click.echo(f"{stats.batches} batches acknowledged ({stats.retries} retries, "
-                   f"{stats.duplicates} acknowledged as duplicates of a retried batch)", err=True)
+        click.echo(f"{plural(stats.batches, 'batch', 'batches')} acknowledged ({plural(stats.retries, 'retry', 'retries')}, "
+                   f"{stats.duplicates:,} acknowledged as duplicates of a retried batch)", err=True)
 
 
 def write_truth(path: str, values: list[str], counts: np.ndarray) -> None:
@@ -201,7 +178,7 @@ def simulate_days_cmd(metrics_file: str, metric: str, clients: int, distribution
         if truth_fh is not None:
             truth_fh.close()
     if not silent:
-        click.echo(f"{clients} simulated devices x {days} days of {metric} ({spec.protocol}, epsilon "
+        click.echo(f"{plural(clients, 'simulated device')} x {plural(days, 'day')} of {metric} ({spec.protocol}, epsilon "
                    f"{spec.protocol_impl.epsilon:.4g}) -> {db} windows {labels[0]}..{labels[-1]} "
                    f"(seed {seed})", err=True)
 

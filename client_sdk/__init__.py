@@ -20,6 +20,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+#: The version of both distributions, ldp-telemetry-sdk and ldp-telemetry (the one place it is
+#: written: both pyproject.toml files read it; docs/design.md, "Two distributions").
+__version__ = "0.1.0"
+
 #: Public name -> defining module (relative to this package).
 _EXPORTS = {
     "TelemetryClient": "client",

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
 import threading
 import time
 import urllib.parse
@@ -67,12 +68,14 @@ class AsyncTransport:
 class AsyncHTTPTransport(AsyncTransport):
     """aiohttp client session (created lazily on the worker's loop; aiohttp imported lazily)."""
 
-    def __init__(self, endpoint: str, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, endpoint: str, *, timeout: float = DEFAULT_TIMEOUT,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         url = urllib.parse.urlsplit(endpoint)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"endpoint {endpoint!r} must be an http:// or https:// URL")
         self.endpoint = endpoint.rstrip("/")
         self.timeout = timeout
+        self.ssl_context = ssl_context  # as HTTPTransport's: a private CA, a pinned certificate
         self._session: Any = None
 
     async def arequest(self, method: str, path: str, body: bytes | None = None,
@@ -88,7 +91,8 @@ class AsyncHTTPTransport(AsyncTransport):
                                                   headers={"User-Agent": USER_AGENT})
         try:
             async with self._session.request(method, self.endpoint + path, data=body,
-                                             headers=dict(headers or {})) as resp:
+                                             headers=dict(headers or {}),
+                                             ssl=True if self.ssl_context is None else self.ssl_context) as resp:
                 data = await resp.read()
                 return Response(resp.status, {k.lower(): v for k, v in resp.headers.items()}, data)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
@@ -353,7 +357,8 @@ class AsyncTelemetryClient(ClientCore):
         return await self._uploader.aflush(max(0.0, deadline - time.monotonic()))
 
     async def aclose(self, timeout: float = 10.0) -> bool:
-        """Stop reporting, flush within ``timeout``; what is unsent stays in the offline queue."""
+        """Stop reporting, flush within ``timeout``; what is unsent stays in the offline queue.
+        True or False as ``TelemetryClient.close`` (False when reports were dropped)."""
         deadline = time.monotonic() + max(0.0, timeout)
         if self._table is None and self._waiting:
             await asyncio.to_thread(self.wait_for_registry, timeout)
@@ -361,8 +366,8 @@ class AsyncTelemetryClient(ClientCore):
         self._stop_registry()
         timeout = max(0.0, deadline - time.monotonic())
         if self._owns_uploader:
-            return await self._uploader.aclose(timeout)
-        return await self._uploader.aflush(timeout)
+            return self._close_result(await self._uploader.aclose(timeout))
+        return self._close_result(await self._uploader.aflush(timeout))
 
     async def __aenter__(self) -> AsyncTelemetryClient:
         self._uploader.start()

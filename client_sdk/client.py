@@ -19,8 +19,9 @@ opted-out user are counted (``stats()``) and logged once, and ``report()`` retur
 ``strict=True`` (tests) raises instead; ``validate(metric, value)`` checks without reporting.
 
 Construction never raises for environmental reasons and never waits on the network
-(non-strict mode): a state directory that cannot be written becomes state in memory
-(client_sdk.state.open_state), a corrupt secret is moved aside and replaced, and without
+(non-strict mode): a state directory that cannot persist the spend or the secret disables
+reporting, saying why (client_sdk.state.UnusableState: a run whose spend is forgotten would
+let restarts spend the budget again), a corrupt secret is moved aside and replaced, and without
 ``registry=`` the registry is fetched on a background thread (client_sdk.startup) while
 reports wait in memory. Options: ``ClientOptions`` (client_sdk.options), as an object or
 as keywords.
@@ -41,9 +42,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ._files import atomic_write
+from ._lazy import numpy_types
 from .errors import (
     DomainError,
     FingerprintMismatch,
@@ -66,11 +66,11 @@ from .state import (
     REGISTRY_CACHE_FILE,
     ClientState,
     FileState,
-    MemoryState,
+    UnusableState,
     derive_cohort,
     ledger_key,
-    memory_fallback,
     open_state,
+    unusable,
     value_digest,
 )
 from .transport import HTTPTransport, Transport
@@ -85,6 +85,8 @@ DEFAULT_RETRY = RetryPolicy()
 REFUSAL_TEXT = {
     Refusal.WINDOW: "reports_per_window reached for this window",
     Refusal.LIFETIME: "lifetime_epsilon would be exceeded",
+    Refusal.DEVICE_WINDOW: "the device's epsilon_per_window would be exceeded ([device])",
+    Refusal.DEVICE_LIFETIME: "the device's lifetime_epsilon would be exceeded ([device])",
 }
 #: Distinct problems logged per client (then silence: e.g. endless made-up metric names).
 MAX_LOGGED_KINDS = 100
@@ -109,9 +111,17 @@ CLIENT_COUNTERS = (
     "opted_out",                # report() after opt_out()
     "closed",                   # report() after close()
     "dropped_no_registry",      # waited for the registry, which never came before close()
-    "disabled",                 # the ledger is unreadable: nothing is reported
+    "disabled",                 # the ledger or the registry is unusable: nothing is reported
+    "disabled_state",           # the state directory cannot persist the spend or the secret:
+                                # nothing is reported (client_sdk.state.UnusableState)
     "internal_error",           # a bug: logged once, never raised
 )
+
+
+#: Counters of reports the app handed over that will never be delivered (refusals by the privacy
+#: budget are by design, not losses): a close() that saw any of them returns False.
+LOST_COUNTERS = ("dropped_queue_full", "dropped", "dropped_no_registry", "disabled", "internal_error",
+                 "outbox_dropped_reports", "outbox_expired_reports")
 
 
 def _wall_clock() -> float:
@@ -148,7 +158,7 @@ class _Metric:
         if self.numeric:
             self.lo, self.hi = spec.bounds
             self.scale = 2.0 / (self.hi - self.lo)
-            self.inner_edges = [float(e) for e in spec.edges[1:-1]] if spec.is_histogram else None
+            self.inner_edges = spec.edge_list[1:-1] if spec.is_histogram else None
             self.labels = spec.domain
 
     def number(self, value: Any, secret: bytes = b"") -> tuple[str, int, bool] | None:
@@ -161,8 +171,8 @@ class _Metric:
         """
         kind = type(value)
         if kind is not float and kind is not int:
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
-                                                                            np.floating)):
+            if isinstance(value, (bool, *numpy_types("bool_"))) \
+                    or not isinstance(value, (int, float, *numpy_types("integer", "floating"))):
                 return None
         try:
             x = float(value)
@@ -307,14 +317,17 @@ class ClientCore:
         self._opted_out = state.opted_out
         self._secret: bytes | None = None
         self._lkey: bytes | None = None
-        self._cohorts: dict[tuple[str, int], np.ndarray] = {}
+        self._cohorts: dict[tuple[str, int], int] = {}
         self._disabled: str | None = None
+        self._disabled_counter = "disabled"
         self._accounts: Accounts = {}
         self._mirror: Accounts = {}
         self._uncommitted: dict[int, Charge] = {}
         self._refusals: dict[tuple[str, Refusal], list[Any]] = {}
         self._resync = False
-        if not self._opted_out:
+        if isinstance(state, UnusableState):
+            self._disable_state(state.reason)
+        elif not self._opted_out:
             self._load_secret(state_dir)
         try:
             self._accounts = self.state.ledger.snapshot()
@@ -329,16 +342,24 @@ class ClientCore:
 
     # --- start-up ---------------------------------------------------------------------------------
     def _load_secret(self, state_dir: str | os.PathLike[str] | None) -> None:
-        """Read (or create) the secret; a corrupt one is moved aside, an unreadable one means memory."""
+        """Read (or create) the secret; a corrupt one is moved aside, an unusable one disables reporting."""
+        if isinstance(self.state, UnusableState):
+            return
         try:
             self._secret = self.state.secret
         except (StateError, OSError) as exc:
             if self._strict:
-                raise
+                if isinstance(exc, StateError):
+                    raise
+                where = getattr(self.state, "secret_path", None) or state_dir
+                raise StateError(f"{where}: cannot use the client secret ({_describe(exc)})") from exc
             self._secret = self._recover_secret(exc, state_dir)
-        self._lkey = ledger_key(self._secret)
+        self._lkey = ledger_key(self._secret) if self._secret is not None else None
 
-    def _recover_secret(self, exc: Exception, state_dir: str | os.PathLike[str] | None) -> bytes:
+    def _recover_secret(self, exc: Exception, state_dir: str | os.PathLike[str] | None) -> bytes | None:
+        """A corrupt secret is replaced (persisted: the ledger charges the new one); a secret that
+        cannot be read or created disables reporting — a new random secret each run would draw
+        fresh memoised responses each run, so restarts would reveal the value without bound."""
         if isinstance(exc, StateError) and isinstance(self.state, FileState):
             try:
                 moved = self.state.quarantine_secret()
@@ -348,11 +369,23 @@ class ClientCore:
                 return self.state.secret
             except (StateError, OSError) as again:
                 exc = again
-        log.warning("ldpt: cannot use the client secret (%s); the client state is kept in memory "
-                    "for this run", exc)
-        self.state = memory_fallback(Path(state_dir)) if state_dir is not None else MemoryState()
+        where = getattr(self.state, "secret_path", None) or state_dir
+        problem = f"{where}: cannot use the client secret ({_describe(exc)})"
+        self.state = unusable(Path(state_dir) if state_dir is not None else None, problem)
         self._opted_out = self.state.opted_out
-        return os.urandom(32) if self._opted_out else self.state.secret
+        self._disable_state(self.state.reason)
+        return None
+
+    def _disable_state(self, reason: str) -> None:
+        """Nothing is reported: the state directory cannot persist the spend or the secret."""
+        self._disabled = reason
+        self._disabled_counter = "disabled_state"
+        log.error("ldpt: reporting is disabled: %s", reason)
+
+    @property
+    def disabled_reason(self) -> str | None:
+        """Why report() does nothing (an unusable state directory, ledger or registry), or None."""
+        return self._disabled
 
     def _start_registry(self) -> None:
         """Resolve ``registry=`` now, or (no registry, non-strict, an endpoint) in the background.
@@ -521,10 +554,10 @@ class ClientCore:
             return proto.encode_secret_one(key, self._secret, rt.name)
         if rt.two_round:
             return proto.encode_secret_one(idx, self._secret, rt.name)
-        cohort = int(self._cohort(rt)[0]) if rt.uses_cohorts else None
+        cohort = self._cohort(rt) if rt.uses_cohorts else None
         return proto.encode_one(idx, cohort)  # OS CSPRNG; plain-integer fast path where there is one
 
-    def _cohort(self, rt: _Metric) -> np.ndarray:
+    def _cohort(self, rt: _Metric) -> int:
         """OLH cohort for this metric and UTC day: HMAC(secret, metric, day).
 
         Re-derived every day so the cohort is no stable identifier across windows (estimates
@@ -536,8 +569,7 @@ class ClientCore:
         if arr is None:
             if len(self._cohorts) > 256:
                 self._cohorts.clear()
-            arr = self._cohorts[key] = np.array(
-                [derive_cohort(self._secret, f"olh\x00{rt.name}\x00{day}", rt.m)], dtype=np.int64)  # type: ignore[arg-type]
+            arr = self._cohorts[key] = derive_cohort(self._secret, f"olh\x00{rt.name}\x00{day}", rt.m)  # type: ignore[arg-type]
         return arr
 
     # --- refusals and bad input ------------------------------------------------------------------
@@ -562,7 +594,7 @@ class ClientCore:
         return False
 
     def _not_reporting(self, metric: str) -> bool:
-        reason = "closed" if self._closed else "opted_out" if self._opted_out else "disabled"
+        reason = "closed" if self._closed else "opted_out" if self._opted_out else self._disabled_counter
         self._counters[reason] += 1
         if self._strict and self._disabled is not None:
             raise LdptError(f"reporting is disabled: {self._disabled}")
@@ -692,6 +724,21 @@ class ClientCore:
             out["outbox_expired_reports"] = ob.expired_reports
         return out
 
+    def undelivered(self) -> dict[str, int]:
+        """The non-zero ``LOST_COUNTERS`` of ``stats()``: reports that will never be delivered."""
+        counts = self.stats()
+        return {k: counts[k] for k in LOST_COUNTERS if counts.get(k, 0) > 0}
+
+    def _close_result(self, delivered: bool) -> bool:
+        """What close()/aclose() return: False (and one log line saying what) when reports were
+        lost, else whether everything was acknowledged (``delivered``)."""
+        lost = self.undelivered()
+        if lost:
+            log.warning("ldpt: closed with reports that were not delivered: %s",
+                        ", ".join(f"{k} {v}" for k, v in lost.items()))
+            return False
+        return delivered
+
     def ledger_snapshot(self) -> Accounts:
         """The privacy ledger as committed (what `ldpt ledger` shows)."""
         return self.state.ledger.snapshot()
@@ -738,6 +785,13 @@ class ClientCore:
         self._waiting.clear()   # like the report queue: the parent encodes and sends what waited
         if self._resolver is not None and not self._closed:
             self._resolver.after_fork_child()
+
+
+def _describe(exc: BaseException) -> str:
+    """An OSError as its strerror ("Is a directory"), anything else as its message."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
 
 
 def _raise_domain_error(rt: _Metric, value: Any) -> None:
@@ -810,7 +864,11 @@ class TelemetryClient(ClientCore):
         return self._uploader.flush(max(0.0, deadline - time.monotonic()))
 
     def close(self, timeout: float = DEFAULT_CLOSE_TIMEOUT) -> bool:
-        """Stop reporting, flush within ``timeout``; what is unsent stays in the offline queue."""
+        """Stop reporting, flush within ``timeout``; what is unsent stays in the offline queue.
+
+        True when every report was acknowledged; False when some are still queued, or were
+        dropped (no registry, a full queue, ...: ``undelivered()`` says which, and one warning
+        is logged)."""
         deadline = time.monotonic() + max(0.0, timeout)
         if self._table is None and self._waiting:
             self.wait_for_registry(timeout)
@@ -818,8 +876,8 @@ class TelemetryClient(ClientCore):
         self._stop_registry()
         timeout = max(0.0, deadline - time.monotonic())
         if self._owns_uploader:
-            return self._uploader.close(timeout)
-        return self._uploader.flush(timeout)
+            return self._close_result(self._uploader.close(timeout))
+        return self._close_result(self._uploader.flush(timeout))
 
     def __enter__(self) -> TelemetryClient:
         return self

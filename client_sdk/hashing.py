@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import struct
 from collections.abc import Sequence
 
-import numpy as np
+from ._lazy import np
 
 TAG_BLOOM = b"ldpt/rappor/bloom/v1"
 TAG_COHORT = b"ldpt/rappor/cohort/v1"
@@ -89,7 +90,7 @@ def derive_cohort(secret: bytes, metric: str, m: int) -> int:
     counter = 0
     while True:  # one HMAC block almost always suffices (8 words, each rejected w.p. < m/2^32)
         block = hmac.digest(key, lp(TAG_COHORT, metric_bytes, counter.to_bytes(4, "big")), "sha256")
-        for u in np.frombuffer(block, dtype="<u4").tolist():
+        for u in struct.unpack("<8I", block):
             if u < limit:
                 return u % m
         counter += 1
@@ -113,6 +114,11 @@ def prr_words(secret: bytes, metric: str, value: str, k: int) -> np.ndarray:
 def prr_words_checked(secret: bytes, metric: str, value: str, k: int) -> np.ndarray:
     """``prr_words`` for a secret already validated by ``check_secret`` (the SDK hot path)."""
     return np.frombuffer(hashlib.shake_256(prr_key(secret, metric, value)).digest(4 * k), dtype="<u4")
+
+
+def prr_words_list(secret: bytes, metric: str, value: str, k: int) -> list[int]:
+    """``prr_words_checked`` as Python ints (the SDK's one-report path, no numpy)."""
+    return list(struct.unpack(f"<{k}I", hashlib.shake_256(prr_key(secret, metric, value)).digest(4 * k)))
 
 
 # --- unkeyed: Bloom bits ---------------------------------------------------------------------------
@@ -157,6 +163,21 @@ def bloom_positions(values: Sequence[str], k: int, h: int, m: int) -> np.ndarray
     for row in np.flatnonzero(rejected):  # rare: a handful of rows per million values
         out[row] = _accepted_slow(encoded[row], need, k, limit)
     return out.reshape(-1, m, h)
+
+
+def bloom_positions_one_list(value: str, cohort: int, k: int, h: int) -> list[int]:
+    """``bloom_positions_one`` as Python ints (the SDK's one-report path, no numpy): accepted
+    words c·h .. c·h+h−1 of the value's stream, each mod k."""
+    need = (cohort + 1) * h
+    limit = accept_limit(k)
+    seed = TAG_BLOOM + lp(encode_text(value))
+    count = need + _SLACK_WORDS
+    while True:
+        words = struct.unpack(f"<{count}I", hashlib.shake_256(seed).digest(4 * count))
+        accepted = [u % k for u in words if u < limit]
+        if len(accepted) >= need:
+            return accepted[cohort * h:need]
+        count *= 2
 
 
 def bloom_positions_one(value: str, cohort: int, k: int, h: int) -> np.ndarray:

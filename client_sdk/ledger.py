@@ -22,6 +22,13 @@ the epsilon charged in the current window, or of the lifetime charges, would exc
 ``epsilon_per_window`` or ``lifetime_epsilon``. The check runs inside the same locked
 read-modify-write as the per-metric limits, so it holds across processes.
 
+Clock errors: the ledger's windows are UTC days of the device's clock, which it cannot check.
+A charge dated before the book's window counts in the book's window (a clock stepped back
+gains no budget). A book window more than ``MAX_WINDOW_AHEAD_DAYS`` ahead of the clock is taken
+for a clock error instead — a clock that jumped years ahead and came back would otherwise
+silence the metric until that date — and is re-dated to the clock's day, its spend kept
+(``redate_future``; docs/privacy.md, "Clock errors").
+
 The file ``ledger.json`` holds no true value. Every update is a read-modify-write under an
 exclusive lock on ``ledger.lock`` (flock(2), or msvcrt.locking on Windows: client_sdk._files),
 written by write-temp-fsync-rename, so several processes sharing the state directory never
@@ -59,6 +66,10 @@ LEDGER_VERSION = 1
 #: Relative slack when comparing spends with a budget: realised epsilons are quantised floats.
 BUDGET_SLACK = 1e-9
 SECONDS_PER_DAY = 86_400
+#: How far ahead of the clock (UTC days) a recorded window may be before it is taken for a clock
+#: error and re-dated to the clock's day (its spend kept). Within it, a clock set back by a day
+#: or two (a time zone fixed, drift corrected) still spends from the window it already used.
+MAX_WINDOW_AHEAD_DAYS = 2
 #: Charges applied between cooperative GIL releases: the worker never holds the interpreter
 #: for long stretches, so an app thread calling report() waits behind it only briefly.
 YIELD_EVERY = 16
@@ -131,6 +142,9 @@ class MetricAccount:
     reports_per_window: int = 1
     lifetime_budget: float | None = None
     memo: dict[str, set[str]] = dataclasses.field(default_factory=dict)  # fingerprint -> digests
+    previous_window: str = ""               # the window before ``window`` and its spend (after a
+    previous_reports: int = 0               # re-date: the window left, spend 0); what a clock
+    previous_epsilon: float = 0.0           # correction comes back to (redate_future)
 
     @property
     def distinct_values(self) -> int:
@@ -157,8 +171,8 @@ class MetricAccount:
 
 
 _COUNT_FIELDS = ("window_reports", "lifetime_reports", "refused_window", "refused_lifetime", "reports_per_window",
-                 "refused_device_window", "refused_device_lifetime")
-_EPSILON_FIELDS = ("window_epsilon", "lifetime_epsilon", "epsilon_per_report")
+                 "refused_device_window", "refused_device_lifetime", "previous_reports")
+_EPSILON_FIELDS = ("window_epsilon", "lifetime_epsilon", "epsilon_per_report", "previous_epsilon")
 _OPTIONAL_EPSILON_FIELDS = ("epsilon_longitudinal", "lifetime_budget")
 
 
@@ -172,7 +186,8 @@ def _check_types(account: MetricAccount) -> None:
     bad += [name for name in _EPSILON_FIELDS if not number(getattr(account, name))]
     bad += [name for name in _OPTIONAL_EPSILON_FIELDS
             if getattr(account, name) is not None and not number(getattr(account, name))]
-    bad += [name for name in ("window", "fingerprint") if not isinstance(getattr(account, name), str)]
+    bad += [name for name in ("window", "fingerprint", "previous_window")
+            if not isinstance(getattr(account, name), str)]
     if not all(isinstance(fp, str) and all(isinstance(d, str) for d in digests)
                for fp, digests in account.memo.items()):
         bad.append("memo")
@@ -186,6 +201,8 @@ Accounts = dict[str, MetricAccount]
 def _roll(account: MetricAccount, window: str) -> None:
     """Start a new window when the charge is later; a late charge counts in the current one."""
     if window > account.window:
+        account.previous_window = account.window
+        account.previous_reports, account.previous_epsilon = account.window_reports, account.window_epsilon
         account.window = window
         account.window_reports = 0
         account.window_epsilon = 0.0
@@ -211,6 +228,70 @@ def device_totals(accounts: Mapping[str, MetricAccount], window: str) -> tuple[f
     """(epsilon charged in ``window``, lifetime epsilon) summed over every metric of the device."""
     in_window = sum(a.window_epsilon for a in accounts.values() if a.window == window)
     return in_window, sum(a.lifetime_epsilon for a in accounts.values())
+
+
+def redate_future(accounts: Mapping[str, MetricAccount], charge: Charge) -> None:
+    """Take a book window more than MAX_WINDOW_AHEAD_DAYS after the charge's day for a clock error.
+
+    Such a window is re-dated to the charge's day with its spend kept (made under the wrong
+    clock, i.e. recently, it binds the present window), plus the spend of the window it had
+    left when the clock is back on that very day. A forward jump of the clock then silences a
+    metric for at most the rest of the day it is corrected on, not until the future date.
+
+    The window left behind is remembered (``previous_window``): if the clock later steps
+    forward onto it again — the step back was the error, e.g. a real-time clock reset at boot
+    and corrected by NTP — the book returns to it with the spend made meanwhile instead of
+    opening it afresh, so the round trip gains no budget either way.
+
+    Under [device] caps every metric's account is corrected (the device sums one window over
+    all of them); otherwise the charged metric's only.
+    """
+    window = window_name(charge.day)
+    try:
+        limit = window_name(charge.day + MAX_WINDOW_AHEAD_DAYS)
+    except (OverflowError, ValueError):   # a clock at the end of the calendar: nothing is ahead
+        limit = None
+    if charge.device_window_budget is None and charge.device_lifetime_budget is None:
+        account = accounts.get(charge.metric)
+        if account is None:
+            return
+        if limit is not None and account.window > limit:
+            _redate(account, window)
+        elif account.previous_window == window and account.window < window:
+            _resume(account, window)
+        return
+    latest, returning = "", False            # one pass in the common case (report()'s hot path)
+    for account in accounts.values():
+        if account.window > latest:
+            latest = account.window
+        returning = returning or account.previous_window == window
+    if limit is not None and latest > limit:
+        for account in accounts.values():
+            if account.window > limit:
+                _redate(account, window)
+        latest = max(a.window for a in accounts.values())
+        returning = any(a.previous_window == window for a in accounts.values())
+    if returning and latest < window:
+        # Back onto a window a re-date left: every metric continues there — those re-dated with
+        # it and those first charged while the clock was wrong (all in the device's latest window).
+        for account in accounts.values():
+            if account.window == latest or account.previous_window == window:
+                _resume(account, window)
+
+
+def _resume(account: MetricAccount, window: str) -> None:
+    """Forward onto the window a re-date left: it continues, with the spend made since."""
+    account.window = window
+    account.previous_window, account.previous_reports, account.previous_epsilon = "", 0, 0.0
+
+
+def _redate(account: MetricAccount, window: str) -> None:
+    left = account.window
+    if account.previous_window == window:   # back on the window the jump left: its spend binds too
+        account.window_reports += account.previous_reports
+        account.window_epsilon += account.previous_epsilon
+    account.window = window
+    account.previous_window, account.previous_reports, account.previous_epsilon = left, 0, 0.0
 
 
 def _in_device_window(accounts: Mapping[str, MetricAccount], charge: Charge) -> Charge:
@@ -258,6 +339,7 @@ def decide(account: MetricAccount | None, charge: Charge) -> Refusal | None:
 
 def apply(accounts: Accounts, charge: Charge) -> Refusal | None:
     """Charge ``accounts`` in place if the report fits; otherwise count the refusal."""
+    redate_future(accounts, charge)
     charge = _in_device_window(accounts, charge)
     window = window_name(charge.day)
     account = accounts.get(charge.metric)
@@ -325,6 +407,7 @@ class LedgerBase(abc.ABC):
 
 def _commit(accounts: Accounts, charges: Sequence[Charge], refusals: RefusalCounts) -> list[Refusal | None]:
     for charge, reason, n in refusals:
+        redate_future(accounts, charge)   # a refusal decided under a corrected clock re-dates too
         window = window_name(charge.day)
         account = accounts.get(charge.metric)
         if account is None:

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import struct
 
-import numpy as np
-
+from ._lazy import np
 from .hashing import accept_limit, check_secret, encode_text, lp
+from .randomness import WordSource
 
 TAG_MEMO = b"ldpt/memo/v1"
 #: Words read per SHAKE call; the stream is extended (an XOF: prefixes agree) when exhausted.
@@ -76,6 +77,39 @@ class MemoRandom:
         return out if isinstance(shape, int) else out.reshape(shape)
 
 
+class MemoWords(WordSource):
+    """``MemoRandom``'s stream as Python ints (the SDK's one-report path, no numpy).
+
+    The same words in the same order: ``word`` is the next stream word, ``word64`` two of
+    them (low first, as ``numeric.words64``), ``below`` the rejection of ``MemoRandom.below``.
+    """
+
+    __slots__ = ("_key", "_buf", "_pos")
+
+    def __init__(self, secret: bytes, metric: str, key: str) -> None:
+        self._key = memo_key(secret, metric, key)
+        self._buf: tuple[int, ...] = ()
+        self._pos = 0
+
+    def word(self) -> int:
+        if self._pos >= len(self._buf):
+            size = len(self._buf) + CHUNK_WORDS  # a prefix of the XOF is the same stream
+            self._buf = struct.unpack(f"<{size}I", hashlib.shake_256(self._key).digest(4 * size))
+        u = self._buf[self._pos]
+        self._pos += 1
+        return u
+
+    def word64(self) -> int:
+        low = self.word()
+        return low | (self.word() << 32)
+
+    def words(self, count: int) -> list[int]:
+        return [self.word() for _ in range(count)]
+
+    def below(self, high: int) -> int:
+        return self.below32(high)
+
+
 #: Memoised responses kept per protocol object (deterministic, so caching is unobservable;
 #: in memory only, never on disk).
 MEMO_CACHE_SIZE = 4096
@@ -88,14 +122,14 @@ class MemoCache:
         self._cache: dict[tuple[bytes, str, str], object] = {}
 
     def get(self, secret: bytes, metric: str, key: str, make) -> object:
-        """The cached response, or ``make(MemoRandom(...))`` computed once and cached."""
+        """The cached response, or ``make(MemoWords(...))`` computed once and cached."""
         k = (secret, metric, key)
         value = self._cache.get(k)
         if value is None:
             if len(self._cache) >= MEMO_CACHE_SIZE:
                 self._cache.clear()
-            value = self._cache[k] = make(MemoRandom(secret, metric, key))
+            value = self._cache[k] = make(MemoWords(secret, metric, key))
         return value
 
 
-__all__ = ["MemoCache", "MemoRandom", "TAG_MEMO", "memo_key"]
+__all__ = ["MemoCache", "MemoRandom", "MemoWords", "TAG_MEMO", "memo_key"]

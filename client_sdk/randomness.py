@@ -6,23 +6,32 @@ exactly ``T / 2^32``. Protocols quantise their probabilities to such thresholds 
 compute epsilon and the estimator from the quantised values, so the guarantee we quote is
 the one the mechanism actually has, whatever randomness source drives it.
 
-The single-report SDK path (a batch of one, OS CSPRNG) is latency-sensitive, so shapes are
-counted without numpy reductions and a lone bounded integer is drawn in plain Python.
+The single-report SDK path (``encode_one``) runs in plain Python integers, without numpy, over
+a ``WordSource``: ``OSWords`` (the OS CSPRNG) in production, ``SeededWords`` in tests. It makes
+the same threshold tests on the same kind of words as the vectorised ``encode`` (numpy arrays
+over a ``RandomSource``), and tests/test_pure_path.py checks the two give the same output law.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import random
+import struct
 from typing import Protocol as TypingProtocol
+from typing import Union
 
-import numpy as np
+from ._lazy import np
 
 SCALE_BITS = 32
 SCALE = 1 << SCALE_BITS  # thresholds live in [0, 2^32]
 
 _TWO64 = 1 << 64
-_RAW64_BIT_GENERATORS = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
+
+
+def _raw64_bit_generators() -> tuple[type, ...]:
+    """numpy bit generators whose raw output is 64 uniform bits (read when numpy is in use)."""
+    return (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
 
 
 def threshold_floor(probability: float) -> int:
@@ -117,7 +126,7 @@ class GeneratorRandom:
         self.generator = generator
         # 64-bit bit generators emit uniform 64-bit raw words: split each into two uint32
         # words, ~6x faster than Generator.integers (MT19937's raw output is only 32 bits).
-        self._raw64 = isinstance(generator.bit_generator, _RAW64_BIT_GENERATORS)
+        self._raw64 = isinstance(generator.bit_generator, _raw64_bit_generators())
 
     def words(self, shape: int | tuple[int, ...]) -> np.ndarray:
         if not self._raw64:
@@ -131,7 +140,7 @@ class GeneratorRandom:
         return self.generator.integers(0, high, size=shape, dtype=np.int64)
 
 
-RandomLike = RandomSource | np.random.Generator | None
+RandomLike = Union[RandomSource, "np.random.Generator", None]
 
 
 def secure_word() -> int:
@@ -148,6 +157,99 @@ def secure_below(high: int) -> int:
         u = int.from_bytes(os.urandom(8), "little")
         if u < limit:
             return u % high
+
+
+# --- the one-report path: plain Python integers, no numpy -------------------------------------------
+
+class WordSource:
+    """Uniform words as Python ints for the one-report encoders (``Protocol.encode_one``).
+
+    Subclasses give ``word`` (32 bits) and ``word64``; bounded integers are drawn by rejection
+    so there is no modulo bias. ``below`` takes 64-bit words (as ``SecureRandom.below``),
+    ``below32`` 32-bit ones (as ``MemoRandom.below`` and the numeric cell draws): each is the
+    plain-Python twin of the vectorised draw the same protocol makes.
+    """
+
+    __slots__ = ()
+
+    def word(self) -> int:
+        raise NotImplementedError
+
+    def word64(self) -> int:
+        raise NotImplementedError
+
+    def words(self, count: int) -> list[int]:
+        """``count`` uniform 32-bit words."""
+        return [self.word() for _ in range(count)]
+
+    def below(self, high: int) -> int:
+        """Uniform in [0, high): u < ⌊2^64/high⌋·high accepted, then u mod high."""
+        if high < 1:
+            raise ValueError("below() needs high >= 1")
+        limit = (_TWO64 // high) * high
+        u = self.word64()
+        while u >= limit:
+            u = self.word64()
+        return u % high
+
+    def below32(self, high: int) -> int:
+        """Uniform in [0, high), high <= 2^32: u < ⌊2^32/high⌋·high accepted, then u mod high."""
+        if not 1 <= high <= SCALE:
+            raise ValueError("below32() needs 1 <= high <= 2^32")
+        limit = (SCALE // high) * high
+        u = self.word()
+        while u >= limit:
+            u = self.word()
+        return u % high
+
+    def belows(self, highs: list[int]) -> list[int]:
+        """One uniform integer in [0, h) for each h (``below`` each)."""
+        return [self.below(h) for h in highs]
+
+
+class OSWords(WordSource):
+    """The OS CSPRNG (``os.urandom``): production randomness of every one-report encoder."""
+
+    __slots__ = ()
+
+    def word(self) -> int:
+        return int.from_bytes(os.urandom(4), "little")
+
+    def word64(self) -> int:
+        return int.from_bytes(os.urandom(8), "little")
+
+    def words(self, count: int) -> list[int]:
+        return list(struct.unpack(f"<{count}I", os.urandom(4 * count)))
+
+    def below(self, high: int) -> int:
+        return secure_below(high)
+
+    def belows(self, highs: list[int]) -> list[int]:
+        # One urandom call; a (rare, < h/2^64) rejected word is redrawn alone.
+        words = struct.unpack(f"<{len(highs)}Q", os.urandom(8 * len(highs)))
+        return [u % h if u < (_TWO64 // h) * h else secure_below(h) for u, h in zip(words, highs)]
+
+
+class SeededWords(WordSource):
+    """A seeded stream (``random.Random``): for tests of the one-report encoders only.
+
+    Not a CSPRNG: production always uses ``OSWords``.
+    """
+
+    __slots__ = ("_bits",)
+
+    def __init__(self, seed: int) -> None:
+        self._bits = random.Random(seed).getrandbits
+
+    def word(self) -> int:
+        return self._bits(32)
+
+    def word64(self) -> int:
+        return self._bits(64)
+
+
+#: The production source of the one-report path (stateless; shared).
+OS_WORDS = OSWords()
 
 
 def as_random_source(rng: RandomLike) -> RandomSource:

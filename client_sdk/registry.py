@@ -7,11 +7,12 @@ categories = ["light", "dark", "system"]
 protocol = "auto"               # or rr, grr, oue, sue, olh, hr, ss, lgrr, losue, loloha, dbitflip
                                 # (strings: rappor, or discover with max_length = 16 bytes)
 epsilon = 1.0
-max_report_bytes = 64           # optional: `auto` picks among protocols whose report fits (default 8192)
+max_report_bytes = 64           # optional: every report fits (default 8192); `auto` picks among those
 
 [metrics.session_minutes]
 kind = "numeric"                # a mean: values in [lo, hi], clipped on the device
 range = [0, 120]
+unit = "minutes"                # optional: shown beside estimates (not in the fingerprint)
 protocol = "auto"               # or laplace, duchi, bitmean, piecewise, hybrid
 epsilon = 1.0
 
@@ -48,12 +49,11 @@ import json
 import math
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from ._lazy import np, numpy_types
 from .errors import DomainError, RegistryError, UnknownMetricError
 from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
 from .protocols.base import Protocol
@@ -66,7 +66,7 @@ from .protocols.factory import (
     option_keys,
     report_bytes,
 )
-from .protocols.numeric import NUMERIC_PROTOCOL_NAMES
+from .protocols.numeric import NUMERIC_PROTOCOL_NAMES, linspace_list
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -75,7 +75,7 @@ else:  # pragma: no cover
 
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,99}$")
 COMMON_KEYS = ("kind", "protocol", "epsilon", "categories", "description",
-               "reports_per_window", "lifetime_epsilon", "range", "buckets", "max_report_bytes")
+               "reports_per_window", "lifetime_epsilon", "range", "buckets", "max_report_bytes", "unit")
 MAX_CATEGORIES = 10_000_000
 #: Most buckets a histogram metric may declare (its domain goes through a frequency oracle).
 MAX_BUCKETS = 10_000
@@ -121,6 +121,9 @@ class MetricSpec:
     #: report-size budget as written (None: DEFAULT_MAX_REPORT_BYTES); not in the fingerprint,
     #: since the resolved protocol already says what a report means
     max_report_bytes: int | None = None
+    #: numeric metrics: the values' unit as shown beside estimates ("ms", "minutes"); a label,
+    #: not in the fingerprint
+    unit: str = ""
 
     # --- numeric values ------------------------------------------------------------------------
     @property
@@ -141,23 +144,29 @@ class MetricSpec:
         return float(self.range[0]), float(self.range[1])
 
     @functools.cached_property
-    def edges(self) -> np.ndarray:
-        """Bucket edges e_0 = lo < e_1 < ... < e_B = hi of a histogram metric (float64)."""
+    def edge_list(self) -> list[float]:
+        """Bucket edges e_0 = lo < e_1 < ... < e_B = hi of a histogram metric, as floats (the SDK
+        buckets values with them, without numpy; ``edges`` is the same numbers as an array)."""
         if self.buckets is None:
             raise TypeError(f"metric {self.name!r} is not a histogram metric")
         lo, hi = self.bounds
         if isinstance(self.buckets, int):
-            edges = np.linspace(lo, hi, self.buckets + 1)
+            edges = linspace_list(lo, hi, self.buckets + 1)
             edges[0], edges[-1] = lo, hi
             return edges
-        return np.asarray(self.buckets, dtype=np.float64)
+        return [float(b) for b in self.buckets]
+
+    @functools.cached_property
+    def edges(self) -> np.ndarray:
+        """Bucket edges e_0 = lo < e_1 < ... < e_B = hi of a histogram metric (float64)."""
+        return np.asarray(self.edge_list, dtype=np.float64)
 
     def number(self, value: Any) -> float:
         """A reported value as a finite float; DomainError (naming the metric) otherwise.
 
         int, float and numpy numbers are numbers; bool is not (``True`` is no duration).
         """
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        if isinstance(value, (bool, *numpy_types("bool_"))) or not isinstance(value, (int, float, *numpy_types("integer", "floating"))):
             raise DomainError(f"metric {self.name!r} takes numbers, got {type(value).__name__}")
         try:
             x = float(value)
@@ -186,7 +195,7 @@ class MetricSpec:
 
     @functools.cached_property
     def _bucket_labels(self) -> tuple[str, ...]:
-        return bucket_labels(self.edges)
+        return bucket_labels(self.edge_list)
 
     # --- domain -----------------------------------------------------------------------------
     @property
@@ -257,7 +266,7 @@ class MetricSpec:
                "options": {k: v for k, v in self.options}, "resolved": resolved}
         if self.kind is Kind.NUMERIC:  # only here: other kinds keep their fingerprints
             out["range"] = list(self.bounds)
-            out["buckets"] = None if self.buckets is None else [float(e) for e in self.edges]
+            out["buckets"] = None if self.buckets is None else list(self.edge_list)
         return out
 
     def to_toml_table(self) -> dict[str, Any]:
@@ -281,6 +290,8 @@ class MetricSpec:
             table["lifetime_epsilon"] = self.lifetime_epsilon
         if self.max_report_bytes is not None:
             table["max_report_bytes"] = self.max_report_bytes
+        if self.unit:
+            table["unit"] = self.unit
         return table
 
     def to_json(self) -> dict[str, Any]:
@@ -296,7 +307,7 @@ def _edge_text(x: float) -> str:
     return str(int(x)) if x.is_integer() and abs(x) < 1e15 else repr(float(x))
 
 
-def bucket_labels(edges: np.ndarray) -> tuple[str, ...]:
+def bucket_labels(edges: Sequence[float]) -> tuple[str, ...]:
     """"[lo, hi)" per bucket, the last one "[lo, hi]" (it includes the range's top)."""
     text = [_edge_text(float(e)) for e in edges]
     last = len(text) - 2
@@ -306,9 +317,9 @@ def bucket_labels(edges: np.ndarray) -> tuple[str, ...]:
 def canonical_value(kind: Kind, value: Any) -> str:
     """The string key of a true value: booleans accept bool/0/1/'true'/'false'."""
     if kind is Kind.BOOLEAN:
-        if isinstance(value, (bool, np.bool_)):
+        if isinstance(value, (bool, *numpy_types("bool_"))):
             return "true" if value else "false"
-        if isinstance(value, (int, np.integer)) and int(value) in (0, 1):
+        if isinstance(value, (int, *numpy_types("integer"))) and int(value) in (0, 1):
             return BOOLEAN_VALUES[int(value)]
         if isinstance(value, str) and value.strip().lower() in BOOLEAN_VALUES:
             return value.strip().lower()
@@ -486,18 +497,21 @@ class _MetricParser:
                           description=self.description(),
                           reports_per_window=self.reports_per_window(),
                           lifetime_epsilon=None if lifetime is None else float(lifetime),
-                          range=value_range, buckets=buckets, max_report_bytes=max_bytes)
+                          range=value_range, buckets=buckets, max_report_bytes=max_bytes,
+                          unit=self.unit(kind))
         try:
             size = report_bytes(spec.protocol_impl)  # also validates the protocol parameters now
         except (ValueError, TypeError) as exc:
             raise self.fail(f"invalid {protocol} parameters: {exc}", "protocol") from None
-        if max_bytes is not None and size > max_bytes:
+        budget = DEFAULT_MAX_REPORT_BYTES if max_bytes is None else max_bytes
+        if size > budget:   # every protocol, explicit or chosen by `auto`, and the default budget too
             # only a frequency metric's `auto` respects the budget (strings' auto is rappor)
             hint = "use protocol = \"auto\" or raise max_report_bytes" \
                 if requested != "auto" and kind is not Kind.STRING and not mean_metric else \
                 "raise max_report_bytes or lower the protocol's size parameters (docs/protocols.md, \"Report size\")"
-            raise self.fail(f"a {protocol} report takes {size} bytes, above max_report_bytes = {max_bytes}; "
-                            f"{hint}", "max_report_bytes")
+            which = f"max_report_bytes = {budget:,}" + (" (the default)" if max_bytes is None else "")
+            raise self.fail(f"a {protocol} report takes {size:,} bytes, above {which}; {hint}",
+                            "max_report_bytes")
         if lifetime is not None:
             self.check_lifetime_fits_one_report(spec.protocol_impl, float(lifetime))
         return spec
@@ -614,7 +628,8 @@ class _MetricParser:
             raise self.fail(str(exc), field) from None
 
     def max_report_bytes(self) -> int | None:
-        """The report-size budget `auto` respects (None: DEFAULT_MAX_REPORT_BYTES)."""
+        """The report-size budget of every protocol, and the one `auto` chooses within
+        (None: DEFAULT_MAX_REPORT_BYTES)."""
         max_bytes = self.table.get("max_report_bytes")
         if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int)
                                       or max_bytes < 1):
@@ -641,6 +656,14 @@ class _MetricParser:
         if not isinstance(description, str):
             raise self.fail("must be a string", "description")
         return description
+
+    def unit(self, kind: Kind) -> str:
+        unit = self.table.get("unit", "")
+        if unit and kind is not Kind.NUMERIC:
+            raise self.fail(f"only numeric metrics take unit (this one is {kind.value})", "unit")
+        if not isinstance(unit, str) or len(unit) > 32 or not unit.isprintable():
+            raise self.fail("must be a short label such as \"ms\" (at most 32 printable characters)", "unit")
+        return unit
 
     def reports_per_window(self) -> int:
         rpw = self.table.get("reports_per_window", 1)
@@ -693,8 +716,8 @@ def _parse_buckets(buckets: Any, lo: float, hi: float, fail: Any) -> int | tuple
         if not 2 <= buckets <= MAX_BUCKETS:
             raise fail(f"{buckets} is not allowed; use an integer in [2, {MAX_BUCKETS}] or a list of "
                        "edges", "buckets")
-        edges = np.linspace(lo, hi, buckets + 1)
-        if np.any(np.diff(edges) <= 0):
+        edges = linspace_list(lo, hi, buckets + 1)
+        if any(b <= a for a, b in zip(edges, edges[1:])):
             raise fail(f"{buckets} equal-width buckets are too narrow for the range", "buckets")
         return buckets
     if not isinstance(buckets, list) or not all(_number(v) for v in buckets):

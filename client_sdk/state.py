@@ -15,6 +15,8 @@ docs/math.md §11), so a value
 reported every day costs no more than the longitudinal bound ε∞ (docs/math.md §10).
 
 ``MemoryState`` keeps the same things in memory: tests, and simulated fleets of clients.
+``UnusableState`` stands for a directory that cannot persist the spend or the secret: a
+client on it reports nothing (``open_state``; docs/privacy.md).
 """
 
 from __future__ import annotations
@@ -271,14 +273,69 @@ def _read_secret(path: Path) -> bytes:
 
 # --- opening a state directory without ever failing the app ------------------------------------------
 
+class UnusableState(ClientState):
+    """A state directory that cannot persist the privacy spend or hold the secret: report nothing.
+
+    The ledger's promise (docs/privacy.md) rests on two things written to the directory: the
+    spend (so a restart cannot spend the window's budget again) and the secret (so a memoised
+    response is drawn once, not once per run). When either cannot be persisted, every run of
+    the app would start from a clean slate, and restarts would compose without bound. So the
+    client built on this state reports nothing — a budget it can prove (zero) — and says why
+    (``TelemetryClient.disabled_reason``, ``stats()["disabled_state"]``, one log line).
+
+    What can still be read is kept for display: the ledger's book (``ledger_snapshot()``) and
+    the opt-out marker. Tests and ephemeral apps that want reports without a directory pass
+    ``state=MemoryState()`` explicitly.
+    """
+
+    def __init__(self, path: Path | None, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        accounts = {}
+        if path is not None:
+            try:
+                accounts = read_ledger(path)
+            except (LedgerError, OSError):
+                accounts = {}
+        self._ledger = MemoryLedger(accounts)
+        try:
+            self._opted_out = path is not None and (path / OPT_OUT_FILE).exists()
+        except OSError:
+            self._opted_out = False
+
+    @property
+    def secret(self) -> bytes:
+        raise StateError(f"no client secret: {self.reason}")
+
+    @property
+    def ledger(self) -> LedgerBase:
+        return self._ledger
+
+    @property
+    def opted_out(self) -> bool:
+        return self._opted_out
+
+    def opt_out(self) -> None:
+        """Remember it in this process; write the marker too when the directory allows it."""
+        self._opted_out = True
+        self._ledger.forget_values()
+        if self.path is not None:
+            try:
+                _atomic_write(self.path / OPT_OUT_FILE, b"opted out: nothing is reported\n")
+            except OSError:
+                pass
+
+    def opt_in(self) -> None:
+        self._opted_out = False
+
+
 def open_state(state_dir: str | os.PathLike[str], *, strict: bool = False) -> ClientState:
-    """``FileState(state_dir)``; when the directory cannot be used, state in memory (logged).
+    """``FileState(state_dir)``; when the directory cannot be used, an ``UnusableState``.
 
     A read-only or uncreatable directory must not crash the app (strict mode raises
-    ``StateError``). The fallback keeps what can still be read there: the secret (so
-    memoised responses stay the same), the ledger's book (so the budget spent so far still
-    binds) and the opt-out marker. Spend in this run is not persisted; the next run with a
-    writable directory starts again from the book on disk (docs/guide-app-teams.md).
+    ``StateError``), and must not let the app report either: the spend of this run could not
+    be persisted, so every restart would spend the budget again (UnusableState). The caller
+    logs the reason once.
     """
     try:
         return FileState(state_dir)
@@ -287,26 +344,11 @@ def open_state(state_dir: str | os.PathLike[str], *, strict: bool = False) -> Cl
             if isinstance(exc, StateError):
                 raise
             raise StateError(f"{state_dir}: cannot open the state directory ({exc})") from None
-        log.warning("ldpt: %s; the client state is kept in memory for this run (no offline queue; "
-                    "privacy spend of this run is not persisted)", exc)
-        return memory_fallback(Path(state_dir))
+        return unusable(Path(state_dir), str(exc))
 
 
-def memory_fallback(path: Path) -> MemoryState:
-    """A MemoryState seeded with whatever of the state directory ``path`` is readable."""
-    try:
-        secret: bytes | None = _read_secret(path / SECRET_FILE)
-    except (StateError, OSError):
-        secret = None
-    try:
-        accounts = read_ledger(path)
-    except (LedgerError, OSError):
-        accounts = {}
-    state = MemoryState(secret, MemoryLedger(accounts))
-    try:
-        opted_out = (path / OPT_OUT_FILE).exists()
-    except OSError:
-        opted_out = False
-    if opted_out:
-        state.opt_out()
-    return state
+def unusable(path: Path | None, problem: str) -> UnusableState:
+    """The UnusableState of ``path``, its reason naming the problem and what to do."""
+    return UnusableState(path, f"{problem}; the privacy spend and the client secret cannot be "
+                               "persisted, so nothing is reported (make the state directory "
+                               "writable and its secret a readable file, then restart the app)")

@@ -16,6 +16,10 @@ estimate from what the SDK sent, and fails on request (``Fault``: status codes w
 Retry-After, dropped connections, acknowledgements lost after the commit).
 ``MemoryTransport`` / ``AsyncMemoryTransport`` connect a client to it without a socket.
 
+``RecordingCollector`` is the double for an app that installed the SDK alone
+(``ldp-telemetry-sdk``, without the collector): it accepts every batch and keeps its decoded
+msgpack, loading neither the collector nor numpy, so a test can check what the app sent.
+
 ``FlockMsvcrt`` gives ``client_sdk._files.ByteRangeLock`` (the Windows lock) msvcrt's
 contract on POSIX, so the SDK tests run the Windows locking code here as well.
 """
@@ -49,7 +53,8 @@ from .transport import (
     TransportError,
 )
 
-__all__ = ["AsyncMemoryTransport", "FakeCollector", "Fault", "FlockMsvcrt", "MemoryTransport", "problem"]
+__all__ = ["AsyncMemoryTransport", "FakeCollector", "Fault", "FlockMsvcrt", "MemoryTransport", "RecordingCollector",
+           "problem"]
 
 
 def problem(status: int, slug: str, detail: str, **members: Any) -> Response:
@@ -96,8 +101,12 @@ class FakeCollector:
     def __init__(self, registry: Registry | None = None, *,
                  clock: Callable[[], float] = time.time) -> None:
         # Lazily (see the module docstring): the collector's own decoder and problem type.
-        from collector.ingest import BatchDecoder
-        from collector.problems import Problem
+        try:
+            from collector.ingest import BatchDecoder
+            from collector.problems import Problem
+        except ImportError as exc:  # the SDK-only distribution has no collector
+            raise ImportError("FakeCollector validates with the collector's code: install ldp-telemetry "
+                              "(pip install -e . in a checkout), or use RecordingCollector") from exc
 
         self._problem_type = Problem
         self.registry = registry
@@ -188,10 +197,52 @@ class FakeCollector:
         return self.sketches.get((metric, spec.fingerprint)) or spec.protocol_impl.new_sketch()
 
 
+class RecordingCollector:
+    """Accepts every ``POST /v1/reports`` (200) and keeps each batch, decoded: no validation.
+
+    For SDK-only installs (no collector, no numpy). ``reports(metric)`` lists the wire payloads
+    sent for a metric; a duplicate batch id (a retry) is answered as such and kept once.
+    Use ``FakeCollector`` where the collector is installed: it validates like the real one.
+    """
+
+    def __init__(self, registry: Registry | None = None) -> None:
+        self.registry = registry
+        self.lock = threading.Lock()
+        self.requests: list[tuple[str, str, dict[str, str], bytes]] = []
+        self.batches: list[dict[str, Any]] = []
+        self._ids: set[bytes] = set()
+
+    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Response:
+        with self.lock:
+            self.requests.append((method, path, dict(headers), body))
+        if method == "GET" and path == REGISTRY_PATH and self.registry is not None:
+            return Response(200, {"content-type": "application/json"},
+                            json.dumps(self.registry.to_json()).encode())
+        if method != "POST" or path != REPORTS_PATH:
+            return problem(404, "not-found", f"no route {method} {path}")
+        try:
+            doc = msgpack.unpackb(body, raw=False)
+            batch_id, reports = bytes(doc["batch_id"]), doc["reports"]
+        except Exception as exc:  # noqa: BLE001 - any undecodable body is the client's bug: a 400
+            return problem(400, "undecodable-body", f"not a batch: {exc}")
+        with self.lock:
+            duplicate = batch_id in self._ids
+            if not duplicate:
+                self._ids.add(batch_id)
+                self.batches.append(doc)
+        return _ok(len(reports), duplicate)
+
+    def reports(self, metric: str | None = None) -> list[Any]:
+        """Every report received (its wire dict), optionally of one metric only."""
+        with self.lock:
+            return [r for b in self.batches for r in b["reports"] if metric is None or r.get("m") == metric]
+
+
 class MemoryTransport(Transport):
     """A transport wired straight to a FakeCollector (or any handler): tests, benchmarks."""
 
-    def __init__(self, collector: FakeCollector | None = None, *, latency: float = 0.0) -> None:
+    def __init__(self, collector: FakeCollector | RecordingCollector | None = None, *,
+                 latency: float = 0.0) -> None:
         self.collector = collector if collector is not None else FakeCollector()
         self.latency = latency
 

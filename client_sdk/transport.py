@@ -14,21 +14,21 @@ User-Agent; no cookie, no client identifier, no SDK or OS version.
 from __future__ import annotations
 
 import dataclasses
-import email.utils
-import http.client
 import json
 import math
 import os
-import socket
-import ssl
 import threading
 import time
 import urllib.parse
 import weakref
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import TransportError
+
+if TYPE_CHECKING:  # imported on the first request (HTTPTransport._connect)
+    import http.client
+    import ssl
 
 WIRE_VERSION = 1
 BATCH_ID_BYTES = 16
@@ -72,6 +72,8 @@ class Response:
             try:
                 return max(0.0, float(raw))
             except ValueError:
+                import email.utils  # an HTTP-date Retry-After is rare: parse it on demand
+
                 try:
                     when = email.utils.parsedate_to_datetime(raw)
                 except (TypeError, ValueError):
@@ -109,6 +111,12 @@ class Transport:
 _LIVE_HTTP: weakref.WeakSet[HTTPTransport] = weakref.WeakSet()
 
 
+def _http_exception() -> type[Exception]:
+    import http.client
+
+    return http.client.HTTPException
+
+
 class HTTPTransport(Transport):
     """HTTP/1.1 with one keep-alive connection (http.client; no third-party dependency)."""
 
@@ -129,6 +137,11 @@ class HTTPTransport(Transport):
         _LIVE_HTTP.add(self)
 
     def _connect(self) -> http.client.HTTPConnection:
+        # http.client and ssl (~10 ms of imports) load on the first request, in the uploader's
+        # thread, not when the app imports the SDK (docs/guide-app-teams.md, "Installing").
+        import http.client
+        import ssl
+
         if self.scheme == "https":
             return http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout,
                                                context=self.ssl_context or ssl.create_default_context())
@@ -150,11 +163,11 @@ class HTTPTransport(Transport):
                     if resp.will_close:
                         self._drop()
                     return out
-                except (OSError, http.client.HTTPException) as exc:
+                except (OSError, _http_exception()) as exc:
                     self._drop()
                     # A kept-alive connection the server closed while idle fails at once: retry
                     # on a fresh one (safe: the collector dedupes by batch id). Not after a timeout.
-                    if attempt == 0 and reused and not isinstance(exc, (TimeoutError, socket.timeout)):
+                    if attempt == 0 and reused and not isinstance(exc, TimeoutError):  # socket.timeout is TimeoutError
                         continue
                     raise TransportError(f"{self.endpoint}: {type(exc).__name__}: {exc}") from None
         raise AssertionError("unreachable")  # pragma: no cover

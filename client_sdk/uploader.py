@@ -318,7 +318,11 @@ class Batcher:
                 for it in its:
                     outcome[id(it)] = "ledger-error"
                 continue
-            owner._committed(its, result.outcomes, result.accounts, result.foreign)
+            try:
+                owner._committed(its, result.outcomes, result.accounts, result.foreign)
+            except Exception as exc:  # noqa: BLE001 - the charges are on disk: send what was charged
+                self.log_once(("committed", type(exc)), logging.ERROR,
+                              f"ldpt: updating the client after a ledger commit failed: {exc!r}")
             for it, o in zip(its, result.outcomes):
                 outcome[id(it)] = o
                 if o is not None:

@@ -6,7 +6,7 @@ Routes (docs/openapi.yaml describes each; a test keeps the two equal):
     GET  /v1/registry                     the metrics, parameters and fingerprints
     GET  /v1/metrics/{name}/estimates     estimates (bearer token); POST for long candidate lists
     GET  /healthz                         the process is up
-    GET  /readyz                          the store is reachable and its schema current
+    GET  /readyz                          the store is reachable, its schema current, and it commits
     GET  /metrics                         Prometheus text
 
 Lifecycle: on startup the store is opened and the group committer started; on cleanup (after
@@ -28,11 +28,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiohttp import web
+from aiohttp import compression_utils, web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
-from client_sdk.errors import LdptError
+from client_sdk.errors import LdptError, StoreError
 from client_sdk.registry import Registry
 from collector.storage.aio import AsyncSketchStore, ThreadedStore
 from collector.storage.base import SCHEMA_VERSION, BatchOutcome, batch_id_cutoff
@@ -41,6 +41,7 @@ from . import query
 from .committer import GroupCommitter
 from .config import ServeConfig, read_tokens
 from .connections import ConnectionGuard
+from .inflight import InflightBudget
 from .ingest import BatchDecoder
 from .limits import IngestPolicy
 from .problems import Problem
@@ -50,6 +51,11 @@ from .ui import UI_ROUTES, setup_ui
 log = logging.getLogger("ldpt.collector")
 
 MSGPACK_TYPES = frozenset({"application/msgpack", "application/x-msgpack", "application/vnd.msgpack"})
+#: Content-Encodings aiohttp decodes here (one coding, no list): anything else would be read as
+#: identity, so it is refused with 415 (RFC 9110 §8.4: a server that cannot decode must not guess).
+CONTENT_ENCODINGS = ("identity", "gzip", "deflate",
+                     *(("br",) if getattr(compression_utils, "HAS_BROTLI", False) else ()),
+                     *(("zstd",) if getattr(compression_utils, "HAS_ZSTD", False) else ()))
 ROUTES: tuple[tuple[str, str], ...] = (
     ("POST", "/v1/reports"),
     ("GET", "/v1/registry"),
@@ -90,7 +96,7 @@ class CollectorState:
     store: AsyncSketchStore | None = None
     committer: GroupCommitter | None = None
     draining: bool = False
-    inflight_bytes: int = 0
+    inflight: InflightBudget | None = None
     maintenance: asyncio.Task[None] | None = None
     guard: ConnectionGuard | None = None
     sweeper: asyncio.Task[None] | None = None
@@ -146,6 +152,10 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
         store_factory=store_factory or default_store_factory(config),
         registry_body=registry_body,
         registry_etag='"' + hashlib.sha256(registry_body).hexdigest()[:32] + '"')
+    state.inflight = InflightBudget(
+        config.max_inflight_bytes, config.max_inflight_bytes_per_source,
+        on_change=state.telemetry.add_inflight,
+        retry_after=lambda: state.committer.retry_after() if state.committer else 1.0)
     state.guard = ConnectionGuard(header_timeout=config.header_timeout,
                                   keepalive_timeout=config.keepalive_timeout,
                                   max_connections=config.max_connections,
@@ -248,15 +258,39 @@ async def apply_retention(store: AsyncSketchStore, days: int, batch_id_days: int
                  result.windows, result.rows, cutoff, result.batch_ids, ids_cutoff)
 
 
+async def check_store(state: CollectorState) -> None:
+    """Raise (StoreError, OSError, TimeoutError) unless the store is ready to take batches.
+
+    Reachable with a current schema is not enough: a full disk leaves both true while every
+    commit fails (each batch a 503). So while the latest commit failed, readiness also needs a
+    write probe (``aprobe_write``, one small row) to succeed — which is what ends the failure,
+    since a collector taken out of rotation receives no batch to commit.
+    """
+    await asyncio.wait_for(state.store.acheck(), READY_TIMEOUT)
+    committer = state.committer
+    failing = committer.failing if committer is not None else None
+    if failing is None:
+        return
+    try:
+        await asyncio.wait_for(state.store.aprobe_write(), READY_TIMEOUT)
+    except (LdptError, OSError, asyncio.TimeoutError) as exc:
+        ago = time.monotonic() - failing[0]
+        raise StoreError(f"commits are failing (the latest {ago:.0f} s ago: {failing[1]}); a write "
+                         f"probe failed too: {type(exc).__name__}: {exc}"[:600]) from None
+    if committer.failing is failing:   # the store takes writes again
+        committer.failing = None
+
+
 async def _probe_readiness(state: CollectorState) -> None:
     """Check the store every READY_PROBE_INTERVAL s, so that the admin port's /readyz answers
     from the latest result without touching the store from its own thread."""
     while True:
         try:
-            await asyncio.wait_for(state.store.acheck(), READY_TIMEOUT)
+            await check_store(state)
             state.readiness = (True, "", time.monotonic())
         except Exception as exc:  # any failure means "not ready"; the detail says why
-            state.readiness = (False, f"{type(exc).__name__}: {exc}"[:300], time.monotonic())
+            detail = str(exc) if isinstance(exc, LdptError) else f"{type(exc).__name__}: {exc}"
+            state.readiness = (False, detail[:600], time.monotonic())
         await asyncio.sleep(READY_PROBE_INTERVAL)
 
 
@@ -344,6 +378,7 @@ async def post_reports(request: web.Request) -> web.Response:
         raise Problem("unsupported-media-type", f"Content-Type {request.content_type!r} is not "
                       "accepted; send application/msgpack (wire format v1)",
                       headers={"Accept-Post": "application/msgpack"})
+    check_content_encoding(request.headers.get("Content-Encoding"))
     length = request.content_length
     if length is None and "chunked" not in request.headers.get("Transfer-Encoding", "").lower():
         # HTTP/1.0 without Content-Length ends its body by closing: refuse rather than wait
@@ -352,18 +387,17 @@ async def post_reports(request: web.Request) -> web.Response:
     if length is not None and length > config.max_body_bytes:
         raise Problem("body-too-large", f"the body has {length} bytes; this collector accepts at "
                       f"most {config.max_body_bytes} (send smaller batches)")
-    charge = length if length is not None else config.max_body_bytes
-    if state.inflight_bytes and state.inflight_bytes + charge > config.max_inflight_bytes:
-        raise Problem("overloaded", "too many request bodies in flight; retry the same batch "
-                      "after Retry-After seconds", retry_after=state.committer.retry_after())
-    state.inflight_bytes += charge
-    state.telemetry.add_inflight(charge)
+    # in-flight bytes are charged as they arrive, per source too (collector/inflight.py): a
+    # declared length reserves nothing, so slow or lying bodies cannot starve ingestion
+    state.inflight.admit(source, length, relay)
+    charged = [0]
     try:
-        body = await read_body(request, config.body_read_timeout)
+        body = await read_body(request, config.body_read_timeout,
+                               charge=lambda n: _charge(state, source, relay, charged, n),
+                               max_bytes=config.max_body_bytes)
         batch = state.decoder.decode(body, state.window_now())
     finally:
-        state.inflight_bytes -= charge
-        state.telemetry.add_inflight(-charge)
+        state.inflight.release(source, charged[0])
     try:
         state.policy.check_batch(batch.deltas.per_metric, state.reports_per_window, relay)
     except Problem as problem:
@@ -380,11 +414,44 @@ async def post_reports(request: web.Request) -> web.Response:
                               "duplicate": outcome is BatchOutcome.DUPLICATE})
 
 
-async def read_body(request: web.Request, timeout: float) -> bytes:
-    """The request body, or a problem: too slow (408), undecodable Content-Encoding (400) or
-    the client hung up (counted as ``client-disconnected``; there is nobody to answer)."""
+def check_content_encoding(value: str | None) -> None:
+    """Refuse (415) a Content-Encoding aiohttp would not decode: it reads those as identity, so a
+    client that compressed with one would have its bytes taken for msgpack (or, worse, decoded
+    by luck). One coding of CONTENT_ENCODINGS, any case; absent or empty means identity."""
+    coding = (value or "").strip().lower()
+    if coding and coding not in CONTENT_ENCODINGS:
+        raise Problem("unsupported-content-encoding",
+                      f"Content-Encoding {value[:60]!r} is not supported; send the batch with one of "
+                      f"{', '.join(CONTENT_ENCODINGS)} (or none)",
+                      headers={"Accept-Encoding": ", ".join(CONTENT_ENCODINGS)},
+                      content_encoding=value[:60])
+
+
+def _charge(state: CollectorState, source: Any, relay: bool, charged: list[int], nbytes: int) -> None:
+    charged[0] += nbytes  # released by the caller even when the charge is refused
+    state.inflight.charge(source, nbytes, relay)
+
+
+async def read_body(request: web.Request, timeout: float, *,
+                    charge: Callable[[int], None] | None = None, max_bytes: int | None = None) -> bytes:
+    """The request body, each chunk passed to ``charge`` as it arrives (which may refuse it),
+    or a problem: larger than ``max_bytes`` once decoded (413), too slow (408), undecodable
+    Content-Encoding (400) or the client hung up (counted as ``client-disconnected``; there is
+    nobody to answer)."""
+    async def chunks() -> bytes:
+        parts, size = [], 0
+        while chunk := await request.content.readany():
+            size += len(chunk)
+            if max_bytes is not None and size > max_bytes:
+                raise Problem("body-too-large", f"the body exceeds {max_bytes} bytes; send "
+                              "smaller batches", close=True)
+            if charge is not None:
+                charge(len(chunk))
+            parts.append(chunk)
+        return b"".join(parts)
+
     try:
-        return await asyncio.wait_for(request.read(), timeout)
+        return await asyncio.wait_for(chunks(), timeout)
     except asyncio.TimeoutError:
         raise Problem("request-timeout", f"the body did not arrive within {timeout:g} s; send it "
                       "at once (the same batch id may be retried)") from None
@@ -427,7 +494,7 @@ async def readyz(request: web.Request) -> web.Response:
     if state.draining or state.store is None:
         raise Problem("shutting-down", "the collector is shutting down", retry_after=1)
     try:
-        await asyncio.wait_for(state.store.acheck(), READY_TIMEOUT)
+        await check_store(state)
     except LdptError as exc:
         raise Problem("store-unavailable", str(exc), retry_after=5) from None
     except (asyncio.TimeoutError, OSError) as exc:

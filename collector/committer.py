@@ -20,7 +20,7 @@ import time
 
 from client_sdk.errors import LdptError
 from collector.storage.aio import AsyncSketchStore
-from collector.storage.base import BatchOutcome, PendingBatch
+from collector.storage.base import BatchOutcome, CommitOutcomeUnknown, PendingBatch
 
 from .problems import Problem
 from .telemetry import Telemetry
@@ -48,6 +48,9 @@ class GroupCommitter:
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self._rate = 0.0  # smoothed reports committed per second of commit time
+        #: (time.monotonic(), detail) of the latest commit when it failed; None once one succeeds
+        #: (or a write probe does: ``recovered``). Readiness is false meanwhile (collector.app).
+        self.failing: tuple[float, str] | None = None
 
     # --- producer side ----------------------------------------------------------------------------
     @property
@@ -120,10 +123,16 @@ class GroupCommitter:
         start = time.perf_counter()
         try:
             outcomes = await self.store.acommit(batches)
-        except Exception as exc:  # the transaction rolled back: nothing of the group applied
+        except Exception as exc:
             detail = str(exc) if isinstance(exc, LdptError) else f"{type(exc).__name__}: {exc}"
-            log.error("commit of %d batches failed (rolled back): %s", len(batches), detail)
+            if isinstance(exc, CommitOutcomeUnknown):
+                # it may have applied: the clients' retries of the same batch ids dedupe
+                log.error("commit of %d batches failed, outcome unknown (the connection was lost; "
+                          "retries of the same batch ids are counted once): %s", len(batches), detail)
+            else:  # the transaction rolled back: nothing of the group applied
+                log.error("commit of %d batches failed (rolled back): %s", len(batches), detail)
             self.telemetry.commit_failed()
+            self.failing = (time.monotonic(), detail[:300])
             for _, fut in group:
                 if not fut.done():
                     fut.set_exception(Problem("store-unavailable", "the batch was not stored "
@@ -134,6 +143,7 @@ class GroupCommitter:
         if elapsed > 0:
             self._rate = (1 - RATE_SMOOTHING) * self._rate + RATE_SMOOTHING * (reports / elapsed) \
                 if self._rate else reports / elapsed
+        self.failing = None
         self.telemetry.committed(batches, outcomes, elapsed)
         for (_, fut), outcome in zip(group, outcomes):
             if not fut.done():

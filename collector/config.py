@@ -68,6 +68,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("admin_port", None, "Serve /healthz, /readyz and /metrics also on this port, in a "
             "thread of each worker outside the ingest path (0 picks one), so monitoring answers "
             "under overload.", int, zero=True),
+    Setting("admin_host", "127.0.0.1", "Address the admin port listens on: loopback unless set, "
+            "whatever `host` is (the admin routes need no token; open it deliberately, e.g. "
+            "0.0.0.0 for Kubernetes probes, behind a firewall)."),
     Setting("tls_cert", None, "PEM certificate (chain) to serve HTTPS; needs tls_key.", str, path=True),
     Setting("tls_key", None, "PEM private key of tls_cert.", str, path=True),
     # --- query API --------------------------------------------------------------------------------
@@ -119,8 +122,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_reports_per_batch", 10_000,
             "Most reports one batch may carry; more is a 422 invalid-batch."),
     Setting("max_inflight_bytes", 64 << 20,
-            "Request bodies being read or decoded at once (by Content-Length); above it new "
-            "requests get 503 + Retry-After before their body is read. Bounds memory."),
+            "Bytes of request bodies held at once (charged as they arrive, until decoded); a "
+            "body that would exceed it gets 503 + Retry-After. Bounds memory."),
+    Setting("max_inflight_bytes_per_source", 4 << 20,
+            "Share of max_inflight_bytes one source address may hold at once (relays are "
+            "exempt), so slow or unfinished bodies from a few addresses cannot fill it; at "
+            "least max_body_bytes."),
     Setting("queue_max_batches", 4096,
             "Validated batches waiting for the committer; above it 503 + Retry-After."),
     Setting("queue_max_reports", 1_000_000,
@@ -162,6 +169,7 @@ class ServeConfig:
     workers: int = 1
     window: str = "day"
     admin_port: int | None = None
+    admin_host: str = "127.0.0.1"
     tls_cert: Path | None = None
     tls_key: Path | None = None
     query_token_file: Path | None = None
@@ -183,6 +191,7 @@ class ServeConfig:
     max_body_bytes: int = 1 << 20
     max_reports_per_batch: int = 10_000
     max_inflight_bytes: int = 64 << 20
+    max_inflight_bytes_per_source: int = 4 << 20
     queue_max_batches: int = 4096
     queue_max_reports: int = 1_000_000
     group_max_batches: int = 2048
@@ -204,6 +213,10 @@ class ServeConfig:
             raise ConfigError(f"batch_id_days {self.batch_id_days} is below {BATCH_ID_MIN_DAYS}: SDKs retry "
                               "a batch for up to 7 days, and a retry whose id is gone is counted twice",
                               setting="batch_id_days")
+        if self.max_inflight_bytes_per_source < self.max_body_bytes:
+            raise ConfigError(f"max_inflight_bytes_per_source ({self.max_inflight_bytes_per_source}) "
+                              f"must be at least max_body_bytes ({self.max_body_bytes}): a largest "
+                              "batch could never be accepted", setting="max_inflight_bytes_per_source")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("tls_cert and tls_key go together: give both or neither")
         for s in SETTINGS:

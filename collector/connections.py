@@ -11,11 +11,15 @@ three phases and closes it when its phase's deadline passes:
               started) within ``header_timeout``; closed with 408 otherwise
     busy      a handler runs; the body has its own limit (``body_read_timeout``, 408)
 
-At most ``max_connections`` connections are open per worker. A connection beyond the cap
-evicts an open connection that is not busy: first one still sending its headers, then a new
-one that has sent nothing, then an idle keep-alive one, nearest its deadline first. Slow
-sockets therefore cannot lock real clients out; if every connection is busy the new one gets
-503 and is closed. The clock is injectable so that the bookkeeping is testable
+At most ``max_connections`` connections are open per worker, and, when ``max_per_address``
+is set (the admin port), at most that many per client address. A connection beyond a cap
+evicts an open connection that is not busy — never itself, the newest: beyond its address's
+cap one of that address's own; beyond the worker's cap one of the address holding the most
+connections. Among those, first one still sending its headers, then a new one that has sent
+nothing, then an idle keep-alive one, nearest its deadline (the oldest) first. Slow sockets
+therefore cannot lock real clients out: a flood from one address evicts its own sockets, not
+a scraper's new connection before its request is parsed (issue 18); if every candidate is
+busy the new one gets 503 and is closed. The clock is injectable so that the bookkeeping is testable
 without waiting.
 
 ``GuardedHandler`` is aiohttp's protocol with the guard's hooks, HTTP/1.0 half-close support
@@ -48,6 +52,7 @@ WAITING, HEADERS, BUSY = "waiting", "headers", "busy"
 EVICTION_ORDER = {HEADERS: 0, "fresh": 1, WAITING: 2}
 #: Seconds between sweeps: a quarter of the shortest deadline, within these bounds.
 SWEEP_BOUNDS = (0.05, 1.0)
+_ROOM = object()  # ``opened``: below every cap, nobody is evicted
 
 
 def raw_problem(slug: str, detail: str) -> bytes:
@@ -64,19 +69,22 @@ class ConnectionGuard:
     """Phase and deadline of every open connection of one worker (see the module docstring)."""
 
     def __init__(self, *, header_timeout: float, keepalive_timeout: float, max_connections: int,
-                 clock: Callable[[], float] = time.monotonic,
+                 max_per_address: int | None = None, clock: Callable[[], float] = time.monotonic,
                  on_close: Callable[[str], None] | None = None,
                  on_count: Callable[[int], None] | None = None,
                  on_error: Callable[[str], None] | None = None) -> None:
         self.header_timeout = header_timeout
         self.keepalive_timeout = keepalive_timeout
         self.max_connections = max_connections
+        self.max_per_address = max_per_address
         self.clock = clock
         self.on_close = on_close or (lambda reason: None)
         self.on_count = on_count or (lambda count: None)  # open connections, after each sweep
         self.on_error = on_error or (lambda slug: None)  # errors aiohttp's HTTP parser answered
         self._conns: dict[Any, tuple[str, float]] = {}  # handler -> (phase, deadline)
         self._fresh: set[Any] = set()  # connections that have not started a request yet
+        self._address: dict[Any, object] = {}  # handler -> client address (None if unknown)
+        self._per_address: dict[object, int] = {}
 
     def __len__(self) -> int:
         return len(self._conns)
@@ -86,21 +94,35 @@ class ConnectionGuard:
         return None if entry is None else entry[0]
 
     # --- events -----------------------------------------------------------------------------------
-    def opened(self, conn: Any) -> bool:
-        """Register a new connection; False when it must be refused (every slot busy)."""
-        if len(self._conns) >= self.max_connections:
-            # slow headers go first, then silent new connections, then idle keep-alive ones;
-            # nearest deadline first within each
-            idle = [(EVICTION_ORDER[phase if c not in self._fresh else "fresh"], deadline, n)
-                    for n, (c, (phase, deadline)) in enumerate(self._conns.items()) if phase != BUSY]
-            if not idle:
+    def opened(self, conn: Any, address: object = None) -> bool:
+        """Register a new connection from ``address``; False when it must be refused (every
+        candidate for eviction busy)."""
+        full = None
+        if self.max_per_address is not None and self._per_address.get(address, 0) >= self.max_per_address:
+            full = address  # the address's own connections make room
+        elif len(self._conns) < self.max_connections:
+            full = _ROOM
+        if full is not _ROOM:
+            victim = self._victim(full)
+            if victim is None:
                 self.on_close("connection-limit")
                 return False
-            victim = list(self._conns)[min(idle)[2]]
             self._close(victim, "connection-limit")
         self._conns[conn] = (WAITING, self.clock() + self.header_timeout)
         self._fresh.add(conn)
+        self._address[conn] = address
+        self._per_address[address] = self._per_address.get(address, 0) + 1
         return True
+
+    def _victim(self, address: object) -> Any | None:
+        """The connection to evict: not busy; of ``address`` if given (not None), else of the
+        address holding the most; slow headers, then silent new, then idle keep-alive ones;
+        nearest deadline first within each."""
+        ranked = [(-self._per_address[self._address[c]],
+                   EVICTION_ORDER[phase if c not in self._fresh else "fresh"], deadline, n)
+                  for n, (c, (phase, deadline)) in enumerate(self._conns.items())
+                  if phase != BUSY and (address is None or self._address[c] == address)]
+        return list(self._conns)[min(ranked)[3]] if ranked else None
 
     def data(self, conn: Any) -> None:
         """Bytes arrived: the first byte of a request starts its header deadline."""
@@ -120,7 +142,13 @@ class ConnectionGuard:
             self._conns[conn] = (WAITING, self.clock() + self.keepalive_timeout)
 
     def closed(self, conn: Any) -> None:
-        self._conns.pop(conn, None)
+        if self._conns.pop(conn, None) is not None:
+            address = self._address.pop(conn, None)
+            left = self._per_address.get(address, 1) - 1
+            if left > 0:
+                self._per_address[address] = left
+            else:
+                self._per_address.pop(address, None)
         self._fresh.discard(conn)
 
     # --- enforcement ------------------------------------------------------------------------------
@@ -164,7 +192,9 @@ class GuardedHandler(RequestHandler):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        if not self.guard.opened(self):
+        peer = transport.get_extra_info("peername")
+        address = peer[0] if isinstance(peer, (tuple, list)) and peer else None
+        if not self.guard.opened(self, address):
             self.abandon(raw_problem("overloaded", "too many open connections; retry later"))
 
     def data_received(self, data: bytes) -> None:

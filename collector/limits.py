@@ -12,7 +12,8 @@ a collector can bound is *how many* forged reports one source gets in:
 - **Requests per source address.** A token bucket per address (``rate_limit`` requests per
   second, bursts of ``rate_limit_burst``): beyond it 429 ``rate-limited`` with Retry-After.
   The address is the TCP peer, or, when the peer is one of ``trusted_proxies``, the
-  rightmost X-Forwarded-For address that is not itself a trusted proxy.
+  rightmost X-Forwarded-For address that is not itself a trusted proxy (all header lines
+  read as one list: a proxy that appends a line leaves the client's forged line on the left).
 - **Relays.** Sources in ``relay_sources`` batch many devices' reports (an aggregation relay,
   `ldpt simulate --url`, a load test on the collector's host): neither limit applies to
   them. A request that arrives *through* an untrusted proxy (it carries X-Forwarded-For but
@@ -67,6 +68,19 @@ def _address(text: str | None) -> Address | None:
         return None
 
 
+def forwarded_for(headers: Mapping[str, str]) -> str | None:
+    """Every X-Forwarded-For line of a request as one comma-separated list, or None.
+
+    A proxy may append its own header line instead of extending the client's; read alone, the
+    first line is the client's and says whatever the client likes. RFC 9110 §5.3 makes
+    several lines of a list header one list in order, so the right-most hops, written by the
+    proxies, stay the right-most."""
+    getall = getattr(headers, "getall", None)
+    lines = getall("X-Forwarded-For", []) if getall is not None else \
+        [v for v in (headers.get("X-Forwarded-For"),) if v is not None]
+    return ",".join(lines) if lines else None
+
+
 class TokenBuckets:
     """One token bucket per source: ``rate`` tokens per second, at most ``burst`` stored.
 
@@ -119,7 +133,7 @@ class IngestPolicy:
     def source(self, peer: str | None, headers: Mapping[str, str]) -> tuple[Address | None, bool]:
         """(source address, whether it is a relay) for a request from ``peer``."""
         address = _address(peer)
-        forwarded = headers.get("X-Forwarded-For")
+        forwarded = forwarded_for(headers)
         if forwarded is None:
             return address, _within(address, self.relay_sources)
         if not _within(address, self.trusted_proxies):

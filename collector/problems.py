@@ -41,6 +41,7 @@ PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "length-required": (411, "A request body needs Content-Length (or chunked encoding)"),
     "body-too-large": (413, "The request body is larger than this collector accepts"),
     "unsupported-media-type": (415, "Unsupported content type"),
+    "unsupported-content-encoding": (415, "Unsupported Content-Encoding"),
     "invalid-batch": (422, "The batch envelope is invalid"),
     "unsupported-version": (422, "Unsupported wire format version"),
     "unknown-metric": (422, "The metric is not in this collector's registry"),

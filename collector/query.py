@@ -27,6 +27,7 @@ from estimators.compare import compare_frame
 from estimators.discovery import MAX_TOP as DISCOVER_MAX_TOP
 from estimators.formats import frame_to_csv, frame_to_json
 from estimators.frequency import estimate_frame
+from estimators.memo_range import is_memoised, range_frame, with_rappor_range_warning
 from estimators.series import series_frame, windows_in_range
 
 from .problems import Problem
@@ -170,6 +171,9 @@ def parse_compare(params: Mapping[str, Any], accept: str = "") -> dict[str, Any]
     out: dict[str, Any] = {"a": _side("a", params.get("a")), "b": _side("b", params.get("b")),
                            "simultaneous": _flag("simultaneous", params.get("simultaneous", False)),
                            "format": _format(params, accept)}
+    if out["a"]["label"] == out["b"]["label"]:
+        raise Problem("invalid-query", f"a and b are both {out['a']['label']}: a comparison needs two "
+                      "different windows (or ranges)", field="b")
     for name, default in (("confidence", 0.95), ("alpha", 0.05)):
         try:
             level = float(params.get(name, default))
@@ -269,7 +273,7 @@ async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], 
         raise Problem("invalid-query", "candidates are only for string metrics", field="candidates")
     proto = spec.protocol_impl
     if q["by"]:
-        return await _series(spec, store, q, min_reports)
+        return _with_unit(spec, await _series(spec, store, q, min_reports))
     try:
         sketch = await store.aload(spec.name, spec.fingerprint, proto.new_sketch(), q["windows"],
                                    q["since"], q["until"])
@@ -286,10 +290,46 @@ async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], 
         raise Problem("too-few-reports", f"{n} reports of {spec.name!r} in {what}; this collector "
                       f"publishes estimates only from {min_reports} reports (widen the window)",
                       metric=spec.name, reports=n, min_reports=min_reports)
-    run = functools.partial(estimate_frame, spec, sketch, confidence=q["confidence"],
-                            simultaneous=q["simultaneous"], consistent=q["consistent"],
-                            candidates=q["candidates"], top=q["top"])
-    return await _off_loop(run, spec.name)  # CPU-bound (RAPPOR decoding may take seconds)
+    if q["windows"] is None and is_memoised(spec) and spec.kind is not Kind.STRING:
+        # a memoised device repeats its permanent noise every day: the windows' sketches cannot
+        # simply be summed and estimated as independent reports (estimators.memo_range)
+        run = functools.partial(range_frame, spec, await _range_sketches(spec, store, q),
+                                confidence=q["confidence"], simultaneous=q["simultaneous"],
+                                consistent=q["consistent"])
+    else:
+        run = functools.partial(estimate_frame, spec, sketch, confidence=q["confidence"],
+                                simultaneous=q["simultaneous"], consistent=q["consistent"],
+                                candidates=q["candidates"], top=q["top"])
+    df = await _off_loop(run, spec.name)  # CPU-bound (RAPPOR decoding may take seconds)
+    if q["windows"] is None and spec.protocol == "rappor":
+        df = with_rappor_range_warning(df, len(await _range_labels(spec, store, q)))
+    return _with_unit(spec, df)
+
+
+def _with_unit(spec: Any, df: Any) -> Any:
+    """A numeric metric's frame says its values' unit (registry ``unit``) in ``meta.unit``."""
+    if getattr(spec, "unit", ""):
+        df.attrs["unit"] = spec.unit
+    return df
+
+
+async def _range_labels(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any]) -> list[str]:
+    """The stored windows of the range under the registry's parameters, oldest first."""
+    try:
+        return sorted({w.window for w in await store.awindows(spec.name)
+                       if w.fingerprint == spec.fingerprint and date_filter_ok(w.window, q["since"], q["until"])})
+    except LdptError as exc:
+        raise Problem.from_error(exc) from None
+
+
+async def _range_sketches(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any]) -> list[Any]:
+    """(window, sketch) of every stored window of the range under the registry's parameters."""
+    labels = await _range_labels(spec, store, q)
+    try:
+        return [(w, await store.aload(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch(), [w]))
+                for w in labels]
+    except LdptError as exc:
+        raise Problem.from_error(exc) from None
 
 
 def _respond(df: Any, fmt: str) -> web.Response:
@@ -373,7 +413,10 @@ async def compare_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], m
                           f"{s['label']}; this collector publishes estimates only from {min_reports} "
                           "reports", metric=spec.name, reports=sketch.total_reports, min_reports=min_reports)
         sketches.append(sketch)
+    ranges = [await _range_sketches(spec, store, q[side])
+              if q[side]["windows"] is None and is_memoised(spec) else None for side in ("a", "b")]
     run = functools.partial(compare_frame, spec, sketches[0], sketches[1], label_a=q["a"]["label"],
                             label_b=q["b"]["label"], confidence=q["confidence"],
-                            simultaneous=q["simultaneous"], alpha=q["alpha"], control=q["control"])
-    return await _off_loop(run, spec.name)
+                            simultaneous=q["simultaneous"], alpha=q["alpha"], control=q["control"],
+                            windows_a=ranges[0], windows_b=ranges[1])
+    return _with_unit(spec, await _off_loop(run, spec.name))

@@ -112,15 +112,17 @@ def serve(config: ServeConfig, *, announce: Callable[[str], None] | None = None)
         make_socket(config.host, config.port, reuse_port=False)
     admin = None
     if config.admin_port is not None:
-        admin = reserve_port(config.host, config.admin_port) if config.workers > 1 else \
-            make_socket(config.host, config.admin_port, reuse_port=False)
+        # loopback unless admin_host says otherwise: the admin routes carry no token
+        admin = reserve_port(config.admin_host, config.admin_port) if config.workers > 1 else \
+            make_socket(config.admin_host, config.admin_port, reuse_port=False)
         config = dataclasses.replace(config, admin_port=admin.getsockname()[1])
     host, port = sock.getsockname()[:2]
     scheme = "https" if config.tls_cert else "http"
     line = (f"ldpt serve: listening on {scheme}://{_url_host(host)}:{port} (workers {config.workers}, "
             f"store {config.store_description}, window {config.window})")
     if admin is not None:
-        line += f"\nldpt serve: admin (healthz, readyz, metrics) on http://{_url_host(host)}:{config.admin_port}"
+        admin_host = admin.getsockname()[0]
+        line += f"\nldpt serve: admin (healthz, readyz, metrics) on http://{_url_host(admin_host)}:{config.admin_port}"
     if config.workers == 1:
         sock.listen(BACKLOG)
         if admin is not None:
@@ -241,7 +243,7 @@ def _supervise(config: ServeConfig, registry: Registry, telemetry: Telemetry,
                 admin = None
                 if admin_reserved is not None:
                     admin_reserved.close()
-                    admin = make_socket(config.host, config.admin_port, reuse_port=True)
+                    admin = make_socket(config.admin_host, config.admin_port, reuse_port=True)
                     admin.listen(BACKLOG)
                 code = run_worker(config, registry, telemetry.for_worker(index), sock,
                                   lambda: os.write(ready_w, b"r"), admin)

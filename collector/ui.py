@@ -9,7 +9,9 @@ checked by the same ``query.check_bearer`` as the query API:
   and their report counts (for the metric list and the window pickers);
 - ``GET /ui/charts/{name}/{estimates|series|compare}.svg`` — charts drawn on the server
   (collector/ui_svg.py) from the very DataFrames the query API serialises, with the query
-  API's parameters; the page fetches the numbers of its tables from the query API itself.
+  API's parameters (and ``width``, the page's, so a phone gets a narrow layout; for the
+  series, ``value=V`` repeated: the lines to draw); the page
+  fetches the numbers of its tables from the query API itself.
 
 No third-party request is ever made (no CDN, no web fonts) and a Content-Security-Policy
 limits the page to its own origin. Nothing here keeps state, so any worker answers.
@@ -39,6 +41,8 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 CHARTS = ("estimates", "series", "compare")
+#: Most lines a series chart draws (its palette's size).
+SERIES_MAX_VALUES = 8
 #: The routes ``setup_ui`` adds (collector.app.ROUTES lists them; docs/openapi.yaml documents them).
 UI_ROUTES: tuple[tuple[str, str], ...] = (
     ("GET", "/ui"),
@@ -76,16 +80,19 @@ def setup_ui(app: web.Application, state_key: web.AppKey[Any]) -> None:
         kind = request.match_info["chart"]
         if kind not in CHARTS:
             raise Problem("not-found", f"no chart {kind[:50]!r} (charts: {', '.join(CHARTS)})", status=404)
-        params = query.url_params(request.query)
+        params = query.url_params(request.query, repeatable=("value",) if kind == "series" else ())
+        width = _width(params.pop("width", None))
         if kind == "compare":
             df = await query.compare_df(spec, state.store, query.parse_compare(params), state.config.min_reports)
-            svg = compare_svg(df)
+            svg = compare_svg(df, width=width)
         else:
-            if kind == "series":
+            chosen = None
+            if kind == "series":  # value=V (repeatable): the series' lines, chosen on the page
                 params["by"] = "window"
+                chosen = [v[:1000] for v in params.pop("value", [])][:SERIES_MAX_VALUES] or None
             q = query.parse_query(params)
             df = await query.estimate_df(spec, state.store, q, state.config.min_reports)
-            svg = series_svg(df) if kind == "series" else estimates_svg(df)
+            svg = series_svg(df, values=chosen, width=width) if kind == "series" else estimates_svg(df, width=width)
         return web.Response(text=svg, content_type="image/svg+xml", headers=SECURITY_HEADERS)
 
     app.router.add_get("/ui", to_index)
@@ -93,6 +100,16 @@ def setup_ui(app: web.Application, state_key: web.AppKey[Any]) -> None:
     app.router.add_get("/ui/static/{file}", page)
     app.router.add_get("/ui/api/overview", overview)
     app.router.add_get("/ui/charts/{name}/{chart}.svg", chart)
+
+
+def _width(text: str | None) -> int | None:
+    """A chart's ``width`` parameter: the page's width in pixels (ui_svg clamps it)."""
+    if text is None:
+        return None
+    if not text.isdigit() or len(text) > 5:
+        raise Problem("invalid-query", f"width={text[:20]!r}: give the width in pixels, e.g. 390",
+                      field="width")
+    return int(text)
 
 
 async def _overview(state: Any) -> dict[str, Any]:
@@ -113,7 +130,7 @@ async def _overview(state: Any) -> dict[str, Any]:
         windows = sorted(per.get(spec.name, []))
         proto = spec.protocol_impl
         metrics.append({"name": spec.name, "kind": spec.kind.value, "description": spec.description,
-                        "protocol": proto.name, "epsilon": proto.epsilon,
+                        "protocol": proto.name, "epsilon": proto.epsilon, "unit": spec.unit,
                         "n_reports": sum(n for _, n in windows), "windows": windows,
                         "histogram": spec.is_histogram, "mean": spec.is_mean})
     return {"metrics": metrics, "min_reports": state.config.min_reports}

@@ -11,23 +11,50 @@ shows a number the API would not give:
   changed values in red.
 
 Only presentation attributes are used (no ``style``), so the dashboard's Content-Security-Policy
-can forbid inline styles; every label is XML-escaped.
+can forbid inline styles; every label is XML-escaped, and characters XML cannot hold (control
+bytes of a reported string) are written as visible escapes, so a chart is always well-formed.
+Charts carry a ``viewBox``: the page scales them to its width. The page also asks for its own
+width (``width``, from ``MIN_WIDTH``): a narrow chart keeps the text at its size, with shorter
+labels and the series' legend under the plot, instead of shrinking everything on a phone.
 """
 
 from __future__ import annotations
 
 import math
-from xml.sax.saxutils import escape, quoteattr
+import re
+from xml.sax.saxutils import escape as _xml_escape
+from xml.sax.saxutils import quoteattr as _xml_quoteattr
 
 import numpy as np
 import pandas as pd
+
+from estimators.formats import printable
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 FONT = 'font-family="system-ui, sans-serif" font-size="11"'
 #: Rows of a bar chart (the table under it lists them all).
 MAX_ROWS = 25
+#: Narrowest chart drawn (a phone's 390 px less the page's margins); below NARROW the layout
+#: changes (short labels, legend below the plot).
+MIN_WIDTH, NARROW = 300, 600
+#: Natural widths: the desktop layout, never drawn wider.
+ROWS_WIDTH, SERIES_WIDTH = 760, 900
+
+
+def chart_width(requested: int | None, natural: int) -> int:
+    """The width to draw: the page's, within [MIN_WIDTH, natural]."""
+    return natural if requested is None else max(MIN_WIDTH, min(natural, int(requested)))
 
 __all__ = ["compare_svg", "estimates_svg", "series_svg"]
+
+
+def escape(text: str) -> str:
+    """Text for an SVG element: non-printable characters as escapes, then XML-escaped."""
+    return _xml_escape(printable(str(text)))
+
+
+def quoteattr(text: str) -> str:
+    return _xml_quoteattr(printable(str(text)))
 
 
 def _fmt(v: float) -> str:
@@ -59,11 +86,20 @@ def _svg(width: int, height: int, body: list[str], title: str) -> str:
 
 def _interval_rows(labels: list[str], mid: np.ndarray, low: np.ndarray, high: np.ndarray,
                    filled: np.ndarray, axis_title: str, title: str, colour_on: str,
-                   colour_off: str, zero_line: bool) -> str:
-    """Horizontal rows: label, interval bar and point, on a shared x axis."""
+                   colour_off: str, zero_line: bool, legend: tuple[str, str] | None = None,
+                   width: int = ROWS_WIDTH) -> str:
+    """Horizontal rows: label, interval bar and point, on a shared x axis; ``legend`` names
+    what a filled and a hollow point mean."""
     n = len(labels)
-    left, right, top, row = 170, 30, 40, 22
-    width, height = 760, top + row * max(n, 1) + 50
+    narrow = width < NARROW
+    # a long title on a narrow chart: two lines, split after "metric:" (bold 13 px ≈ 7.5 px a letter)
+    lines = title.split(": ", 1) if narrow and len(title) * 7.5 > width - 16 and ": " in title else [title]
+    if len(lines) == 2:
+        lines[0] += ":"
+    drop = 16 * (len(lines) - 1)
+    left, right, top, row = (100 if narrow else 170), (16 if narrow else 30), (58 if legend else 40) + drop, 22
+    height = top + row * max(n, 1) + 50
+    keep = 14 if narrow else 24
     finite = np.concatenate([v[np.isfinite(v)] for v in (mid, low, high)] + [np.zeros(1)])
     ticks = _ticks(float(finite.min()), float(finite.max()))
     lo, hi = ticks[0], ticks[-1]
@@ -72,7 +108,15 @@ def _interval_rows(labels: list[str], mid: np.ndarray, low: np.ndarray, high: np
     def xpos(v: float) -> float:
         return left + (v - lo) / (hi - lo) * plot_w
 
-    body = [f'<text x="{left}" y="20" font-size="13" font-weight="bold">{escape(title)}</text>']
+    first = 8 if narrow else left   # where the title and the legend start
+    body = [f'<text x="{first}" y="{20 + 16 * i}" font-size="13" font-weight="bold">{escape(line)}</text>'
+            for i, line in enumerate(lines)]
+    if legend:
+        gap, ly = (150 if narrow else 220), 36 + drop
+        body.append(f'<g class="legend"><circle cx="{first + 6}" cy="{ly}" r="4.5" fill="{colour_on}" '
+                    f'stroke="{colour_on}" stroke-width="1.5"/><text x="{first + 16}" y="{ly + 4}">{escape(legend[0])}</text>'
+                    f'<circle cx="{first + gap + 6}" cy="{ly}" r="4.5" fill="#ffffff" stroke="{colour_off}" '
+                    f'stroke-width="1.5"/><text x="{first + gap + 16}" y="{ly + 4}">{escape(legend[1])}</text></g>')
     for t in ticks:
         x = xpos(t)
         body.append(f'<line x1="{x:.1f}" y1="{top - 6}" x2="{x:.1f}" y2="{top + row * n}" stroke="#e5e5e5"/>'
@@ -84,7 +128,7 @@ def _interval_rows(labels: list[str], mid: np.ndarray, low: np.ndarray, high: np
     for i, label in enumerate(labels):
         y = top + row * i + row / 2
         colour = colour_on if filled[i] else colour_off
-        short = label if len(label) <= 24 else label[:23] + "…"
+        short = label if len(label) <= keep else label[:keep - 1] + "…"
         body.append(f'<text x="{left - 8}" y="{y + 4:.1f}" text-anchor="end">{escape(short)}</text>')
         if math.isfinite(low[i]) and math.isfinite(high[i]):
             body.append(f'<line x1="{xpos(low[i]):.1f}" y1="{y:.1f}" x2="{xpos(high[i]):.1f}" y2="{y:.1f}" '
@@ -94,36 +138,71 @@ def _interval_rows(labels: list[str], mid: np.ndarray, low: np.ndarray, high: np
             body.append(f'<circle class="point" cx="{xpos(mid[i]):.1f}" cy="{y:.1f}" r="4.5" fill="{fill}" '
                         f'stroke="{colour}" stroke-width="1.5"><title>{escape(label)}: {escape(_fmt(mid[i]))} '
                         f'[{escape(_fmt(low[i]))}, {escape(_fmt(high[i]))}]</title></circle>')
-    body.append(f'<text x="{left + plot_w / 2:.1f}" y="{height - 8}" text-anchor="middle" fill="#222">'
-                f'{escape(axis_title)}</text>')
+    body.append(f'<text x="{(width / 2 if narrow else left + plot_w / 2):.1f}" y="{height - 8}" '
+                f'text-anchor="middle" fill="#222">{escape(axis_title)}</text>')
     return _svg(width, height, body, title)
 
 
-def estimates_svg(df: pd.DataFrame) -> str:
-    """One estimate frame (frequency, histogram or mean) as interval rows, largest first."""
+def bucket_widths(labels: list[str]) -> np.ndarray | None:
+    """Widths of histogram buckets from their labels "[lo, hi)" (None if a label is not one)."""
+    widths = []
+    for label in labels:
+        m = re.fullmatch(r"\[([^,]+), ([^\])]+)[)\]]", label)
+        if m is None:
+            return None
+        try:
+            widths.append(float(m.group(2)) - float(m.group(1)))
+        except ValueError:
+            return None
+    return np.asarray(widths)
+
+
+def unequal(widths: np.ndarray | None) -> bool:
+    """Whether histogram buckets differ in width (then shares mislead about the shape)."""
+    return widths is not None and len(widths) > 1 and bool(np.ptp(widths) > 1e-9 * np.max(np.abs(widths)))
+
+
+def estimates_svg(df: pd.DataFrame, width: int | None = None) -> str:
+    """One estimate frame (frequency, histogram or mean) as interval rows, largest first.
+
+    A histogram keeps bucket order; with buckets of unequal width it draws densities (share of
+    reports per unit of the metric), since shares would make a wide bucket look like a peak."""
     a = df.attrs
     kind = a.get("kind")
+    unit = a.get("unit") or ""
+    width = chart_width(width, ROWS_WIDTH)
     conf = f"{100 * a.get('confidence', 0.95):.3g}% intervals"
     if kind == "numeric-mean":
         r = df[df["statistic"] == "mean"]
         lo, hi = a.get("range", [0, 1])
         return _interval_rows(["mean"], r["estimate"].to_numpy(float), r["ci_low"].to_numpy(float),
                               r["ci_high"].to_numpy(float), np.ones(1, bool),
-                              f"mean, range [{_fmt(lo)}, {_fmt(hi)}]", f"{a.get('metric')}: mean, {conf}",
-                              PALETTE[0], PALETTE[0], zero_line=False)
+                              f"mean{' (' + unit + ')' if unit else ''}, range [{_fmt(lo)}, {_fmt(hi)}]",
+                              f"{a.get('metric')}: mean, {conf}", PALETTE[0], PALETTE[0], zero_line=False,
+                              width=width)
     rows = df[df["statistic"] == "count"] if kind == "numeric-histogram" else \
         df.sort_values("estimate", ascending=False, kind="stable")
     rows = rows.head(MAX_ROWS)
     n = float(a.get("n_reports") or 1)
+    labels = [str(v) for v in rows["value"]]
+    scale = np.full(len(rows), n)
+    axis = "proportion of reports (estimate / n)"
+    note = ""
+    if kind == "numeric-histogram":
+        widths = bucket_widths(labels)
+        if unequal(widths):
+            scale = n * widths
+            axis = f"density: proportion of reports per {unit or 'unit'} (buckets of unequal width)"
+            note = ", densities"
     more = f" (largest {len(rows)} of {len(df)})" if kind != "numeric-histogram" and len(df) > len(rows) else ""
-    return _interval_rows([str(v) for v in rows["value"]], rows["estimate"].to_numpy(float) / n,
-                          rows["ci_low"].to_numpy(float) / n, rows["ci_high"].to_numpy(float) / n,
-                          rows["detected"].to_numpy(bool), "proportion of reports (estimate / n)",
-                          f"{a.get('metric')}: n = {int(n):,}, {conf}{more}", PALETTE[0], "#9fb7cf",
-                          zero_line=True)
+    return _interval_rows(labels, rows["estimate"].to_numpy(float) / scale,
+                          rows["ci_low"].to_numpy(float) / scale, rows["ci_high"].to_numpy(float) / scale,
+                          rows["detected"].to_numpy(bool), axis,
+                          f"{a.get('metric')}: n = {int(n):,}, {conf}{note}{more}", PALETTE[0], "#9fb7cf",
+                          zero_line=True, legend=("detected (count > 0)", "not detected"), width=width)
 
 
-def compare_svg(df: pd.DataFrame) -> str:
+def compare_svg(df: pd.DataFrame, width: int | None = None) -> str:
     """A comparison frame: differences B − A with intervals, changed values in red."""
     a = df.attrs
     order = np.argsort(-np.abs(df["difference"].to_numpy(float)), kind="stable")[:MAX_ROWS]
@@ -133,25 +212,49 @@ def compare_svg(df: pd.DataFrame) -> str:
     return _interval_rows([str(v) for v in rows["value"]], rows["difference"].to_numpy(float),
                           rows["ci_low"].to_numpy(float), rows["ci_high"].to_numpy(float),
                           rows["changed"].to_numpy(bool), f"change of {scale}: B − A",
-                          f"{a.get('metric')}: {a.get('b')} vs {a.get('a')}{more}", "#d62728", "#7f7f7f",
-                          zero_line=True)
+                          f"{a.get('metric')}: from A {a.get('a')} to B {a.get('b')}{more}", "#d62728", "#7f7f7f",
+                          zero_line=True, legend=("changed", "no change detected"),
+                          width=chart_width(width, ROWS_WIDTH))
 
 
-def series_svg(df: pd.DataFrame, top: int = 5) -> str:
-    """A series frame: lines with interval bands for the ``top`` values, n per window as bars."""
+#: Statistics a histogram metric's series draws (its quantiles over time, in the metric's units).
+HISTOGRAM_SERIES = ("p50", "p90")
+
+
+def series_svg(df: pd.DataFrame, top: int = 5, values: list[str] | None = None,
+               width: int | None = None) -> str:
+    """A series frame: lines with interval bands for the ``top`` values (or the chosen
+    ``values``), n per window as bars. A mean metric draws its mean, a histogram metric its
+    median and 90th percentile (in its units)."""
     a = df.attrs
+    unit = a.get("unit") or ""
+    in_units = f" ({unit})" if unit else ""
     if a.get("kind") == "numeric-mean":
-        rows, scale, axis = df[df["statistic"] == "mean"].assign(value="mean"), False, "mean"
+        rows, scale, axis = df[df["statistic"] == "mean"].assign(value="mean"), False, "mean" + in_units
+        values = None
+    elif a.get("kind") == "numeric-histogram":
+        rows = df[df["statistic"].isin(HISTOGRAM_SERIES)]
+        rows = rows.assign(value=rows["statistic"])
+        scale, axis, values = False, "quantile" + in_units, list(HISTOGRAM_SERIES)
     else:
         rows = df[df["statistic"] == "count"] if "statistic" in df else df
         scale, axis = True, "proportion of the window's reports"
     windows = list(dict.fromkeys(df["window"]))
     n_per = df.drop_duplicates("window").set_index("window")["n"].reindex(windows).to_numpy(float)
     totals = rows.groupby("value", sort=False)["estimate"].sum(min_count=1).fillna(0.0)
-    values = list(totals.sort_values(ascending=False, kind="stable").index[:top])
-    left, right, top_m, bottom = 60, 170, 36, 70
-    width, height = 900, 380
-    pw, ph = width - left - right, height - top_m - bottom
+    if values:
+        known = {str(v): v for v in totals.index}
+        values = [known[str(v)] for v in values if str(v) in known][:len(PALETTE)]
+    if not values:
+        values = list(totals.sort_values(ascending=False, kind="stable").index[:top])
+    width = chart_width(width, SERIES_WIDTH)
+    narrow = width < NARROW
+    left, right, top_m, bottom = (48, 52, 36, 70) if narrow else (60, 170, 36, 70)
+    ph = 380 - top_m - bottom
+    # the legend: right of the plot, or (narrow) under it in two columns
+    legend_rows = (len(values) + 2) // 2 if narrow else 0
+    height = 380 + 18 * legend_rows + (10 if narrow else 0)
+    pw = width - left - right
     lines = []
     for value in values:
         r = rows[rows["value"] == value].set_index("window").reindex(windows)
@@ -197,15 +300,24 @@ def series_svg(df: pd.DataFrame, top: int = 5) -> str:
             for i in seg:
                 body.append(f'<circle cx="{xpos(i):.1f}" cy="{ypos(est[i]):.1f}" r="2.5" fill="{colour}">'
                             f'<title>{escape(label)} {escape(windows[i])}: {escape(_fmt(est[i]))}</title></circle>')
-        y = top_m + 10 + 18 * k
-        short = label if len(label) <= 18 else label[:17] + "…"
-        body.append(f'<rect x="{left + pw + 50}" y="{y - 8}" width="12" height="12" fill="{colour}"/>'
-                    f'<text x="{left + pw + 68}" y="{y + 2}">{escape(short)}</text>')
-    body.append(f'<rect x="{left + pw + 50}" y="{top_m + 10 + 18 * len(lines) - 8}" width="12" height="12" '
-                f'fill="#d9d9d9"/><text x="{left + pw + 68}" y="{top_m + 12 + 18 * len(lines)}">n (reports)</text>')
+        body.append(_legend_item(k, colour, label, narrow, left, pw, top_m, width))
+    body.append(_legend_item(len(lines), "#d9d9d9", "n (reports)", narrow, left, pw, top_m, width))
     body.append(f'<text x="14" y="{top_m + ph / 2:.1f}" text-anchor="middle" fill="#222" '
                 f'transform="rotate(-90 14 {top_m + ph / 2:.1f})">{escape(axis)}</text>')
     return _svg(width, height, body, f"{a.get('metric')} by window")
+
+
+def _legend_item(k: int, colour: str, label: str, narrow: bool, left: int, pw: float, top_m: int,
+                 width: int) -> str:
+    """Legend entry ``k`` of a series: right of the plot, or (narrow) under it in two columns."""
+    if narrow:
+        x, y = 8 + (k % 2) * (width - 16) / 2, 380 + 4 + 18 * (k // 2)
+        keep = max(8, int((width - 16) / 2 / 7) - 3)
+    else:
+        x, y, keep = left + pw + 50, top_m + 10 + 18 * k, 18
+    short = label if len(label) <= keep else label[:keep - 1] + "…"
+    return (f'<rect x="{x:.1f}" y="{y - 8:.1f}" width="12" height="12" fill="{colour}"/>'
+            f'<text x="{x + 18:.1f}" y="{y + 2:.1f}">{escape(short)}</text>')
 
 
 def _segments(ok: np.ndarray) -> list[list[int]]:

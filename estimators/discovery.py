@@ -19,6 +19,10 @@ All keys kept at level L are then estimated jointly on the held-out group L and 
 them (ranked on group L−1) reported, so the estimates, intervals and p-values come from data that
 played no part in choosing them (no winner's curse); they are scaled to the whole population, and
 their variance carries a bound on the residual collision bias of the strings that were not kept.
+Each estimate is then capped by its prefixes' estimates on the selection groups (``chain_caps``):
+forged reports can claim the held-out group, whose estimate is scaled by n/n_h, and the cap makes
+what they move independent of where they are put (docs/security.md). The group sizes are tested
+against the multinomial honest devices produce (``group_size_test``).
 ``decode_candidates`` estimates a given list the same way, with the discovered keys as nuisance.
 """
 
@@ -49,6 +53,11 @@ DEFAULT_TOP = 20
 MAX_TOP = 100
 #: Candidate gather is done this many candidates at a time (memory: seeds × chunk int64).
 CHUNK = 2048
+#: Standard errors of margin in the prefix caps (``chain_caps``): large enough that honest
+#: estimates are almost never capped, the free room it leaves a forger is CAP_Z standard errors.
+CAP_Z = 4.0
+#: Group-size p-value below which discover estimates carry a warning (attrs["warning"]).
+GROUP_SIZE_ALPHA = 1e-6
 #: Listed candidates (--candidates) estimated jointly at most this many at a time: the joint
 #: system is k × k dense (100,000 listed strings would need 80 GB), ~1 s per 1,000 at the defaults.
 JOINT_MAX = 1000
@@ -125,9 +134,19 @@ def _top(values: np.ndarray, k: int) -> np.ndarray:
     return idx[np.argsort(-values[idx], kind="stable")]
 
 
-def search(proto: Discover, sketch: Sketch, *, keep: int, screen: int) -> tuple[list[Key], np.ndarray, float]:
+class _Level:
+    """What the search learnt at one level: its group, the screened keys' joint estimates and
+    a bound on the count of any key that was not kept (used by ``chain_caps``)."""
+
+    def __init__(self, group: _Group, fps: np.ndarray, joint: np.ndarray, outside_max: float) -> None:
+        self.group, self.fps, self.joint, self.outside_max = group, fps, joint, outside_max
+
+
+def search(proto: Discover, sketch: Sketch, *, keep: int, screen: int,
+           levels: list[_Level] | None = None) -> tuple[list[Key], np.ndarray, float]:
     """Levels 1..L (module docstring): the kept keys of level L, their level-L estimates and the
-    standard error of a zero count at level L."""
+    standard error of a zero count at level L. ``levels``, when given, receives each level's
+    ``_Level``."""
     par = proto.params
     counts = sketch.counts.reshape(par.groups, par.seeds, par.g)
     reports = sketch.reports.reshape(par.groups, par.seeds)
@@ -146,7 +165,97 @@ def search(proto: Discover, sketch: Sketch, *, keep: int, screen: int) -> tuple[
         kept = [cands[chosen[i]] for i in order]
         est = joint[order]
         null_se = float(np.sqrt(proto.variance(group.n, 0.0)))
+        if levels is not None:
+            floor = (max(float(est.min()), 0.0) + 3 * null_se) if len(est) else 0.0
+            levels.append(_Level(group, fps[chosen], joint, floor))
     return kept, est, null_se
+
+
+def ancestor(key: Key, level: int) -> Key:
+    """The level-``level`` key of the strings under a level-L key (client_sdk.protocols.discover:
+    the first ``level`` bytes, open, or the whole string, ended, if it is shorter)."""
+    b, _ = key
+    return (b[:level], False) if len(b) >= level else (b, True)
+
+
+def _level_estimates(level: _Level, fps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Estimates of arbitrary keys on one selection level, and their variances.
+
+    One row of the level's joint system, with the screened keys C as nuisance at their joint
+    estimates: ĉ(a) = (S(a) − n/g − Σ_{k∈C, k≠a} (φ(a,k) − 1/g) ĉ(k)) / (1 − 1/g). For a ∈ C
+    this is its joint estimate; for other keys it removes the frozen collisions with the heavy
+    ones. The variance is the group's local-hashing variance plus the residual-collision bound
+    of ``_held_out`` (mass outside C)."""
+    grp = level.group
+    g, m = grp.g, grp.m
+    out_c, out_v = [], []
+    cells_c = grp.cells(level.fps)
+    k = len(level.fps)
+    onehot_c = sparse.csr_matrix((np.ones(cells_c.size), (cells_c.ravel(), np.tile(np.arange(k), m))),
+                                 shape=(m * g, k))
+    member = {int(f): i for i, f in enumerate(level.fps)}
+    p, base = grp.proto.p, (1 / g) * (1 - 1 / g)
+    outside = max(0.0, grp.n - float(np.clip(level.joint, 0, None).sum()))
+    residual = max(level.outside_max, 0.0) * outside / (g * m * (1 - 1 / g))
+    for i in range(0, len(fps), CHUNK):
+        part = fps[i:i + CHUNK]
+        cells = grp.cells(part)
+        onehot = sparse.csc_matrix((np.ones(cells.size), (cells.ravel(), np.tile(np.arange(len(part)), m))),
+                                   shape=(m * g, len(part)))
+        phi = (onehot.T @ onehot_c).toarray() / m                          # φ(a, k)
+        nuisance = (phi - 1 / g) @ level.joint
+        self_idx = np.array([member.get(int(f), -1) for f in part])
+        inside = self_idx >= 0
+        nuisance[inside] -= (1 - 1 / g) * level.joint[self_idx[inside]]   # k = a is not nuisance
+        support = grp.z[cells].sum(axis=0)
+        est = (support - grp.n / g - nuisance) / (1 - 1 / g)
+        var = (grp.n * base + np.clip(est, 0, grp.n) * (p * (1 - p) - base)) / (p - grp.proto.q) ** 2
+        out_c.append(est)
+        out_v.append(var + residual)
+    if not out_c:
+        return np.zeros(0), np.zeros(0)
+    return np.concatenate(out_c), np.concatenate(out_v)
+
+
+def chain_caps(proto: Discover, sketch: Sketch, levels: list[_Level], keys: list[Key]) -> np.ndarray:
+    """Population-scale upper bounds on the counts of level-L ``keys`` from the selection groups.
+
+    A string's count is at most that of each of its prefixes, and group ℓ−1 estimates the
+    prefix of level ℓ independently of the held-out group. So min over ℓ of (prefix estimate
+    scaled by n/n_ℓ + CAP_Z standard errors) bounds the string's population count. Honest data
+    rarely reach it (each level's bound exceeds an unbiased held-out estimate by CAP_Z of its own
+    standard errors; Gaussian tail 4/√2 = 2.8σ per level). A forger, though, must raise *every*
+    group to move the minimum: with m_t of its reports in group t it moves the bound of level
+    t+1 by about (n/n_t)·g·m_t, and min_t (n/n_t)·m_t ≤ Σ_t m_t = m (the weights n_t/n sum to
+    one), so whatever the placement the capped estimate moves by at most about g·m — the
+    honest-placement figure — plus the CAP_Z margin (docs/security.md)."""
+    n = sketch.total_reports
+    caps = np.full(len(keys), np.inf)
+    for depth, level in enumerate(levels, start=1):
+        anc = [ancestor(k, depth) for k in keys]
+        distinct = list(dict.fromkeys(anc))
+        est, var = _level_estimates(level, fingerprints([_key_blob(a) for a in distinct]))
+        pop, pop_var = scale_to_population(est, var, level.group.n, n)
+        upper = pop + CAP_Z * np.sqrt(np.maximum(pop_var, 0.0))
+        where = {a: i for i, a in enumerate(distinct)}
+        caps = np.minimum(caps, upper[[where[a] for a in anc]])
+    return caps
+
+
+def group_size_test(proto: Discover, sketch: Sketch) -> tuple[float, float]:
+    """(p-value of Pearson's chi-square that the group sizes are multinomial with equal
+    probabilities, z of the held-out group's excess). Honest devices' groups are uniform
+    (HMAC of their secret); a forger chooses its group, and an excess in the held-out group is
+    the signature of the held-out attack (512 extra reports among 10⁵ at L = 16: z ≈ 7)."""
+    par = proto.params
+    sizes = sketch.reports.reshape(par.groups, -1).sum(axis=1).astype(np.float64)
+    n = float(sizes.sum())
+    if n <= 0:
+        return 1.0, 0.0
+    expected = n / par.groups
+    chi2 = float(((sizes - expected) ** 2 / expected).sum())
+    z = float((sizes[-1] - expected) / np.sqrt(n * (1 / par.groups) * (1 - 1 / par.groups)))
+    return float(stats.chi2.sf(chi2, par.groups - 1)), z
 
 
 def _held_out(proto: Discover, sketch: Sketch, keys: list[Key], outside_max: float) -> tuple[np.ndarray, np.ndarray, int]:
@@ -187,16 +296,33 @@ def discover(proto: Discover, sketch: Sketch, *, top: int | None = None, keep: i
     n = sketch.total_reports
     if n <= 0:
         raise EstimationError("no reports in the selected window(s)")
-    kept, counts_h, var_h, n_h = _search_and_hold_out(proto, sketch, kept_extra=[], keep=keep, screen=screen)
-    return _frame(proto, kept[:top], counts_h[:top], var_h[:top], n_h, n, confidence=confidence,
-                  alpha=alpha, control=control, simultaneous=simultaneous)
+    levels: list[_Level] = []
+    kept, counts_h, var_h, n_h = _search_and_hold_out(proto, sketch, kept_extra=[], keep=keep, screen=screen,
+                                                      levels=levels)
+    caps = chain_caps(proto, sketch, levels, kept[:top])
+    df = _frame(proto, sketch, kept[:top], counts_h[:top], var_h[:top], n_h, n, caps, confidence=confidence,
+                alpha=alpha, control=control, simultaneous=simultaneous)
+    # only what was found: the search always keeps ``keep`` keys, and below the heavy strings they
+    # are byte strings nobody holds (the multiple-testing family stays the ``top`` ranked keys)
+    found = df[df["detected"]].reset_index(drop=True)
+    found.attrs = dict(df.attrs, tested=len(df))
+    return found
 
 
-def _search_and_hold_out(proto: Discover, sketch: Sketch, *, kept_extra: list[Key], keep: int, screen: int
-                         ) -> tuple[list[Key], np.ndarray, np.ndarray, int]:
+def key_text(key: Key) -> str:
+    """An unambiguous printable form of a key: printable ASCII as is, a backslash as ``\\\\``,
+    every other byte as ``\\xNN``, and ``\\…`` after a string cut at max_length (not ended).
+    Two keys whose bytes decode to the same text (invalid UTF-8 is shown as U+FFFD) differ here."""
+    b, ended = key
+    text = "".join("\\\\" if x == 0x5C else chr(x) if 0x20 <= x < 0x7F else f"\\x{x:02x}" for x in b)
+    return text if ended else text + "\\…"
+
+
+def _search_and_hold_out(proto: Discover, sketch: Sketch, *, kept_extra: list[Key], keep: int, screen: int,
+                         levels: list[_Level] | None = None) -> tuple[list[Key], np.ndarray, np.ndarray, int]:
     """Search, then held-out estimates of ``kept_extra`` + the kept keys (not repeated); a
     ``kept_extra`` longer than JOINT_MAX (distinct keys) is estimated in blocks and returned alone."""
-    kept, est, null_se = search(proto, sketch, keep=keep, screen=screen)
+    kept, est, null_se = search(proto, sketch, keep=keep, screen=screen, levels=levels)
     n_level = int(sketch.reports.reshape(proto.params.groups, -1)[-2].sum())
     # no key outside the kept ones exceeds the smallest kept estimate by more than 3 standard errors
     floor = (max(float(est.min()), 0.0) + 3 * null_se) if len(est) else 0.0
@@ -234,9 +360,12 @@ def decode_candidates(proto: Discover, sketch: Sketch, candidates: list[str], *,
         b = truncate(value, par.max_length)
         listed.setdefault((b, len(b) < par.max_length))
     wanted = list(listed)
-    keys, counts_h, var_h, n_h = _search_and_hold_out(proto, sketch, kept_extra=wanted, keep=40, screen=160)
+    levels: list[_Level] = []
+    keys, counts_h, var_h, n_h = _search_and_hold_out(proto, sketch, kept_extra=wanted, keep=40, screen=160,
+                                                      levels=levels)
     k = len(wanted)
-    return _frame(proto, wanted, counts_h[:k], var_h[:k], n_h, n, confidence=confidence,
+    caps = chain_caps(proto, sketch, levels, wanted)
+    return _frame(proto, sketch, wanted, counts_h[:k], var_h[:k], n_h, n, caps, confidence=confidence,
                   alpha=alpha, control=control, simultaneous=simultaneous)
 
 
@@ -253,9 +382,12 @@ def scale_to_population(counts_h: np.ndarray, var_h: np.ndarray, n_h: int, n: in
     return counts, var_h * r * r + c * (1 - c / n) * (r - 1)
 
 
-def _frame(proto: Discover, final: list[Key], counts_h: np.ndarray, var_h: np.ndarray, n_h: int, n: int,
-           *, confidence: float, alpha: float, control: str, simultaneous: bool) -> pd.DataFrame:
+def _frame(proto: Discover, sketch: Sketch, final: list[Key], counts_h: np.ndarray, var_h: np.ndarray, n_h: int,
+           n: int, caps: np.ndarray, *, confidence: float, alpha: float, control: str, simultaneous: bool
+           ) -> pd.DataFrame:
     counts, variances = scale_to_population(counts_h, var_h, n_h, n)
+    capped = counts > caps  # no string is more frequent than its prefixes (chain_caps)
+    counts = np.minimum(counts, caps)
     std = np.sqrt(np.maximum(variances, 0.0))
     z = z_value(confidence, len(final) if simultaneous else 1)
     low, high = np.clip(counts - z * std, 0, n), np.clip(counts + z * std, 0, n)
@@ -264,6 +396,7 @@ def _frame(proto: Discover, final: list[Key], counts_h: np.ndarray, var_h: np.nd
     p_value = stats.norm.sf(zs)
     df = pd.DataFrame({
         "value": [b.decode("utf-8", errors="replace") for b, _ in final],
+        "key": [key_text(k) for k in final],
         "estimate": counts,
         "proportion": counts / n,
         "std_err": std,
@@ -272,7 +405,13 @@ def _frame(proto: Discover, final: list[Key], counts_h: np.ndarray, var_h: np.nd
         "p_value": p_value,
         "detected": detect(p_value, alpha, control),
     })
+    p_sizes, z_held = group_size_test(proto, sketch)
     df.attrs.update(protocol=proto.name, epsilon=proto.epsilon, n_reports=n, n_held_out=n_h,
                     confidence=confidence, simultaneous=simultaneous, post_processed=None, z=z,
-                    max_length=proto.params.max_length)
+                    max_length=proto.params.max_length, capped=int(capped.sum()),
+                    group_size_p_value=p_sizes, held_out_excess_z=z_held)
+    if p_sizes < GROUP_SIZE_ALPHA:
+        df.attrs["warning"] = (f"the discovery groups' sizes are not what honest devices produce (chi-square "
+                               f"p = {p_sizes:.1e}; held-out group {z_held:+.1f} sd): forged reports chose their "
+                               "group; estimates are capped by their prefixes (docs/security.md)")
     return df

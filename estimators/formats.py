@@ -29,6 +29,7 @@ def _jsonable(value: Any) -> Any:
 COLUMN_SCALES = {
     "window": "window label (UTC day YYYY-MM-DD or hour YYYY-MM-DDTHH)",
     "value": "value of the metric's domain (or bucket label)",
+    "key": "a discovered string's bytes, unambiguous: printable ASCII, \\\\, \\xNN; a trailing \\… if cut at max_length",
     "statistic": "row kind of a numeric metric (count = a bucket, or mean, sum, n, p10 ... p99)",
     "estimate": "count (reports holding the value), or the statistic in the metric's units",
     "raw_estimate": "count, unbiased, before post-processing",
@@ -53,13 +54,54 @@ def frame_to_json(df: pd.DataFrame) -> str:
     Floats are written with Python's shortest round-tripping repr (``json`` does), so a
     reader gets back exactly the float computed; ``meta.columns`` names each column's scale.
     """
-    rows = [{k: _jsonable(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
+    rows = [{k: _jsonable(v) for k, v in row.items()} for row in _series_detected(df).to_dict(orient="records")]
     meta = dict(df.attrs, columns={c: COLUMN_SCALES[c] for c in df.columns if c in COLUMN_SCALES})
     return json.dumps({"meta": _jsonable(meta), "estimates": rows}, indent=2) + "\n"
 
 
-def frame_to_csv(df: pd.DataFrame) -> str:
+#: First characters that make a spreadsheet (Excel, LibreOffice, Google Sheets) read a cell as a
+#: formula, or that some of them strip before doing so (OWASP, "CSV Injection").
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """A string cell a spreadsheet would run as a formula, with a ``'`` before it (displayed as
+    text, the apostrophe hidden); anything else unchanged. Reported strings are chosen by whoever
+    sends reports, so an export must not carry ``=cmd|' /C calc'!A0`` into a spreadsheet live."""
+    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
+        return "'" + value
+    return value
+
+
+def _series_detected(df: pd.DataFrame) -> pd.DataFrame:
+    """A series' empty windows (n = 0) have no ``detected``: written as an empty field / null."""
+    if "n" not in df or "detected" not in df or not (df["n"] == 0).any():
+        return df
+    out = df.copy()
+    out["detected"] = out["detected"].astype(object).where(out["n"] != 0, None)
+    return out
+
+
+def frame_to_csv(df: pd.DataFrame, raw: bool = False) -> str:
     """CSV whose floats round-trip exactly: each is written as the shortest decimal that parses
     back to the same float64 (Python's ``repr``; pandas' default), never rounded for display.
-    NaN (a window without reports, an untestable value) is an empty field."""
-    return df.to_csv(index=False, lineterminator="\n")
+    NaN (a window without reports, an untestable value) is an empty field, and so is
+    ``detected`` of a series' empty window. Strings that a spreadsheet would run as a formula
+    get a leading ``'`` (``spreadsheet_safe``) unless ``raw`` (docs/guide-analysts.md, "Exports")."""
+    out = _series_detected(df)
+    if not raw:
+        text = [c for c in out.columns if out[c].dtype == object or pd.api.types.is_string_dtype(out[c])]
+        if text:
+            out = out.copy() if out is df else out
+            for c in text:
+                out[c] = out[c].map(spreadsheet_safe)
+    return out.to_csv(index=False, lineterminator="\n")
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable (control characters such as ESC,
+    which would drive a terminal, format and separator characters) written as a Python escape
+    (``\\x1b``, ``\\u200b``): safe to print on a terminal or to put into XML."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)

@@ -5,7 +5,8 @@ histogram metric's frame is the frequency frame over its buckets with a leading 
 column and rows for the mean and quantiles appended.
 
 Columns: value, estimate (unbiased count), proportion, std_err (of the count), ci_low,
-ci_high (count bounds), p_value (one-sided test of "count = 0"), detected; with
+ci_high (count bounds), p_value (one-sided test of "count = 0": the exact binomial tail of the
+support count for pure protocols, docs/math.md §8; normal otherwise), detected; with
 ``consistent=True`` also raw_estimate (the unbiased one) and the Norm-Sub output in
 estimate/proportion. ``df.attrs`` carries metric, fingerprint, protocol, epsilon, n_reports,
 confidence, simultaneous and post_processed.
@@ -24,7 +25,7 @@ from client_sdk.protocols.base import PureProtocol, Sketch
 from client_sdk.registry import Kind, MetricSpec
 
 from .consistency import norm_sub
-from .intervals import exact_small_counts, wald_interval, z_value
+from .intervals import exact_small_counts, wald_interval, z_value, zero_count_p_values
 from .multiple_testing import CONTROLS, check_control, detect
 
 COLUMNS = ["value", "estimate", "proportion", "std_err", "ci_low", "ci_high", "p_value", "detected"]
@@ -89,12 +90,14 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
     low, high = wald_interval(est.counts, est.variances, n, confidence, simultaneous)
     model = (proto.support_counts(sketch), proto.p, proto.q) if isinstance(proto, PureProtocol) \
         else getattr(proto, "small_count_model", lambda _: None)(sketch)  # one-cohort OLH is GRR
-    if model is not None:  # tiny support counts: exact interval (intervals.py)
+    if model is not None:  # exact law of the support count (intervals.py, docs/math.md §8)
         support, p_star, q_star = model
         low, high = exact_small_counts(low, high, support, n, p_star, q_star, confidence, simultaneous)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.where(std > 0, est.counts / std, np.inf * np.sign(est.counts))
-    p_value = stats.norm.sf(z)
+        p_value = zero_count_p_values(support, n, q_star)
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = np.where(std > 0, est.counts / std, np.inf * np.sign(est.counts))
+        p_value = stats.norm.sf(z)
     d = len(est.counts)
     df = pd.DataFrame({
         "value": list(spec.domain or range(d)),

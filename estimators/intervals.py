@@ -9,6 +9,12 @@ count is nearly Poisson and a 95% Wald interval covers ~88%). For pure protocols
 count of v is a sum of independent Bernoullis with mean λ = q* + (p*−q*)·f(v), so a
 Clopper–Pearson interval on λ, mapped linearly, covers at least nominally (docs/math.md §8);
 ``exact_small_counts`` uses it for the items whose support count is below SMALL_SUPPORT.
+
+The test of "c(v) = 0" behind ``detected`` uses the same exact law: under that null every
+report supports v with probability q* independently, so Sᵥ ~ Binomial(n, q*) exactly and
+``zero_count_p_values`` returns the exact upper tail P(Binomial(n, q*) ≥ Sᵥ), valid (never
+below uniform) at every n, d and ε; a normal tail there is orders of magnitude too small when
+n·q* is a few units (docs/math.md §8).
 """
 
 from __future__ import annotations
@@ -53,6 +59,25 @@ def exact_small_counts(low: np.ndarray, high: np.ndarray, support: np.ndarray, n
     low, high = low.copy(), high.copy()
     low[small], high[small] = cp_low, cp_high
     return low, high
+
+
+def zero_count_p_values(support: np.ndarray, n: int, q_star: float) -> np.ndarray:
+    """Exact one-sided p-values of "c(v) = 0" for a pure protocol: P(Binomial(n, q*) ≥ Sᵥ).
+
+    The upper tail itself, not a mid-p: the discrete test then rejects with probability at most
+    its level under the null, which Holm and Benjamini–Hochberg need. Support counts take few
+    distinct values, so the tail is evaluated once per distinct count (a lookup table when the
+    counts are no larger than their number, as when n is far below d).
+    """
+    raw = np.asarray(support)
+    s = raw.astype(np.int64) if raw.dtype.kind in "iu" else np.rint(raw).astype(np.int64)
+    if s.size == 0:
+        return np.zeros(0)
+    top = int(s.max())
+    if 0 <= int(s.min()) and top < s.size:
+        return stats.binom.sf(np.arange(-1, top), n, q_star)[s]
+    distinct, where = np.unique(s, return_inverse=True)
+    return stats.binom.sf(distinct - 1, n, q_star)[where.reshape(s.shape)]
 
 
 def wald_interval(counts: np.ndarray, variances: np.ndarray, n: int, confidence: float = 0.95,

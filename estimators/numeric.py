@@ -7,10 +7,12 @@ is honest for any data). In the metric's units x = lo + (t + 1)(hi − lo)/2, so
     mean_x = lo + (mean_t + 1)·(hi − lo)/2,   SE_x = SE_t·(hi − lo)/2,
     sum    = n·mean_x,                        SE_sum = n·SE_x,
 
-with Wald intervals mean ± z·SE intersected with [lo, hi] (the device clips every value into
+with intervals that hold at every n (estimators.mean_intervals: exact Clopper–Pearson for the
+two-cell mechanisms, a score interval floored by the mechanism's own variance for the others),
+mapped to the metric's units and intersected with [lo, hi] (the device clips every value into
 the range, so the true mean lies there and clipping the interval cannot lose coverage). The
-protocol floors the variance at its smallest exact per-report variance (NumericProtocol.estimate),
-so reports that happen to agree do not give a zero-width interval.
+standard error is the reports' own spread, floored at the smallest exact per-report variance
+(NumericProtocol.estimate), so reports that happen to agree do not give a zero SE.
 
 Histogram metrics: the bucket frequencies come from the frequency oracle (estimators.frequency);
 this module adds rows for the mean and the quantiles p10 ... p99, computed from the empirical
@@ -55,6 +57,7 @@ from client_sdk.registry import MetricSpec
 
 from .consistency import norm_sub
 from .intervals import z_value
+from .mean_intervals import mean_interval
 
 MEAN_COLUMNS = ["statistic", "estimate", "std_err", "ci_low", "ci_high"]
 #: Quantiles a histogram metric's estimate reports (name, level).
@@ -63,7 +66,7 @@ QUANTILES = (("p10", 0.10), ("p25", 0.25), ("p50", 0.50), ("p75", 0.75), ("p90",
 
 
 def mean_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95) -> pd.DataFrame:
-    """Rows mean, sum and n of a mean metric, in the metric's units, with Wald intervals."""
+    """Rows mean, sum and n of a mean metric, in the metric's units, with intervals valid at every n."""
     proto = spec.protocol_impl
     est = proto.estimate(sketch)
     n = est.n
@@ -73,10 +76,9 @@ def mean_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95) ->
     half_width = (hi - lo) / 2.0
     mean = float(spec.denormalise(est.mean))
     se = math.sqrt(max(est.variance, 0.0)) * half_width if math.isfinite(est.variance) else math.inf
-    z = z_value(confidence)
-    # the interval intersected with [lo, hi]: both ends clipped, so it is never inverted even
-    # when the unbiased estimate itself lies outside the range
-    mean_low, mean_high = min(max(lo, mean - z * se), hi), max(min(hi, mean + z * se), lo)
+    t_low, t_high = mean_interval(proto, sketch, confidence)   # within [−1, 1]: never inverted
+    mean_low = min(max(lo, float(spec.denormalise(t_low))), hi)
+    mean_high = max(min(hi, float(spec.denormalise(t_high))), mean_low)
     df = pd.DataFrame({
         "statistic": ["mean", "sum", "n"],
         "estimate": [mean, n * mean, float(n)],

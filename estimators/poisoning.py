@@ -19,7 +19,13 @@ m forged ones move the estimated share from f to (n f + m g) / (n + m), i.e. by
 This is the manipulation bound of Cheu, Smith and Ullman (2021) and Cao, Jia and Gong (2021):
 the smaller ε, the larger g, the cheaper the attack. For unary encodings (OUE/SUE) one
 all-ones payload supports *every* value at once (``values_per_report`` = d); RAPPOR's figure
-is per Bloom bit (a forged report may set all k bits). For the numeric mean mechanisms the
+is per Bloom bit (a forged report may set all k bits). LOLOHA is local hashing with its two
+rounds' composed p'. dBitFlipPM's estimate divides by the n·d/k reports that see a bucket,
+so its gain is k/d times the per-bit one, on each of the d buckets of a window. Discover's
+gain is local hashing's on one group; estimators/discovery.py caps every estimate by its
+prefixes' estimates on all the groups, so wherever a forger puts its reports the population
+estimate moves by about g per report (plus at most the cap's margin, CAP_Z standard errors;
+docs/security.md). For the numeric mean mechanisms the
 gain is the largest debiased output v(y) minus the far end of the range (−1 on the
 normalised scale), and one point is 1% of the value range (0.02 on [−1, 1]).
 """
@@ -57,10 +63,15 @@ def support_probabilities(proto: Protocol) -> tuple[float, float] | None:
     if isinstance(proto, PureProtocol):
         return float(proto.p), float(proto.q)
     name = proto.name
-    if name == "olh":  # p* = p', q* = 1/g (Wang et al. 2017)
+    if name in ("olh", "loloha", "discover"):
+        # local hashing: p* = p', q* = 1/g (Wang et al. 2017); LOLOHA's p' is its two rounds'
+        # composed keep probability; discover's figure is per group (see poisoning_bound)
         return float(proto.p), 1.0 / proto.params.g
-    if name == "rappor":  # per Bloom bit of one report (Erlingsson et al. 2014)
-        return float(proto.params.p_star), float(proto.params.q_star)
+    if name == "rappor":
+        # per Bloom bit of one report (Erlingsson et al. 2014). RAPPOR names its rates the
+        # other way round: its q* = P(bit reported 1 | Bloom bit 1) is the support p* here,
+        # and its p* = P(1 | 0) is q* (read the other way, the gain came out negative)
+        return float(proto.params.q_star), float(proto.params.p_star)
     return None
 
 
@@ -75,13 +86,24 @@ def values_supported(proto: Protocol) -> int:
         return int(proto.params.s)
     if proto.name == "hr":
         return min(int(proto.domain_size), int(proto.params.k) // 2)
+    if proto.name == "dbitflip":
+        return int(proto.params.sampled)
     return 1
+
+
+def dbitflip_gain(proto: Protocol) -> float:
+    """One forged dBitFlipPM report whose window holds v, v's bit set: ĉ_v = n(C_v/n_v − Q)/(P − Q)
+    moves by (k/d)(1 − Q)/(P − Q) (n_v ≈ n·d/k reports see v; at f_v = 0, to first order)."""
+    par = proto.params
+    return (par.d / par.sampled) * (1.0 - par.q) / (par.p - par.q)
 
 
 def poisoning_bound(proto: Protocol) -> PoisoningBound:
     """The per-report gain and the forged share that moves an estimate by one point."""
     pq = support_probabilities(proto)
-    if pq is not None:
+    if proto.name == "dbitflip":
+        gain, values, point = dbitflip_gain(proto), values_supported(proto), POINT
+    elif pq is not None:
         p_star, q_star = pq
         gain = (1.0 - q_star) / (p_star - q_star)
         values = values_supported(proto)

@@ -177,16 +177,18 @@ def _finite_field(path: Path, line: int, field: str, raw: str | None) -> float:
     return x
 
 
-def numeric_truth(spec: MetricSpec, population: NumericPopulation) -> list[tuple[str, float]]:
+def numeric_truth(spec: MetricSpec, population: NumericPopulation) -> list[tuple[str, float | int]]:
     """``statistic,value`` rows of the truth an estimate targets: the clipped values' mean, sum
-    and n, how many were clipped, and for histograms the bucket counts and quantiles p10..p99."""
+    and n, how many were clipped, and for histograms the bucket counts and quantiles p10..p99
+    (counts are ints, so a truth file says ``n,100000``)."""
     lo, hi = spec.bounds
     x = np.clip(population.values, lo, hi)
-    rows = [("mean", float(x.mean())), ("sum", float(x.sum())), ("n", float(x.size)),
-            ("clipped", float(np.count_nonzero(x != population.values)))]
+    rows: list[tuple[str, float | int]] = [
+        ("mean", float(x.mean())), ("sum", float(x.sum())), ("n", int(x.size)),
+        ("clipped", int(np.count_nonzero(x != population.values)))]
     if spec.is_histogram:
         counts = np.bincount(spec.bucket_of(x), minlength=len(spec.edges) - 1)
-        rows += [(label, float(c)) for label, c in zip(spec.domain or (), counts)]
+        rows += [(label, int(c)) for label, c in zip(spec.domain or (), counts)]
         from .numeric import QUANTILES
 
         ordered = np.sort(x)

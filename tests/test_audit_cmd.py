@@ -98,9 +98,51 @@ def test_never_significantly_above_the_ledger_bound(registry, metric, pair):
     spec = registry.get(metric)
     rng = np.random.default_rng(2)
     for t in (1, 3, 12):
-        row = distinguish(spec, pair, t, 600, rng)
-        assert wider(row)[0] <= row.bound, row
-        assert row.epsilon_lower_bound <= row.epsilon + 1e-9
+        row = distinguish(spec, pair, t, GAMES, rng)
+        assert not above_bound(round(row.accuracy * row.trials), row.trials, row.bound), row
+        # the reported lower bound is the 95 % one (at a tight bound it exceeds ε 2.5 % of the
+        # time, so it is not what the check above tests): the logit of the interval's low end
+        assert row.epsilon_lower_bound == pytest.approx(logit(row.ci_low) if row.ci_low > 0.5 else 0.0)
+
+
+#: Games per (metric, T): with the one-sided exact test below at level 1e-4, an attacker 0.035
+#: above the bound fails it with probability >= 0.5 and one 0.05 above with >= 0.95 (checked
+#: exactly by test_the_bound_check_has_the_power_it_claims); 600 games and a 99.99 % two-sided
+#: interval let one ~0.07 above pass half the time.
+GAMES = 3000
+#: Chance that a correct attacker (accuracy at most the bound) fails one check.
+FALSE_FAILURE = 1e-4
+
+
+def above_bound(correct: int, trials: int, bound: float) -> bool:
+    """Exact one-sided binomial test of "accuracy <= bound": P(X >= correct | bound) < 1e-4."""
+    from scipy import stats
+
+    return bool(stats.binom.sf(correct - 1, trials, bound) < FALSE_FAILURE)
+
+
+@pytest.mark.parametrize("bound", [0.6225, 0.7311, 0.924])   # e^ε/(1+e^ε) at ε = 0.5, 1, 2.5
+def test_the_bound_check_has_the_power_it_claims(bound):
+    """Exactly, from the binomial law: the check fails an attacker at the bound with probability
+    <= 1e-4, one 0.035 above (capped below 1) with >= 0.5, and one 0.05 above with >= 0.95."""
+    from scipy import stats
+
+    n = GAMES
+    first_failing = next(k for k in range(n + 1) if above_bound(k, n, bound))
+
+    def fail_rate(p: float) -> float:
+        return float(stats.binom.sf(first_failing - 1, n, min(p, 0.9999)))
+
+    assert fail_rate(bound) <= FALSE_FAILURE
+    assert fail_rate(bound + 0.035) >= 0.5 or bound + 0.035 >= 0.96
+    assert fail_rate(bound + 0.05) >= 0.95 or bound + 0.05 >= 0.97
+    # the old check (600 games, 99.99 % Clopper–Pearson lower bound <= bound) passed an attacker
+    # 0.05 above the bound more often than not (that is what made it weak)
+    high = min(bound + 0.05, 0.9999)
+    ks = range(int(600 * high - 60), min(600, int(600 * high + 60)) + 1)
+    old_pass = sum(stats.binom.pmf(k, 600, high) for k in ks
+                   if stats.binomtest(k, 600).proportion_ci(0.9999, method="exact").low <= bound)
+    assert old_pass > 0.5 or bound > 0.9   # near 1 the binomial is narrow for both checks
 
 
 @pytest.mark.statistical

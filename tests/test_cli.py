@@ -42,7 +42,7 @@ def test_simulate_then_estimate_all_formats(run, registry_file, tmp_path):
     assert sum(int(r["count"]) for r in rows) == 5000
 
     table = run("estimate", "--metrics", str(registry_file), "--metric", "theme", "--db", str(db)).output
-    assert "protocol grr" in table and "reports 5000" in table and "light" in table
+    assert "protocol grr" in table and "reports 5,000" in table and "light" in table
 
     data = json.loads(run("estimate", "--metrics", str(registry_file), "--metric", "theme",
                           "--db", str(db), "--window", "2026-11-01", "--format", "json").output)

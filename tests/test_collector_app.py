@@ -470,10 +470,10 @@ def test_the_load_generator_stops_on_a_4xx_with_the_collectors_detail(setup):
 def test_request_bodies_in_flight_are_bounded(setup):
     async def scenario():
         async with running(setup, max_inflight_bytes=4096) as (client, app):
-            app[STATE].inflight_bytes = 4000  # as if other bodies were being read right now
+            app[STATE].inflight.held = 4000  # as if other bodies were being read right now
             doc = assert_problem(*await post(client, bodies_for(setup[1], 1)[0]), 503, "overloaded")
             assert doc["retry_after"] >= 1
-            app[STATE].inflight_bytes = 0
+            app[STATE].inflight.held = 0
             assert (await post(client, bodies_for(setup[1], 1)[0]))[0] == 200
     asyncio.run(scenario())
 
@@ -690,7 +690,7 @@ def test_a_slow_body_gets_408_and_frees_its_inflight_allowance(setup):
             writer.close()
             assert head.startswith(b"HTTP/1.1 408"), head[:200]
             assert b"request-timeout" in head
-            assert app[STATE].inflight_bytes == 0
+            assert app[STATE].inflight.held == 0
             status, _, _ = await post(client, good)  # the collector still ingests
             assert status == 200
     asyncio.run(scenario())

@@ -143,3 +143,49 @@ def test_the_load_generator_works_against_the_default_limits(setup):
             assert stats.reports == 2000
             assert app[STATE].telemetry.value("ldpt_reports_accepted_total", "theme") == 2000
     asyncio.run(scenario())
+
+
+def test_every_x_forwarded_for_line_is_one_list(tmp_path):
+    """A proxy that appends its own X-Forwarded-For line (instead of merging) must not let the
+    client's forged first line decide the source (issue 18): all lines are one list, read
+    from the right."""
+    from multidict import CIMultiDict
+
+    p = policy(tmp_path, trusted_proxies="10.0.0.0/8", relay_sources="127.0.0.1")
+    ip = ipaddress.ip_address
+    two = CIMultiDict([("X-Forwarded-For", "127.0.0.1"), ("X-Forwarded-For", "203.0.113.9")])
+    assert p.source("10.0.0.5", two) == (ip("203.0.113.9"), False)   # not a relay
+    forged = CIMultiDict([("X-Forwarded-For", "198.51.100.1, 10.9.9.9"),
+                          ("x-forwarded-for", "203.0.113.9, 10.1.1.1")])
+    assert p.source("10.0.0.5", forged) == (ip("203.0.113.9"), False)
+    garbled = CIMultiDict([("X-Forwarded-For", "203.0.113.9"), ("X-Forwarded-For", "junk")])
+    assert p.source("10.0.0.5", garbled) == (ip("10.0.0.5"), False)
+
+
+@pytest.mark.e2e
+def test_two_x_forwarded_for_lines_on_the_wire_neither_bypass_the_rate_nor_make_a_relay(setup):
+    """Raw requests with two header lines, as a proxy that appends one sends them: a random
+    forged first line per request no longer gives a fresh token bucket, and a first line of
+    127.0.0.1 (a relay) no longer lifts the per-batch cap."""
+    registry = setup[1]
+
+    async def send(client, body: bytes, lines: list[str]) -> int:
+        head = ["POST /v1/reports HTTP/1.1", "Host: x", "Content-Type: application/msgpack",
+                "Connection: close", f"Content-Length: {len(body)}"]
+        head += [f"X-Forwarded-For: {line}" for line in lines]
+        reader, writer = await asyncio.open_connection(client.host, client.port)
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+        await writer.drain()
+        raw = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        return int(raw.split(b" ", 2)[1])
+
+    async def scenario():
+        async with running(setup, relay_sources="127.0.0.1", trusted_proxies="127.0.0.1",
+                           rate_limit=0.01, rate_limit_burst=3, max_reports_per_metric=8) as (client, _):
+            statuses = [await send(client, body_with(registry, 2, seed=40 + i),
+                                   [f"198.51.100.{i}", "203.0.113.9"]) for i in range(6)]
+            assert statuses == [200, 200, 200, 429, 429, 429]
+            big = body_with(registry, 100, seed=50)
+            assert await send(client, big, ["127.0.0.1", "203.0.113.77"]) == 422
+    asyncio.run(scenario())

@@ -317,7 +317,7 @@ def test_ldpt_prune_deletes_whole_windows_before_a_date(setup):
     fill(db, setup[1], ["2026-01-01", "2026-01-31", "2026-02-01T05", "2026-02-02"])
     result = CliRunner().invoke(main, ["prune", "--db", str(db), "--before", "2026-2-1"])
     assert result.exit_code == 0, result.output
-    assert "deleted 2 windows (2 rows) and 1 batch ids before 2026-02-01" in result.output
+    assert "deleted 2 windows (2 rows) and 1 batch id before 2026-02-01" in result.output
     assert windows(db) == ["2026-02-01T05", "2026-02-02"]
     bad = CliRunner().invoke(main, ["prune", "--db", str(db), "--before", "yesterday"])
     assert bad.exit_code == 2 and "not a date" in bad.output
@@ -431,6 +431,35 @@ def test_a_worker_restart_is_logged_and_counted(tmp_path):
         assert wait_until(restarted, 30)
         http_client.close()
         assert server.terminate() == 0
+
+
+@pytest.mark.e2e
+def test_the_admin_port_binds_to_loopback_unless_admin_host_says_otherwise(tmp_path):
+    """host widens the main port only (issue 18): the admin routes carry no token, so the
+    admin port stays on admin_host (127.0.0.1 by default). The main port here listens on
+    another loopback address, 127.0.0.2, standing in for a public one."""
+    import re
+    import socket
+
+    write_registry(tmp_path / "metrics.toml")
+    conf = tmp_path / "serve.toml"
+    conf.write_text('metrics_file = "metrics.toml"\nhost = "127.0.0.2"\nport = 0\nadmin_port = 0\n')
+    server = Server(["--config", str(conf)], tmp_path)
+    try:
+        assert wait_until(lambda: "admin (healthz" in server.text(), 30)
+        assert server.url.startswith("http://127.0.0.2:")
+        admin = re.search(r"admin \(healthz, readyz, metrics\) on http://([\d.]+):(\d+)", server.text())
+        assert admin.group(1) == "127.0.0.1"
+        port = int(admin.group(2))
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().status == 200
+        conn.close()
+        with pytest.raises(OSError):  # nothing listens on the main port's address
+            socket.create_connection(("127.0.0.2", port), timeout=5).close()
+    finally:
+        assert server.terminate() == 0
+    assert ServeConfig(metrics_file=tmp_path / "m.toml", host="0.0.0.0").admin_host == "127.0.0.1"
 
 
 def test_serve_reads_its_config_file_and_names_bad_keys(tmp_path):

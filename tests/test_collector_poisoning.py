@@ -77,3 +77,60 @@ def _has(name: str) -> bool:
         return True
     except Exception:
         return False
+
+
+def test_rappor_gain_is_positive_and_equals_a_direct_simulation():
+    """RAPPOR's bit-count estimate t̂ = (c − p*N)/(q* − p*) uses RAPPOR's own names (q* is
+    P(1 | Bloom bit 1)); read the other way round the gain was printed as −2.5 (issue 18).
+    m all-ones reports in cohort 0 must move every bit estimate of cohort 0 by m·g, g = 3.5
+    at the defaults, and leave the other cohorts alone."""
+    proto = build_protocol("rappor", None, 2.0, {})
+    bound = poisoning_bound(proto)
+    assert bound.gain == pytest.approx(3.5)
+    rng = np.random.default_rng(5)
+    sketch = proto.new_sketch()
+    proto.accumulate(sketch, proto.encode([f"s{i % 50}" for i in range(N_HONEST)], rng))
+    before = proto.estimate(sketch).counts.reshape(proto.params.m, proto.params.k).copy()
+    m = 37
+    width = (proto.params.k + 7) // 8
+    forged = proto.from_wire([[0, b"\xff" * width]] * m)
+    proto.validate(forged)
+    proto.accumulate(sketch, forged)
+    moved = proto.estimate(sketch).counts.reshape(proto.params.m, proto.params.k) - before
+    assert np.allclose(moved[0], m * bound.gain) and np.allclose(moved[1:], 0.0)
+
+
+def test_loloha_and_dbitflip_have_bounds_that_match_a_direct_simulation():
+    """`poisoning_bound` used to raise for LOLOHA and dBitFlipPM. LOLOHA is local hashing with
+    the composed p' (its decoder is OLH's: within 5%, as OLH); dBitFlipPM's estimate divides
+    by the reports whose window holds v, so one report moves it by (k/d)(1 − Q)/(P − Q)
+    (first order at f_v = 0: the growth of n_v, (n + m)/(n + m·k/d) = 0.993 here, and the
+    honest bits' own noise, C_v/n_v − Q of sd √(Q(1 − Q)/n_v) ≈ 1% of 1 − Q, move it by a few
+    percent: 5% tolerance)."""
+    lol = build_protocol("loloha", 64, 1.0, {"epsilon_inf": 4.0})
+    rng = np.random.default_rng(7)
+    sketch = lol.new_sketch()
+    lol.accumulate(sketch, lol.encode(rng.integers(1, 64, N_HONEST), rng))
+    before = lol.estimate(sketch).counts.copy()
+    bound = poisoning_bound(lol)
+    m = bound.forged_for_one_point(N_HONEST)
+    cohort = np.arange(m, dtype=np.int64) % lol.cohorts
+    forged = {"cohort": cohort, "y": hash_values(lol.seeds[cohort], np.zeros(m, np.int64), lol.params.g).astype(np.int64)}
+    lol.validate(forged)
+    lol.accumulate(sketch, forged)
+    assert lol.estimate(sketch).counts[0] - before[0] == pytest.approx(m * bound.gain, rel=0.05)
+
+    k, d = 16, 4
+    dbf = build_protocol("dbitflip", k, 1.0, {"epsilon_inf": 4.0, "sampled_buckets": d})
+    sketch = dbf.new_sketch()
+    dbf.accumulate(sketch, dbf.encode(rng.integers(1, k, N_HONEST), rng))
+    before = dbf.estimate(sketch).counts.copy()
+    bound = poisoning_bound(dbf)
+    assert bound.values_per_report == d
+    m = bound.forged_for_one_point(N_HONEST)
+    windows = np.array([(-i) % k for i in range(d)])     # the d windows that hold bucket 0
+    forged = {"cohort": windows[np.arange(m) % d].astype(np.int64), "y": np.full(m, (1 << d) - 1, np.int64)}
+    dbf.validate(forged)
+    dbf.accumulate(sketch, forged)
+    moved = dbf.estimate(sketch).counts - before
+    assert moved[0] == pytest.approx(m * bound.gain, rel=0.05)

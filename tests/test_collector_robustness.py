@@ -7,6 +7,7 @@ sockets, bounded in time and in the number of connections.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import re
 import time
@@ -288,3 +289,232 @@ def test_compare_and_the_dashboards_data_are_timed_as_queries(setup):
             assert 'ldpt_request_seconds_count{endpoint="query"} 3' in text
             assert 'ldpt_request_seconds_count{endpoint="other"} 1' in text
     asyncio.run(scenario())
+
+
+async def _hold_bodies(client, count: int, addresses: list[str], declared: int, sent: int) -> list:
+    """``count`` POSTs, from ``addresses`` in turn (X-Forwarded-For through the trusted
+    loopback proxy), each declaring ``declared`` body bytes and sending ``sent``, then
+    stalling; the open writers are returned (closing them ends the attack)."""
+    writers = []
+    for i in range(count):
+        reader, writer = await asyncio.open_connection(client.host, client.port)
+        writer.write(post_raw(b"\x00" * sent, Content_Length=str(declared),
+                              X_Forwarded_For=addresses[i % len(addresses)]))
+        await writer.drain()
+        writers.append(writer)
+    return writers
+
+
+async def _honest_statuses(client, bodies: list[bytes]) -> list[int]:
+    headers = {**MSGPACK, "X-Forwarded-For": "203.0.113.50"}
+    return [(await post(client, body, headers))[0] for body in bodies]
+
+
+@pytest.mark.e2e
+def test_slow_or_lying_bodies_cannot_starve_an_honest_client(setup):
+    """Issue 18: 64 sockets from two addresses declare Content-Length 1 MiB, send one byte and
+    stall. Reserved by declared length they held the whole 64 MiB of max_inflight_bytes and an
+    honest client got 503 for every batch; charged as bytes arrive they hold 64 bytes. The
+    honest client (a third address) must get >= 95% of its batches through, here all of them.
+    The attack's requests are all in their handlers (their byte charged) before the honest
+    client starts: a condition polled, not a sleep raced."""
+    bodies = bodies_for(setup[1], 40, size=8)  # within max_reports_per_metric
+    attackers = ["198.51.100.1", "198.51.100.2"]
+
+    async def scenario():
+        async with running(setup, relay_sources="", trusted_proxies="127.0.0.1",
+                           body_read_timeout=120) as (client, app):
+            tel = app[STATE].telemetry
+            writers = await _hold_bodies(client, 64, attackers, 1 << 20, 1)
+            for _ in range(1000):
+                if tel.value("ldpt_inflight_bytes") >= 64:
+                    break
+                await asyncio.sleep(0.01)
+            assert tel.value("ldpt_inflight_bytes") >= 64
+            statuses = await _honest_statuses(client, bodies)
+            for w in writers:
+                w.close()
+            ok = statuses.count(200)
+            assert ok >= 0.95 * len(bodies), statuses
+            assert ok == len(bodies)
+    asyncio.run(scenario())
+
+
+@pytest.mark.e2e
+def test_a_per_source_share_bounds_bodies_that_are_sent_but_never_finished(setup):
+    """The attacker who pays for its bytes: 2 addresses × 32 sockets each send 64 KiB − 1 of a
+    64 KiB body and stall. Against a 1 MiB budget that is 4 MiB: each address may hold at most
+    its 128 KiB share (the rest get 503 overloaded), so the honest client keeps its room."""
+    bodies = bodies_for(setup[1], 40, size=8)  # within max_reports_per_metric
+    attackers = ["198.51.100.1", "198.51.100.2"]
+    size = 64 << 10
+
+    async def scenario():
+        async with running(setup, relay_sources="", trusted_proxies="127.0.0.1", body_read_timeout=120,
+                           max_body_bytes=size, max_inflight_bytes=1 << 20,
+                           max_inflight_bytes_per_source=2 * size) as (client, app):
+            state = app[STATE]
+            tel = state.telemetry
+            writers = await _hold_bodies(client, 64, attackers, size, size - 1)
+
+            def settled() -> bool:  # every attack request either holds its bytes or was refused
+                held = tel.value("ldpt_inflight_bytes")
+                refused = tel.value("ldpt_requests_rejected_total", "overloaded")
+                return refused + held // (size - 1) >= 64
+            for _ in range(1000):
+                if settled():
+                    break
+                await asyncio.sleep(0.01)
+            assert settled()
+            for address in attackers:
+                held = state.inflight.held_by(ipaddress.ip_address(address))
+                assert held <= 2 * size, held
+            statuses = await _honest_statuses(client, bodies)
+            for w in writers:
+                w.close()
+            assert statuses.count(200) >= 0.95 * len(bodies), statuses
+    asyncio.run(scenario())
+
+
+def test_the_guard_evicts_from_the_address_holding_most_never_the_newest():
+    """Issue 18 (admin port): the scraper's new connection was evicted before its request was
+    parsed. With a per-address cap a flooding address evicts its own oldest idle socket;
+    at the worker's cap the victim comes from the address holding the most."""
+    now = [0.0]
+    guard = ConnectionGuard(header_timeout=10, keepalive_timeout=15, max_connections=6,
+                            max_per_address=3, clock=lambda: now[0])
+    flood = [FakeConn() for _ in range(3)]
+    for i, c in enumerate(flood):
+        now[0] = i
+        assert guard.opened(c, "198.51.100.1")
+    now[0] = 5
+    scraper = FakeConn()
+    assert guard.opened(scraper, "192.0.2.10")
+    newer = FakeConn()
+    assert guard.opened(newer, "198.51.100.1")       # its own oldest goes, not the scraper
+    assert flood[0].farewell == b"" and scraper.farewell is None and newer.farewell is None
+    guard.busy(flood[1])
+    guard.busy(flood[2])
+    guard.busy(newer)
+    assert not guard.opened(FakeConn(), "198.51.100.1")  # all of its own are busy: refused
+    assert scraper.farewell is None
+    # the worker's cap: the victim is from the address holding the most (not busy)
+    others = [FakeConn(), FakeConn()]
+    for c in others:
+        assert guard.opened(c, "203.0.113.1")
+    assert len(guard) == 6
+    late = FakeConn()
+    assert guard.opened(late, "203.0.113.2")
+    assert others[0].farewell == b"" and scraper.farewell is None and late.farewell is None
+    # a closed connection frees its address's slot
+    guard.closed(flood[1])
+    assert guard.opened(FakeConn(), "198.51.100.1") and flood[2].farewell is None
+
+
+@pytest.mark.e2e
+def test_a_scrape_gets_through_a_socket_flood_on_the_admin_port(setup):
+    """300 sockets from one address (127.0.0.2, a loopback alias) connect to the admin port,
+    send nothing and reconnect whenever closed; every one of 20 scrapes from 127.0.0.1, each
+    on a new connection, is answered. The scrapes start once the flood has filled the port
+    (its connections have been evicted at least 300 times): a condition, not a sleep."""
+    import http.client
+    import socket
+    import threading
+
+    from collector.admin import AdminServer
+
+    from .collector_support import free_port
+
+    async def scenario():
+        async with running(setup, header_timeout=5.0, keepalive_timeout=5.0) as (client, app):
+            state = app[STATE]
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", free_port()))
+            sock.listen(1024)
+            admin = AdminServer(state, sock)
+            admin.start()
+            port = sock.getsockname()[1]
+            stop = threading.Event()
+            connects = [0]
+
+            def flood() -> None:
+                import selectors
+                sel = selectors.DefaultSelector()
+
+                def connect() -> None:
+                    s = socket.socket()
+                    s.bind(("127.0.0.2", 0))
+                    s.setblocking(False)
+                    s.connect_ex(("127.0.0.1", port))
+                    sel.register(s, selectors.EVENT_READ)
+                    connects[0] += 1
+                for _ in range(300):
+                    connect()
+                while not stop.is_set():
+                    for key, _ in sel.select(0.05):
+                        s = key.fileobj
+                        try:
+                            data = s.recv(1024)
+                        except OSError:
+                            data = b""
+                        if not data:  # evicted: come back at once
+                            sel.unregister(s)
+                            s.close()
+                            connect()
+                for key in list(sel.get_map().values()):
+                    key.fileobj.close()
+
+            def scrape() -> int:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                try:
+                    conn.request("GET", "/metrics")
+                    resp = conn.getresponse()
+                    resp.read()
+                    return resp.status
+                except OSError:
+                    return 0
+                finally:
+                    conn.close()
+
+            flooder = threading.Thread(target=flood)
+            flooder.start()
+            try:
+                deadline = time.monotonic() + 30
+                while connects[0] < 600 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+                assert connects[0] >= 600, connects[0]   # the port is full and churning
+                statuses = [await asyncio.to_thread(scrape) for _ in range(20)]
+            finally:
+                stop.set()
+                flooder.join(10)
+                admin.stop()
+            assert statuses == [200] * 20, statuses
+    asyncio.run(scenario())
+
+
+def test_inflight_budget_charges_arrivals_per_source():
+    """collector/inflight.py without a server: a declared length reserves nothing, arrived
+    bytes are charged in total and per source, relays are exempt from the share, and a
+    refusal mid-body asks to close the connection."""
+    from collector.inflight import InflightBudget
+    from collector.problems import Problem
+
+    changes: list[int] = []
+    budget = InflightBudget(100, 40, on_change=changes.append, retry_after=lambda: 3.0)
+    for _ in range(50):
+        budget.admit("a", 1 << 20, exempt=False)   # lying lengths: admitted, nothing held
+    assert budget.held == 0
+    budget.charge("a", 30, exempt=False)
+    with pytest.raises(Problem) as refused:
+        budget.admit("a", 20, exempt=False)        # its share: 30 + 20 > 40
+    assert refused.value.slug == "overloaded" and refused.value.retry_after == 3.0
+    budget.admit("b", 20, exempt=False)            # another source has room
+    with pytest.raises(Problem) as mid_body:
+        budget.charge("a", 11, exempt=False)
+    assert mid_body.value.close
+    budget.charge("relay", 59, exempt=True)        # a relay may exceed the share ...
+    with pytest.raises(Problem):
+        budget.admit("b", 1, exempt=False)         # ... not the total (30 + 11 + 59 = 100)
+    budget.release("a", 41)
+    budget.release("relay", 59)
+    assert budget.held == 0 and budget.held_by("a") == 0 and sum(changes) == 0

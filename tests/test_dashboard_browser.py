@@ -42,6 +42,7 @@ description = "Country setting"
 [metrics.session_minutes]
 kind = "numeric"
 range = [0, 120]
+unit = "minutes"
 protocol = "auto"
 epsilon = 1.0
 description = "Minutes in the session"
@@ -49,10 +50,26 @@ description = "Minutes in the session"
 [metrics.startup_ms]
 kind = "numeric"
 range = [0, 5000]
+unit = "ms"
 buckets = [0, 250, 500, 1000, 2000, 5000]
 protocol = "auto"
 epsilon = 2.0
 description = "Start-up time (a histogram)"
+
+[metrics.home]
+kind = "string"
+protocol = "rappor"
+bloom_bits = 64
+hashes = 2
+cohorts = 8
+epsilon = 4.0
+description = "Home page (strings: no compare)"
+
+[metrics.crash]
+kind = "boolean"
+protocol = "rr"
+epsilon = 2.0
+description = "Crashed today (one window only)"
 """
 
 try:
@@ -83,6 +100,7 @@ def collector(tmp_path_factory):
     (tmp / "metrics.toml").write_text(REGISTRY, encoding="utf-8")
     (tmp / "token").write_text(TOKEN + "\n", encoding="utf-8")
     (tmp / "token").chmod(0o600)   # the collector refuses a token file others can read
+    (tmp / "hosts.csv").write_text("value,count\na.example,5\nb.example,3\n", encoding="utf-8")
     today = dt.datetime.now(dt.timezone.utc).date()
     for back in range(6, 0, -1):
         day = (today - dt.timedelta(days=back)).isoformat()
@@ -96,9 +114,13 @@ def collector(tmp_path_factory):
         _ldpt("simulate", "--metrics", "metrics.toml", "--metric", "startup_ms", "--clients", "5000",
               "--distribution", "lognormal:6.5,0.6", "--seed", str(200 + back), "--db",
               "store.sqlite", "--window", day, "--silent", cwd=tmp)
+        _ldpt("simulate", "--metrics", "metrics.toml", "--metric", "home", "--clients", "2000",
+              "--distribution", "csv:hosts.csv", "--seed", str(300 + back), "--db",
+              "store.sqlite", "--window", day, "--silent", cwd=tmp)
     with serving(["--metrics", "metrics.toml", "--db", "store.sqlite", "--port", "0",
                   "--query-token-file", "token", "--workers", "2"], tmp) as server:
-        for metric, clients in (("country", "5000"), ("session_minutes", "3000"), ("startup_ms", "3000")):
+        for metric, clients in (("country", "5000"), ("session_minutes", "3000"), ("startup_ms", "3000"),
+                                ("crash", "2000")):
             _ldpt("simulate", "--metrics", "metrics.toml", "--metric", metric, "--clients", clients,
                   "--seed", "7", "--url", server.url, "--silent", cwd=tmp)
         yield server
@@ -165,7 +187,7 @@ def cells(driver, table_id: str) -> dict[str, dict[str, str]]:
     return out
 
 
-def open_metric(driver, url: str, metric: str) -> list[str]:
+def open_metric(driver, url: str, metric: str, compare: bool = True) -> list[str]:
     """Sign in, open METRIC's page, wait until its charts and tables are drawn; its windows."""
     sign_in(driver, url, TOKEN)
     WebDriverWait(driver, 30).until(ec.visibility_of_element_located((By.ID, "metrics")))
@@ -173,8 +195,11 @@ def open_metric(driver, url: str, metric: str) -> list[str]:
     wait_svg(driver, "latest-chart", "circle.point")
     wait_svg(driver, "series-chart", "polyline.line")
     wait_svg(driver, "series-chart", "polygon.band")
-    wait_svg(driver, "compare-chart", "circle.point")
-    WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#compare tbody tr"))
+    if compare:
+        wait_svg(driver, "compare-chart", "circle.point")
+        WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#compare tbody tr"))
+    else:
+        WebDriverWait(driver, 30).until(ec.visibility_of_element_located((By.ID, "compare-note")))
     overview = {m["name"]: m for m in api(url, "/ui/api/overview")["metrics"]}
     return [w for w, _ in overview[metric]["windows"]]
 
@@ -198,9 +223,10 @@ def test_metric_list_matches_the_store(collector, browser):
     overview = api(collector.url, "/ui/api/overview")
     shown = cells(browser, "metrics")
     for m in overview["metrics"]:
-        assert shown[m["name"]]["n_reports"] == str(m["n_reports"])
+        assert shown[m["name"]]["n_reports"] == f"{m['n_reports']:,}"  # separated as the CLI prints it
         assert shown[m["name"]]["protocol"] == m["protocol"]
-        assert shown[m["name"]]["windows"] == "7"
+        assert shown[m["name"]]["windows"] == {"crash": "1", "home": "6"}.get(m["name"], "7")
+    assert shown["startup_ms"]["kind"] == "numeric (histogram), ms"
     assert TOKEN not in browser.current_url
     screenshot(browser, "metrics")
     assert console_errors(browser) == []
@@ -214,10 +240,10 @@ def test_categorical_metric_page(collector, browser):
     assert len(shown) == len(latest["estimates"]) == 12
     for row in latest["estimates"]:
         got = shown[str(row["value"])]
-        assert got["estimate"] == f"{row['estimate']:.1f}"
+        assert got["estimate"] == f"{row['estimate']:,.1f}"
         assert got["proportion"] == f"{row['proportion']:.4f}"
-        assert got["ci_low"] == f"{row['ci_low']:.1f}" and got["ci_high"] == f"{row['ci_high']:.1f}"
-    order = [float(tr.find_elements(By.TAG_NAME, "td")[1].text)
+        assert got["ci_low"] == f"{row['ci_low']:,.1f}" and got["ci_high"] == f"{row['ci_high']:,.1f}"
+    order = [float(tr.find_elements(By.TAG_NAME, "td")[1].text.replace(",", ""))
              for tr in browser.find_elements(By.CSS_SELECTOR, "#estimates tbody tr")]
     assert order == sorted(order, reverse=True)  # largest first
     cmp = api(collector.url, f"/v1/metrics/country/compare?a={windows[-2]}&b={windows[-1]}")
@@ -237,19 +263,105 @@ def test_mean_metric_page(collector, browser):
     latest = api(collector.url, f"/v1/metrics/session_minutes/estimates?window={latest_window}")
     mean = next(r for r in latest["estimates"] if r["statistic"] == "mean")
     assert cells(browser, "estimates")["mean"]["estimate"] == f"{mean['estimate']:.4g}"
+    assert "estimate (minutes)" in [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#estimates th")]
     screenshot(browser, "session-minutes")
     assert console_errors(browser) == []
 
 
 def test_histogram_metric_page(collector, browser):
+    """Bucket counts apart from the mean and quantiles (in ms); the mean's bias bound said; the
+    unequal buckets drawn as densities; the series of p50 and p90 (issue 23)."""
     latest_window = open_metric(browser, collector.url, "startup_ms")[-1]
     latest = api(collector.url, f"/v1/metrics/startup_ms/estimates?window={latest_window}")
-    shown = cells(browser, "estimates")
+    buckets, stats = cells(browser, "estimates"), cells(browser, "statistics")
     for row in latest["estimates"]:
         if row["statistic"] == "count":
-            assert shown[row["value"]]["estimate"] == f"{row['estimate']:.1f}"
+            assert buckets[row["value"]]["estimate"] == f"{row['estimate']:,.1f}"
         else:
-            assert shown[row["statistic"]]["estimate"] == f"{row['estimate']:.4g}"
+            assert stats[row["statistic"]]["estimate"] == f"{row['estimate']:.4g}"
+    assert set(stats) == {"mean", "p10", "p25", "p50", "p75", "p90", "p99"} and len(buckets) == 5
+    headers = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#statistics th")]
+    assert "estimate (ms)" in headers
+    assert "density (per ms)" in [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#estimates th")]
+    note = browser.find_element(By.ID, "statistics-note").text
+    assert "bias bound" in note and f"{latest['meta']['mean_bias_bound']:.4g}" in note
+    latest_svg = browser.find_element(By.CSS_SELECTOR, "#latest-chart svg").get_attribute("outerHTML")
+    assert "density: proportion of reports per ms" in latest_svg
+    series_svg = browser.find_element(By.CSS_SELECTOR, "#series-chart svg").get_attribute("outerHTML")
+    assert ">p50</text>" in series_svg and ">p90</text>" in series_svg and "quantile (ms)" in series_svg
     assert len(cells(browser, "compare")) == 5  # the buckets
     screenshot(browser, "startup-ms")
     assert console_errors(browser) == []
+
+
+def test_string_metric_page_offers_no_compare(collector, browser):
+    sign_in(browser, collector.url, TOKEN)
+    WebDriverWait(browser, 30).until(ec.visibility_of_element_located((By.ID, "metrics")))
+    browser.find_element(By.LINK_TEXT, "home").click()
+    note = WebDriverWait(browser, 30).until(ec.visibility_of_element_located((By.ID, "compare-note")))
+    assert "not on strings" in note.text
+    assert not browser.find_elements(By.ID, "compare-a") and not browser.find_elements(By.ID, "compare-go")
+    screenshot(browser, "home")
+    # RAPPOR strings are decoded against candidates: the page shows the API's 422, nothing else
+    assert all("422" in m for m in console_errors(browser))
+
+
+def test_single_window_metric_says_compare_needs_two(collector, browser):
+    open_metric(browser, collector.url, "crash", compare=False)
+    note = browser.find_element(By.ID, "compare-note").text
+    assert "needs two windows" in note and "1 such window" in note
+    assert not browser.find_elements(By.ID, "compare-a")
+    assert "1 window." in browser.find_element(By.CSS_SELECTOR, "p.meta").text  # not "1 windows"
+
+
+def test_series_values_are_picked_on_the_page(collector, browser):
+    open_metric(browser, collector.url, "country")
+    picker = browser.find_element(By.ID, "series-values")
+    picker.find_element(By.TAG_NAME, "summary").click()
+    boxes = picker.find_elements(By.CSS_SELECTOR, "input[type=checkbox]")
+    assert len(boxes) == 12 and sum(b.is_selected() for b in boxes) == 5
+    rare = boxes[-1]
+    value = rare.get_attribute("value")
+    before = browser.find_element(By.CSS_SELECTOR, "#series-chart svg").get_attribute("outerHTML")
+    assert f">{value}</text>" not in before
+    rare.click()
+    WebDriverWait(browser, 60).until(lambda d: f">{value}</text>" in d.find_element(
+        By.CSS_SELECTOR, "#series-chart svg").get_attribute("outerHTML"))
+    legend = browser.find_element(By.CSS_SELECTOR, "#latest-chart svg g.legend").text
+    assert "detected" in legend and "not detected" in legend
+    title = browser.find_element(By.CSS_SELECTOR, "#compare-chart svg text").text
+    a, b = (browser.find_element(By.ID, i).get_attribute("value") for i in ("compare-a", "compare-b"))
+    assert f"from A {a} to B {b}" in title  # the selectors' order
+
+
+PHONE = 390
+
+
+@pytest.mark.parametrize("metric", ["country", "startup_ms", "session_minutes"])
+def test_phone_width_has_no_sideways_page_scroll(collector, browser, metric):
+    """At 390 px (a phone) charts scale to the width and tables scroll in their own box: the
+    page never scrolls sideways and every chart lies within the viewport (issue 23)."""
+    try:
+        browser.set_window_size(PHONE, 900)
+        open_metric(browser, collector.url, metric)
+        inner = browser.execute_script("return window.innerWidth")
+        assert inner <= PHONE
+        page = browser.execute_script("return document.documentElement.scrollWidth")
+        assert page <= inner, f"the page is {page} px wide in a {inner} px viewport"
+        boxes = browser.execute_script(
+            "return [...document.querySelectorAll('.chart svg')].map(s => {"
+            "const r = s.getBoundingClientRect(); return [r.left, r.right, r.width, r.height]; })")
+        assert len(boxes) == 3
+        for left, right, width, height in boxes:
+            assert left >= 0 and right <= inner and width > 0.7 * (inner - 40) and height > 50
+        wraps = browser.execute_script(
+            "return [...document.querySelectorAll('table')].map(t => t.parentElement.className)")
+        assert wraps and all(c == "table-wrap" for c in wraps)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        height = browser.execute_script("return document.body.scrollHeight")
+        browser.set_window_size(PHONE, max(900, min(int(height) + 40, 6000)))
+        assert browser.execute_script("return document.documentElement.scrollWidth") <= PHONE
+        browser.save_screenshot(str(ARTIFACTS / f"dashboard-phone-{metric}.png"))
+        assert console_errors(browser) == []
+    finally:
+        browser.set_window_size(1280, 1800)

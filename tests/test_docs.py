@@ -249,3 +249,37 @@ def test_math_citations_name_existing_sections():
         for cited in re.findall(r"math\.md(?:\)?) §(\d+(?:, §\d+)*)", path.read_text(encoding="utf-8")):
             dangling += [f"{name}: §{n}" for n in re.findall(r"\d+", cited) if n not in sections]
     assert sections and not dangling, "\n".join(dangling)
+
+
+def _documented_default(cell: str) -> str:
+    """A default as docs/operations.md's settings table writes it, unformatted for comparison."""
+    cell = cell.strip().strip("`")
+    return {"—": "None", '""': ""}.get(cell, cell)
+
+
+def test_documented_setting_defaults_are_the_code_defaults():
+    """Not only the names: the table's default of every setting is the one the collector uses
+    (issue 23: the table said rate_limit 10.0 / burst 100.0 while the code had 2.0 / 60)."""
+    from collector.config import SETTINGS
+
+    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 4 and cells[1].startswith("`LDPT_"):
+            rows[cells[0].strip("`")] = cells[2]
+    missing = [s.name for s in SETTINGS if s.name not in rows]
+    assert not missing, f"settings missing from the table in docs/operations.md: {missing}"
+    wrong = {s.name: (rows[s.name], s.default) for s in SETTINGS
+             if _documented_default(rows[s.name]) != str(s.default)}
+    assert not wrong, f"docs/operations.md: documented vs code defaults differ: {wrong}"
+
+
+@pytest.mark.parametrize("path", ["token.txt", "myapp-state/secret", "ldpt.sqlite.writer-lock"])
+def test_files_the_docs_create_are_ignored_by_git(path):
+    """The query token, an SDK state directory (its secret) and the store's writer lock that
+    following README.md and docs/ creates must never be committed by accident (issue 23)."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    done = subprocess.run(["git", "check-ignore", "--no-index", "-q", path], cwd=ROOT)
+    assert done.returncode == 0, f"{path} is not in .gitignore"

@@ -59,13 +59,14 @@ def module_level_packages(path: Path) -> set[str]:
     return names
 
 
-def test_sdk_needs_only_numpy_and_msgpack_beyond_the_standard_library():
-    """Importing the SDK loads numpy, msgpack and the TOML helpers only; server-side decoding
-    (scipy) and the async twin (aiohttp) are imported lazily inside functions."""
+def test_sdk_needs_only_msgpack_beyond_the_standard_library():
+    """The SDK's modules import msgpack and the TOML reader only; numpy is reached through
+    client_sdk._lazy by the vectorised paths, and server-side decoding (scipy), the async
+    twin (aiohttp) and TOML writing (tomli_w, the CLI's) inside functions."""
     import sys
 
-    eager = {"numpy", "msgpack", "tomli", "tomli_w", "client_sdk"}
-    lazy = eager | {"scipy", "aiohttp"}
+    eager = {"msgpack", "tomli", "client_sdk"}
+    lazy = eager | {"scipy", "aiohttp", "tomli_w"}
     offenders = set()
     for path in (ROOT / "client_sdk").rglob("*.py"):
         rel = str(path.relative_to(ROOT))
@@ -73,3 +74,126 @@ def test_sdk_needs_only_numpy_and_msgpack_beyond_the_standard_library():
         lazy_here = lazy | LAZY_UPWARD.get(path.relative_to(ROOT).as_posix(), set())
         offenders |= {(n, rel) for n in imported_packages(path) - lazy_here if n not in sys.stdlib_module_names}
     assert not offenders, offenders
+
+
+#: What an app's process must never load on the device path (the SDK-only distribution has none).
+SERVER_ONLY = ("numpy", "scipy", "pandas", "aiohttp", "click")
+
+#: A registry naming every protocol a device can run (plus `auto` in the docs/examples files).
+EVERY_PROTOCOL = """
+[metrics.rr]
+kind = "boolean"
+protocol = "rr"
+epsilon = 1.0
+""" + "".join(f"""
+[metrics.{p}]
+kind = "categorical"
+categories = ["a", "b", "c", "d", "e", "f"]
+protocol = "{p}"
+epsilon = 1.0
+""" for p in ("grr", "oue", "sue", "olh", "hr", "ss")) + "".join(f"""
+[metrics.{p}]
+kind = "categorical"
+categories = ["a", "b", "c", "d"]
+protocol = "{p}"
+epsilon = 1.0
+epsilon_inf = 3.0
+""" for p in ("lgrr", "losue", "loloha", "dbitflip")) + "".join(f"""
+[metrics.{p}]
+kind = "numeric"
+range = [0, 10]
+protocol = "{p}"
+epsilon = 1.0
+""" for p in ("laplace", "duchi", "bitmean", "piecewise", "hybrid")) + """
+[metrics.memobitmean]
+kind = "numeric"
+range = [0, 10]
+protocol = "memobitmean"
+epsilon = 1.0
+epsilon_inf = 3.0
+
+[metrics.histogram]
+kind = "numeric"
+range = [0, 10]
+buckets = 5
+protocol = "auto"
+epsilon = 1.0
+
+[metrics.rappor]
+kind = "string"
+protocol = "rappor"
+
+[metrics.discover]
+kind = "string"
+protocol = "discover"
+epsilon = 4.0
+"""
+
+#: Run in a fresh interpreter: the server-only packages cannot even be imported, and one client
+#: per metric (its own budget) reports one value of every metric through an in-memory transport.
+DEVICE_SCRIPT = """
+import importlib.abc, sys, tempfile
+BANNED = set(sys.argv[1].split(","))
+
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BANNED:
+            raise ImportError(f"the device path imported {name}")
+
+sys.meta_path.insert(0, Refuse())
+from client_sdk import ClientOptions, MemoryState, TelemetryClient
+from client_sdk.registry import load_registry
+from client_sdk.testing import MemoryTransport, RecordingCollector
+
+sent = 0
+for path in sys.argv[2:]:
+    registry = load_registry(path)
+    for name, spec in registry.metrics.items():
+        value = ((spec.bounds[0] + 2 * spec.bounds[1]) / 3 if spec.kind.value == "numeric"
+                 else spec.domain[-1] if spec.domain else "www.example")
+        collector = RecordingCollector()
+        client = TelemetryClient(registry=registry, state=MemoryState(), transport=MemoryTransport(collector),
+                                 options=ClientOptions(strict=True))
+        assert client.report(name, value), (path, name)
+        assert client.flush(timeout=30.0), (path, name)
+        client.close()
+        assert [r["m"] for r in collector.reports()] == [name], (path, name)
+        sent += 1
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in BANNED)
+assert not loaded, loaded
+print(sent)
+"""
+
+
+def test_a_device_reports_every_metric_kind_without_numpy(tmp_path):
+    """docs/examples' registries (auto included) and every protocol by name: building the client
+    and reporting never imports numpy, scipy, pandas, aiohttp or click (docs/design.md)."""
+    import subprocess
+    import sys
+
+    every = tmp_path / "every.toml"
+    every.write_text(EVERY_PROTOCOL)
+    files = [ROOT / "docs" / "examples" / n for n in ("metrics.toml", "longitudinal.toml", "discovery.toml")]
+    run = subprocess.run([sys.executable, "-c", DEVICE_SCRIPT, ",".join(SERVER_ONLY), *map(str, files), str(every)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    expected = sum(len(load_registry_metrics(f)) for f in [*files, every])
+    assert int(run.stdout.strip()) == expected
+
+
+def load_registry_metrics(path: Path) -> list[str]:
+    from client_sdk.registry import load_registry
+
+    return list(load_registry(path).metrics)
+
+
+def test_importing_the_sdk_loads_no_server_package():
+    """``from client_sdk import TelemetryClient`` in a fresh interpreter (the import-time bar)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from client_sdk import TelemetryClient; "
+            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {SERVER_ONLY!r}))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"

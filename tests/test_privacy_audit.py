@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -252,3 +253,120 @@ def test_audit_flags_a_floating_point_laplace_sampler():
         audit(broken, 1.0)
     # the discrete mechanism on the same budget passes the same audit
     audit(build_protocol("laplace", None, 1.0, {}), 1.0)
+
+
+# --- exact ε of the numeric samplers ----------------------------------------------------------------
+# The audit above compares the float table with an ε computed from that same table, and its link
+# to the sampler is a chi-square that cannot see laplace's 1e-14 cells. Here the table is the
+# sampler's own integer law (``integer_table``), checked against the sampler by probing its
+# thresholds, and the quoted ε must be an upper bound of its exact worst ratio — and the
+# smallest float that is (three of eight tables once exceeded e^ε by ~1e-16).
+
+EXACT_GRID = [(name, eps, {"grid": 4}) for name in NUMERIC_PROTOCOL_NAMES for eps in EPSILONS] + \
+    [("memobitmean", eps, {"grid": 4, "epsilon_inf": 2 * eps}) for eps in (0.5, 1.0, 2.0, 4.0)]
+
+
+@pytest.mark.parametrize("name,eps,options", EXACT_GRID, ids=[f"{n}-e{e}" for n, e, _ in EXACT_GRID])
+def test_quoted_epsilon_bounds_the_exact_table(name, eps, options):
+    from client_sdk.protocols._epsilon import exp_at_least
+    from client_sdk.protocols.numeric import max_column_ratio
+
+    protocol = build_protocol(name, None, eps, options)
+    weights, total = protocol.integer_table()
+    assert all(sum(row) == total for row in weights) and (weights >= 0).all()   # a law, exactly
+    # the float table the estimators and the audit above read is this law, to a few roundings
+    np.testing.assert_allclose(protocol.probability_table(),
+                               np.vectorize(lambda w: w / total)(weights).astype(float), rtol=4e-15, atol=0)
+    ratio = max_column_ratio(weights)
+    assert exp_at_least(protocol.epsilon, ratio), (protocol.epsilon, float(ratio))
+    assert not exp_at_least(math.nextafter(protocol.epsilon, 0.0), ratio)       # and the tightest
+    assert protocol.epsilon <= eps * (1 + 1e-12)
+
+
+class Words:
+    """A randomness source that hands out chosen 64-bit words (as pairs of 32-bit words)."""
+
+    def __init__(self, words64: np.ndarray) -> None:
+        self.u = np.ascontiguousarray(words64, dtype=np.uint64)
+
+    def words(self, shape):
+        return self.u.view(np.uint32).reshape(shape)
+
+
+@pytest.mark.parametrize("name", ["laplace", "duchi", "bitmean"])
+def test_integer_table_is_the_samplers_law(name):
+    """Each input's output is monotone in the sampler's 64-bit word u, so the first u of every
+    output cell (found by bisection through ``encode`` itself) gives the number of words out of
+    2^64 mapping to each cell: exactly ``integer_table`` — down to the 1e-14 cells."""
+    protocol = build_protocol(name, None, 1.0, {"grid": 4})
+    weights, total = protocol.integer_table()
+    assert total == 1 << 64
+    k1, cells = weights.shape
+
+    def output(j: np.ndarray, u: np.ndarray) -> np.ndarray:
+        return protocol.encode(j, Words(u))["y"]
+
+    j = np.repeat(np.arange(k1), cells - 1)
+    c = np.tile(np.arange(1, cells), k1)
+    increasing = output(np.array([0]), np.array([0], dtype=np.uint64))[0] == 0
+    lo = np.zeros(j.shape[0], dtype=object)
+    hi = np.full(j.shape[0], 1 << 64, dtype=object)
+    for _ in range(65):   # smallest u with y(u) >= c (increasing) or y(u) < c (decreasing)
+        mid = (lo + hi) // 2
+        y = output(j, np.array([min(int(m), (1 << 64) - 1) for m in mid], dtype=np.uint64))
+        past = (y >= c) if increasing else (y < c)
+        hi = np.where(past, mid, hi)
+        lo = np.where(past, lo, mid)
+    first = hi.reshape(k1, cells - 1)
+    edges = np.concatenate([np.zeros((k1, 1), dtype=object), first, np.full((k1, 1), 1 << 64, dtype=object)],
+                           axis=1)
+    # decreasing (duchi: y = 1 iff u < T_j): the words below an edge map to the higher cell
+    counts = np.diff(edges, axis=1) if increasing else np.diff(edges, axis=1)[:, ::-1]
+    assert (counts == weights).all()
+
+
+def exact_worst_ratio(probs: np.ndarray) -> Fraction | float:
+    """``worst_ratio`` over the realised float probabilities taken as exact rationals."""
+    flat = probs.reshape(probs.shape[0], -1)
+    worst: Fraction | float = Fraction(1)
+    for col in flat.T:
+        hi, lo = Fraction(col.max()), Fraction(col.min())
+        if hi > 0:
+            if lo <= 0:
+                return math.inf
+            worst = max(worst, hi / lo)
+    return worst
+
+
+@pytest.mark.parametrize("name,d,eps", GRID, ids=[f"{n}-d{d}-e{e}" for n, d, e in GRID])
+def test_quoted_epsilon_is_an_exact_upper_bound(name, d, eps):
+    """max P(y|x)/P(y|x') <= exp(quoted ε) exactly (Fractions; 60-digit exp), no slack: the
+    quote is the ratio's logarithm rounded up (client_sdk/protocols/_epsilon.py)."""
+    from client_sdk.protocols._epsilon import exp_at_least
+
+    protocol = build_protocol(name, d, eps, {})
+    if isinstance(protocol, UnaryEncoding):
+        if d > 5:
+            pytest.skip("the exact product table is enumerated for d <= 5")
+        ratio = exact_worst_ratio(exact_unary_table(protocol))
+    elif name == "hr":   # its float table divides p' and q' by m, a rounding the law does not have
+        ratio = Fraction(protocol.params.p) / Fraction(protocol._q_prime)
+    else:   # every entry is one realised probability (a multiple of 2^-32 or its exact complement)
+        ratio = exact_worst_ratio(output_matrix(protocol))
+    assert ratio != math.inf and exp_at_least(protocol.epsilon, ratio), (protocol.epsilon, ratio)
+
+
+def exact_unary_table(protocol) -> np.ndarray:
+    """P(bits | x) as Fractions of the realised per-bit rates (the float table rounds products)."""
+    d, p, q = protocol.domain_size, Fraction(protocol.p), Fraction(protocol.q)
+    rows = []
+    for x in range(d):
+        row = []
+        for pattern in range(1 << d):
+            prob = Fraction(1)
+            for i in range(d):
+                one = p if i == x else q
+                prob *= one if pattern >> i & 1 else 1 - one
+            row.append(prob)
+        rows.append(row)
+    return np.array(rows, dtype=object)

@@ -92,3 +92,25 @@ def test_measured_mse_of_auto_at_a_large_domain_matches_its_variance():
     stated = float(np.mean(proto.variance(n, c.astype(float)))) / n
     assert abs(mse / stated - 1) <= 4 * math.sqrt(2 / d) * 1.5
     assert mse <= 1.25 * optimum(eps)
+
+
+def test_every_protocol_obeys_the_report_size_limit(tmp_path):
+    """An explicit protocol = "ss" at d = 10⁵ made 57 KB reports and was accepted: the default
+    budget (8,192 bytes) steered only `auto`. Now every protocol is held to it, with a refusal
+    naming the size and the limit — in parsing (collector, SDK) and in `ldpt metrics check`."""
+    from click.testing import CliRunner
+
+    from cli.main import main
+
+    table = {"kind": "categorical", "categories": [f"c{i}" for i in range(100_000)], "protocol": "ss",
+             "epsilon": 1.0}
+    with pytest.raises(RegistryError, match=r"ss report takes 57,152 bytes, above max_report_bytes = "
+                                            r"8,192 \(the default\)") as err:
+        parse_registry({"metrics": {"big": table}})
+    assert err.value.field == "max_report_bytes"
+    assert parse_registry({"metrics": {"big": {**table, "max_report_bytes": 60_000}}}).get("big").protocol == "ss"
+    cats = ", ".join(f'"c{i}"' for i in range(100_000))
+    path = tmp_path / "m.toml"
+    path.write_text(f'[metrics.big]\nkind = "categorical"\nprotocol = "oue"\nepsilon = 1.0\ncategories = [{cats}]\n')
+    out = CliRunner().invoke(main, ["metrics", "check", str(path)])
+    assert out.exit_code != 0 and "oue report takes 12,500 bytes" in out.output and "8,192" in out.output

@@ -162,4 +162,4 @@ def test_ldpt_demo_runs_end_to_end(tmp_path):
     assert (tmp_path / "demo" / "ldpt.sqlite").exists()
     again = CliRunner().invoke(main, ["estimate", "--metrics", str(tmp_path / "demo" / "metrics.toml"),
                                       "--metric", "theme", "--db", str(tmp_path / "demo" / "ldpt.sqlite")])
-    assert again.exit_code == 0 and "reports 1500" in again.output
+    assert again.exit_code == 0 and "reports 1,500" in again.output

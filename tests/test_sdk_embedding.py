@@ -21,7 +21,7 @@ from client_sdk import AsyncTelemetryClient, ClientOptions, MemoryState, RetryPo
 from client_sdk.errors import RegistryError, StateError
 from client_sdk.ledger import LEDGER_FILE
 from client_sdk.queue import MemoryOutbox, StoredBatch
-from client_sdk.state import FileState
+from client_sdk.state import FileState, UnusableState
 from client_sdk.testing import FakeCollector, FlockMsvcrt, MemoryTransport
 from client_sdk.transport import Response, TransportError
 from client_sdk.uploader import Batcher, pack_batch
@@ -182,13 +182,14 @@ def test_temporary_files_left_by_killed_writes_are_removed_at_open(tmp_path):
 
 # --- construction never raises, never blocks --------------------------------------------------------
 
-def test_unwritable_state_dir_falls_back_to_memory_keeping_secret_and_budget(tmp_path, registry, monkeypatch, caplog):
+def test_unwritable_state_dir_never_raises_and_reports_nothing(tmp_path, registry, monkeypatch, caplog):
+    """The spend of a run that cannot persist it would be spent again by the next run: no report
+    (tests/test_sdk_persistence.py holds the budget across restarts)."""
     state = tmp_path / "s"
     fake = FakeCollector(registry)
     first = TelemetryClient(registry=registry, state_dir=state, transport=MemoryTransport(fake), retry=FAST)
     assert first.report("theme", "dark-secret-theme") and first.flush(5.0)
     first.close(1.0)
-    secret = (state / "secret").read_bytes()
     real_access = os.access
     monkeypatch.setattr("client_sdk.state.os.access",
                         lambda p, mode: False if str(p) == str(state) else real_access(p, mode))
@@ -196,12 +197,11 @@ def test_unwritable_state_dir_falls_back_to_memory_keeping_secret_and_budget(tmp
         TelemetryClient(registry=registry, state_dir=state, transport=MemoryTransport(fake), strict=True)
     with caplog.at_level(logging.WARNING, logger="client_sdk"):
         client = TelemetryClient(registry=registry, state_dir=state, transport=MemoryTransport(fake), retry=FAST)
-    assert isinstance(client.state, MemoryState)
-    assert any("kept in memory" in r.getMessage() for r in caplog.records)
-    assert client.state.secret == secret                        # the same memoisation and cohorts
-    assert client.report("theme", "dark-secret-theme") is False  # the day's report was spent on disk
-    assert client.stats()["refused_window"] == 1
-    assert client.report("crash", True) and client.flush(5.0)
+    assert isinstance(client.state, UnusableState)
+    assert sum("reporting is disabled" in r.getMessage() for r in caplog.records) == 1
+    assert client.ledger_snapshot()["theme"].window_reports == 1   # the book on disk, for display
+    assert client.report("crash", True) is False and client.flush(5.0)
+    assert client.stats()["disabled_state"] == 1 and fake.accepted_reports == 1
     client.close(1.0)
 
 
@@ -210,16 +210,21 @@ def test_uncreatable_state_dir_and_unreadable_secret_never_raise(tmp_path, regis
     blocker.write_text("not a directory")
     fake = FakeCollector(registry)
     client = TelemetryClient(registry=registry, state_dir=blocker / "s", transport=MemoryTransport(fake), retry=FAST)
-    assert isinstance(client.state, MemoryState)
-    assert client.report("crash", True) and client.flush(5.0) and fake.accepted_reports == 1
+    assert isinstance(client.state, UnusableState)
+    assert client.report("crash", True) is False and client.flush(5.0) and fake.accepted_reports == 0
+    assert "cannot create the state directory" in client.disabled_reason
     client.close(1.0)
     with pytest.raises(StateError):
         TelemetryClient(registry=registry, state_dir=blocker / "s", transport=MemoryTransport(fake), strict=True)
     odd = tmp_path / "odd"
     (odd / "secret").mkdir(parents=True)                         # the secret cannot be read as a file
     other = TelemetryClient(registry=registry, state_dir=odd, transport=MemoryTransport(fake), retry=FAST)
-    assert isinstance(other.state, MemoryState) and other.report("crash", True) and other.flush(5.0)
+    assert isinstance(other.state, UnusableState) and other.report("crash", True) is False
+    assert other.stats()["disabled_state"] == 1 and fake.accepted_reports == 0
     other.close(1.0)
+    mem = TelemetryClient(registry=registry, state=MemoryState(), transport=MemoryTransport(fake), retry=FAST)
+    assert mem.report("crash", True) and mem.flush(5.0)          # in memory when asked for explicitly
+    mem.close(1.0)
 
 
 def test_a_corrupt_secret_is_moved_aside_and_replaced(tmp_path, registry, caplog):
@@ -500,3 +505,28 @@ def test_fake_collector_answers_with_the_collectors_own_problems(registry):
     assert fake.status == real.value.status == 422
     assert doc["type"].endswith("/" + real.value.slug) and doc["detail"] == real.value.detail
     assert doc["report_index"] == 0 and doc["field"] == "x"
+
+
+def test_close_reports_what_it_could_not_deliver(tmp_path, registry, caplog):
+    """Registry never fetched, collector down: close() returned True after dropping reports
+    (issue 23). It returns False, undelivered() names the loss, and one warning says it."""
+    never = TelemetryClient(state_dir=tmp_path / "n", transport=Switch(FakeCollector(registry), down=True))
+    assert never.report("crash", True) is True and never.report("crash", False) is True
+    with caplog.at_level("WARNING", logger="ldpt"):
+        assert never.close(0.0) is False
+    assert never.undelivered() == {"dropped_no_registry": 2}
+    assert "not delivered: dropped_no_registry 2" in caplog.text
+    fine = TelemetryClient(state_dir=tmp_path / "f", transport=Switch(FakeCollector(registry), down=False))
+    assert fine.report("crash", True) is True
+    assert fine.close(10.0) is True and fine.undelivered() == {}
+
+
+def test_aclose_reports_what_it_could_not_deliver(tmp_path, registry):
+    import asyncio
+
+    async def scenario() -> tuple[bool, dict[str, int]]:
+        client = AsyncTelemetryClient(state_dir=tmp_path / "a", transport=Switch(FakeCollector(registry), down=True))
+        client.report("crash", True)
+        return await client.aclose(0.0), client.undelivered()
+
+    assert asyncio.run(scenario()) == (False, {"dropped_no_registry": 1})

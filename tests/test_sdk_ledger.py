@@ -257,3 +257,80 @@ def test_a_late_charge_cannot_overspend_the_device_window_cap():
     current = window_name(DAY + 1)
     assert sum(a.window_epsilon for a in book.values() if a.window == current) <= 2.0
     assert sum(a.window_epsilon for a in book.values() if a.window == window_name(DAY)) == 0
+
+
+# --- clock errors: a forward jump of the clock ------------------------------------------------------------
+
+TEN_YEARS = 3652
+
+
+def test_a_forward_clock_jump_silences_a_metric_for_at_most_the_day_it_is_corrected():
+    book = {}
+    assert apply(book, charge(day=DAY)) is None
+    assert apply(book, charge(day=DAY + TEN_YEARS)) is None     # the clock jumps 10 years ahead
+    assert apply(book, charge(day=DAY, rpw=3)) is None          # corrected the same day: both spends
+    assert apply(book, charge(day=DAY, rpw=3)) is Refusal.WINDOW   # bind this window (3 in all)
+    assert book["m"].window == window_name(DAY) and book["m"].window_reports == 3
+    assert apply(book, charge(day=DAY + 1)) is None             # the next day reports again
+    assert book["m"].lifetime_reports == 4
+
+
+def test_a_clock_set_back_within_the_cap_still_spends_from_the_current_window():
+    from client_sdk.ledger import MAX_WINDOW_AHEAD_DAYS
+
+    book = {}
+    assert apply(book, charge(day=DAY + MAX_WINDOW_AHEAD_DAYS)) is None
+    for day in range(DAY, DAY + MAX_WINDOW_AHEAD_DAYS + 1):     # back by up to the cap: no new budget
+        assert apply(book, charge(day=day)) is Refusal.WINDOW
+    assert apply(book, charge(day=DAY - 1)) is Refusal.WINDOW   # further back: re-dated, spend kept
+    assert book["m"].window == window_name(DAY - 1) and book["m"].window_reports == 1
+
+    assert apply(book, charge(day=DAY + MAX_WINDOW_AHEAD_DAYS)) is Refusal.WINDOW   # forward onto the
+    assert apply(book, charge(day=DAY + MAX_WINDOW_AHEAD_DAYS + 1)) is None         # day it left: spent
+
+
+def test_a_forward_clock_jump_under_device_caps_redates_every_metric():
+    def dev(metric, day):
+        return Charge(metric, "fp", day, 1.0, None, None, 5, None, 2.0, None)
+
+    book = {}
+    assert apply(book, dev("a", DAY + TEN_YEARS)) is None
+    assert apply(book, dev("b", DAY + TEN_YEARS)) is None
+    assert apply(book, dev("c", DAY)) is Refusal.DEVICE_WINDOW     # back: the 2 spent bind today
+    assert {a.window for a in book.values()} == {window_name(DAY)}
+    assert apply(book, dev("c", DAY + 1)) is None and apply(book, dev("a", DAY + 1)) is None
+    assert apply(book, dev("b", DAY + 1)) is Refusal.DEVICE_WINDOW  # the device cap holds per window
+
+
+def test_a_clock_reset_to_the_past_and_corrected_gains_no_budget():
+    """A real-time clock reset at boot (to 2000-01-01), a report while it is wrong, NTP puts it
+    back on the day it left: that day's spend binds, with the report made meanwhile."""
+    reset = DAY - 9000
+    book = {}
+    assert apply(book, charge(day=DAY, rpw=3)) is None
+    assert apply(book, charge(day=reset, rpw=3)) is None        # counts with DAY's spend: 2 of 3
+    assert book["m"].window == window_name(reset) and book["m"].window_reports == 2
+    assert apply(book, charge(day=DAY, rpw=3)) is None          # back on DAY: 3 of 3, not 1 of 3
+    assert apply(book, charge(day=DAY, rpw=3)) is Refusal.WINDOW
+    assert book["m"].window == window_name(DAY) and book["m"].window_reports == 3
+    assert apply(book, charge(day=DAY + 1, rpw=3)) is None      # a new day as usual
+
+
+def test_a_clock_oscillating_between_now_and_ten_years_ahead_gains_one_window_at_most():
+    book = {}
+    outcomes = [apply(book, charge(day=day, rpw=2)) for day in [DAY, DAY + TEN_YEARS] * 4]
+    assert outcomes.count(None) == 2                              # one window's budget, then refusals
+    assert book["m"].lifetime_reports == 2
+
+
+def test_a_clock_reset_under_device_caps_gains_no_budget_for_any_metric():
+    def dev(metric, day):
+        return Charge(metric, "fp", day, 1.0, None, None, 5, None, 2.0, None)
+
+    reset = DAY - 9000
+    book = {}
+    assert apply(book, dev("a", DAY)) is None
+    assert apply(book, dev("b", reset)) is None                   # 2 of 2, in the reset window
+    assert apply(book, dev("a", DAY)) is Refusal.DEVICE_WINDOW    # back on DAY: a and b bind it
+    assert apply(book, dev("c", DAY)) is Refusal.DEVICE_WINDOW
+    assert sum(a.window_epsilon for a in book.values() if a.window == window_name(DAY)) == pytest.approx(2.0)

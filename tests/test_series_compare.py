@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from click.testing import CliRunner
+from scipy import stats
 
 from cli.main import main
 from client_sdk.errors import EstimationError
@@ -199,11 +200,12 @@ def _runs(spec, weights_a, weights_b, n, runs, seed):
 @pytest.mark.statistical
 def test_compare_family_wise_false_flags_at_most_alpha(registry):
     """Same distribution in A and B (each window's devices a fresh multinomial draw): any value
-    flagged in at most 5% of runs (Holm, fwer); difference unbiased, standard error calibrated."""
-    spec, runs = registry.get("page"), 400
+    flagged in at most 5% of runs (Holm, fwer) within 2.5 MC SEs (2,000 runs: 0.062; it allowed
+    0.083 with 400; measured 0.0465 over 4,000); difference unbiased, standard error calibrated."""
+    spec, runs = registry.get("page"), 2000
     frames = _runs(spec, zipf(20), zipf(20), 20_000, runs, seed=21)
     rate = np.mean([f["changed"].any() for f in frames])
-    assert rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / runs), rate
+    assert rate <= 0.05 + 2.5 * math.sqrt(0.05 * 0.95 / runs), rate
     # unbiased difference and calibrated standard error (per value, pooled over runs)
     diff = np.array([f["difference"].to_numpy() for f in frames])
     se = np.array([f["std_err"].to_numpy() for f in frames])
@@ -224,27 +226,35 @@ def _shifted(weights: np.ndarray, index: int, delta: float) -> np.ndarray:
     return out
 
 
-def _se_of_difference(spec, weights: np.ndarray, n: int, index: int) -> float:
-    """Randomisation plus sampling of the devices, for each of two windows of n reports."""
-    w = weights[index]
-    var = spec.protocol_impl.variance(n, weights * n)[index] / n ** 2 + w * (1 - w) / n
-    return math.sqrt(2 * var)
+def _shift_of(spec, weights: np.ndarray, n: int, index: int, k: float) -> float:
+    """The shift δ of value ``index`` that is k standard errors of the difference — randomisation
+    plus sampling of the devices in each of two windows of n reports, B's at the shifted weights
+    (the SE an analyst reads; it grows with the shifted share, hence the fixed point)."""
+    def var(w: np.ndarray) -> float:
+        return spec.protocol_impl.variance(n, w * n)[index] / n ** 2 + w[index] * (1 - w[index]) / n
+
+    delta = 0.0
+    for _ in range(30):
+        delta = k * math.sqrt(var(weights) + var(_shifted(weights, index, delta)))
+    return delta
 
 
 @pytest.mark.statistical
 def test_compare_detects_a_three_se_shift(registry):
-    """A 3-SE shift in one value: its test rejects in >= 80% of runs (Φ(3 − 1.96) = 85%); the
-    family-wise flag over 20 values detects a shift of required_shift(20) SEs in >= 80%."""
-    spec, n, runs, idx = registry.get("page"), 20_000, 300, 4
+    """The documented power within 3 MC SEs (2,000 runs: SE ≈ 0.008): a 3-SE shift in one value
+    is rejected by its own test in Φ(3 − 1.96) = 85% of runs (measured 0.854 over 4,000), and the
+    family-wise flag over 20 values catches a shift of required_shift(20) SEs in 80% (measured
+    0.791). The test used to measure the shift in the null's SE and accept 0.80 and 0.73."""
+    spec, n, runs, idx = registry.get("page"), 20_000, 2000, 4
     base = zipf(20)
-    se = _se_of_difference(spec, base, n, idx)
-    frames = _runs(spec, base, _shifted(base, idx, 3 * se), n, runs, seed=22)
+    frames = _runs(spec, base, _shifted(base, idx, _shift_of(spec, base, n, idx, 3.0)), n, runs, seed=22)
     power = np.mean([f["p_value"].iloc[idx] <= 0.05 and f["difference"].iloc[idx] > 0 for f in frames])
-    assert power >= 0.80, power
+    documented = float(stats.norm.cdf(3 - stats.norm.isf(0.025)))
+    assert abs(power - documented) <= 3 * math.sqrt(documented * (1 - documented) / runs), power
     shift = required_shift(20)
-    frames = _runs(spec, base, _shifted(base, idx, shift * se), n, runs, seed=23)
+    frames = _runs(spec, base, _shifted(base, idx, _shift_of(spec, base, n, idx, shift)), n, runs, seed=23)
     flagged = np.mean([bool(f["changed"].iloc[idx]) for f in frames])
-    assert flagged >= 0.80 - 3 * math.sqrt(0.8 * 0.2 / runs), (flagged, shift)
+    assert abs(flagged - 0.80) <= 3 * math.sqrt(0.8 * 0.2 / runs), (flagged, shift)
 
 
 # --- CLI and API -------------------------------------------------------------------------------
@@ -276,10 +286,12 @@ def test_cli_plot_shows_the_largest_values_sorted_and_truth_in_the_table(registr
     r = ldpt("estimate", "--metrics", str(registry_path), "--metric", "page", "--db", str(store_path),
              "--window", DAYS[0], "--top", "5", "--truth", str(truth), "--plot", str(tmp_path / "e.png"))
     assert r.exit_code == 0, r.output
-    header = r.output.splitlines()[1].split()
+    table = [line for line in r.output.splitlines() if not line.startswith("warning:")]
+    assert "warning: " in r.output and "the truth counts 1,500 reports" in r.output  # a partial truth
+    header = table[1].split()
     assert header[-1] == "truth"
-    rows = [line.split() for line in r.output.splitlines()[2:]]
-    assert len(rows) == 5 and rows[0][0] == "p00" and rows[0][-1] == "1,000.0"
+    rows = [line.split() for line in table[2:]]
+    assert len(rows) == 5 and rows[0][0] == "p00" and rows[0][-1] == "1,000"
     estimates = [float(row[1].replace(",", "")) for row in rows]
     assert estimates == sorted(estimates, reverse=True)
     assert (tmp_path / "e.png").stat().st_size > 10_000
@@ -467,13 +479,71 @@ def test_dashboard_svgs_are_well_formed_and_escape_labels(registry, metric):
     empty = spec.protocol_impl.new_sketch()
     series = series_frame(spec, [("2026-03-01", a), ("2026-03-02", empty), ("2026-03-03", b)])
     one = estimate_frame(spec, a)
-    if metric == "page":
-        one.loc[0, "value"] = series.loc[0, "value"] = "<b>&'\""
+    if metric == "page":  # markup, and control bytes XML cannot hold (issue 18: a raw ESC broke the SVG)
+        one.loc[0, "value"] = series.loc[0, "value"] = "<b>&'\"\x1b]0;x\x07\x00"
     for svg in (estimates_svg(one), series_svg(series), compare_svg(compare_frame(spec, a, b, label_a="x", label_b="y"))):
         root = ET.fromstring(svg)  # well-formed XML: every label escaped
         assert root.tag.endswith("svg") and "<b>" not in svg
         assert root.findall(".//{http://www.w3.org/2000/svg}circle")
         assert "style=" not in svg  # the dashboard's CSP forbids inline styles
+        assert 'viewBox="0 0 ' in svg  # the page scales it to its width
+    if metric == "page":
+        assert "\\x1b]0;x\\x07\\x00" in estimates_svg(one)  # shown, escaped
+
+
+def test_dashboard_charts_say_what_they_draw(registry):
+    """Legends for detected/changed, compare titled A then B as the selectors read, densities
+    for unequal buckets, a histogram's series of p50 and p90, a chosen series' values (issue 23)."""
+    from collector.ui_svg import bucket_widths, compare_svg, estimates_svg, series_svg, unequal
+
+    rng = np.random.default_rng(5)
+    page = registry.get("page")
+    a, b = sketch_of(page, zipf(20), 3000, rng), sketch_of(page, zipf(20), 3000, rng)
+    svg = estimates_svg(estimate_frame(page, a))
+    assert "detected (count &gt; 0)" in svg and "not detected" in svg
+    svg = compare_svg(compare_frame(page, a, b, label_a="2026-03-01", label_b="2026-03-02"))
+    assert "from A 2026-03-01 to B 2026-03-02" in svg and "no change detected" in svg
+    series = series_frame(page, [("2026-03-01", a), ("2026-03-02", b)])
+    svg = series_svg(series, values=["p07", "p11", "nope"])
+    assert ">p07</text>" in svg and ">p11</text>" in svg and ">p00</text>" not in svg
+    assert ">p00</text>" in series_svg(series)  # default: the largest
+    latency = registry.get("latency")
+    h = [numeric_sketch(latency, 300, 3000, rng) for _ in range(2)]
+    hist_series = series_frame(latency, [("2026-03-01", h[0]), ("2026-03-02", h[1])])
+    hist_series.attrs["unit"] = "ms"
+    svg = series_svg(hist_series)
+    assert ">p50</text>" in svg and ">p90</text>" in svg and "quantile (ms)" in svg and "[0, 200)" not in svg
+    assert not unequal(bucket_widths(["[0, 200)", "[200, 400)", "[400, 1000]"][:2]))
+    assert unequal(bucket_widths(["[0, 250)", "[250, 500)", "[500, 1000]"]))
+    one = estimate_frame(latency, h[0])
+    assert "density" not in estimates_svg(one)  # 5 equal buckets: shares
+    uneven = one.copy()
+    labels = ["[0, 100)", "[100, 200)", "[200, 400)", "[400, 700)", "[700, 1000]"]
+    uneven.loc[uneven["statistic"] == "count", "value"] = labels
+    uneven.attrs = dict(one.attrs, unit="ms")
+    assert "density: proportion of reports per ms" in estimates_svg(uneven)
+
+
+
+def test_dashboard_charts_draw_a_narrow_layout_for_a_phone(registry):
+    """width=... (the page's): drawn that wide, text at its size, legend under the series."""
+    import xml.etree.ElementTree as ET
+
+    from collector.ui_svg import MIN_WIDTH, compare_svg, estimates_svg, series_svg
+
+    rng = np.random.default_rng(6)
+    page = registry.get("page")
+    a, b = sketch_of(page, zipf(20), 3000, rng), sketch_of(page, zipf(20), 3000, rng)
+    series = series_frame(page, [("2026-03-01", a), ("2026-03-02", b)])
+    for svg in (estimates_svg(estimate_frame(page, a), width=360), series_svg(series, width=360),
+                compare_svg(compare_frame(page, a, b, label_a="x", label_b="y"), width=360)):
+        root = ET.fromstring(svg)
+        assert root.get("width") == "360" and root.get("viewBox").startswith("0 0 360 ")
+        xs = [float(t.get("x")) for t in root.iter("{http://www.w3.org/2000/svg}text") if t.get("x")]
+        assert min(xs) >= 0 and max(xs) <= 360
+    assert float(ET.fromstring(series_svg(series, width=360)).get("height")) > 380  # legend below
+    assert ET.fromstring(series_svg(series, width=10)).get("width") == str(MIN_WIDTH)
+    assert ET.fromstring(series_svg(series, width=5000)).get("width") == "900"  # never wider than drawn
 
 
 def test_cli_url_never_forwards_the_token_through_a_redirect(registry_path, tmp_path):

@@ -25,13 +25,14 @@ import abc
 import functools
 import math
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
+from .._lazy import np
 from ..hashing import check_secret, derive_cohort
 from ..memo import MemoCache
-from ..randomness import SCALE, SecureRandom, bernoulli, realised
+from ..randomness import OS_WORDS, SCALE, WordSource, bernoulli, realised
+from ._epsilon import log_up
 
 
 def check_epsilon_pair(epsilon: float | None, epsilon_inf: Any, protocol: str) -> float:
@@ -73,7 +74,7 @@ def largest_threshold(epsilon_of: Callable[[int], float], target: float, low: in
 
 def log_ratio(a: float, b: float) -> float:
     """ln(a/b) for a privacy ratio, 0 when a <= b (a second round that is noise or worse)."""
-    return math.log(a / b) if a > b > 0 else 0.0
+    return log_up(Fraction(a) / Fraction(b)) if a > b > 0 else 0.0
 
 
 def grr_round(x: np.ndarray, k: int, threshold: int, source: Any) -> np.ndarray:
@@ -83,6 +84,14 @@ def grr_round(x: np.ndarray, k: int, threshold: int, source: Any) -> np.ndarray:
     other = source.below(k - 1, n)
     other += other >= x
     return np.where(keep, x, other)
+
+
+def grr_round_one(x: int, k: int, threshold: int, source: WordSource) -> int:
+    """``grr_round`` for one input in Python ints, drawing the same words in the same order:
+    the keep word (none when T = 2^32), then the other value (always drawn, as the batch does)."""
+    keep = threshold >= SCALE or source.word() < threshold
+    other = source.below(k - 1)
+    return x if keep else other + (other >= x)
 
 
 class TwoRoundChain:
@@ -175,16 +184,68 @@ class Memoised(abc.ABC):
         """Ledger/memo key of a value: one ε∞ charge per distinct key over the lifetime."""
         return f"{self.name}:{self.memo_index(index, secret, metric)}"  # type: ignore[attr-defined]
 
-    def encode_secret_one(self, index: int, secret: bytes, metric: str) -> Any:
-        """One report of one client (the SDK path): memoised first round, fresh second round."""
+    @abc.abstractmethod
+    def first_round_one(self, memo_input: int, source: WordSource) -> Any:
+        """``first_round`` of one memo input in plain Python, the same words in the same order
+        (``client_sdk.memo.MemoWords`` gives the SDK the words ``MemoRandom`` gives a batch)."""
+
+    @abc.abstractmethod
+    def second_round_one(self, first: Any, source: WordSource) -> Any:
+        """``second_round`` of one first-round response in plain Python."""
+
+    @abc.abstractmethod
+    def wire_one(self, second: Any, cohort: int | None) -> Any:
+        """The wire payload of one second-round response (``to_wire`` of a batch of one)."""
+
+    def encode_secret_one(self, index: int, secret: bytes, metric: str,
+                          source: WordSource | None = None) -> Any:
+        """One report of one client (the SDK path, plain Python): memoised first round, fresh
+        second round from ``source`` (the OS CSPRNG unless a test injects one)."""
         x = self._check_index(index)  # type: ignore[attr-defined]
         secret = check_secret(secret)
         key = self.memo_key(x, secret, metric)
         memo_in = self.memo_index(x, secret, metric)
-        first = self._memo.get(secret, metric, key,
-                               lambda src: self.first_round(np.array([memo_in], dtype=np.int64), src))
-        y = self.second_round(first, SecureRandom())  # type: ignore[arg-type]
-        return self._wire_one(y, secret, metric)
+        first = self._memo.get(secret, metric, key, lambda src: self.first_round_one(memo_in, src))
+        return self.wire_one(self.second_round_one(first, source or OS_WORDS), self.sdk_cohort(secret, metric))
+
+    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> Any:
+        """One report with fresh coins in both rounds (a new client reporting once), plain Python."""
+        x = self._check_index(index)  # type: ignore[attr-defined]
+        src = source or OS_WORDS
+        if self.uses_cohorts and cohort is None:  # type: ignore[attr-defined]
+            cohort = src.below(self.cohorts)  # type: ignore[attr-defined]
+        memo_in = self.memo_index_in_cohort(x, cohort)
+        return self.wire_one(self.second_round_one(self.first_round_one(memo_in, src), src), cohort)
+
+    def memo_index_in_cohort(self, index: int, cohort: int | None) -> int:
+        """``memo_indices`` of one value in a given cohort (the value itself unless hashed)."""
+        return index
+
+    def sdk_cohort(self, secret: bytes, metric: str) -> int | None:
+        """The client's cohort as an int (None for protocols without cohorts)."""
+        return None
+
+    @property
+    def second_round_keep(self) -> float:
+        """λ: the fresh round passes the memoised output on w.p. λ and otherwise draws an output
+        independent of it (GRR on [k] and the bit flips are this mixture: λ = p₂ − q₂).
+
+        Hence for any function a of one report, Var(E[a(y) | first round]) = λ²·Var(a(r)) and
+        Var(a(y)) ≥ λ·Var(a(r)): at most a share λ of a report's variance is permanent noise that
+        repeats in every report of the same memo key (docs/math.md, "Ranges of memoised metrics").
+        """
+        params = self.params  # type: ignore[attr-defined]
+        return float(params.p2 - params.q2)
+
+    def permanent_variance(self, sketch: Any, estimate: Any) -> Any:
+        """An upper bound on the part of ``estimate``'s variance (a window's) that comes from the
+        devices' permanent state — memoised first rounds, cohorts — and so repeats across windows.
+        The rest is fresh second-round noise, independent across windows. Default: λ·variance
+        (``second_round_keep``); protocols whose estimator allows it give the exact split."""
+        variances = getattr(estimate, "variances", None)
+        if variances is None:   # a numeric mean: MeanEstimate.variance
+            return self.second_round_keep * estimate.variance
+        return self.second_round_keep * np.asarray(variances, dtype=np.float64)
 
     def memo_indices(self, indices: np.ndarray, cohorts: np.ndarray | None = None) -> np.ndarray:
         """Vectorised ``memo_index`` (simulation): the value, or its hash under the cohort's seed."""
@@ -214,5 +275,18 @@ class Memoised(abc.ABC):
         return cohort
 
 
-__all__ = ["Memoised", "SymmetricSecondRound", "TwoRoundChain", "chain", "check_epsilon_pair", "grr_round", "largest_threshold", "log_ratio"]
+def pure_chain_permanent_variance(params: TwoRoundChain, n: int, counts: np.ndarray) -> np.ndarray:
+    """The permanent part of a pure chain's Var[ĉ(v)] (L-GRR, L-OSUE), exact at c = clip(ĉ, 0, n).
+
+    A report's support bit is S = q₂ + λ·B + e with B the memoised round's support bit
+    (P(B = 1) = p₁ if x = v, q₁ otherwise), λ = p₂ − q₂ and e fresh noise of mean 0 given B, so
+    Var[ĉ] = (λ²·Var(ΣB) + Σ Var(e))/(P − Q)² and the permanent part is
+    λ²·(c·p₁(1−p₁) + (n−c)·q₁(1−q₁))/(P − Q)² (docs/math.md, "Ranges of memoised metrics")."""
+    c = np.clip(np.asarray(counts, dtype=np.float64), 0.0, n)
+    lam = params.p2 - params.q2
+    first = c * params.p1 * (1 - params.p1) + (n - c) * params.q1 * (1 - params.q1)
+    return lam * lam * first / (params.p - params.q) ** 2
+
+
+__all__ = ["Memoised", "pure_chain_permanent_variance", "SymmetricSecondRound", "TwoRoundChain", "chain", "check_epsilon_pair", "grr_round", "largest_threshold", "log_ratio"]
 

@@ -23,18 +23,18 @@ from __future__ import annotations
 import functools
 import math
 
-import numpy as np
+from .._lazy import np
 
 
 @functools.cache
 def primes(limit: int) -> tuple[int, ...]:
     """Primes up to ``limit`` (sieve of Eratosthenes)."""
-    sieve = np.ones(limit + 1, dtype=bool)
-    sieve[:2] = False
+    sieve = bytearray([1]) * (limit + 1)  # plain Python: HR's parameters are chosen on devices too
+    sieve[:2] = b"\x00\x00"[:min(2, limit + 1)]
     for i in range(2, math.isqrt(limit) + 1):
         if sieve[i]:
-            sieve[i * i::i] = False
-    return tuple(int(p) for p in np.flatnonzero(sieve))
+            sieve[i * i::i] = bytes(len(range(i * i, limit + 1, i)))
+    return tuple(i for i, flag in enumerate(sieve) if flag)
 
 
 def is_prime(g: int) -> bool:

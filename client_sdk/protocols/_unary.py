@@ -26,20 +26,22 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any, ClassVar
 
-import numpy as np
-
+from .._lazy import np
 from ..errors import InvalidPayload
 from ..randomness import (
+    OS_WORDS,
     SCALE,
     RandomLike,
-    SecureRandom,
+    WordSource,
     as_random_source,
     below_threshold,
     realised,
     threshold_ceil,
 )
+from ._epsilon import log_up
 from .base import (
     Payloads,
     PureProtocol,
@@ -122,7 +124,8 @@ class UnaryEncoding(PureProtocol):
     @property
     def epsilon(self) -> float:
         # ε = ln(p'(1−q') / ((1−p')q')); 1−p' and 1−q' are exact (multiples of 2^-32).
-        return math.log(self.p * (1.0 - self.q) / ((1.0 - self.p) * self.q))
+        p, q = Fraction(self.p), Fraction(self.q)
+        return log_up(p * (1 - q) / ((1 - p) * q))
 
     @property
     def payload_bits(self) -> int:
@@ -154,13 +157,12 @@ class UnaryEncoding(PureProtocol):
             out[start:start + block] = np.packbits(bits, axis=1, bitorder="little")
         return {"bits": out}
 
-    def encode_one(self, index: int, cohort: int | None = None) -> bytes:
-        """One report from the OS CSPRNG: the same threshold tests as ``encode``, fewer arrays."""
+    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> bytes:
+        """One report in plain Python: the same threshold tests as ``encode`` on d words
+        (bit i is 1 iff uᵢ < T_q, bit x iff u_x < T_p), packed little-endian as the wire."""
         x = self._check_index(index)
-        u = SecureRandom().words(self.params.d)
-        bits = below_threshold(u, self._q_threshold)
-        bits[x] = below_threshold(u[x:x + 1], self._p_threshold)[0]
-        return np.packbits(bits, bitorder="little").tobytes()
+        return pack_bits(unary_bits((source or OS_WORDS).words(self.params.d), x,
+                                    self._p_threshold, self._q_threshold), self._width)
 
     def validate(self, payloads: Payloads) -> None:
         bits = require_1d(payloads, "bits")
@@ -196,6 +198,22 @@ class UnaryEncoding(PureProtocol):
             if len(obj) != w:
                 raise InvalidPayload(f"expected {w} bytes, got {len(obj)}", index=i, field="payload")
         return {"bits": np.frombuffer(b"".join(objects), dtype=np.uint8).reshape(len(objects), w).copy()}
+
+
+def unary_bits(words: list[int], x: int, p_threshold: int, q_threshold: int) -> list[int]:
+    """Indices of the 1 bits of a unary report from its d words: uᵢ < T_q, and u_x < T_p for x."""
+    ones = [i for i, u in enumerate(words) if u < q_threshold and i != x]
+    if words[x] < p_threshold:
+        ones.append(x)
+    return ones
+
+
+def pack_bits(ones: list[int], width: int) -> bytes:
+    """``width`` bytes with the given bit indices set, bit i at byte i//8, bit i%8 (little)."""
+    out = bytearray(width)
+    for i in ones:
+        out[i >> 3] |= 1 << (i & 7)
+    return bytes(out)
 
 
 class OUEParams(UnaryParams):

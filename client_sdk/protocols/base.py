@@ -20,14 +20,15 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
+from fractions import Fraction
 from typing import Any, ClassVar
 
-import numpy as np
-
+from .._lazy import np
 from ..errors import DomainError, InvalidPayload
 from ..randomness import RandomLike
+from ._epsilon import log_up
 
-Payloads = dict[str, np.ndarray]
+Payloads = dict[str, "np.ndarray"]
 """A batch of randomised reports: named arrays sharing the leading (batch) dimension."""
 
 
@@ -250,7 +251,7 @@ class DirectResponse(PureProtocol):
 
     @property
     def epsilon(self) -> float:
-        return math.log(self.p / self.q)
+        return log_up(Fraction(self.p) / Fraction(self.q))   # an upper bound (protocols/_epsilon.py)
 
     @property
     def payload_bits(self) -> int:
@@ -287,7 +288,9 @@ def pure_estimate(support: np.ndarray, n: int, p_star: float, q_star: float) -> 
 def pure_variance(n: int, true_counts: np.ndarray | float, p_star: float, q_star: float) -> np.ndarray:
     """Var[ĉ(v)] of a pure protocol (docs/math.md §2)."""
     delta = p_star - q_star
-    c = np.asarray(true_counts, dtype=np.float64)
+    # A scalar count (``auto`` scores protocols this way, on devices too) in plain floats: the
+    # same IEEE operations as numpy's, without importing it.
+    c = float(true_counts) if isinstance(true_counts, (int, float)) else np.asarray(true_counts, dtype=np.float64)
     return n * q_star * (1 - q_star) / delta**2 + c * (1 - p_star - q_star) / delta
 
 

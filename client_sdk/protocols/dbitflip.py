@@ -33,8 +33,7 @@ import functools
 import math
 from typing import Any
 
-import numpy as np
-
+from .._lazy import np
 from ..errors import InvalidPayload
 from ..memo import MemoCache
 from ..randomness import SCALE, RandomLike, as_random_source, realised, threshold_floor
@@ -98,7 +97,11 @@ class DBitFlip(Memoised, Protocol):
     def __init__(self, params: DBitFlipParams) -> None:
         super().__init__(params)
         self._memo = MemoCache()
-        self._weights = np.int64(1) << np.arange(params.sampled, dtype=np.int64)
+
+    @functools.cached_property
+    def _weights(self) -> np.ndarray:
+        """2^i for the sampled bits i (the report's integer y = Σ bitᵢ·2^i)."""
+        return np.int64(1) << np.arange(self.params.sampled, dtype=np.int64)
 
     # --- shape -----------------------------------------------------------------------------------
     @property
@@ -162,7 +165,36 @@ class DBitFlip(Memoised, Protocol):
         return np.where(pos < self.params.sampled, pos, self.params.sampled)
 
     def memo_index(self, index: int, secret: bytes, metric: str) -> int:
-        return int(self.memo_indices(np.array([index]), np.array([self.cohort_of(secret, metric)]))[0])
+        return self.memo_index_in_cohort(index, self.cohort_of(secret, metric))
+
+    def memo_index_in_cohort(self, index: int, cohort: int | None) -> int:
+        """``memo_indices`` of one value in window ``cohort`` (plain Python)."""
+        if cohort is None or not 0 <= cohort < self.params.d:
+            raise ValueError(f"cohorts must be integers in [0, {self.params.d}), one per value")
+        pos = (index - cohort) % self.params.d
+        return pos if pos < self.params.sampled else self.params.sampled
+
+    def first_round_one(self, memo_input: int, source: Any) -> list[bool]:
+        """``first_round`` of one input: bit i is uᵢ < T₁ at the value's position, < 2^32 − T₁ elsewhere."""
+        t1 = self.params.p1_threshold
+        t0 = SCALE - t1
+        return [u < (t1 if i == memo_input else t0) for i, u in enumerate(source.words(self.params.sampled))]
+
+    def second_round_one(self, first: list[bool], source: Any) -> int:
+        """``second_round`` of one response, as the report's integer Σ bitᵢ·2^i."""
+        t2 = self.params.p2_threshold
+        t0 = SCALE - t2
+        y = 0
+        for i, (b, u) in enumerate(zip(first, source.words(len(first)))):
+            if u < (t2 if b else t0):
+                y |= 1 << i
+        return y
+
+    def wire_one(self, second: int, cohort: int | None) -> list[int]:
+        return [int(cohort), second]  # type: ignore[arg-type]
+
+    def sdk_cohort(self, secret: bytes, metric: str) -> int:
+        return self.cohort_of(secret, metric)
 
     def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
         n, ds = memo_inputs.shape[0], self.params.sampled
@@ -252,6 +284,17 @@ class DBitFlip(Memoised, Protocol):
             f_hat = np.where(n_v > 0, (c_v / n_v - small) / (big - small), np.nan)
         f = np.clip(np.nan_to_num(f_hat, nan=0.0), 0.0, 1.0)
         return CountEstimate(n * f_hat, self._variance(n, n_v, f), n, {"bucket_reports": n_v})
+
+    def permanent_variance(self, sketch: Sketch, estimate: CountEstimate) -> np.ndarray:
+        """λ·(randomisation part) + (sampling part): which devices' windows hold v is permanent too
+        (``Memoised.permanent_variance``); the sampling part is the second term of ``_variance``."""
+        n = estimate.n
+        n_v = np.asarray(estimate.extra["bucket_reports"], dtype=np.float64)
+        f = np.clip(np.nan_to_num(np.asarray(estimate.counts, dtype=np.float64) / max(n, 1), nan=0.0), 0.0, 1.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sampling = np.where(n_v > 0, n * n * f * (1 - f) * (n - n_v) / (n_v * max(n - 1, 1)), 0.0)
+        lam = self.second_round_keep
+        return lam * np.asarray(estimate.variances, dtype=np.float64) + (1 - lam) * sampling
 
     def variance(self, n: int, true_counts: np.ndarray | float) -> np.ndarray:
         """Var[ĉ(v)] with the expected n_v = n·d/k."""

@@ -40,13 +40,21 @@ import dataclasses
 import hashlib
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
+from .._lazy import np, numpy_types
 from ..errors import DomainError, InvalidPayload
 from ..hashing import derive_cohort, encode_text
-from ..randomness import SCALE, RandomLike, as_random_source, bernoulli, secure_below, secure_word
+from ..randomness import (
+    OS_WORDS,
+    SCALE,
+    RandomLike,
+    WordSource,
+    as_random_source,
+    bernoulli,
+)
+from ._epsilon import log_up
 from .base import CountEstimate, Payloads, Protocol, Sketch, add_cells, first_bad, require_1d
 from .grr import GRROnRange
 
@@ -151,7 +159,7 @@ class DiscoverParams(GRROnRange):
     def __post_init__(self) -> None:
         for field in ("max_length", "seeds", "g"):
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            if isinstance(value, bool) or not isinstance(value, (int, *numpy_types("integer"))):
                 raise ValueError(f"{field} must be an integer, got {value!r}")
         if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
             raise ValueError("epsilon must be a positive finite number")
@@ -203,7 +211,7 @@ class Discover(Protocol):
     # --- privacy -------------------------------------------------------------------------------------
     @property
     def epsilon(self) -> float:
-        return math.log(self.p / self.q)
+        return log_up(Fraction(self.p) / Fraction(self.q))
 
     @property
     def payload_bits(self) -> int:
@@ -271,18 +279,21 @@ class Discover(Protocol):
         other += other >= h
         return {"group": groups, "seed": seeds, "y": np.where(keep, h, other)}
 
-    def encode_secret_one(self, value: str, secret: bytes, metric: str) -> list[int]:
-        """One device's report [group, seed, y] from the OS CSPRNG (the SDK path)."""
+    def encode_secret_one(self, value: str, secret: bytes, metric: str,
+                          source: WordSource | None = None) -> list[int]:
+        """One device's report [group, seed, y] from the OS CSPRNG (the SDK path; tests may
+        inject ``source``)."""
         par = self.params
         if not isinstance(value, str):
             raise DomainError(f"discover values are strings, got {type(value).__name__}")
         group = self.group_of(secret, metric)
         fp = fingerprint(key_bytes(truncate(value, par.max_length), min(group + 1, par.max_length)))
-        seed = secure_below(par.seeds)
+        src = source or OS_WORDS
+        seed = src.below(par.seeds)
         h = bucket_one(seed, fp, par.g)
-        if secure_word() < self._threshold:
+        if src.word() < self._threshold:
             return [group, seed, h]
-        other = secure_below(par.g - 1)
+        other = src.below(par.g - 1)
         return [group, seed, other + (other >= h)]
 
     # --- collector --------------------------------------------------------------------------------------

@@ -17,21 +17,23 @@ costs at most K/(2A) of e^ε: with 64-bit words that is below 1e-9 for ε <= 20 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
-from ..randomness import RandomLike, as_random_source
+from .._lazy import np
+from ..randomness import OS_WORDS, RandomLike, WordSource, as_random_source
+from ._epsilon import log_up
 from .base import Payloads
-from .numeric import SCALE64, NumericProtocol, check_grid_and_epsilon, secure_word64, words64
+from .numeric import SCALE64, NumericProtocol, check_grid_and_epsilon, words64
 
 DEFAULT_GRID = 256
 
 
 def realised_epsilon(low: int) -> float:
-    """ln((2^64 − A)/A) for T_0 = A, T_K = 2^64 − A; log1p keeps tiny ε to full precision."""
-    return math.log1p((SCALE64 - 2 * low) / low)
+    """ln((2^64 − A)/A) for T_0 = A, T_K = 2^64 − A, exact and rounded up (``_epsilon.log_up``)."""
+    return log_up(Fraction(SCALE64 - low, low))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,15 +68,36 @@ class Duchi(NumericProtocol):
         super().__init__(params)
         self._a = params.low_threshold
         self._d = params.step
-        thresholds = [self._a + self._d * j for j in range(params.grid + 1)]
-        self._thresholds = np.array(thresholds, dtype=np.uint64)   # all < 2^64: T_K = 2^64 − A
+
+    @functools.cached_property
+    def _thresholds(self) -> np.ndarray:
+        """A + jD for j = 0..K, uint64 (all < 2^64: T_K = 2^64 − A); arrays built on first use."""
+        return np.array([self._a + self._d * j for j in range(self.params.grid + 1)], dtype=np.uint64)
+
+    @functools.cached_property
+    def _value_list(self) -> list[float]:
         # v(y) solves E[v | j] = t_j: P_j = (A + jD)/2^64 and t_j = −1 + 2j/K.
-        scale = 2.0 * SCALE64 / (self._d * params.grid)
-        self._values = np.array([(0.0 - self._a / SCALE64) * scale - 1.0,
-                                 (1.0 - self._a / SCALE64) * scale - 1.0])
+        scale = 2.0 * SCALE64 / (self._d * self.params.grid)
+        return [(0.0 - self._a / SCALE64) * scale - 1.0, (1.0 - self._a / SCALE64) * scale - 1.0]
+
+    @functools.cached_property
+    def _values(self) -> np.ndarray:
+        return np.array(self._value_list)
+
+    def second_moments(self) -> list[float]:
+        v0, v1 = self._value_list
+        out = []
+        for j in range(self.params.grid + 1):
+            t = self._a + self._d * j
+            out.append((SCALE64 - t) / SCALE64 * (v0 * v0) + t / SCALE64 * (v1 * v1))
+        return out
+
+    @functools.cached_property
+    def _table(self) -> np.ndarray:
+        thresholds = [self._a + self._d * j for j in range(self.params.grid + 1)]
         p1 = np.array([t / SCALE64 for t in thresholds])
         p0 = np.array([(SCALE64 - t) / SCALE64 for t in thresholds])  # exact, not 1 − p1
-        self._table = np.stack([p0, p1], axis=1)
+        return np.stack([p0, p1], axis=1)
 
     @property
     def grid(self) -> int:
@@ -88,6 +111,11 @@ class Duchi(NumericProtocol):
     def epsilon(self) -> float:
         return realised_epsilon(self._a)
 
+    def integer_table(self) -> tuple[np.ndarray, int]:
+        """P(1 | j) = (A + jD)/2^64: the sampler's own thresholds (``encode``: u < T_j)."""
+        t = [self._a + self._d * j for j in range(self.params.grid + 1)]
+        return np.array([[SCALE64 - x, x] for x in t], dtype=object), SCALE64
+
     def probability_table(self) -> np.ndarray:
         return self._table
 
@@ -100,9 +128,9 @@ class Duchi(NumericProtocol):
         u = words64(as_random_source(rng), j.shape[0])
         return {"y": (u < self._thresholds[j]).astype(np.int64)}
 
-    def encode_one(self, index: int, cohort: int | None = None) -> int:
+    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
         j = self._check_index(index)
-        return int(secure_word64() < self._a + self._d * j)
+        return int((source or OS_WORDS).word64() < self._a + self._d * j)
 
 
 class BitMean(Duchi):

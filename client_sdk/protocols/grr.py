@@ -11,17 +11,16 @@ import dataclasses
 import math
 from typing import Any
 
-import numpy as np
-
+from .._lazy import np
 from ..errors import InvalidPayload
 from ..randomness import (
+    OS_WORDS,
     SCALE,
     RandomLike,
+    WordSource,
     as_random_source,
     bernoulli,
     realised,
-    secure_below,
-    secure_word,
     threshold_floor,
 )
 from .base import (
@@ -108,12 +107,13 @@ class GRR(DirectResponse):
         other += other >= x  # uniform over the d−1 values != x
         return {"y": np.where(keep, x, other)}
 
-    def encode_one(self, index: int, cohort: int | None = None) -> int:
+    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
         """GRR for one value in Python integers: keep x if u < T, else a uniform other value."""
         x = self._check_index(index)
-        if secure_word() < self._threshold:
+        src = source or OS_WORDS
+        if src.word() < self._threshold:
             return x
-        other = secure_below(self.params.d - 1)
+        other = src.below(self.params.d - 1)
         return other + (other >= x)
 
     def validate(self, payloads: Payloads) -> None:

@@ -40,12 +40,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
+from .._lazy import np, numpy_types
 from ..errors import InvalidPayload
-from ..randomness import RandomLike, as_random_source, bernoulli, secure_below, secure_word
+from ..randomness import (
+    OS_WORDS,
+    RandomLike,
+    WordSource,
+    as_random_source,
+    bernoulli,
+)
+from ._epsilon import log_up
 from ._projective import (
     dimension,
     direction_code_one,
@@ -98,7 +105,7 @@ class HRParams(GRROnRange):
         check_domain_and_epsilon(self.d, self.epsilon, "Hadamard response")
         for name in ("g", "t"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            if isinstance(value, bool) or not isinstance(value, (int, *numpy_types("integer"))):
                 raise ValueError(f"{name} must be an integer, got {value!r}")
         if not (is_prime(self.g) and self.g <= MAX_FIELD):
             raise ValueError(f"hash_range must be a prime in [2, {MAX_FIELD}], got {self.g}")
@@ -179,7 +186,7 @@ class HR(PureProtocol):
     @property
     def epsilon(self) -> float:
         # Q(y|x)/Q(y|x') is at most (p'/m)/(q'/m).
-        return math.log(self.params.p / self._q_prime)
+        return log_up(Fraction(self.params.p) / Fraction(self._q_prime))
 
     @property
     def payload_bits(self) -> int:
@@ -205,15 +212,16 @@ class HR(PureProtocol):
         other += other >= h                                         # uniform over residues != h
         return {"y": s * g + np.where(keep, h, other)}
 
-    def encode_one(self, index: int, cohort: int | None = None) -> int:
+    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
         """One report in Python integers: the same draws as ``encode``."""
         x = self._check_index(index)
         g = self.g
-        s = secure_below(self.m)
+        src = source or OS_WORDS
+        s = src.below(self.m)
         h = inner_one(direction_code_one(s, g, self.t), x, g)
-        if secure_word() < self._threshold:
+        if src.word() < self._threshold:
             return s * g + h
-        other = secure_below(g - 1)
+        other = src.below(g - 1)
         return s * g + other + (other >= h)
 
     def validate(self, payloads: Payloads) -> None:

@@ -21,13 +21,12 @@ import functools
 import math
 from typing import Any
 
-import numpy as np
-
+from .._lazy import np
 from ..errors import InvalidPayload
-from ..randomness import SCALE, RandomLike, as_random_source, secure_word
+from ..randomness import OS_WORDS, SCALE, RandomLike, WordSource, as_random_source
 from .base import Payloads, first_bad
 from .duchi import Duchi, DuchiParams
-from .numeric import NumericProtocol, check_grid_and_epsilon
+from .numeric import NumericProtocol, check_grid_and_epsilon, linspace_list
 from .piecewise import MAX_GRID, Piecewise, PiecewiseParams
 
 DEFAULT_GRID = 256
@@ -39,18 +38,71 @@ def paper_alpha(epsilon: float) -> float:
     return 1.0 - math.exp(-epsilon / 2) if epsilon > 0.61 else 0.0
 
 
-def _variance_curves(pm: Piecewise, duchi: Duchi) -> tuple[np.ndarray, np.ndarray]:
-    """Per-report variance of each part on the fine grid ``worst_case_variance`` scans."""
-    fine = np.linspace(-1.0, 1.0, 8 * pm.grid + 1)
-    return pm.value_variance(fine), duchi.value_variance(fine)
+def _variance_curves(pm: Piecewise, duchi: Duchi) -> tuple[list[float], list[float]]:
+    """Per-report variance of each part on the fine grid ``worst_case_variance`` scans (plain
+    floats: devices resolve the mixture too)."""
+    fine = linspace_list(-1.0, 1.0, 8 * pm.grid + 1)
+    return pm.value_variances(fine, pm.second_moments()), duchi.value_variances(fine, duchi.second_moments())
+
+
+#: Lines within this (relative) of the upper envelope somewhere on [0, 1] are kept by
+#: ``_envelope_lines``: far above rounding (~1e-16), so the kept ones hold every line whose
+#: computed value can be the largest at some α.
+ENVELOPE_SLACK = 1e-9
+
+
+def _envelope_lines(a_curve: list[float], b_curve: list[float]) -> list[int]:
+    """Indices t of the lines α ↦ α·a_t + (1 − α)·b_t that come within ENVELOPE_SLACK of their
+    upper envelope on [0, 1]. The envelope is convex and piecewise linear; a line's gap to it
+    is convex, so it is smallest at an envelope breakpoint or an end: walking the breakpoints
+    from α = 0 and measuring every gap there finds the lines that matter (usually a handful)."""
+    # A line below another at both ends (a_t <= a_t', b_t <= b_t') is below it everywhere, also
+    # after rounding (rounding is monotone): only the Pareto front of (a, b) can be the largest.
+    front, highest_b = [], -math.inf
+    for t in sorted(range(len(a_curve)), key=lambda t: (-a_curve[t], -b_curve[t])):
+        if b_curve[t] > highest_b:
+            front.append(t)
+            highest_b = b_curve[t]
+    a_curve, b_curve = [a_curve[t] for t in front], [b_curve[t] for t in front]
+    n = len(a_curve)
+    slope = [x - y for x, y in zip(a_curve, b_curve)]
+    current = max(range(n), key=lambda t: (b_curve[t], slope[t]))
+    points, alpha = [0.0], 0.0
+    while True:  # the next line to overtake the current one, at the smallest α beyond this one
+        best = None
+        for t in range(n):
+            if slope[t] > slope[current]:
+                x = (b_curve[current] - b_curve[t]) / (slope[t] - slope[current])
+                if alpha < x < 1.0 and (best is None or (x, -slope[t]) < (best[0], -slope[best[1]])):
+                    best = (x, t)
+        if best is None:
+            break
+        alpha, current = best
+        points.append(alpha)
+    points.append(1.0)
+    envelope = [max(b + p * s for b, s in zip(b_curve, slope)) for p in points]
+    slack = [ENVELOPE_SLACK * (abs(e) + 1.0) for e in envelope]
+    return sorted(front[t] for t in range(n)
+                  if any(e - (b_curve[t] + p * slope[t]) <= tol for p, e, tol in zip(points, envelope, slack)))
+
+
+@functools.lru_cache(maxsize=64)
+def _best_threshold(epsilon: float, grid: int, window: int | None) -> int:
+    return best_threshold(*_parts(epsilon, grid, window))
 
 
 def best_threshold(pm: Piecewise, duchi: Duchi) -> int:
-    """H = α·2^32 minimising max_t [α·Var_PM(t) + (1 − α)·Var_Duchi(t)] (convex in α)."""
+    """H = α·2^32 minimising max_t [α·Var_PM(t) + (1 − α)·Var_Duchi(t)] (convex in α).
+
+    The maximum over t scans only the lines near the envelope (``_envelope_lines``): the same
+    floats as scanning them all, in a fraction of the time (devices run this for ``auto``)."""
     a_curve, b_curve = _variance_curves(pm, duchi)
+    kept = _envelope_lines(a_curve, b_curve)
+    a_kept, b_kept = [a_curve[t] for t in kept], [b_curve[t] for t in kept]
 
     def worst(alpha: float) -> float:
-        return float((alpha * a_curve + (1 - alpha) * b_curve).max())
+        beta = 1 - alpha
+        return max(alpha * a + beta * b for a, b in zip(a_kept, b_kept))
 
     lo, hi = 0.0, 1.0
     for _ in range(60):
@@ -92,14 +144,24 @@ class Hybrid(NumericProtocol):
         super().__init__(params)
         self._pm, self._duchi = _parts(params.epsilon, params.grid, params.window)
         if params.alpha is None:
-            self._h = best_threshold(self._pm, self._duchi)
+            self._h = _best_threshold(params.epsilon, params.grid, params.window)
         else:
             self._h = round(params.alpha * SCALE)
         self._m = self._pm.cells
+
+    @functools.cached_property
+    def _table(self) -> np.ndarray:
         mix = self._h / SCALE
-        self._table = np.concatenate([mix * self._pm.probability_table(),
-                                      (1 - mix) * self._duchi.probability_table()], axis=1)
-        self._values = np.concatenate([self._pm.debiased_values(), self._duchi.debiased_values()])
+        return np.concatenate([mix * self._pm.probability_table(),
+                               (1 - mix) * self._duchi.probability_table()], axis=1)
+
+    @functools.cached_property
+    def _values(self) -> np.ndarray:
+        return np.concatenate([self._pm.debiased_values(), self._duchi.debiased_values()])
+
+    def second_moments(self) -> list[float]:
+        mix = self._h / SCALE
+        return [mix * a + (1 - mix) * b for a, b in zip(self._pm.second_moments(), self._duchi.second_moments())]
 
     @property
     def grid(self) -> int:
@@ -122,6 +184,13 @@ class Hybrid(NumericProtocol):
     def epsilon(self) -> float:
         used = ([self._pm.epsilon] if self._h > 0 else []) + ([self._duchi.epsilon] if self._h < SCALE else [])
         return max(used)
+
+    def integer_table(self) -> tuple[np.ndarray, int]:
+        """h/2^32 · Piecewise (out of T) beside (1 − h/2^32) · Duchi (out of 2^64), one denominator."""
+        pm, pm_total = self._pm.integer_table()
+        du, du_total = self._duchi.integer_table()
+        table = np.concatenate([pm * (self._h * du_total), du * ((SCALE - self._h) * pm_total)], axis=1)
+        return table, SCALE * pm_total * du_total
 
     def probability_table(self) -> np.ndarray:
         return self._table
@@ -151,11 +220,12 @@ class Hybrid(NumericProtocol):
         bits = self._duchi.encode(j, source)["y"]
         return {"y": np.where(use_pm, pm_cells, self._m + bits)}
 
-    def encode_one(self, index: int, cohort: int | None = None) -> int:
+    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
         j = self._check_index(index)
-        if secure_word() < self._h:
-            return self._pm.cell_one(j)
-        return self._m + self._duchi.encode_one(j)
+        src = source or OS_WORDS
+        if src.word() < self._h:
+            return self._pm.cell_one(j, src)
+        return self._m + self._duchi.encode_one(j, None, src)
 
 
 OPTION_KEYS: frozenset[str] = frozenset({"grid"})

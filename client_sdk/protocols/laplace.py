@@ -25,16 +25,26 @@ from the realised table (about 1e-13 or less; tests/test_numeric_mechanisms.py c
 from __future__ import annotations
 
 import bisect
+import collections
 import dataclasses
+import functools
 import itertools
 import math
+import operator
+from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
-from ..randomness import RandomLike, as_random_source
+from .._lazy import np
+from ..randomness import OS_WORDS, RandomLike, WordSource, as_random_source
+from ._epsilon import log_up
 from .base import Payloads
-from .numeric import SCALE64, NumericProtocol, check_grid_and_epsilon, secure_word64, words64
+from .numeric import (
+    SCALE64,
+    NumericProtocol,
+    check_grid_and_epsilon,
+    max_column_ratio,
+    words64,
+)
 
 DEFAULT_GRID = 32
 #: Largest probability clamped into an end cell, for any input.
@@ -107,13 +117,27 @@ class Laplace(NumericProtocol):
             acc += w
             bounds.append(acc)
         self._bounds = bounds
-        self._bounds_np = np.array(bounds, dtype=np.uint64)
         self._table: np.ndarray | None = None  # built on first use: the device never needs it
         alpha = math.exp(-self._eps_internal / k)
-        y = np.arange(-window, k + window + 1, dtype=np.float64)
+        y = [float(v) for v in range(-window, k + window + 1)]
         y[0] -= alpha / (1 - alpha)     # memoryless mean of the clamped lower tail
         y[-1] += alpha / (1 - alpha)
-        self._values = -1.0 + 2.0 * y / k
+        self._value_list = [-1.0 + 2.0 * v / k for v in y]
+
+    @functools.cached_property
+    def _bounds_np(self) -> np.ndarray:
+        return np.array(self._bounds, dtype=np.uint64)
+
+    @functools.cached_property
+    def _values(self) -> np.ndarray:
+        return np.array(self._value_list)
+
+    def second_moments(self) -> list[float]:
+        """E[v² | j] from the integer rows (``_integer_rows``), in plain floats."""
+        sq = [v * v for v in self._value_list]
+        scale = float(SCALE64)
+        return [sum(map(operator.mul, [float(w) / scale for w in row], sq))
+                for row in _integer_rows(self._weights, self._k, self._l)]
 
     # --- construction ---------------------------------------------------------------------------
     def _calibrate(self, target: float) -> tuple[float, list[int], float]:
@@ -122,7 +146,7 @@ class Laplace(NumericProtocol):
         eps_int = target
         for _ in range(8):
             weights = _noise_weights(eps_int, self._k, self._l)
-            realised = _max_log_ratio(self._integer_table(weights))
+            realised = _max_log_ratio_of_weights(weights, self._k, self._l)
             if realised <= target and (best is None or realised > best[2]):
                 best = (eps_int, weights, realised)
             if realised <= target and target - realised <= EPSILON_TOLERANCE:
@@ -169,6 +193,10 @@ class Laplace(NumericProtocol):
     def epsilon(self) -> float:
         return self._epsilon
 
+    def integer_table(self) -> tuple[np.ndarray, int]:
+        """The noise weights out of 2^64 that ``encode``'s inverse CDF (``_bounds``) realises."""
+        return self._integer_table().astype(object), SCALE64
+
     def probability_table(self) -> np.ndarray:
         if self._table is None:
             self._table = self._integer_table().astype(np.float64) / float(SCALE64)
@@ -194,19 +222,60 @@ class Laplace(NumericProtocol):
         y = np.clip(j + noise, self._n - self._l, self._n + self._k + self._l)
         return {"y": y - (self._n - self._l)}
 
-    def encode_one(self, index: int, cohort: int | None = None) -> int:
+    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
         j = self._check_index(index)
-        i = bisect.bisect_right(self._bounds, secure_word64())
+        i = bisect.bisect_right(self._bounds, (source or OS_WORDS).word64())
         return min(max(j + i - self._k, 0), self.cells - 1)
 
 
-def _max_log_ratio(table: np.ndarray) -> float:
-    """ln max_y max_{j,j'} W(y|j)/W(y|j') for an integer table with full support."""
-    hi, lo = table.max(axis=0), table.min(axis=0)
-    if (lo == 0).any():
+def _integer_rows(weights: list[int], k: int, window: int) -> list[list[int]]:
+    """``Laplace._integer_table`` as lists of Python ints (plain Python: built on devices)."""
+    n, cells = k + window, k + 2 * window + 1
+    prefix = list(itertools.accumulate(weights, initial=0))
+    rows = []
+    for j in range(k + 1):
+        row = weights[k - j:k - j + cells]  # column c holds W[c + K − j]
+        row[0] = prefix[n - window - j + 1]
+        row[-1] = prefix[-1] - prefix[n + k + window - j]
+        rows.append(row)
+    return rows
+
+
+def _sliding(values: list[int], width: int, pick: Any) -> list[int]:
+    """pick (max or min) of every window values[c:c+width], in O(len) (a monotone deque)."""
+    out, window = [], collections.deque()
+    for i, v in enumerate(values):
+        while window and not pick(values[window[-1]], v) == values[window[-1]]:
+            window.pop()
+        window.append(i)
+        if window[0] <= i - width:
+            window.popleft()
+        if i >= width - 1:
+            out.append(values[window[0]])
+    return out
+
+
+def _max_log_ratio_of_weights(weights: list[int], k: int, window: int) -> float:
+    """``_max_log_ratio(_integer_table(weights))`` in plain Python, exactly: interior column c
+    holds the K+1 weights W[c .. c+K] (a sliding window), the two end columns the clamped
+    tails; the largest column ratio max/min is taken exactly, as ``_max_log_ratio`` does."""
+    rows = _integer_rows(weights, k, window)
+    cells = k + 2 * window + 1
+    highs = _sliding(weights, k + 1, max)[1:cells - 1]
+    lows = _sliding(weights, k + 1, min)[1:cells - 1]
+    for col in (0, cells - 1):
+        column = [row[col] for row in rows]
+        highs.append(max(column))
+        lows.append(min(column))
+    if min(lows) == 0:
         return math.inf
-    # uint64 -> float64 rounds each weight by <= 2^-53 relative: ε' is exact to ~1e-15
-    return float(np.log((hi.astype(np.float64) / lo.astype(np.float64)).max()))
+    # the exact largest ratio, its log rounded up (``_epsilon.log_up``): an upper bound, as quoted
+    return log_up(max(Fraction(h, lo) for h, lo in zip(highs, lows)))
+
+
+def _max_log_ratio(table: np.ndarray) -> float:
+    """ln max_y max_{j,j'} W(y|j)/W(y|j') for an integer table, exact and rounded up."""
+    return log_up(max_column_ratio(table))
 
 
 OPTION_KEYS: frozenset[str] = frozenset({"grid"})

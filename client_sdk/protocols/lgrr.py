@@ -22,20 +22,23 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
+from .._lazy import np
 from ..memo import MemoCache
 from ..randomness import RandomLike, as_random_source, realised
+from ._epsilon import log_up
 from ._longitudinal import (
     Memoised,
     TwoRoundChain,
     chain,
     check_epsilon_pair,
     grr_round,
+    grr_round_one,
     largest_threshold,
     log_ratio,
+    pure_chain_permanent_variance,
 )
 from .base import Payloads, check_domain_and_epsilon
 from .grr import GRR
@@ -129,13 +132,19 @@ class GRRChainRounds(Memoised):
 
     @property
     def epsilon_longitudinal(self) -> float:
-        return math.log(self.params.p1 / self.params.q1)
+        return log_up(Fraction(self.params.p1) / Fraction(self.params.q1))
 
     def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
         return grr_round(memo_inputs, self.params.chain_size, self.params.p1_threshold, source)
 
     def second_round(self, first: np.ndarray, source: Any) -> np.ndarray:
         return grr_round(first, self.params.chain_size, self.params.p2_threshold, source)
+
+    def first_round_one(self, memo_input: int, source: Any) -> int:
+        return grr_round_one(memo_input, self.params.chain_size, self.params.p1_threshold, source)
+
+    def second_round_one(self, first: int, source: Any) -> int:
+        return grr_round_one(first, self.params.chain_size, self.params.p2_threshold, source)
 
 
 class LGRR(GRRChainRounds, GRR):
@@ -152,14 +161,18 @@ class LGRR(GRRChainRounds, GRR):
         probs[index] = self.params.p1
         return probs
 
+    def permanent_variance(self, sketch: Any, estimate: Any) -> np.ndarray:
+        """Exact for a pure chain (``_longitudinal.pure_chain_permanent_variance``)."""
+        return pure_chain_permanent_variance(self.params, estimate.n, estimate.counts)
+
     def encode(self, indices: np.ndarray, rng: RandomLike = None,
                cohorts: np.ndarray | None = None) -> Payloads:
         """Both rounds with fresh coins: each row is a new client reporting once."""
         source = as_random_source(rng)
         return {"y": self.second_round(self.first_round(self.check_indices(indices), source), source)}
 
-    def encode_one(self, index: int, cohort: int | None = None) -> int:
-        return int(self.encode(np.array([self._check_index(index)]))["y"][0])
+    def wire_one(self, second: int, cohort: int | None) -> int:
+        return second
 
 
 OPTION_KEYS: frozenset[str] = frozenset({"epsilon_inf"})

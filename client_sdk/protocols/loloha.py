@@ -29,8 +29,7 @@ import dataclasses
 import math
 from typing import Any
 
-import numpy as np
-
+from .._lazy import np
 from ..randomness import RandomLike, as_random_source
 from ._longitudinal import chain, check_epsilon_pair
 from .base import Payloads
@@ -120,6 +119,44 @@ class LOLOHA(GRRChainRounds, OLH):
         probs[np.arange(m), hash_values(self.seeds, np.full(m, index), g)] = self.params.p1
         return probs
 
+    def permanent_variance(self, sketch: Any, estimate: Any) -> np.ndarray:
+        """The cohort part plus the memoised part of the window's variance (at the plug-in ĉ).
+
+        Two things repeat in every report of a device: its cohort s (which values share its
+        hashed cell) and its memoised response r. With V the decoder's variance (OLH's sandwich),
+        V_r = E_s[Var(ĉ | cohorts)] its randomisation part at the same cell model and
+        V_m = λ²·E_s[Var(E[ĉ | r] | cohorts)] the memoised part of V_r (round 2 keeps r w.p.
+        λ = p₂ − q₂, else draws uniformly: E[a(y) | r] = λ·a(r) + const), the cohort part
+        V − V_r is wholly permanent, so the permanent part is V − V_r + V_m."""
+        variances = np.asarray(estimate.variances, dtype=np.float64)
+        n_s = np.asarray(sketch.reports, dtype=np.float64)
+        B = self._decoder(n_s).B
+        c = np.asarray(estimate.counts, dtype=np.float64)
+        par, lam = self.params, self.second_round_keep
+        rand = self._cell_variance(B, c, n_s, self.p, self.q)
+        memo = lam * lam * self._cell_variance(B, c, n_s, par.p1, par.q1)
+        return np.clip(variances - rand + memo, 0.0, variances)
+
+    def _cell_variance(self, B: np.ndarray, c: np.ndarray, n_s: np.ndarray, big: float, small: float
+                       ) -> np.ndarray:
+        """Σ_s n_s Σ_h m_s(h)·Var(a_s(y) | h) for y | h GRR on [g] (P(y = h) = ``big``, else
+        ``small``): m_s(h) the share of the population whose value hashes to cell h in cohort s
+        (at the clipped, normalised ĉ), a_s(y) = B[:, (s, y)]/(p' − q') the decoder's weight of
+        output y. Empty cells have zero columns in B and drop out."""
+        _, row_of, row_cohort, cohort_start = self._design
+        m, d = self.params.m, self.params.d
+        shares = np.clip(np.nan_to_num(c), 0.0, None)
+        shares = shares / shares.sum() if shares.sum() > 0 else np.full(d, 1.0 / d)
+        mass = np.bincount(row_of.ravel(), weights=np.broadcast_to(shares, (m, d)).ravel(),
+                           minlength=B.shape[1])
+        pi = small + (big - small) * mass                          # P(y) in the cell's cohort
+        cells = n_s[row_cohort]
+        second_moment = (B * B) @ (cells * pi)                     # Σ_s n_s Σ_y π_y a_y²
+        a_sum = np.add.reduceat(B, cohort_start, axis=1)[:, row_cohort]   # A_s per cell's cohort
+        cond_mean = small * a_sum + (big - small) * B              # E[a(y) | h] per cell h
+        mean_square = (cond_mean * cond_mean) @ (cells * mass)     # Σ_s n_s Σ_h m(h) E[a|h]²
+        return np.maximum(second_moment - mean_square, 0.0) / (self.p - self.q) ** 2
+
     def cohort_of(self, secret: bytes, metric: str) -> int:
         """This client's permanent cohort for ``metric`` (HMAC of the secret; cached in memory)."""
         return self.permanent_cohort(secret, metric, COHORT_SCOPE, self.params.m)
@@ -153,9 +190,16 @@ class LOLOHA(GRRChainRounds, OLH):
         y = self.second_round(self.first_round(self.memo_indices(x, s), source), source)
         return {"cohort": s, "y": y}
 
-    def encode_one(self, index: int, cohort: int | None = None) -> list[int]:
-        cohorts = None if cohort is None else np.array([cohort], dtype=np.int64)
-        return self.to_wire(self.encode(np.array([self._check_index(index)]), None, cohorts))[0]
+    def memo_index_in_cohort(self, index: int, cohort: int | None) -> int:
+        if cohort is None or not 0 <= cohort < self.params.m:
+            raise ValueError(f"cohorts must be integers in [0, {self.params.m}), one per value")
+        return hash_one(int(cohort), index, self.params.g)
+
+    def sdk_cohort(self, secret: bytes, metric: str) -> int:
+        return self.cohort_of(secret, metric)
+
+    def wire_one(self, second: int, cohort: int | None) -> list[int]:
+        return [int(cohort), second]  # type: ignore[arg-type]
 
 
 OPTION_KEYS: frozenset[str] = frozenset({"epsilon_inf", "hash_range", "cohorts"})

@@ -17,14 +17,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
+from .._lazy import np
 from ..memo import MemoCache
 from ..randomness import SCALE, RandomLike, as_random_source, realised, threshold_ceil
-from ._longitudinal import Memoised, SymmetricSecondRound, chain, check_epsilon_pair
-from ._unary import MAX_ENUMERATED_D, UnaryEncoding, check_thresholds
+from ._epsilon import log_up
+from ._longitudinal import (
+    Memoised,
+    SymmetricSecondRound,
+    chain,
+    check_epsilon_pair,
+    pure_chain_permanent_variance,
+)
+from ._unary import MAX_ENUMERATED_D, UnaryEncoding, check_thresholds, pack_bits
 from .base import Payloads
 
 
@@ -36,7 +43,10 @@ def closed_form_p2(epsilon: float, epsilon_inf: float) -> float:
 
 def unary_epsilon(p: float, q: float) -> float:
     """ε of a unary report with per-bit rates p (x's bit) and q (other bits); 0 if p <= q."""
-    return math.log(p * (1 - q) / ((1 - p) * q)) if 0 < q < p < 1 else (math.inf if p >= 1 or q <= 0 else 0.0)
+    if not 0 < q < p < 1:
+        return math.inf if p >= 1 or q <= 0 else 0.0
+    fp, fq = Fraction(p), Fraction(q)
+    return log_up(fp * (1 - fq) / ((1 - fp) * fq))
 
 
 def l_sue_rates(epsilon: float, epsilon_inf: float) -> tuple[float, float]:
@@ -110,6 +120,10 @@ class LOSUE(Memoised, UnaryEncoding):
         one[index] = self.params.p1
         return np.where(bits == 1, one, 1.0 - one).prod(axis=1)
 
+    def permanent_variance(self, sketch: Any, estimate: Any) -> np.ndarray:
+        """Exact for a pure chain (``_longitudinal.pure_chain_permanent_variance``)."""
+        return pure_chain_permanent_variance(self.params, estimate.n, estimate.counts)
+
     def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
         """OUE bits, bool (n, d): x's bit 1 w.p. p₁, every other bit w.p. q₁."""
         n, d = memo_inputs.shape[0], self.params.d
@@ -137,8 +151,22 @@ class LOSUE(Memoised, UnaryEncoding):
             out[start:start + block] = np.packbits(bits, axis=1, bitorder="little")
         return {"bits": out}
 
-    def encode_one(self, index: int, cohort: int | None = None) -> bytes:
-        return self.to_wire(self.encode(np.array([self._check_index(index)])))[0]
+    def first_round_one(self, memo_input: int, source: Any) -> list[bool]:
+        """``first_round`` of one value: d words, bit i is uᵢ < T_q₁, bit x is u_x < T_p₁."""
+        u = source.words(self.params.d)
+        q1 = self.params.q_threshold
+        bits = [w < q1 for w in u]
+        bits[memo_input] = u[memo_input] < self.params.p_threshold
+        return bits
+
+    def second_round_one(self, first: list[bool], source: Any) -> list[int]:
+        """``second_round`` of one response: the indices of the reported 1 bits."""
+        t1 = self.params.p2_threshold
+        t0 = SCALE - t1
+        return [i for i, (b, w) in enumerate(zip(first, source.words(len(first)))) if w < (t1 if b else t0)]
+
+    def wire_one(self, second: list[int], cohort: int | None) -> bytes:
+        return pack_bits(second, self._width)
 
     def batch_payloads(self, second: np.ndarray, cohorts: np.ndarray | None = None) -> Payloads:
         return {"bits": np.packbits(second, axis=1, bitorder="little")}

@@ -25,13 +25,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
+from .._lazy import np
 from ..hashing import check_secret
-from ..memo import MemoCache, MemoRandom
-from ..randomness import SCALE, RandomLike, SecureRandom, as_random_source
+from ..memo import MemoCache, MemoWords
+from ..randomness import SCALE, RandomLike, as_random_source
+from ._epsilon import log_up
 from ._longitudinal import Memoised, check_epsilon_pair, largest_threshold
 from .base import Payloads
 from .duchi import DuchiParams
@@ -67,9 +68,16 @@ class MemoBitMeanParams:
         p1 = np.array([(a + d * j) / SCALE64 for j in range(self.grid + 1)])
         return g + (1 - 2 * g) * p1
 
+    def one_weights(self, gamma_threshold: int) -> list[int]:
+        """P(report = 1 | j)·2^96 exactly: γ + (1 − 2γ)·P1_j with γ = G/2^32, P1_j = T_j/2^64."""
+        a, d, g = self.first.low_threshold, self.first.step, gamma_threshold
+        return [g * SCALE64 + (SCALE - 2 * g) * (a + d * j) for j in range(self.grid + 1)]
+
     def epsilon_realised(self, gamma_threshold: int) -> float:
-        one = self.one_probabilities(gamma_threshold)
-        return float(max(math.log(one.max() / one.min()), math.log((1 - one.min()) / (1 - one.max()))))
+        """ε of one report from the exact weights, rounded up (``_epsilon.log_up``)."""
+        one = self.one_weights(gamma_threshold)
+        total = SCALE * SCALE64
+        return log_up(max(Fraction(max(one), min(one)), Fraction(total - min(one), total - max(one))))
 
     @functools.cached_property
     def gamma_threshold(self) -> int:
@@ -91,14 +99,40 @@ class MemoBitMean(Memoised, NumericProtocol):
         super().__init__(params)
         self._memo = MemoCache()
         a, d = params.first.low_threshold, params.first.step   # out of 2^64 (duchi.py)
-        self._t1 = np.array([a + d * j for j in range(params.grid + 1)], dtype=np.uint64)
+        self._t1_ints = [a + d * j for j in range(params.grid + 1)]  # round-1 thresholds, out of 2^64
         self._gamma = params.gamma_threshold
-        one = params.one_probabilities(self._gamma)
-        self._table = np.stack([1.0 - one, one], axis=1)
-        slope = (one[-1] - one[0]) / params.grid          # P_j = one[0] + slope·j
-        spread = (2.0 / params.grid) / slope              # v(1) − v(0)
+
+    @functools.cached_property
+    def _t1(self) -> np.ndarray:
+        return np.array(self._t1_ints, dtype=np.uint64)
+
+    @property
+    def epsilon(self) -> float:
+        """The realised per-report ε of the two rounds (the table's, computed without numpy)."""
+        return self.params.epsilon_realised(self._gamma)
+
+    def second_moments(self) -> list[float]:
+        g = self._gamma / SCALE
+        a, d = self.params.first.low_threshold, self.params.first.step
+        one = [g + (1 - 2 * g) * ((a + d * j) / SCALE64) for j in range(self.params.grid + 1)]
+        slope = (one[-1] - one[0]) / self.params.grid
+        spread = (2.0 / self.params.grid) / slope
         v0 = -1.0 - spread * one[0]
-        self._values = np.array([v0, v0 + spread])
+        v1 = v0 + spread
+        return [(1.0 - p) * (v0 * v0) + p * (v1 * v1) for p in one]
+
+    @functools.cached_property
+    def _table(self) -> np.ndarray:
+        one = self.params.one_probabilities(self._gamma)
+        return np.stack([1.0 - one, one], axis=1)
+
+    @functools.cached_property
+    def _values(self) -> np.ndarray:
+        one = self.params.one_probabilities(self._gamma)
+        slope = (one[-1] - one[0]) / self.params.grid     # P_j = one[0] + slope·j
+        spread = (2.0 / self.params.grid) / slope         # v(1) − v(0)
+        v0 = -1.0 - spread * one[0]
+        return np.array([v0, v0 + spread])
 
     @property
     def grid(self) -> int:
@@ -111,13 +145,23 @@ class MemoBitMean(Memoised, NumericProtocol):
     def probability_table(self) -> np.ndarray:
         return self._table
 
+    def integer_table(self) -> tuple[np.ndarray, int]:
+        """The two rounds' exact law out of 2^96 (``MemoBitMeanParams.one_weights``)."""
+        total = SCALE * SCALE64
+        return np.array([[total - w, w] for w in self.params.one_weights(self._gamma)], dtype=object), total
+
     def debiased_values(self) -> np.ndarray:
         return self._values
 
     @property
     def epsilon_longitudinal(self) -> float:
         a = self.params.first.low_threshold
-        return math.log((SCALE64 - a) / a)
+        return log_up(Fraction(SCALE64 - a, a))
+
+    @property
+    def second_round_keep(self) -> float:
+        """λ = 1 − 2γ: the flip keeps the bit w.p. 1 − γ = λ + (1 − λ)/2."""
+        return 1.0 - 2.0 * self._gamma / SCALE
 
     def memo_output_probabilities(self, index: int) -> np.ndarray:
         p1 = int(self._t1[index]) / SCALE64
@@ -137,13 +181,21 @@ class MemoBitMean(Memoised, NumericProtocol):
         source = as_random_source(rng)
         return {"y": self.second_round(self.first_round(self.check_indices(indices), source), source)}
 
-    def encode_one(self, index: int, cohort: int | None = None) -> int:
-        return int(self.encode(np.array([self._check_index(index)]))["y"][0])
+    def first_round_one(self, memo_input: int, source: Any) -> int:
+        """``first_round`` of one grid index: a 64-bit word (two 32-bit ones, low first) < T₁(j)."""
+        return int(source.word64() < self._t1_ints[memo_input])
+
+    def second_round_one(self, first: int, source: Any) -> int:
+        """``second_round`` of one bit: flipped iff a fresh word is < γ."""
+        return first ^ int(source.word() < self._gamma)
+
+    def wire_one(self, second: int, cohort: int | None) -> int:
+        return second
 
     # --- the device: α-point rounding and memoisation from the secret ---------------------------
     def alpha_round(self, t: float, secret: bytes, metric: str) -> int:
         """The grid index of normalised t under the device's α (fixed per secret and metric)."""
-        alpha = int(MemoRandom(check_secret(secret), metric, ALPHA_KEY).words(1)[0])
+        alpha = MemoWords(check_secret(secret), metric, ALPHA_KEY).word()
         pos = (min(1.0, max(-1.0, float(t))) + 1.0) * (self.grid / 2)
         low = math.floor(pos)
         up = alpha < math.floor((pos - low) * SCALE)
@@ -155,10 +207,7 @@ class MemoBitMean(Memoised, NumericProtocol):
 
     def encode_value_secret_one(self, t: float, secret: bytes, metric: str) -> int:
         """One report of a normalised value (the SDK path): α-round, memoised bit, fresh flip."""
-        j = self.alpha_round(t, secret, metric)
-        first = self._memo.get(secret, metric, self.memo_key(j, secret, metric),
-                               lambda src: self.first_round(np.array([j], dtype=np.int64), src))
-        return int(self.second_round(first, SecureRandom())[0])  # type: ignore[arg-type]
+        return self.encode_secret_one(self.alpha_round(t, secret, metric), secret, metric)
 
 
 OPTION_KEYS: frozenset[str] = frozenset({"epsilon_inf", "grid"})

@@ -28,12 +28,13 @@ import abc
 import dataclasses
 import math
 import os
+from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
+from .._lazy import np
 from ..errors import InvalidPayload
-from ..randomness import SCALE, RandomLike, RandomSource, as_random_source, secure_word
+from ..randomness import OS_WORDS, SCALE, RandomLike, RandomSource, WordSource, as_random_source
+from ._epsilon import log_up
 from .base import Payloads, Protocol, Sketch, first_bad, integers_from_wire, require_1d
 
 #: Mechanisms whose probabilities need finer steps than 2^-32 test 64-bit words against them.
@@ -45,9 +46,45 @@ def words64(source: RandomSource, count: int) -> np.ndarray:
     return np.ascontiguousarray(source.words(2 * count)).view(np.uint64)
 
 
+def max_column_ratio(weights: np.ndarray) -> Fraction | float:
+    """max_y max_{j,j'} W[j,y]/W[j',y] as an exact Fraction over the outputs some input can
+    produce (inf when one input can produce y and another cannot). Float ratios find the
+    columns within 1e-9 of the largest; only those are compared exactly."""
+    w = np.asarray(weights)   # an integer dtype (exact max/min in numpy) or Python ints
+    hi, lo = [int(x) for x in w.max(axis=0)], [int(x) for x in w.min(axis=0)]
+    used = [i for i in range(w.shape[1]) if hi[i] > 0]
+    if any(lo[i] == 0 for i in used):
+        return math.inf
+    approx = {i: hi[i] / lo[i] for i in used}
+    top = max(approx.values())
+    return max(Fraction(hi[i], lo[i]) for i in used if approx[i] >= top * (1 - 1e-9))
+
+
+def exact_max_log_ratio(protocol: "NumericProtocol") -> float:
+    """log_up of the worst ratio of the sampler's table (integer where available, else the
+    float table taken exactly)."""
+    exact = protocol.integer_table()
+    weights = exact[0] if exact is not None else \
+        np.vectorize(Fraction, otypes=[object])(protocol.probability_table())
+    return log_up(max_column_ratio(weights))
+
+
 def secure_word64() -> int:
     """One uniform 64-bit word from the OS CSPRNG, as a Python int (single-report SDK path)."""
     return int.from_bytes(os.urandom(8), "little")
+
+
+def linspace_list(start: float, stop: float, num: int) -> list[float]:
+    """``numpy.linspace(start, stop, num)`` in plain floats, bit for bit (i·step + start, the
+    last point set to stop): devices build grids and bucket edges without numpy."""
+    if num == 1:
+        return [float(start)]
+    div = num - 1
+    delta = stop - start
+    step = delta / div
+    out = [i * step + start for i in range(num)] if step != 0 else [i / div * delta + start for i in range(num)]
+    out[-1] = float(stop)
+    return out
 
 
 #: Numeric mean mechanisms, in the order `ldpt plan` lists them.
@@ -121,11 +158,19 @@ class NumericProtocol(Protocol):
     def output_probabilities(self, index: int) -> np.ndarray:
         return self.probability_table()[index]
 
+    def integer_table(self) -> tuple[np.ndarray, int] | None:
+        """(W, S): the sampler's exact law P(y | j) = W[j, y]/S from its integer thresholds (W an
+        object array of Python ints), or None where the mechanism has none."""
+        return None
+
     @property
     def epsilon(self) -> float:
-        """Exact per-report epsilon of the realised table (every mechanism here has full support)."""
-        table = self.probability_table()
-        return float(np.log(table.max(axis=0) / table.min(axis=0)).max())
+        """Per-report ε of the sampler's exact table, rounded up (``_epsilon.log_up``); from the
+        float table, taken exactly, where there is no integer one."""
+        cached = self.__dict__.get("_exact_epsilon")
+        if cached is None:
+            cached = self.__dict__["_exact_epsilon"] = exact_max_log_ratio(self)
+        return cached
 
     # --- device side ----------------------------------------------------------------------------
     def discretise(self, t: np.ndarray, rng: RandomLike = None) -> np.ndarray:
@@ -139,11 +184,11 @@ class NumericProtocol(Protocol):
         up = as_random_source(rng).words(pos.shape).astype(np.uint64) < up_threshold
         return np.minimum(low.astype(np.int64) + up, self.grid)
 
-    def discretise_one(self, t: float) -> int:
+    def discretise_one(self, t: float, source: WordSource | None = None) -> int:
         """``discretise`` for one value from the OS CSPRNG, in plain Python (SDK hot path)."""
         pos = (min(1.0, max(-1.0, t)) + 1.0) * (self.grid / 2)
         low = math.floor(pos)
-        if secure_word() < math.floor((pos - low) * SCALE):
+        if (source or OS_WORDS).word() < math.floor((pos - low) * SCALE):
             low += 1
         return min(low, self.grid)
 
@@ -212,10 +257,40 @@ class NumericProtocol(Protocol):
         frac = pos - low
         return (1 - frac) * second[low] + frac * second[low + 1] - t * t
 
+    def second_moments(self) -> list[float]:
+        """E[v(y)² | j] for j = 0..K as plain floats: what ``worst_case_variance`` (and with it
+        ``auto``, on devices too) needs. Mechanisms compute it from their integer weights
+        without numpy; this default reads the table."""
+        table, v = self.probability_table(), self.debiased_values()
+        return (table @ (v * v)).tolist()
+
+    def value_variance_one(self, t: float, second: list[float]) -> float:
+        """``value_variance`` of one t from ``second_moments()``, in plain floats."""
+        t = min(1.0, max(-1.0, float(t)))
+        pos = (t + 1.0) * (self.grid / 2)
+        low = min(math.floor(pos), self.grid - 1)
+        frac = pos - low
+        return (1 - frac) * second[low] + frac * second[low + 1] - t * t
+
+    def value_variances(self, ts: list[float], second: list[float]) -> list[float]:
+        """``value_variance_one`` of each t in [−1, 1] (no clipping needed), in one loop: the
+        same floating-point operations, without a call per point."""
+        k = self.grid
+        half, last = k / 2, k - 1
+        out = []
+        for t in ts:
+            pos = (t + 1.0) * half
+            low = int(pos)  # floor: pos >= 0
+            if low > last:
+                low = last
+            frac = pos - low
+            out.append((1 - frac) * second[low] + frac * second[low + 1] - t * t)
+        return out
+
     def worst_case_variance(self) -> float:
-        """max over t in [−1, 1] of the per-report variance (grid points and 8 points between)."""
-        fine = np.linspace(-1.0, 1.0, 8 * self.grid + 1)
-        return float(self.value_variance(fine).max())
+        """max over t in [−1, 1] of the per-report variance (grid points and 8 points between),
+        in plain Python (``auto`` runs it on devices)."""
+        return max(self.value_variances(linspace_list(-1.0, 1.0, 8 * self.grid + 1), self.second_moments()))
 
     def variance(self, n: int, true_counts: np.ndarray | float) -> np.ndarray:
         """Var of the mean of n reports whose values all equal t (``true_counts`` is t here)."""

@@ -72,20 +72,21 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
+from .._lazy import np, numpy_types
 from ..errors import EstimationError, InvalidPayload
 from ..randomness import (
+    OS_WORDS,
     SCALE,
     RandomLike,
+    WordSource,
     as_random_source,
     bernoulli,
-    secure_below,
-    secure_word,
 )
 from . import _projective as proj
+from ._epsilon import log_up
 from .base import (
     CountEstimate,
     Payloads,
@@ -205,7 +206,7 @@ class OLHParams(GRROnRange):
     def __post_init__(self) -> None:
         for field in ("d", "m", "g"):
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            if isinstance(value, bool) or not isinstance(value, (int, *numpy_types("integer"))):
                 raise ValueError(f"{field} must be an integer, got {value!r}")
         check_domain_and_epsilon(self.d, self.epsilon, "OLH")
         if self.family not in FAMILIES:
@@ -293,7 +294,7 @@ class OLH(Protocol):
 
     @property
     def epsilon(self) -> float:
-        return math.log(self.p / self.q)
+        return log_up(Fraction(self.p) / Fraction(self.q))
 
     @property
     def payload_bits(self) -> int:
@@ -354,17 +355,19 @@ class OLH(Protocol):
         other += other >= h  # uniform over the g−1 buckets != H_s(x)
         return {"cohort": s, "y": np.where(keep, h, other)}
 
-    def encode_one(self, index: int, cohort: int | None = None) -> list[int]:
+    def encode_one(self, index: int, cohort: int | None = None,
+                   source: WordSource | None = None) -> list[int]:
         """OLH for one value in Python integers: GRR on [g] of H_s(x); wire form [cohort, y]."""
         x = self._check_index(index)
         m, g = self.params.m, self.params.g
-        s = secure_below(m) if cohort is None else int(cohort)
+        src = source or OS_WORDS
+        s = src.below(m) if cohort is None else int(cohort)
         if not 0 <= s < m:
             raise ValueError(f"cohorts must be integers in [0, {m}), one per value")
         h = self._hash_one(s, x)
-        if secure_word() < self._threshold:
+        if src.word() < self._threshold:
             return [s, h]
-        other = secure_below(g - 1)
+        other = src.below(g - 1)
         return [s, other + (other >= h)]
 
     def _check_cohorts(self, cohorts: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -444,14 +447,16 @@ class OLH(Protocol):
         on first use, cached). A scalar c: the design-averaged figure for an item of count c whose
         population is otherwise spread out, N/(N−d−1) × the plain-OLH formula (docs/math.md §5).
         """
-        c = np.asarray(true_counts, dtype=np.float64)
+        c = float(true_counts) if isinstance(true_counts, (int, float)) else np.asarray(true_counts, dtype=np.float64)
         p, q_star, d = self.p, 1.0 / self.params.g, self.params.d
-        if c.ndim == 0 and self.linear:
+        if isinstance(c, float) or c.ndim == 0:
+            c = float(c)  # a scalar count: plain floats (``auto`` scores protocols on devices too)
+        if isinstance(c, float) and self.linear:
             # pure with q* = (λp' + (m−λ)q')/m (docs/protocols.md), times E[n/(m·n_s)] ≈ 1 + m/n
             m, lam = self.params.m, proj.hyperplane(self.params.g, self.params.t)
             qs = (lam * p + (m - lam) * self.q) / m
             return (1 + m / max(n, 1)) * pure_variance(n, c, p, qs)
-        if c.ndim == 0:
+        if isinstance(c, float):
             delta = p - q_star  # plain OLH: p* = p', q* = 1/g (docs/math.md §2, §5)
             pure = n * q_star * (1 - q_star) / delta**2 + c * (1 - p - q_star) / delta
             return self.params.approx_inflation * pure
@@ -513,8 +518,33 @@ class OLH(Protocol):
     def check_design(self) -> None:
         """Raise ValueError unless Φ (equal cohorts) has full rank, i.e. every c(v) is identifiable
         (the linear family always has full rank)."""
-        if not self.linear:
+        if not self.linear and not self._full_rank_mod2():
             self._equal_factor  # noqa: B018 - builds and checks
+
+    def _full_rank_mod2(self) -> bool:
+        """True when the design X (rows: cells (s, y); columns: values) has rank d over GF(2).
+
+        A certificate of full rank over the reals (a d×d minor that is odd is non-zero), found
+        in plain Python on Python-int bit rows, so building the protocol on a device needs no
+        numpy; False only means "not certified" (then ``_equal_factor`` decides, with numpy).
+        """
+        d, g = self.params.d, self.params.g
+        basis: dict[int, int] = {}  # leading bit -> row
+        for s in range(self.params.m):
+            rows = [0] * g
+            for v in range(d):
+                rows[hash_one(s, v, g)] |= 1 << v
+            for row in rows:
+                while row:
+                    lead = row.bit_length() - 1
+                    pivot = basis.get(lead)
+                    if pivot is None:
+                        basis[lead] = row
+                        if len(basis) == d:
+                            return True
+                        break
+                    row ^= pivot
+        return False
 
     @functools.cached_property
     def _design(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -26,11 +26,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
-from ..randomness import SCALE, RandomLike, as_random_source, secure_word
+from .._lazy import np
+from ..randomness import OS_WORDS, SCALE, RandomLike, WordSource, as_random_source
+from ._epsilon import log_up
 from .base import Payloads
 from .numeric import NumericProtocol, check_grid_and_epsilon
 
@@ -48,33 +49,95 @@ def weights_for(epsilon: float, grid: int, window: int) -> tuple[int, int]:
     if b < 1:
         raise ValueError(f"epsilon {epsilon} is too large for 32-bit piecewise weights")
     a = math.floor(b * ratio)
-    while a > b and math.log(a / b) > epsilon:  # float rounding in b·e^ε: step back
+    while a > b and log_up(Fraction(a, b)) > epsilon:  # float rounding in b·e^ε: step back
         a -= 1
     return a, b
 
 
-def _report_second_moments(a: int, b: int, grid: int, window: int) -> tuple[np.ndarray, float, float]:
+class _SecondMoments:
+    """E[v² | j] of weights (A, B) and window w, one grid point at a time, in closed form.
+
+    Plain floats (devices choose the window too); Σc and Σc² are integers, exact in binary64.
+    """
+
+    def __init__(self, a: int, b: int, grid: int, window: int) -> None:
+        self.a, self.b, self.grid, self.window = a, b, grid, window
+        self.total = window * a + grid * b
+        cells = grid + window
+        self.beta = 2.0 * self.total / (grid * window * (a - b))
+        self.all1 = float((cells - 1) * cells // 2)
+        self.all2 = float((cells - 1) * cells * (2 * cells - 1) // 6)
+        self.half = window * (window - 1) / 2.0
+        self.sixth = (window - 1) * window * (2 * window - 1) / 6.0
+        # v = β(c − c₀) with E[v | 0] = −1, i.e. c₀ = E[c | 0] + 1/β
+        self.c0 = self.mean_c(0) + 1.0 / self.beta
+
+    def mean_c(self, jj: int) -> float:
+        j = float(jj)
+        win1 = self.window * j + self.half                            # Σ_{c in [j, j+w)} c
+        return (self.b * self.all1 + (self.a - self.b) * win1) / self.total
+
+    def at(self, jj: int) -> float:
+        """E[v² | j]."""
+        j, w = float(jj), self.window
+        win2 = w * j * j + j * w * (w - 1) + self.sixth
+        second = (self.b * self.all2 + (self.a - self.b) * win2) / self.total
+        c0 = self.c0
+        return self.beta * self.beta * (second - 2 * c0 * self.mean_c(jj) + c0 * c0)
+
+    def quadratic(self) -> tuple[float, float, float]:
+        """(A, B, C) with E[v² | j] − t_j² = A j² + B j + C (for pruning only: cancels in C)."""
+        a, b, w, k, total, beta, c0 = self.a, self.b, self.window, self.grid, self.total, self.beta, self.c0
+        m1, m0 = (a - b) * w / total, (b * self.all1 + (a - b) * self.half) / total
+        s2, s1, s0 = (a - b) * w / total, (a - b) * w * (w - 1) / total, (b * self.all2 + (a - b) * self.sixth) / total
+        bb = beta * beta
+        return bb * s2 - 4.0 / (k * k), bb * (s1 - 2 * c0 * m1) + 4.0 / k, bb * (s0 - 2 * c0 * m0 + c0 * c0) - 1.0
+
+
+def _report_second_moments(a: int, b: int, grid: int, window: int) -> tuple[list[float], float, float]:
     """(E[v² | j] for j = 0..K, β, c₀) for weights (A, B) and window w, in closed form."""
-    total = window * a + grid * b
-    cells = grid + window
-    beta = 2.0 * total / (grid * window * (a - b))
-    c = np.arange(cells, dtype=np.float64)
-    all1, all2 = c.sum(), (c * c).sum()
-    j = np.arange(grid + 1, dtype=np.float64)
-    win1 = window * j + window * (window - 1) / 2.0                   # Σ_{c in [j, j+w)} c
-    win2 = window * j * j + j * window * (window - 1) + (window - 1) * window * (2 * window - 1) / 6.0
-    mean_c = (b * all1 + (a - b) * win1) / total
-    second_c = (b * all2 + (a - b) * win2) / total
-    # v = β(c − c₀) with E[v | 0] = −1, i.e. c₀ = E[c | 0] + 1/β
-    c0 = mean_c[0] + 1.0 / beta
-    second_v = beta * beta * (second_c - 2 * c0 * mean_c + c0 * c0)
-    return second_v, beta, c0
+    moments = _SecondMoments(a, b, grid, window)
+    return [moments.at(j) for j in range(grid + 1)], moments.beta, moments.c0
+
+
+#: Grid points whose quadratic estimate is below the maximum by more than this (relative) are
+#: skipped by ``_worst_excess``: far above the estimate's rounding (~1e-13), so the points kept
+#: include every one whose exactly computed value could be the largest.
+PRUNE_SLACK = 1e-6
+
+
+def _worst_excess(moments: _SecondMoments, t2: list[float]) -> float:
+    """max_j (E[v² | j] − t_j²), the same floats as scanning every j, evaluating only the grid
+    points near the maximum of its quadratic in j: those reached from the ends and the vertex
+    while the quadratic stays within PRUNE_SLACK of its maximum (a quadratic's upper level set
+    is at most two runs of grid points, each holding an end or the vertex)."""
+    qa, qb, qc = moments.quadratic()
+    k = moments.grid
+
+    def quad(j: int) -> float:
+        return (qa * j + qb) * j + qc
+
+    starts = {0, k}
+    if qa < 0 and 0 < -qb / (2 * qa) < k:
+        vertex = -qb / (2 * qa)
+        starts.update((math.floor(vertex), math.ceil(vertex)))
+    top = max(quad(j) for j in starts)
+    floor = top - PRUNE_SLACK * (abs(top) + 1.0)
+    near: set[int] = set()
+    stack = [j for j in starts if quad(j) >= floor]
+    while stack:
+        j = stack.pop()
+        if j in near:
+            continue
+        near.add(j)
+        stack.extend(n for n in (j - 1, j + 1) if 0 <= n <= k and n not in near and quad(n) >= floor)
+    return max(moments.at(j) - t2[j] for j in near)
 
 
 @functools.lru_cache(maxsize=64)
 def best_window(epsilon: float, grid: int) -> int:
     """w in 1..K minimising max_j Var[v | j] (exact, with the realised weights)."""
-    t2 = (-1.0 + 2.0 * np.arange(grid + 1) / grid) ** 2
+    t2 = [(-1.0 + 2.0 * j / grid) ** 2 for j in range(grid + 1)]
     best = None
     for window in range(1, grid + 1):
         try:
@@ -83,7 +146,7 @@ def best_window(epsilon: float, grid: int) -> int:
             break
         if a <= b:
             continue
-        worst = float((_report_second_moments(a, b, grid, window)[0] - t2).max())
+        worst = _worst_excess(_SecondMoments(a, b, grid, window), t2)
         if best is None or worst < best[0]:
             best = (worst, window)
     if best is None:
@@ -129,12 +192,22 @@ class Piecewise(NumericProtocol):
         self._k, self._w, self._a, self._b = k, w, a, b
         self._total = w * a + k * b
         self._accept = (SCALE // self._total) * self._total   # accept u < this
-        _, beta, c0 = _report_second_moments(a, b, k, w)
-        self._values = beta * (np.arange(k + w, dtype=np.float64) - c0)
-        j = np.arange(k + 1)[:, None]
-        c = np.arange(k + w)[None, :]
-        inside = (c >= j) & (c < j + w)
-        self._table = np.where(inside, a, b) / self._total
+        self._beta_c0 = _report_second_moments(a, b, k, w)[1:]
+
+    @functools.cached_property
+    def _values(self) -> np.ndarray:
+        beta, c0 = self._beta_c0
+        return beta * (np.arange(self._k + self._w, dtype=np.float64) - c0)
+
+    @functools.cached_property
+    def _table(self) -> np.ndarray:
+        j = np.arange(self._k + 1)[:, None]
+        c = np.arange(self._k + self._w)[None, :]
+        inside = (c >= j) & (c < j + self._w)
+        return np.where(inside, self._a, self._b) / self._total
+
+    def second_moments(self) -> list[float]:
+        return _report_second_moments(self._a, self._b, self._k, self._w)[0]
 
     @property
     def grid(self) -> int:
@@ -155,7 +228,14 @@ class Piecewise(NumericProtocol):
 
     @property
     def epsilon(self) -> float:
-        return math.log(self._a / self._b)
+        return log_up(Fraction(self._a, self._b))
+
+    def integer_table(self) -> tuple[np.ndarray, int]:
+        """a inside the window, b elsewhere, out of T = w·a + K·b: ``cells_from_uniform``'s law."""
+        j = np.arange(self._k + 1)[:, None]
+        c = np.arange(self._k + self._w)[None, :]
+        inside = (c >= j) & (c < j + self._w)
+        return np.where(inside, self._a, self._b).astype(object), self._total
 
     def probability_table(self) -> np.ndarray:
         return self._table
@@ -185,15 +265,13 @@ class Piecewise(NumericProtocol):
         r = self.uniform_below_total(as_random_source(rng), j.shape[0])
         return {"y": self.cells_from_uniform(j, r)}
 
-    def encode_one(self, index: int, cohort: int | None = None) -> int:
-        return self.cell_one(self._check_index(index))
+    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
+        return self.cell_one(self._check_index(index), source)
 
-    def cell_one(self, j: int) -> int:
-        """One report for grid index j from the OS CSPRNG, in plain Python."""
-        u = secure_word()
-        while u >= self._accept:
-            u = secure_word()
-        r = u % self._total
+    def cell_one(self, j: int, source: WordSource | None = None) -> int:
+        """One report for grid index j from the OS CSPRNG, in plain Python: r uniform on the
+        2^32-word rejection of ``uniform_below_total`` (u < ⌊2^32/total⌋·total), then the cell."""
+        r = (source or OS_WORDS).below32(self._total)
         inside = self._w * self._a
         if r < inside:
             return j + r // self._a

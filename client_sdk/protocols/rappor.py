@@ -45,24 +45,36 @@ padding bits are zero. Wire: ``[cohort, bytes]`` per report.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
+from .._lazy import np, numpy_types
 from ..errors import DomainError, InvalidPayload
-from ..hashing import bloom_positions, bloom_positions_one, check_secret, derive_cohort, prr_words_checked
+from ..hashing import (
+    bloom_positions,
+    bloom_positions_one,
+    bloom_positions_one_list,
+    check_secret,
+    derive_cohort,
+    prr_words_checked,
+    prr_words_list,
+)
 from ..randomness import (
+    OS_WORDS,
     SCALE,
     RandomLike,
-    SecureRandom,
+    WordSource,
     as_random_source,
     below_threshold,
     realised,
     threshold_ceil,
     threshold_floor,
 )
+from ._epsilon import log_up
+from ._unary import pack_bits
 from .base import CountEstimate, Payloads, Protocol, Sketch, first_bad, require_1d
 
 #: Registry options and their defaults (docs/rappor.md): Google's demo noise at Chrome's k.
@@ -88,11 +100,11 @@ BLOOM_CACHE_SIZE = 4096
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    return isinstance(value, (int, *numpy_types("integer"))) and not isinstance(value, (bool, *numpy_types("bool_")))
 
 
 def _is_prob(value: Any) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)) \
+    return isinstance(value, (int, float, *numpy_types("integer", "floating"))) and not isinstance(value, (bool, *numpy_types("bool_"))) \
         and math.isfinite(float(value))
 
 
@@ -188,7 +200,8 @@ def _log_ratio(a: float, b: float) -> float:
         return -math.inf
     if b <= 0:
         return math.inf
-    return math.log(a / b)
+    ratio = Fraction(a) / Fraction(b)
+    return log_up(ratio) if ratio > 1 else math.log(a / b)   # the worst (largest) ratio rounds up
 
 
 def worst_case_epsilon(one_given_one: float, one_given_zero: float, h: int, k: int) -> float:
@@ -239,13 +252,20 @@ class Rappor(Protocol):
         self._t_half = params.half_f_threshold
         self._t_fake = 2 * self._t_half          # words below this are PRR noise coins
         self._t_p, self._t_q = params.p_threshold, params.q_threshold
-        self._u32_p, self._u32_q = np.uint32(min(self._t_p, SCALE - 1)), np.uint32(min(self._t_q, SCALE - 1))
         self._width = (params.k + 7) // 8         # ⌈k/8⌉ payload bytes
         self._bloom_cache: dict[tuple[int, str], np.ndarray] = {}
         self._cohort_cache: dict[tuple[bytes, str], int] = {}
         # PRR per (secret, metric, value): deterministic, so caching changes nothing observable;
         # in memory only (never on disk), bounded, for the SDK's repeated values.
         self._prr_cache: dict[tuple[bytes, str, str], np.ndarray] = {}
+
+    @functools.cached_property
+    def _u32_p(self) -> Any:
+        return np.uint32(min(self._t_p, SCALE - 1))
+
+    @functools.cached_property
+    def _u32_q(self) -> Any:
+        return np.uint32(min(self._t_q, SCALE - 1))
 
     # --- shape ---------------------------------------------------------------------------------
     @property
@@ -396,11 +416,13 @@ class Rappor(Protocol):
                                           bitorder="little")
         return {"cohort": c, "irr": out}
 
-    def encode_secret_one(self, value: str, secret: bytes, metric: str) -> list[Any]:
+    def encode_secret_one(self, value: str, secret: bytes, metric: str,
+                          source: WordSource | None = None) -> list[Any]:
         """One client's report of one string, as its wire payload [cohort, IRR bytes] (SDK path).
 
-        The same PRR (HMAC-derived, memoised) and IRR (fresh OS-CSPRNG words) as ``encode``
-        with a secret; a repeated value skips the HMAC and Bloom hashing.
+        The same PRR (HMAC-derived, memoised) and IRR (fresh OS-CSPRNG words unless a test
+        injects ``source``) as ``encode`` with a secret, in plain Python; a repeated value skips
+        the HMAC and Bloom hashing.
         """
         if not isinstance(value, str):
             self.check_values([value])  # raises DomainError naming the type
@@ -410,9 +432,20 @@ class Rappor(Protocol):
         if prr is None:
             if len(self._prr_cache) >= BLOOM_CACHE_SIZE:
                 self._prr_cache.clear()
-            prr = self._prr_cache[key] = self._prr(secret, metric, value, cohort)
-        irr = self._irr(prr, SecureRandom().words(self.params.k))
-        return [cohort, np.packbits(irr, bitorder="little").tobytes()]
+            bloom = set(bloom_positions_one_list(value, cohort, self.params.k, self.params.h))
+            prr = self._prr_cache[key] = self.prr_one(bloom, prr_words_list(secret, metric, value, self.params.k))
+        return [cohort, self.irr_one(prr, source or OS_WORDS)]
+
+    def prr_one(self, bloom: set[int], words: list[int]) -> list[bool]:
+        """``_prr_from_words`` for one value in plain Python: B'ᵢ = uᵢ < T/2 if uᵢ < T, else Bᵢ."""
+        t_fake, t_half = self._t_fake, self._t_half
+        return [u < t_half if u < t_fake else i in bloom for i, u in enumerate(words)]
+
+    def irr_one(self, prr: list[bool], source: WordSource) -> bytes:
+        """``_irr`` for one report, packed as the wire bytes: Sᵢ = 1 iff uᵢ < (T_q if B'ᵢ else T_p)."""
+        t_p, t_q = self._t_p, self._t_q
+        ones = [i for i, (b, u) in enumerate(zip(prr, source.words(self.params.k))) if u < (t_q if b else t_p)]
+        return pack_bits(ones, self._width)
 
     def _encode_client(self, vals: Sequence[str], source: Any, cohorts: np.ndarray | None,
                        secret: bytes, metric: str) -> Payloads:

@@ -15,10 +15,18 @@ import dataclasses
 import math
 from typing import Any
 
-import numpy as np
-
+from .._lazy import np
 from ..errors import InvalidPayload
-from ..randomness import SCALE, RandomLike, as_random_source, bernoulli, realised, secure_word, threshold_ceil
+from ..randomness import (
+    OS_WORDS,
+    SCALE,
+    RandomLike,
+    WordSource,
+    as_random_source,
+    bernoulli,
+    realised,
+    threshold_ceil,
+)
 from .base import (
     DirectResponse,
     Payloads,
@@ -67,10 +75,10 @@ class RR(DirectResponse):
         keep = bernoulli(as_random_source(rng), self._threshold, x.shape[0])
         return {"y": np.where(keep, x, 1 - x)}
 
-    def encode_one(self, index: int, cohort: int | None = None) -> int:
+    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
         """Binary RR for one value in Python integers: truthful iff u < T."""
         x = self._check_index(index)
-        return x if secure_word() < self._threshold else 1 - x
+        return x if (source or OS_WORDS).word() < self._threshold else 1 - x
 
     def validate(self, payloads: Payloads) -> None:
         y = require_1d(payloads, "y")

@@ -31,22 +31,23 @@ import dataclasses
 import functools
 import itertools
 import math
-import os
 import struct
+from fractions import Fraction
 from typing import Any
 
-import numpy as np
-
+from .._lazy import np
 from ..errors import InvalidPayload
 from ..randomness import (
+    OS_WORDS,
     SCALE,
     RandomLike,
+    WordSource,
     as_random_source,
     bernoulli,
     realised,
-    secure_below,
     threshold_ceil,
 )
+from ._epsilon import log_up
 from .base import (
     Payloads,
     PureProtocol,
@@ -118,12 +119,13 @@ class SS(PureProtocol):
         self.s, self.pi = params.s, params.pi
         self.p, self.q = params.p_star, params.q_star
         self._threshold = params.include_threshold
-        self._wire_dtype = np.dtype("<u2") if params.d <= UINT16_MAX_D else np.dtype("<u4")
+        self._wire_char = "H" if params.d <= UINT16_MAX_D else "I"  # struct code of one wire item
 
     @property
     def epsilon(self) -> float:
         # Q(S|x∈S)/Q(S|x∉S) = [π'/C(d−1,s−1)] / [(1−π')/C(d−1,s)] = π'(d−s)/((1−π')s).
-        return math.log(self.pi * (self.params.d - self.s) / ((1.0 - self.pi) * self.s))
+        pi = Fraction(self.pi)
+        return log_up(pi * (self.params.d - self.s) / ((1 - pi) * self.s))
 
     @property
     def payload_bits(self) -> int:
@@ -219,18 +221,22 @@ class SS(PureProtocol):
         return np.concatenate(([SCALE], np.arange(d - s, d))).astype(np.uint64)
 
     @functools.cached_property
-    def _single_limits(self) -> list[tuple[int, int]]:
-        """(bound, acceptance limit) per single-report draw: u < limit makes u % bound uniform."""
-        return [(int(h), ((1 << 64) // int(h)) * int(h)) for h in self._single_highs]
+    def _wire_dtype(self) -> Any:
+        """numpy dtype of one wire item (little-endian uint16 up to UINT16_MAX_D values, else uint32)."""
+        return np.dtype("<" + {"H": "u2", "I": "u4"}[self._wire_char])
 
-    def encode_one(self, index: int, cohort: int | None = None) -> bytes:
-        """One report from the OS CSPRNG in one urandom call (rare rejections redrawn alone)."""
+    @functools.cached_property
+    def _single_bounds(self) -> list[int]:
+        """``_single_highs`` as Python ints: 2^32 (inclusion word), then d−s+i for i < s."""
+        d, s = self.params.d, self.s
+        return [SCALE, *range(d - s, d)]
+
+    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> bytes:
+        """One report in plain Python, the draws of ``encode`` (one urandom call from the OS CSPRNG)."""
         x = self._check_index(index)
-        limits = self._single_limits
-        words = struct.unpack(f"<{len(limits)}Q", os.urandom(8 * len(limits)))
-        draws = [u % h if u < limit else secure_below(h) for u, (h, limit) in zip(words, limits)]
+        draws = (source or OS_WORDS).belows(self._single_bounds)
         subset = self._floyd_one(x, draws[0] < self._threshold, draws[1:], as_list=True)
-        return struct.pack(f"<{self.s}{self._wire_dtype.char}", *subset)
+        return struct.pack(f"<{self.s}{self._wire_char}", *subset)
 
     def _floyd_one(self, x: int, include: bool, draws: list[int], as_list: bool = False) -> Any:
         """``_floyd_block`` for one report on Python ints (no numpy call per position)."""

@@ -40,13 +40,31 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
-// Numbers as the tables show them (tests compare these with the API's values).
+// Numbers as the tables show them, thousands separated as the CLI prints them (tests compare
+// these with the API's values).
+const grouped = (v, digits) => v.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
 const fmt = {
-  count: (v) => (v === null ? "" : v.toFixed(1)),
+  count: (v) => (v === null ? "" : grouped(v, 1)),
+  int: (v) => (v === null ? "" : grouped(v, 0)),
   prop: (v) => (v === null ? "" : v.toFixed(4)),
   p: (v) => (v === null ? "" : v.toPrecision(2)),
-  num: (v) => (v === null ? "" : Math.abs(v) >= 1e4 ? v.toFixed(0) : v.toPrecision(4)),
+  num: (v) => (v === null ? "" : Math.abs(v) >= 1e4 && Math.abs(v) < 1e15 ? grouped(v, 0) : v.toPrecision(4)),
 };
+
+const plural = (n, word, words) => `${fmt.int(n)} ${n === 1 ? word : words || word + "s"}`;
+
+// Histogram buckets are labelled "[lo, hi)": their widths, to tell unequal buckets (null if not).
+function bucketWidths(labels) {
+  const widths = [];
+  for (const label of labels) {
+    const m = /^\[([^,]+), ([^\])]+)[)\]]$/.exec(label);
+    if (!m) return null;
+    widths.push(Number(m[2]) - Number(m[1]));
+  }
+  return widths.every(Number.isFinite) ? widths : null;
+}
+
+const unequalBuckets = (w) => w !== null && w.length > 1 && Math.max(...w) - Math.min(...w) > 1e-9 * Math.max(...w.map(Math.abs));
 
 function table(columns, rows, rowKey) {
   const head = el("tr", {}, ...columns.map((c) => el("th", { text: c.title })));
@@ -62,6 +80,9 @@ function table(columns, rows, rowKey) {
   return el("table", {}, el("thead", {}, head), el("tbody", {}, ...body));
 }
 
+// A table in its own horizontally scrolling box, so a narrow screen scrolls the table, not the page.
+function scrolling(t) { return el("div", { class: "table-wrap" }, t); }
+
 function showError(err) {
   if (err instanceof ApiError && err.status === 401) { signOut("the token was refused (401): " + err.message); return; }
   const box = $("error");
@@ -71,8 +92,10 @@ function showError(err) {
 
 async function chart(container, path) {
   container.textContent = "loading…";
+  // the collector draws the chart for this width (a phone gets a narrow layout, not tiny text)
+  const width = Math.max(300, Math.floor(container.clientWidth) - 2);
   try {
-    container.innerHTML = await api(path);  // SVG drawn and escaped by the collector
+    container.innerHTML = await api(path + (path.includes("?") ? "&" : "?") + "width=" + width);  // SVG drawn and escaped by the collector
   } catch (err) {
     container.textContent = "";
     container.append(el("p", { class: "error", text: err.message }));
@@ -142,11 +165,12 @@ function metricList(view) {
   const rows = overview.metrics.map((x) => ({ ...x, latest: latestUsable(x) }));
   const t = table([
     { title: "metric", key: "name", show: (r) => r.name },
-    { title: "kind", key: "kind", show: (r) => r.kind + (r.histogram ? " (histogram)" : r.mean ? " (mean)" : "") },
+    { title: "kind", key: "kind", show: (r) => r.kind + (r.histogram ? " (histogram)" : r.mean ? " (mean)" : "") +
+      (r.unit ? `, ${r.unit}` : "") },
     { title: "protocol", key: "protocol", show: (r) => r.protocol },
     { title: "ε per report", key: "epsilon", show: (r) => r.epsilon.toPrecision(3) },
-    { title: "reports (n)", key: "n_reports", show: (r) => String(r.n_reports) },
-    { title: "windows", key: "windows", show: (r) => String(r.windows.length) },
+    { title: "reports (n)", key: "n_reports", show: (r) => fmt.int(r.n_reports) },
+    { title: "windows", key: "windows", show: (r) => fmt.int(r.windows.length) },
     { title: "latest window", key: "latest", show: (r) => r.latest || "" },
     { title: "description", key: "description", show: (r) => r.description || "" },
   ], rows, "name");
@@ -157,13 +181,14 @@ function metricList(view) {
     cell.textContent = "";
     cell.append(el("a", { href: "#/metric/" + encodeURIComponent(name), text: name }));
   }
-  view.append(t);
+  view.append(scrolling(t));
 }
 
 async function metricPage(view, metric) {
   view.append(el("h1", { text: metric.name }),
-    el("p", { class: "meta", text: `${metric.kind}, protocol ${metric.protocol}, ε = ${metric.epsilon.toPrecision(3)}, ` +
-      `${metric.n_reports} reports in ${metric.windows.length} windows. ${metric.description || ""}` }));
+    el("p", { class: "meta", text: `${metric.kind}${metric.unit ? " in " + metric.unit : ""}, protocol ${metric.protocol}, ` +
+      `ε = ${metric.epsilon.toPrecision(3)}, ${plural(metric.n_reports, "report")} in ` +
+      `${plural(metric.windows.length, "window")}. ${metric.description || ""}` }));
   const latest = latestUsable(metric);
   if (!latest) {
     view.append(el("p", { class: "muted", text: `no window has ${overview.min_reports} reports yet` }));
@@ -178,22 +203,49 @@ async function metricPage(view, metric) {
   const latestTable = el("div", { id: "latest-table" });
   view.append(el("h2", { text: `Latest window ${latest}` }), latestChart, latestTable);
   chart(latestChart, `${charts}/estimates.svg?${qs({ window: latest })}`);
-  const est = await apiJson(`${base}/estimates?${qs({ window: latest, format: "json" })}`);
-  latestTable.append(estimateTable(est));
+  let est = { estimates: [] };
+  try {
+    est = await apiJson(`${base}/estimates?${qs({ window: latest, format: "json" })}`);
+    latestTable.append(estimateTable(est, metric));
+  } catch (err) {  // e.g. a RAPPOR string metric, decoded only against candidate strings
+    if (err instanceof ApiError && err.status === 401) throw err;
+    latestTable.append(el("p", { class: "error", text: err.message }));
+  }
 
-  // 2. The series over a chosen range.
+  // 2. The series over a chosen range (frequency metrics: of the values ticked below the dates).
   const since = el("input", { type: "date", id: "series-since", value: days[Math.max(0, days.length - 30)] });
   const until = el("input", { type: "date", id: "series-until", value: days[days.length - 1] });
   const go = el("button", { type: "button", id: "series-go", text: "Show" });
   const seriesChart = el("div", { class: "chart", id: "series-chart" });
+  const numeric = metric.kind === "numeric";
+  const picker = numeric ? null : valuePicker(est.estimates);
   view.append(el("h2", { text: "Series" }),
-    el("div", { class: "controls" }, "from", since, "to", until, go), seriesChart);
-  const drawSeries = () => chart(seriesChart, `${charts}/series.svg?${qs({ since: since.value, until: until.value })}`);
+    el("p", { class: "meta", text: metric.histogram ? `median (p50) and 90th percentile (p90) per window${metric.unit ? ", in " + metric.unit : ""}`
+      : metric.mean ? `the mean per window${metric.unit ? ", in " + metric.unit : ""}`
+        : `proportion of each window's reports; pick up to ${SERIES_MAX} values` }),
+    el("div", { class: "controls" }, "from", since, "to", until, go), ...(picker ? [picker.node] : []), seriesChart);
+  const drawSeries = () => {
+    const params = new URLSearchParams(qs({ since: since.value, until: until.value }));
+    if (picker) for (const v of picker.chosen()) params.append("value", v);
+    chart(seriesChart, `${charts}/series.svg?${params.toString()}`);
+  };
   go.addEventListener("click", drawSeries);
+  if (picker) picker.node.addEventListener("change", drawSeries);
   drawSeries();
 
-  // 3. Compare two windows.
+  // 3. Compare two windows (not offered where it cannot work).
+  if (metric.kind === "string") {
+    view.append(el("h2", { text: "Compare two windows" }),
+      el("p", { class: "muted", id: "compare-note", text: "compare works on boolean, categorical and numeric metrics, not on strings" }));
+    return;
+  }
   const usable = metric.windows.filter(([, n]) => n >= Math.max(1, overview.min_reports)).map(([w]) => w);
+  if (usable.length < 2) {
+    view.append(el("h2", { text: "Compare two windows" }),
+      el("p", { class: "muted", id: "compare-note", text: `a comparison needs two windows with at least ` +
+        `${plural(Math.max(1, overview.min_reports), "report")}; this metric has ${plural(usable.length, "such window")}` }));
+    return;
+  }
   const pick = (id, chosen) => el("select", { id }, ...usable.map((w) => {
     const o = el("option", { value: w, text: w });
     if (w === chosen) o.selected = true;
@@ -207,8 +259,13 @@ async function metricPage(view, metric) {
   view.append(el("h2", { text: "Compare two windows" }),
     el("div", { class: "controls" }, "A", a, "B", b, cmp), cmpChart, cmpTable);
   const drawCompare = async () => {
-    chart(cmpChart, `${charts}/compare.svg?${qs({ a: a.value, b: b.value })}`);
     cmpTable.textContent = "";
+    if (a.value === b.value) {
+      cmpChart.textContent = "";
+      cmpChart.append(el("p", { class: "muted", text: "A and B are the same window: pick two different windows" }));
+      return;
+    }
+    chart(cmpChart, `${charts}/compare.svg?${qs({ a: a.value, b: b.value })}`);
     try {
       cmpTable.append(compareTable(await apiJson(`${base}/compare?${qs({ a: a.value, b: b.value, format: "json" })}`)));
     } catch (err) { showError(err); }
@@ -217,43 +274,90 @@ async function metricPage(view, metric) {
   drawCompare();
 }
 
-function estimateTable(doc) {
+const SERIES_MAX = 8;
+
+// Checkboxes of a frequency metric's values, largest (latest window) first; the top 5 ticked.
+function valuePicker(rows) {
+  const values = [...rows].sort((x, y) => y.estimate - x.estimate).map((r) => String(r.value));
+  const node = el("details", { class: "picker", id: "series-values" },
+    el("summary", { text: `values (${plural(values.length, "value")})` }));
+  const boxes = values.map((v, i) => {
+    const box = el("input", { type: "checkbox", value: v });
+    box.checked = i < 5;
+    node.append(el("label", {}, box, " " + v));
+    return box;
+  });
+  node.addEventListener("change", () => {  // at most SERIES_MAX lines
+    const ticked = boxes.filter((b) => b.checked);
+    for (const b of boxes) b.disabled = !b.checked && ticked.length >= SERIES_MAX;
+  });
+  return { node, chosen: () => boxes.filter((b) => b.checked).map((b) => b.value) };
+}
+
+function estimateTable(doc, metric) {
   const meta = doc.meta;
+  const unit = meta.unit || (metric && metric.unit) || "";
+  const inUnit = unit ? ` (${unit})` : "";
   let rows = doc.estimates;
   const numeric = String(meta.kind || "").startsWith("numeric");
-  if (!numeric) rows = [...rows].sort((x, y) => y.estimate - x.estimate);
-  const cols = numeric && meta.kind === "numeric-mean" ? [
-    { title: "statistic", key: "statistic", show: (r) => r.statistic },
-    { title: "estimate", key: "estimate", show: (r) => fmt.num(r.estimate) },
-    { title: "std err", key: "std_err", show: (r) => fmt.num(r.std_err) },
-    { title: "CI low", key: "ci_low", show: (r) => fmt.num(r.ci_low) },
-    { title: "CI high", key: "ci_high", show: (r) => fmt.num(r.ci_high) },
-  ] : [
-    { title: numeric ? "row" : "value", key: "value", show: (r) => (numeric && r.statistic !== "count" ? r.statistic : String(r.value)) },
-    { title: "estimate (count)", key: "estimate", show: (r) => (numeric && r.statistic !== "count" ? fmt.num(r.estimate) : fmt.count(r.estimate)) },
+  if (meta.kind === "numeric-mean") {
+    const t = table([
+      { title: "statistic", key: "statistic", show: (r) => r.statistic },
+      { title: "estimate" + inUnit, key: "estimate", show: (r) => (r.statistic === "n" ? fmt.int(r.estimate) : fmt.num(r.estimate)) },
+      { title: "std err", key: "std_err", show: (r) => fmt.num(r.std_err) },
+      { title: "CI low", key: "ci_low", show: (r) => fmt.num(r.ci_low) },
+      { title: "CI high", key: "ci_high", show: (r) => fmt.num(r.ci_high) },
+    ], rows.map((r) => ({ ...r, _key: r.statistic })), "_key");
+    t.id = "estimates";
+    return el("div", {}, el("p", { class: "meta", text: `n = ${fmt.int(meta.n_reports)}, ${Math.round(100 * meta.confidence)}% intervals; ` +
+      `mean and sum in the metric's units${unit ? " (" + unit + ")" : ""}` }), scrolling(t));
+  }
+  const buckets = numeric ? rows.filter((r) => r.statistic === "count") : [...rows].sort((x, y) => y.estimate - x.estimate);
+  const widths = numeric ? bucketWidths(buckets.map((r) => String(r.value))) : null;
+  const density = unequalBuckets(widths);
+  const cols = [
+    { title: numeric ? "bucket" + inUnit : "value", key: "value", show: (r) => String(r.value) },
+    { title: "estimate (count)", key: "estimate", show: (r) => fmt.count(r.estimate) },
     { title: "proportion", key: "proportion", show: (r) => fmt.prop(r.proportion) },
-    { title: "CI low", key: "ci_low", show: (r) => (numeric && r.statistic !== "count" ? fmt.num(r.ci_low) : fmt.count(r.ci_low)) },
-    { title: "CI high", key: "ci_high", show: (r) => (numeric && r.statistic !== "count" ? fmt.num(r.ci_high) : fmt.count(r.ci_high)) },
+    { title: "CI low", key: "ci_low", show: (r) => fmt.count(r.ci_low) },
+    { title: "CI high", key: "ci_high", show: (r) => fmt.count(r.ci_high) },
     { title: "detected", key: "detected", show: (r) => (r.detected === null || r.detected === undefined ? "" : r.detected ? "yes" : "no") },
   ];
-  // a row's key: the value (a bucket label for histograms), or the statistic of a numeric row
-  const t = table(cols, rows.map((r) => ({ ...r, _key: numeric && r.statistic !== "count" ? r.statistic : r.value })), "_key");
+  if (density) {
+    cols.splice(3, 0, { title: `density (per ${unit || "unit"})`, key: "density", show: (r) => (r.proportion === null ? "" : (r.proportion / r._width).toPrecision(3)) });
+  }
+  const t = table(cols, buckets.map((r, i) => ({ ...r, _key: r.value, _width: widths ? widths[i] : 1 })), "_key");
   t.id = "estimates";
-  const scale = meta.kind === "numeric-mean" ? "estimates in the metric's units (mean, sum) and the report count n"
-    : "estimate and interval are counts of reports, proportion = estimate / n" +
-      (numeric ? "; mean and quantile rows in the metric's units" : "");
-  const note = el("p", { class: "meta", text: `n = ${meta.n_reports}, ${Math.round(100 * meta.confidence)}% intervals; ${scale}` });
-  return el("div", {}, note, t);
+  const scale = "estimate and interval are counts of reports, proportion = estimate / n" +
+    (density ? "; the buckets differ in width, so the chart draws densities (proportion per " + (unit || "unit") + "), not shares" : "");
+  const parts = [el("p", { class: "meta", text: `n = ${fmt.int(meta.n_reports)}, ${Math.round(100 * meta.confidence)}% intervals; ${scale}` }), scrolling(t)];
+  if (numeric) {  // mean and quantiles: in the metric's units, apart from the bucket counts
+    const stats = table([
+      { title: "statistic", key: "statistic", show: (r) => r.statistic },
+      { title: "estimate" + inUnit, key: "estimate", show: (r) => fmt.num(r.estimate) },
+      { title: "CI low", key: "ci_low", show: (r) => fmt.num(r.ci_low) },
+      { title: "CI high", key: "ci_high", show: (r) => fmt.num(r.ci_high) },
+    ], rows.filter((r) => r.statistic !== "count").map((r) => ({ ...r, _key: r.statistic })), "_key");
+    stats.id = "statistics";
+    const bias = meta.mean_bias_bound;
+    parts.push(el("h3", { text: "Mean and quantiles" + inUnit }),
+      el("p", { class: "meta", id: "statistics-note", text: "From the bucket counts: the mean counts each report at its bucket's " +
+        `midpoint, so its interval is widened by that bias bound (± ${bias === undefined || bias === null ? "?" : fmt.num(bias)}` +
+        `${unit ? " " + unit : ""}) besides the noise; a quantile's interval is the bucket edges its band crosses.` }),
+      scrolling(stats));
+  }
+  return el("div", {}, ...parts);
 }
 
 function compareTable(doc) {
   const m = doc.meta;
+  const unit = m.unit && m.scale !== "proportion" ? ` (${m.unit})` : "";
   const v = m.scale === "proportion" ? fmt.prop : fmt.num;
   const t = table([
     { title: "value", key: "value", show: (r) => String(r.value) },
     { title: `A ${m.a}`, key: "estimate_a", show: (r) => v(r.estimate_a) },
     { title: `B ${m.b}`, key: "estimate_b", show: (r) => v(r.estimate_b) },
-    { title: "B − A", key: "difference", show: (r) => v(r.difference) },
+    { title: "B − A" + unit, key: "difference", show: (r) => v(r.difference) },
     { title: "CI low", key: "ci_low", show: (r) => v(r.ci_low) },
     { title: "CI high", key: "ci_high", show: (r) => v(r.ci_high) },
     { title: "p-value", key: "p_value", show: (r) => fmt.p(r.p_value) },
@@ -261,8 +365,8 @@ function compareTable(doc) {
   ], doc.estimates, "value");
   t.id = "compare";
   const flagged = doc.estimates.filter((r) => r.changed).length;
-  return el("div", {}, el("p", { class: "meta", text: `${m.scale}s; n A = ${m.n_a}, n B = ${m.n_b}; ` +
-    `changed: ${m.control === "fwer" ? "Holm" : "Benjamini–Hochberg"} at α = ${m.alpha}; ${flagged} of ${doc.estimates.length} changed` }), t);
+  return el("div", {}, el("p", { class: "meta", text: `${m.scale}s; n A = ${fmt.int(m.n_a)}, n B = ${fmt.int(m.n_b)}; ` +
+    `changed: ${m.control === "fwer" ? "Holm" : "Benjamini–Hochberg"} at α = ${m.alpha}; ${fmt.int(flagged)} of ${fmt.int(doc.estimates.length)} changed` }), scrolling(t));
 }
 
 document.addEventListener("DOMContentLoaded", () => {

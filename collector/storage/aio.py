@@ -60,6 +60,11 @@ class AsyncSketchStore(abc.ABC):
     async def aclose(self) -> None:
         """Release connections and threads."""
 
+    async def aprobe_write(self) -> None:
+        """Raise StoreError unless the store can commit a write now (a cheap one: readiness asks
+        while commits fail). The default knows only what ``acheck`` knows."""
+        await self.acheck()
+
     @abc.abstractmethod
     async def aprune(self, before: str, batch_ids_before: str | None = None) -> PruneResult:
         """``SketchStore.prune``: delete windows (and batch ids) before a day."""
@@ -119,6 +124,16 @@ class ThreadedStore(AsyncSketchStore):
 
     async def acheck(self) -> None:
         await self._run(self._read_thread, lambda: self._reader_store().check())
+
+    def _probe_locked(self) -> None:
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            self._writer.probe_write()
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    async def aprobe_write(self) -> None:
+        await self._run(self._write_thread, self._probe_locked)
 
     def _prune_locked(self, before: str, batch_ids_before: str | None) -> PruneResult:
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)

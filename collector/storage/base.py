@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from client_sdk.errors import StoreError
 from client_sdk.protocols.base import Sketch
 
 SCHEMA_VERSION = 2
@@ -31,6 +32,15 @@ SPARSE_CELL_BYTES = 12
 #: (client_sdk/queue.py, DEFAULT_OUTBOX_MAX_AGE) and retries it with the same id, plus one day
 #: of clock skew. Within it a retry is deduplicated whatever the retention settings.
 BATCH_ID_MIN_DAYS = 8
+
+
+class CommitOutcomeUnknown(StoreError):
+    """A commit whose outcome is unknown: the connection was lost while the transaction ran or
+    committed (a terminated PostgreSQL backend), so it may or may not have been applied.
+
+    Clients are told to retry (503): the batch-id dedupe makes a retry of an applied batch a
+    duplicate, and of a rolled-back one a fresh commit, so either way it is counted once.
+    """
 
 
 class BatchOutcome(str, enum.Enum):

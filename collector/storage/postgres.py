@@ -55,6 +55,7 @@ from .base import (
     APPLICATION_ID,
     SCHEMA_VERSION,
     BatchOutcome,
+    CommitOutcomeUnknown,
     PendingBatch,
     PruneResult,
     SketchKey,
@@ -105,6 +106,9 @@ COMPACT_MIN_ROWS = 64
 #: Transient failures worth retrying a group commit for (its transaction rolled back).
 _RETRY_SQLSTATES = {"40001", "40P01"}  # serialization_failure, deadlock_detected
 COMMIT_ATTEMPTS = 5
+#: SQLSTATE classes of a lost connection (08: connection exception; 57: operator intervention,
+#: e.g. 57P01 admin_shutdown after pg_terminate_backend): a commit under way may have applied.
+_LOST_SQLSTATE_CLASSES = {"08", "57"}
 
 _INSERT_BATCHES = """
 INSERT INTO ldpt_batches (batch_id, digest, reports, writer)
@@ -220,16 +224,24 @@ class PostgresStore(AsyncSketchStore):
     async def acommit(self, batches: Sequence[PendingBatch]) -> list[BatchOutcome]:
         """One transaction: global batch-id dedupe, then append the new batches' summed deltas."""
         for attempt in range(COMMIT_ATTEMPTS):
+            started = False   # a statement was sent: from then on a lost connection hides the outcome
             try:
                 async with self._pool.acquire() as conn:
+                    started = True
                     async with conn.transaction():
                         return await self._commit(conn, batches)
             except asyncpg.PostgresError as exc:
                 if getattr(exc, "sqlstate", None) in _RETRY_SQLSTATES and attempt + 1 < COMMIT_ATTEMPTS:
                     await asyncio.sleep(0.01 * 2 ** attempt)
                     continue
+                if started and str(getattr(exc, "sqlstate", "") or "")[:2] in _LOST_SQLSTATE_CLASSES:
+                    raise CommitOutcomeUnknown(f"PostgreSQL connection lost during the commit "
+                                               f"({type(exc).__name__}: {exc})") from None
                 raise StoreError(f"PostgreSQL commit failed: {exc}") from None
-            except (OSError, asyncpg.InterfaceError) as exc:
+            except (OSError, asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError) as exc:
+                if started:   # e.g. InternalClientError after a backend termination
+                    raise CommitOutcomeUnknown(f"PostgreSQL connection lost during the commit "
+                                               f"({type(exc).__name__}: {exc})") from None
                 raise StoreError(f"PostgreSQL unreachable: {exc}") from None
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -368,6 +380,16 @@ class PostgresStore(AsyncSketchStore):
             raise
         except (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise StoreError(f"PostgreSQL unreachable: {type(exc).__name__}: {exc}") from None
+
+    async def aprobe_write(self) -> None:
+        """One upsert in ldpt_meta: can the database take a write now (readiness while commits fail)."""
+        try:
+            async with self._pool.acquire(timeout=5) as conn:
+                await conn.execute("INSERT INTO ldpt_meta VALUES ('write_probe', now()::text) "
+                                   "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value")
+        except (OSError, asyncio.TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError,
+                asyncpg.exceptions.InternalClientError) as exc:
+            raise StoreError(f"PostgreSQL cannot take a write: {type(exc).__name__}: {exc}") from None
 
     async def _fetch(self, sql: str, *args: Any) -> list[Any]:
         try:

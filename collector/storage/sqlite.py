@@ -16,6 +16,7 @@ Loads sum both. A v1 store is migrated in place on open (the new table is added)
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -67,6 +68,12 @@ _SCHEMA_V2 = (
 COMPACT_MAX_ROWS = 256
 
 BUSY_TIMEOUT_MS = 30_000
+log = logging.getLogger("ldpt.store")
+#: After a checkpoint the WAL file is truncated to at most this many bytes (SQLite otherwise
+#: keeps the file at its largest size: on a small disk the WAL held all the space deletes freed).
+JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
+#: SQLite's primary result code for "database or disk is full".
+SQLITE_FULL = 13
 
 
 class SQLiteStore(SketchStore):
@@ -119,6 +126,7 @@ class SQLiteStore(SketchStore):
                              "has no migration")
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute(f"PRAGMA synchronous={synchronous}")
+        conn.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
 
     def _migrate_v1(self) -> int:
         """v1 -> v2: add the sparse-delta table (v1 data is unchanged); safe across processes."""
@@ -179,12 +187,16 @@ class SQLiteStore(SketchStore):
                     elif self._append_sparse(key, delta):
                         crowded.append(key)
                 conn.execute("COMMIT")
-            except BaseException:
+            except BaseException as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
+                self._after_failure(exc)
                 raise
             for key in crowded:  # after the ack-able commit: its own transaction
-                self._compact_key(key)
+                try:
+                    self._compact_key(key)
+                except Exception as exc:  # the commit stands; housekeeping folds the key later
+                    log.warning("compaction of %s window %s failed: %s", key.metric, key.window, exc)
             return outcomes
 
     def _append_sparse(self, key: SketchKey, delta: SparseDelta) -> bool:
@@ -252,6 +264,32 @@ class SQLiteStore(SketchStore):
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+    def _after_failure(self, exc: BaseException) -> None:
+        """A full disk: checkpoint and truncate the WAL (lock held), so the space the WAL holds
+        beyond the database's own pages is given back (a WAL that grew before the disk filled
+        would otherwise keep it, and every later commit would fail)."""
+        if isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", 0) & 0xFF == SQLITE_FULL:
+            try:
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            except sqlite3.Error:
+                pass  # readers hold the WAL, or the database file cannot grow: the next failure retries
+
+    def probe_write(self) -> None:
+        """Write one row and commit (readiness while commits fail): StoreError if the store cannot
+        take a write now (a full disk, a read-only file)."""
+        now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        with self._lock:
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("INSERT OR REPLACE INTO ldpt_meta VALUES ('write_probe', ?)", (now,))
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                self._after_failure(exc)
+                raise StoreError(f"{self.path}: cannot write ({exc})") from None
 
     def _upsert(self, key: SketchKey, sketch: Sketch) -> None:
         touched = [int(c) for c in np.flatnonzero(

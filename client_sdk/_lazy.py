@@ -1,0 +1,48 @@
+"""numpy, imported on first use: the SDK's one-report path runs without it (docs/design.md).
+
+``from client_sdk._lazy import np`` gives an object that stands for the numpy module and
+imports it the first time an attribute is read (``np.asarray``, ``np.int64``, ...). The
+vectorised paths (simulation, collector, estimators) touch it and load numpy as before; a
+device that only builds a client and reports never does, so an app that installs the
+``ldp-telemetry-sdk`` distribution alone (msgpack is its one dependency) never needs numpy.
+Module-level code must not read an attribute of it (tests/test_layering.py checks the
+import and a report of every metric kind in a fresh interpreter).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+
+class _LazyNumpy:
+    """Attribute access imports numpy once; each attribute read is then cached on this object."""
+
+    __slots__ = ("__dict__",)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)  # copy/pickle/inspect probes must not import numpy
+        value = getattr(importlib.import_module("numpy"), name)
+        setattr(self, name, value)  # later reads are plain attribute look-ups
+        return value
+
+    def __repr__(self) -> str:
+        return "<numpy, imported on first use>"
+
+
+np: Any = _LazyNumpy()
+
+
+
+def numpy_types(*names: str) -> tuple[type, ...]:
+    """numpy's scalar types ``names`` (e.g. "integer", "bool_") if numpy is loaded, else ().
+
+    For ``isinstance`` checks that accept numpy scalars: a numpy value cannot exist before
+    numpy is imported, so the check never needs to import it.
+    """
+    numpy = sys.modules.get("numpy")
+    return () if numpy is None else tuple(getattr(numpy, n) for n in names)
+
+__all__ = ["np", "numpy_types"]
