@@ -181,13 +181,13 @@ def test_v1_store_is_migrated_and_keeps_its_data(tmp_path):
 
 def test_a_full_window_folds_dense_and_a_thin_one_stays_sparse(tmp_path):
     """Compaction writes whichever form is smaller: a year of thin daily windows of a d = 10^6
-    metric costs ~12 bytes per distinct cell hit, not 16 MB per window."""
-    proto = build_protocol("hr", 20_000, 2.0, {})
+    metric costs ~12 bytes per distinct cell hit, not 16 MB per window; a full window is dense."""
+    proto = build_protocol("hr", 2_000, 2.0, {})
     rng = np.random.default_rng(9)
     with SQLiteStore(tmp_path / "s.sqlite") as store:
-        for batch in batches_for(proto, rng, 4, 20):   # thin: 80 reports into 28,000 cells
+        for batch in batches_for(proto, rng, 4, 20):   # thin: 80 reports into 2,800 cells
             store.commit([batch])
-        full = [b for b in batches_for(proto, rng, 40, 3_000)]  # 120,000 reports: most cells hit
+        full = [b for b in batches_for(proto, rng, 40, 3_000)]  # 120,000 reports: every cell hit
         for i in range(0, 40, 4):
             store.commit([PendingBatch(b.batch_id, b.digest,
                                        {SketchKey("m", "fp", "2026-10-01"): next(iter(b.deltas.values()))},
@@ -360,3 +360,21 @@ def test_payload_groups_go_sparse_without_a_dense_temporary(tmp_path, name, d, e
         assert np.array_equal(a.counts, want.counts) and np.array_equal(a.reports, want.reports)
         assert np.array_equal(b.counts, want.counts) and np.array_equal(b.reports, want.reports)
         assert (sparse_rows(sparse) > 0) == big
+
+
+def test_many_narrow_cohorts_fold_into_one_row():
+    """OLH at d = 10^6 has 177,156 cohorts of 11 cells: per-cohort dense rows would cost a row
+    (key columns and headers) per cohort, so even a dense sum folds into one sparse row."""
+    from collector.storage.base import ROW_OVERHEAD_BYTES, folded_form
+
+    proto = build_protocol("olh", 1_000_000, 2.0, {})
+    sketch = proto.new_sketch()
+    sketch.counts += 1
+    sketch.reports += 11
+    m, width = sketch.counts.shape
+    assert 12 * (m * width + m) <= m * (8 * width + ROW_OVERHEAD_BYTES)
+    assert folded_form(sketch) is not None
+    hr = build_protocol("hr", 2_000, 2.0, {}).new_sketch()
+    hr.counts += 1
+    hr.reports += 1
+    assert folded_form(hr) is None  # one wide cohort, every cell hit: dense

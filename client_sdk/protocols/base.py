@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import itertools
 import math
 from fractions import Fraction
 from typing import Any, ClassVar
@@ -192,6 +193,23 @@ class Protocol(abc.ABC):
             raise DomainError(f"index {int(arr[bad])} at position {bad} is outside the domain "
                               f"[0, {self.domain_size})")
         return arr
+
+
+def int_rows_from_wire(objects: list[Any], width: int) -> np.ndarray | None:
+    """``objects`` (msgpack's lists of ``width`` ints each) as an int64 array of shape (n, width),
+    or None when any is not exactly that (the caller's report-by-report pass then names it).
+
+    Set-of-types checks over the flattened values and one ``np.fromiter``: ~3x faster than a
+    per-report loop or ``np.asarray`` of nested lists, and still exact (bool is not int here)."""
+    if not objects or not set(map(type, objects)) <= {list, tuple} or set(map(len, objects)) != {width}:
+        return None
+    flat = list(itertools.chain.from_iterable(objects))
+    if set(map(type, flat)) != {int}:
+        return None
+    try:
+        return np.fromiter(flat, dtype=np.int64, count=len(flat)).reshape(-1, width)
+    except OverflowError:
+        return None
 
 
 def add_cells(sketch: Sketch, cells: np.ndarray, cohorts: np.ndarray) -> None:

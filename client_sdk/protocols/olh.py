@@ -95,6 +95,7 @@ from .base import (
     add_cells,
     check_domain_and_epsilon,
     first_bad,
+    int_rows_from_wire,
     pure_variance,
     require_1d,
 )
@@ -475,6 +476,9 @@ class OLH(Protocol):
                          np.asarray(payloads["y"], dtype=np.int64)], axis=1).tolist()
 
     def from_wire(self, objects: list[Any]) -> Payloads:
+        arr = int_rows_from_wire(objects, 2)  # fast path; the loop below names what is wrong
+        if arr is not None:
+            return {"cohort": arr[:, 0].copy(), "y": arr[:, 1].copy()}
         for i, obj in enumerate(objects):
             if type(obj) not in (list, tuple) or len(obj) != 2:
                 raise InvalidPayload("expected [cohort, y], a list of two integers", index=i, field="payload")

@@ -206,6 +206,25 @@ def worth_sparse(sketch: Sketch) -> SparseDelta | None:
     return delta if delta.nbytes <= SPARSE_MAX_SHARE * dense else None
 
 
+#: What one stored row costs beyond its counters (key columns, tuple header, index entry): why
+#: a sketch of many narrow cohorts (OLH, discover) folds into one sparse row even when dense.
+ROW_OVERHEAD_BYTES = 64
+
+
+def folded_form(sketch: Sketch) -> SparseDelta | None:
+    """How compaction writes a key's sum: one sparse row when that takes fewer bytes than the
+    dense rows of its touched cohorts with their per-row overhead (``ROW_OVERHEAD_BYTES``),
+    else None (dense rows). A thin window of a large domain, and any sketch of many narrow
+    cohorts, stay one row."""
+    m = len(sketch.reports)
+    if m == 0:
+        return None
+    width = sketch.counts[0].size
+    touched = int(((sketch.reports != 0) | sketch.counts.reshape(m, -1).any(axis=1)).sum())
+    delta = sparse_delta(sketch)
+    return delta if delta.nbytes <= touched * (8 * width + ROW_OVERHEAD_BYTES) else None
+
+
 def add_sparse(out: Sketch, m: int, width: int, cells_blob: bytes, values_blob: bytes,
                where: str) -> None:
     """Add one stored sparse delta into ``out`` (in place), checking it fits ``out``'s shape."""

@@ -64,6 +64,7 @@ from .base import (
     add_sparse,
     blob_to_counts,
     counts_to_blob,
+    folded_form,
     sum_deltas,
     worth_sparse,
 )
@@ -462,7 +463,7 @@ class PostgresStore(AsyncSketchStore):
                 has_dense = await conn.fetchval(
                     "SELECT EXISTS (SELECT 1 FROM ldpt_deltas WHERE metric=$1 AND fingerprint=$2 AND "
                     "time_window=$3 AND cells IS NULL)", key.metric, key.fingerprint, key.window)
-                folded = None if has_dense else worth_sparse(total)  # a thin window stays sparse
+                folded = None if has_dense else folded_form(total)  # thin or narrow: one sparse row
                 if folded is None:
                     await conn.execute(_INSERT_DELTAS, self.writer, self._seq, *_delta_columns({key: total}))
                 else:

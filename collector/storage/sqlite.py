@@ -40,6 +40,7 @@ from .base import (
     add_sparse,
     blob_to_counts,
     counts_to_blob,
+    folded_form,
     sum_deltas,
     worth_sparse,
 )
@@ -251,7 +252,7 @@ class SQLiteStore(SketchStore):
                 has_dense = conn.execute("SELECT 1 FROM sketches WHERE metric=? AND fingerprint=? AND "
                                          "window=? LIMIT 1", (key.metric, key.fingerprint,
                                                              key.window)).fetchone() is not None
-                folded = None if has_dense else worth_sparse(total)  # a thin window stays sparse
+                folded = None if has_dense else folded_form(total)  # thin or narrow: one sparse row
                 if folded is None:
                     self._upsert(key, total)
                 else:
