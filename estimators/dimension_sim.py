@@ -1,0 +1,88 @@
+"""Simulated public dimensions: ``ldpt simulate --dimension os=android:0.6,ios:0.4``.
+
+Each simulated device draws its value of every dimension independently with the given weights
+(values outside the registry's closed set are an error, ``other`` and ``unknown`` are allowed);
+the population is then split into segments, one per combination, by multinomial thinning of
+each true value's count (categorical metrics) or a random assignment of each device (numeric
+ones). Every segment is randomised separately with the real protocol code, so the stored total
+is exactly the sum of the stored segments, as the collector would keep it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+
+from client_sdk.dimensions import segment_key
+from client_sdk.registry import MetricSpec
+
+from .simulation import DistributionError, NumericPopulation, Population
+
+
+@dataclasses.dataclass(frozen=True)
+class DimensionDraw:
+    """One ``--dimension NAME=VALUE:WEIGHT,...`` option, parsed."""
+
+    name: str
+    values: tuple[str, ...]
+    probs: np.ndarray
+
+
+def parse_dimension_option(text: str, spec: MetricSpec) -> DimensionDraw:
+    """``os=android:0.6,ios:0.4`` -> a draw checked against the metric's dimensions."""
+    name, sep, rest = text.partition("=")
+    dims = {d.name: d for d in spec.dimensions}
+    if not sep or name not in dims:
+        known = ", ".join(dims) or "none (registry field dimensions = [...])"
+        raise DistributionError(f"--dimension {text!r}: use NAME=VALUE:WEIGHT,...; metric "
+                                f"{spec.name!r} has dimensions {known}")
+    values, weights = [], []
+    for part in rest.split(","):
+        value, colon, weight = part.partition(":")
+        try:
+            w = float(weight) if colon else float("nan")
+        except ValueError:
+            w = float("nan")
+        if not w >= 0 or not np.isfinite(w):
+            raise DistributionError(f"--dimension {text!r}: {part!r} needs VALUE:WEIGHT with a weight >= 0")
+        if value not in dims[name].domain:
+            raise DistributionError(f"--dimension {text!r}: {value!r} is not a value of dimension "
+                                    f"{name!r} ({', '.join(dims[name].domain)})")
+        values.append(value)
+        weights.append(w)
+    total = sum(weights)
+    if total <= 0 or len(set(values)) != len(values):
+        raise DistributionError(f"--dimension {text!r}: give distinct values with positive total weight")
+    return DimensionDraw(name, tuple(values), np.asarray(weights) / total)
+
+
+def segment_probabilities(spec: MetricSpec, draws: Sequence[DimensionDraw]) -> dict[str, float]:
+    """Segment key -> probability (independent dimensions; an undrawn dimension is ``unknown``)."""
+    by_name = {d.name: d for d in draws}
+    axes = []
+    for dim in spec.dimensions:
+        draw = by_name.get(dim.name)
+        axes.append([(dim.name, "unknown", 1.0)] if draw is None else
+                    [(dim.name, v, float(p)) for v, p in zip(draw.values, draw.probs)])
+    out = {}
+    for combo in itertools.product(*axes):
+        key = segment_key(spec.name, spec.dimensions, {n: v for n, v, _ in combo})
+        out[key] = float(np.prod([p for _, _, p in combo]))
+    return out
+
+
+def split_population(population: Population | NumericPopulation, probs: dict[str, float],
+                     rng: np.random.Generator) -> dict[str, Population | NumericPopulation]:
+    """Each device goes to one segment with the given probabilities."""
+    keys = list(probs)
+    p = np.asarray([probs[k] for k in keys])
+    p = p / p.sum()
+    if isinstance(population, NumericPopulation):
+        seg = rng.choice(len(keys), size=population.size, p=p)
+        return {k: NumericPopulation(population.values[seg == i]) for i, k in enumerate(keys)}
+    split = np.stack([rng.multinomial(int(c), p) for c in population.counts]) \
+        if len(population.counts) else np.zeros((0, len(keys)), dtype=np.int64)
+    return {k: Population(list(population.values), split[:, i].astype(np.int64)) for i, k in enumerate(keys)}
