@@ -86,3 +86,31 @@ def split_population(population: Population | NumericPopulation, probs: dict[str
     split = np.stack([rng.multinomial(int(c), p) for c in population.counts]) \
         if len(population.counts) else np.zeros((0, len(keys)), dtype=np.int64)
     return {k: Population(list(population.values), split[:, i].astype(np.int64)) for i, k in enumerate(keys)}
+
+
+def grr_sketches_exact(proto: object, true_counts: np.ndarray, reps: int,
+                       rng: np.random.Generator) -> np.ndarray:
+    """``reps`` GRR sketches of one segment drawn from their exact law: the devices holding
+    value v report v with probability p and each other value with probability q, so the output
+    counts are a sum over v of multinomials (n_v; q, ..., p at v, ..., q). Shape (reps, d).
+
+    What the per-segment statistical test and bench/breakdowns_public.py draw instead of
+    randomising each report (the same law, without a loop over devices)."""
+    p, q = float(proto.p), float(proto.q)  # type: ignore[attr-defined]
+    d = len(true_counts)
+    rows = np.full((d, d), q)
+    np.fill_diagonal(rows, p)
+    out = np.zeros((reps, d), dtype=np.int64)
+    for v in range(d):
+        if true_counts[v]:
+            out += rng.multinomial(int(true_counts[v]), rows[v], size=reps)
+    return out
+
+
+def grr_count_variance(proto: object, true_counts: np.ndarray) -> np.ndarray:
+    """Exact variance of GRR's debiased counts ĉ_v = (C_v − n q)/(p − q): C_v adds n_v
+    Bernoulli(p) and n − n_v Bernoulli(q) outputs (Wang et al. 2017, "Locally differentially
+    private protocols for frequency estimation")."""
+    p, q = float(proto.p), float(proto.q)  # type: ignore[attr-defined]
+    n = true_counts.sum()
+    return (true_counts * p * (1 - p) + (n - true_counts) * q * (1 - q)) / (p - q) ** 2

@@ -214,7 +214,7 @@ async function metricPage(view, metric) {
 
   // 1b. Breakdowns: one chart per public dimension of the metric (suppressed segments counted only).
   for (const dim of metric.dimensions || []) {
-    view.append(breakdownSection(metric, dim, latest, base, charts));
+    breakdownSection(view, dim, latest, base, charts);
   }
 
   // 2. The series over a chosen range (frequency metrics: of the values ticked below the dates).
@@ -283,18 +283,18 @@ const SERIES_MAX = 8;
 
 // A dimension's breakdown of the latest window: the collector's chart and a line saying how many
 // segments were suppressed (fewer reports than min_reports: never shown, only counted).
-function breakdownSection(metric, dim, latest, base, charts) {
+function breakdownSection(view, dim, latest, base, charts) {
   const box = el("div", { class: "breakdown", id: "breakdown-" + dim });
   const note = el("p", { class: "meta", id: "breakdown-note-" + dim, text: "" });
   const plot = el("div", { class: "chart", id: "breakdown-chart-" + dim });
   box.append(el("h2", { text: `By ${dim} (window ${latest})` }), note, plot);
+  view.append(box);  // in the page before the chart is asked for: it is drawn for the box's width
   chart(plot, `${charts}/breakdown.svg?${qs({ window: latest, by: dim })}`);
   apiJson(`${base}/estimates?${qs({ window: latest, by: dim, format: "json" })}`).then((doc) => {
     const m = doc.meta;
     note.textContent = `${plural(m.segments, "segment")} shown, ${plural(m.suppressed, "segment")} suppressed ` +
       `(fewer than ${fmt.int(m.min_reports)} reports each)`;
   }).catch((err) => { note.textContent = err.message; });
-  return box;
 }
 
 // Checkboxes of a frequency metric's values, largest (latest window) first; the top 5 ticked.
