@@ -12,20 +12,28 @@ the collector's ingestion and `ldpt simulate`: tests/test_dimensions.py.)
 The MSE ratio's standard error is about √(2/R) (0.022 at R = 4,000), the coverage's
 √(0.95·0.05/R) (0.0034).
 
+Then what clear dimensions reveal (docs/privacy.md, "Public dimensions"): for the example
+registry docs/examples/dimensions.toml, and for it with a 30-value country added, the bits of
+the combinations (log2 of their number, what `ldpt metrics check` limits), the entropy of the
+combination in a simulated population of 10⁶ devices drawing each value independently with
+the weights below, and the share of devices whose combination is held by fewer than 1 in 1,000.
+
 Run: `python bench/breakdowns_public.py` (``--reps N``; ``--quick``: R = 1,000).
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 from _common import print_table
 
+from client_sdk.dimensions import combination_bits, combination_count
 from client_sdk.protocols.base import Sketch
-from client_sdk.registry import parse_registry
+from client_sdk.registry import load_registry, parse_registry
 from estimators.breakdown import breakdown_frame
-from estimators.dimension_sim import grr_count_variance, grr_sketches_exact
+from estimators.dimension_sim import grr_count_variance, grr_sketches_exact, rare_combination_share
 
 REGISTRY = """
 [dimensions.os]
@@ -69,6 +77,31 @@ def run(reps: int, seed: int = 2026) -> tuple[list[list[object]], bool]:
     return rows, leaked
 
 
+#: Simulated populations' value weights, in the order of each dimension's domain (its values,
+#: then other, then unknown: devices whose SDK sends no value).
+POPULATION = {"os": [0.70, 0.285, 0.01, 0.005],
+              "app_version": [0.04, 0.11, 0.30, 0.50, 0.04, 0.01],
+              "channel": [0.94, 0.05, 0.005, 0.005]}
+COUNTRIES = 30  # the wider registry's country: Zipf(1) over 30 values, then other and unknown
+
+
+def privacy_rows(devices: int = 1_000_000, seed: int = 7) -> list[list[object]]:
+    reg = load_registry(Path(__file__).resolve().parent.parent / "docs" / "examples" / "dimensions.toml")
+    dims = list(reg.dimension_table.dimensions.values())
+    weights = [POPULATION[d.name] for d in dims]
+    zipf = [1 / (i + 1) for i in range(COUNTRIES)] + [0.02, 0.005]
+    rows = []
+    for label, w, count in (("docs/examples/dimensions.toml", weights, combination_count(dims)),
+                            (f"+ country ({COUNTRIES} values)", weights + [zipf],
+                             combination_count(dims) * (COUNTRIES + 2))):
+        share, entropy = rare_combination_share(w, devices, np.random.default_rng(seed))
+        bits = float(np.log2(count))
+        rows.append([label, f"{count:,}", f"{bits:.2f}", f"{entropy:.2f}", f"{100 * share:.2f} %",
+                     "refused" if bits > reg.dimension_table.max_bits else "accepted"])
+    assert abs(combination_bits(dims) - float(rows[0][2])) < 0.01
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=4000)
@@ -83,6 +116,10 @@ def main() -> None:
     print(f"MSE/theory from {min(ratios):.3f} to {max(ratios):.3f}; coverage from {min(covers):.3f} "
           f"to {max(covers):.3f}; the segment under min_reports shown in a run: "
           f"{'YES' if leaked else 'never'}")
+    print()
+    print_table(["registry", "combinations", "bits (log2)", "entropy (simulated)", "rarer than 1/1000",
+                 "ldpt metrics check"], privacy_rows(),
+                title="What clear dimensions reveal (10^6 simulated devices, seed 7)")
 
 
 if __name__ == "__main__":

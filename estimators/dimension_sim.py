@@ -114,3 +114,19 @@ def grr_count_variance(proto: object, true_counts: np.ndarray) -> np.ndarray:
     p, q = float(proto.p), float(proto.q)  # type: ignore[attr-defined]
     n = true_counts.sum()
     return (true_counts * p * (1 - p) + (n - true_counts) * q * (1 - q)) / (p - q) ** 2
+
+
+def rare_combination_share(weights: Sequence[Sequence[float]], devices: int, rng: np.random.Generator,
+                           rarer_than: float = 1e-3) -> tuple[float, float]:
+    """In a simulated population of ``devices`` whose dimension values are drawn independently
+    with ``weights`` (one list per dimension), (the share of devices whose combination of values
+    is held by fewer than ``rarer_than`` of the population, the empirical entropy in bits of the
+    combination). What docs/privacy.md quotes for a registry's clear dimensions."""
+    codes = np.zeros(devices, dtype=np.int64)
+    for w in weights:
+        p = np.asarray(w, dtype=float)
+        codes = codes * len(p) + rng.choice(len(p), size=devices, p=p / p.sum())
+    _, inverse, counts = np.unique(codes, return_inverse=True, return_counts=True)
+    share = float((counts[inverse] < rarer_than * devices).mean())
+    freq = counts / devices
+    return share, float(-(freq * np.log2(freq)).sum())
