@@ -100,6 +100,9 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
         raise click.UsageError("use either --window or --since/--until, not both")
     if by == "window" and window:
         raise click.UsageError("--by window draws a series over --since/--until; leave --window out")
+    if by not in (None, "window") and plot_path:
+        raise click.UsageError("--plot draws one estimate or a series; leave it out with --by DIMENSION "
+                               "(the dashboard draws a breakdown chart per dimension)")
     if by == "window" and consistent:
         raise click.UsageError("--consistent applies to one estimate; leave it out with --by window")
     if cacert and not url:

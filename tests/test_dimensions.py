@@ -349,3 +349,19 @@ def test_segment_estimates_reach_their_variance_and_coverage():
         cover = ((est[:, :, 1] <= truth[s]) & (truth[s] <= est[:, :, 2])).mean()
         assert 0.9 <= ratio <= 1.1, (s, ratio)
         assert cover >= 0.93, (s, cover)
+
+
+def test_metrics_check_states_the_bits_and_refuses_above_max_bits(tmp_path):
+    ok = tmp_path / "ok.toml"
+    ok.write_text(REGISTRY_FILE, encoding="utf-8")
+    done = _ldpt("metrics", "check", str(ok), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "16 combinations, 4.00 bits (limit 10" in done.stdout   # (2 + 2) x (2 + 2)
+    wide = tmp_path / "wide.toml"
+    countries = ", ".join(f'"c{i}"' for i in range(70))       # 4 x 4 x 72 = 1,152 > 2^10
+    wide.write_text(REGISTRY_FILE + f"\n[dimensions.country]\nvalues = [{countries}]\n", encoding="utf-8")
+    done = _ldpt("metrics", "check", str(wide), cwd=tmp_path)
+    assert done.returncode != 0 and "10.17 bits, above max_bits = 10" in done.stderr
+    wide.write_text(wide.read_text(encoding="utf-8").replace("min_reports = 1000", "min_reports = 1000\nmax_bits = 11"),
+                    encoding="utf-8")
+    assert _ldpt("metrics", "check", str(wide), cwd=tmp_path).returncode == 0
