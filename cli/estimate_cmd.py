@@ -54,9 +54,11 @@ def store_options(func):  # noqa: ANN001, ANN201 - a click decorator
 @click.option("--window", callback=validate_day, default=None, help="One window (YYYY-MM-DD).")
 @click.option("--since", callback=validate_date, default=None, help="First day, inclusive (YYYY-MM-DD).")
 @click.option("--until", callback=validate_date, default=None, help="Last day, inclusive (YYYY-MM-DD).")
-@click.option("--by", type=click.Choice(["window"]), default=None,
-              help="One estimate per window of --since..--until (days, or hours on an hourly store): "
-                   "long-format rows with the window's n; empty windows have n = 0.")
+@click.option("--by", default=None, metavar="window|DIMENSION[,DIMENSION]",
+              help="window: one estimate per window of --since..--until (days, or hours on an hourly "
+                   "store): long-format rows with the window's n; empty windows have n = 0. A public "
+                   "dimension of the metric (e.g. os, or two: os,channel): one estimate per segment; "
+                   "segments under the registry's min_reports are suppressed (only counted).")
 @click.option("--confidence", type=FiniteFloatRange(0, 1, min_open=True, max_open=True),
               default=0.95, show_default=True, help="Confidence level of the intervals.")
 @click.option("--simultaneous", is_flag=True, help="Bonferroni intervals that hold for all values at once.")
@@ -96,9 +98,12 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
     source = check_source(db, postgres, url)
     if window and (since or until):
         raise click.UsageError("use either --window or --since/--until, not both")
-    if by and window:
+    if by == "window" and window:
         raise click.UsageError("--by window draws a series over --since/--until; leave --window out")
-    if by and consistent:
+    if by not in (None, "window") and plot_path:
+        raise click.UsageError("--plot draws one estimate or a series; leave it out with --by DIMENSION "
+                               "(the dashboard draws a breakdown chart per dimension)")
+    if by == "window" and consistent:
         raise click.UsageError("--consistent applies to one estimate; leave it out with --by window")
     if cacert and not url:
         raise click.UsageError("--cacert applies to an https:// --url")
@@ -108,9 +113,10 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
                                  simultaneous, consistent, candidates, by, top, cacert)
             string_metric = df.attrs.get("protocol") in ("rappor", "discover")
         else:
-            spec = load_metric(require_registry(metrics_file), metric)[1]
+            registry, spec = load_metric(require_registry(metrics_file), metric)
             string_metric = spec.kind.value == "string"
             with StoreReader(source, db or postgres or "") as reader:
+                reader.min_reports_of = registry.segment_min_reports
                 df = local_estimate(reader, spec, window, since, until, by, confidence, simultaneous,
                                     consistent, read_candidates(candidates, spec), top, progress)
             if spec.unit:
@@ -122,11 +128,17 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
     if truth:
         from .truth import attach_truth
 
+        if by not in (None, "window"):
+            raise click.UsageError("--truth compares one estimate (or a series) with the truth; "
+                                   "leave it out with --by DIMENSION")
         df, warnings = attach_truth(df, truth, string_metric=string_metric, window=window, since=since,
                                     until=until, by=by)
         for line in warnings:
             click.echo(f"warning: {line}", err=True)
     full = df
+    if by not in (None, "window"):
+        _breakdown_note(df)
+        by = None  # a breakdown's rows are ranked and plotted like one estimate's
     if by is None and top is None and fmt == "table" and len(df) > TABLE_MAX_ROWS and not numeric:
         top = TABLE_MAX_ROWS
         click.echo(f"showing the {TABLE_MAX_ROWS:,} largest of {len(df):,} estimates "
@@ -145,6 +157,14 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
             plot_series(full, plot_path, top or PLOT_MAX_SERIES, log_scale)
         else:
             plot_estimates(full, plot_path, top=top or PLOT_MAX_VALUES, log_scale=log_scale)
+
+
+def _breakdown_note(df) -> None:  # noqa: ANN001 - a pandas DataFrame
+    """Say on standard error how many segments were suppressed (never which)."""
+    suppressed = int(df.attrs.get("suppressed", 0))
+    if suppressed:
+        click.echo(f"{suppressed:,} segment{'' if suppressed == 1 else 's'} suppressed (fewer than "
+                   f"{int(df.attrs.get('min_reports', 0)):,} reports each)", err=True)
 
 
 def check_source(db: str | None, postgres: str | None, url: str | None) -> str:
@@ -178,6 +198,10 @@ def local_estimate(reader: StoreReader, spec: MetricSpec, window: str | None, si
     from estimators.series import series_frame, windows_in_range
 
     step = progress.step if progress is not None else (lambda _: None)
+    if by and by != "window":
+        step(f"estimating {spec.name} by {by}")
+        return reader.breakdown(spec, by, [window] if window else None, since, until, confidence,
+                                simultaneous, consistent)
     if by:
         stored = reader.stored_windows(spec)
         grid = windows_in_range([w.window for w in stored], since, until)
@@ -335,6 +359,44 @@ class StoreReader:
                              "version control; `ldpt metrics check FILE` prints each metric's "
                              "fingerprint), or keep the new parameters under a new metric name")
         return mine
+
+    def breakdown(self, spec: MetricSpec, by: str, windows: list[str] | None, since: str | None,
+                  until: str | None, confidence: float, simultaneous: bool, consistent: bool):  # noqa: ANN201
+        """Estimates per segment of public dimensions ``by`` (estimators/breakdown.py)."""
+        from client_sdk.errors import EstimationError
+        from estimators.breakdown import breakdown_frame, group_sketches, parse_by, segment_keys
+        from estimators.memo_range import is_memoised
+
+        names = parse_by(spec, by)
+        self.stored_windows(spec)
+        if is_memoised(spec) and windows is None:
+            raise EstimationError(f"metric {spec.name!r} is memoised: its windows' sketches repeat each "
+                                  "device's noise and cannot be summed per segment; give --window")
+        all_windows = self._loop.run_until_complete(self._store.awindows()) if self._loop is not None \
+            else self._store.windows()
+        template = spec.protocol_impl.new_sketch()
+        segments = []
+        for key in segment_keys(spec, all_windows):
+            if self._loop is not None:
+                sketch = self._loop.run_until_complete(
+                    self._store.aload(key, spec.fingerprint, template, windows, since, until))
+            else:
+                sketch = self._store.load(key, spec.fingerprint, template, windows, since, until)
+            segments.append((key, sketch))
+        return breakdown_frame(spec, group_sketches(spec, segments, names), names,
+                               self.min_reports(spec), confidence=confidence,
+                               simultaneous=simultaneous, consistent=consistent)
+
+    #: the registry's ``segment_min_reports`` (set by the caller, which loaded the registry)
+    min_reports_of = None
+
+    def min_reports(self, spec: MetricSpec) -> int:
+        """Fewest reports a segment needs to be shown (the metric's, else the registry's default)."""
+        from client_sdk.dimensions import DEFAULT_MIN_REPORTS
+
+        if self.min_reports_of is not None:
+            return self.min_reports_of(spec)
+        return spec.min_reports if spec.min_reports is not None else DEFAULT_MIN_REPORTS
 
     def load(self, spec: MetricSpec, windows: list[str] | None, since: str | None, until: str | None,
              *, allow_empty: bool = False) -> Sketch:

@@ -53,6 +53,30 @@ def check(file: str) -> None:
                        f"{g * spec.protocol_impl.epsilon_longitudinal:.4f} over the lifetime")
     for line in device_warnings(registry):
         click.echo(line, err=True)
+    check_dimensions(registry, file)
+
+
+def check_dimensions(registry, file: str) -> None:  # noqa: ANN001 - a Registry
+    """The public dimensions' combinations, in bits; above the registry's ``max_bits`` (default
+    10) the file is refused: a device's clear values would come close to singling it out
+    (docs/privacy.md, "Public dimensions")."""
+    from client_sdk.dimensions import combination_bits, combination_count
+
+    table = registry.dimension_table
+    if table is None or not table.dimensions:
+        return
+    dims = list(table.dimensions.values())
+    bits, count = combination_bits(dims), combination_count(dims)
+    names = ", ".join(f"{d.name} ({len(d.domain)})" for d in dims)
+    click.echo(f"public dimensions, sent in clear with every batch: {names}: {count:,} combinations, "
+               f"{bits:.2f} bits (limit {table.max_bits:g}, [dimensions] max_bits); segments under "
+               f"{table.min_reports:,} reports are suppressed unless a metric sets min_reports")
+    if bits > table.max_bits:
+        raise click.ClickException(
+            f"{file}: field 'dimensions': the public dimensions' {count:,} combinations carry {bits:.2f} "
+            f"bits, above max_bits = {table.max_bits:g}: a device's clear values could nearly single it "
+            "out (docs/privacy.md, \"Public dimensions\"). Merge values (rule = \"major\"), drop a "
+            "dimension, or raise max_bits deliberately")
 
 
 def variance_cell(spec: MetricSpec) -> str:

@@ -63,11 +63,17 @@ from .dates import today_utc, validate_day
 @click.option("--joint-counts", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Joint metrics: CSV of joint counts, a column per part and count (e.g. "
                    "os,crashed,count); without it (and --distribution) a built-in correlated law.")
+@click.option("--dimension", "dimensions", multiple=True, metavar="NAME=VALUE:WEIGHT,...",
+              help="A public dimension each device draws independently, e.g. os=android:0.6,ios:0.4 "
+                   "(repeatable; with --db): the sketch is stored per segment and in total.")
 @click.option("--silent", is_flag=True, help="No progress bar.")
 def simulate(metrics_file: str, metric: str, clients: int, distribution: str | None, seed: int | None,
              db: str | None, url: str | None, cacert: str | None, batch_size: int, window: str | None, truth: str | None,
-             days: int | None, change_rate: float, joint_counts: str | None, silent: bool) -> None:
+             days: int | None, change_rate: float, joint_counts: str | None, dimensions: tuple[str, ...],
+             silent: bool) -> None:
     """Simulate CLIENTS devices reporting METRIC once each into a sketch store (or a collector)."""
+    if dimensions and (days is not None or url is not None):
+        raise click.UsageError("--dimension writes segments into --db (not with --url or --days)")
     if days is not None:
         if joint_counts:
             raise click.UsageError("--joint-counts draws one population; leave --days out")
@@ -116,15 +122,41 @@ def simulate(metrics_file: str, metric: str, clients: int, distribution: str | N
         return
     store = open_store(db, create=True)  # opened before the long work: a bad store fails fast
     try:
-        with progress_bar(clients, f"simulating {metric}", silent) as bar:
-            sketch = simulate_sketch(spec, population, rng, progress=bar.update)
         window = window or today_utc()
-        store.add_sketch(SketchKey(spec.name, spec.fingerprint, window), sketch)
+        with progress_bar(clients, f"simulating {metric}", silent) as bar:
+            if spec.dimensions:
+                store_segments(store, spec, population, dimensions, rng, window, bar.update)
+            else:
+                if dimensions:
+                    raise click.UsageError(f"metric {metric!r} declares no dimensions (registry "
+                                           "field dimensions = [...]); leave --dimension out")
+                sketch = simulate_sketch(spec, population, rng, progress=bar.update)
+                store.add_sketch(SketchKey(spec.name, spec.fingerprint, window), sketch)
     finally:
         store.close()
     if not silent:
         click.echo(f"{plural(clients, 'simulated report')} of {metric} ({spec.protocol}, epsilon "
                    f"{spec.protocol_impl.epsilon:.4g}) -> {db} window {window} (seed {seed})", err=True)
+
+
+def store_segments(store: Any, spec: MetricSpec, population: Population | NumericPopulation,
+                   options: Sequence[str], rng: np.random.Generator, window: str, progress: Any) -> None:
+    """Randomise each segment's devices and store every segment and their sum (the total)."""
+    from estimators.dimension_sim import parse_dimension_option, segment_probabilities, split_population
+    from estimators.simulation import DistributionError
+
+    try:
+        probs = segment_probabilities(spec, [parse_dimension_option(o, spec) for o in options])
+    except DistributionError as exc:
+        raise click.UsageError(str(exc)) from None
+    total = spec.protocol_impl.new_sketch()
+    for key, part in split_population(population, probs, rng).items():
+        if part.size == 0:
+            continue
+        sketch = simulate_sketch(spec, part, rng, progress=progress)
+        store.add_sketch(SketchKey(key, spec.fingerprint, window), sketch)
+        total = total.merge(sketch)
+    store.add_sketch(SketchKey(spec.name, spec.fingerprint, window), total)
 
 
 def send_population(spec: MetricSpec, population: Population | NumericPopulation, rng: np.random.Generator, url: str,

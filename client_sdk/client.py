@@ -299,6 +299,9 @@ class ClientCore:
         self._logged: set[Any] = set()
         self._counters = dict.fromkeys(CLIENT_COUNTERS, 0)
         self._closed = False
+        self._dimensions: dict[str, str] = {}
+        if options.dimensions:
+            self.set_dimensions(options.dimensions)
         endpoint = endpoint or os.environ.get(ENDPOINT_ENV) or None
         state_dir = state_dir or os.environ.get(STATE_DIR_ENV) or None
         if state is None:
@@ -639,6 +642,28 @@ class ClientCore:
             out = [(c, reason, n) for (_, reason), (c, n) in self._refusals.items()]
             self._refusals.clear()
             return out
+
+    def set_dimensions(self, values: Mapping[str, Any]) -> None:
+        """Set the device's public dimensions (e.g. ``{"os": "android", "app_version": "4.2.1"}``).
+
+        They are sent *in clear* with every batch (docs/wire-format.md, docs/privacy.md "Public
+        dimensions"), mapped through the registry's rule at send time: a value outside a
+        dimension's closed set goes as ``other``, a dimension the registry does not declare is
+        not sent. Replaces the values set before.
+        """
+        if not isinstance(values, Mapping) or not all(isinstance(k, str) for k in values):
+            raise TypeError("dimensions must be a mapping of dimension names to values")
+        with self._lock:
+            self._dimensions = {k: str(v) for k, v in values.items()}
+
+    def _wire_dimensions(self) -> dict[str, str]:
+        """The dimensions this device sends: the registry's declared ones, bucketed."""
+        registry = self.registry
+        table = None if registry is None else registry.dimension_table
+        if table is None or not self._dimensions:
+            return {}
+        return {name: table.dimensions[name].bucket(raw) for name, raw in sorted(self._dimensions.items())
+                if name in table.dimensions}
 
     def _accepting(self) -> bool:
         if self._opted_out:

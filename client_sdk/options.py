@@ -33,6 +33,7 @@ class ClientOptions:
     pins: Mapping[str, str] | None = None         # metric -> fingerprint the app was built against
     timeout: float = DEFAULT_TIMEOUT              # HTTP timeout (s)
     clock: Callable[[], float] | None = None      # wall clock, s since the epoch (None: time.time)
+    dimensions: Mapping[str, Any] | None = None   # public dimensions sent in clear (client_sdk/dimensions.py)
 
     @classmethod
     def merge(cls, options: ClientOptions | None, overrides: Mapping[str, Any]) -> ClientOptions:

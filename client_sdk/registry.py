@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from ._lazy import np, numpy_types
+from .dimensions import DimensionSpec, DimensionTable, parse_dimensions, parse_metric_dimensions
 from .encoder_block import encoder_block
 from .errors import DomainError, RegistryError, UnknownMetricError
 from .joint import JOINT_PROTOCOLS, JointDomain, JointPart, parse_parts
@@ -81,6 +82,8 @@ else:  # pragma: no cover
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,99}$")
 COMMON_KEYS = ("kind", "protocol", "epsilon", "categories", "description",
                "reports_per_window", "lifetime_epsilon", "range", "buckets", "max_report_bytes", "unit", "of")
+#: Fields of a metric about its public dimensions (client_sdk/dimensions.py).
+DIMENSION_KEYS = ("dimensions", "min_reports")
 MAX_CATEGORIES = 10_000_000
 #: Most buckets a histogram metric may declare (its domain goes through a frequency oracle).
 MAX_BUCKETS = 10_000
@@ -130,6 +133,10 @@ class MetricSpec:
     #: numeric metrics: the values' unit as shown beside estimates ("ms", "minutes"); a label,
     #: not in the fingerprint
     unit: str = ""
+    #: public dimensions the metric is broken down by (in the fingerprint when any)
+    dimensions: tuple[DimensionSpec, ...] = ()
+    #: segments with fewer reports are suppressed (None: the [dimensions] table's default)
+    min_reports: int | None = None
     #: joint metrics: the parts named by ``of`` (client_sdk.joint), else None
     parts: tuple[JointPart, ...] | None = None
 
@@ -290,6 +297,8 @@ class MetricSpec:
             out["buckets"] = None if self.buckets is None else list(self.edge_list)
         if self.parts is not None:
             out["of"] = [p.to_toml() for p in self.parts]
+        if self.dimensions:  # only then: metrics without dimensions keep their fingerprints
+            out["dimensions"] = [d.canonical() for d in self.dimensions]
         return out
 
     def to_toml_table(self) -> dict[str, Any]:
@@ -317,6 +326,10 @@ class MetricSpec:
             table["max_report_bytes"] = self.max_report_bytes
         if self.unit:
             table["unit"] = self.unit
+        if self.dimensions:
+            table["dimensions"] = [d.name for d in self.dimensions]
+        if self.min_reports is not None:
+            table["min_reports"] = self.min_reports
         return table
 
     def to_json(self) -> dict[str, Any]:
@@ -405,6 +418,13 @@ class Registry:
     metrics: Mapping[str, MetricSpec]
     source: str = "<registry>"
     device: DeviceBudget | None = None
+    dimension_table: DimensionTable | None = None
+
+    def segment_min_reports(self, spec: MetricSpec) -> int:
+        """Fewest reports a segment of ``spec`` needs to be shown (per metric, else the table's)."""
+        if spec.min_reports is not None:
+            return spec.min_reports
+        return self.dimension_table.min_reports if self.dimension_table is not None else 1000
 
     def get(self, name: str) -> MetricSpec:
         try:
@@ -428,12 +448,16 @@ class Registry:
         doc: dict[str, Any] = {"metrics": {n: m.to_toml_table() for n, m in self.metrics.items()}}
         if self.device is not None:
             doc["device"] = self.device.to_toml_table()
+        if self.dimension_table is not None:
+            doc["dimensions"] = self.dimension_table.to_toml_table()
         return tomli_w.dumps(doc)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"metrics": [m.to_json() for m in self.metrics.values()]}
         if self.device is not None:
             doc["device"] = self.device.to_toml_table()
+        if self.dimension_table is not None:
+            doc["dimensions"] = self.dimension_table.to_toml_table()
         return doc
 
 
@@ -456,18 +480,19 @@ def parse_registry(data: str | Mapping[str, Any], source: str = "<registry>") ->
             data = tomllib.loads(data)
         except tomllib.TOMLDecodeError as exc:
             raise RegistryError(f"not valid TOML: {exc}", source=source) from None
-    unknown_top = set(data) - {"metrics", "device"}
+    unknown_top = set(data) - {"metrics", "device", "dimensions"}
     if unknown_top:
         raise RegistryError(f"unknown top-level key(s) {sorted(unknown_top)}; only [metrics.NAME] "
-                            "tables and [device] are allowed", source=source)
+                            "tables, [device] and [dimensions] are allowed", source=source)
+    dims = parse_dimensions(data["dimensions"], source) if "dimensions" in data else None
     tables = data.get("metrics")
     if not isinstance(tables, Mapping) or not tables:
         raise RegistryError("no metrics declared; add a [metrics.NAME] table", source=source)
-    metrics = {name: parse_metric(name, table, source) for name, table in tables.items()}
+    metrics = {name: parse_metric(name, table, source, dims) for name, table in tables.items()}
     device = parse_device(data["device"], source) if "device" in data else None
     if device is not None:
         check_device_fits_one_report(metrics, device, source)
-    return Registry(metrics, source, device)
+    return Registry(metrics, source, device, dims)
 
 
 def _memoised(impl: Protocol) -> bool:
@@ -496,9 +521,27 @@ def check_device_fits_one_report(metrics: Mapping[str, MetricSpec], device: Devi
                                     source=source, field=f"device.{key}")
 
 
-def parse_metric(name: str, table: Any, source: str = "<registry>") -> MetricSpec:
+def parse_metric(name: str, table: Any, source: str = "<registry>",
+                 dimensions: DimensionTable | None = None) -> MetricSpec:
     """Validate one [metrics.NAME] table into a MetricSpec (one validator per field below)."""
-    return _MetricParser(name, table, source).spec()
+    spec = _MetricParser(name, table, source).spec()
+    return _with_dimensions(spec, table, dimensions, source)
+
+
+def _with_dimensions(spec: MetricSpec, table: Mapping[str, Any], dimensions: DimensionTable | None,
+                     source: str) -> MetricSpec:
+    """The metric's ``dimensions`` and ``min_reports`` fields (client_sdk/dimensions.py)."""
+    def fail(message: str, field: str) -> RegistryError:
+        return RegistryError(message, source=source, metric=spec.name, field=field)
+
+    dims = parse_metric_dimensions(table.get("dimensions"), dimensions, fail)
+    min_reports = table.get("min_reports")
+    if min_reports is not None and (isinstance(min_reports, bool) or not isinstance(min_reports, int)
+                                    or min_reports < 1):
+        raise fail(f"{min_reports!r} is not allowed; use a positive integer", "min_reports")
+    if not dims and min_reports is None:
+        return spec
+    return dataclasses.replace(spec, dimensions=dims, min_reports=min_reports)
 
 
 class _MetricParser:
@@ -691,7 +734,7 @@ class _MetricParser:
         allowed = option_keys(protocol)
         options = {}
         for key, value in self.table.items():
-            if key in COMMON_KEYS:
+            if key in COMMON_KEYS or key in DIMENSION_KEYS:
                 continue
             if key not in allowed:
                 extra = f"; {protocol} takes {', '.join(sorted(allowed))}" if allowed else \

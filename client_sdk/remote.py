@@ -13,11 +13,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from .dimensions import parse_dimensions
 from .errors import FingerprintMismatch, LdptError, RegistryError
 from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
 from .protocols.factory import option_keys
 from .protocols.numeric import NUMERIC_PROTOCOL_NAMES
-from .registry import COMMON_KEYS, Registry, parse_device, parse_metric
+from .registry import COMMON_KEYS, DIMENSION_KEYS, Registry, parse_device, parse_metric
 
 #: Members `GET /v1/registry` adds to each metric's TOML table (not registry input).
 PUBLISHED_KEYS = ("name", "resolved_protocol", "fingerprint", "epsilon_per_report",
@@ -39,6 +40,7 @@ def registry_from_json(doc: Mapping[str, Any] | str | bytes, source: str = "GET 
     entries = doc.get("metrics") if isinstance(doc, Mapping) else None
     if not isinstance(entries, list) or not entries:
         raise RegistryError("expected {\"metrics\": [...]} with at least one metric", source=source)
+    dims = parse_dimensions(doc["dimensions"], source) if doc.get("dimensions") is not None else None
     specs = {}
     for pos, entry in enumerate(entries):
         if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
@@ -52,10 +54,10 @@ def registry_from_json(doc: Mapping[str, Any] | str | bytes, source: str = "GET 
                                 source=source, metric=name, field="resolved_protocol")
         # Build exactly what the collector resolved (`auto` may resolve differently in another
         # version); keep only the keys a registry table may carry (newer collectors may add more).
-        allowed = set(COMMON_KEYS) | set(option_keys(resolved))
+        allowed = set(COMMON_KEYS) | set(DIMENSION_KEYS) | set(option_keys(resolved))
         table = {k: v for k, v in entry.items() if k in allowed and k not in PUBLISHED_KEYS}
         table["protocol"] = resolved
-        spec = parse_metric(name, table, source)
+        spec = parse_metric(name, table, source, dims)
         spec = dataclasses.replace(spec, requested_protocol=requested)
         published = entry.get("fingerprint")
         if published is not None and published != spec.fingerprint:
@@ -71,7 +73,7 @@ def registry_from_json(doc: Mapping[str, Any] | str | bytes, source: str = "GET 
     if missing:
         raise RegistryError(f"pinned metric(s) {', '.join(missing)} are not published", source=source)
     device = parse_device(doc["device"], source) if doc.get("device") is not None else None
-    return Registry(specs, source, device)
+    return Registry(specs, source, device, dims)
 
 
 def check_pins(registry: Registry, pinned: Mapping[str, str] | None) -> None:

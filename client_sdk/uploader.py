@@ -33,7 +33,7 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from typing import Protocol as TypingProtocol
 
@@ -134,16 +134,23 @@ class QueuedReport:
         self.payload = payload        # the protocol's wire object: already randomised
 
 
-def pack_batch(reports: Sequence[tuple[str, str, Any]], batch_id: bytes | None = None) -> tuple[bytes, bytes]:
-    """Wire format v1 body for (metric, fingerprint, payload) triples; returns (batch id, body)."""
+def pack_batch(reports: Sequence[tuple[str, str, Any]], batch_id: bytes | None = None,
+               dimensions: Mapping[str, str] | None = None) -> tuple[bytes, bytes]:
+    """Wire format v1 body for (metric, fingerprint, payload) triples; returns (batch id, body).
+
+    ``dimensions``: the device's public dimension values, sent in clear as the batch's ``d``
+    map (docs/wire-format.md); none: no ``d`` key (the body of an SDK without dimensions).
+    """
     batch_id = os.urandom(BATCH_ID_BYTES) if batch_id is None else batch_id
     items = []
     for i, (m, f, p) in enumerate(reports, start=1):
         items.append({"m": m, "f": f, "p": p})
         if i % (4 * YIELD_EVERY) == 0:
             yield_gil()
-    body = msgpack.packb({"v": WIRE_VERSION, "batch_id": batch_id, "reports": items}, use_bin_type=True)
-    return batch_id, body
+    doc: dict[str, Any] = {"v": WIRE_VERSION, "batch_id": batch_id, "reports": items}
+    if dimensions:
+        doc["d"] = dict(dimensions)
+    return batch_id, msgpack.packb(doc, use_bin_type=True)
 
 
 class Batcher:
@@ -331,9 +338,15 @@ class Batcher:
         accepted = [it for it in items if outcome.get(id(it)) is None]
         if not accepted:
             return False
-        batch_id, body = pack_batch([(it.metric, it.fingerprint, it.payload) for it in accepted])
-        self._store(StoredBatch(batch_id, body, len(accepted), self.wall()))
-        self.counters["batches_built"] += 1
+        by_dims: dict[tuple[tuple[str, str], ...], list[QueuedReport]] = {}
+        for it in accepted:  # one batch per set of public dimensions (a batch carries one `d`)
+            wire = getattr(it.owner, "_wire_dimensions", None)
+            by_dims.setdefault(tuple(wire().items()) if wire else (), []).append(it)
+        for dims, its in by_dims.items():
+            batch_id, body = pack_batch([(it.metric, it.fingerprint, it.payload) for it in its],
+                                        dimensions=dict(dims))
+            self._store(StoredBatch(batch_id, body, len(its), self.wall()))
+            self.counters["batches_built"] += 1
         return True
 
     def _store(self, batch: StoredBatch) -> None:
@@ -414,8 +427,10 @@ class Batcher:
         metric = doc.get("metric") if isinstance(doc.get("metric"), str) else None
         index = doc.get("report_index") if isinstance(doc.get("report_index"), int) else None
         detail = doc.get("detail", "")
+        dims = None
         try:
-            reports = msgpack.unpackb(batch.body, raw=False)["reports"]
+            doc = msgpack.unpackb(batch.body, raw=False)
+            reports, dims = doc["reports"], doc.get("d")
         except Exception:  # noqa: BLE001 - our own bytes; cannot really fail
             reports = []
         keep: list[dict[str, Any]] | None = None
@@ -435,7 +450,7 @@ class Batcher:
         elif response.status == 413 and len(reports) > 1:
             half = len(reports) // 2
             for part in (reports[:half], reports[half:]):
-                self._resend(part, batch)
+                self._resend(part, batch, dims)
             self.log_once(("too-large",), logging.WARNING,
                           "ldpt: the collector refused a batch as too large; splitting (lower batch_size)")
             return
@@ -448,11 +463,12 @@ class Batcher:
         self.counters["batches_rejected"] += 1
         self.counters["reports_rejected"] += dropped
         if keep:
-            self._resend(keep, batch)
+            self._resend(keep, batch, dims)
 
-    def _resend(self, reports: list[dict[str, Any]], original: StoredBatch) -> None:
+    def _resend(self, reports: list[dict[str, Any]], original: StoredBatch,
+                dimensions: Mapping[str, str] | None = None) -> None:
         """What survives a rejection goes out again as a new batch (new id: never committed)."""
-        batch_id, body = pack_batch([(r["m"], r["f"], r["p"]) for r in reports])
+        batch_id, body = pack_batch([(r["m"], r["f"], r["p"]) for r in reports], dimensions=dimensions)
         self._store(StoredBatch(batch_id, body, len(reports), original.created))
 
     # --- opt-out and fork -------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from .inflight import InflightBudget
 from .ingest import BatchDecoder
 from .limits import IngestPolicy
 from .problems import Problem
+from .segments import SegmentCap
 from .telemetry import Telemetry
 from .ui import UI_ROUTES, setup_ui
 
@@ -107,6 +108,7 @@ class CollectorState:
     #: (store reachable, why not, time.monotonic() of the check), for the admin port's /readyz
     readiness: tuple[bool, str, float] = (False, "not checked yet", 0.0)
     _window_cache: tuple[int, str] = (-1, "")
+    segments: SegmentCap | None = None
 
     def count_error(self, endpoint: str, slug: str, reports: int = 0) -> None:
         """Ingest rejections (and their reports) apart from other requests' errors."""
@@ -413,6 +415,7 @@ async def post_reports(request: web.Request) -> web.Response:
     except Problem as problem:
         problem.reports = batch.reports
         raise
+    await _check_segments(state, batch)
     outcome = await state.committer.submit(batch)
     if outcome is BatchOutcome.CONFLICT:
         problem = Problem("batch-id-conflict", f"batch id {batch.batch_id.hex()} was already "
@@ -422,6 +425,24 @@ async def post_reports(request: web.Request) -> web.Response:
         raise problem
     return web.json_response({"accepted": batch.reports,
                               "duplicate": outcome is BatchOutcome.DUPLICATE})
+
+
+async def _check_segments(state: CollectorState, batch: Any) -> None:
+    """The per-metric, per-window segment cap (collector/segments.py)."""
+    keys = batch.deltas.keys() if hasattr(batch.deltas, "keys") else []
+    segmented = [k for k in keys if "@" in k.metric]
+    if not segmented:
+        return
+    if state.segments is None:
+        state.segments = SegmentCap(state.config.max_segments)
+    for window in {k.window for k in segmented}:
+        if not state.segments.loaded(window):
+            state.segments.load(window, await state.store.awindows())
+    try:
+        state.segments.check(segmented)
+    except Problem as problem:
+        problem.reports = batch.reports
+        raise
 
 
 def check_content_encoding(value: str | None) -> None:

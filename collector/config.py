@@ -100,6 +100,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds a request body may take to arrive once its headers are in; slower bodies "
             "get 408 and free their in-flight allowance (no slow client can hold ingestion)."),
     # --- poisoning bounds (docs/security.md) ------------------------------------------------------
+    Setting("max_segments", 1000, "Segments (combinations of public dimension values) kept per "
+            "metric and window; a batch opening one more is a 422 too-many-segments."),
     Setting("max_reports_per_metric", 8,
             "Reports of one metric in one batch, in units of the metric's reports_per_window "
             "(an honest device sends that many per window); more is a 422 too-many-reports. "
@@ -185,6 +187,7 @@ class ServeConfig:
     keepalive_timeout: float = 15.0
     max_connections: int = 1000
     body_read_timeout: float = 30.0
+    max_segments: int = 1000
     max_reports_per_metric: int = 8
     rate_limit: float = 2.0
     rate_limit_burst: float = 60.0

@@ -26,6 +26,7 @@ from typing import Any
 
 import msgpack
 
+from client_sdk.dimensions import RESERVED_VALUES, UNKNOWN, segment_key
 from client_sdk.errors import InvalidPayload, LdptError
 from client_sdk.protocols.base import Payloads, Protocol, Sketch
 from client_sdk.registry import MetricSpec, Registry
@@ -35,7 +36,7 @@ from .problems import Problem
 
 WIRE_VERSION = 1
 BATCH_ID_BYTES = 16
-ENVELOPE_KEYS = frozenset({"v", "batch_id", "reports"})
+ENVELOPE_KEYS = frozenset({"v", "batch_id", "reports", "d"})
 REPORT_KEYS = frozenset({"m", "f", "p"})
 #: Entries of the largest map in an honest body (the envelope and every report have 3).
 MAX_MAP_ENTRIES = 3
@@ -84,6 +85,8 @@ class BatchDecoder:
         self.max_reports = max_reports
         self.entries = {spec.name: MetricEntry(spec, spec.protocol_impl, spec.fingerprint)
                         for spec in registry}
+        table = getattr(registry, "dimension_table", None)
+        self.dimensions = {} if table is None else dict(table.dimensions)
 
     # --- envelope -----------------------------------------------------------------------------
     def decode(self, body: bytes, window: str) -> PendingBatch:
@@ -101,7 +104,8 @@ class BatchDecoder:
             raise Problem("undecodable-body", f"not a msgpack document: {_short(exc)}") from None
         batch_id, reports = self._envelope(doc)
         try:
-            deltas = self.validate_reports(reports, window)
+            dims = self.batch_dimensions(doc.get("d"))
+            deltas = self.validate_reports(reports, window, dims)
         except Problem as problem:
             problem.reports = len(reports)
             raise
@@ -116,7 +120,7 @@ class BatchDecoder:
         if extra:
             key = sorted(map(str, extra))[0]
             raise Problem("invalid-batch", f"unknown key {key!r} in the batch (wire format v1 has "
-                          "v, batch_id, reports)", field=key)
+                          "v, batch_id, reports and optionally d)", field=key)
         version = doc.get("v")
         if type(version) is not int:
             raise Problem("invalid-batch", f"'v' must be the integer {WIRE_VERSION}, got "
@@ -141,9 +145,36 @@ class BatchDecoder:
                           f"accepts at most {self.max_reports} (split the batch)", field="reports")
         return batch_id, reports
 
+    def batch_dimensions(self, d: Any) -> dict[str, str]:
+        """The batch's ``d`` map (public dimensions, docs/wire-format.md), validated strictly:
+        a name the registry does not declare or a value outside its closed set (plus ``other``)
+        is a 422 ``invalid-dimension`` naming the field. No ``d``: every value is ``unknown``."""
+        if d is None:
+            return {}
+        if type(d) is not dict:
+            raise Problem("invalid-dimension", f"'d' must be a map of dimension names to values, got "
+                          f"{_type_name(d)}", field="d")
+        for name, value in d.items():
+            spec = self.dimensions.get(name)
+            if spec is None:
+                known = ", ".join(sorted(self.dimensions)) or "none"
+                raise Problem("invalid-dimension", f"unknown dimension {str(name)[:40]!r} (this "
+                              f"collector's registry declares: {known})", field=f"d.{str(name)[:40]}")
+            if type(value) is not str or (value not in spec.values and value not in RESERVED_VALUES) \
+                    or value == UNKNOWN:
+                raise Problem("invalid-dimension", f"dimension {name!r}: {str(value)[:40]!r} is not one "
+                              f"of its values ({', '.join(spec.values)}) or 'other'", field=f"d.{name}")
+        return d
+
     # --- reports ------------------------------------------------------------------------------
-    def validate_reports(self, reports: list[Any], window: str) -> BatchDeltas:
-        """Group by metric, then one vectorised from_wire + validate per group."""
+    def validate_reports(self, reports: list[Any], window: str,
+                         dims: dict[str, str] | None = None) -> BatchDeltas:
+        """Group by metric, then one vectorised from_wire + validate per group.
+
+        A metric with public dimensions adds its payloads twice: to its total key and to its
+        segment's key (client_sdk/dimensions.py ``segment_key``), so the total is the sum of the
+        segments by construction.
+        """
         groups = self._group(reports)
         out = []
         per_metric: dict[str, int] = {}
@@ -151,6 +182,9 @@ class BatchDecoder:
             entry = self.entries[name]
             payloads = self._validated(entry, payload_objs, indices)
             out.append((SketchKey(name, entry.fingerprint, window), entry.proto, payloads))
+            if entry.spec.dimensions:
+                seg = segment_key(name, entry.spec.dimensions, dims or {})
+                out.append((SketchKey(seg, entry.fingerprint, window), entry.proto, payloads))
             per_metric[name] = len(payload_objs)
         return BatchDeltas(out, per_metric)
 

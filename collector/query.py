@@ -14,15 +14,18 @@ import functools
 import hmac
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from aiohttp import web
 
+from client_sdk.dimensions import DEFAULT_MIN_REPORTS
 from client_sdk.errors import EstimationError, LdptError
 from client_sdk.registry import Kind, Registry
 from collector.storage.aio import AsyncSketchStore
 from collector.storage.base import canonical_window, date_filter_ok
+from estimators.breakdown import breakdown_frame, group_sketches, parse_by, segment_keys
 from estimators.compare import compare_frame
 from estimators.discovery import MAX_TOP as DISCOVER_MAX_TOP
 from estimators.formats import frame_to_csv, frame_to_json
@@ -42,6 +45,8 @@ MAX_CANDIDATES = 100_000
 #: Largest JSON body of a POST query: room for MAX_CANDIDATES strings of ~150 bytes. Read only
 #: after the bearer token was checked, so it is not the ingestion limit (LDPT_MAX_BODY_BYTES).
 MAX_QUERY_BODY_BYTES = 16 << 20
+#: ``by`` naming one or two public dimensions (client_sdk/dimensions.py names).
+BY_DIMENSIONS = re.compile(r"^[a-z][a-z0-9_]{0,39}(,[a-z][a-z0-9_]{0,39})?$")
 BEARER_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="ldpt"'}
 
 
@@ -108,9 +113,10 @@ def parse_query(params: Mapping[str, Any], accept: str = "") -> dict[str, Any]:
                       "between 0 and 1", field="confidence")
     out["confidence"] = confidence
     by = params.get("by")
-    if by not in (None, "window"):
-        raise Problem("invalid-query", f"by={by!r}: the only grouping is by=window", field="by")
-    if by is not None and (window is not None or out["consistent"]):
+    if by not in (None, "window") and not (isinstance(by, str) and BY_DIMENSIONS.fullmatch(by)):
+        raise Problem("invalid-query", f"by={str(by)[:60]!r}: group by window or by one or two of the "
+                      "metric's dimensions (by=os or by=os,channel)", field="by")
+    if by == "window" and (window is not None or out["consistent"]):
         raise Problem("invalid-query", "by=window draws a series over since/until: leave window and "
                       "consistent out", field="by")
     out["by"] = by
@@ -264,14 +270,21 @@ async def estimates(request: web.Request, registry: Registry, store: AsyncSketch
     check_bearer(request.headers.get("Authorization"), tokens)
     spec = metric_spec(registry, request.match_info["name"])
     q = await query_params(request)
-    return _respond(await estimate_df(spec, store, q, min_reports), q["format"])
+    segment_min = max(min_reports, registry.segment_min_reports(spec))
+    return _respond(await estimate_df(spec, store, q, min_reports, segment_min), q["format"])
 
 
-async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], min_reports: int) -> Any:
-    """The estimate (or with ``by=window`` the series) DataFrame of parsed query ``q``."""
+async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], min_reports: int,
+                      segment_min: int | None = None) -> Any:
+    """The estimate (with ``by=window`` the series, with ``by=DIMENSION`` the breakdown)
+    DataFrame of parsed query ``q``; ``segment_min``: fewest reports a segment is shown with."""
     if q["candidates"] is not None and spec.kind is not Kind.STRING:
         raise Problem("invalid-query", "candidates are only for string metrics", field="candidates")
     proto = spec.protocol_impl
+    if q["by"] and q["by"] != "window":
+        if segment_min is None:
+            segment_min = max(min_reports, spec.min_reports or DEFAULT_MIN_REPORTS)
+        return _with_unit(spec, await _breakdown(spec, store, q, segment_min))
     if q["by"]:
         return _with_unit(spec, await _series(spec, store, q, min_reports))
     try:
@@ -361,6 +374,31 @@ async def _off_loop(fn: Any, metric: str) -> Any:
         return await asyncio.get_running_loop().run_in_executor(None, fn)
     except EstimationError as exc:
         raise Problem("estimation-error", str(exc), metric=metric) from None
+
+
+async def _breakdown(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], segment_min: int) -> Any:
+    """``by=os`` (or ``by=os,channel``): estimates per segment, small ones suppressed
+    (estimators/breakdown.py)."""
+    try:
+        names = parse_by(spec, q["by"])
+    except EstimationError as exc:
+        raise Problem("invalid-query", str(exc), field="by", metric=spec.name) from None
+    if q["windows"] is None and is_memoised(spec):
+        raise Problem("invalid-query", f"metric {spec.name!r} is memoised: its windows' sketches repeat "
+                      "each device's noise and cannot be summed per segment; give window", field="by")
+    if q["candidates"] is not None or q["top"] is not None:
+        raise Problem("invalid-query", "candidates and top apply to one estimate, not a breakdown",
+                      field="by")
+    try:
+        keys = segment_keys(spec, await store.awindows())
+        segments = [(k, await store.aload(k, spec.fingerprint, spec.protocol_impl.new_sketch(), q["windows"],
+                                          q["since"], q["until"])) for k in keys]
+    except LdptError as exc:
+        raise Problem.from_error(exc) from None
+    run = functools.partial(breakdown_frame, spec, group_sketches(spec, segments, names), names, segment_min,
+                            confidence=q["confidence"], simultaneous=q["simultaneous"],
+                            consistent=q["consistent"])
+    return await _off_loop(run, spec.name)
 
 
 async def _series(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], min_reports: int) -> Any:

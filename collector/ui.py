@@ -7,7 +7,7 @@ checked by the same ``query.check_bearer`` as the query API:
 
 - ``GET /ui/api/overview`` — the registry's metrics with kind, protocol, ε, stored windows
   and their report counts (for the metric list and the window pickers);
-- ``GET /ui/charts/{name}/{estimates|series|compare}.svg`` — charts drawn on the server
+- ``GET /ui/charts/{name}/{estimates|series|compare|breakdown}.svg`` — charts drawn on the server
   (collector/ui_svg.py) from the very DataFrames the query API serialises, with the query
   API's parameters (and ``width``, the page's, so a phone gets a narrow layout; for the
   series, ``value=V`` repeated: the lines to draw); the page
@@ -27,7 +27,7 @@ from aiohttp import web
 
 from . import query
 from .problems import Problem
-from .ui_svg import compare_svg, estimates_svg, series_svg
+from .ui_svg import breakdown_svg, compare_svg, estimates_svg, series_svg
 
 #: The dashboard's files (package data: pyproject.toml ships collector/static/*).
 STATIC_FILES = {"index.html": "text/html", "app.js": "text/javascript", "app.css": "text/css",
@@ -40,7 +40,7 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
-CHARTS = ("estimates", "series", "compare")
+CHARTS = ("estimates", "series", "compare", "breakdown")
 #: Most lines a series chart draws (its palette's size).
 SERIES_MAX_VALUES = 8
 #: The routes ``setup_ui`` adds (collector.app.ROUTES lists them; docs/openapi.yaml documents them).
@@ -90,9 +90,13 @@ def setup_ui(app: web.Application, state_key: web.AppKey[Any]) -> None:
             if kind == "series":  # value=V (repeatable): the series' lines, chosen on the page
                 params["by"] = "window"
                 chosen = [v[:1000] for v in params.pop("value", [])][:SERIES_MAX_VALUES] or None
+            if kind == "breakdown" and params.get("by") in (None, "window"):
+                raise Problem("invalid-query", "a breakdown chart needs by=DIMENSION", field="by")
             q = query.parse_query(params)
-            df = await query.estimate_df(spec, state.store, q, state.config.min_reports)
-            svg = series_svg(df, values=chosen, width=width) if kind == "series" else estimates_svg(df, width=width)
+            segment_min = max(state.config.min_reports, state.registry.segment_min_reports(spec))
+            df = await query.estimate_df(spec, state.store, q, state.config.min_reports, segment_min)
+            svg = series_svg(df, values=chosen, width=width) if kind == "series" else \
+                breakdown_svg(df, width=width) if kind == "breakdown" else estimates_svg(df, width=width)
         return web.Response(text=svg, content_type="image/svg+xml", headers=SECURITY_HEADERS)
 
     app.router.add_get("/ui", to_index)
@@ -123,7 +127,7 @@ async def _overview(state: Any) -> dict[str, Any]:
     per: dict[str, list[list[Any]]] = defaultdict(list)
     for spec in state.registry:
         for w in stored:
-            if w.metric == spec.name and w.fingerprint == spec.fingerprint:
+            if w.metric == spec.name and w.fingerprint == spec.fingerprint:  # totals, not segments
                 per[spec.name].append([w.window, int(w.reports)])
     metrics = []
     for spec in state.registry:
@@ -132,5 +136,6 @@ async def _overview(state: Any) -> dict[str, Any]:
         metrics.append({"name": spec.name, "kind": spec.kind.value, "description": spec.description,
                         "protocol": proto.name, "epsilon": proto.epsilon, "unit": spec.unit,
                         "n_reports": sum(n for _, n in windows), "windows": windows,
-                        "histogram": spec.is_histogram, "mean": spec.is_mean})
+                        "histogram": spec.is_histogram, "mean": spec.is_mean,
+                        "dimensions": [d.name for d in spec.dimensions]})
     return {"metrics": metrics, "min_reports": state.config.min_reports}

@@ -1,12 +1,14 @@
 """Server-side SVG charts of the dashboard (collector/ui.py): no JavaScript charting library.
 
-Three charts, each drawn from the same DataFrame the query API serialises, so a chart never
+Four charts, each drawn from the same DataFrame the query API serialises, so a chart never
 shows a number the API would not give:
 
 - ``estimates_svg``: one window's values, largest first, as a point and its interval bar on
   the proportion scale (detected values filled, others hollow);
 - ``series_svg``: the proportion of the top values per window with interval bands, and the
   window's n as grey bars on a secondary axis (empty windows break the lines);
+- ``breakdown_svg``: per segment of a public dimension, each value's proportion (or the
+  mean) with its interval, one colour per segment; suppressed segments are only counted;
 - ``compare_svg``: per value the change of proportion B − A with its interval around zero,
   changed values in red.
 
@@ -45,7 +47,7 @@ def chart_width(requested: int | None, natural: int) -> int:
     """The width to draw: the page's, within [MIN_WIDTH, natural]."""
     return natural if requested is None else max(MIN_WIDTH, min(natural, int(requested)))
 
-__all__ = ["compare_svg", "estimates_svg", "series_svg"]
+__all__ = ["breakdown_svg", "compare_svg", "estimates_svg", "series_svg"]
 
 
 def escape(text: str) -> str:
@@ -87,9 +89,9 @@ def _svg(width: int, height: int, body: list[str], title: str) -> str:
 def _interval_rows(labels: list[str], mid: np.ndarray, low: np.ndarray, high: np.ndarray,
                    filled: np.ndarray, axis_title: str, title: str, colour_on: str,
                    colour_off: str, zero_line: bool, legend: tuple[str, str] | None = None,
-                   width: int = ROWS_WIDTH) -> str:
+                   width: int = ROWS_WIDTH, colours: list[str] | None = None) -> str:
     """Horizontal rows: label, interval bar and point, on a shared x axis; ``legend`` names
-    what a filled and a hollow point mean."""
+    what a filled and a hollow point mean; ``colours``: one per row instead of on/off."""
     n = len(labels)
     narrow = width < NARROW
     # a long title on a narrow chart: two lines, split after "metric:" (bold 13 px ≈ 7.5 px a letter)
@@ -127,7 +129,7 @@ def _interval_rows(labels: list[str], mid: np.ndarray, low: np.ndarray, high: np
                     'stroke="#555" stroke-width="1.2"/>')
     for i, label in enumerate(labels):
         y = top + row * i + row / 2
-        colour = colour_on if filled[i] else colour_off
+        colour = colours[i] if colours is not None else colour_on if filled[i] else colour_off
         short = label if len(label) <= keep else label[:keep - 1] + "…"
         body.append(f'<text x="{left - 8}" y="{y + 4:.1f}" text-anchor="end">{escape(short)}</text>')
         if math.isfinite(low[i]) and math.isfinite(high[i]):
@@ -330,3 +332,38 @@ def _segments(ok: np.ndarray) -> list[list[int]]:
         elif good:
             out.append([i])
     return out
+
+
+def breakdown_svg(df: pd.DataFrame, width: int | None = None) -> str:
+    """Per segment of a dimension (``by=os``): each value's proportion with its interval
+    (frequency and histogram metrics), or the mean with its interval (mean metrics); rows of one
+    segment share a colour. Suppressed segments are not in ``df``: the title only counts them."""
+    a = df.attrs
+    by = list(a.get("by") or [])
+    suppressed = int(a.get("suppressed", 0))
+    title = f"{a.get('metric', '')}: by {', '.join(by)}" + (f" ({suppressed} suppressed)" if suppressed else "")
+    if "statistic" in df.columns and str(a.get("kind", "")) == "numeric-mean":
+        rows = df[df["statistic"] == "mean"]
+        mid, low, high = (rows[c].to_numpy(float) for c in ("estimate", "ci_low", "ci_high"))
+        axis = "mean" + (f" ({a['unit']})" if a.get("unit") else "")
+        labels = [" · ".join(str(r[b]) for b in by) for _, r in rows.iterrows()]
+    else:
+        rows = df[df["statistic"] == "count"] if "statistic" in df.columns else df
+        n = rows["n"].to_numpy(float) if "n" in rows.columns else np.full(len(rows), np.nan)
+        mid, low, high = (rows[c].to_numpy(float) / n for c in ("estimate", "ci_low", "ci_high"))
+        axis = "proportion of the segment's reports"
+        labels = [" · ".join(str(r[b]) for b in by) + f" · {r['value']}" for _, r in rows.iterrows()]
+    segments = [tuple(str(r[b]) for b in by) for _, r in rows.iterrows()]
+    order = list(dict.fromkeys(segments))
+    colours = [PALETTE[order.index(s) % len(PALETTE)] for s in segments]
+    labels, mid, low, high, colours = labels[:MAX_ROWS * 2], mid[:MAX_ROWS * 2], low[:MAX_ROWS * 2], \
+        high[:MAX_ROWS * 2], colours[:MAX_ROWS * 2]
+    if not labels:
+        w = chart_width(width, ROWS_WIDTH)
+        return _svg(w, 60, [f'<text x="8" y="20" font-size="13" font-weight="bold">{escape(title)}</text>',
+                            '<text x="8" y="44" fill="#666">every segment is below min_reports: nothing '
+                            'is shown</text>'], title)
+    return _interval_rows(labels, mid, low, high, np.ones(len(labels), dtype=bool), axis, title,
+                          PALETTE[0], PALETTE[0], zero_line=False, width=chart_width(width, ROWS_WIDTH),
+                          colours=colours)
+

@@ -212,6 +212,11 @@ async function metricPage(view, metric) {
     latestTable.append(el("p", { class: "error", text: err.message }));
   }
 
+  // 1b. Breakdowns: one chart per public dimension of the metric (suppressed segments counted only).
+  for (const dim of metric.dimensions || []) {
+    breakdownSection(view, dim, latest, base, charts);
+  }
+
   // 2. The series over a chosen range (frequency metrics: of the values ticked below the dates).
   const since = el("input", { type: "date", id: "series-since", value: days[Math.max(0, days.length - 30)] });
   const until = el("input", { type: "date", id: "series-until", value: days[days.length - 1] });
@@ -275,6 +280,22 @@ async function metricPage(view, metric) {
 }
 
 const SERIES_MAX = 8;
+
+// A dimension's breakdown of the latest window: the collector's chart and a line saying how many
+// segments were suppressed (fewer reports than min_reports: never shown, only counted).
+function breakdownSection(view, dim, latest, base, charts) {
+  const box = el("div", { class: "breakdown", id: "breakdown-" + dim });
+  const note = el("p", { class: "meta", id: "breakdown-note-" + dim, text: "" });
+  const plot = el("div", { class: "chart", id: "breakdown-chart-" + dim });
+  box.append(el("h2", { text: `By ${dim} (window ${latest})` }), note, plot);
+  view.append(box);  // in the page before the chart is asked for: it is drawn for the box's width
+  chart(plot, `${charts}/breakdown.svg?${qs({ window: latest, by: dim })}`);
+  apiJson(`${base}/estimates?${qs({ window: latest, by: dim, format: "json" })}`).then((doc) => {
+    const m = doc.meta;
+    note.textContent = `${plural(m.segments, "segment")} shown, ${plural(m.suppressed, "segment")} suppressed ` +
+      `(fewer than ${fmt.int(m.min_reports)} reports each)`;
+  }).catch((err) => { note.textContent = err.message; });
+}
 
 // Checkboxes of a frequency metric's values, largest (latest window) first; the top 5 ticked.
 function valuePicker(rows) {
