@@ -72,12 +72,15 @@ def built_sdk() -> Path:
 
 class PageServer:
     """The test pages on their own origin: /fleet.html, /fleet.mjs, /sdk.js (the bundle),
-    /storage.html and the compiled modules under /dist/."""
+    /storage.html, the compiled modules under /dist/, and /conformance.html with the browser
+    bundle of the conformance checks and the vector files under /vectors/."""
 
     FILES = {"/fleet.html": (E2E / "fleet.html", "text/html; charset=utf-8"),
              "/storage.html": (E2E / "storage.html", "text/html; charset=utf-8"),
              "/fleet.mjs": (E2E / "fleet.mjs", "text/javascript; charset=utf-8"),
-             "/sdk.js": (BUNDLE, "text/javascript; charset=utf-8")}
+             "/sdk.js": (BUNDLE, "text/javascript; charset=utf-8"),
+             "/conformance.html": (E2E / "conformance.html", "text/html; charset=utf-8"),
+             "/conformance.browser.js": (JS / "build" / "conformance.browser.js", "text/javascript; charset=utf-8")}
 
     def __init__(self) -> None:
         files = self.FILES
@@ -86,6 +89,9 @@ class PageServer:
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
                 path = self.path.split("?", 1)[0]
                 entry = files.get(path)
+                if entry is None and path.startswith("/vectors/") and path.endswith(".json") and ".." not in path:
+                    entry = (ROOT / "conformance" / path.lstrip("/"), "application/json")  # the suite's files
+                    entry = entry if entry[0].is_file() else None
                 if entry is None and path.startswith("/dist/") and path.endswith(".js") and ".." not in path:
                     entry = (JS / path.lstrip("/"), "text/javascript; charset=utf-8")   # the compiled modules
                     entry = entry if entry[0].is_file() else None

@@ -12,7 +12,10 @@ that origin only (`--cors-origins`). The page loads the built, minified bundle a
 - checks the IndexedDB store itself (e2e/storage.html): outbox caps, exclusive claims across two
   store objects of one namespace, one secret, and 24 concurrent ledger commits under a cap of 10;
 - queues a report and sends it when the page is hidden (`visibilitychange`), or left for
-  another page (`pagehide`: the keepalive fetch starts in the event handler), nothing flushed.
+  another page (`pagehide`: the keepalive fetch starts in the event handler), nothing flushed;
+- runs every conformance vector (conformance/vectors/: derivations, roundings, reports for given
+  random bytes, memoised responses, ledger charges, batch bytes) in Chromium, through the same
+  checks as the Node tests (client_sdk/js/test/conformance_check.ts, bundled for the browser).
 
 Screenshots of the page are saved under $LDPT_TEST_ARTIFACTS (default tests/artifacts/,
 gitignored). Skips, with the reason, without Chromium/chromedriver/selenium or node/npm.
@@ -103,6 +106,18 @@ def screenshot(driver, name: str) -> Path:
 
 def console_errors(driver) -> list[str]:
     return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def test_every_conformance_vector_passes_in_chromium(page, browser):
+    browser.get(f"{page.origin}/conformance.html")
+    def result():
+        return browser.execute_script("return document.body.dataset.result || null")
+    assert wait_until(result, timeout=120), "the conformance page never finished"
+    doc = json.loads(result())
+    screenshot(browser, "js-sdk-browser-conformance.png")
+    assert doc["failures"] == [], "\n".join(doc["failures"][:20])
+    assert doc["counted"]["reports"] >= 600 and doc["counted"]["ledger_sequences"] >= 6
+    assert "Chrome" in doc["userAgent"]
 
 
 def test_browser_fleet_estimates_cover_the_truth(tmp_path, page, browser):

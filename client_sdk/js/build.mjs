@@ -20,6 +20,8 @@ async function bundle(entry, outfile) {
 const sizes = {};
 if (existsSync("src/index.ts")) sizes.bundle = await bundle("src/index.ts", "dist/ldpt.min.js");
 sizes.core = await bundle("src/registry.ts", "build/core.min.js");
+// The conformance checks for a browser page (tests/test_js_browser.py runs them in Chromium).
+if (existsSync("test/conformance_check.ts")) await bundle("test/conformance_check.ts", "build/conformance.browser.js");
 if (process.argv.includes("--size")) {
   for (const [name, s] of Object.entries(sizes)) {
     console.log(`${name}: ${s.raw} bytes minified, ${s.gzip} bytes gzip (budget ${BUDGET} for the bundle)`);

@@ -11,11 +11,13 @@ import { join } from "node:path";
 import { test } from "node:test";
 
 import { loadRegistry } from "../src/registry.js";
-import { checkAll, checkDerivations, checkMemo, checkReports, checkRoundings } from "./conformance_check.js";
+import {
+  checkAll, checkBatches, checkDerivations, checkLedger, checkMemo, checkReports, checkRoundings,
+} from "./conformance_check.js";
 import { repoRoot, vectors } from "./support.js";
 
-const files = Object.fromEntries(["registry.json", "reports.json", "derivations.json", "roundings.json", "memo.json"]
-  .map((name) => [name, vectors(name)]));
+const files = Object.fromEntries(["registry.json", "reports.json", "derivations.json", "roundings.json", "memo.json",
+  "ledger.json", "batches.json"].map((name) => [name, vectors(name)]));
 const registryDoc = files["registry.json"].registry;
 
 test("derivations: WTF-8 text, BELOW, ledger keys and digests, cohorts, PRR, memo streams, Bloom bits, hashes", () => {
@@ -32,6 +34,17 @@ test("memoised responses and RAPPOR's PRR bits of given secrets and values", () 
 
 test("every report: key, index, digest and payload from the given random bytes, all consumed", () => {
   assert.deepEqual(checkReports(registryDoc, files["reports.json"]), []);
+});
+
+test("ledger charges and batch bytes, by the same checks a browser page runs", () => {
+  assert.deepEqual(checkLedger(files["ledger.json"]), []);
+  assert.deepEqual(checkBatches(files["batches.json"]), []);
+  const ledger = structuredClone(files["ledger.json"]);
+  ledger.sequences[0].steps[0].outcome = "window";
+  const batches = structuredClone(files["batches.json"]);
+  batches.cases[0].body = batches.cases[0].body.slice(0, -2) + "00";
+  assert.equal(checkLedger(ledger).length, 1);
+  assert.equal(checkBatches(batches).length, 1);
 });
 
 test("the checks can fail: one wrong byte or one wrong expectation is reported", () => {

@@ -14,6 +14,8 @@ import { alphaRound, discretise, memoBit } from "../src/protocols/numeric.js";
 import { prrBits, truncate } from "../src/protocols/strings.js";
 import { encoderFor, loadRegistry } from "../src/registry.js";
 import { ByteSource, type RandomSource, TWO32, cryptoRandom, reduce64 } from "../src/random.js";
+import { type Charge, type MetricAccount, apply } from "../src/ledger.js";
+import { type WireValue, packBatch } from "../src/wire.js";
 
 /* eslint-disable @typescript-eslint/no-explicit-any */
 type Doc = any;
@@ -177,7 +179,61 @@ export function checkMemo(registryDoc: Doc, memo: Doc): string[] {
   return f.list;
 }
 
-/** All of the above from the parsed vector files (name -> document). */
+/** A ledger charge from its vector form (the Python Charge's field names). */
+export function chargeFromJson(c: Doc): Charge {
+  return {
+    metric: c.metric, fingerprint: c.fingerprint, day: c.day, epsilon: c.epsilon,
+    epsilonLongitudinal: c.epsilon_longitudinal, digest: c.digest, reportsPerWindow: c.reports_per_window,
+    lifetimeBudget: c.lifetime_budget, deviceWindowBudget: c.device_window_budget ?? null,
+    deviceLifetimeBudget: c.device_lifetime_budget ?? null,
+  };
+}
+
+/** An account in a canonical form (digests sorted, keys sorted) for comparison. */
+function canonicalAccount(a: MetricAccount): string {
+  const memo = Object.fromEntries(Object.keys(a.memo).sort().map((fp) => [fp, a.memo[fp].slice().sort()]));
+  return JSON.stringify(Object.fromEntries(Object.entries({ ...a, memo }).sort()));
+}
+
+/** ledger.json: every sequence of charges, each step's outcome and every account after it. */
+export function checkLedger(doc: Doc): string[] {
+  const failures: string[] = [];
+  for (const seq of doc.sequences) {
+    const accounts = new Map<string, MetricAccount>();
+    seq.steps.forEach((step: Doc, i: number) => {
+      const outcome = apply(accounts, chargeFromJson(step.charge));
+      if (outcome !== step.outcome) failures.push(`ledger ${seq.label}, step ${i}: outcome ${outcome}, expected ${step.outcome}`);
+      const names = new Set([...accounts.keys(), ...Object.keys(step.accounts)]);
+      for (const name of names) {
+        const got = accounts.get(name);
+        const want = step.accounts[name] as MetricAccount | undefined;
+        if (got === undefined || want === undefined || canonicalAccount(got) !== canonicalAccount(want)) {
+          failures.push(`ledger ${seq.label}, step ${i}: account ${name} differs`);
+        }
+      }
+    });
+  }
+  return failures;
+}
+
+function wireFromJson(p: Doc): WireValue {
+  if (Array.isArray(p)) return p.map(wireFromJson);
+  if (p !== null && typeof p === "object" && "bin" in p) return fromHex(p.bin);
+  return p;
+}
+
+/** batches.json: the exact bytes of each encoded batch. */
+export function checkBatches(doc: Doc): string[] {
+  const failures: string[] = [];
+  for (const [i, c] of (doc.cases as Doc[]).entries()) {
+    const reports = c.reports.map((r: Doc) => ({ m: r.m, f: r.f, p: wireFromJson(r.p) }));
+    if (toHex(packBatch(reports, fromHex(c.batch_id))) !== c.body) failures.push(`batch ${i}: bytes differ`);
+  }
+  return failures;
+}
+
+/** All of the above from the parsed vector files (name -> document); ledger.json and
+ * batches.json are checked when given. */
 export function checkAll(files: Record<string, Doc>): string[] {
   const registry = files["registry.json"].registry;
   return [
@@ -185,5 +241,7 @@ export function checkAll(files: Record<string, Doc>): string[] {
     ...checkRoundings(registry, { ...files["roundings.json"], secrets: files["derivations.json"].secrets }),
     ...checkReports(registry, files["reports.json"]),
     ...checkMemo(registry, files["memo.json"]),
+    ...(files["ledger.json"] ? checkLedger(files["ledger.json"]) : []),
+    ...(files["batches.json"] ? checkBatches(files["batches.json"]) : []),
   ];
 }
