@@ -74,11 +74,6 @@ from .protocols.factory import (
 )
 from .protocols.numeric import NUMERIC_PROTOCOL_NAMES, linspace_list
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,99}$")
 COMMON_KEYS = ("kind", "protocol", "epsilon", "categories", "description",
                "reports_per_window", "lifetime_epsilon", "range", "buckets", "max_report_bytes", "unit", "of")
@@ -476,6 +471,12 @@ def load_registry(path: str | Path) -> Registry:
 def parse_registry(data: str | Mapping[str, Any], source: str = "<registry>") -> Registry:
     """Validate a registry given as TOML text or an already parsed mapping."""
     if isinstance(data, str):
+        # imported here: `from client_sdk import TelemetryClient` and registries given as
+        # mappings (the collector's JSON) never parse TOML (2-3 ms of start-up)
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover
+            import tomli as tomllib
         try:
             data = tomllib.loads(data)
         except tomllib.TOMLDecodeError as exc:

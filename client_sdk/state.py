@@ -26,7 +26,6 @@ import hashlib
 import hmac
 import logging
 import os
-import shutil
 import stat
 import threading
 import time
@@ -205,6 +204,8 @@ class FileState(ClientState):
                     victim.unlink()
                 except FileNotFoundError:
                     pass
+            import shutil  # here: shutil loads zlib, bz2 and lzma (2 ms of every start-up)
+
             shutil.rmtree(self.outbox_dir, ignore_errors=True)
             self._ledger.forget_values()
             _fsync_dir(self.path)
