@@ -48,7 +48,6 @@ import dataclasses
 import enum
 import functools
 import hashlib
-import json
 import math
 import re
 import sys
@@ -272,6 +271,8 @@ class MetricSpec:
     @functools.cached_property
     def fingerprint(self) -> str:
         """Hash of the canonical parameters (32 hex chars)."""
+        import json  # here, like every SDK module's json: not needed by the import (docs/benchmarks.md)
+
         blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:32]
 

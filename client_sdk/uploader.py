@@ -37,8 +37,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from typing import Protocol as TypingProtocol
 
-import msgpack
-
 from .errors import LdptError, TransportError
 from .ledger import YIELD_EVERY, Accounts, Charge, LedgerBase, Refusal, RefusalCounts, yield_gil
 from .queue import (
@@ -150,6 +148,8 @@ def pack_batch(reports: Sequence[tuple[str, str, Any]], batch_id: bytes | None =
     doc: dict[str, Any] = {"v": WIRE_VERSION, "batch_id": batch_id, "reports": items}
     if dimensions:
         doc["d"] = dict(dimensions)
+    import msgpack  # here: loaded by the first batch, not by the SDK's import (docs/benchmarks.md)
+
     return batch_id, msgpack.packb(doc, use_bin_type=True)
 
 
@@ -428,6 +428,8 @@ class Batcher:
         index = doc.get("report_index") if isinstance(doc.get("report_index"), int) else None
         detail = doc.get("detail", "")
         dims = None
+        import msgpack
+
         try:
             doc = msgpack.unpackb(batch.body, raw=False)
             reports, dims = doc["reports"], doc.get("d")
