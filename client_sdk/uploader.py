@@ -27,7 +27,6 @@ task (``aio.AsyncTelemetryClient``). One uploader can serve many clients (simula
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import random
 import threading
@@ -37,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from typing import Protocol as TypingProtocol
 
+from ._lazy import LazyLogger, logging
 from .errors import LdptError, TransportError
 from .ledger import YIELD_EVERY, Accounts, Charge, LedgerBase, Refusal, RefusalCounts, yield_gil
 from .queue import (
@@ -49,7 +49,7 @@ from .queue import (
 )
 from .transport import BATCH_ID_BYTES, WIRE_VERSION, Response, Transport
 
-log = logging.getLogger("client_sdk")
+log = LazyLogger("client_sdk")  # logging loads with the first message (client_sdk._lazy)
 
 DEFAULT_BATCH_SIZE = 100
 #: Reports wait on the device up to this long before a batch goes out (batching hides when
