@@ -35,6 +35,52 @@ class _LazyNumpy:
 np: Any = _LazyNumpy()
 
 
+class _LazyLogging:
+    """``logging``, imported the first time an attribute is read (``logging.WARNING``, ...).
+
+    The SDK logs only on trouble (a full queue, a refused batch, a failed fetch); importing
+    logging costs ~5 ms of every app's start-up (traceback, string, ...), so it waits for the
+    first message. Attribute reads are cached like ``np``'s (functions and level constants).
+    """
+
+    __slots__ = ("__dict__",)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = getattr(importlib.import_module("logging"), name)
+        setattr(self, name, value)
+        return value
+
+    def __repr__(self) -> str:
+        return "<logging, imported on first use>"
+
+
+logging: Any = _LazyLogging()
+
+
+class LazyLogger:
+    """Stands for ``logging.getLogger(name)``, created on the first attribute read and used
+    directly from then on (its level, handlers and methods are the logger's own, never copied)."""
+
+    __slots__ = ("_name", "_logger")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._logger: Any = None
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        logger = self._logger
+        if logger is None:
+            logger = self._logger = logging.getLogger(self._name)
+        return getattr(logger, attr)
+
+    def __repr__(self) -> str:
+        return f"<logger {self._name!r}, created on first use>"
+
+
 
 def numpy_types(*names: str) -> tuple[type, ...]:
     """numpy's scalar types ``names`` (e.g. "integer", "bool_") if numpy is loaded, else ().
@@ -45,4 +91,4 @@ def numpy_types(*names: str) -> tuple[type, ...]:
     numpy = sys.modules.get("numpy")
     return () if numpy is None else tuple(getattr(numpy, n) for n in names)
 
-__all__ = ["np", "numpy_types"]
+__all__ = ["LazyLogger", "logging", "np", "numpy_types"]

@@ -32,7 +32,6 @@ from __future__ import annotations
 import atexit
 import bisect
 import collections
-import logging
 import math
 import os
 import threading
@@ -43,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ._files import atomic_write
-from ._lazy import numpy_types
+from ._lazy import LazyLogger, logging, numpy_types
 from .errors import (
     DomainError,
     FingerprintMismatch,
@@ -76,7 +75,7 @@ from .state import (
 from .transport import HTTPTransport, Transport
 from .uploader import QueuedReport, RetryPolicy, Uploader
 
-log = logging.getLogger("client_sdk")
+log = LazyLogger("client_sdk")  # logging loads with the first message (client_sdk._lazy)
 
 #: Seconds ``close()`` waits by default, and what the interpreter-exit hook allows.
 DEFAULT_CLOSE_TIMEOUT = 10.0

@@ -43,10 +43,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import datetime as dt
 import enum
 import functools
-import json
 import math
 import os
 import threading
@@ -98,6 +96,8 @@ def day_of(timestamp: float) -> int:
 @functools.lru_cache(maxsize=16)
 def window_name(day: int) -> str:
     """The window as shown to users and in the file: YYYY-MM-DD (UTC)."""
+    import datetime as dt  # here: datetime and json load on first use, not on the SDK's import
+
     return (dt.date(1970, 1, 1) + dt.timedelta(days=day)).isoformat()
 
 
@@ -303,6 +303,8 @@ def _in_device_window(accounts: Mapping[str, MetricAccount], charge: Charge) -> 
     latest = max((a.window for a in accounts.values()), default="")
     if latest <= window_name(charge.day):
         return charge
+    import datetime as dt
+
     try:
         return charge._replace(day=(dt.date.fromisoformat(latest) - dt.date(1970, 1, 1)).days)
     except ValueError:   # a hand-edited window that is no date: charge as dated
@@ -501,6 +503,8 @@ def dump_ledger(accounts: Accounts, generation: str = "") -> bytes:
     """
     doc = {"format": LEDGER_FORMAT, "version": LEDGER_VERSION, "generation": generation,
            "metrics": {name: accounts[name].to_json() for name in sorted(accounts)}}
+    import json
+
     return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
 
 
@@ -516,6 +520,8 @@ def _read(path: Path) -> tuple[Accounts, str | None]:
         return {}, None
     except OSError as exc:
         raise LedgerError(f"{path}: cannot read the privacy ledger ({exc.strerror or exc})") from None
+    import json
+
     try:
         doc = json.loads(raw)
         if doc.get("format") != LEDGER_FORMAT:

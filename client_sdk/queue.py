@@ -36,7 +36,6 @@ import collections
 import contextlib
 import dataclasses
 import enum
-import logging
 import os
 import threading
 import time
@@ -45,8 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from ._files import atomic_write, remove_stale_temps
+from ._lazy import LazyLogger
 
-log = logging.getLogger("client_sdk")
+log = LazyLogger("client_sdk")  # logging loads with the first message (client_sdk._lazy)
 
 BATCH_SUFFIX = ".ldpb"
 CLAIM_SUFFIX = ".sending"

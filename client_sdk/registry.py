@@ -48,7 +48,6 @@ import dataclasses
 import enum
 import functools
 import hashlib
-import json
 import math
 import re
 import sys
@@ -73,11 +72,6 @@ from .protocols.factory import (
     report_bytes,
 )
 from .protocols.numeric import NUMERIC_PROTOCOL_NAMES, linspace_list
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,99}$")
 COMMON_KEYS = ("kind", "protocol", "epsilon", "categories", "description",
@@ -277,6 +271,8 @@ class MetricSpec:
     @functools.cached_property
     def fingerprint(self) -> str:
         """Hash of the canonical parameters (32 hex chars)."""
+        import json  # here, like every SDK module's json: not needed by the import (docs/benchmarks.md)
+
         blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
@@ -476,6 +472,12 @@ def load_registry(path: str | Path) -> Registry:
 def parse_registry(data: str | Mapping[str, Any], source: str = "<registry>") -> Registry:
     """Validate a registry given as TOML text or an already parsed mapping."""
     if isinstance(data, str):
+        # imported here: `from client_sdk import TelemetryClient` and registries given as
+        # mappings (the collector's JSON) never parse TOML (2-3 ms of start-up)
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover
+            import tomli as tomllib
         try:
             data = tomllib.loads(data)
         except tomllib.TOMLDecodeError as exc:

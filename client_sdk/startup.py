@@ -12,16 +12,16 @@ known. ``flush()`` cuts the retry wait short; ``close()`` stops the thread.
 
 from __future__ import annotations
 
-import logging
 import random
 import threading
 from collections.abc import Callable
 
+from ._lazy import LazyLogger
 from .errors import FingerprintMismatch
 from .registry import Registry
 from .uploader import RetryPolicy
 
-log = logging.getLogger("client_sdk")
+log = LazyLogger("client_sdk")  # logging loads with the first message (client_sdk._lazy)
 
 
 class RegistryResolver:

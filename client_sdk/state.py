@@ -24,9 +24,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import hmac
-import logging
 import os
-import shutil
 import stat
 import threading
 import time
@@ -35,11 +33,12 @@ from pathlib import Path
 from ._files import OPEN_FLAGS, remove_stale_temps, temp_name
 from ._files import atomic_write as _atomic_write
 from ._files import fsync_dir as _fsync_dir
+from ._lazy import LazyLogger
 from .errors import LedgerError, OptedOutError, StateError
 from .hashing import derive_cohort  # noqa: F401 - re-exported: cohorts for every protocol
 from .ledger import Ledger, LedgerBase, MemoryLedger, read_ledger
 
-log = logging.getLogger("client_sdk")
+log = LazyLogger("client_sdk")  # logging loads with the first message (client_sdk._lazy)
 
 SECRET_BYTES = 32
 SECRET_FILE = "secret"
@@ -205,6 +204,8 @@ class FileState(ClientState):
                     victim.unlink()
                 except FileNotFoundError:
                     pass
+            import shutil  # here: shutil loads zlib, bz2 and lzma (2 ms of every start-up)
+
             shutil.rmtree(self.outbox_dir, ignore_errors=True)
             self._ledger.forget_values()
             _fsync_dir(self.path)

@@ -14,7 +14,6 @@ User-Agent; no cookie, no client identifier, no SDK or OS version.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import threading
@@ -51,6 +50,8 @@ class Response:
 
     def json(self) -> Any:
         """The body parsed as JSON (None when it is not JSON)."""
+        import json  # here: the SDK's import does not load json (docs/benchmarks.md)
+
         try:
             return json.loads(self.body)
         except (ValueError, UnicodeDecodeError):

@@ -27,7 +27,6 @@ task (``aio.AsyncTelemetryClient``). One uploader can serve many clients (simula
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import random
 import threading
@@ -37,8 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from typing import Protocol as TypingProtocol
 
-import msgpack
-
+from ._lazy import LazyLogger, logging
 from .errors import LdptError, TransportError
 from .ledger import YIELD_EVERY, Accounts, Charge, LedgerBase, Refusal, RefusalCounts, yield_gil
 from .queue import (
@@ -51,7 +49,7 @@ from .queue import (
 )
 from .transport import BATCH_ID_BYTES, WIRE_VERSION, Response, Transport
 
-log = logging.getLogger("client_sdk")
+log = LazyLogger("client_sdk")  # logging loads with the first message (client_sdk._lazy)
 
 DEFAULT_BATCH_SIZE = 100
 #: Reports wait on the device up to this long before a batch goes out (batching hides when
@@ -150,6 +148,8 @@ def pack_batch(reports: Sequence[tuple[str, str, Any]], batch_id: bytes | None =
     doc: dict[str, Any] = {"v": WIRE_VERSION, "batch_id": batch_id, "reports": items}
     if dimensions:
         doc["d"] = dict(dimensions)
+    import msgpack  # here: loaded by the first batch, not by the SDK's import (docs/benchmarks.md)
+
     return batch_id, msgpack.packb(doc, use_bin_type=True)
 
 
@@ -428,6 +428,8 @@ class Batcher:
         index = doc.get("report_index") if isinstance(doc.get("report_index"), int) else None
         detail = doc.get("detail", "")
         dims = None
+        import msgpack
+
         try:
             doc = msgpack.unpackb(batch.body, raw=False)
             reports, dims = doc["reports"], doc.get("d")

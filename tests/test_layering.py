@@ -197,3 +197,28 @@ def test_importing_the_sdk_loads_no_server_package():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]"
+
+
+#: Standard-library and msgpack modules the SDK loads where it first needs them, not on import
+#: (docs/benchmarks.md, the start-up bars): each costs 1-5 ms of every app's start-up.
+LOADED_ON_FIRST_USE = ("json", "logging", "msgpack", "tomllib", "shutil", "datetime")
+
+
+def test_importing_the_sdk_defers_what_it_needs_later():
+    """``from client_sdk import TelemetryClient`` in a fresh interpreter loads none of
+    LOADED_ON_FIRST_USE; a client's messages still reach the 'client_sdk' logger."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from client_sdk import TelemetryClient; "
+            f"print(sorted(m for m in {LOADED_ON_FIRST_USE!r} if m in sys.modules))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
+
+    code = ("import logging, sys; from client_sdk.uploader import log; "
+            "logging.basicConfig(stream=sys.stdout, format='%(name)s %(levelname)s %(message)s'); "
+            "log.warning('hello'); print(log.name, log.getEffectiveLevel() == logging.WARNING)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[:2] == ["client_sdk WARNING hello", "client_sdk True"]

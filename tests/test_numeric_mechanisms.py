@@ -301,3 +301,17 @@ def test_hybrid_without_piecewise_rejects_piecewise_cells():
     proto.validate({"y": np.array([proto.cells - 2, proto.cells - 1])})
     with pytest.raises(InvalidPayload, match="never reports"):
         proto.validate({"y": np.array([0])})
+
+
+@pytest.mark.parametrize("eps", [0.1, 0.5, 1.0, 2.0, 4.0, 8.0, 20.0])
+def test_duchi_smallest_low_is_the_one_step_search(eps):
+    # duchi.smallest_low jumps to the exact bound 2^64/(e^ε + 1); it must land on the A that
+    # stepping up one by one with realised_epsilon (the former code) finds, from every start.
+    from client_sdk.protocols.duchi import SCALE64, realised_epsilon, smallest_low
+
+    estimate = max(1, math.ceil(SCALE64 / (2.0 + math.expm1(eps))))
+    for start in (estimate, estimate - 1500, estimate + 3):
+        low = start
+        while realised_epsilon(low) > eps:
+            low += 1
+        assert smallest_low(eps, start) == low

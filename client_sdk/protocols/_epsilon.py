@@ -11,6 +11,7 @@ is not, so the two never tie).
 
 from __future__ import annotations
 
+import functools
 import math
 from decimal import Decimal, localcontext
 from fractions import Fraction
@@ -26,7 +27,16 @@ def exp_at_least(epsilon: float, ratio: Fraction | int | float) -> bool:
     r = Fraction(ratio)
     with localcontext() as ctx:
         ctx.prec = DIGITS
-        return Decimal(epsilon).exp() >= Decimal(r.numerator) / Decimal(r.denominator)
+        return _exp(epsilon) >= Decimal(r.numerator) / Decimal(r.denominator)
+
+
+@functools.lru_cache(maxsize=256)
+def _exp(epsilon: float) -> Decimal:
+    """e^ε to DIGITS digits (Decimal.exp is correctly rounded, half-even, whatever the context's
+    rounding). Cached: the window and threshold searches test many ratios against one ε."""
+    with localcontext() as ctx:
+        ctx.prec = DIGITS
+        return Decimal(epsilon).exp()
 
 
 def log_up(ratio: Fraction | int | float) -> float:

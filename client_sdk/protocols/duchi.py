@@ -19,12 +19,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from decimal import ROUND_CEILING, Decimal, localcontext
 from fractions import Fraction
 from typing import Any
 
 from .._lazy import np
 from ..randomness import OS_WORDS, RandomLike, WordSource, as_random_source
-from ._epsilon import log_up
+from ._epsilon import DIGITS, exp_at_least, log_up
 from .base import Payloads
 from .numeric import SCALE64, NumericProtocol, check_grid_and_epsilon, words64
 
@@ -34,6 +35,31 @@ DEFAULT_GRID = 256
 def realised_epsilon(low: int) -> float:
     """ln((2^64 − A)/A) for T_0 = A, T_K = 2^64 − A, exact and rounded up (``_epsilon.log_up``)."""
     return log_up(Fraction(SCALE64 - low, low))
+
+
+def _within(epsilon: float, low: int) -> bool:
+    """``realised_epsilon(low) <= epsilon`` without the logarithm: log_up returns the smallest
+    float ε' with e^ε' >= ratio, so it is at most ε exactly when e^ε >= ratio."""
+    return exp_at_least(epsilon, Fraction(SCALE64 - low, low))
+
+
+def smallest_low(epsilon: float, start: int) -> int:
+    """The smallest A >= ``start`` with realised_epsilon(A) <= ε: what stepping A up by one
+    from ``start`` finds (the ratio (2^64 − A)/A falls as A grows), without the steps. The float
+    estimate of 2^64/(e^ε + 1) is off by up to ~2^10 near 2^63, and each step cost a logarithm
+    (~0.1 ms; 100 ms per numeric ``auto`` metric): jump to the bound in DIGITS-digit decimals,
+    then settle on it with the same exact test."""
+    if _within(epsilon, start):
+        return start
+    with localcontext() as ctx:
+        ctx.prec = DIGITS
+        bound = Decimal(SCALE64) / (1 + Decimal(epsilon).exp())
+    low = max(start + 1, int(bound.to_integral_value(rounding=ROUND_CEILING)))
+    while not _within(epsilon, low):
+        low += 1
+    while low - 1 > start and _within(epsilon, low - 1):
+        low -= 1
+    return low
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,8 +82,7 @@ class DuchiParams:
     def step(self) -> int:
         """D: the threshold grows by D per grid step; K·D <= 2^64 − 2·A_min."""
         a_min = max(1, math.ceil(SCALE64 / (2.0 + math.expm1(min(self.epsilon, 700.0)))))
-        while realised_epsilon(a_min) > self.epsilon:  # the float quotient may round down
-            a_min += 1
+        a_min = smallest_low(self.epsilon, a_min)  # the float quotient may round down
         return max(0, SCALE64 - 2 * a_min) // self.grid
 
 

@@ -136,8 +136,17 @@ class Laplace(NumericProtocol):
         """E[v² | j] from the integer rows (``_integer_rows``), in plain floats."""
         sq = [v * v for v in self._value_list]
         scale = float(SCALE64)
-        return [sum(map(operator.mul, [float(w) / scale for w in row], sq))
-                for row in _integer_rows(self._weights, self._k, self._l)]
+        # each row is a slice of the weights with its two clamped ends replaced
+        # (``_integer_rows``): convert the weights once, the ends per row (the same floats)
+        k, window = self._k, self._l
+        cells = k + 2 * window + 1
+        shared = [float(w) / scale for w in self._weights]
+        out = []
+        for j, row in enumerate(_integer_rows(self._weights, k, window)):
+            probs = shared[k - j:k - j + cells]
+            probs[0], probs[-1] = float(row[0]) / scale, float(row[-1]) / scale
+            out.append(sum(map(operator.mul, probs, sq)))
+        return out
 
     # --- construction ---------------------------------------------------------------------------
     def _calibrate(self, target: float) -> tuple[float, list[int], float]:
@@ -270,7 +279,9 @@ def _max_log_ratio_of_weights(weights: list[int], k: int, window: int) -> float:
     if min(lows) == 0:
         return math.inf
     # the exact largest ratio, its log rounded up (``_epsilon.log_up``): an upper bound, as quoted
-    return log_up(max(Fraction(h, lo) for h, lo in zip(highs, lows)))
+    # (the largest h/lo by integer cross-multiplication: one Fraction, not one per column)
+    h, lo = functools.reduce(lambda x, y: y if y[0] * x[1] > x[0] * y[1] else x, zip(highs, lows))
+    return log_up(Fraction(h, lo))
 
 
 def _max_log_ratio(table: np.ndarray) -> float:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 import math
 import os
 from fractions import Fraction
@@ -72,6 +73,13 @@ def exact_max_log_ratio(protocol: "NumericProtocol") -> float:
 def secure_word64() -> int:
     """One uniform 64-bit word from the OS CSPRNG, as a Python int (single-report SDK path)."""
     return int.from_bytes(os.urandom(8), "little")
+
+
+@functools.lru_cache(maxsize=8)
+def fine_grid(grid: int) -> tuple[float, ...]:
+    """The points ``worst_case_variance`` scans, ``linspace_list(−1, 1, 8·grid + 1)``: built once
+    per grid (``auto`` scans it for every numeric mechanism, and Hybrid for both its parts)."""
+    return tuple(linspace_list(-1.0, 1.0, 8 * grid + 1))
 
 
 def linspace_list(start: float, stop: float, num: int) -> list[float]:
@@ -290,7 +298,7 @@ class NumericProtocol(Protocol):
     def worst_case_variance(self) -> float:
         """max over t in [−1, 1] of the per-report variance (grid points and 8 points between),
         in plain Python (``auto`` runs it on devices)."""
-        return max(self.value_variances(linspace_list(-1.0, 1.0, 8 * self.grid + 1), self.second_moments()))
+        return max(self.value_variances(fine_grid(self.grid), self.second_moments()))
 
     def variance(self, n: int, true_counts: np.ndarray | float) -> np.ndarray:
         """Var of the mean of n reports whose values all equal t (``true_counts`` is t here)."""

@@ -31,7 +31,7 @@ from typing import Any
 
 from .._lazy import np
 from ..randomness import OS_WORDS, SCALE, RandomLike, WordSource, as_random_source
-from ._epsilon import log_up
+from ._epsilon import exp_at_least, log_up
 from .base import Payloads
 from .numeric import NumericProtocol, check_grid_and_epsilon
 
@@ -49,7 +49,8 @@ def weights_for(epsilon: float, grid: int, window: int) -> tuple[int, int]:
     if b < 1:
         raise ValueError(f"epsilon {epsilon} is too large for 32-bit piecewise weights")
     a = math.floor(b * ratio)
-    while a > b and log_up(Fraction(a, b)) > epsilon:  # float rounding in b·e^ε: step back
+    while a > b and not exp_at_least(epsilon, Fraction(a, b)):  # float rounding in b·e^ε: step back
+        # (log_up(r) <= ε exactly when e^ε >= r: log_up is the smallest such float)
         a -= 1
     return a, b
 
