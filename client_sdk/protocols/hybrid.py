@@ -69,21 +69,25 @@ def _envelope_lines(a_curve: list[float], b_curve: list[float]) -> list[int]:
     current = max(range(n), key=lambda t: (b_curve[t], slope[t]))
     points, alpha = [0.0], 0.0
     while True:  # the next line to overtake the current one, at the smallest α beyond this one
-        best = None
-        for t in range(n):
-            if slope[t] > slope[current]:
-                x = (b_curve[current] - b_curve[t]) / (slope[t] - slope[current])
-                if alpha < x < 1.0 and (best is None or (x, -slope[t]) < (best[0], -slope[best[1]])):
-                    best = (x, t)
-        if best is None:
+        # (x, −slope, t): the smallest crossing, then the steepest line, then the first index.
+        # Along the front a falls and b rises strictly, so a − b never rises: the steeper lines
+        # all come before the current one (ties in the rounded slope are still filtered out).
+        b_now, s_now = b_curve[current], slope[current]
+        crossings = [((b_now - b_curve[t]) / (slope[t] - s_now), -slope[t], t)
+                     for t in range(current) if slope[t] > s_now]
+        ahead = [c for c in crossings if alpha < c[0] < 1.0]
+        if not ahead:
             break
-        alpha, current = best
+        alpha, _, current = min(ahead)
         points.append(alpha)
     points.append(1.0)
-    envelope = [max(b + p * s for b, s in zip(b_curve, slope)) for p in points]
-    slack = [ENVELOPE_SLACK * (abs(e) + 1.0) for e in envelope]
-    return sorted(front[t] for t in range(n)
-                  if any(e - (b_curve[t] + p * slope[t]) <= tol for p, e, tol in zip(points, envelope, slack)))
+    near: set[int] = set()
+    for p in points:  # every line's value there, computed once for the envelope and the gaps
+        values = [b + p * s for b, s in zip(b_curve, slope)]
+        e = max(values)
+        tol = ENVELOPE_SLACK * (abs(e) + 1.0)
+        near.update([t for t, v in enumerate(values) if e - v <= tol])
+    return sorted(front[t] for t in near)
 
 
 @functools.lru_cache(maxsize=64)
@@ -102,7 +106,7 @@ def best_threshold(pm: Piecewise, duchi: Duchi) -> int:
 
     def worst(alpha: float) -> float:
         beta = 1 - alpha
-        return max(alpha * a + beta * b for a, b in zip(a_kept, b_kept))
+        return max([alpha * a + beta * b for a, b in zip(a_kept, b_kept)])
 
     lo, hi = 0.0, 1.0
     for _ in range(60):
