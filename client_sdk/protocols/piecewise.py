@@ -40,6 +40,11 @@ DEFAULT_GRID = 256
 MAX_GRID = 1024
 
 
+#: A/B below b·exp(ε)·FLOAT_MARGIN in floats is below e^ε exactly: math.exp and the two
+#: products are each within a few 1e-16 (relative) of the exact values, far inside 1e-12.
+FLOAT_MARGIN = 1 - 1e-12
+
+
 def weights_for(epsilon: float, grid: int, window: int) -> tuple[int, int]:
     """Integer weights (A, B) with A/B <= e^ε, wA + KB <= 2^32, B as large as that allows."""
     ratio = math.exp(epsilon)
@@ -49,8 +54,9 @@ def weights_for(epsilon: float, grid: int, window: int) -> tuple[int, int]:
     if b < 1:
         raise ValueError(f"epsilon {epsilon} is too large for 32-bit piecewise weights")
     a = math.floor(b * ratio)
-    while a > b and not exp_at_least(epsilon, Fraction(a, b)):  # float rounding in b·e^ε: step back
-        # (log_up(r) <= ε exactly when e^ε >= r: log_up is the smallest such float)
+    while a > b and not (a < b * ratio * FLOAT_MARGIN or exp_at_least(epsilon, Fraction(a, b))):
+        # float rounding in b·e^ε: step back (log_up(r) <= ε exactly when e^ε >= r: log_up is
+        # the smallest such float). A ratio clearly below the float e^ε needs no exact check.
         a -= 1
     return a, b
 
@@ -147,7 +153,12 @@ def best_window(epsilon: float, grid: int) -> int:
             break
         if a <= b:
             continue
-        worst = _worst_excess(_SecondMoments(a, b, grid, window), t2)
+        moments = _SecondMoments(a, b, grid, window)
+        # E[v² | 0] − 1 is one of the values _worst_excess maximises (it equals the maximum over
+        # every j): a window already no better than the best at j = 0 cannot win, skip the rest
+        if best is not None and moments.at(0) - t2[0] >= best[0]:
+            continue
+        worst = _worst_excess(moments, t2)
         if best is None or worst < best[0]:
             best = (worst, window)
     if best is None:
