@@ -253,8 +253,9 @@ def _integer_rows(weights: list[int], k: int, window: int) -> list[list[int]]:
 def _sliding(values: list[int], width: int, pick: Any) -> list[int]:
     """pick (max or min) of every window values[c:c+width], in O(len) (a monotone deque)."""
     out, window = [], collections.deque()
+    larger = pick is max   # pop the back while pick(back, v) is v and not back: v beats it
     for i, v in enumerate(values):
-        while window and not pick(values[window[-1]], v) == values[window[-1]]:
+        while window and (values[window[-1]] < v if larger else values[window[-1]] > v):
             window.pop()
         window.append(i)
         if window[0] <= i - width:
