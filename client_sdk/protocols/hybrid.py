@@ -26,7 +26,7 @@ from ..errors import InvalidPayload
 from ..randomness import OS_WORDS, SCALE, RandomLike, WordSource, as_random_source
 from .base import Payloads, first_bad
 from .duchi import Duchi, DuchiParams
-from .numeric import NumericProtocol, check_grid_and_epsilon, fine_grid
+from .numeric import NumericProtocol, check_grid_and_epsilon
 from .piecewise import MAX_GRID, Piecewise, PiecewiseParams
 
 DEFAULT_GRID = 256
@@ -41,8 +41,7 @@ def paper_alpha(epsilon: float) -> float:
 def _variance_curves(pm: Piecewise, duchi: Duchi) -> tuple[list[float], list[float]]:
     """Per-report variance of each part on the fine grid ``worst_case_variance`` scans (plain
     floats: devices resolve the mixture too)."""
-    fine = fine_grid(pm.grid)
-    return pm.value_variances(fine, pm.second_moments()), duchi.value_variances(fine, duchi.second_moments())
+    return list(pm.variance_curve()), list(duchi.variance_curve())
 
 
 #: Lines within this (relative) of the upper envelope somewhere on [0, 1] are kept by

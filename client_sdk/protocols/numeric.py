@@ -95,6 +95,10 @@ def linspace_list(start: float, stop: float, num: int) -> list[float]:
     return out
 
 
+#: ``NumericProtocol.variance_curve``'s cache, (class, params) -> curve; cleared when full.
+_CURVES: dict[tuple[type, Any], tuple[float, ...]] = {}
+_CURVES_KEPT = 64
+
 #: Numeric mean mechanisms, in the order `ldpt plan` lists them.
 NUMERIC_PROTOCOL_NAMES = ("laplace", "duchi", "bitmean", "piecewise", "hybrid")
 
@@ -295,10 +299,28 @@ class NumericProtocol(Protocol):
             out.append((1 - frac) * second[low] + frac * second[low + 1] - t * t)
         return out
 
+    def variance_curve(self) -> tuple[float, ...]:
+        """The per-report variance at every point of ``fine_grid(grid)``, computed once per
+        (mechanism, params) in the process: ``auto`` scans Piecewise and Duchi, and Hybrid's
+        mixture search then needs the same two curves (the same floats; a mechanism's law is a
+        function of its class and params)."""
+        try:
+            key = (type(self), self.params)
+            curve = _CURVES.get(key)
+        except TypeError:  # unhashable params: no caching
+            key, curve = None, None
+        if curve is None:
+            curve = tuple(self.value_variances(fine_grid(self.grid), self.second_moments()))
+            if key is not None:
+                if len(_CURVES) >= _CURVES_KEPT:
+                    _CURVES.clear()
+                _CURVES[key] = curve
+        return curve
+
     def worst_case_variance(self) -> float:
         """max over t in [−1, 1] of the per-report variance (grid points and 8 points between),
         in plain Python (``auto`` runs it on devices)."""
-        return max(self.value_variances(fine_grid(self.grid), self.second_moments()))
+        return max(self.variance_curve())
 
     def variance(self, n: int, true_counts: np.ndarray | float) -> np.ndarray:
         """Var of the mean of n reports whose values all equal t (``true_counts`` is t here)."""
