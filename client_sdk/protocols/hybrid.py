@@ -58,7 +58,8 @@ def _envelope_lines(a_curve: list[float], b_curve: list[float]) -> list[int]:
     # A line below another at both ends (a_t <= a_t', b_t <= b_t') is below it everywhere, also
     # after rounding (rounding is monotone): only the Pareto front of (a, b) can be the largest.
     front, highest_b = [], -math.inf
-    for t in sorted(range(len(a_curve)), key=lambda t: (-a_curve[t], -b_curve[t])):
+    # by (−a, −b), ties in index order (what a stable sort on that key gives), without a call per line
+    for _, _, t in sorted(zip([-a for a in a_curve], [-b for b in b_curve], range(len(a_curve)))):
         if b_curve[t] > highest_b:
             front.append(t)
             highest_b = b_curve[t]
