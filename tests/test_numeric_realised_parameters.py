@@ -17,7 +17,7 @@ import hashlib
 import pytest
 
 from client_sdk.protocols.factory import build_protocol, choose_numeric_protocol
-from client_sdk.protocols.numeric import NUMERIC_PROTOCOL_NAMES
+from client_sdk.protocols.numeric import NUMERIC_PROTOCOL_NAMES, fine_grid
 
 
 def fingerprint(name: str, epsilon: float, grid: int | None) -> str:
@@ -88,3 +88,12 @@ def test_realised_parameters_are_unchanged(epsilon, grid):
     options = {} if grid is None else {"grid": grid}
     assert choose_numeric_protocol(epsilon, options) == auto
     assert {name: fingerprint(name, epsilon, grid) for name in NUMERIC_PROTOCOL_NAMES} == expected
+
+
+@pytest.mark.parametrize("grid", [4, 32, 256])
+@pytest.mark.parametrize("name", NUMERIC_PROTOCOL_NAMES)
+def test_cached_variance_curve_is_value_variances_on_the_fine_grid(name, grid):
+    proto = build_protocol(name, None, 1.5, {"grid": grid})
+    fine = fine_grid(grid)
+    assert list(proto.variance_curve()) == proto.value_variances(fine, proto.second_moments())
+    assert proto.variance_curve() is proto.variance_curve()   # computed once per (law, params)

@@ -162,6 +162,8 @@ class BitMean(Duchi):
     """Ding et al. (2017)'s 1BitMean: Duchi's mechanism under the name Windows telemetry uses."""
 
     name = "bitmean"
+    #: the same law as Duchi's for the same params (``NumericProtocol.variance_curve`` shares it)
+    law_class = Duchi
 
 
 OPTION_KEYS: frozenset[str] = frozenset({"grid"})

@@ -82,6 +82,21 @@ def fine_grid(grid: int) -> tuple[float, ...]:
     return tuple(linspace_list(-1.0, 1.0, 8 * grid + 1))
 
 
+@functools.lru_cache(maxsize=8)
+def _fine_steps(grid: int) -> tuple[tuple[int, float, float, float], ...]:
+    """For each t of ``fine_grid(grid)``: (low, 1 − frac, frac, t·t) as ``value_variances``
+    computes them (low = ⌊(t + 1)·K/2⌋, at most K − 1; frac the rest)."""
+    half, last, out = grid / 2, grid - 1, []
+    for t in fine_grid(grid):
+        pos = (t + 1.0) * half
+        low = int(pos)  # floor: pos >= 0
+        if low > last:
+            low = last
+        frac = pos - low
+        out.append((low, 1 - frac, frac, t * t))
+    return tuple(out)
+
+
 def linspace_list(start: float, stop: float, num: int) -> list[float]:
     """``numpy.linspace(start, stop, num)`` in plain floats, bit for bit (i·step + start, the
     last point set to stop): devices build grids and bucket edges without numpy."""
@@ -304,13 +319,16 @@ class NumericProtocol(Protocol):
         (mechanism, params) in the process: ``auto`` scans Piecewise and Duchi, and Hybrid's
         mixture search then needs the same two curves (the same floats; a mechanism's law is a
         function of its class and params)."""
-        try:
-            key = (type(self), self.params)
+        try:  # a class may declare (``law_class``, not inherited) that it is another's law renamed
+            key = (type(self).__dict__.get("law_class", type(self)), self.params)
             curve = _CURVES.get(key)
         except TypeError:  # unhashable params: no caching
             key, curve = None, None
         if curve is None:
-            curve = tuple(self.value_variances(fine_grid(self.grid), self.second_moments()))
+            second = self.second_moments()
+            # value_variances(fine_grid(grid), second), the same operations on the same floats,
+            # with each point's (low, 1 − frac, frac, t²) computed once per grid
+            curve = tuple([om * second[lo] + f * second[lo + 1] - tt for lo, om, f, tt in _fine_steps(self.grid)])
             if key is not None:
                 if len(_CURVES) >= _CURVES_KEPT:
                     _CURVES.clear()
