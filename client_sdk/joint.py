@@ -55,6 +55,17 @@ def _edge_text(x: float) -> str:
     return str(int(x)) if x.is_integer() and abs(x) < 1e15 else repr(float(x))
 
 
+def put_domain_fields(table: dict[str, Any], categories: Any, value_range: Any, buckets: Any) -> None:
+    """The TOML fields of a domain (categories, range, buckets) that are set, as the registry
+    writes them for a metric and for a joint metric's part alike."""
+    if categories is not None:
+        table["categories"] = list(categories)
+    if value_range is not None:
+        table["range"] = list(value_range)
+    if buckets is not None:
+        table["buckets"] = buckets if isinstance(buckets, int) else list(buckets)
+
+
 @dataclasses.dataclass(frozen=True)
 class JointPart:
     """One attribute of a joint metric, as declared (``range``/``buckets`` as written)."""
@@ -127,12 +138,7 @@ class JointPart:
 
     def to_toml(self) -> dict[str, Any]:
         table: dict[str, Any] = {"name": self.name, "kind": self.kind}
-        if self.categories is not None:
-            table["categories"] = list(self.categories)
-        if self.range is not None:
-            table["range"] = list(self.range)
-        if self.buckets is not None:
-            table["buckets"] = self.buckets if isinstance(self.buckets, int) else list(self.buckets)
+        put_domain_fields(table, self.categories, self.range, self.buckets)
         if self.unit:
             table["unit"] = self.unit
         return table

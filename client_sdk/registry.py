@@ -59,7 +59,7 @@ from ._lazy import np, numpy_types
 from .dimensions import DimensionSpec, DimensionTable, parse_dimensions, parse_metric_dimensions
 from .encoder_block import encoder_block
 from .errors import DomainError, RegistryError, UnknownMetricError
-from .joint import JOINT_PROTOCOLS, JointDomain, JointPart, parse_parts
+from .joint import JOINT_PROTOCOLS, JointDomain, JointPart, parse_parts, put_domain_fields
 from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
 from .protocols.base import Protocol
 from .protocols.factory import (
@@ -302,12 +302,7 @@ class MetricSpec:
         table: dict[str, Any] = {"kind": self.kind.value, "protocol": self.requested_protocol}
         if self.epsilon is not None:
             table["epsilon"] = self.epsilon
-        if self.categories is not None:
-            table["categories"] = list(self.categories)
-        if self.range is not None:
-            table["range"] = list(self.range)
-        if self.buckets is not None:
-            table["buckets"] = self.buckets if isinstance(self.buckets, int) else list(self.buckets)
+        put_domain_fields(table, self.categories, self.range, self.buckets)
         if self.parts is not None:
             table["of"] = [p.to_toml() for p in self.parts]
         for key, value in self.options:

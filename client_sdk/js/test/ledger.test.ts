@@ -4,17 +4,9 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { type Charge, type MetricAccount, apply, dumpLedger, parseLedger, LedgerError } from "../src/ledger.js";
+import { type MetricAccount, apply, dumpLedger, parseLedger, LedgerError } from "../src/ledger.js";
+import { chargeFromJson } from "./conformance_check.js";
 import { vectors } from "./support.js";
-
-function chargeFromJson(c: any): Charge {
-  return {
-    metric: c.metric, fingerprint: c.fingerprint, day: c.day, epsilon: c.epsilon,
-    epsilonLongitudinal: c.epsilon_longitudinal, digest: c.digest, reportsPerWindow: c.reports_per_window,
-    lifetimeBudget: c.lifetime_budget, deviceWindowBudget: c.device_window_budget ?? null,
-    deviceLifetimeBudget: c.device_lifetime_budget ?? null,
-  };
-}
 
 /** An account as Python's to_json writes it: digests sorted, keys in any order. */
 function normal(a: MetricAccount): unknown {
