@@ -20,7 +20,7 @@ class StoredBatch(
 )
 
 /** Caps of the offline queue (the Python SDK's OutboxLimits); the oldest batches go first. */
-data class OutboxLimits @JvmOverloads constructor(
+class OutboxLimits @JvmOverloads constructor(
     val maxBatches: Int = 1000,
     val maxBytes: Long = 16L * 1024 * 1024,
     /** Milliseconds. */

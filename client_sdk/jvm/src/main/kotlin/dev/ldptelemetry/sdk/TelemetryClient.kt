@@ -62,6 +62,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
     private var flushing = 0
     private var hurry = false
     private var building = 0
+    private var stored = 0L
     private var unsentHint = true
     private var lastRescan = Long.MIN_VALUE / 2
     private val worker = Thread({ run() }, "ldpt-uploader").apply { isDaemon = true }
@@ -466,6 +467,12 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
         val batchId = ByteArray(Wire.BATCH_ID_BYTES).also { csprng.nextBytes(it) }   // the same on every retry
         try {
             st.outbox.add(batchId, Wire.packBatch(reports, batchId, dims), reports.size, created)
+            lock.lock()
+            try {
+                stored++
+            } finally {
+                lock.unlock()
+            }
             unsentHint = true
             count2("batches_built")
         } catch (e: RuntimeException) {
@@ -489,7 +496,6 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
         count2("batches_sent")
         val foreign = response != null && !Http.fromCollector(response)
         if (response != null && response.status == 200 && !foreign) {
-            st.outbox.done(batch)
             val duplicate = (response.json() as? Map<*, *>)?.get("duplicate") == true
             lock.lock()
             try {
@@ -502,6 +508,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
             } finally {
                 lock.unlock()
             }
+            st.outbox.done(batch)   // after the counts: a flush that sees the outbox empty sees them
             return
         }
         if (response == null || foreign || Http.isRetryable(response.status)) {
@@ -620,10 +627,13 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
             if (registry == null) return false
             val st = store ?: return false
             while (true) {
+                lock.lock()
+                val stored0 = try { stored } finally { lock.unlock() }
                 val pending = st.outbox.pending()   // a directory listing: outside the lock report() takes
                 lock.lock()
                 try {
-                    if (queue.isEmpty() && building == 0 && pending == 0) return failures() == before
+                    // nothing queued or being built, and no batch stored since the listing began
+                    if (queue.isEmpty() && building == 0 && stored == stored0 && pending == 0) return failures() == before
                     if (!worker.isAlive) return false
                     unsentHint = true
                     changed.signalAll()

@@ -150,7 +150,7 @@ class HttpUrlTransport @JvmOverloads constructor(endpoint: String, private val t
  * d/2 + U(0, d/2) seconds, d = min(maximum, initial·multiplier^(k−1)); while the app flushes,
  * waits are capped at [flushInterval]. Seconds, as client_sdk/uploader.py's RetryPolicy.
  */
-data class RetryPolicy @JvmOverloads constructor(
+class RetryPolicy @JvmOverloads constructor(
     val initial: Double = 1.0,
     val maximum: Double = 300.0,
     val multiplier: Double = 2.0,
