@@ -526,11 +526,15 @@ def central_claim(window: ShuffledWindow, delta: float = DEFAULT_DELTA, *,
     - k envelopes per device: each batch is split (in the analysis) into k parts of ⌊n/k⌋
       reports, each holding one of the device's envelopes; the union of the parts' multisets is
       the batch's, so k-fold composition of the central bound at ⌊n/k⌋ and δ/k holds, whether
-      the envelopes share a batch or not. An envelope with r reports is one r·ε randomiser
+      the envelopes share a batch or not (the parts' randomness must be independent, hence the
+      cohort rule above). An envelope with r reports is one r·ε randomiser
       (``envelope_epsilon``). The smaller of that and the local k·ε is claimed;
     - memoised metrics: the bound holds for the window alone; the memoised response is the same
       in every window, no published theorem amplifies it across windows, so ``lifetime_epsilon``
-      is the local ε∞;
+      is the local ε∞. Within a window, several envelopes of one device share that response,
+      so they cannot be composed as independent parts: only a window's reports in one envelope
+      are amplified (its local ε then at most r·ε∞: it post-processes at most r memoised
+      responses);
     - too small a crowd: whatever the theorem certifies at that n (possibly nothing)."""
     local = window.local_epsilon
     lifetime = window.epsilon_inf
@@ -561,6 +565,10 @@ def central_claim(window: ShuffledWindow, delta: float = DEFAULT_DELTA, *,
                             "cohort of a batch was not recorded")
         if window.smallest_cohort < crowd:
             crowd, limits = int(window.smallest_cohort), "the smallest cohort of a shuffled batch"
+    if lifetime is not None and k > 1:
+        return fallback(f"memoised: the device's {k} envelopes in the window share one memoised response, "
+                        "so they are not independent parts to compose; send a window's reports in one "
+                        "envelope for a claim")
     part = crowd // k
     if part < 1:
         return fallback(f"{limits} ({crowd:,}) holds fewer envelopes than one device may send ({k})", crowd)

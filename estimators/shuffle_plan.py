@@ -37,8 +37,9 @@ __all__ = ["DEFAULT_EPSILONS", "central_rows", "inverse_plan", "metric_claims", 
 
 #: The local ε₀ ``ldpt plan --shuffled`` tabulates unless given one.
 DEFAULT_EPSILONS = (1.0, 2.0, 4.0)
-#: Protocols whose lifetime-fixed cohort is sent in clear (docs/privacy.md, "What leaves the device").
-PERMANENT_COHORT_PROTOCOLS = ("rappor", "loloha", "dbitflip")
+#: Protocols whose lifetime-fixed cohort is sent in clear (docs/privacy.md, "What leaves the device";
+#: discover's is its group: the level a device reports, fixed by its secret).
+PERMANENT_COHORT_PROTOCOLS = ("rappor", "loloha", "dbitflip", "discover")
 
 
 def round_up(x: float, digits: int = 3) -> float:
@@ -138,23 +139,30 @@ def _report_fits(proto, max_report_bytes: int) -> bool:  # noqa: ANN001
 def metric_window(spec, batch: int, *, bundled: bool = False) -> ShuffledWindow:  # noqa: ANN001 - a MetricSpec
     """The ShuffledWindow a registry metric's window would record if its smallest shuffled batch
     held ``batch`` of its envelopes (alike in clear), for planning: a device's
-    ``reports_per_window`` reports travel as that many envelopes (``bundled``: as one). With
+    ``reports_per_window`` reports travel as that many envelopes (``bundled``: as one, an
+    r·ε randomiser, or r·ε∞ for a memoised metric: post-processing of at most r memoised
+    responses). With
     public dimensions, ``batch`` is taken as the smallest segment; with a permanent cohort
     number in clear, the smallest cohort is taken as batch/m − 3√(batch/m) (a typical smallest of
     m multinomial cells; the collector records the real one)."""
     proto = spec.protocol_impl
     r = int(spec.reports_per_window)
-    m = int(getattr(proto, "cohorts", 1) or 1)
+    # discover's seed is fresh per report: only its group is a cohort in clear
+    m = int(proto.params.groups if proto.name == "discover" else getattr(proto, "cohorts", 1) or 1)
     per_cohort = batch / m
+    memo = proto.epsilon_longitudinal
+    # r reports in one envelope: r·ε without memoisation; memoised, one report is ε₁ but r of them share
+    # memoised responses, so the envelope is bounded by its at most r values' responses, r·ε∞
+    bundle = r * proto.epsilon if memo is None or r == 1 else r * memo
     return ShuffledWindow(
         smallest_batch=batch,
-        envelope_epsilon=r * proto.epsilon if bundled else proto.epsilon,
+        envelope_epsilon=bundle if bundled else proto.epsilon,
         envelopes_per_device=1 if bundled else r,
         smallest_segment=batch if spec.dimensions else None,
         has_cohorts=m > 1,
         cohorts_permanent=proto.name in PERMANENT_COHORT_PROTOCOLS,
         smallest_cohort=max(0, math.floor(per_cohort - 3 * math.sqrt(per_cohort))) if m > 1 else None,
-        epsilon_inf=proto.epsilon_longitudinal,
+        epsilon_inf=memo,
         krr=krr_size(proto) if (r == 1 or not bundled) else None)
 
 

@@ -355,3 +355,9 @@ def test_claim_too_small_a_batch_prints_the_weaker_bound():
     none = central_claim(window(smallest_batch=50))
     assert not none.amplified and none.epsilon == 4.0 and "no amplification" in none.reason
     assert not central_claim(window(smallest_batch=2, envelopes_per_device=3)).amplified
+
+
+def test_claim_memoised_envelopes_of_one_window_are_not_composed():
+    claim = central_claim(window(envelope_epsilon=1.0, epsilon_inf=4.0, envelopes_per_device=2))
+    assert not claim.amplified and claim.epsilon == 2.0 and "share one memoised response" in claim.reason
+    assert claim.lifetime_epsilon == 4.0

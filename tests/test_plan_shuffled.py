@@ -120,3 +120,28 @@ def test_central_rows_match_the_library():
     for r in central_rows(100_000, 1e-8, (1.0, 4.0), domain=2):
         assert r["auto_protocol"] == "rr"
         assert r["auto_central_epsilon"] == krr_clones(100_000, r["auto_epsilon0"], 2, 1e-8)
+
+
+def test_metric_window_cohorts_and_memoised_bundles(tmp_path):
+    from cli.common import load_metric
+    from estimators.shuffle_plan import metric_window
+
+    path = tmp_path / "m.toml"
+    path.write_text('[metrics.theme]\nkind = "categorical"\ncategories = ["a", "b", "c"]\nprotocol = "lgrr"\n'
+                    'epsilon = 1.0\nepsilon_inf = 3.0\nreports_per_window = 2\n\n'
+                    '[metrics.page]\nkind = "string"\nprotocol = "discover"\nepsilon = 4.0\n', encoding="utf-8")
+    theme = load_metric(str(path), "theme")[1]
+    bundled = metric_window(theme, 100_000, bundled=True)
+    assert bundled.envelope_epsilon == pytest.approx(6.0, rel=1e-6) and bundled.envelopes_per_device == 1
+    claims = metric_claims(theme, 100_000)
+    assert not claims["separate"].amplified and claims["claim"] is claims["separate"]
+    page = metric_window(load_metric(str(path), "page")[1], 100_000)
+    groups = load_metric(str(path), "page")[1].protocol_impl.params.groups
+    assert page.cohorts_permanent and page.smallest_cohort < 100_000 / groups
+    assert central_claim_n(page) == page.smallest_cohort
+
+
+def central_claim_n(w):
+    from estimators.amplification import central_claim
+
+    return central_claim(w).n
