@@ -3,8 +3,9 @@
 Routes (docs/openapi.yaml describes each; a test keeps the two equal):
 
     POST /v1/reports                      ingest one msgpack batch (wire format v1)
-    GET  /v1/registry                     the metrics, parameters and fingerprints
-    OPTIONS /v1/reports, /v1/registry     CORS preflight for browser SDKs (collector/cors.py)
+    GET  /v1/registry                     the metrics, parameters and fingerprints (gzip, ETag)
+    GET  /v1/registry/domains/{name}      a file domain's values, one per line (gzip, ETag)
+    OPTIONS /v1/reports, /v1/registry[/domains/{name}]  CORS preflight for browser SDKs (collector/cors.py)
     GET  /v1/metrics/{name}/estimates     estimates (bearer token); POST for long candidate lists
     GET  /healthz                         the process is up
     GET  /readyz                          the store is reachable, its schema current, and it commits
@@ -21,8 +22,6 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
-import hashlib
-import json
 import logging
 import os
 import time
@@ -38,14 +37,15 @@ from client_sdk.registry import Registry
 from collector.storage.aio import AsyncSketchStore, ThreadedStore
 from collector.storage.base import SCHEMA_VERSION, BatchOutcome, batch_id_cutoff
 
-from . import cors, query
+from . import cors, query, registry_http
 from .committer import GroupCommitter
 from .config import ServeConfig, read_tokens
 from .connections import ConnectionGuard
 from .inflight import InflightBudget
 from .ingest import BatchDecoder
-from .limits import IngestPolicy
+from .limits import IngestPolicy, TokenBuckets
 from .problems import Problem
+from .registry_http import DomainLists, Representation, registry_representation
 from .segments import SegmentCap
 from .telemetry import Telemetry
 from .ui import UI_ROUTES, setup_ui
@@ -61,8 +61,10 @@ CONTENT_ENCODINGS = ("identity", "gzip", "deflate",
 ROUTES: tuple[tuple[str, str], ...] = (
     ("POST", "/v1/reports"),
     ("GET", "/v1/registry"),
+    ("GET", "/v1/registry/domains/{name}"),
     ("OPTIONS", "/v1/reports"),
     ("OPTIONS", "/v1/registry"),
+    ("OPTIONS", "/v1/registry/domains/{name}"),
     ("GET", "/v1/metrics/{name}/estimates"),
     ("POST", "/v1/metrics/{name}/estimates"),
     ("GET", "/v1/metrics/{name}/compare"),
@@ -72,7 +74,7 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("GET", "/metrics"),
 )
 #: Route -> the endpoint label of the ldpt_request_seconds histogram.
-ENDPOINT_OF = {"/v1/reports": "ingest", "/v1/registry": "registry",
+ENDPOINT_OF = {"/v1/reports": "ingest", "/v1/registry": "registry", "/v1/registry/domains/{name}": "registry",
                "/v1/metrics/{name}/estimates": "query", "/v1/metrics/{name}/compare": "query",
                "/ui/api/overview": "query", "/ui/charts/{name}/{chart}.svg": "query",
                "/healthz": "health", "/readyz": "health", "/metrics": "metrics"}
@@ -95,8 +97,9 @@ class CollectorState:
     policy: IngestPolicy
     reports_per_window: dict[str, int]
     store_factory: StoreFactory
-    registry_body: bytes
-    registry_etag: str
+    registry_doc: Representation
+    domain_lists: DomainLists
+    registry_buckets: TokenBuckets
     store: AsyncSketchStore | None = None
     committer: GroupCommitter | None = None
     draining: bool = False
@@ -145,7 +148,6 @@ def default_store_factory(config: ServeConfig) -> StoreFactory:
 def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry | None = None,
                store_factory: StoreFactory | None = None) -> web.Application:
     """Build the application for one worker (the store opens on startup)."""
-    registry_body = json.dumps(registry.to_json(), indent=2).encode()
     state = CollectorState(
         config=config, registry=registry,
         decoder=BatchDecoder(registry, max_reports=config.max_reports_per_batch),
@@ -155,8 +157,8 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
         policy=IngestPolicy(config),
         reports_per_window={spec.name: spec.reports_per_window for spec in registry},
         store_factory=store_factory or default_store_factory(config),
-        registry_body=registry_body,
-        registry_etag='"' + hashlib.sha256(registry_body).hexdigest()[:32] + '"')
+        registry_doc=registry_representation(registry), domain_lists=DomainLists(registry),
+        registry_buckets=TokenBuckets(config.rate_limit, config.rate_limit_burst))
     state.inflight = InflightBudget(
         config.max_inflight_bytes, config.max_inflight_bytes_per_source,
         on_change=state.telemetry.add_inflight,
@@ -174,6 +176,7 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
     app[STATE] = state
     app.router.add_post("/v1/reports", post_reports)
     app.router.add_get("/v1/registry", get_registry)
+    app.router.add_get("/v1/registry/domains/{name}", get_domain)
     origins = cors.parse_origins(config.cors_origins)
     for path in cors.CORS_ROUTES:
         app.router.add_route("OPTIONS", path, cors.preflight_handler(origins))
@@ -383,9 +386,9 @@ async def post_reports(request: web.Request) -> web.Response:
     """Ingest one batch: size and type checks, decode + validate, group commit, ack."""
     state = request.app[STATE]
     config = state.config
-    state.policy.check_key(request.headers.get("Authorization"))
     source, relay = state.policy.source(request.remote, request.headers)
-    state.policy.admit(source, relay)
+    state.policy.admit(source, relay)  # before any refusal: every request spends its token
+    state.policy.check_key(request.headers.get("Authorization"))
     if request.content_type not in MSGPACK_TYPES:
         raise Problem("unsupported-media-type", f"Content-Type {request.content_type!r} is not "
                       "accepted; send application/msgpack (wire format v1)",
@@ -497,11 +500,30 @@ async def read_body(request: web.Request, timeout: float, *,
 
 
 async def get_registry(request: web.Request) -> web.Response:
+    """The published registry (collector/registry_http.py): gzip, ETag/304, rate-limited per source."""
     state = request.app[STATE]
-    if request.headers.get("If-None-Match") == state.registry_etag:
-        return web.Response(status=304, headers={"ETag": state.registry_etag})
-    return web.Response(body=state.registry_body, content_type="application/json",
-                        headers={"ETag": state.registry_etag})
+    _admit_registry(state, request)
+    return registry_http.respond(request, state.registry_doc, registry_http.REGISTRY_MAX_AGE)
+
+
+async def get_domain(request: web.Request) -> web.Response:
+    """A file domain's values, one per line (collector/registry_http.py)."""
+    state = request.app[STATE]
+    _admit_registry(state, request)
+    rep = await state.domain_lists.get(request.match_info["name"])
+    return registry_http.respond(request, rep, registry_http.DOMAIN_MAX_AGE)
+
+
+def _admit_registry(state: CollectorState, request: web.Request) -> None:
+    """One token of the source's registry bucket (apart from its ingest bucket; relays exempt)."""
+    source, relay = state.policy.source(request.remote, request.headers)
+    if relay:
+        return
+    wait = state.registry_buckets.take(source)
+    if wait:
+        raise Problem("rate-limited", "too many registry requests from this address; retry after "
+                      "Retry-After seconds (an SDK fetches the registry once per start, then revalidates)",
+                      retry_after=wait)
 
 
 async def get_estimates(request: web.Request) -> web.Response:
