@@ -386,9 +386,9 @@ async def post_reports(request: web.Request) -> web.Response:
     """Ingest one batch: size and type checks, decode + validate, group commit, ack."""
     state = request.app[STATE]
     config = state.config
-    state.policy.check_key(request.headers.get("Authorization"))
     source, relay = state.policy.source(request.remote, request.headers)
-    state.policy.admit(source, relay)
+    state.policy.admit(source, relay)  # before any refusal: every request spends its token
+    state.policy.check_key(request.headers.get("Authorization"))
     if request.content_type not in MSGPACK_TYPES:
         raise Problem("unsupported-media-type", f"Content-Type {request.content_type!r} is not "
                       "accepted; send application/msgpack (wire format v1)",

@@ -35,7 +35,14 @@ def parse_origins(text: str) -> frozenset[str]:
 
 
 def allowed(origins: frozenset[str], origin: str | None) -> bool:
-    return origin is not None and ("*" in origins or origin in origins)
+    """Whether ``origin`` may read the SDK routes' answers. An Origin that is not a serialised
+    origin's printable ASCII (bytes that are not UTF-8 reach here as surrogates) is never
+    allowed, not even under ``*``: it would be echoed in Access-Control-Allow-Origin."""
+    return origin is not None and _printable_ascii(origin) and ("*" in origins or origin in origins)
+
+
+def _printable_ascii(text: str) -> bool:
+    return text.isascii() and text.isprintable()
 
 
 def route_of(request: web.Request) -> str:
