@@ -100,6 +100,7 @@ class CollectorState:
     registry_doc: Representation
     domain_lists: DomainLists
     registry_buckets: TokenBuckets
+    query_gate: query.HeavyQueryGate
     store: AsyncSketchStore | None = None
     committer: GroupCommitter | None = None
     draining: bool = False
@@ -158,7 +159,8 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
         reports_per_window={spec.name: spec.reports_per_window for spec in registry},
         store_factory=store_factory or default_store_factory(config),
         registry_doc=registry_representation(registry), domain_lists=DomainLists(registry),
-        registry_buckets=TokenBuckets(config.rate_limit, config.rate_limit_burst))
+        registry_buckets=TokenBuckets(config.rate_limit, config.rate_limit_burst),
+        query_gate=query.HeavyQueryGate(config.max_heavy_queries))
     state.inflight = InflightBudget(
         config.max_inflight_bytes, config.max_inflight_bytes_per_source,
         on_change=state.telemetry.add_inflight,
@@ -526,15 +528,16 @@ def _admit_registry(state: CollectorState, request: web.Request) -> None:
                       retry_after=wait)
 
 
-async def get_estimates(request: web.Request) -> web.Response:
+async def get_estimates(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     return await query.estimates(request, state.registry, state.store, state.tokens,
-                                 state.config.min_reports)
+                                 state.config.min_reports, state.query_gate)
 
 
-async def get_compare(request: web.Request) -> web.Response:
+async def get_compare(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    return await query.compare(request, state.registry, state.store, state.tokens, state.config.min_reports)
+    return await query.compare(request, state.registry, state.store, state.tokens, state.config.min_reports,
+                               state.query_gate)
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -48,14 +48,17 @@ def clopper_pearson_counts(support: np.ndarray, n: int, p_star: float, q_star: f
 
 
 def exact_small_counts(low: np.ndarray, high: np.ndarray, support: np.ndarray, n: int, p_star: float,
-                       q_star: float, confidence: float, simultaneous: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Replace Wald bounds by Clopper–Pearson ones where the support count is small."""
+                       q_star: float, confidence: float, simultaneous: bool,
+                       family_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Replace Wald bounds by Clopper–Pearson ones where the support count is small
+    (``family_size``: the values a simultaneous level is split over, default len(support))."""
     support = np.asarray(support, dtype=np.float64)
     small = support < SMALL_SUPPORT
     if not small.any():
         return low, high
+    family = support.shape[0] if family_size is None else family_size
     cp_low, cp_high = clopper_pearson_counts(support[small], n, p_star, q_star, confidence,
-                                             support.shape[0] if simultaneous else 1)
+                                             family if simultaneous else 1)
     low, high = low.copy(), high.copy()
     low[small], high[small] = cp_low, cp_high
     return low, high
@@ -81,9 +84,9 @@ def zero_count_p_values(support: np.ndarray, n: int, q_star: float) -> np.ndarra
 
 
 def wald_interval(counts: np.ndarray, variances: np.ndarray, n: int, confidence: float = 0.95,
-                  simultaneous: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """(low, high) count bounds, clipped to [0, n]."""
+                  simultaneous: bool = False, family_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) count bounds, clipped to [0, n] (``family_size`` as in ``exact_small_counts``)."""
     counts = np.asarray(counts, dtype=np.float64)
-    z = z_value(confidence, counts.shape[0] if simultaneous else 1)
+    z = z_value(confidence, (counts.shape[0] if family_size is None else family_size) if simultaneous else 1)
     half = z * np.sqrt(np.maximum(np.asarray(variances, dtype=np.float64), 0.0))
     return np.clip(counts - half, 0, n), np.clip(counts + half, 0, n)
