@@ -19,7 +19,9 @@ from client_sdk.protocols.factory import (
 )
 from client_sdk.protocols.numeric import NUMERIC_PROTOCOL_NAMES
 from client_sdk.registry import MAX_NUMERIC_MAGNITUDE, MIN_NUMERIC_WIDTH
+from estimators.amplification import DEFAULT_DELTA
 from estimators.poisoning import poisoning_bound
+from estimators.shuffle_plan import DEFAULT_EPSILONS
 
 from .common import FiniteFloatRange, emit, output_options
 
@@ -229,7 +231,9 @@ def format_joint_plan(spec, clients: int, max_report_bytes: int, fmt: str) -> st
 @click.option("--range", "value_range", callback=parse_range, default=None, metavar="LO,HI",
               help="Instead of --domain: a numeric mean metric's range; compares the numeric "
                    "mechanisms' standard error of the mean.")
-@click.option("--clients", required=True, type=click.IntRange(min=1), help="Reports per window.")
+@click.option("--clients", required=True, type=click.IntRange(min=1),
+              help="Reports per window (with --shuffled or --central-epsilon: devices in the smallest "
+                   "shuffled batch).")
 @click.option("--max-report-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_REPORT_BYTES,
               show_default=True, help="Report-size budget `auto` respects (registry key max_report_bytes).")
 @click.option("--discover", is_flag=True,
@@ -237,14 +241,30 @@ def format_joint_plan(spec, clients: int, max_report_bytes: int, fmt: str) -> st
                    "shows its resolved defaults and expected errors.")
 @click.option("--max-length", type=click.IntRange(1, 64), default=16, show_default=True,
               help="With --discover: bytes kept on the device.")
+@click.option("--shuffled", is_flag=True,
+              help="The central epsilon of reports shuffled in batches of --clients devices, next to the "
+                   "local one: for --epsilon (default 1, 2 and 4), or a --metric's own (docs/privacy.md, "
+                   "\"The central claim of shuffled reports\").")
+@click.option("--central-epsilon", type=FiniteFloatRange(0, 20, min_open=True), default=None,
+              help="Target central epsilon: the largest epsilon per report that shuffling in batches of "
+                   "--clients devices allows, the protocol for --domain (or --range) at it, and its variance "
+                   "against the best local-only protocol at the target.")
+@click.option("--delta", type=FiniteFloatRange(0, 1, min_open=True, max_open=True), default=DEFAULT_DELTA,
+              show_default=True, help="With --shuffled or --central-epsilon: the delta of the central claim.")
 @output_options
 def plan(epsilon: float | None, metrics_file: str | None, metric: str | None, domain: int | None,
          value_range: tuple[float, float] | None, clients: int, max_report_bytes: int, discover: bool,
-         max_length: int, fmt: str, output: str | None) -> None:
+         max_length: int, shuffled: bool, central_epsilon: float | None, delta: float, fmt: str,
+         output: str | None) -> None:
     """Compare protocols for EPSILON, DOMAIN (or --range) and CLIENTS; mark the one `auto` picks.
 
     With --metrics FILE --metric NAME of a joint metric: what it costs against separate metrics.
+    With --shuffled or --central-epsilon: what a shuffler buys (central epsilon, and the inverse).
     """
+    if shuffled or central_epsilon is not None:
+        _plan_shuffled(epsilon, metrics_file, metric, domain, value_range, clients, max_report_bytes,
+                       discover, shuffled, central_epsilon, delta, fmt, output)
+        return
     if metric is not None or metrics_file is not None:
         if metric is None or metrics_file is None:
             raise click.UsageError("--metrics FILE and --metric NAME go together (a joint metric to plan)")
@@ -310,6 +330,45 @@ def plan(epsilon: float | None, metrics_file: str | None, metric: str | None, do
         lines.append(f"no protocol's report fits max_report_bytes = {max_report_bytes} (the smallest takes "
                      f"{min(sizes)} bytes): a metric with protocol = \"auto\" is refused; raise max_report_bytes")
     emit("\n".join(lines) + "\n", output)
+
+
+def _plan_shuffled(epsilon: float | None, metrics_file: str | None, metric: str | None, domain: int | None,
+                   value_range: tuple[float, float] | None, clients: int, max_report_bytes: int, discover: bool,
+                   shuffled: bool, central_epsilon: float | None, delta: float, fmt: str,
+                   output: str | None) -> None:
+    """`plan --shuffled` / `--central-epsilon` (cli/plan_shuffle.py)."""
+    from . import plan_shuffle
+
+    if shuffled and central_epsilon is not None:
+        raise click.UsageError("--shuffled prints the central epsilon of given ones; --central-epsilon asks the "
+                               "inverse: give one of them")
+    if discover:
+        raise click.UsageError("--discover does not combine with --shuffled or --central-epsilon")
+    if central_epsilon is not None:
+        if epsilon is not None or metric is not None or metrics_file is not None:
+            raise click.UsageError("--central-epsilon finds the epsilon per report itself: leave out --epsilon "
+                                   "and --metric")
+        if (domain is None) == (value_range is None):
+            raise click.UsageError("--central-epsilon needs --domain D (categorical) or --range LO,HI (a mean)")
+        emit(plan_shuffle.format_inverse(central_epsilon, clients, delta, domain, value_range,
+                                         max_report_bytes, fmt), output)
+        return
+    if metric is not None or metrics_file is not None:
+        if metric is None or metrics_file is None:
+            raise click.UsageError("--metrics FILE and --metric NAME go together")
+        if epsilon is not None or domain is not None or value_range is not None:
+            raise click.UsageError("--shuffled --metric takes the metric's own epsilon and domain: leave out "
+                                   "--epsilon, --domain and --range")
+        from .common import load_metric
+
+        spec = load_metric(metrics_file, metric)[1]
+        emit(plan_shuffle.format_metric_claim(spec, clients, delta, fmt), output)
+        return
+    if value_range is not None:
+        raise click.UsageError("--shuffled tabulates epsilon per report (any protocol) or, with --domain, "
+                               "auto's protocol; a numeric range adds nothing: leave out --range")
+    epsilons = (epsilon,) if epsilon is not None else DEFAULT_EPSILONS
+    emit(plan_shuffle.format_central(clients, delta, epsilons, domain, max_report_bytes, fmt), output)
 
 
 def _bits(bits: int) -> str:
