@@ -4,7 +4,10 @@ Routes (docs/openapi.yaml describes each; a test keeps the two equal):
 
     POST /v1/reports                      ingest one msgpack batch (wire format v1)
     GET  /v1/registry                     the metrics, parameters and fingerprints
-    OPTIONS /v1/reports, /v1/registry     CORS preflight for browser SDKs (collector/cors.py)
+    GET  /.well-known/ohttp-gateway       the sealed-report gateway's key configurations (RFC 9540)
+    POST /.well-known/ohttp-gateway       one sealed batch (message/ohttp-req, RFC 9458; gateway.py)
+    OPTIONS /v1/reports, /v1/registry, /.well-known/ohttp-gateway
+                                          CORS preflight for browser SDKs (collector/cors.py)
     GET  /v1/metrics/{name}/estimates     estimates (bearer token); POST for long candidate lists
     GET  /healthz                         the process is up
     GET  /readyz                          the store is reachable, its schema current, and it commits
@@ -33,6 +36,7 @@ from aiohttp import compression_utils, web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
+from client_sdk import ohttp
 from client_sdk.errors import LdptError, StoreError
 from client_sdk.registry import Registry
 from collector.storage.aio import AsyncSketchStore, ThreadedStore
@@ -42,9 +46,11 @@ from . import cors, query
 from .committer import GroupCommitter
 from .config import ServeConfig, read_tokens
 from .connections import ConnectionGuard
+from .gateway import handle_envelope
 from .inflight import InflightBudget
 from .ingest import BatchDecoder
 from .limits import IngestPolicy
+from .ohttp_keys import KEYS_MAX_AGE, KeyRing
 from .problems import Problem
 from .segments import SegmentCap
 from .telemetry import Telemetry
@@ -61,8 +67,11 @@ CONTENT_ENCODINGS = ("identity", "gzip", "deflate",
 ROUTES: tuple[tuple[str, str], ...] = (
     ("POST", "/v1/reports"),
     ("GET", "/v1/registry"),
+    ("GET", ohttp.GATEWAY_PATH),
+    ("POST", ohttp.GATEWAY_PATH),
     ("OPTIONS", "/v1/reports"),
     ("OPTIONS", "/v1/registry"),
+    ("OPTIONS", ohttp.GATEWAY_PATH),
     ("GET", "/v1/metrics/{name}/estimates"),
     ("POST", "/v1/metrics/{name}/estimates"),
     ("GET", "/v1/metrics/{name}/compare"),
@@ -72,7 +81,7 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("GET", "/metrics"),
 )
 #: Route -> the endpoint label of the ldpt_request_seconds histogram.
-ENDPOINT_OF = {"/v1/reports": "ingest", "/v1/registry": "registry",
+ENDPOINT_OF = {"/v1/reports": "ingest", "/v1/registry": "registry", ohttp.GATEWAY_PATH: "ingest",
                "/v1/metrics/{name}/estimates": "query", "/v1/metrics/{name}/compare": "query",
                "/ui/api/overview": "query", "/ui/charts/{name}/{chart}.svg": "query",
                "/healthz": "health", "/readyz": "health", "/metrics": "metrics"}
@@ -97,6 +106,7 @@ class CollectorState:
     store_factory: StoreFactory
     registry_body: bytes
     registry_etag: str
+    keyring: KeyRing
     store: AsyncSketchStore | None = None
     committer: GroupCommitter | None = None
     draining: bool = False
@@ -156,7 +166,8 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
         reports_per_window={spec.name: spec.reports_per_window for spec in registry},
         store_factory=store_factory or default_store_factory(config),
         registry_body=registry_body,
-        registry_etag='"' + hashlib.sha256(registry_body).hexdigest()[:32] + '"')
+        registry_etag='"' + hashlib.sha256(registry_body).hexdigest()[:32] + '"',
+        keyring=KeyRing(config.ohttp_keys_dir, allow_insecure=config.allow_insecure_token_file))
     state.inflight = InflightBudget(
         config.max_inflight_bytes, config.max_inflight_bytes_per_source,
         on_change=state.telemetry.add_inflight,
@@ -174,6 +185,8 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
     app[STATE] = state
     app.router.add_post("/v1/reports", post_reports)
     app.router.add_get("/v1/registry", get_registry)
+    app.router.add_get(ohttp.GATEWAY_PATH, get_gateway_keys)
+    app.router.add_post(ohttp.GATEWAY_PATH, post_sealed)
     origins = cors.parse_origins(config.cors_origins)
     for path in cors.CORS_ROUTES:
         app.router.add_route("OPTIONS", path, cors.preflight_handler(origins))
@@ -382,7 +395,6 @@ async def problem_middleware(request: web.Request, handler: Callable[[web.Reques
 async def post_reports(request: web.Request) -> web.Response:
     """Ingest one batch: size and type checks, decode + validate, group commit, ack."""
     state = request.app[STATE]
-    config = state.config
     state.policy.check_key(request.headers.get("Authorization"))
     source, relay = state.policy.source(request.remote, request.headers)
     state.policy.admit(source, relay)
@@ -391,25 +403,49 @@ async def post_reports(request: web.Request) -> web.Response:
                       "accepted; send application/msgpack (wire format v1)",
                       headers={"Accept-Post": "application/msgpack"})
     check_content_encoding(request.headers.get("Content-Encoding"))
+    body = await read_limited_body(request, state, source, relay, state.config.max_body_bytes)
+    result = await ingest_batch(state, body, relay=relay)
+    return web.json_response({"accepted": result.reports, "duplicate": result.duplicate})
+
+
+async def read_limited_body(request: web.Request, state: CollectorState, source: Any, relay: bool,
+                            limit: int) -> bytes:
+    """The body of an ingest request (a batch, or a sealed envelope) within ``limit`` bytes,
+    charged to the in-flight budgets as it arrives (411, 413, 408, 503 as problems)."""
+    config = state.config
     length = request.content_length
     if length is None and "chunked" not in request.headers.get("Transfer-Encoding", "").lower():
         # HTTP/1.0 without Content-Length ends its body by closing: refuse rather than wait
         raise Problem("length-required", "send Content-Length (or Transfer-Encoding: chunked "
                       "over HTTP/1.1) with the batch")
-    if length is not None and length > config.max_body_bytes:
+    if length is not None and length > limit:
         raise Problem("body-too-large", f"the body has {length} bytes; this collector accepts at "
-                      f"most {config.max_body_bytes} (send smaller batches)")
+                      f"most {limit} (send smaller batches)")
     # in-flight bytes are charged as they arrive, per source too (collector/inflight.py): a
     # declared length reserves nothing, so slow or lying bodies cannot starve ingestion
     state.inflight.admit(source, length, relay)
     charged = [0]
     try:
-        body = await read_body(request, config.body_read_timeout,
+        return await read_body(request, config.body_read_timeout,
                                charge=lambda n: _charge(state, source, relay, charged, n),
-                               max_bytes=config.max_body_bytes)
-        batch = state.decoder.decode(body, state.window_now())
+                               max_bytes=limit)
     finally:
         state.inflight.release(source, charged[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class IngestResult:
+    """A committed batch: its id, its reports, whether it was a retry of one already counted."""
+
+    batch_id: bytes
+    reports: int
+    duplicate: bool
+
+
+async def ingest_batch(state: CollectorState, body: bytes, *, relay: bool) -> IngestResult:
+    """The one ingest path of a wire-format batch, plain or unsealed by the gateway: decode +
+    validate, the per-batch limits, the segment cap, the group commit. Raises Problem."""
+    batch = state.decoder.decode(body, state.window_now())
     try:
         state.policy.check_batch(batch.deltas.per_metric, state.reports_per_window, relay)
     except Problem as problem:
@@ -423,8 +459,7 @@ async def post_reports(request: web.Request) -> web.Response:
                           "and a new batch needs a new random id", field="batch_id")
         problem.reports = batch.reports
         raise problem
-    return web.json_response({"accepted": batch.reports,
-                              "duplicate": outcome is BatchOutcome.DUPLICATE})
+    return IngestResult(batch.batch_id, batch.reports, outcome is BatchOutcome.DUPLICATE)
 
 
 async def _check_segments(state: CollectorState, batch: Any) -> None:
@@ -494,6 +529,46 @@ async def read_body(request: web.Request, timeout: float, *,
     except ConnectionError:
         raise Problem("client-disconnected", "the client closed the connection before its body "
                       "was complete") from None
+
+
+def _gateway_enabled(state: CollectorState) -> None:
+    if not state.keyring.enabled:
+        raise Problem("not-found", "this collector takes no sealed reports (its operator has not set "
+                      "ohttp_keys_dir); send plain batches to POST /v1/reports")
+
+
+async def get_gateway_keys(request: web.Request) -> web.Response:
+    """The active key configurations (``application/ohttp-keys``), for SDKs to seal to."""
+    state = request.app[STATE]
+    _gateway_enabled(state)
+    document = state.keyring.published()
+    if not document:
+        raise Problem("no-gateway-key", "every gateway key is retired; the operator runs `ldpt keys "
+                      "rotate`", retry_after=60)
+    return web.Response(body=document, content_type=ohttp.KEYS_TYPE,
+                        headers={"Cache-Control": f"max-age={KEYS_MAX_AGE}"})
+
+
+async def post_sealed(request: web.Request) -> web.Response:
+    """One sealed batch: the outer checks (rate limit, media type, size), then the gateway."""
+    state = request.app[STATE]
+    _gateway_enabled(state)
+    source, relay = state.policy.source(request.remote, request.headers)
+    state.policy.admit(source, relay)
+    if request.content_type != ohttp.REQUEST_TYPE:
+        raise Problem("unsupported-media-type", f"Content-Type {request.content_type!r} is not "
+                      f"accepted here; send {ohttp.REQUEST_TYPE} (an Oblivious HTTP request)",
+                      headers={"Accept-Post": ohttp.REQUEST_TYPE})
+    check_content_encoding(request.headers.get("Content-Encoding"))
+    limit = min(ohttp.sealed_size_limit(state.config.max_body_bytes),
+                state.config.max_inflight_bytes_per_source)
+    envelope = await read_limited_body(request, state, source, relay, limit)
+    result = await handle_envelope(state, envelope)
+    if result.response is None:
+        assert result.problem is not None  # counted by handle_envelope: answered, not raised
+        return result.problem.response()
+    return web.Response(body=result.response, content_type=ohttp.RESPONSE_TYPE,
+                        headers={"Cache-Control": "private, no-store"})
 
 
 async def get_registry(request: web.Request) -> web.Response:
