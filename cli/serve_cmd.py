@@ -61,7 +61,8 @@ def _settings_help() -> str:
 @click.option("--admin-host", default=None,
               help="Address of the admin port [default: 127.0.0.1, whatever --host is].")
 @click.option("--access-log", is_flag=True, default=None,
-              help="Log every request (off by default: client addresses are not logged).")
+              help="Log every request, query values stripped (off by default: client addresses are "
+                   "not logged).")
 def serve(config_file: str | None, metrics_file: str | None, db: str | None, postgres: str | None,
           host: str | None, port: int | None, workers: int | None, window: str | None,
           query_token_file: str | None, allow_insecure_token_file: bool | None,

@@ -46,6 +46,7 @@ import msgpack
 from .aio import AsyncTransport
 from .registry import Registry
 from .transport import (
+    DOMAINS_PATH,
     MSGPACK,
     PROBLEM_BASE,
     REGISTRY_PATH,
@@ -144,6 +145,8 @@ class FakeCollector:
         if method == "GET" and path == REGISTRY_PATH and self.registry is not None:
             return Response(200, {"content-type": "application/json"},
                             json.dumps(self.registry.to_json()).encode())
+        if method == "GET" and path.startswith(DOMAINS_PATH) and self.registry is not None:
+            return _domain_response(self.registry, path)
         if path == GATEWAY_PATH and self.gateway_keys:
             return self._gateway(method, headers, body, fault)
         if method != "POST" or path != REPORTS_PATH:
@@ -265,6 +268,8 @@ class RecordingCollector:
         if method == "GET" and path == REGISTRY_PATH and self.registry is not None:
             return Response(200, {"content-type": "application/json"},
                             json.dumps(self.registry.to_json()).encode())
+        if method == "GET" and path.startswith(DOMAINS_PATH) and self.registry is not None:
+            return _domain_response(self.registry, path)
         if method != "POST" or path != REPORTS_PATH:
             return problem(404, "not-found", f"no route {method} {path}")
         try:
@@ -283,6 +288,20 @@ class RecordingCollector:
         """Every report received (its wire dict), optionally of one metric only."""
         with self.lock:
             return [r for b in self.batches for r in b["reports"] if metric is None or r.get("m") == metric]
+
+
+def _domain_response(registry: Registry, path: str) -> Response:
+    """GET /v1/registry/domains/{metric}: a file domain's values, one per line, as the collector."""
+    import urllib.parse
+
+    from .domains import domain_text
+
+    spec = registry.metrics.get(urllib.parse.unquote(path[len(DOMAINS_PATH):]))
+    source = getattr(spec, "domain_source", None)
+    if spec is None or source is None or source.kind != "file":
+        return problem(404, "no-domain-file", f"no domain file at {path}")
+    return Response(200, {"content-type": "text/plain; charset=utf-8"},
+                    domain_text(spec.categories).encode("utf-8"))
 
 
 class MemoryTransport(Transport):

@@ -33,6 +33,7 @@ WIRE_VERSION = 1
 BATCH_ID_BYTES = 16
 REPORTS_PATH = "/v1/reports"
 REGISTRY_PATH = "/v1/registry"
+DOMAINS_PATH = "/v1/registry/domains/"
 MSGPACK = "application/msgpack"
 PROBLEM_BASE = "https://ldp-telemetry.dev/problems/"
 USER_AGENT = "ldpt-sdk"             # the same for every client: no version, no platform
@@ -105,6 +106,11 @@ class Transport:
 
     def get_registry(self) -> Response:
         return self.request("GET", REGISTRY_PATH, None, {"Accept": "application/json"})
+
+    def get_domain(self, metric: str) -> Response:
+        """GET a file domain's values (``/v1/registry/domains/{metric}``, gzip accepted)."""
+        return self.request("GET", DOMAINS_PATH + urllib.parse.quote(metric, safe=""), None,
+                            {"Accept": "text/plain", "Accept-Encoding": "gzip"})
 
     def close(self) -> None:
         """Release connections."""

@@ -80,7 +80,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("allow_insecure_token_file", False, "Start even if a token or key file is readable "
             "by group or others (refused otherwise, as ssh refuses such keys)."),
     Setting("min_reports", 0, "Refuse estimates for windows with fewer reports than this.", zero=True),
-    Setting("access_log", False, "Log every request (off: client addresses are not logged)."),
+    Setting("access_log", False, "Log every request, without query values (off: client addresses "
+            "are not logged)."),
     # --- retention --------------------------------------------------------------------------------
     Setting("retention_days", 0, "Delete windows older than this many days (checked every "
             "maintain_interval); 0 keeps everything.", zero=True),

@@ -124,7 +124,7 @@ def _inner_batch(state: CollectorState, message: bytes) -> bytes:
         raise Problem("method-not-allowed", f"a sealed request is a POST, not {request.method[:10]!r}",
                       headers={"Allow": "POST"})
     auth = request.header("authorization")
-    state.policy.check_key(None if auth is None else auth.decode("latin-1"))
+    state.policy.check_key(None if auth is None else auth.decode("utf-8", "surrogateescape"))
     ctype = (request.header("content-type") or b"").decode("latin-1").split(";")[0].strip().lower()
     if ctype not in MSGPACK_TYPES:
         raise Problem("unsupported-media-type", f"the sealed request's content-type is {ctype[:60]!r}; "

@@ -39,7 +39,7 @@ from client_sdk.protocols import discover as disc
 from client_sdk.protocols import olh as olh_mod
 from client_sdk.protocols.factory import build_protocol
 from client_sdk.protocols.numeric import NumericProtocol
-from client_sdk.registry import parse_registry
+from client_sdk.registry import canonical_value, parse_registry
 from client_sdk.state import MemoryState, ledger_key, value_digest
 from client_sdk.uploader import pack_batch
 
@@ -837,6 +837,60 @@ def sealed_vectors() -> dict[str, Any]:
         "responses": responses,
     }
 
+# --- large domains declared compactly (client_sdk/domains.py) --------------------------------------------
+DOMAIN_VALUES = ("alpha", "beta", "gamma", "δέλτα", "日本", "e\u0301", "é", "a b", "0", "07", "-1", "last")
+DOMAINS_TOML = """
+[metrics.app_id]
+kind = "categorical"
+categories = { ids = 1000 }
+protocol = "hr"
+epsilon = 2.0
+
+[metrics.app]
+kind = "categorical"
+categories = { file = "app.txt" }
+protocol = "olh"
+epsilon = 2.0
+"""
+DOMAINS_INLINE_TOML = """
+[metrics.app]
+kind = "categorical"
+categories = [%s]
+protocol = "olh"
+epsilon = 2.0
+"""
+
+
+def domain_vectors() -> dict[str, Any]:
+    """A numbered and a file domain as published, the file's text, and value -> index lookups."""
+    import tempfile
+
+    from client_sdk.domains import domain_text
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "app.txt").write_text(domain_text(DOMAIN_VALUES), encoding="utf-8")
+        registry = parse_registry(DOMAINS_TOML, "conformance/domains", base_dir=Path(tmp))
+    inline = parse_registry(DOMAINS_INLINE_TOML % ", ".join(json.dumps(v) for v in DOMAIN_VALUES), "inline")
+    if inline.get("app").fingerprint != registry.get("app").fingerprint:
+        raise AssertionError("a file domain must keep the fingerprint of its values inline")
+    doc = json.loads(json.dumps(registry.to_json()))
+    ids, app = registry.get("app_id"), registry.get("app")
+    lookups = []
+    for value in [0, 1, 999, 1000, -1, "0", "17", "999", "1000", "007", "-0", " 5", "5 ", "1e3", "x"]:
+        idx = ids.domain_index.get(canonical_value(ids.kind, value))
+        lookups.append({"metric": "app_id", "value": value, "index": idx})
+    for value in [*DOMAIN_VALUES, "ALPHA", "", "alpha ", 7]:
+        idx = app.domain_index.get(canonical_value(app.kind, value))
+        lookups.append({"metric": "app", "value": value, "index": idx})
+    return {"description": "Large categorical domains (docs/wire-format.md, \"Large domains\"): a numbered "
+                           "domain published as {ids} and a file domain published as {file, size, sha256} "
+                           "whose values (`domain_text`) an SDK fetches apart and checks against sha256; "
+                           "`lookups` give the domain index of a value (null: not in the domain; a "
+                           "non-integer number is never an id). `app`'s fingerprint is the one it has "
+                           "with its values inline.",
+            "registry": doc, "domain_texts": {"app": domain_text(DOMAIN_VALUES)},
+            "fingerprints": {s.name: s.fingerprint for s in registry}, "lookups": lookups}
+
 
 # --- driver ---------------------------------------------------------------------------------------------
 def build() -> dict[str, dict[str, Any]]:
@@ -851,6 +905,8 @@ def build() -> dict[str, dict[str, Any]]:
         "ledger.json": ledger_vectors(),
         "batches.json": batch_vectors(),
         "sealed.json": sealed_vectors(),
+
+        "domains.json": domain_vectors(),
     }
     for doc in files.values():
         doc["suite_version"] = SUITE_VERSION

@@ -160,7 +160,7 @@ object Ledger {
         for (a in accounts.values) if (a.window > latest) latest = a.window
         if (latest <= windowName(c.day)) return c
         val day = dayOfWindow(latest) ?: return c
-        return c.copy(day = day)
+        return c.on(day)
     }
 
     private fun decideDevice(accounts: Accounts, c: Charge): Refusal? {
@@ -299,7 +299,7 @@ enum class Refusal(val wire: String) {
 }
 
 /** One report asking to be charged: what it costs and the limits that apply. */
-data class Charge(
+class Charge(
     val metric: String,
     val fingerprint: String,
     /** UTC day of the report (days since 1970-01-01): the window. */
@@ -314,7 +314,11 @@ data class Charge(
     val lifetimeBudget: Double? = null,
     val deviceWindowBudget: Double? = null,
     val deviceLifetimeBudget: Double? = null,
-)
+) {
+    /** The same charge dated [day]. */
+    fun on(day: Long) = Charge(metric, fingerprint, day, epsilon, epsilonLongitudinal, digest, reportsPerWindow,
+        lifetimeBudget, deviceWindowBudget, deviceLifetimeBudget)
+}
 
 /** Refusals decided on the app's side (against the in-memory mirror), recorded in the book. */
 internal class RefusalCount(val charge: Charge, val reason: Refusal, var count: Long)
