@@ -905,7 +905,6 @@ def build() -> dict[str, dict[str, Any]]:
         "ledger.json": ledger_vectors(),
         "batches.json": batch_vectors(),
         "sealed.json": sealed_vectors(),
-
         "domains.json": domain_vectors(),
     }
     for doc in files.values():
