@@ -37,7 +37,7 @@ object Json {
             is String -> quote(sb, v)
             is Double -> {
                 require(v.isFinite()) { "JSON has no $v" }
-                sb.append(pyRepr(v))
+                sb.append(v.toString())   // the JDK's round-trip digits ("1.0E-5" is JSON too): parses back to v exactly
             }
             is Float -> write(sb, v.toDouble(), indent, depth)
             is Number -> sb.append(v.toString())
@@ -49,6 +49,13 @@ object Json {
             is IntArray -> write(sb, v.toList(), indent, depth)
             else -> throw IllegalArgumentException("not JSON: ${v.javaClass.name}")
         }
+    }
+
+    /** [s] left-padded with zeros to [width] (no String.format: it loads Formatter and locale data at start-up). */
+    internal fun pad(s: String, width: Int): String {
+        val sb = StringBuilder(width)
+        for (i in s.length until width) sb.append('0')
+        return sb.append(s).toString()
     }
 
     private fun <T> container(sb: StringBuilder, open: Char, close: Char, items: List<T>, indent: Int, depth: Int, each: (T) -> Unit) {
@@ -75,7 +82,7 @@ object Json {
                 c == '\n' -> sb.append("\\n")
                 c == '\r' -> sb.append("\\r")
                 c == '\t' -> sb.append("\\t")
-                c < ' ' || c.code > 0x7e -> sb.append(String.format("\\u%04x", c.code))
+                c < ' ' || c.code > 0x7e -> sb.append("\\u").append(pad(Integer.toHexString(c.code), 4))
                 else -> sb.append(c)
             }
         }
@@ -106,7 +113,7 @@ object Json {
         val sign = if (x < 0) "-" else ""
         if (e < -4 || e >= 16) {
             val mant = if (digits.length > 1) digits[0] + "." + digits.substring(1) else digits
-            return "$sign${mant}e${if (e < 0) "-" else "+"}${String.format("%02d", Math.abs(e))}"
+            return "$sign${mant}e${if (e < 0) "-" else "+"}${pad(Math.abs(e).toString(), 2)}"
         }
         if (e < 0) return "${sign}0.${"0".repeat(-e - 1)}$digits"
         val whole = digits.padEnd(e + 1, '0')

@@ -50,7 +50,7 @@ object Ledger {
         val m = if (mp < 10) mp + 3 else mp - 9
         val y = yoe + era * 400 + if (m <= 2) 1 else 0
         if (y < 1 || y > 9999) throw IllegalArgumentException("day $day is outside the calendar (years 1-9999)")
-        return String.format("%04d-%02d-%02d", y, m, d)
+        return Json.pad(y.toString(), 4) + "-" + Json.pad(m.toString(), 2) + "-" + Json.pad(d.toString(), 2)
     }
 
     /** The day number of a YYYY-MM-DD window, or null. */

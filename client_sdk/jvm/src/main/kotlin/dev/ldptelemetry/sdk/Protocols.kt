@@ -1,6 +1,5 @@
 package dev.ldptelemetry.sdk
 
-import java.math.BigInteger
 
 /**
  * Every protocol's one-report encoder, from the published `encoder` object alone
@@ -375,12 +374,14 @@ internal class BitThresholds(b: Block) {
 
     init {
         val grid = b.int("grid")
-        val a = BigInteger(b.ulong("low").toString())
-        val d = BigInteger(b.ulong("step").toString())
-        val top = BigInteger.ONE.shiftLeft(64)
+        val a = b.ulong("low")
+        val d = b.ulong("step")
+        var t: ULong? = a
         values = Array(grid + 1) { j ->
-            val t = a.add(d.multiply(BigInteger.valueOf(j.toLong())))
-            if (t >= top) null else t.toString().toULong()
+            val here = t
+            // next: t + D, or null (2^64 or more) once it wraps around
+            if (here != null) t = (here + d).let { if (it < here) null else it }
+            here
         }
     }
 

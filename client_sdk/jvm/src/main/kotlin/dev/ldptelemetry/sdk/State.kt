@@ -100,14 +100,19 @@ internal fun overCaps(created: LongArray, sizes: LongArray, limits: OutboxLimits
 
 /** Outbox entry names: `<created µs, 17 digits>-<reports>-<batch id hex>`, sorting oldest first. */
 internal fun batchName(created: Long, reports: Int, batchId: ByteArray): String =
-    String.format("%017d-%d-%s", created * 1000, reports, Hashing.hex(batchId))
+    Json.pad((created * 1000).toString(), 17) + "-" + reports + "-" + Hashing.hex(batchId)
 
-private val BATCH_NAME = Regex("^(\\d{17})-(\\d+)-([0-9a-f]{32})$")
-
-/** (created ms, reports) of an entry name, or null. */
+/** (created ms, reports) of an entry name `<17 digits>-<digits>-<32 hex>`, or null. */
 internal fun parseBatchName(name: String): Pair<Long, Int>? {
-    val m = BATCH_NAME.matchEntire(name) ?: return null
-    return (m.groupValues[1].toLong() / 1000) to m.groupValues[2].toInt()
+    val dash = name.indexOf('-', 18)
+    if (name.length < 18 + 2 + 32 || name[17] != '-' || dash < 19 || name.length - dash - 1 != 32) return null
+    for (i in 0 until name.length) {
+        val c = name[i]
+        val ok = if (i == 17 || i == dash) c == '-' else if (i < dash) c in '0'..'9' else c in '0'..'9' || c in 'a'..'f'
+        if (!ok) return null
+    }
+    val reports = name.substring(18, dash).toIntOrNull() ?: return null
+    return (name.substring(0, 17).toLong() / 1000) to reports
 }
 
 /**

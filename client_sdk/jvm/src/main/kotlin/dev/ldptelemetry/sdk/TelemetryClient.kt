@@ -36,7 +36,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
     private val csprng = SecureRandom()
     private val random: RandomSource = options.random ?: SecureRandomSource(csprng)
     private val transport: Transport = options.transport ?: HttpUrlTransport(options.endpoint!!, options.timeoutMs)
-    private val logger = Logger.getLogger("dev.ldptelemetry.sdk")
+    private val logger by lazy { Logger.getLogger("dev.ldptelemetry.sdk") }   // java.util.logging loads on the first message
     private val logged = HashSet<String>()
 
     private var store: DeviceStore? = null

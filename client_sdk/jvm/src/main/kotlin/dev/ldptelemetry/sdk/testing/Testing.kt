@@ -57,7 +57,8 @@ class MemoryOutbox(private val limits: OutboxLimits = OutboxLimits()) : Outbox {
         private set
 
     @Synchronized override fun add(batchId: ByteArray, body: ByteArray, reports: Int, created: Long) {
-        val name = String.format("%017d-%d-", created * 1000, reports) + batchId.joinToString("") { String.format("%02x", it) }
+        val name = (created * 1000).toString().padStart(17, '0') + "-" + reports + "-" +
+            batchId.joinToString("") { Integer.toHexString((it.toInt() and 0xff) or 0x100).substring(1) }
         entries.add(Entry(StoredBatch(name, body, reports, created), null))
         entries.sortBy { it.batch.name }
         val waiting = entries.filter { it.claimedAt == null }
