@@ -198,7 +198,7 @@ internal class DirectoryLock(private val file: File, private val timeoutMs: Long
 
 /** File helpers: owner-only permissions, write-temp-fsync-rename. java.io only (Android API 24 has no java.nio.file). */
 internal object Files {
-    private val random = SecureRandom()
+    private val random = Csprng.random
 
     fun ownerOnly(f: File) {
         f.setReadable(false, false); f.setReadable(true, true)
@@ -295,7 +295,7 @@ class FileStore @JvmOverloads constructor(
         val f = File(dir, "secret")
         val data = Files.readOrNull(f) ?: lock.hold {
             Files.readOrNull(f) ?: ByteArray(SECRET_BYTES).also {
-                SecureRandom().nextBytes(it)   // the secret: never leaves this directory
+                Csprng.random.nextBytes(it)   // the secret: never leaves this directory
                 Files.atomicWrite(f, it)
             }
         }
@@ -351,7 +351,7 @@ class FileOutbox(val dir: File, private val limits: OutboxLimits = OutboxLimits(
         private set
     @Volatile override var expiredReports: Long = 0
         private set
-    private val random = SecureRandom()
+    private val random = Csprng.random
 
     private fun names(): Array<String> = dir.list() ?: emptyArray()
 

@@ -33,7 +33,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
     private val lock = ReentrantLock()
     private val changed = lock.newCondition()
     private val counters = LinkedHashMap<String, Long>().apply { for (c in COUNTERS) put(c, 0L) }
-    private val csprng = SecureRandom()
+    private val csprng = Csprng.random
     private val random: RandomSource = options.random ?: SecureRandomSource(csprng)
     private val transport: Transport = options.transport ?: HttpUrlTransport(options.endpoint!!, options.timeoutMs)
     private val logger by lazy { Logger.getLogger("dev.ldptelemetry.sdk") }   // java.util.logging loads on the first message
