@@ -291,12 +291,7 @@ typealias Accounts = LinkedHashMap<String, MetricAccount>
 
 /** Why a report was refused (never sent); [wire] is the name in stats() and the vectors. */
 enum class Refusal(val wire: String) {
-    WINDOW("window"), LIFETIME("lifetime"), DEVICE_WINDOW("device_window"), DEVICE_LIFETIME("device_lifetime");
-
-    companion object {
-        @JvmStatic
-        fun of(name: String): Refusal = values().first { it.wire == name }
-    }
+    WINDOW("window"), LIFETIME("lifetime"), DEVICE_WINDOW("device_window"), DEVICE_LIFETIME("device_lifetime")
 }
 
 /** One report asking to be charged: what it costs and the limits that apply. */

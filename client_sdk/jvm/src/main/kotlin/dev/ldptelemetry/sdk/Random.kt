@@ -59,19 +59,6 @@ class SecureRandomSource @JvmOverloads constructor(private val random: SecureRan
     }
 }
 
-/** Fixed bytes served in order (tests); throws when exhausted. */
-class ByteSource(private val data: ByteArray) : RandomSource {
-    /** How many bytes were served. */
-    var consumed: Int = 0
-        private set
-
-    override fun fill(out: ByteArray) {
-        check(consumed + out.size <= data.size) { "random byte stream exhausted" }
-        System.arraycopy(data, consumed, out, 0, out.size)
-        consumed += out.size
-    }
-}
-
 /** Little-endian unsigned 32-bit word at [at] of [b], as a Long in [0, 2^32). */
 internal fun le32(b: ByteArray, at: Int): Long =
     (b[at].toLong() and 0xff) or ((b[at + 1].toLong() and 0xff) shl 8) or
