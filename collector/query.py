@@ -38,7 +38,7 @@ from estimators.series import series_frame, windows_in_range
 from .problems import Problem
 
 QUERY_FIELDS = ("window", "since", "until", "by", "confidence", "simultaneous", "consistent", "candidates",
-                "top", "format", "limit", "offset", "full")
+                "top", "format", "raw_csv", "limit", "offset", "full")
 #: A frequency estimate of more values than this is answered with its DEFAULT_PAGE largest rows
 #: unless the query asks for a page (limit/offset) or for every row (full=true).
 LARGE_DOMAIN = 10_000
@@ -49,7 +49,7 @@ MAX_PAGE = 100_000
 HEAVY_CELLS = 1 << 16
 #: Rows above which an answer is streamed in pieces formatted off the event loop.
 STREAM_MIN_ROWS = 5_000
-COMPARE_FIELDS = ("a", "b", "confidence", "alpha", "control", "simultaneous", "format")
+COMPARE_FIELDS = ("a", "b", "confidence", "alpha", "control", "simultaneous", "format", "raw_csv")
 #: Largest ``top`` a discover metric may be asked for (docs/discovery.md).
 MAX_TOP = DISCOVER_MAX_TOP
 FORMATS = {"json": "application/json", "csv": "text/csv"}
@@ -153,6 +153,7 @@ def parse_query(params: Mapping[str, Any], accept: str = "") -> dict[str, Any]:
                           field="top")
     out["top"] = top
     out["format"] = _format(params, accept)
+    out["raw_csv"] = _flag("raw_csv", params.get("raw_csv", False))
     out["limit"] = _count("limit", params.get("limit"), 1, MAX_PAGE)
     out["offset"] = _count("offset", params.get("offset"), 0, 10**9)
     out["full"] = _flag("full", params.get("full", False))
@@ -249,7 +250,8 @@ def parse_compare(params: Mapping[str, Any], accept: str = "") -> dict[str, Any]
                       f"{', '.join(COMPARE_FIELDS)})", field=unknown[0])
     out: dict[str, Any] = {"a": _side("a", params.get("a")), "b": _side("b", params.get("b")),
                            "simultaneous": _flag("simultaneous", params.get("simultaneous", False)),
-                           "format": _format(params, accept)}
+                           "format": _format(params, accept),
+                           "raw_csv": _flag("raw_csv", params.get("raw_csv", False))}
     if out["a"]["label"] == out["b"]["label"]:
         raise Problem("invalid-query", f"a and b are both {out['a']['label']}: a comparison needs two "
                       "different windows (or ranges)", field="b")
@@ -348,7 +350,7 @@ async def estimates(request: web.Request, registry: Registry, store: AsyncSketch
     segment_min = max(min_reports, registry.segment_min_reports(spec))
     with (gate or HeavyQueryGate(1 << 30)).slot(is_heavy(spec, q)):
         df = await estimate_df(spec, store, q, min_reports, segment_min)
-        return await respond(request, df, q["format"])
+        return await respond(request, df, q["format"], q["raw_csv"])
 
 
 async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], min_reports: int,
@@ -430,16 +432,18 @@ async def _range_sketches(spec: Any, store: AsyncSketchStore, q: Mapping[str, An
         raise Problem.from_error(exc) from None
 
 
-async def respond(request: web.Request, df: Any, fmt: str) -> web.StreamResponse:
-    """The frame as JSON or CSV: small ones in one body, large ones streamed in pieces that are
-    formatted off the event loop (estimators.formats.iter_json/iter_csv: the same bytes), so
+async def respond(request: web.Request, df: Any, fmt: str, raw_csv: bool = False) -> web.StreamResponse:
+    """The frame as JSON (exact) or CSV (terminal- and spreadsheet-safe strings unless
+    ``raw_csv``: estimators/formats.py ``frame_to_csv``): small ones in one body, large ones
+    streamed in pieces formatted off the event loop (iter_json/iter_csv: the same bytes), so
     neither the loop nor memory holds a whole 10⁶-row document."""
     content_type = FORMATS[fmt]
     if len(df) < STREAM_MIN_ROWS:
         text = await asyncio.get_running_loop().run_in_executor(
-            None, frame_to_csv if fmt == "csv" else frame_to_json, df)
+            None, functools.partial(frame_to_csv, df, raw=raw_csv) if fmt == "csv" else
+            functools.partial(frame_to_json, df))
         return web.Response(text=text, content_type=content_type)
-    pieces = iter_csv(df) if fmt == "csv" else iter_json(df)
+    pieces = iter_csv(df, raw=raw_csv) if fmt == "csv" else iter_json(df)
     response = web.StreamResponse(headers={"Content-Type": f"{content_type}; charset=utf-8"})
     await response.prepare(request)
     loop = asyncio.get_running_loop()
@@ -531,7 +535,7 @@ async def compare(request: web.Request, registry: Registry, store: AsyncSketchSt
     spec = metric_spec(registry, request.match_info["name"])
     q = parse_compare(url_params(request.query), request.headers.get("Accept", ""))
     with (gate or HeavyQueryGate(1 << 30)).slot(is_heavy(spec, q)):
-        return await respond(request, await compare_df(spec, store, q, min_reports), q["format"])
+        return await respond(request, await compare_df(spec, store, q, min_reports), q["format"], q["raw_csv"])
 
 
 async def compare_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], min_reports: int) -> Any:
