@@ -25,7 +25,7 @@ from client_sdk.protocols.base import PureProtocol, Sketch
 from client_sdk.registry import Kind, MetricSpec
 
 from .consistency import norm_sub
-from .intervals import exact_small_counts, wald_interval, z_value, zero_count_p_values
+from .intervals import count_intervals, z_value, zero_count_p_values
 from .multiple_testing import CONTROLS, check_control, detect
 
 COLUMNS = ["value", "estimate", "proportion", "std_err", "ci_low", "ci_high", "p_value", "detected"]
@@ -87,12 +87,12 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
         raise EstimationError(f"metric {spec.name!r}: no reports in the selected window(s)")
     est = proto.estimate(sketch)
     std = np.sqrt(np.maximum(est.variances, 0.0))
-    low, high = wald_interval(est.counts, est.variances, n, confidence, simultaneous)
     model = (proto.support_counts(sketch), proto.p, proto.q) if isinstance(proto, PureProtocol) \
         else getattr(proto, "small_count_model", lambda _: None)(sketch)  # one-cohort OLH is GRR
-    if model is not None:  # exact law of the support count (intervals.py, docs/math.md §8)
-        support, p_star, q_star = model
-        low, high = exact_small_counts(low, high, support, n, p_star, q_star, confidence, simultaneous)
+    support, p_star, q_star = model if model is not None else (None, None, None)
+    # Wald, exact where the support count is too concentrated (intervals.py, docs/math.md §8)
+    low, high = count_intervals(est.counts, est.variances, support, n, p_star, q_star, confidence, simultaneous)
+    if model is not None:  # the exact law of the support count under "c = 0"
         p_value = zero_count_p_values(support, n, q_star)
     else:
         with np.errstate(divide="ignore", invalid="ignore"):
