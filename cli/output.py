@@ -60,6 +60,11 @@ def _joint_table(shown: pd.DataFrame) -> str:
         if col in shown:
             shown[col] = [fmt(st, v) for st, v in zip(shown["statistic"], shown[col])]
     shown["p_value"] = shown["p_value"].map(lambda v: "" if pd.isna(v) else f"{v:.2g}")
+    if "detected" in shown:   # None where no count test was run: an empty cell, not False
+        shown["detected"] = shown["detected"].map(lambda v: "" if v is None or pd.isna(v) else str(bool(v)))
+    if "ci_unbounded" in shown:   # a Fieller set that is unbounded: the interval says nothing
+        unbounded = shown.pop("ci_unbounded").map(lambda v: v is True or v is np.True_)
+        shown.loc[unbounded.to_numpy(bool), ["ci_low", "ci_high"]] = "unbounded"
     return shown.to_string(index=False)
 
 
