@@ -98,7 +98,7 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
     model = (proto.support_counts(sketch) if support is None else support, proto.p, proto.q) \
         if isinstance(proto, PureProtocol) \
         else getattr(proto, "small_count_model", lambda _: None)(sketch)  # one-cohort OLH is GRR
-    if model is not None:  # exact law of the support count (intervals.py, docs/math.md §8)
+    if model is not None:  # the exact law of the support count (intervals.py, docs/math.md §8)
         p_value = zero_count_p_values(model[0], n, model[2])
     else:
         std_all = np.sqrt(np.maximum(est.variances, 0.0))
@@ -118,9 +118,9 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
     std = np.sqrt(np.maximum(variances, 0.0))
     low = wald_interval(counts - b_hi, variances, n, confidence, simultaneous, family_size=d)[0]
     high = wald_interval(counts - b_lo, variances, n, confidence, simultaneous, family_size=d)[1]
-    if model is not None:
+    if model is not None:   # Wald, exact where the support count is too concentrated for it
         low, high = exact_small_counts(low, high, pick(model[0]), n, model[1], model[2], confidence,
-                                       simultaneous, family_size=d)
+                                       simultaneous, counts=counts, family_size=d if simultaneous else 1)
     columns = {
         "estimate": counts,
         "proportion": counts / n,
