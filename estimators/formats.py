@@ -38,7 +38,10 @@ COLUMN_SCALES = {
     "ci_low": "lower confidence bound of estimate (same scale)",
     "ci_high": "upper confidence bound of estimate (same scale)",
     "p_value": "one-sided p-value of 'count = 0'",
-    "detected": "count > 0 under the multiple-testing control (fwer = Holm, fdr = Benjamini-Hochberg)",
+    "detected": "count > 0 under the multiple-testing control (fwer = Holm, fdr = Benjamini-Hochberg); "
+                "null where no count test was run",
+    "ci_unbounded": "true when the (Fieller) confidence set is unbounded: ci_low..ci_high is then the whole "
+                    "admissible range and says nothing; null on rows that are not ratios",
     "truth": "count in the true population (--truth), same scale as estimate",
     "n": "reports in the window",
     "estimate_a": "proportion (or mean) in A",
