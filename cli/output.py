@@ -37,8 +37,8 @@ def frame_to_table(df: pd.DataFrame) -> str:
             f"epsilon {eps:.4g}  reports {_count(a.get('n_reports'))}  "
             f"confidence {a.get('confidence'):.3g}{' (simultaneous)' if a.get('simultaneous') else ''}"
             + (f"  post-processed: {a['post_processed']}" if a.get("post_processed") else "")
-            + (f"  unit {a['unit']}" if a.get("unit") else "")
             + _window_note(a)
+            + (f"  unit {a['unit']}" if a.get("unit") else "")
             if eps is not None else f"metric {a.get('metric')}")
     shown = _terminal_safe(df)
     if str(a.get("kind", "")).startswith("numeric"):

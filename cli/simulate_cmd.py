@@ -127,6 +127,7 @@ def simulate(metrics_file: str, metric: str, clients: int, distribution: str | N
     store = open_store(db, create=True)  # opened before the long work: a bad store fails fast
     try:
         window = window or today_utc()
+        held = stored_reports(store, spec, [window])
         with progress_bar(clients, f"simulating {metric}", silent) as bar:
             if spec.dimensions:
                 store_segments(store, spec, population, dimensions, rng, window, bar.update)
@@ -141,6 +142,27 @@ def simulate(metrics_file: str, metric: str, clients: int, distribution: str | N
     if not silent:
         click.echo(f"{plural(clients, 'simulated report')} of {metric} ({spec.protocol}, epsilon "
                    f"{spec.protocol_impl.epsilon:.4g}) -> {db} window {window} (seed {seed})", err=True)
+    say_added(db, metric, held, clients, truth)
+
+
+def stored_reports(store: Any, spec: MetricSpec, windows: Sequence[str]) -> dict[str, int]:
+    """Reports the store already holds of ``spec`` (its parameters) in each of ``windows``."""
+    wanted = set(windows)
+    return {w.window: int(w.reports) for w in store.windows(spec.name)
+            if w.fingerprint == spec.fingerprint and w.window in wanted and w.reports}
+
+
+def say_added(db: str, metric: str, held: dict[str, int], per_window: int, truth: str | None) -> None:
+    """A store's sketches add up: re-running a simulation doubles its data, which must be said
+    (also with --silent: the estimate and a --truth file of this run no longer match)."""
+    if not held:
+        return
+    first = sorted(held)[0]
+    where = f"window {first}" if len(held) == 1 else f"{plural(len(held), 'window')} ({first}, ...)"
+    click.echo(f"note: {db} already held {sum(held.values()):,} reports of {metric} in {where}; this run's "
+               f"{per_window:,}{' a window' if len(held) > 1 else ''} were added to them (a store's sketches add up)"
+               + (f", so {truth} is the truth of this run only" if truth else "")
+               + ". Simulate into a new --db to estimate one run", err=True)
 
 
 def store_segments(store: Any, spec: MetricSpec, population: Population | NumericPopulation,
@@ -235,6 +257,7 @@ def simulate_days_cmd(metrics_file: str, metric: str, clients: int, distribution
     rng = np.random.default_rng(seed)
     truth_fh = _open_truth(truth) if truth else None
     store = open_store(db, create=True)
+    held = stored_reports(store, spec, labels)
     try:
         with progress_bar(clients * days, f"simulating {metric} x {days} days", silent) as bar:
             for result in simulate_days(spec, clients, distribution, days, change_rate, rng,
@@ -252,6 +275,7 @@ def simulate_days_cmd(metrics_file: str, metric: str, clients: int, distribution
         click.echo(f"{plural(clients, 'simulated device')} x {plural(days, 'day')} of {metric} ({spec.protocol}, epsilon "
                    f"{spec.protocol_impl.epsilon:.4g}) -> {db} windows {labels[0]}..{labels[-1]} "
                    f"(seed {seed})", err=True)
+    say_added(db, metric, held, clients, truth)
 
 
 def _open_truth(path: str):

@@ -290,10 +290,17 @@ def settings_from_toml(path: str | Path) -> dict[str, Any]:
     for key, raw in doc.items():
         setting = SETTINGS_BY_NAME.get(key)
         if setting is None:
-            raise ConfigError(f"{path}: unknown setting {key!r} (known: {', '.join(SETTING_NAMES)})")
+            from client_sdk.registry import did_you_mean
+
+            guess = did_you_mean(key, SETTING_NAMES)
+            raise ConfigError(f"{path}: unknown setting {key!r}" + (f"; did you mean {guess!r}?" if guess else
+                                                                    f" (known: {', '.join(SETTING_NAMES)})"))
         value = _coerce(setting, raw, f"{path}: {key}")
         if setting.path and isinstance(value, str):
             value = str(path.parent / value)
+            if key != "db" and not Path(value).is_file():  # a file the collector reads, named here
+                raise ConfigError(f"{path}: {key} = {raw!r}: no such file {value} (a relative path is "
+                                  "relative to the config file's directory)", setting=key)
         out[key] = value
     return out
 

@@ -175,7 +175,9 @@ def test_query_api_and_dashboard_serve_the_breakdown(tmp_path):
 
     from cli.output import frame_to_json
     from client_sdk.registry import load_registry
+    from collector.app import STATE
     from estimators.joint import joint_frame
+    from estimators.series import window_span
 
     from .collector_support import expected_sketch, make_body, wire_reports, write_token
     from .test_collector_app import AUTH, assert_problem, post, running
@@ -198,7 +200,9 @@ def test_query_api_and_dashboard_serve_the_breakdown(tmp_path):
                 assert (await post(client, body))[0] == 200
             status, _, data = await get(client, path)
             assert status == 200
-            assert data.decode() == frame_to_json(joint_frame(spec, expected_sketch(spec, bodies)))
+            day = (await client.app[STATE].store.awindows("crash_by_os"))[0].window
+            want = window_span(joint_frame(spec, expected_sketch(spec, bodies)), [day])  # the window summed
+            assert data.decode() == frame_to_json(want)
             doc = assert_problem(*await get(client, path + "?consistent=true"), 400, "invalid-query")
             assert doc["field"] == "consistent"
             status, headers, svg = await get(client, "/ui/charts/crash_by_os/estimates.svg")
