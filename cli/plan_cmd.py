@@ -84,17 +84,35 @@ def plan_rows(epsilon: float, domain: int, clients: int,
                      "std_err_proportion": math.sqrt(var) / clients,
                      "vs_optimum": var / clients / optimum_variance(epsilon),
                      "payload_bits": proto.payload_bits, "report_bytes": size,
-                     "fits": size <= max_report_bytes, "note": design_note(proto),
+                     "fits": size <= max_report_bytes, "note": design_note(proto, clients),
+                     "empty_cohorts": expected_empty_cohorts(proto, clients),
                      # forged reports that move one estimate by 1 point (docs/security.md)
                      "forged_per_point": poisoning_bound(proto).forged_for_one_point(clients)})
     return rows
 
 
-def design_note(proto) -> str:
-    """What sizes the protocol's sketch: OLH's hash family, cohorts and inflation; HR's field."""
+def expected_empty_cohorts(proto, clients: int) -> float:
+    """Cohorts of a per-cohort sketch (OLH) that ``clients`` devices leave empty on average,
+    m(1 − 1/m)^n; 0 for protocols whose estimate does not rest on every cohort."""
+    if proto.name != "olh":
+        return 0.0
+    m = proto.params.m
+    return m * math.exp(clients * math.log1p(-1 / m)) if m > 1 else 0.0
+
+
+def design_note(proto, clients: int | None = None) -> str:
+    """What sizes the protocol's sketch: OLH's hash family, cohorts and inflation; HR's field;
+    and, where ``clients`` leave OLH cohorts empty, what that costs and what to use instead."""
     params = proto.params
     if proto.name == "olh":
         family = getattr(params, "family", "random")
+        empty = expected_empty_cohorts(proto, clients) if clients else 0.0
+        if family == "linear" and empty >= 0.5:
+            # E[empty] = m e^(−n/m) < 1/2 from n >= m ln(2m)
+            needed = math.ceil(params.m * math.log(2 * params.m))
+            return (f"linear family, g={params.g}, {params.m:,} cohorts: ~{empty:,.0f} stay empty at "
+                    f"{clients:,} reports ({clients / params.m:.1f} per cohort), which widens every "
+                    f"interval by their unidentified share; use hr (no cohorts) or >= {needed:,} reports")
         if family == "linear":
             return f"linear family, g={params.g}, {params.m:,} cohorts (inflation ~1 + m/n)"
         return f"{params.m:,} cohorts, g={params.g}, inflation {params.approx_inflation:.3f}"

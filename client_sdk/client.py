@@ -862,7 +862,10 @@ class TelemetryClient(ClientCore):
             if self._transport is None:
                 raise ValueError("give endpoint= (the collector URL) or transport=")
             uploader = Uploader(self._transport, _make_outbox(self.state, options.outbox_limits, options.offline),
-                                **options.uploader_kwargs())
+                                **options.uploader_kwargs(), sealer=options.make_sealer(self._transport))
+        elif options.seal is not None:
+            raise ValueError("seal= configures the client's own uploader; with a shared uploader= give "
+                             "Uploader(..., sealer=Sealer(seal, transport)) instead")
         self._uploader = uploader
         try:
             self._start_registry()

@@ -60,11 +60,12 @@ class Response:
 
     @property
     def problem_type(self) -> str | None:
-        """The slug of an RFC 9457 problem document's ``type`` (e.g. "fingerprint-mismatch")."""
+        """The slug of an RFC 9457 problem document's ``type`` (e.g. "fingerprint-mismatch"; for an
+        IANA-registered type such as RFC 9458's ``…/http-problem-types#ohttp-key``, "ohttp-key")."""
         doc = self.json()
         if not isinstance(doc, dict) or not isinstance(doc.get("type"), str):
             return None
-        return doc["type"].rsplit("/", 1)[-1]
+        return doc["type"].rsplit("/", 1)[-1].rsplit("#", 1)[-1]
 
     def retry_after(self, now: float | None = None) -> float | None:
         """Seconds to wait from ``Retry-After`` (delta-seconds or HTTP-date) or ``retry_after``."""

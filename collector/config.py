@@ -123,6 +123,9 @@ SETTINGS: tuple[Setting, ...] = (
             "key from this file (one per line), for apps that can hold a shared key.", str,
             path=True),
     # --- ingestion queue --------------------------------------------------------------------------
+    Setting("ohttp_keys_dir", None, "Directory of the sealed-report gateway's HPKE keys "
+            "(`ldpt keys generate --dir DIR`): with it the collector is an Oblivious HTTP gateway "
+            "at /.well-known/ohttp-gateway (docs/operations.md, \"Sealed reports\").", str, path=True),
     Setting("max_body_bytes", 1 << 20,
             "Largest request body accepted; larger bodies get 413."),
     Setting("max_reports_per_batch", 10_000,
@@ -196,6 +199,7 @@ class ServeConfig:
     relay_sources: str = "127.0.0.1,::1"
     cors_origins: str = ""
     ingest_key_file: Path | None = None
+    ohttp_keys_dir: Path | None = None
     max_body_bytes: int = 1 << 20
     max_reports_per_batch: int = 10_000
     max_inflight_bytes: int = 64 << 20

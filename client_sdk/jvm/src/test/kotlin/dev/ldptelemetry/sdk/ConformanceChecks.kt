@@ -1,5 +1,7 @@
 package dev.ldptelemetry.sdk
 
+import dev.ldptelemetry.sdk.testing.ByteSource
+
 /**
  * The checks of the conformance vectors (docs/conformance.md), each returning its failures
  * (empty when the SDK conforms). Every expected value comes from the vectors; nothing is restated.
