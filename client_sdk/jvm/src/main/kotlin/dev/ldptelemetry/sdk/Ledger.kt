@@ -50,15 +50,15 @@ object Ledger {
         val m = if (mp < 10) mp + 3 else mp - 9
         val y = yoe + era * 400 + if (m <= 2) 1 else 0
         if (y < 1 || y > 9999) throw IllegalArgumentException("day $day is outside the calendar (years 1-9999)")
-        return String.format("%04d-%02d-%02d", y, m, d)
+        return Json.pad(y.toString(), 4) + "-" + Json.pad(m.toString(), 2) + "-" + Json.pad(d.toString(), 2)
     }
 
     /** The day number of a YYYY-MM-DD window, or null. */
     internal fun dayOfWindow(window: String): Long? {
         if (window.length != 10 || window[4] != '-' || window[7] != '-') return null
-        val y = window.substring(0, 4).toLongOrNull() ?: return null
-        val m = window.substring(5, 7).toLongOrNull() ?: return null
-        val d = window.substring(8, 10).toLongOrNull() ?: return null
+        val y = parseLongOrNull(window.substring(0, 4)) ?: return null
+        val m = parseLongOrNull(window.substring(5, 7)) ?: return null
+        val d = parseLongOrNull(window.substring(8, 10)) ?: return null
         if (m !in 1..12 || d !in 1..31) return null
         val yy = if (m <= 2) y - 1 else y
         val era = Math.floorDiv(yy, 400L)
@@ -146,7 +146,8 @@ object Ledger {
     /** Lifetime epsilon this report adds: ε, or ε∞ for a value not seen before (memoised). */
     internal fun lifetimeCost(a: MetricAccount?, c: Charge): Double {
         val eInf = c.epsilonLongitudinal ?: return c.epsilon
-        val seen = a != null && a.memo[c.fingerprint]?.contains(c.digest) == true
+        val digest = c.digest
+        val seen = a != null && digest != null && a.memo[c.fingerprint]?.contains(digest) == true
         return if (seen) 0.0 else eInf
     }
 
@@ -232,7 +233,7 @@ object Ledger {
             roll(a, window)
             a.count(r.reason, r.count)
         }
-        return charges.map { apply(accounts, it) }
+        return charges.mapped { apply(accounts, it) }
     }
 
     /** Drop the memoisation digests (opt-out: the secret they are keyed by is gone); true if any. */
@@ -258,7 +259,7 @@ object Ledger {
     fun dump(accounts: Accounts, generation: String): String {
         val metrics = java.util.TreeMap<String, Any?>()
         for ((name, a) in accounts) metrics[name] = java.util.TreeMap(a.toJson())
-        val doc = linkedMapOf("format" to FORMAT, "generation" to generation, "metrics" to metrics, "version" to VERSION)
+        val doc = mapOfPairs<String, Any?>("format" to FORMAT, "generation" to generation, "metrics" to metrics, "version" to VERSION)
         return Json.write(doc, 1) + "\n"
     }
 
@@ -290,12 +291,7 @@ typealias Accounts = LinkedHashMap<String, MetricAccount>
 
 /** Why a report was refused (never sent); [wire] is the name in stats() and the vectors. */
 enum class Refusal(val wire: String) {
-    WINDOW("window"), LIFETIME("lifetime"), DEVICE_WINDOW("device_window"), DEVICE_LIFETIME("device_lifetime");
-
-    companion object {
-        @JvmStatic
-        fun of(name: String): Refusal = values().first { it.wire == name }
-    }
+    WINDOW("window"), LIFETIME("lifetime"), DEVICE_WINDOW("device_window"), DEVICE_LIFETIME("device_lifetime")
 }
 
 /** One report asking to be charged: what it costs and the limits that apply. */
@@ -347,15 +343,18 @@ class MetricAccount(
     var previousEpsilon: Double = 0.0,
 ) {
     /** Distinct values charged at ε∞ over all fingerprints. */
-    val distinctValues: Int get() = memo.values.sumOf { it.size }
+    val distinctValues: Int get() {
+        var n = 0
+        for (s in memo.values) n += s.size
+        return n
+    }
 
     internal fun count(reason: Refusal, n: Long) {
-        when (reason) {
-            Refusal.WINDOW -> refusedWindow += n
-            Refusal.LIFETIME -> refusedLifetime += n
-            Refusal.DEVICE_WINDOW -> refusedDeviceWindow += n
-            Refusal.DEVICE_LIFETIME -> refusedDeviceLifetime += n
-        }
+        // by identity, not `when` over the enum (no mapping class)
+        if (reason === Refusal.WINDOW) refusedWindow += n
+        else if (reason === Refusal.LIFETIME) refusedLifetime += n
+        else if (reason === Refusal.DEVICE_WINDOW) refusedDeviceWindow += n
+        else refusedDeviceLifetime += n
     }
 
     fun copy(): MetricAccount {
@@ -367,7 +366,7 @@ class MetricAccount(
     }
 
     /** The account as ledger.json holds it (the reference's field names; digests sorted). */
-    fun toJson(): Map<String, Any?> = linkedMapOf(
+    fun toJson(): Map<String, Any?> = mapOfPairs(
         "window" to window, "window_reports" to windowReports, "window_epsilon" to windowEpsilon,
         "lifetime_reports" to lifetimeReports, "lifetime_epsilon" to lifetimeEpsilon,
         "refused_window" to refusedWindow, "refused_lifetime" to refusedLifetime,
@@ -375,7 +374,7 @@ class MetricAccount(
         "fingerprint" to fingerprint, "epsilon_per_report" to epsilonPerReport,
         "epsilon_longitudinal" to epsilonLongitudinal, "reports_per_window" to reportsPerWindow,
         "lifetime_budget" to lifetimeBudget,
-        "memo" to java.util.TreeMap(memo.mapValues { it.value.sorted() }),
+        "memo" to java.util.TreeMap<String, Any?>().also { m -> for ((fp, d) in memo) m[fp] = d.sortedList() },
         "previous_window" to previousWindow, "previous_reports" to previousReports, "previous_epsilon" to previousEpsilon,
     )
 
@@ -411,7 +410,7 @@ class MetricAccount(
             when (val m = d["memo"]) {
                 null -> {}
                 is Map<*, *> -> for ((fp, digests) in m) {
-                    if (digests is List<*> && digests.all { it is String }) memo[fp as String] = LinkedHashSet(digests.map { it as String })
+                    if (digests is List<*> && digests.all { it is String }) memo[fp as String] = LinkedHashSet(digests.mapped { it as String })
                     else bad.add("memo")
                 }
                 else -> bad.add("memo")
@@ -426,9 +425,7 @@ class MetricAccount(
                 lifetimeBudget = optEps("lifetime_budget"), memo = memo, previousWindow = text("previous_window", ""),
                 previousReports = count("previous_reports", 0), previousEpsilon = eps("previous_epsilon"),
             )
-            for (v in listOf(a.windowEpsilon, a.lifetimeEpsilon, a.epsilonPerReport, a.previousEpsilon)) {
-                if (!v.isFinite()) bad.add("epsilon")
-            }
+            if (!(a.windowEpsilon + a.lifetimeEpsilon + a.epsilonPerReport + a.previousEpsilon).isFinite()) bad.add("epsilon")
             if (bad.isNotEmpty()) throw IllegalArgumentException("field(s) ${bad.distinct().joinToString(", ")} have the wrong type")
             return a
         }

@@ -18,6 +18,16 @@ interface RandomSource {
     fun fill(out: ByteArray)
 }
 
+/**
+ * The process's one platform CSPRNG (SecureRandom is thread-safe): secrets, batch ids, file and
+ * generation tags, jitter, and the blocks [SecureRandomSource] serves to the encoders. One
+ * instance, so the provider machinery is set up once per process, not once per object.
+ */
+internal object Csprng {
+    @JvmField
+    val random: SecureRandom = SecureRandom()
+}
+
 /** 2^32, the denominator of every 32-bit threshold. */
 internal const val TWO32: Long = 1L shl 32
 
@@ -25,7 +35,7 @@ internal const val TWO32: Long = 1L shl 32
  * The platform CSPRNG, read in blocks of [BLOCK] bytes (one SecureRandom call per block,
  * not per word: report() needs a few words). Not shared between threads without the client's lock.
  */
-class SecureRandomSource @JvmOverloads constructor(private val random: SecureRandom = SecureRandom()) : RandomSource {
+class SecureRandomSource @JvmOverloads constructor(private val random: SecureRandom = Csprng.random) : RandomSource {
     private val buffer = ByteArray(BLOCK)
     private var at = BLOCK
 
@@ -43,24 +53,10 @@ class SecureRandomSource @JvmOverloads constructor(private val random: SecureRan
             done += n
         }
     }
-
-    private companion object {
-        const val BLOCK = 512
-    }
 }
 
-/** Fixed bytes served in order (tests); throws when exhausted. */
-class ByteSource(private val data: ByteArray) : RandomSource {
-    /** How many bytes were served. */
-    var consumed: Int = 0
-        private set
-
-    override fun fill(out: ByteArray) {
-        check(consumed + out.size <= data.size) { "random byte stream exhausted" }
-        System.arraycopy(data, consumed, out, 0, out.size)
-        consumed += out.size
-    }
-}
+/** Bytes [SecureRandomSource] draws per SecureRandom call. */
+private const val BLOCK = 512
 
 /** Little-endian unsigned 32-bit word at [at] of [b], as a Long in [0, 2^32). */
 internal fun le32(b: ByteArray, at: Int): Long =

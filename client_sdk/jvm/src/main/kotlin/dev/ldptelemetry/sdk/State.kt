@@ -77,6 +77,10 @@ interface DeviceStore {
     fun optIn()
     fun readRegistry(): String?
     fun writeRegistry(text: String)
+
+    /** A file domain's text by its SHA-256 (docs/wire-format.md, "Large domains"), null when not cached. */
+    fun readDomain(sha256: String): String? = null
+    fun writeDomain(sha256: String, text: String) {}
 }
 
 internal const val SECRET_BYTES = 32
@@ -88,7 +92,8 @@ internal fun overCaps(created: LongArray, sizes: LongArray, limits: OutboxLimits
     val expired = ArrayList<Int>()
     val keep = ArrayList<Int>()
     for (i in created.indices) (if (now - created[i] > limits.maxAge) expired else keep).add(i)
-    var total = keep.sumOf { sizes[it] }
+    var total = 0L
+    for (i in keep) total += sizes[i]
     val dropped = ArrayList<Int>()
     while (keep.isNotEmpty() && (keep.size > limits.maxBatches || total > limits.maxBytes)) {
         val i = keep.removeAt(0)
@@ -100,14 +105,20 @@ internal fun overCaps(created: LongArray, sizes: LongArray, limits: OutboxLimits
 
 /** Outbox entry names: `<created µs, 17 digits>-<reports>-<batch id hex>`, sorting oldest first. */
 internal fun batchName(created: Long, reports: Int, batchId: ByteArray): String =
-    String.format("%017d-%d-%s", created * 1000, reports, Hashing.hex(batchId))
+    Json.pad((created * 1000).toString(), 17) + "-" + reports + "-" + Hashing.hex(batchId)
 
-private val BATCH_NAME = Regex("^(\\d{17})-(\\d+)-([0-9a-f]{32})$")
-
-/** (created ms, reports) of an entry name, or null. */
+/** (created ms, reports) of an entry name `<17 digits>-<digits>-<32 hex>`, or null. */
 internal fun parseBatchName(name: String): Pair<Long, Int>? {
-    val m = BATCH_NAME.matchEntire(name) ?: return null
-    return (m.groupValues[1].toLong() / 1000) to m.groupValues[2].toInt()
+    @Suppress("PLATFORM_CLASS_MAPPED_TO_KOTLIN")
+    val dash = (name as java.lang.String).indexOf('-'.code, 18)
+    if (name.length < 18 + 2 + 32 || name[17] != '-' || dash < 19 || name.length - dash - 1 != 32) return null
+    for (i in 0 until name.length) {
+        val c = name[i]
+        val ok = if (i == 17 || i == dash) c == '-' else if (i < dash) c in '0'..'9' else c in '0'..'9' || c in 'a'..'f'
+        if (!ok) return null
+    }
+    val reports = parseLongOrNull(name.substring(18, dash))?.toInt() ?: return null
+    return (name.substring(0, 17).toLong() / 1000) to reports
 }
 
 /**
@@ -156,7 +167,7 @@ internal class DeviceLedger(private val store: DeviceStore, private val random: 
  * drops them), so a ReentrantLock per canonical path serialises this process's clients first.
  */
 internal class DirectoryLock(private val file: File, private val timeoutMs: Long) {
-    private val local: ReentrantLock = LOCAL.getOrPut(file.canonicalPath) { ReentrantLock() }
+    private val local: ReentrantLock = LOCAL_LOCKS.getOrPut(file.canonicalPath) { ReentrantLock() }
 
     fun <T> hold(fn: () -> T): T {
         val deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMs)
@@ -183,15 +194,14 @@ internal class DirectoryLock(private val file: File, private val timeoutMs: Long
             local.unlock()
         }
     }
-
-    private companion object {
-        val LOCAL = ConcurrentHashMap<String, ReentrantLock>()
-    }
 }
+
+/** One in-process lock per state directory (fcntl locks do not exclude within a process). */
+private val LOCAL_LOCKS = ConcurrentHashMap<String, ReentrantLock>()
 
 /** File helpers: owner-only permissions, write-temp-fsync-rename. java.io only (Android API 24 has no java.nio.file). */
 internal object Files {
-    private val random = SecureRandom()
+    private val random = Csprng.random
 
     fun ownerOnly(f: File) {
         f.setReadable(false, false); f.setReadable(true, true)
@@ -222,14 +232,29 @@ internal object Files {
     }
 
     fun readOrNull(f: File): ByteArray? = try {
-        f.readBytes()
+        java.io.FileInputStream(f).use { input ->
+            val out = java.io.ByteArrayOutputStream(maxOf(32, f.length().toInt()))
+            val buf = ByteArray(8192)
+            while (true) {
+                val n = input.read(buf)
+                if (n < 0) break
+                out.write(buf, 0, n)
+            }
+            out.toByteArray()
+        }
     } catch (e: java.io.FileNotFoundException) {
         null
     }
 
-    /** Temporary files a killed write left behind. */
+    /** Temporary files a killed write left behind (older than a minute: another process may be writing one now). */
     fun removeStaleTemps(dir: File) {
-        dir.listFiles()?.forEach { if (it.name.startsWith(".") && it.name.endsWith(".tmp")) it.delete() }
+        val names = dir.list() ?: return
+        val now = System.currentTimeMillis()
+        for (n in names) {
+            if (!n.starts(".") || !n.ends(".tmp")) continue
+            val f = File(dir, n)
+            if (now - f.lastModified() > 60_000) f.delete()
+        }
     }
 }
 
@@ -273,7 +298,7 @@ class FileStore @JvmOverloads constructor(
         val f = File(dir, "secret")
         val data = Files.readOrNull(f) ?: lock.hold {
             Files.readOrNull(f) ?: ByteArray(SECRET_BYTES).also {
-                SecureRandom().nextBytes(it)   // the secret: never leaves this directory
+                Csprng.random.nextBytes(it)   // the secret: never leaves this directory
                 Files.atomicWrite(f, it)
             }
         }
@@ -321,6 +346,15 @@ class FileStore @JvmOverloads constructor(
     override fun readRegistry(): String? = Files.readOrNull(File(dir, "registry.json"))?.toString(Charsets.UTF_8)
 
     override fun writeRegistry(text: String) = Files.atomicWrite(File(dir, "registry.json"), text.toByteArray(Charsets.UTF_8))
+
+    private fun domainFile(sha256: String): File? =
+        if (sha256.length == 64 && sha256.all { it in '0'..'9' || it in 'a'..'f' }) File(dir, "domain-$sha256.txt") else null
+
+    override fun readDomain(sha256: String): String? = domainFile(sha256)?.let { Files.readOrNull(it)?.toString(Charsets.UTF_8) }
+
+    override fun writeDomain(sha256: String, text: String) {
+        domainFile(sha256)?.let { Files.atomicWrite(it, text.toByteArray(Charsets.UTF_8)) }
+    }
 }
 
 /** The outbox as files `<name>.ldpb` in a directory; a sender claims one by renaming it to `.sending`. */
@@ -329,18 +363,18 @@ class FileOutbox(val dir: File, private val limits: OutboxLimits = OutboxLimits(
         private set
     @Volatile override var expiredReports: Long = 0
         private set
-    private val random = SecureRandom()
+    private val random = Csprng.random
 
     private fun names(): Array<String> = dir.list() ?: emptyArray()
 
     private fun waiting(): List<String> =
-        names().filter { it.endsWith(SUFFIX) && parseBatchName(it.removeSuffix(SUFFIX)) != null }.sorted()
+        names().filter { it.ends(SUFFIX) && parseBatchName(it.dropSuffix(SUFFIX)) != null }.sortedList()
 
     override fun add(batchId: ByteArray, body: ByteArray, reports: Int, created: Long) {
         Files.mkdirs(dir)
         Files.atomicWrite(File(dir, batchName(created, reports, batchId) + SUFFIX), body)
         val names = waiting()
-        val meta = names.map { parseBatchName(it.removeSuffix(SUFFIX))!! }
+        val meta = names.mapped { parseBatchName(it.dropSuffix(SUFFIX))!! }
         val (expired, dropped) = overCaps(LongArray(names.size) { meta[it].first },
             LongArray(names.size) { File(dir, names[it]).length() }, limits, created)
         for (i in expired) if (File(dir, names[i]).delete()) expiredReports += meta[i].second
@@ -349,15 +383,15 @@ class FileOutbox(val dir: File, private val limits: OutboxLimits = OutboxLimits(
 
     override fun claim(now: Long): StoredBatch? {
         for (c in names()) {   // abandoned claims (their sender died) go back to the queue
-            if (!c.endsWith(CLAIMED)) continue
+            if (!c.ends(CLAIMED)) continue
             val f = File(dir, c)
-            if (now - f.lastModified() > CLAIM_TIMEOUT) f.renameTo(File(dir, c.substringBefore(SUFFIX) + SUFFIX))
+            if (now - f.lastModified() > CLAIM_TIMEOUT) f.renameTo(File(dir, c.before(SUFFIX) + SUFFIX))
         }
         for (n in waiting()) {
             val claimed = File(dir, "$n.${Hashing.hex(ByteArray(3).also { random.nextBytes(it) })}$CLAIMED")
             if (!File(dir, n).renameTo(claimed)) continue   // another process claimed (or finished) it first
             claimed.setLastModified(now)                   // the claim's age starts now
-            val (created, reports) = parseBatchName(n.removeSuffix(SUFFIX))!!
+            val (created, reports) = parseBatchName(n.dropSuffix(SUFFIX))!!
             val body = Files.readOrNull(claimed) ?: continue
             return StoredBatch(claimed.path, body, reports, created)
         }
@@ -366,21 +400,19 @@ class FileOutbox(val dir: File, private val limits: OutboxLimits = OutboxLimits(
 
     override fun release(batch: StoredBatch) {
         val f = File(batch.name)
-        f.renameTo(File(dir, f.name.substringBefore(SUFFIX) + SUFFIX))
+        f.renameTo(File(dir, f.name.before(SUFFIX) + SUFFIX))
     }
 
     override fun done(batch: StoredBatch) {
         File(batch.name).delete()
     }
 
-    override fun pending(): Int = names().count { it.endsWith(CLAIMED) || (it.endsWith(SUFFIX) && parseBatchName(it.removeSuffix(SUFFIX)) != null) }
+    override fun pending(): Int = names().count { it.ends(CLAIMED) || (it.ends(SUFFIX) && parseBatchName(it.dropSuffix(SUFFIX)) != null) }
 
     override fun clear() {
-        for (n in names()) if (n.endsWith(SUFFIX) || n.endsWith(CLAIMED)) File(dir, n).delete()
-    }
-
-    private companion object {
-        const val SUFFIX = ".ldpb"
-        const val CLAIMED = ".sending"
+        for (n in names()) if (n.ends(SUFFIX) || n.ends(CLAIMED)) File(dir, n).delete()
     }
 }
+
+private const val SUFFIX = ".ldpb"
+private const val CLAIMED = ".sending"

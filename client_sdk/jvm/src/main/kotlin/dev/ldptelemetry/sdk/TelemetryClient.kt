@@ -33,10 +33,10 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
     private val lock = ReentrantLock()
     private val changed = lock.newCondition()
     private val counters = LinkedHashMap<String, Long>().apply { for (c in COUNTERS) put(c, 0L) }
-    private val csprng = SecureRandom()
+    private val csprng = Csprng.random
     private val random: RandomSource = options.random ?: SecureRandomSource(csprng)
     private val transport: Transport = options.transport ?: HttpUrlTransport(options.endpoint!!, options.timeoutMs)
-    private val logger = Logger.getLogger("dev.ldptelemetry.sdk")
+    private val logger by lazy { Logger.getLogger("dev.ldptelemetry.sdk") }   // java.util.logging loads on the first message
     private val logged = HashSet<String>()
 
     private var store: DeviceStore? = null
@@ -48,7 +48,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
     @Volatile private var closed = false
     @Volatile private var started = false
     private var waiting = ArrayList<Pair<String, Any?>>()
-    private val queue = ArrayDeque<Queued>()
+    private val queue = java.util.ArrayDeque<Queued>()
     private var accounts = Accounts()
     private var mirror = Accounts()
     private val uncommitted = LinkedHashMap<Long, Charge>()
@@ -266,19 +266,34 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
 
     private fun resolveRegistry(st: DeviceStore): Registry {
         opts.registry?.let { return it }
-        opts.registryJson?.let { return Registry.parse(it, opts.pins) }
+        opts.registryJson?.let { return Registry.parse(it, opts.pins, domainLists(st, it)) }
         try {
             val resp = Http.getRegistry(transport)
             if (resp.status != 200) throw TransportException("the collector answered ${resp.status} to GET /v1/registry")
             val text = resp.body.toString(Charsets.UTF_8)
-            val reg = Registry.parse(text, opts.pins)
+            val reg = Registry.parse(text, opts.pins, domainLists(st, text))
             st.writeRegistry(text)
             return reg
         } catch (e: TransportException) {
             val cached = st.readRegistry() ?: throw e
             log("ldpt: cannot fetch the registry (${e.message}); using the cached copy")
-            return Registry.parse(cached, opts.pins)
+            return Registry.parse(cached, opts.pins, domainLists(st, cached))
         }
+    }
+
+    /** The values of the registry's file domains: cached by digest, else fetched (checked, then cached). */
+    private fun domainLists(st: DeviceStore, registryText: String): Map<String, List<String>> {
+        val out = HashMap<String, List<String>>()
+        for ((name, size, sha) in Registry.fileDomains(registryText)) {
+            val cached = st.readDomain(sha)
+            val text = cached ?: Http.getDomain(transport, name).let {
+                if (it.status != 200) throw TransportException("the collector answered ${it.status} to GET ${Http.DOMAINS_PATH}$name")
+                it.body.toString(Charsets.UTF_8)
+            }
+            out[name] = Registry.domainValues(text, name, size, sha)
+            if (cached == null) st.writeDomain(sha, text)
+        }
+        return out
     }
 
     /** Under the lock: something to do now. */
@@ -292,13 +307,13 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
     private fun waitNanos(): Long {
         val now = opts.ticker.nanoTime()
         var until = lastRescan + RESCAN_NANOS
-        queue.firstOrNull()?.let { until = minOf(until, it.at + TimeUnit.MILLISECONDS.toNanos(opts.maxBatchAgeMs)) }
+        queue.peekFirst()?.let { until = minOf(until, it.at + TimeUnit.MILLISECONDS.toNanos(opts.maxBatchAgeMs)) }
         if (unsentHint) until = minOf(until, backoffUntil)
         return maxOf(1_000_000L, until - now)
     }
 
     private fun batchDue(now: Long): Boolean {
-        val first = queue.firstOrNull() ?: return false
+        val first = queue.peekFirst() ?: return false
         return queue.size >= opts.batchSize || flushing > 0 || now - first.at >= TimeUnit.MILLISECONDS.toNanos(opts.maxBatchAgeMs)
     }
 
@@ -308,14 +323,14 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
         val refs: List<RefusalCount>
         lock.lock()
         try {
-            refs = refusals.values.toList()
+            refs = ArrayList(refusals.values)
             refusals.clear()
         } finally {
             lock.unlock()
         }
         if (refs.isNotEmpty()) {
             try {
-                val r = led.commit(emptyList(), refs)
+                val r = led.commit(noList(), refs)
                 lock.lock()
                 try {
                     accounts = r.accounts
@@ -374,8 +389,8 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
             lock.lock()
             try {
                 if (!batchDue(opts.ticker.nanoTime())) return
-                while (items.size < opts.batchSize && queue.isNotEmpty()) items.add(queue.removeFirst())
-                refs = refusals.values.toList()
+                while (items.size < opts.batchSize && queue.isNotEmpty()) items.add(queue.pollFirst())
+                refs = ArrayList(refusals.values)
                 refusals.clear()
                 building++
             } finally {
@@ -383,7 +398,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
             }
             try {
                 val accepted = charge(st, led, items, refs)
-                if (accepted.isNotEmpty()) store(st, accepted.map { it.report }, opts.clock.currentTimeMillis(), wireDimensions())
+                if (accepted.isNotEmpty()) store(st, accepted.mapped { it.report }, opts.clock.currentTimeMillis(), wireDimensions())
             } finally {
                 lock.lock()
                 try {
@@ -418,14 +433,14 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
         if (out) {   // another process opted out
             optedOut = true
             drop("dropped")
-            return emptyList()
+            return noList()
         }
         val result = try {
-            led.commit(items.map { it.charge }, refs)
+            led.commit(items.mapped { it.charge }, refs)
         } catch (e: RuntimeException) {   // never send what could not be charged
             log("ldpt: cannot update the privacy ledger, reports dropped: ${e.message}")
             drop("ledger_errors")
-            return emptyList()
+            return noList()
         }
         val accepted = ArrayList<Queued>()
         lock.lock()
@@ -452,7 +467,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
 
     /** The dimensions this device sends: the registry's declared ones, bucketed, by name. */
     private fun wireDimensions(): Map<String, String> {
-        val declared = registry?.dimensions ?: return emptyMap()
+        val declared = registry?.dimensions ?: return noMap()
         val out = java.util.TreeMap<String, String>()
         lock.lock()
         try {
@@ -547,8 +562,8 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
         val doc = response.json() as? Map<*, *> ?: emptyMap<String, Any?>()
         val metric = doc["metric"] as? String
         val index = (doc["report_index"] as? Long)?.toInt()
-        var reports: List<WireReport> = emptyList()
-        var dims: Map<String, String> = emptyMap()
+        var reports: List<WireReport> = noList()
+        var dims: Map<String, String> = noMap()
         try {
             val (r, d) = Wire.unpackBatch(batch.body)
             reports = r
@@ -786,7 +801,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
     companion object {
         /** What [stats] counts (the Python and TypeScript SDKs' names). */
         @JvmField
-        val COUNTERS: List<String> = listOf(
+        val COUNTERS: List<String> = listOfAll(
             "reported", "charged", "refused_window", "refused_lifetime", "refused_device_window",
             "refused_device_lifetime", "invalid_value", "clipped", "unknown_metric", "stale_metric",
             "dropped_queue_full", "dropped", "opted_out", "closed", "dropped_no_registry", "disabled",

@@ -3,6 +3,7 @@ package dev.ldptelemetry.sdk.testing
 import dev.ldptelemetry.sdk.DeviceStore
 import dev.ldptelemetry.sdk.Json
 import dev.ldptelemetry.sdk.Outbox
+import dev.ldptelemetry.sdk.RandomSource
 import dev.ldptelemetry.sdk.OutboxLimits
 import dev.ldptelemetry.sdk.Response
 import dev.ldptelemetry.sdk.StoredBatch
@@ -57,7 +58,8 @@ class MemoryOutbox(private val limits: OutboxLimits = OutboxLimits()) : Outbox {
         private set
 
     @Synchronized override fun add(batchId: ByteArray, body: ByteArray, reports: Int, created: Long) {
-        val name = String.format("%017d-%d-", created * 1000, reports) + batchId.joinToString("") { String.format("%02x", it) }
+        val name = (created * 1000).toString().padStart(17, '0') + "-" + reports + "-" +
+            batchId.joinToString("") { Integer.toHexString((it.toInt() and 0xff) or 0x100).substring(1) }
         entries.add(Entry(StoredBatch(name, body, reports, created), null))
         entries.sortBy { it.batch.name }
         val waiting = entries.filter { it.claimedAt == null }
@@ -126,7 +128,11 @@ class Fault private constructor(val status: Int, val body: Any?, val headers: Ma
  * `duplicate`; other bytes: 422), keeps every accepted batch's reports decoded, and answers
  * from a script of [Fault]s first. It does not validate payloads: the conformance suite pins them.
  */
-class RecordingCollector @JvmOverloads constructor(private val registryJson: String? = null) {
+class RecordingCollector @JvmOverloads constructor(
+    private val registryJson: String? = null,
+    /** File domains' texts by metric, served at `GET /v1/registry/domains/{metric}`. */
+    private val domainTexts: Map<String, String> = emptyMap(),
+) {
     private val script = ArrayDeque<Fault>()
     private val accepted = LinkedHashMap<String, ByteArray>()
     private val reports = ArrayList<Map<String, Any?>>()
@@ -153,6 +159,10 @@ class RecordingCollector @JvmOverloads constructor(private val registryJson: Str
         if (method == "GET" && path == "/v1/registry") {
             return if (registryJson != null) Response(200, mapOf("content-type" to "application/json"), registryJson.toByteArray())
             else problem(404, "not-found")
+        }
+        if (method == "GET" && path.startsWith("/v1/registry/domains/")) {
+            val text = domainTexts[java.net.URLDecoder.decode(path.substring(21), "UTF-8")] ?: return problem(404, "not-found")
+            return Response(200, mapOf("content-type" to "text/plain; charset=utf-8"), text.toByteArray())
         }
         if (method != "POST" || path != "/v1/reports" || body == null) return problem(404, "not-found")
         bodies.add(body)
@@ -192,4 +202,17 @@ class MemoryTransport(val collector: RecordingCollector) : Transport {
 
 internal object Decode {
     fun batch(body: ByteArray) = dev.ldptelemetry.sdk.BatchDecoding.decode(body)
+}
+
+/** Fixed bytes served in order (tests: a conformance vector's random bytes); throws when exhausted. */
+class ByteSource(private val data: ByteArray) : RandomSource {
+    /** How many bytes were served. */
+    var consumed: Int = 0
+        private set
+
+    override fun fill(out: ByteArray) {
+        check(consumed + out.size <= data.size) { "random byte stream exhausted" }
+        System.arraycopy(data, consumed, out, 0, out.size)
+        consumed += out.size
+    }
 }
