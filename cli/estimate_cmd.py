@@ -449,9 +449,11 @@ class StoreReader:
             else:
                 sketch = self._store.load(key, spec.fingerprint, template, windows, since, until)
             segments.append((key, sketch))
+        total = self.load(spec, windows, since, until, allow_empty=True)
         return breakdown_frame(spec, group_sketches(spec, segments, names), names,
                                self.min_reports(spec), confidence=confidence,
-                               simultaneous=simultaneous, consistent=consistent)
+                               simultaneous=simultaneous, consistent=consistent,
+                               total_reports=int(total.total_reports))
 
     #: the registry's ``segment_min_reports`` (set by the caller, which loaded the registry)
     min_reports_of = None

@@ -472,9 +472,6 @@ class Registry:
             known = ", ".join(sorted(self.metrics)) or "none"
             raise UnknownMetricError(f"{self.source}: unknown metric {name!r} (known: {known})") from None
 
-    def by_fingerprint(self, fingerprint: str) -> MetricSpec | None:
-        return next((m for m in self.metrics.values() if m.fingerprint == fingerprint), None)
-
     def __iter__(self):
         return iter(self.metrics.values())
 

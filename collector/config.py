@@ -106,7 +106,8 @@ SETTINGS: tuple[Setting, ...] = (
             "cannot take the memory and cores ingestion needs."),
     # --- poisoning bounds (docs/security.md) ------------------------------------------------------
     Setting("max_segments", 1000, "Segments (combinations of public dimension values) kept per "
-            "metric and window; a batch opening one more is a 422 too-many-segments."),
+            "metric and window; the reports of further segments count in their metric's total but in no "
+            "segment (never refused)."),
     Setting("max_reports_per_metric", 8,
             "Reports of one metric in one batch, in units of the metric's reports_per_window "
             "(an honest device sends that many per window); more is a 422 too-many-reports. "

@@ -488,11 +488,13 @@ async def _breakdown(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], s
         keys = segment_keys(spec, await store.awindows())
         segments = [(k, await store.aload(k, spec.fingerprint, spec.protocol_impl.new_sketch(), q["windows"],
                                           q["since"], q["until"])) for k in keys]
+        total = await store.aload(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch(), q["windows"],
+                                  q["since"], q["until"])
     except LdptError as exc:
         raise Problem.from_error(exc) from None
     run = functools.partial(breakdown_frame, spec, group_sketches(spec, segments, names), names, segment_min,
                             confidence=q["confidence"], simultaneous=q["simultaneous"],
-                            consistent=q["consistent"])
+                            consistent=q["consistent"], total_reports=int(total.total_reports))
     return await _off_loop(run, spec.name)
 
 

@@ -37,6 +37,7 @@ from .admin import AdminServer
 from .app import STATE, create_app
 from .config import ConfigError, ServeConfig, read_tokens
 from .connections import CollectorRunner
+from .segments import cap_warnings
 from .telemetry import Telemetry
 
 log = logging.getLogger("ldpt.collector")
@@ -112,6 +113,8 @@ def serve(config: ServeConfig, *, announce: Callable[[str], None] | None = None)
     """Run until SIGTERM/SIGINT; returns the process exit code (0 after a clean shutdown)."""
     announce = announce or (lambda line: print(line, file=sys.stderr, flush=True))
     registry = load_registry(config.metrics_file)
+    for line in cap_warnings(registry, config.max_segments):
+        log.warning("%s", line)
     # bad token, key or certificate files fail before the port is taken
     read_tokens(config.query_token_file, allow_insecure=config.allow_insecure_token_file)
     read_tokens(config.ingest_key_file, what="ingest key",
