@@ -24,7 +24,14 @@ from client_sdk.protocols.base import PureProtocol, Sketch
 from client_sdk.registry import Kind, MetricSpec
 
 from .consistency import norm_sub
-from .intervals import exact_small_counts, wald_interval, z_value, zero_count_p_values
+from .intervals import (
+    exact_small_counts,
+    sampled_count_intervals,
+    sampled_zero_count_p_values,
+    wald_interval,
+    z_value,
+    zero_count_p_values,
+)
 from .lazy_frame import LazyFrame
 from .multiple_testing import CONTROLS, check_control, detect
 
@@ -135,7 +142,12 @@ class FrequencyRows:
             if isinstance(proto, PureProtocol) \
             else getattr(proto, "small_count_model", lambda _: None)(sketch)  # one-cohort OLH is GRR
         del est, support
-        if self.model is not None:  # the exact law of the support count (intervals.py, docs/math.md §8)
+        self.sampled = self.ones = None
+        if proto.name == "dbitflip":  # buckets seen by a random subset of devices (docs/math.md §8)
+            self.sampled, self.ones = proto.bucket_totals(sketch)  # type: ignore[attr-defined]
+            self.p_value = sampled_zero_count_p_values(self.ones, self.sampled,
+                                                       proto.params.q)  # type: ignore[attr-defined]
+        elif self.model is not None:  # the exact law of the support count (intervals.py, docs/math.md §8)
             self.p_value = zero_count_p_values(self.model[0], n, self.model[2])
         else:
             std_all = np.sqrt(np.maximum(self.variances, 0.0))
@@ -155,7 +167,12 @@ class FrequencyRows:
         std = np.sqrt(np.maximum(variances, 0.0))
         low = wald_interval(counts - self.b_hi, variances, n, self.confidence, self.simultaneous, family_size=d)[0]
         high = wald_interval(counts - self.b_lo, variances, n, self.confidence, self.simultaneous, family_size=d)[1]
-        if model is not None:   # Wald, exact where the support count is too concentrated for it
+        if self.sampled is not None:  # Wald, exact where the bucket's bit count is too concentrated for it
+            p, q = self.proto.params.p, self.proto.params.q  # type: ignore[attr-defined]
+            low, high = sampled_count_intervals(counts, variances, pick(self.ones), pick(self.sampled), n, p, q,
+                                                self.confidence, self.simultaneous,
+                                                family_size=d if self.simultaneous else 1, low=low, high=high)
+        elif model is not None:   # Wald, exact where the support count is too concentrated for it
             low, high = exact_small_counts(low, high, pick(model[0]), n, model[1], model[2], self.confidence,
                                            self.simultaneous, counts=counts,
                                            family_size=d if self.simultaneous else 1)
