@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -120,9 +120,9 @@ class PageServer:
 
 
 @contextlib.contextmanager
-def e2e_collector(tmp: Path, origins: str = "") -> Iterator[Server]:
+def e2e_collector(tmp: Path, origins: str = "", extra: Sequence[str] = ()) -> Iterator[Server]:
     """`ldpt serve` of the e2e registry on a free port, with a query token and ``origins`` allowed
-    (a serve.toml holding ``cors_origins``)."""
+    (a serve.toml holding ``cors_origins``), and ``extra`` arguments."""
     shutil.copy(E2E / "metrics.toml", tmp / "metrics.toml")
     (tmp / "token").write_text(TOKEN + "\n", encoding="utf-8")
     (tmp / "token").chmod(0o600)
@@ -130,7 +130,7 @@ def e2e_collector(tmp: Path, origins: str = "") -> Iterator[Server]:
     if origins:   # the operator's way: serve.toml (docs/operations.md, "Web pages (CORS)")
         (tmp / "serve.toml").write_text(f"cors_origins = {json.dumps(origins)}\n", encoding="utf-8")
         args += ["--config", "serve.toml"]
-    with serving(args, tmp) as server:
+    with serving([*args, *extra], tmp) as server:
         yield server
 
 

@@ -100,13 +100,17 @@ internal object AesGcm {
 }
 
 /**
- * HPKE base mode, sender side, for DHKEM(X25519, HKDF-SHA256) / HKDF-SHA256 / AES-128-GCM
- * (RFC 9180 §4.1, §5.1, §5.2, §5.3): one message per context, as OHTTP uses it.
+ * HPKE base mode for DHKEM(X25519, HKDF-SHA256) / HKDF-SHA256 / AES-128-GCM (RFC 9180 §4.1,
+ * §5.1, §5.2, §5.3), one message per context as OHTTP uses it: the sender's half, and the
+ * recipient's (the tests' gateway).
  */
-internal class HpkeSender private constructor(val enc: ByteArray, private val key: ByteArray,
-                                              private val baseNonce: ByteArray, private val exporterSecret: ByteArray) {
+internal class HpkeContext private constructor(val enc: ByteArray, private val key: ByteArray,
+                                               private val baseNonce: ByteArray, private val exporterSecret: ByteArray) {
     /** Seal the context's first (and only) message: sequence number 0, so the nonce is base_nonce. */
     fun seal(aad: ByteArray, plain: ByteArray): ByteArray = AesGcm.seal(key, baseNonce, aad, plain)
+
+    /** Open the first message (null when it does not). */
+    fun open(aad: ByteArray, sealed: ByteArray): ByteArray? = AesGcm.open(key, baseNonce, aad, sealed)
 
     /** Export(exporter_context, L) (§5.3). */
     fun export(context: ByteArray, length: Int): ByteArray = labeledExpand(SUITE, exporterSecret, "sec", context, length)
@@ -123,19 +127,31 @@ internal class HpkeSender private constructor(val enc: ByteArray, private val ke
             Hkdf.expand(prk, cat(byteArrayOf((length ushr 8).toByte(), length.toByte()), VERSION, suite, ascii(label), info), length)
 
         /** SetupBaseS(pkR, info) with the ephemeral private key [skE] (fresh from a CSPRNG in production). */
-        fun setupBase(pkR: ByteArray, info: ByteArray, skE: ByteArray): HpkeSender {
-            val dh = X25519.scalarMult(skE, pkR)
+        fun setupBaseS(pkR: ByteArray, info: ByteArray, skE: ByteArray): HpkeContext {
+            val enc = X25519.publicKey(skE)
+            return schedule(dh(skE, pkR), enc, pkR, info)
+        }
+
+        /** SetupBaseR(enc, skR, info). */
+        fun setupBaseR(enc: ByteArray, skR: ByteArray, info: ByteArray): HpkeContext =
+            schedule(dh(skR, enc), enc, X25519.publicKey(skR), info)
+
+        private fun dh(sk: ByteArray, pk: ByteArray): ByteArray {
+            val dh = X25519.scalarMult(sk, pk)
             var nonzero = 0
             for (b in dh) nonzero = nonzero or b.toInt()
-            if (nonzero == 0) throw OhttpException("the gateway's public key is a low-order point (X25519 gives zero)")
-            val enc = X25519.publicKey(skE)
+            if (nonzero == 0) throw OhttpException("a low-order X25519 public key (the shared secret is zero)")
+            return dh
+        }
+
+        private fun schedule(dh: ByteArray, enc: ByteArray, pkR: ByteArray, info: ByteArray): HpkeContext {
             val eaePrk = labeledExtract(KEM_SUITE, ByteArray(0), "eae_prk", dh)
             val shared = labeledExpand(KEM_SUITE, eaePrk, "shared_secret", cat(enc, pkR), 32)
             val empty = ByteArray(0)
             val context = cat(byteArrayOf(0), labeledExtract(SUITE, empty, "psk_id_hash", empty),
                 labeledExtract(SUITE, empty, "info_hash", info))
             val secret = labeledExtract(SUITE, shared, "secret", empty)
-            return HpkeSender(enc, labeledExpand(SUITE, secret, "key", context, 16),
+            return HpkeContext(enc, labeledExpand(SUITE, secret, "key", context, 16),
                 labeledExpand(SUITE, secret, "base_nonce", context, 12), labeledExpand(SUITE, secret, "exp", context, 32))
         }
     }
@@ -241,19 +257,26 @@ object Ohttp {
         if (!config.supported) throw OhttpException("key configuration ${config.keyId} is not DHKEM(X25519)/HKDF-SHA256/AES-128-GCM")
         val skE = ephemeralKey ?: ByteArray(32).also { (random ?: java.security.SecureRandom()).nextBytes(it) }
         val header = byteArrayOf(config.keyId.toByte(), 0, KEM.toByte(), 0, KDF.toByte(), 0, AEAD.toByte())
-        val ctx = HpkeSender.setupBase(config.publicKey, cat(REQUEST_LABEL, byteArrayOf(0), header), skE)
+        val ctx = HpkeContext.setupBaseS(config.publicKey, requestInfo(header), skE)
         val ct = ctx.seal(ByteArray(0), message)
         return SealedRequest(cat(header, ctx.enc, ct), ctx.enc, ctx.export(RESPONSE_LABEL, RESPONSE_NONCE_BYTES), config.keyId)
+    }
+
+    internal fun requestInfo(header: ByteArray): ByteArray = cat(REQUEST_LABEL, byteArrayOf(0), header)
+
+    internal val responseLabel: ByteArray get() = RESPONSE_LABEL
+
+    /** The key and nonce of an encapsulated response (RFC 9458 §4.4): Extract(enc ‖ response_nonce, secret), then Expand. */
+    internal fun responseKeys(enc: ByteArray, secret: ByteArray, nonceR: ByteArray): Pair<ByteArray, ByteArray> {
+        val prk = Hkdf.extract(cat(enc, nonceR), secret)
+        return Hkdf.expand(prk, ascii("key"), 16) to Hkdf.expand(prk, ascii("nonce"), 12)
     }
 
     /** The Binary HTTP response inside an encapsulated response (RFC 9458 §4.4); throws when it does not open. */
     @JvmStatic
     fun openResponse(sealed: SealedRequest, encResponse: ByteArray): ByteArray {
         if (encResponse.size < RESPONSE_NONCE_BYTES + 16) throw OhttpException("an encapsulated response shorter than its nonce and tag")
-        val nonceR = encResponse.copyOfRange(0, RESPONSE_NONCE_BYTES)
-        val prk = Hkdf.extract(cat(sealed.enc, nonceR), sealed.secret)
-        val key = Hkdf.expand(prk, ascii("key"), 16)
-        val nonce = Hkdf.expand(prk, ascii("nonce"), 12)
+        val (key, nonce) = responseKeys(sealed.enc, sealed.secret, encResponse.copyOfRange(0, RESPONSE_NONCE_BYTES))
         return AesGcm.open(key, nonce, ByteArray(0), encResponse.copyOfRange(RESPONSE_NONCE_BYTES, encResponse.size))
             ?: throw OhttpException("the encapsulated response does not open with this request's key")
     }
