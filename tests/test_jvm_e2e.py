@@ -19,7 +19,6 @@ import urllib.request
 
 import pytest
 
-from collector import ohttp_keys
 from tests.collector_support import ROOT, serving, wait_until
 from tests.js_runtime_support import assert_covers_truth, e2e_collector, estimate
 from tests.jvm_runtime_support import built_jvm_sdk, java
@@ -97,9 +96,7 @@ SEALED_DEVICES = 1000
 
 def test_a_jvm_fleet_sends_sealed_batches_to_the_gateway_and_the_estimates_cover_the_truth(tmp_path):
     cp = built_jvm_sdk()
-    keys = tmp_path / "keys"
-    ohttp_keys.generate(keys)
-    with e2e_collector(tmp_path, extra=("--ohttp-keys-dir", str(keys), "--access-log")) as server:
+    with e2e_collector(tmp_path, sealed=True) as server:   # also the collector's OHTTP gateway, access log on
         fleet = result(java(cp, FLEET, "sealed", server.url, str(tmp_path / "devices"), str(SEALED_DEVICES)))
         assert fleet["disabled"] == []
         assert fleet["devices"] == fleet["flushed"] == SEALED_DEVICES
