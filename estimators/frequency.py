@@ -24,7 +24,14 @@ from client_sdk.protocols.base import PureProtocol, Sketch
 from client_sdk.registry import Kind, MetricSpec
 
 from .consistency import norm_sub
-from .intervals import exact_small_counts, wald_interval, z_value, zero_count_p_values
+from .intervals import (
+    exact_small_counts,
+    sampled_count_intervals,
+    sampled_zero_count_p_values,
+    wald_interval,
+    z_value,
+    zero_count_p_values,
+)
 from .multiple_testing import CONTROLS, check_control, detect
 
 COLUMNS = ["value", "estimate", "proportion", "std_err", "ci_low", "ci_high", "p_value", "detected"]
@@ -98,7 +105,11 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
     model = (proto.support_counts(sketch) if support is None else support, proto.p, proto.q) \
         if isinstance(proto, PureProtocol) \
         else getattr(proto, "small_count_model", lambda _: None)(sketch)  # one-cohort OLH is GRR
-    if model is not None:  # the exact law of the support count (intervals.py, docs/math.md §8)
+    sampled = ones = None
+    if proto.name == "dbitflip":  # buckets seen by a random subset of devices (docs/math.md §8)
+        sampled, ones = proto.bucket_totals(sketch)  # type: ignore[attr-defined]
+        p_value = sampled_zero_count_p_values(ones, sampled, proto.params.q)  # type: ignore[attr-defined]
+    elif model is not None:  # the exact law of the support count (intervals.py, docs/math.md §8)
         p_value = zero_count_p_values(model[0], n, model[2])
     else:
         std_all = np.sqrt(np.maximum(est.variances, 0.0))
@@ -118,7 +129,12 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
     std = np.sqrt(np.maximum(variances, 0.0))
     low = wald_interval(counts - b_hi, variances, n, confidence, simultaneous, family_size=d)[0]
     high = wald_interval(counts - b_lo, variances, n, confidence, simultaneous, family_size=d)[1]
-    if model is not None:   # Wald, exact where the support count is too concentrated for it
+    if sampled is not None:  # Wald, exact where the bucket's bit count is too concentrated for it
+        low, high = sampled_count_intervals(counts, variances, pick(ones), pick(sampled), n,
+                                            proto.params.p, proto.params.q, confidence,  # type: ignore[attr-defined]
+                                            simultaneous, family_size=d if simultaneous else 1,
+                                            low=low, high=high)
+    elif model is not None:   # Wald, exact where the support count is too concentrated for it
         low, high = exact_small_counts(low, high, pick(model[0]), n, model[1], model[2], confidence,
                                        simultaneous, counts=counts, family_size=d if simultaneous else 1)
     columns = {
