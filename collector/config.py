@@ -300,7 +300,11 @@ def settings_from_toml(path: str | Path) -> dict[str, Any]:
     for key, raw in doc.items():
         setting = SETTINGS_BY_NAME.get(key)
         if setting is None:
-            raise ConfigError(f"{path}: unknown setting {key!r} (known: {', '.join(SETTING_NAMES)})")
+            from client_sdk.registry import did_you_mean
+
+            guess = did_you_mean(key, SETTING_NAMES)
+            raise ConfigError(f"{path}: unknown setting {key!r}" + (f"; did you mean {guess!r}?" if guess else
+                                                                    f" (known: {', '.join(SETTING_NAMES)})"))
         value = _coerce(setting, raw, f"{path}: {key}")
         if setting.path and isinstance(value, str):
             value = str(path.parent / value)
@@ -309,8 +313,9 @@ def settings_from_toml(path: str | Path) -> dict[str, Any]:
 
 
 def make_config(metrics_file: str | Path | None = None, environ: Mapping[str, str] | None = None,
-                toml: str | Path | None = None, **arguments: Any) -> ServeConfig:
-    """Build a ServeConfig: arguments > LDPT_* variables > TOML file > defaults."""
+                toml: str | Path | None = None, check_files: bool = False, **arguments: Any) -> ServeConfig:
+    """Build a ServeConfig: arguments > LDPT_* variables > TOML file > defaults. ``check_files``
+    (`ldpt serve`): a file the TOML names that does not exist is an error naming file and key."""
     values = {s.name: s.default for s in SETTINGS}
     source: dict[str, str] = {}  # where a setting's value came from, to name it in errors
     from_toml = settings_from_toml(toml) if toml is not None else {}
@@ -342,11 +347,18 @@ def make_config(metrics_file: str | Path | None = None, environ: Mapping[str, st
         check_private(Path(toml), values["allow_insecure_token_file"], "config",
                       " (its postgres_dsn holds a password)")
     try:
-        return ServeConfig(**values)
+        config = ServeConfig(**values)
     except ConfigError as exc:
         if exc.setting in source:
             raise ConfigError(f"{source[exc.setting]}: {exc}", setting=exc.setting) from None
         raise
+    if toml is not None and check_files:  # a file the collector reads, named by the config file (not overridden)
+        for name, raw in from_toml.items():
+            setting = SETTINGS_BY_NAME[name]
+            if setting.path and name != "db" and source.get(name) == str(toml) and not Path(raw).is_file():
+                raise ConfigError(f"{toml}: {name}: no such file {raw} (a relative path is relative to the "
+                                  "config file's directory)", setting=name)
+    return config
 
 
 def dsn_has_password(dsn: str) -> bool:

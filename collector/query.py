@@ -33,7 +33,7 @@ from estimators.discovery import MAX_TOP as DISCOVER_MAX_TOP
 from estimators.formats import frame_to_csv, frame_to_json, iter_csv, iter_json
 from estimators.frequency import estimate_frame
 from estimators.memo_range import is_memoised, range_frame, with_rappor_range_warning
-from estimators.series import series_frame, windows_in_range
+from estimators.series import series_frame, window_span, windows_in_range
 
 from .problems import Problem
 
@@ -349,14 +349,16 @@ async def estimates(request: web.Request, registry: Registry, store: AsyncSketch
     q = await query_params(request)
     segment_min = max(min_reports, registry.segment_min_reports(spec))
     with (gate or HeavyQueryGate(1 << 30)).slot(is_heavy(spec, q)):
-        df = await estimate_df(spec, store, q, min_reports, segment_min)
+        df = await estimate_df(spec, store, q, min_reports, segment_min, lazy=True)
         return await respond(request, df, q["format"], q["raw_csv"])
 
 
 async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], min_reports: int,
-                      segment_min: int | None = None) -> Any:
+                      segment_min: int | None = None, lazy: bool = False) -> Any:
     """The estimate (with ``by=window`` the series, with ``by=DIMENSION`` the breakdown)
-    DataFrame of parsed query ``q``; ``segment_min``: fewest reports a segment is shown with."""
+    DataFrame of parsed query ``q``; ``segment_min``: fewest reports a segment is shown with;
+    ``lazy``: every row of a frequency estimate as a LazyFrame, built as it is written
+    (estimators/lazy_frame.py)."""
     if q["candidates"] is not None and spec.kind is not Kind.STRING:
         raise Problem("invalid-query", "candidates are only for string metrics", field="candidates")
     proto = spec.protocol_impl
@@ -391,7 +393,8 @@ async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], 
     else:
         run = functools.partial(estimate_frame, spec, sketch, confidence=q["confidence"],
                                 simultaneous=q["simultaneous"], consistent=q["consistent"],
-                                candidates=q["candidates"], top=q["top"], rows_wanted=page_of(spec, q))
+                                candidates=q["candidates"], top=q["top"], rows_wanted=page_of(spec, q),
+                                lazy=lazy)
     if getattr(spec, "parts", None) is not None:   # a joint metric: its breakdown (estimators/joint.py)
         from estimators.joint import joint_frame
 
@@ -401,9 +404,10 @@ async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], 
                               "joint metric, whose breakdown has no such option", field=flag)
         run = functools.partial(joint_frame, spec, sketch, confidence=q["confidence"])
     df = await _off_loop(run, spec.name)  # CPU-bound (RAPPOR decoding may take seconds)
+    labels = q["windows"] or await _range_labels(spec, store, q)
     if q["windows"] is None and spec.protocol == "rappor":
-        df = with_rappor_range_warning(df, len(await _range_labels(spec, store, q)))
-    return _with_unit(spec, df)
+        df = with_rappor_range_warning(df, len(labels))
+    return _with_unit(spec, window_span(df, labels))
 
 
 def _with_unit(spec: Any, df: Any) -> Any:

@@ -44,7 +44,6 @@ ENVELOPE_OUTCOMES = ("accepted", "duplicate", "refused", "undecryptable")
 #: Why the connection guard (connections.py) closed a connection.
 CONNECTION_CLOSE_REASONS = ("header-timeout", "idle-timeout", "connection-limit")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 @dataclasses.dataclass(frozen=True)

@@ -414,7 +414,9 @@ def test_collector_ingests_validates_and_serves_discovery(tmp_path):
 
     from cli.output import frame_to_json
     from client_sdk.registry import load_registry
+    from collector.app import STATE
     from estimators.frequency import estimate_frame
+    from estimators.series import window_span
 
     from .collector_support import expected_sketch, make_body, write_token
     from .test_collector_app import AUTH, assert_problem, post, running
@@ -440,7 +442,8 @@ def test_collector_ingests_validates_and_serves_discovery(tmp_path):
             resp = await client.get("/v1/metrics/home/estimates?top=2", headers=AUTH)
             text = await resp.text()
             assert resp.status == 200, text
-            want = estimate_frame(spec, expected_sketch(spec, bodies), top=2)
+            day = (await client.app[STATE].store.awindows("home"))[0].window
+            want = window_span(estimate_frame(spec, expected_sketch(spec, bodies), top=2), [day])
             assert text == frame_to_json(want) and list(want.value) == ["abc", "xy"]
             resp = await client.get("/v1/metrics/home/estimates?top=0", headers=AUTH)
             assert_problem(resp.status, resp.headers, await resp.read(), 400, "invalid-query")
