@@ -471,6 +471,14 @@ class Batcher:
                           f"ldpt: the collector rejects metric {metric!r} ({slug}: {detail}); its "
                           "registry changed or does not know it. Reports of it are refused from now on; "
                           "update the app's registry.")
+        elif response.status == 403 and slug == "shuffle-required" and metric is not None:
+            self.stale_metrics.add(metric)   # final: refused from now on, the rest goes again
+            keep = [r for r in reports if r.get("m") != metric]
+            self.log_once(("shuffle-required", metric), logging.ERROR,
+                          f"ldpt: the collector accepts metric {metric!r} only through an authenticated "
+                          "shuffler (its registry says shuffle = \"required\"); this client sends it "
+                          + ("sealed but not through a shuffler" if self.sealer is not None else "in plain")
+                          + ", so its reports are dropped from now on. Configure seal=Seal.shuffler(url).")
         elif response.status == 422 and slug == "invalid-report" and index is not None \
                 and 0 <= index < len(reports):
             keep = reports[:index] + reports[index + 1:]
