@@ -113,6 +113,7 @@ class CollectorState:
     registry_doc: Representation
     domain_lists: DomainLists
     registry_buckets: TokenBuckets
+    query_gate: query.HeavyQueryGate
     keyring: KeyRing
     #: tokens of the shufflers allowed to POST /v1/shuffled-batches (none: the endpoint is off)
     shuffler_tokens: tuple[bytes, ...] = ()
@@ -179,6 +180,7 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
         store_factory=store_factory or default_store_factory(config),
         registry_doc=registry_representation(registry), domain_lists=DomainLists(registry),
         registry_buckets=TokenBuckets(config.rate_limit, config.rate_limit_burst),
+        query_gate=query.HeavyQueryGate(config.max_heavy_queries),
         keyring=KeyRing(config.ohttp_keys_dir, allow_insecure=config.allow_insecure_token_file),
         shuffler_tokens=read_tokens(config.shuffler_token_file, what="shuffler token",
                                     allow_insecure=config.allow_insecure_token_file),
@@ -630,15 +632,16 @@ def _admit_registry(state: CollectorState, request: web.Request) -> None:
                       retry_after=wait)
 
 
-async def get_estimates(request: web.Request) -> web.Response:
+async def get_estimates(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     return await query.estimates(request, state.registry, state.store, state.tokens,
-                                 state.config.min_reports)
+                                 state.config.min_reports, state.query_gate)
 
 
-async def get_compare(request: web.Request) -> web.Response:
+async def get_compare(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    return await query.compare(request, state.registry, state.store, state.tokens, state.config.min_reports)
+    return await query.compare(request, state.registry, state.store, state.tokens, state.config.min_reports,
+                               state.query_gate)
 
 
 async def healthz(request: web.Request) -> web.Response:
