@@ -20,7 +20,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from cli.estimate_cmd import load_sketch
+from cli.estimate_cmd import StoreReader, load_sketch
 from client_sdk import MemoryState, RetryPolicy, Seal, Sealer, TelemetryClient, Uploader
 from client_sdk.registry import parse_registry
 from client_sdk.transport import HTTPTransport
@@ -165,6 +165,11 @@ def test_python_devices_through_the_shuffler_hide_address_and_order_and_estimate
     (record,) = records
     assert (record.reports, record.envelopes, record.batches) == (devices_n, devices_n, devices_n // batch)
     assert record.smallest_batch == record.largest_batch == batch
+    # the central claim ldpt estimate states: from that record, a crowd of one batch
+    with StoreReader("db", str(collector.db)) as reader:
+        (window,) = reader.privacy(spec, None, None, None)["windows"]
+    assert window["amplified"] and window["n"] == batch and window["epsilon"] < spec.protocol_impl.epsilon / 2
+    assert window["inputs"]["unshuffled_reports"] == 0 and window["shuffled_reports"] == devices_n
     # the collector's request records: the shuffler's egress address only, and only its routes
     requests = ACCESS.findall(collector.log.read_text(errors="replace"))
     assert {addr for addr, _, _ in requests} == {"127.0.0.3"}
