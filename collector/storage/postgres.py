@@ -182,9 +182,9 @@ ON CONFLICT (metric, fingerprint, time_window) DO UPDATE SET
     max_reports = GREATEST(s.max_reports, EXCLUDED.max_reports),
     max_envelope_reports = GREATEST(s.max_envelope_reports, EXCLUDED.max_envelope_reports)
 """
-_INSERT_SPARSE = """
+_INSERT_SPARSE = f"""
 INSERT INTO ldpt_deltas (writer, seq, metric, fingerprint, time_window, cohort, reports, counts, cells, m, width)
-SELECT $1, $2, mt, f, w, -1, r, x, c, mm, wd
+SELECT $1, $2, mt, f, w, {SPARSE_COHORT}, r, x, c, mm, wd
 FROM unnest($3::text[], $4::text[], $5::text[], $6::bigint[], $7::bytea[], $8::bytea[], $9::int[], $10::int[])
     AS t(mt, f, w, r, x, c, mm, wd)
 """
