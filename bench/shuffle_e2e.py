@@ -99,10 +99,11 @@ def run(devices: int, batch: int, uploaders: int) -> None:
             try:
                 if not wait_until(lambda: _ready(shuffler), 60):   # the collector's keys fetched
                     raise RuntimeError("the shuffler never became ready")
-                timed = TimedTransport(HTTPTransport(shuffler.envelopes_url, timeout=60))
-                ups = []
-                for _ in range(uploaders):
-                    sealer = Sealer(Seal.shuffler(shuffler.envelopes_url), HTTPTransport(shuffler.url), post=timed)
+                ups, timed = [], []
+                for _ in range(uploaders):    # each uploader its own connection to the shuffler
+                    timed.append(TimedTransport(HTTPTransport(shuffler.envelopes_url, timeout=60)))
+                    sealer = Sealer(Seal.shuffler(shuffler.envelopes_url), HTTPTransport(shuffler.url),
+                                    post=timed[-1])
                     ups.append(Uploader(HTTPTransport(shuffler.url), batch_size=1, max_batch_age=0.01,
                                         retry=RetryPolicy(initial=0.05, maximum=0.5), sealer=sealer))
                 cpu0 = (cpu_seconds(shuffler.proc.pid), cpu_seconds(collector.proc.pid))
@@ -127,12 +128,14 @@ def run(devices: int, batch: int, uploaders: int) -> None:
         with StoreReader("db", str(collector.db)) as reader:
             privacy = reader.privacy(spec, None, None, None)
             stored = reader.load(spec, None, None, None).total_reports
-    lat = sorted(timed.latencies)
+    lat = sorted(x for t in timed for x in t.latencies)
+    acked = sum(t.acked for t in timed)
+    retries = sum(u.batcher.counters["retries"] for u in ups)
     p50 = statistics.median(lat) * 1e3
     p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))] * 1e3
     print(f"{devices:,} devices, batches of {batch:,}, {uploaders} uploader threads; load average "
           f"{load:.1f} on {os.cpu_count()} cores; all flushed: {ok}, pool drained: {drained}; "
-          f"stored reports {stored:,} (acknowledged {timed.acked:,})")
+          f"stored reports {stored:,} (acknowledged {acked:,}; SDK retries {retries:,})")
     print_table(["measure", "value"], [
         ["devices/s through the shuffler", f"{devices / elapsed:,.0f}"],
         ["ack latency p50 (ms)", f"{p50:.2f}"],

@@ -81,7 +81,9 @@ class RetryPolicy:
     def delay(self, attempt: int, retry_after: float | None, rand: random.Random) -> float:
         if retry_after is not None:
             return min(max(retry_after, 0.0), self.max_retry_after)
-        nominal = min(self.maximum, self.initial * self.multiplier ** max(0, attempt - 1))
+        # the exponent is capped: after ~1,000 failures (days offline at the defaults) a float power
+        # overflows, and the worker would raise on every cycle and never send again
+        nominal = min(self.maximum, self.initial * self.multiplier ** min(max(0, attempt - 1), 64))
         return nominal / 2 + rand.random() * nominal / 2
 
 
