@@ -109,11 +109,15 @@ def run(devices: int, batch: int, uploaders: int) -> None:
                 cpu0 = (cpu_seconds(shuffler.proc.pid), cpu_seconds(collector.proc.pid))
                 load = os.getloadavg()[0]
                 start = time.perf_counter()
-                for i, label in enumerate(labels):
-                    TelemetryClient(registry=registry, state=MemoryState(),
-                                    uploader=ups[i % uploaders]).report("theme", spec.categories[label])
                 deadline = time.monotonic() + 3600
-                ok = all(u.flush(max(0.1, deadline - time.monotonic())) for u in ups)
+                ok = True
+                # in rounds of 250 devices per uploader: an uploader's outbox holds at most 1,000
+                # batches (it drops the oldest beyond), as a device's would
+                for first in range(0, devices, 250 * uploaders):
+                    for i in range(first, min(devices, first + 250 * uploaders)):
+                        TelemetryClient(registry=registry, state=MemoryState(),
+                                        uploader=ups[i % uploaders]).report("theme", spec.categories[labels[i]])
+                    ok &= all(u.flush(max(0.1, deadline - time.monotonic())) for u in ups)
                 elapsed = time.perf_counter() - start
                 drained = wait_until(lambda: _pooled(shuffler) == 0, 600)
                 cpu1 = (cpu_seconds(shuffler.proc.pid), cpu_seconds(collector.proc.pid))
