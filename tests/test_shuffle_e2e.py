@@ -4,8 +4,8 @@ the order it forwards is independent of the order envelopes arrived (a permutati
 estimates cover the truth; and SIGKILLs of shuffler and collector at several points lose and
 duplicate nothing — the stored totals equal the acknowledged envelopes exactly.
 
-(bench/shuffle_e2e.py runs the same chain with 20,000 Python and Node devices and prints the
-figures of docs/benchmarks.md; tests/test_js_shuffle_e2e.py drives the Node SDK.)
+(bench/shuffle_e2e.py runs the same chain with 20,000 Python devices and prints the figures of
+docs/benchmarks.md. The Node SDK's sealed shuffler mode is not driven through this chain yet.)
 """
 
 from __future__ import annotations
