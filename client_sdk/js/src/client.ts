@@ -22,9 +22,10 @@
  * ledger), the client reports nothing — privacy first — and `stats().disabled_reason` says why.
  */
 
+import { type ElapsedClock, realmElapsed } from "./deviceClock.js";
 import {
-  type Accounts, type Charge, type Refusal, type RefusalCounts,
-  apply, copyAccounts, dayOf,
+  type Charge, type Refusal, type RefusalCounts,
+  Book, apply, copyAccounts, dayOf,
 } from "./ledger.js";
 import type { Metric, Registry } from "./metrics.js";
 import { loadRegistry } from "./registry.js";
@@ -66,6 +67,8 @@ export interface Platform {
    * time, and after its pagehide event nothing asynchronous runs. Node charges per batch.
    */
   chargeEarly?: boolean;
+  /** The platform's elapsed clock for the ledger's window rule (default: this realm's). */
+  elapsed?: ElapsedClock;
 }
 
 export interface ClientOptions {
@@ -92,6 +95,12 @@ export interface ClientOptions {
   clock?: () => number;
   /** Monotonic seconds for batch ages and retry back-offs (default `performance.now()`). */
   monotonic?: () => number;
+  /**
+   * The elapsed clock that decides how fast the ledger opens new windows: () => [epoch id, whole
+   * seconds], never faster than real time (deviceClock.ts). Default: the platform's (Node on
+   * Linux: the boot clock; elsewhere this process's or page's monotonic clock).
+   */
+  elapsedClock?: ElapsedClock;
   /** Throw instead of counting (tests). */
   strict?: boolean;
   /** metric -> the fingerprint the app was built against. */
@@ -125,6 +134,7 @@ export class TelemetryClient {
   private readonly counters = Object.fromEntries(COUNTERS.map((c) => [c, 0])) as Record<Counter, number>;
   private readonly clock: () => number;
   private readonly mono: () => number;
+  private readonly elapsed: ElapsedClock;
   private readonly batchSize: number;
   private readonly maxBatchAge: number;
   private readonly queueSize: number;
@@ -141,8 +151,8 @@ export class TelemetryClient {
   private closed = false;
   private waiting: Array<[string, unknown]> = [];
   private queue: Queued[] = [];
-  private accounts: Accounts = new Map();
-  private mirror: Accounts = new Map();
+  private accounts = new Book();
+  private mirror = new Book();
   private uncommitted = new Set<Charge>();
   private refusals = new Map<string, [Charge, Refusal, number]>();
   private readonly stale = new Set<string>();
@@ -161,6 +171,7 @@ export class TelemetryClient {
   constructor(options: ClientOptions, platform: Platform) {
     this.clock = options.clock ?? (() => Date.now() / 1000);
     this.mono = options.monotonic ?? (() => performance.now() / 1000);
+    this.elapsed = options.elapsedClock ?? platform.elapsed ?? realmElapsed;
     this.batchSize = options.batchSize ?? DEFAULT_BATCH_SIZE;
     this.maxBatchAge = options.maxBatchAge ?? DEFAULT_MAX_BATCH_AGE;
     this.queueSize = options.queueSize ?? DEFAULT_QUEUE_SIZE;
@@ -284,7 +295,7 @@ export class TelemetryClient {
     if (found === null) return this.fail("invalid_value", `a value reported for ${JSON.stringify(metric)} is not in its domain`);
     if (found.clipped) this.counters.clipped += 1;
     const charge = chargeOf(rt, registry, day, found.digest);
-    const refusal = apply(this.mirror, charge); // reserve in the mirror of the ledger
+    const refusal = apply(this.mirror, charge, this.elapsed()); // reserve in the mirror of the ledger
     if (refusal !== null) {
       this.counters[`refused_${refusal}`] += 1;
       const key = `${metric}\u0000${refusal}`;
@@ -331,7 +342,10 @@ export class TelemetryClient {
   /** mirror = committed book + reports queued but not yet charged. */
   private rebuildMirror(): void {
     const mirror = copyAccounts(this.accounts);
-    for (const c of this.uncommitted) apply(mirror, c);
+    if (this.uncommitted.size) {
+      const reading = this.elapsed();
+      for (const c of this.uncommitted) apply(mirror, c, reading);
+    }
     this.mirror = mirror;
   }
 
@@ -402,7 +416,7 @@ export class TelemetryClient {
   private async recordRefusals(): Promise<void> {
     const refusals = this.drainRefusals();
     try {
-      const result = await (this.ledger as DeviceLedger).commit([], refusals);
+      const result = await (this.ledger as DeviceLedger).commit([], refusals, this.elapsed);
       this.accounts = result.accounts;
       this.rebuildMirror();
     } catch (exc) {
@@ -430,7 +444,8 @@ export class TelemetryClient {
     }
     let outcomes: Array<Refusal | null>;
     try {
-      const result = await (this.ledger as DeviceLedger).commit(todo.map((it) => it.charge), this.drainRefusals());
+      const result = await (this.ledger as DeviceLedger).commit(todo.map((it) => it.charge), this.drainRefusals(),
+        this.elapsed);
       outcomes = result.outcomes;
       this.accounts = result.accounts;
       for (const it of todo) this.uncommitted.delete(it.charge);
@@ -676,9 +691,9 @@ export class TelemetryClient {
   }
 
   /** The privacy ledger as committed, per metric (`summarise` turns it into `ldpt ledger`'s rows). */
-  async ledgerSnapshot(): Promise<Accounts> {
+  async ledgerSnapshot(): Promise<Book> {
     await this.ready;
-    return this.ledger ? this.ledger.snapshot() : new Map();
+    return this.ledger ? this.ledger.snapshot() : new Book();
   }
 }
 

@@ -17,7 +17,7 @@ const charge: Charge = {
 };
 let charged = 0;
 for (let i = 0; ledger !== null && i < Number(n); i++) {
-  const { outcomes } = await ledger.commit([charge]);
+  const { outcomes } = await ledger.commit([charge], [], () => ["boot:worker", 1000]);
   if (outcomes[0] === null) charged += 1;
 }
 if (ledger !== null) process.stdout.write(`${charged}\n`);

@@ -11,6 +11,7 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 
 import { withFileLock } from "../src/lock.node.js";
+import type { Reading } from "../src/deviceClock.js";
 import { parseLedger } from "../src/ledger.js";
 import { DeviceLedger, StateError } from "../src/state.js";
 import { FileStore } from "../src/storage/node.js";
@@ -93,9 +94,10 @@ test("a commit tells whether someone else wrote the book since", async () => {
   const b = new DeviceLedger(store);
   const charge = { metric: "m", fingerprint: "a".repeat(32), day: 1, epsilon: 1, epsilonLongitudinal: null,
     digest: null, reportsPerWindow: 9, lifetimeBudget: null, deviceWindowBudget: null, deviceLifetimeBudget: null };
-  assert.equal((await a.commit([charge])).foreign, false);
-  assert.equal((await a.commit([charge])).foreign, false);
-  await b.commit([charge]);
-  assert.equal((await a.commit([charge])).foreign, true);
+  const now = (): Reading => ["boot:test", 1000];
+  assert.equal((await a.commit([charge], [], now)).foreign, false);
+  assert.equal((await a.commit([charge], [], now)).foreign, false);
+  await b.commit([charge], [], now);
+  assert.equal((await a.commit([charge], [], now)).foreign, true);
   assert.equal((await a.snapshot()).get("m")?.window_reports, 4);
 });
