@@ -260,7 +260,7 @@ def test_registry_health_ready_and_metrics(setup):
             resp = await client.get("/healthz")
             assert resp.status == 200 and (await resp.json())["status"] == "ok"
             resp = await client.get("/readyz")
-            assert resp.status == 200 and (await resp.json())["schema_version"] == 2
+            assert resp.status == 200 and (await resp.json())["schema_version"] == 3
             await post(client, bodies_for(registry, 1)[0])
             resp = await client.get("/metrics")
             text = await resp.text()

@@ -140,24 +140,41 @@ class RetryingClients:
         assert not any(t.is_alive() for t in self.threads), "clients did not finish"
 
 
-def theme_bodies(registry, n: int, size: int, seed: int) -> dict[bytes, bytes]:
+def theme_bodies(registry, n: int, size: int, seed: int, metric: str = "theme") -> dict[bytes, bytes]:
     rng = np.random.default_rng(seed)
-    spec = registry.get("theme")
+    spec = registry.get(metric)
     out = {}
     for _ in range(n):
         bid = os.urandom(16)
-        out[bid] = make_body(wire_reports(spec, rng.integers(0, 3, size), rng), bid)
+        out[bid] = make_body(wire_reports(spec, rng.integers(0, spec.domain_size, size), rng), bid)
     return out
 
 
-def test_sigkill_while_clients_post_and_retry_loses_and_doubles_nothing(tmp_path):
+#: A large-domain metric whose small dense size (22 KB) makes every few commits merge flat rows
+#: and every ~40 fold them into its dense row: SIGKILLs land in the middle of merges.
+LARGE_METRIC = """
+[metrics.large]
+kind = "categorical"
+categories = [{cats}]
+protocol = "hr"
+epsilon = 2.0
+"""
+
+
+@pytest.mark.parametrize("metric", ["theme", "large"])
+def test_sigkill_while_clients_post_and_retry_loses_and_doubles_nothing(tmp_path, metric):
     registry = write_registry(tmp_path / "metrics.toml")
-    spec = registry.get("theme")
+    if metric == "large":
+        with open(tmp_path / "metrics.toml", "a", encoding="utf-8") as f:
+            f.write(LARGE_METRIC.format(cats=", ".join(f'"v{i}"' for i in range(2_000))))
+        from client_sdk.registry import load_registry
+        registry = load_registry(tmp_path / "metrics.toml")
+    spec = registry.get(metric)
     db = tmp_path / "collector.sqlite"
     first = Server(["--metrics", str(tmp_path / "metrics.toml"), "--db", str(db), "--port", "0"], tmp_path)
     # restarts reuse the port the first server was given, so the clients' URL stays valid
     args = ["--metrics", str(tmp_path / "metrics.toml"), "--db", str(db), "--port", str(first.port)]
-    bodies = theme_bodies(registry, 400, 25, seed=21)
+    bodies = theme_bodies(registry, 400, 25, seed=21, metric=metric)
     url = f"http://127.0.0.1:{first.port}"
     clients = RetryingClients(lambda: url, list(bodies.values()), threads=6)
     servers = [first]
@@ -182,6 +199,14 @@ def test_sigkill_while_clients_post_and_retry_loses_and_doubles_nothing(tmp_path
     assert assert_consistent(db, spec, bodies) == set(bodies)  # each counted exactly once
     sketch, _ = store_state(db, spec)
     assert sketch.total_reports == 400 * 25
+    if metric == "large":   # the collectors did merge flat rows into the window's one dense row
+        store = SQLiteStore(db, create=False)
+        try:
+            dense, rows = store._conn.execute(
+                "SELECT sum(length(cells) = 0), count(*) FROM sketch_deltas").fetchone()
+        finally:
+            store.close()
+        assert dense == 1 and rows < 40
 
 
 def test_sigterm_commits_what_was_accepted_and_exits_0(tmp_path):

@@ -18,6 +18,34 @@ FORBIDDEN = {
 LAZY_UPWARD = {"client_sdk/testing.py": {"collector"}}
 
 
+def package_modules(package: str, root: Path = ROOT) -> list[Path]:
+    """The package's own modules: ``*.py`` files in it and in its subpackages (directories with an
+    ``__init__.py``, reached through packages). A build tree (``pip install ./client_sdk`` once left
+    ``client_sdk/build/lib/client_sdk/*.py``), the in-tree build backend and node_modules are not
+    modules of the package, so a documented install never turns this test red."""
+    out, todo = [], [root / package]
+    while todo:
+        directory = todo.pop()
+        for path in sorted(directory.iterdir()):
+            if path.is_dir() and (path / "__init__.py").is_file():
+                todo.append(path)
+            elif path.suffix == ".py" and path.is_file():
+                out.append(path)
+    return sorted(out)
+
+
+def test_a_build_tree_is_not_a_module_of_the_package(tmp_path):
+    """What `pip install ./client_sdk` used to leave (build/lib/client_sdk/*.py), a JavaScript
+    dependency's stray .py and the build backend are not scanned; subpackages are."""
+    for rel in ("sdk/__init__.py", "sdk/a.py", "sdk/protocols/__init__.py", "sdk/protocols/b.py",
+                "sdk/build/lib/sdk/__init__.py", "sdk/build/lib/sdk/a.py", "sdk/_build/backend.py",
+                "sdk/js/node_modules/x/y.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("import collector\n")
+    found = [p.relative_to(tmp_path).as_posix() for p in package_modules("sdk", tmp_path)]
+    assert found == ["sdk/__init__.py", "sdk/a.py", "sdk/protocols/__init__.py", "sdk/protocols/b.py"]
+
+
 def imported_packages(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     names = set()
@@ -32,7 +60,7 @@ def imported_packages(path: Path) -> set[str]:
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
 def test_no_upward_imports(package):
     offenders = []
-    for path in sorted((ROOT / package).rglob("*.py")):
+    for path in package_modules(package):
         rel = path.relative_to(ROOT).as_posix()
         upward = imported_packages(path) & FORBIDDEN[package]
         allowed = LAZY_UPWARD.get(rel, set())
@@ -68,7 +96,7 @@ def test_sdk_needs_only_msgpack_beyond_the_standard_library():
     eager = {"msgpack", "tomli", "client_sdk"}
     lazy = eager | {"scipy", "aiohttp", "tomli_w"}
     offenders = set()
-    for path in (ROOT / "client_sdk").rglob("*.py"):
+    for path in package_modules("client_sdk"):
         rel = str(path.relative_to(ROOT))
         offenders |= {(n, rel) for n in module_level_packages(path) - eager if n not in sys.stdlib_module_names}
         lazy_here = lazy | LAZY_UPWARD.get(path.relative_to(ROOT).as_posix(), set())

@@ -91,15 +91,20 @@ def merged_examples(path: Path) -> Path:
     return path
 
 
-def build_wheels(tmp_path: Path) -> tuple[Path, Path]:
-    """(SDK wheel, ldp-telemetry wheel), built from a copy of the tracked and new files."""
-    src = tmp_path / "src"
+def checkout_copy(src: Path) -> Path:
+    """A copy of the checkout's tracked and new files (what a fresh clone holds, and your edits)."""
     files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                            check=True, capture_output=True).stdout.decode().split("\0")
     for rel in filter(None, files):
         if (ROOT / rel).is_file():
             (src / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / rel, src / rel)
+    return src
+
+
+def build_wheels(tmp_path: Path) -> tuple[Path, Path]:
+    """(SDK wheel, ldp-telemetry wheel), built from a copy of the tracked and new files."""
+    src = checkout_copy(tmp_path / "src")
     dist = tmp_path / "dist"
     for project in (src / "client_sdk", src):
         subprocess.run([sys.executable, "-m", "build", "--outdir", str(dist), str(project)], check=True,
@@ -191,3 +196,25 @@ def test_the_sdk_wheel_alone_reports_every_metric_kind_to_a_real_collector(tmp_p
         assert sketch.total_reports == CLIENTS, name
         misses += uncovered(spec, sketch, values)
     assert not misses, misses
+
+
+def test_installing_the_sdk_from_a_checkout_leaves_the_test_command_green(tmp_path):
+    """docs/guide-app-teams.md's `pip install ./client_sdk`, run in a copy of the checkout, writes
+    nothing into it (it once left client_sdk/build/lib/client_sdk/*.py, which
+    tests/test_layering.py then scanned and failed on: issue 31); that test still passes there."""
+    src = checkout_copy(tmp_path / "src")
+    before = {p.relative_to(src).as_posix() for p in src.rglob("*")}
+    env_dir = tmp_path / "app-env"
+    venv.create(env_dir, with_pip=True)
+    run = subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", "./client_sdk"],
+                         cwd=src, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    left = sorted({p.relative_to(src).as_posix() for p in src.rglob("*")} - before)
+    assert left == [], f"pip install ./client_sdk left {left[:10]} in the checkout"
+    # a build tree planted by an older setuptools backend is not scanned either
+    planted = src / "client_sdk" / "build" / "lib" / "client_sdk" / "testing.py"
+    planted.parent.mkdir(parents=True)
+    shutil.copy2(src / "client_sdk" / "testing.py", planted)
+    layering = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "tests/test_layering.py"], cwd=src, capture_output=True, text=True, timeout=600)
+    assert layering.returncode == 0, layering.stdout[-3000:]

@@ -113,27 +113,33 @@ def test_commit_writes_cells_proportional_to_the_batch(tmp_path):
         assert store._conn.execute("SELECT count(*) FROM sketches").fetchone() == (0,)
 
 
-def test_crowded_key_is_folded_by_the_commit_that_crowds_it(tmp_path):
-    """Sparse bytes of a key reaching its dense size trigger a fold right after that commit."""
+def test_crowded_key_is_merged_after_the_commit_that_crowds_it(tmp_path):
+    """A key's flat rows are merged right after the commit that crowds them: at most one dense
+    row plus sparse rows weighing less than it (and one commit), a bounded number of rows, and
+    the sum exact after every commit."""
+    from collector.storage.base import TIER_FANOUT, dense_flat_bytes
+
     proto = build_protocol("hr", 2_000, 2.0, {})  # small dense size: folds after a few commits
     rng = np.random.default_rng(5)
-    dense_bytes = 8 * (proto.new_sketch().counts.size + 1)
+    dense_bytes = dense_flat_bytes(1, proto.new_sketch().counts.size)
     with SQLiteStore(tmp_path / "s.sqlite") as store:
         total = proto.new_sketch()
-        folded = False
+        densified = False
         for batch in batches_for(proto, rng, 150, 30):
             batch = PendingBatch(batch.batch_id, batch.digest,
                                  {SketchKey("m", "fp", WINDOWS[0]): next(iter(batch.deltas.values()))},
                                  batch.reports)
             total = total.merge(next(iter(batch.deltas.values())))
             store.commit([batch])
-            sparse_bytes = store._conn.execute(
-                "SELECT coalesce(sum(length(cells) + length(counts)), 0) FROM sketch_deltas").fetchone()[0]
-            assert sparse_bytes < dense_bytes + 12 * 31  # never much beyond the dense size
-            folded |= store._conn.execute("SELECT count(*) FROM sketches").fetchone()[0] > 0
-        assert folded
-        got = store.load("m", "fp", proto.new_sketch())
-        assert np.array_equal(got.counts, total.counts) and np.array_equal(got.reports, total.reports)
+            rows = store._conn.execute("SELECT length(cells), length(counts) FROM sketch_deltas").fetchall()
+            dense = [c for cells, c in rows if cells == 0]
+            sparse = sum(cells + c for cells, c in rows if cells > 0)
+            assert len(dense) <= 1 and sparse < dense_bytes + 12 * 31
+            assert len(rows) <= 1 + 4 * (TIER_FANOUT - 1)
+            densified |= bool(dense)
+            got = store.load("m", "fp", proto.new_sketch())
+            assert np.array_equal(got.counts, total.counts) and np.array_equal(got.reports, total.reports)
+        assert densified
 
 
 def test_worth_sparse_only_when_it_saves_bytes():
@@ -168,7 +174,7 @@ def test_v1_store_is_migrated_and_keeps_its_data(tmp_path):
     conn.commit()
     conn.close()
     with SQLiteStore(path) as store:
-        assert store._conn.execute("SELECT value FROM ldpt_meta WHERE key='schema_version'").fetchone() == ("2",)
+        assert store._conn.execute("SELECT value FROM ldpt_meta WHERE key='schema_version'").fetchone() == ("3",)
         (batch,) = batches_for(proto, np.random.default_rng(2), 1, 10)
         batch = PendingBatch(batch.batch_id, batch.digest,
                              {SketchKey("m", "fp", WINDOWS[0]): next(iter(batch.deltas.values()))}, 10)
@@ -194,9 +200,10 @@ def test_a_full_window_folds_dense_and_a_thin_one_stays_sparse(tmp_path):
                                        b.reports) for b in full[i:i + 4]])
         store.compact()
         assert store.compact() == 0  # every window is in one form now
-        per_window = dict(store._conn.execute(
-            "SELECT window, count(*) FROM sketch_deltas GROUP BY window").fetchall())
-        assert per_window == {WINDOWS[0]: 1, WINDOWS[1]: 1}
+        forms = dict(store._conn.execute(
+            "SELECT window, group_concat(length(cells) = 0) FROM sketch_deltas GROUP BY window").fetchall())
+        assert forms == {WINDOWS[0]: "0", WINDOWS[1]: "0"}  # one sparse row each
+        # the full window's commits were dense by themselves: its per-cohort rows
         assert store._conn.execute("SELECT DISTINCT window FROM sketches").fetchall() == [("2026-10-01",)]
 
 
@@ -362,19 +369,27 @@ def test_payload_groups_go_sparse_without_a_dense_temporary(tmp_path, name, d, e
         assert (sparse_rows(sparse) > 0) == big
 
 
-def test_many_narrow_cohorts_fold_into_one_row():
+def test_a_full_window_of_many_narrow_cohorts_is_one_dense_row(tmp_path):
     """OLH at d = 10^6 has 177,156 cohorts of 11 cells: per-cohort dense rows would cost a row
-    (key columns and headers) per cohort, so even a dense sum folds into one sparse row."""
-    from collector.storage.base import ROW_OVERHEAD_BYTES, folded_form
+    (key columns and headers) per cohort, and its full sparse form 12 bytes a cell; its sum is
+    one dense flat row (8 bytes a cell), a thin window one sparse row."""
+    from collector.storage.base import dense_flat_bytes, folded_form
 
     proto = build_protocol("olh", 1_000_000, 2.0, {})
     sketch = proto.new_sketch()
     sketch.counts += 1
     sketch.reports += 11
     m, width = sketch.counts.shape
-    assert 12 * (m * width + m) <= m * (8 * width + ROW_OVERHEAD_BYTES)
-    assert folded_form(sketch) is not None
-    hr = build_protocol("hr", 2_000, 2.0, {}).new_sketch()
-    hr.counts += 1
-    hr.reports += 1
-    assert folded_form(hr) is None  # one wide cohort, every cell hit: dense
+    assert folded_form(sketch) is None  # dense: 8 bytes a cell
+    thin = proto.new_sketch()
+    proto.accumulate(thin, proto.encode(np.arange(1_000), np.random.default_rng(1)))
+    assert folded_form(thin) is not None
+    with SQLiteStore(tmp_path / "s.sqlite") as store:
+        store.add_sketch(SketchKey("m", "fp", WINDOWS[0]), sketch)
+        store.add_sketch(SketchKey("m", "fp", WINDOWS[0]), thin)
+        store.compact()
+        (cells, counts), = store._conn.execute("SELECT length(cells), length(counts) FROM sketch_deltas")
+        assert (cells, counts) == (0, dense_flat_bytes(m, width))
+        got = store.load("m", "fp", proto.new_sketch())
+        want = sketch.merge(thin)
+        assert np.array_equal(got.counts, want.counts) and np.array_equal(got.reports, want.reports)

@@ -81,6 +81,7 @@ class ThreadedStore(AsyncSketchStore):
         self.path = Path(path)
         self.description = f"sqlite:{self.path}"
         self._writer = SQLiteStore(self.path, create=True, synchronous=synchronous)
+        self._writer.defer_compaction = True  # compacted after the acknowledgement: _settle_locked
         lock_path = self.path.with_name(self.path.name + WRITER_LOCK_SUFFIX)
         self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self._reader: SQLiteStore | None = None
@@ -111,7 +112,23 @@ class ThreadedStore(AsyncSketchStore):
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     async def acommit(self, batches: Sequence[PendingBatch]) -> list[BatchOutcome]:
-        return await self._run(self._write_thread, self._commit_locked, batches)
+        outcomes = await self._run(self._write_thread, self._commit_locked, batches)
+        if self._writer._crowded:
+            # queued on the writer thread behind this commit, not awaited: the group is
+            # acknowledged now, and the next commit starts once the merges are done
+            self._write_thread.submit(self._settle_locked)
+        return outcomes
+
+    def _settle_locked(self) -> int:
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            return self._writer.settle()
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    async def asettle(self) -> int:
+        """Run the pending compaction now (tests, benches); returns the merges done."""
+        return await self._run(self._write_thread, self._settle_locked)
 
     async def aload(self, metric: str, fingerprint: str, template: Sketch,
                     windows: Sequence[str] | None = None, since: str | None = None,
@@ -153,9 +170,9 @@ class ThreadedStore(AsyncSketchStore):
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     async def amaintain(self, today: str | None = None) -> None:
-        """Fold the sparse rows of closed windows (days before ``today``, UTC by default) into
-        dense rows, so that reading a past window reads one dense sketch; a commit compacts the
-        keys it crowds itself."""
+        """Fold the flat rows of closed windows (days before ``today``, UTC by default) into one
+        row each, so that reading a past window reads one row, and settle crowded keys another
+        worker process left; the writer thread compacts the keys its own commits crowd."""
         today = today or dt.datetime.now(dt.timezone.utc).date().isoformat()
         await self._run(self._write_thread, self._compact_locked, today)
 

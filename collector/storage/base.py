@@ -20,7 +20,7 @@ import numpy as np
 from client_sdk.errors import StoreError
 from client_sdk.protocols.base import Sketch
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 APPLICATION_ID = "ldp-telemetry"
 
 #: A commit writes a sketch delta sparsely (its non-zero cells) when those cells take at most
@@ -207,22 +207,199 @@ def worth_sparse(sketch: Sketch) -> SparseDelta | None:
 
 
 #: What one stored row costs beyond its counters (key columns, tuple header, index entry): why
-#: a sketch of many narrow cohorts (OLH, discover) folds into one sparse row even when dense.
+#: a sketch of many narrow cohorts (OLH, discover) is kept as flat rows, never per-cohort rows.
 ROW_OVERHEAD_BYTES = 64
+
+# --- compaction of flat rows (docs/design.md, "Compaction") ----------------------------------------
+#: A key's flat rows (sparse deltas and at most one dense flat row) are merged size-tiered: rows
+#: whose bytes fall in one tier [TIER_BASE_BYTES·F^t, TIER_BASE_BYTES·F^(t+1)) are merged once
+#: there are TIER_FANOUT of them, so each byte is rewritten once per tier (a handful: the tiers
+#: stop at the dense size), never once per commit; a load reads at most F−1 rows per tier.
+TIER_FANOUT = 16
+TIER_BASE_BYTES = 1024
+#: The dense row absorbs the other rows once they weigh this share of it: each dense byte is then
+#: rewritten once per that many bytes written, and a load reads at most ~2x the dense size.
+DENSE_ABSORB_SHARE = 1.0
+
+
+#: A dense delta touching at least this many cohorts is written as one dense flat row rather than
+#: a row per cohort (OLH and discover have 10^4-10^5 narrow cohorts; RAPPOR's few wide ones keep
+#: per-cohort rows, so a commit rewrites only the cohorts its reports hit).
+FLAT_MIN_COHORTS = 1024
+
+
+def wants_flat(sketch: Sketch) -> bool:
+    """Whether a dense delta goes to a dense flat row (``FLAT_MIN_COHORTS``)."""
+    m = len(sketch.reports)
+    if m < FLAT_MIN_COHORTS:
+        return False
+    touched = int(((sketch.reports != 0) | sketch.counts.reshape(m, -1).any(axis=1)).sum())
+    return touched >= FLAT_MIN_COHORTS
+
+
+def dense_flat_blob(sketch: Sketch) -> bytes:
+    """A sketch's dense flat row: its counters, then its per-cohort report counts, as int64."""
+    return np.concatenate([sketch.counts.reshape(-1), sketch.reports]).astype("<i8").tobytes()
+
+
+def flat_size(m: int, width: int) -> int:
+    """Cells of a sketch's flat space: m·width counters and m report counts."""
+    return m * width + m
+
+
+def dense_flat_bytes(m: int, width: int) -> int:
+    """Bytes of a key's dense flat row (every cell of its flat space as int64)."""
+    return 8 * flat_size(m, width)
+
+
+def is_dense_flat(cells_len: int, counts_len: int) -> bool:
+    """Whether a stored flat row (by its blobs' lengths) is the dense form: no cell indices, and
+    a value for every cell (an empty sparse delta has neither)."""
+    return cells_len == 0 and counts_len > 0
+
+
+def tier_of(nbytes: int) -> int:
+    """The size tier of a stored flat row of ``nbytes`` bytes (cells plus values)."""
+    tier, limit = 0, TIER_BASE_BYTES * TIER_FANOUT
+    while nbytes >= limit:
+        tier += 1
+        limit *= TIER_FANOUT
+    return tier
+
+
+@dataclasses.dataclass
+class CompactionStats:
+    """What a store's compaction did so far (operation counts for tests, benches, /metrics)."""
+
+    merges: int = 0
+    rows_merged: int = 0
+    bytes_read: int = 0      # blobs of the rows merged
+    bytes_written: int = 0   # blobs of the rows written in their place
+
+    def note(self, rows: int, read: int, written: int) -> None:
+        self.merges += 1
+        self.rows_merged += rows
+        self.bytes_read += read
+        self.bytes_written += written
+
+
+@dataclasses.dataclass(frozen=True)
+class FlatRowInfo:
+    """What compaction needs to know of one stored flat row: its id and blob lengths."""
+
+    id: int
+    cells_len: int
+    counts_len: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.cells_len + self.counts_len
+
+    @property
+    def dense(self) -> bool:
+        return is_dense_flat(self.cells_len, self.counts_len)
+
+
+def plan_merge(rows: Sequence[FlatRowInfo], dense_bytes: int) -> tuple[list[int], float] | None:
+    """The next merge of a key's flat rows — (ids, dense_above: the merged row is written dense
+    when its sparse form would take more bytes than this) — or None when the key is settled.
+
+    - The sparse rows weigh ``DENSE_ABSORB_SHARE`` of the dense size (or there are two dense
+      rows: an interrupted upgrade): merge everything, into a dense row unless the sum is
+      sparse enough to take at most half the dense size (then the next such merge is at least
+      half a dense size of new rows away: every byte is rewritten a bounded number of times).
+    - Else the lowest tier holding ``TIER_FANOUT`` sparse rows: merge that tier (its sum stays
+      below the dense size, so sparse).
+    So a key holds at most one dense row plus sparse rows of less than its weight.
+    """
+    dense = [r for r in rows if r.dense]
+    sparse = [r for r in rows if not r.dense]
+    if len(dense) > 1 or (sparse and sum(r.nbytes for r in sparse) >= DENSE_ABSORB_SHARE * dense_bytes):
+        return [r.id for r in rows], SPARSE_MAX_SHARE * dense_bytes
+    tiers: dict[int, list[int]] = {}
+    for r in sparse:
+        tiers.setdefault(tier_of(r.nbytes), []).append(r.id)
+    for tier in sorted(tiers):
+        if len(tiers[tier]) >= TIER_FANOUT:
+            return tiers[tier], float(dense_bytes)
+    return None
+
+
+def merge_flat(parts: Sequence[tuple[int, int, bytes, bytes]], where: str,
+               dense_above: float | None = None) -> tuple[int, int, bytes, bytes]:
+    """The sum of stored flat rows ``(m, width, cells, values)`` as one row: sparse (sorted
+    distinct cells) while 12 bytes per non-zero cell are at most ``dense_above`` (default: the
+    dense row's bytes; ``math.inf``: always sparse) and no part is dense, else dense (empty
+    ``cells``, every value). Integer arithmetic throughout: the sum is exact. ValueError
+    (naming ``where``) if the rows disagree in shape or one is corrupt."""
+    m, width = parts[0][0], parts[0][1]
+    size = flat_size(m, width)
+    dense_bytes = 8 * size
+    sparse_cells, sparse_values, dense_parts = [], [], []
+    for pm, pw, cells_blob, values_blob in parts:
+        if (pm, pw) != (m, width):
+            raise ValueError(f"{where}: flat rows of {m} x {width} and {pm} x {pw} cells; the store "
+                             "was written under other parameters")
+        if is_dense_flat(len(cells_blob), len(values_blob)):
+            if len(values_blob) != dense_bytes:
+                raise ValueError(f"{where}: corrupt dense row ({len(values_blob)} bytes, expected {dense_bytes})")
+            dense_parts.append(np.frombuffer(values_blob, dtype="<i8"))
+            continue
+        cells = np.frombuffer(cells_blob, dtype="<u4")
+        values = np.frombuffer(values_blob, dtype="<i8")
+        if cells.size != values.size or (cells.size and (int(cells[-1]) >= size
+                                                           or not bool(np.all(cells[1:] > cells[:-1])))):
+            raise ValueError(f"{where}: corrupt sparse delta ({cells.size} cells, {values.size} values)")
+        sparse_cells.append(cells)
+        sparse_values.append(values)
+    if not dense_parts and sparse_cells:
+        cells = np.concatenate(sparse_cells).astype(np.int64)
+        values = np.concatenate(sparse_values)
+        order = np.argsort(cells, kind="stable")
+        cells, values = cells[order], values[order]
+        starts = np.flatnonzero(np.concatenate(([True], cells[1:] != cells[:-1])))
+        cells, values = cells[starts], np.add.reduceat(values, starts)
+        keep = values != 0
+        cells, values = cells[keep], values[keep]
+        if SPARSE_CELL_BYTES * cells.size <= (dense_bytes if dense_above is None else dense_above):
+            return m, width, cells.astype("<u4").tobytes(), values.astype("<i8").tobytes()
+        flat = np.zeros(size, dtype=np.int64)
+        flat[cells] = values
+        return m, width, b"", flat.astype("<i8").tobytes()
+    flat = np.zeros(size, dtype=np.int64)
+    for part in dense_parts:
+        flat += part
+    for cells, values in zip(sparse_cells, sparse_values):
+        flat[cells] += values          # distinct cells within a row: plain fancy-index add
+    return m, width, b"", flat.astype("<i8").tobytes()
 
 
 def folded_form(sketch: Sketch) -> SparseDelta | None:
-    """How compaction writes a key's sum: one sparse row when that takes fewer bytes than the
-    dense rows of its touched cohorts with their per-row overhead (``ROW_OVERHEAD_BYTES``),
-    else None (dense rows). A thin window of a large domain, and any sketch of many narrow
-    cohorts, stay one row."""
+    """How a key's whole sum is written when it goes to flat rows: one sparse row when that
+    takes fewer bytes than its dense flat row, else None (one dense flat row)."""
     m = len(sketch.reports)
     if m == 0:
         return None
-    width = sketch.counts[0].size
-    touched = int(((sketch.reports != 0) | sketch.counts.reshape(m, -1).any(axis=1)).sum())
     delta = sparse_delta(sketch)
-    return delta if delta.nbytes <= touched * (8 * width + ROW_OVERHEAD_BYTES) else None
+    return delta if delta.nbytes <= dense_flat_bytes(m, sketch.counts[0].size) else None
+
+
+def add_flat(out: Sketch, m: int, width: int, cells_blob: bytes, values_blob: bytes, where: str) -> None:
+    """Add one stored flat row (sparse delta or dense flat row) into ``out`` (in place)."""
+    if not is_dense_flat(len(cells_blob), len(values_blob)):
+        add_sparse(out, m, width, cells_blob, values_blob, where)
+        return
+    out_m = len(out.reports)
+    out_width = out.counts[0].size if out_m else 0
+    if (m, width) != (out_m, out_width):
+        raise ValueError(f"{where}: dense row of {m} x {width} cells, the registry's sketch is "
+                         f"{out_m} x {out_width}; the store was written under other parameters")
+    if len(values_blob) != dense_flat_bytes(m, width):
+        raise ValueError(f"{where}: corrupt dense row ({len(values_blob)} bytes)")
+    values = np.frombuffer(values_blob, dtype="<i8")
+    flat = out.counts.reshape(-1)
+    flat += values[:flat.size]
+    out.reports += values[flat.size:]
 
 
 def add_sparse(out: Sketch, m: int, width: int, cells_blob: bytes, values_blob: bytes,

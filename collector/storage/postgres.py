@@ -1,6 +1,6 @@
 """PostgreSQL sketch store: many collectors on many machines, one database (asyncpg).
 
-Schema v2 (in the first schema of the DSN's ``search_path``, created if missing):
+Schema v3 (in the first schema of the DSN's ``search_path``, created if missing):
 
   ldpt_meta(key PRIMARY KEY, value)                  application id and schema version
   ldpt_batches(batch_id bytea PRIMARY KEY, digest, reports, writer, received)
@@ -8,10 +8,12 @@ Schema v2 (in the first schema of the DSN's ``search_path``, created if missing)
               cohort, reports, counts bytea, cells bytea, m, width)
                                                      append-only sketch deltas
 
-A delta row is dense (one cohort's counters; ``cells`` NULL) or sparse (``cohort`` = -1: the
-non-zero cells of a whole delta in the sketch's flat space, ``SparseDelta``; ``counts`` holds
-their values). A commit writes a small delta of a large sketch sparsely, so its cost follows
-the reports it carries, not the domain. v1 stores gain the three columns on open.
+A delta row is dense per cohort (one cohort's counters; ``cells`` NULL) or *flat* (``cohort``
+= -1, ``cells`` not NULL): sparse (the non-zero cells of a whole delta in the sketch's flat
+space, ``SparseDelta``; ``counts`` holds their values) or, with empty ``cells``, dense (every
+cell of the flat space; v3). A commit writes a small delta of a large sketch sparsely, so its
+cost follows the reports it carries, not the domain. v1 stores gain the three columns on open;
+v2 stores only change version (a v2 reader would not understand dense flat rows).
 
 Why append-only: an UPDATE of a shared per-window sketch row would serialise every collector
 on that row's lock. Instead each group commit INSERTs its own delta rows (keyed by the
@@ -22,12 +24,14 @@ INSERT ... ON CONFLICT DO NOTHING of a batch id another collector is committing 
 that transaction and then sees it (duplicate) or, if it rolled back, takes it. Ids are
 inserted in sorted order so two groups sharing ids cannot deadlock.
 
-Compaction (``amaintain``) keeps the row count small: per (metric, fingerprint, window,
-cohort) with many rows, one transaction DELETEs them (RETURNING their values) and INSERTs
-their sum — readers see either all the old rows or the one new row (MVCC), and an advisory
-lock keeps two collectors from compacting the same key at once. Sparse rows are folded into
-dense rows the same way, per (metric, fingerprint, window), once they weigh as much as the
-dense rows, are too many, or their window is closed.
+Compaction keeps the row count small: per (metric, fingerprint, window, cohort) with many
+dense rows (``acompact``), and per (metric, fingerprint, window) for flat rows (``plan_merge``:
+size-tiered merges, and one dense flat row absorbing the rest once they weigh as much; a
+background task of the collector whose commits crowded the key, off the acknowledged commit
+path). One transaction DELETEs the rows (RETURNING their values) and INSERTs their sum —
+readers see either all the old rows or the one new row (MVCC), a crash leaves the old rows, and
+an advisory lock keeps two collectors from merging the same key at once. Closed windows are
+folded into one row by housekeeping (``amaintain``).
 
 Counters are stored as little-endian int64 blobs (``counts_to_blob``) and summed in numpy.
 """
@@ -54,18 +58,25 @@ from .aio import AsyncSketchStore
 from .base import (
     APPLICATION_ID,
     SCHEMA_VERSION,
+    TIER_FANOUT,
     BatchOutcome,
     CommitOutcomeUnknown,
+    CompactionStats,
+    FlatRowInfo,
     PendingBatch,
     PruneResult,
     SketchKey,
     SparseDelta,
     WindowInfo,
-    add_sparse,
+    add_flat,
     blob_to_counts,
     counts_to_blob,
-    folded_form,
+    dense_flat_blob,
+    dense_flat_bytes,
+    merge_flat,
+    plan_merge,
     sum_deltas,
+    wants_flat,
     worth_sparse,
 )
 
@@ -96,10 +107,14 @@ ALTER TABLE ldpt_deltas ADD COLUMN IF NOT EXISTS cells bytea;
 ALTER TABLE ldpt_deltas ADD COLUMN IF NOT EXISTS m integer;
 ALTER TABLE ldpt_deltas ADD COLUMN IF NOT EXISTS width integer;
 """
-#: ``cohort`` of a sparse delta row.
+#: Flat rows' large values (dense flat rows) are compressed with lz4 where the server has it:
+#: ~10x faster than the default pglz to write and to read back (ignored where unsupported).
+_LZ4 = "ALTER TABLE ldpt_deltas ALTER COLUMN counts SET COMPRESSION lz4"
+#: ``cohort`` of a flat (sparse or dense flat) row.
 SPARSE_COHORT = -1
-#: Fold a key's sparse rows into dense rows once there are more of them than this.
-COMPACT_MAX_SPARSE_ROWS = 256
+#: A collector looks at a key's flat rows (``plan_merge``) after writing this many of them to it,
+#: or a quarter of its dense size.
+SETTLE_EVERY_ROWS = TIER_FANOUT
 #: Advisory lock id serialising schema creation when many collectors start at once.
 _SCHEMA_LOCK = 0x6C647074  # "ldpt"
 #: Compact a (metric, fingerprint, window, cohort) once it has more rows than this.
@@ -151,9 +166,11 @@ class PostgresStore(AsyncSketchStore):
         self._pool = pool
         self.writer = writer
         self._seq = 0
-        self._sparse_bytes: dict[SketchKey, int] = {}
-        self._compacting: set[SketchKey] = set()
+        self._written: dict[SketchKey, tuple[int, int]] = {}  # flat rows, bytes since a settle
+        self._settling: dict[SketchKey, asyncio.Task] = {}
+        self._again: set[SketchKey] = set()
         self._tasks: set[asyncio.Task] = set()
+        self.compaction = CompactionStats()
         parts = urlsplit(dsn)
         self.description = f"postgres:{parts.hostname or 'localhost'}{parts.path or ''}"
 
@@ -201,14 +218,24 @@ class PostgresStore(AsyncSketchStore):
                         raise StoreError("no ldp-telemetry store in this database/schema")
                     await conn.execute(_SCHEMA)
                     await conn.execute(_SCHEMA_V2)
+                    await self._try_lz4(conn)
                     await conn.executemany("INSERT INTO ldpt_meta VALUES ($1, $2) ON CONFLICT DO NOTHING",
                                            [("application", APPLICATION_ID),
                                             ("schema_version", str(SCHEMA_VERSION))])
-                elif await conn.fetchval("SELECT value FROM ldpt_meta WHERE key = 'schema_version'") == "1":
-                    await conn.execute(_SCHEMA_V2)  # v1 -> v2: add the sparse columns
+                elif await conn.fetchval("SELECT value FROM ldpt_meta WHERE key = 'schema_version'") in ("1", "2"):
+                    await conn.execute(_SCHEMA_V2)  # v1 -> v2: add the sparse columns (v2 -> v3: none)
+                    await self._try_lz4(conn)
                     await conn.execute("UPDATE ldpt_meta SET value = $1 WHERE key = 'schema_version'",
                                        str(SCHEMA_VERSION))
             await self._check_meta(conn)
+
+    @staticmethod
+    async def _try_lz4(conn: Any) -> None:
+        try:
+            async with conn.transaction():   # a savepoint: a server without lz4 refuses it alone
+                await conn.execute(_LZ4)
+        except asyncpg.PostgresError:
+            pass
 
     async def _check_meta(self, conn: Any) -> None:
         meta = dict(await conn.fetch("SELECT key, value FROM ldpt_meta"))
@@ -229,8 +256,12 @@ class PostgresStore(AsyncSketchStore):
             try:
                 async with self._pool.acquire() as conn:
                     started = True
+                    written: list[dict[SketchKey, Any]] = []
                     async with conn.transaction():
-                        return await self._commit(conn, batches)
+                        outcomes = await self._commit(conn, batches, written)
+                    for flat in written:   # committed: its keys may want a merge
+                        self._note_flat(flat)
+                    return outcomes
             except asyncpg.PostgresError as exc:
                 if getattr(exc, "sqlstate", None) in _RETRY_SQLSTATES and attempt + 1 < COMMIT_ATTEMPTS:
                     await asyncio.sleep(0.01 * 2 ** attempt)
@@ -246,7 +277,8 @@ class PostgresStore(AsyncSketchStore):
                 raise StoreError(f"PostgreSQL unreachable: {exc}") from None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _commit(self, conn: Any, batches: Sequence[PendingBatch]) -> list[BatchOutcome]:
+    async def _commit(self, conn: Any, batches: Sequence[PendingBatch],
+                      written: list[dict[SketchKey, Any]]) -> list[BatchOutcome]:
         first: dict[bytes, int] = {}  # batch id -> index of its first occurrence in this group
         for i, b in enumerate(batches):
             if b.batch_id is not None:
@@ -279,44 +311,65 @@ class PostgresStore(AsyncSketchStore):
         total = sum_deltas(applied_deltas, sparse=self.sparse)
         if total:
             self._seq += 1
-            sparse = {}
+            flat: dict[SketchKey, tuple[int, int, int, bytes, bytes]] = {}
             for key, summed in list(total.items()):
                 delta = summed if isinstance(summed, SparseDelta) else \
                     worth_sparse(summed) if self.sparse else None
                 if delta is not None:
-                    sparse[key] = delta
+                    flat[key] = (delta.reports, delta.m, delta.width, delta.cells_blob(), delta.values_blob())
+                    del total[key]
+                elif wants_flat(summed):   # many narrow cohorts: one dense flat row, not one per cohort
+                    flat[key] = (int(summed.reports.sum()), len(summed.reports), summed.counts[0].size, b"",
+                                 dense_flat_blob(summed))
                     del total[key]
             cols = _delta_columns(total)
             if cols[0]:
                 await conn.execute(_INSERT_DELTAS, self.writer, self._seq, *cols)
-            if sparse:
-                await conn.execute(_INSERT_SPARSE, self.writer, self._seq, *_sparse_columns(sparse))
-                self._note_sparse(sparse)
+            if flat:
+                await conn.execute(_INSERT_SPARSE, self.writer, self._seq, *_flat_columns(flat))
+                written.append(flat)
         return outcomes
 
     #: Write small deltas sparsely (tests set False on an instance to force dense rows).
     sparse = True
 
-    def _note_sparse(self, sparse: dict[SketchKey, SparseDelta]) -> None:
-        """Count the sparse bytes this collector wrote per key; past the dense size, schedule
-        that key's compaction in the background (every collector does so for its own share)."""
-        for key, delta in sparse.items():
-            written = self._sparse_bytes.get(key, 0) + delta.nbytes
-            if written >= 8 * delta.m * (delta.width + 1) and key not in self._compacting:
-                written = 0
-                self._compacting.add(key)
-                task = asyncio.get_running_loop().create_task(self._compact_sparse_bg(key))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-            self._sparse_bytes[key] = written
+    def _note_flat(self, flat: dict[SketchKey, tuple[int, int, int, bytes, bytes]]) -> None:
+        """Count the flat rows and bytes this collector wrote per key; past SETTLE_EVERY_ROWS
+        rows or a quarter of the dense size, settle that key in a background task (every
+        collector does so for its own share; ``plan_merge`` sees everyone's rows)."""
+        for key, (_, m, width, cells, values) in flat.items():
+            rows, nbytes = self._written.get(key, (0, 0))
+            rows, nbytes = rows + 1, nbytes + len(cells) + len(values)
+            if rows >= SETTLE_EVERY_ROWS or 4 * nbytes >= dense_flat_bytes(m, width):
+                rows = nbytes = 0
+                self._schedule_settle(key)
+            self._written[key] = (rows, nbytes)
 
-    async def _compact_sparse_bg(self, key: SketchKey) -> None:
+    def _schedule_settle(self, key: SketchKey) -> None:
+        if key in self._settling:
+            self._again.add(key)   # the running task looks once more when it is done
+            return
+        task = asyncio.get_running_loop().create_task(self._settle_bg(key))
+        self._settling[key] = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _settle_bg(self, key: SketchKey) -> None:
         try:
-            await self._compact_sparse_key(key)
+            while True:
+                self._again.discard(key)
+                await self._settle_key(key)
+                if key not in self._again:
+                    return
         except Exception as exc:  # housekeeping: the next maintain run tries again
             log.warning("compaction of %s window %s failed: %s", key.metric, key.window, exc)
         finally:
-            self._compacting.discard(key)
+            self._settling.pop(key, None)
+
+    async def asettle(self) -> None:
+        """Wait for the background compaction this collector started (tests, benches)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def add_sketch(self, key: SketchKey, sketch: Sketch) -> None:
         """Add a sketch without a batch id (imports, simulation)."""
@@ -348,7 +401,7 @@ class PostgresStore(AsyncSketchStore):
         for window, cohort, reports, blob, cells, rm, rwidth in rows:
             if cells is not None:
                 try:
-                    add_sparse(out, rm, rwidth, cells, blob, f"{metric!r} window {window}")
+                    add_flat(out, rm, rwidth, cells, blob, f"{metric!r} window {window}")
                 except ValueError as exc:
                     raise StoreError(str(exc)) from None
                 continue
@@ -425,49 +478,81 @@ class PostgresStore(AsyncSketchStore):
 
     # --- housekeeping ---------------------------------------------------------------------------------
     async def amaintain(self, today: str | None = None) -> None:
-        """Compact keys with many delta rows, and fold the sparse rows of closed windows (days
-        before ``today``, UTC by default) and of crowded keys (see the module docstring)."""
+        """Compact keys with many dense delta rows, fold the flat rows of closed windows (days
+        before ``today``, UTC by default) into one row, and settle crowded keys (see the module
+        docstring)."""
         today = today or dt.datetime.now(dt.timezone.utc).date().isoformat()
         await self.acompact()
-        keys = await self._fetch(  # closed windows not yet in one form, and crowded keys
+        keys = await self._fetch(  # closed windows not yet in one form
             "SELECT metric, fingerprint, time_window FROM ldpt_deltas GROUP BY 1, 2, 3 HAVING "
-            "count(cells) > $2 OR (left(time_window, 10) < $1 AND (count(cells) > 1 OR "
-            "(count(cells) = 1 AND count(*) > 1)))", today, COMPACT_MAX_SPARSE_ROWS)
+            "left(time_window, 10) < $1 AND (count(cells) > 1 OR (count(cells) = 1 AND count(*) > 1))", today)
         for metric, fingerprint, window in keys:
-            await self._compact_sparse_key(SketchKey(metric, fingerprint, window))
+            await self._settle_key(SketchKey(metric, fingerprint, window), fold_all=True)
+        crowded = await self._fetch(
+            "SELECT metric, fingerprint, time_window FROM ldpt_deltas GROUP BY 1, 2, 3 HAVING "
+            "count(cells) >= $1", TIER_FANOUT)
+        for metric, fingerprint, window in crowded:
+            await self._settle_key(SketchKey(metric, fingerprint, window))
 
-    async def _compact_sparse_key(self, key: SketchKey) -> bool:
-        """One transaction: DELETE the key's sparse rows and INSERT their sum — as dense rows, or
-        as one sparse row while that is the smaller (a thin window of a large domain)."""
+    async def _settle_key(self, key: SketchKey, fold_all: bool = False) -> int:
+        """Merge the key's flat rows until ``plan_merge`` has nothing to do (``fold_all``: into
+        one row, absorbing its per-cohort dense rows too); returns the merges done."""
+        merges = 0
+        while await self._merge_once(key, fold_all):
+            merges += 1
+            if fold_all:
+                break
+        return merges
+
+    async def _merge_once(self, key: SketchKey, fold_all: bool) -> bool:
+        """One transaction: plan the key's next merge, DELETE its rows RETURNING their values
+        and INSERT their sum (``merge_flat``). A merge whose sum is dense absorbs the key's
+        per-cohort dense rows as well (stores of earlier versions folded into those), so a key
+        that has flat rows settles into one dense row, not one per fold. False when there is
+        nothing to do or another collector holds the key."""
         lock = int.from_bytes(hashlib.sha256(
             f"{key.metric}\0{key.fingerprint}\0{key.window}\0sparse".encode()).digest()[:8], "big",
             signed=True)
+        where = "metric=$1 AND fingerprint=$2 AND time_window=$3"
+        args = (key.metric, key.fingerprint, key.window)
+        label = f"{key.metric!r} window {key.window}"
         try:
             async with self._pool.acquire() as conn, conn.transaction():
                 if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", lock):
-                    return False  # another collector is folding this key
-                rows = await conn.fetch(
-                    "DELETE FROM ldpt_deltas WHERE metric=$1 AND fingerprint=$2 AND time_window=$3 "
-                    "AND cells IS NOT NULL RETURNING counts, cells, m, width",
-                    key.metric, key.fingerprint, key.window)
+                    return False  # another collector is merging this key
+                infos = await conn.fetch(f"SELECT id, octet_length(cells), octet_length(counts), m, width "
+                                         f"FROM ldpt_deltas WHERE {where} AND cells IS NOT NULL", *args)
+                if not infos:
+                    return False
+                m, width = infos[0][3], infos[0][4]
+                if fold_all:
+                    plan: tuple[list[int], float | None] | None = ([r[0] for r in infos], None)
+                else:
+                    plan = plan_merge([FlatRowInfo(r[0], r[1], r[2]) for r in infos], dense_flat_bytes(m, width))
+                if plan is None:
+                    return False
+                ids, dense_above = plan
+                rows = await conn.fetch(f"DELETE FROM ldpt_deltas WHERE {where} AND id = ANY($4::bigint[]) "
+                                        "RETURNING reports, m, width, cells, counts", *args, ids)
                 if not rows:
                     return False
-                m, width = rows[0][2], rows[0][3]
-                total = Sketch(np.zeros((m, width), dtype=np.int64), np.zeros(m, dtype=np.int64))
-                for values, cells, rm, rwidth in rows:
-                    try:
-                        add_sparse(total, rm, rwidth, cells, values, f"{key.metric!r} window {key.window}")
-                    except ValueError as exc:
-                        raise StoreError(f"{exc}; not compacting") from None
+                try:
+                    m, width, cells, counts = merge_flat([(r[1], r[2], r[3], r[4]) for r in rows], label,
+                                                         dense_above)
+                except ValueError as exc:
+                    raise StoreError(f"{exc}; not compacting") from None
+                reports = sum(int(r[0]) for r in rows)
+                if not cells or fold_all:   # dense, or a closed window: absorb per-cohort rows
+                    cohort_rows = await conn.fetch(
+                        f"DELETE FROM ldpt_deltas WHERE {where} AND cells IS NULL AND cohort >= 0 "
+                        "RETURNING cohort, reports, counts", *args)
+                    if cohort_rows:
+                        m, width, cells, counts, reports = _absorb_cohorts(
+                            m, width, cells, counts, reports, cohort_rows, label)
                 self._seq += 1
-                has_dense = await conn.fetchval(
-                    "SELECT EXISTS (SELECT 1 FROM ldpt_deltas WHERE metric=$1 AND fingerprint=$2 AND "
-                    "time_window=$3 AND cells IS NULL)", key.metric, key.fingerprint, key.window)
-                folded = None if has_dense else folded_form(total)  # thin or narrow: one sparse row
-                if folded is None:
-                    await conn.execute(_INSERT_DELTAS, self.writer, self._seq, *_delta_columns({key: total}))
-                else:
-                    await conn.execute(_INSERT_SPARSE, self.writer, self._seq, *_sparse_columns({key: folded}))
+                await conn.execute(_INSERT_SPARSE, self.writer, self._seq,
+                                   *_flat_columns({key: (reports, m, width, cells, counts)}))
+            self.compaction.note(len(rows), sum(len(r[3]) + len(r[4]) for r in rows), len(cells) + len(counts))
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise StoreError(f"PostgreSQL compaction failed: {exc}") from None
         return True
@@ -511,12 +596,27 @@ class PostgresStore(AsyncSketchStore):
         await self._pool.close()
 
 
-def _sparse_columns(sparse: dict[SketchKey, SparseDelta]) -> tuple[list[Any], ...]:
-    """Column arrays (metric, fingerprint, window, reports, values, cells, m, width)."""
-    keys, deltas = list(sparse), list(sparse.values())
+def _flat_columns(flat: dict[SketchKey, tuple[int, int, int, bytes, bytes]]) -> tuple[list[Any], ...]:
+    """Column arrays (metric, fingerprint, window, reports, values, cells, m, width) of flat
+    rows given as (reports, m, width, cells, values)."""
+    keys, rows = list(flat), list(flat.values())
     return ([k.metric for k in keys], [k.fingerprint for k in keys], [k.window for k in keys],
-            [d.reports for d in deltas], [d.values_blob() for d in deltas],
-            [d.cells_blob() for d in deltas], [d.m for d in deltas], [d.width for d in deltas])
+            [r[0] for r in rows], [r[4] for r in rows], [r[3] for r in rows], [r[1] for r in rows],
+            [r[2] for r in rows])
+
+
+def _absorb_cohorts(m: int, width: int, cells: bytes, counts: bytes, reports: int, cohort_rows: Sequence[Any],
+                    where: str) -> tuple[int, int, bytes, bytes, int]:
+    """A flat row plus per-cohort dense rows ``(cohort, reports, counts)`` as one dense flat row."""
+    total = Sketch(np.zeros((m, width), dtype=np.int64), np.zeros(m, dtype=np.int64))
+    add_flat(total, m, width, cells, counts, where)
+    for cohort, cohort_reports, blob in cohort_rows:
+        if not 0 <= cohort < m or len(blob) != 8 * width:
+            raise StoreError(f"{where}: a per-cohort row does not match the flat rows' shape; not compacting")
+        total.counts[cohort] += blob_to_counts(blob, (width,))
+        total.reports[cohort] += cohort_reports
+        reports += int(cohort_reports)
+    return m, width, b"", dense_flat_blob(total), reports
 
 
 def _delta_columns(total: dict[SketchKey, Sketch]) -> tuple[list[Any], ...]:

@@ -1,22 +1,28 @@
 """SQLite sketch store: the embedded default (WAL mode, one file, many processes).
 
-Schema v2:
+Schema v3:
   ldpt_meta(key PRIMARY KEY, value)                     application id and schema version
-  sketches(metric, fingerprint, window, cohort, reports, counts BLOB)   dense counters
+  sketches(metric, fingerprint, window, cohort, reports, counts BLOB)   dense per-cohort counters
   sketch_deltas(id, metric, fingerprint, window, reports, m, width, cells BLOB, counts BLOB)
-                                                        sparse deltas (append-only)
+                                                        flat rows: sparse deltas, and at most one
+                                                        dense flat row per key (empty ``cells``)
   batches(batch_id PRIMARY KEY, digest, reports, received)              idempotent ingestion
 
 A commit adds a small delta as one sparse row (its non-zero cells, ``SparseDelta``) instead of
-rewriting the dense blob of a large sketch; compaction folds a key's sparse rows into its dense
-rows once they hold as many bytes as the dense rows (so each byte is rewritten O(1) times).
-Loads sum both. A v1 store is migrated in place on open (the new table is added).
+rewriting the dense blob of a large sketch. Compaction (``settle``) merges a key's flat rows
+size-tiered and folds them into the key's one dense flat row once they weigh as much as it
+(``plan_merge``, docs/design.md "Compaction"), so each byte is rewritten a bounded number of
+times however full the window; it runs after the commit, in its own transactions (the
+collector's writer thread does it after the group's acknowledgements are sent). Loads sum every
+form. v1 and v2 stores are migrated in place on open (v3 adds the dense flat row, which a v2
+reader would not understand, hence the version).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -30,18 +36,25 @@ from client_sdk.protocols.base import Sketch
 from .base import (
     APPLICATION_ID,
     SCHEMA_VERSION,
+    TIER_FANOUT,
     BatchOutcome,
+    CompactionStats,
+    FlatRowInfo,
     PendingBatch,
     PruneResult,
     SketchKey,
     SketchStore,
     SparseDelta,
     WindowInfo,
-    add_sparse,
+    add_flat,
     blob_to_counts,
     counts_to_blob,
-    folded_form,
+    dense_flat_blob,
+    dense_flat_bytes,
+    merge_flat,
+    plan_merge,
     sum_deltas,
+    wants_flat,
     worth_sparse,
 )
 
@@ -64,10 +77,6 @@ _SCHEMA_V2 = (
     cells BLOB NOT NULL, counts BLOB NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS sketch_deltas_key ON sketch_deltas (metric, fingerprint, window)",
 )
-#: Compact a key's sparse rows when there are more of them than this, whatever their size
-#: (bounds the rows a load reads).
-COMPACT_MAX_ROWS = 256
-
 BUSY_TIMEOUT_MS = 30_000
 log = logging.getLogger("ldpt.store")
 #: After a checkpoint the WAL file is truncated to at most this many bytes (SQLite otherwise
@@ -88,6 +97,7 @@ class SQLiteStore(SketchStore):
         if self.path.exists() and self.path.is_dir():
             raise StoreError(f"{self.path}: is a directory, not a store file")
         self._lock = threading.Lock()
+        self.compaction = CompactionStats()
         try:
             self._conn = sqlite3.connect(str(self.path), timeout=BUSY_TIMEOUT_MS / 1000,
                                          isolation_level=None, check_same_thread=False)
@@ -117,8 +127,8 @@ class SQLiteStore(SketchStore):
         if meta.get("application") != APPLICATION_ID:
             raise StoreError(f"{self.path}: not an ldp-telemetry store")
         version = int(meta.get("schema_version", "0"))
-        if version == 1:
-            version = self._migrate_v1()
+        if version in (1, 2):
+            version = self._migrate()
         if version > SCHEMA_VERSION:
             raise StoreError(f"{self.path}: written by a newer ldp-telemetry (schema v{version}; this "
                              f"version reads up to v{SCHEMA_VERSION}); upgrade ldp-telemetry")
@@ -129,13 +139,14 @@ class SQLiteStore(SketchStore):
         conn.execute(f"PRAGMA synchronous={synchronous}")
         conn.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
 
-    def _migrate_v1(self) -> int:
-        """v1 -> v2: add the sparse-delta table (v1 data is unchanged); safe across processes."""
+    def _migrate(self) -> int:
+        """v1 -> v3: add the flat-row table (v1 data is unchanged); v2 -> v3: the rows are read
+        as they are (v3 only adds the dense flat form). Safe across processes."""
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
             row = conn.execute("SELECT value FROM ldpt_meta WHERE key='schema_version'").fetchone()
-            if row is not None and int(row[0]) == 1:
+            if row is not None and int(row[0]) in (1, 2):
                 for statement in _SCHEMA_V2:
                     conn.execute(statement)
                 conn.execute("UPDATE ldpt_meta SET value=? WHERE key='schema_version'",
@@ -150,6 +161,9 @@ class SQLiteStore(SketchStore):
     # --- writes -----------------------------------------------------------------------------------
     #: Write small deltas sparsely (tests set False on an instance to force dense rows).
     sparse = True
+    #: Leave crowded keys for ``settle()`` instead of compacting them inside ``commit`` (the
+    #: collector's ThreadedStore does so, to acknowledge a group before its compaction runs).
+    defer_compaction = False
 
     def commit(self, batches: Sequence[PendingBatch]) -> list[BatchOutcome]:
         now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
@@ -177,94 +191,147 @@ class SQLiteStore(SketchStore):
                         seen_here[bid] = batch.digest
                     applied.append(batch.deltas)
                     outcomes.append(BatchOutcome.APPLIED)
-                crowded = []
+                touched = []
                 for key, summed in sum_deltas(applied, sparse=self.sparse).items():
                     if isinstance(summed, SparseDelta):
                         delta: SparseDelta | None = summed
                     else:
                         delta = worth_sparse(summed) if self.sparse else None
-                    if delta is None:
+                    if delta is None and wants_flat(summed):  # many narrow cohorts: one row
+                        m = len(summed.reports)
+                        self._insert_flat(key, int(summed.reports.sum()), m, summed.counts[0].size, b"",
+                                          dense_flat_blob(summed))
+                        touched.append(key)
+                    elif delta is None:
                         self._upsert(key, summed)
-                    elif self._append_sparse(key, delta):
-                        crowded.append(key)
+                    else:
+                        self._insert_flat(key, delta.reports, delta.m, delta.width, delta.cells_blob(),
+                                          delta.values_blob())
+                        touched.append(key)
                 conn.execute("COMMIT")
             except BaseException as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 self._after_failure(exc)
                 raise
-            for key in crowded:  # after the ack-able commit: its own transaction
-                try:
-                    self._compact_key(key)
-                except Exception as exc:  # the commit stands; housekeeping folds the key later
-                    log.warning("compaction of %s window %s failed: %s", key.metric, key.window, exc)
-            return outcomes
+            self._crowded.update(touched)
+        if not self.defer_compaction:
+            self.settle()
+        return outcomes
 
-    def _append_sparse(self, key: SketchKey, delta: SparseDelta) -> bool:
-        """Insert one sparse row; True when the key's sparse rows now call for compaction."""
-        conn = self._conn
-        conn.execute("INSERT INTO sketch_deltas (metric, fingerprint, window, reports, m, width, "
-                     "cells, counts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                     (key.metric, key.fingerprint, key.window, delta.reports, delta.m, delta.width,
-                      delta.cells_blob(), delta.values_blob()))
-        rows, sparse_bytes = conn.execute(
-            "SELECT count(*), coalesce(sum(length(cells) + length(counts)), 0) FROM sketch_deltas "
-            "WHERE metric=? AND fingerprint=? AND window=?",
-            (key.metric, key.fingerprint, key.window)).fetchone()
-        # Fold once the sparse rows weigh what the dense rows would: every byte is then
-        # rewritten a bounded number of times, and a load reads at most ~2x the dense size.
-        return rows > COMPACT_MAX_ROWS or sparse_bytes >= 8 * delta.m * (delta.width + 1)
+    @property
+    def _crowded(self) -> set[SketchKey]:
+        """Keys that got flat rows since their last ``settle`` (candidates for a merge)."""
+        crowded = self.__dict__.get("_crowded_keys")
+        if crowded is None:
+            crowded = self.__dict__["_crowded_keys"] = set()
+        return crowded
 
-    def compact(self, before: str | None = None) -> int:
-        """Fold the sparse rows of every key that has several, or dense rows too (``_compact_key``),
-        so each window is read as one form, for the windows
-        of days before ``before`` (YYYY-MM-DD: closed windows, each folded once) or for all;
-        returns the keys folded."""
-        where, args = ("WHERE substr(d.window, 1, 10) < ?", (before,)) if before is not None else ("", ())
-        sql = (f"SELECT d.metric, d.fingerprint, d.window FROM sketch_deltas d {where} "
-               "GROUP BY d.metric, d.fingerprint, d.window HAVING count(*) > 1 OR EXISTS (SELECT 1 "
-               "FROM sketches s WHERE s.metric = d.metric AND s.fingerprint = d.fingerprint AND "
-               "s.window = d.window)")
+    def _insert_flat(self, key: SketchKey, reports: int, m: int, width: int, cells: bytes,
+                     counts: bytes) -> None:
+        self._conn.execute("INSERT INTO sketch_deltas (metric, fingerprint, window, reports, m, width, "
+                           "cells, counts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                           (key.metric, key.fingerprint, key.window, reports, m, width, cells, counts))
+
+    def settle(self) -> int:
+        """Compact the keys the latest commits wrote flat rows to (``plan_merge``: size-tiered
+        merges, and the dense row absorbing the rest), each merge its own short transaction;
+        returns the merges done. A failure is logged and leaves the key for the next run."""
+        merges = 0
         with self._lock:
-            keys = self._conn.execute(sql, args).fetchall()
-            for metric, fingerprint, window in keys:
-                self._compact_key(SketchKey(metric, fingerprint, window))
-        return len(keys)
+            keys, self.__dict__["_crowded_keys"] = self._crowded, set()
+        for key in keys:
+            try:
+                merges += self._settle_key(key)
+            except Exception as exc:  # the commits stand; housekeeping compacts the key later
+                log.warning("compaction of %s window %s failed: %s", key.metric, key.window, exc)
+        return merges
 
-    def _compact_key(self, key: SketchKey) -> None:
-        """One transaction: the key's sparse rows are replaced by their sum — dense rows, or one
-        sparse row while that is still the smaller (a thin window of a large domain)."""
+    def _settle_key(self, key: SketchKey, fold_all: bool = False) -> int:
+        """Merge the key's flat rows until ``plan_merge`` has nothing to do (or, with
+        ``fold_all``, into one row); returns the merges done."""
+        merges = 0
+        while True:
+            with self._lock:
+                if not self._merge_once(key, fold_all):
+                    return merges
+            merges += 1
+            if fold_all:
+                return merges
+
+    def _merge_once(self, key: SketchKey, fold_all: bool) -> bool:
+        """One transaction: plan the key's next merge and do it; False when there is none.
+
+        The rows merged are DELETEd by id and their sum INSERTed in the same transaction, so a
+        crash at any point leaves either the old rows or the merged one, never both or neither."""
         conn = self._conn
+        where = "metric=? AND fingerprint=? AND window=?"
+        args = (key.metric, key.fingerprint, key.window)
         try:
             conn.execute("BEGIN IMMEDIATE")
-            rows = conn.execute("SELECT id, m, width, cells, counts FROM sketch_deltas WHERE "
-                                "metric=? AND fingerprint=? AND window=?",
-                                (key.metric, key.fingerprint, key.window)).fetchall()
-            if rows:
-                m, width = rows[0][1], rows[0][2]
+            infos = [FlatRowInfo(*r) for r in conn.execute(
+                f"SELECT id, length(cells), length(counts) FROM sketch_deltas WHERE {where}", args)]
+            if not infos:
+                conn.execute("COMMIT")
+                return False
+            first = conn.execute(f"SELECT m, width FROM sketch_deltas WHERE {where} LIMIT 1", args).fetchone()
+            has_cohort_rows = fold_all and conn.execute(
+                f"SELECT 1 FROM sketches WHERE {where} LIMIT 1", args).fetchone() is not None
+            if fold_all:   # whichever form is smaller
+                plan = ([r.id for r in infos], None) if len(infos) > 1 or has_cohort_rows else None
+            else:
+                plan = plan_merge(infos, dense_flat_bytes(*first))
+            if plan is None:
+                conn.execute("COMMIT")
+                return False
+            ids, dense_above = plan
+            marks = ",".join("?" * len(ids))
+            rows = conn.execute(f"SELECT reports, m, width, cells, counts FROM sketch_deltas WHERE {where} "
+                                f"AND id IN ({marks})", (*args, *ids)).fetchall()
+            label = f"{self.path}: {key.metric!r} window {key.window}"
+            reports = sum(int(r[0]) for r in rows)
+            m, width, cells, counts = merge_flat([tuple(r[1:]) for r in rows], label,
+                                                 math.inf if has_cohort_rows else dense_above)
+            conn.execute(f"DELETE FROM sketch_deltas WHERE {where} AND id IN ({marks})", (*args, *ids))
+            if has_cohort_rows:   # a window that also has dense per-cohort rows: one form, those
                 total = Sketch(np.zeros((m, width), dtype=np.int64), np.zeros(m, dtype=np.int64))
-                for _, rm, rwidth, cells, counts in rows:
-                    add_sparse(total, rm, rwidth, cells, counts, f"{self.path}: {key.metric!r} "
-                               f"window {key.window}")
-                conn.execute("DELETE FROM sketch_deltas WHERE metric=? AND fingerprint=? AND window=? "
-                             "AND id <= ?", (key.metric, key.fingerprint, key.window,
-                                             max(r[0] for r in rows)))
-                has_dense = conn.execute("SELECT 1 FROM sketches WHERE metric=? AND fingerprint=? AND "
-                                         "window=? LIMIT 1", (key.metric, key.fingerprint,
-                                                             key.window)).fetchone() is not None
-                folded = None if has_dense else folded_form(total)  # thin or narrow: one sparse row
-                if folded is None:
-                    self._upsert(key, total)
-                else:
-                    self._append_sparse(key, folded)
+                add_flat(total, m, width, cells, counts, label)
+                self._upsert(key, total)
+            else:
+                self._insert_flat(key, reports, m, width, cells, counts)
             conn.execute("COMMIT")
+            self.compaction.note(len(rows), sum(len(r[3]) + len(r[4]) for r in rows), len(cells) + len(counts))
+            return True
         except ValueError as exc:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise StoreError(str(exc)) from None
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+    def compact(self, before: str | None = None) -> int:
+        """Fold every key with several flat rows (or flat and per-cohort rows) into one form,
+        for the windows of days before ``before`` (YYYY-MM-DD: closed windows, each folded once)
+        or for all, and settle the crowded keys of open windows (``plan_merge``: several
+        collector processes may each have left rows); returns the keys folded or merged."""
+        where, args = ("WHERE substr(d.window, 1, 10) < ?", (before,)) if before is not None else ("", ())
+        sql = (f"SELECT d.metric, d.fingerprint, d.window FROM sketch_deltas d {where} "
+               "GROUP BY d.metric, d.fingerprint, d.window HAVING count(*) > 1 OR EXISTS (SELECT 1 "
+               "FROM sketches s WHERE s.metric = d.metric AND s.fingerprint = d.fingerprint AND "
+               "s.window = d.window)")
+        crowded_sql = ("SELECT metric, fingerprint, window FROM sketch_deltas GROUP BY metric, fingerprint, "
+                       f"window HAVING count(*) >= {TIER_FANOUT}")
+        with self._lock:
+            keys = self._conn.execute(sql, args).fetchall()
+            crowded = self._conn.execute(crowded_sql).fetchall() if before is not None else []
+        done = 0
+        for metric, fingerprint, window in keys:
+            done += self._settle_key(SketchKey(metric, fingerprint, window), fold_all=True)
+        for metric, fingerprint, window in crowded:
+            done += bool(self._settle_key(SketchKey(metric, fingerprint, window)))
+        return done
 
     def _after_failure(self, exc: BaseException) -> None:
         """A full disk: checkpoint and truncate the WAL (lock held), so the space the WAL holds
@@ -358,7 +425,7 @@ class SQLiteStore(SketchStore):
             out.reports[cohort] += reports
         for window, rm, rwidth, cells, counts in sparse_rows:
             try:
-                add_sparse(out, rm, rwidth, cells, counts, f"{self.path}: {metric!r} window {window}")
+                add_flat(out, rm, rwidth, cells, counts, f"{self.path}: {metric!r} window {window}")
             except ValueError as exc:
                 raise StoreError(str(exc)) from None
         return out

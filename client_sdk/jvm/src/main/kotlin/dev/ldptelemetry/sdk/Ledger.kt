@@ -1,0 +1,432 @@
+package dev.ldptelemetry.sdk
+
+/**
+ * The privacy ledger: the device's budget book (docs/privacy.md), the same book as the Python
+ * SDK's client_sdk/ledger.py and the TypeScript SDK's ledger.ts, charge for charge (pinned by
+ * conformance/vectors/ledger.json).
+ *
+ * What a report costs (docs/math.md §10):
+ * - without memoisation: ε per report, in the window (a UTC day) and over the lifetime;
+ * - memoised (`epsilon_inf`): ε₁ per report in the window, and ε∞ over the lifetime the first
+ *   time a *distinct* value is reported (recognised by a keyed digest, never the value).
+ * A report beyond `reports_per_window`, the metric's `lifetime_epsilon`, or the registry's
+ * `[device]` caps (sums over all metrics) is refused, counted, and never sent.
+ *
+ * Everything here is pure: the store (State.kt) runs [commitCharges] inside one locked
+ * read-modify-write, so two processes on one state directory never overspend together. The
+ * book's JSON is the Python SDK's ledger.json format, so `ldpt ledger --state-dir` reads it.
+ */
+object Ledger {
+    /** Relative slack when comparing spends with a budget (realised epsilons are quantised floats). */
+    const val BUDGET_SLACK = 1e-9
+    const val FORMAT = "ldpt-ledger"
+    const val VERSION = 1L
+
+    /**
+     * How far ahead of the clock (UTC days) a recorded window may be before it is taken for a
+     * clock error and re-dated to the clock's day (its spend kept); MAX_WINDOW_AHEAD_DAYS in Python.
+     */
+    const val MAX_WINDOW_AHEAD_DAYS = 2L
+
+    /** UTC day number of a POSIX time in milliseconds: the ledger's window. */
+    @JvmStatic
+    fun dayOf(millis: Long): Long = Math.floorDiv(millis, 86_400_000L)
+
+    private val names = java.util.concurrent.ConcurrentHashMap<Long, String>()
+
+    /** The window as shown to users and in the file: YYYY-MM-DD (UTC), proleptic Gregorian (no java.time: Android 24). */
+    @JvmStatic
+    fun windowName(day: Long): String = names[day] ?: civil(day).also { if (names.size < 64) names[day] = it }
+
+    private fun civil(day: Long): String {
+        // Howard Hinnant's civil_from_days
+        val z = day + 719468
+        val era = Math.floorDiv(z, 146097L)
+        val doe = z - era * 146097
+        val yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365
+        val doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        val mp = (5 * doy + 2) / 153
+        val d = doy - (153 * mp + 2) / 5 + 1
+        val m = if (mp < 10) mp + 3 else mp - 9
+        val y = yoe + era * 400 + if (m <= 2) 1 else 0
+        if (y < 1 || y > 9999) throw IllegalArgumentException("day $day is outside the calendar (years 1-9999)")
+        return String.format("%04d-%02d-%02d", y, m, d)
+    }
+
+    /** The day number of a YYYY-MM-DD window, or null. */
+    internal fun dayOfWindow(window: String): Long? {
+        if (window.length != 10 || window[4] != '-' || window[7] != '-') return null
+        val y = window.substring(0, 4).toLongOrNull() ?: return null
+        val m = window.substring(5, 7).toLongOrNull() ?: return null
+        val d = window.substring(8, 10).toLongOrNull() ?: return null
+        if (m !in 1..12 || d !in 1..31) return null
+        val yy = if (m <= 2) y - 1 else y
+        val era = Math.floorDiv(yy, 400L)
+        val yoe = yy - era * 400
+        val doy = (153 * (if (m > 2) m - 3 else m + 9) + 2) / 5 + d - 1
+        val doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        val day = era * 146097 + doe - 719468
+        return if (civil(day) == window) day else null
+    }
+
+    private fun deviceCapped(c: Charge) = c.deviceWindowBudget != null || c.deviceLifetimeBudget != null
+
+    /**
+     * Clock errors (docs/privacy.md): a book window more than MAX_WINDOW_AHEAD_DAYS after the
+     * charge's day is re-dated to that day with its spend kept (plus the spend of the window it had
+     * left when the clock is back on that very day); the window left is remembered, so a clock that
+     * steps forward onto it again resumes it instead of opening it afresh. Under [device] caps every
+     * account is corrected, otherwise the charged metric's only. As `redate_future` in Python.
+     */
+    internal fun redateFuture(accounts: Accounts, c: Charge) {
+        val window = windowName(c.day)
+        val limit: String? = try {
+            windowName(c.day + MAX_WINDOW_AHEAD_DAYS)
+        } catch (e: IllegalArgumentException) {
+            null   // a clock at the end of the calendar: nothing is ahead
+        }
+        if (!deviceCapped(c)) {
+            val a = accounts[c.metric] ?: return
+            if (limit != null && a.window > limit) redate(a, window)
+            else if (a.previousWindow == window && a.window < window) resume(a, window)
+            return
+        }
+        fun scan(): Pair<String, Boolean> {
+            var latest = ""
+            var returning = false
+            for (a in accounts.values) {
+                if (a.window > latest) latest = a.window
+                returning = returning || a.previousWindow == window
+            }
+            return latest to returning
+        }
+        var (latest, returning) = scan()
+        if (limit != null && latest > limit) {
+            for (a in accounts.values) if (a.window > limit) redate(a, window)
+            val again = scan()
+            latest = again.first
+            returning = again.second
+        }
+        if (returning && latest < window) {
+            for (a in accounts.values) if (a.window == latest || a.previousWindow == window) resume(a, window)
+        }
+    }
+
+    private fun resume(a: MetricAccount, window: String) {
+        a.window = window
+        a.previousWindow = ""
+        a.previousReports = 0
+        a.previousEpsilon = 0.0
+    }
+
+    private fun redate(a: MetricAccount, window: String) {
+        val left = a.window
+        if (a.previousWindow == window) {   // back on the window the jump left: its spend binds too
+            a.windowReports += a.previousReports
+            a.windowEpsilon += a.previousEpsilon
+        }
+        a.window = window
+        a.previousWindow = left
+        a.previousReports = 0
+        a.previousEpsilon = 0.0
+    }
+
+    /** Start a new window when the charge is later; a late charge counts in the current one. */
+    private fun roll(a: MetricAccount, window: String) {
+        if (window > a.window) {
+            a.previousWindow = a.window
+            a.previousReports = a.windowReports
+            a.previousEpsilon = a.windowEpsilon
+            a.window = window
+            a.windowReports = 0
+            a.windowEpsilon = 0.0
+        }
+    }
+
+    /** Lifetime epsilon this report adds: ε, or ε∞ for a value not seen before (memoised). */
+    internal fun lifetimeCost(a: MetricAccount?, c: Charge): Double {
+        val eInf = c.epsilonLongitudinal ?: return c.epsilon
+        val seen = a != null && a.memo[c.fingerprint]?.contains(c.digest) == true
+        return if (seen) 0.0 else eInf
+    }
+
+    /**
+     * Under [device] caps a late charge (the clock stepped back) counts in the device's current
+     * window — the latest of any metric — so the cap on the sum over metrics holds in that window.
+     */
+    private fun inDeviceWindow(accounts: Accounts, c: Charge): Charge {
+        if (!deviceCapped(c)) return c
+        var latest = ""
+        for (a in accounts.values) if (a.window > latest) latest = a.window
+        if (latest <= windowName(c.day)) return c
+        val day = dayOfWindow(latest) ?: return c
+        return c.copy(day = day)
+    }
+
+    private fun decideDevice(accounts: Accounts, c: Charge): Refusal? {
+        if (!deviceCapped(c)) return null
+        val window = windowName(c.day)
+        var inWindow = 0.0
+        var lifetime = 0.0
+        for (a in accounts.values) if (a.window == window) inWindow += a.windowEpsilon
+        for (a in accounts.values) lifetime += a.lifetimeEpsilon
+        val w = c.deviceWindowBudget
+        if (w != null && inWindow + c.epsilon > w * (1 + BUDGET_SLACK)) return Refusal.DEVICE_WINDOW
+        val l = c.deviceLifetimeBudget
+        if (l != null && lifetime + lifetimeCost(accounts[c.metric], c) > l * (1 + BUDGET_SLACK)) return Refusal.DEVICE_LIFETIME
+        return null
+    }
+
+    private fun decide(a: MetricAccount?, c: Charge): Refusal? {
+        val window = windowName(c.day)
+        val inWindow = if (a == null || window > a.window) 0 else a.windowReports
+        if (inWindow + 1 > c.reportsPerWindow) return Refusal.WINDOW
+        val budget = c.lifetimeBudget
+        if (budget != null) {
+            val spent = a?.lifetimeEpsilon ?: 0.0
+            if (spent + lifetimeCost(a, c) > budget * (1 + BUDGET_SLACK)) return Refusal.LIFETIME
+        }
+        return null
+    }
+
+    private fun account(accounts: Accounts, c: Charge, window: String): MetricAccount =
+        accounts.getOrPut(c.metric) {
+            MetricAccount(window = window, fingerprint = c.fingerprint, epsilonPerReport = c.epsilon,
+                epsilonLongitudinal = c.epsilonLongitudinal, reportsPerWindow = c.reportsPerWindow.toLong(),
+                lifetimeBudget = c.lifetimeBudget)
+        }
+
+    /** Charge [accounts] in place if the report fits; otherwise count the refusal and return why. */
+    @JvmStatic
+    fun apply(accounts: Accounts, charge: Charge): Refusal? {
+        redateFuture(accounts, charge)
+        val c = inDeviceWindow(accounts, charge)
+        val window = windowName(c.day)
+        val refusal = decide(accounts[c.metric], c) ?: decideDevice(accounts, c)
+        val a = account(accounts, c, window)
+        roll(a, window)
+        if (refusal != null) {
+            a.count(refusal, 1)
+            return refusal
+        }
+        val cost = lifetimeCost(a, c)
+        a.windowReports += 1
+        a.windowEpsilon += c.epsilon
+        a.lifetimeReports += 1
+        a.lifetimeEpsilon += cost
+        if (c.epsilonLongitudinal != null && cost > 0) a.memo.getOrPut(c.fingerprint) { LinkedHashSet() }.add(c.digest!!)
+        a.fingerprint = c.fingerprint
+        a.epsilonPerReport = c.epsilon
+        a.epsilonLongitudinal = c.epsilonLongitudinal
+        a.reportsPerWindow = c.reportsPerWindow.toLong()
+        a.lifetimeBudget = c.lifetimeBudget
+        return null
+    }
+
+    /** Apply refusal counts decided on the app's side, then charges in order (one transaction); the outcome per charge. */
+    internal fun commitCharges(accounts: Accounts, charges: List<Charge>, refusals: List<RefusalCount>): List<Refusal?> {
+        for (r in refusals) {
+            redateFuture(accounts, r.charge)   // a refusal decided under a corrected clock re-dates too
+            val window = windowName(r.charge.day)
+            val a = account(accounts, r.charge, window)
+            roll(a, window)
+            a.count(r.reason, r.count)
+        }
+        return charges.map { apply(accounts, it) }
+    }
+
+    /** Drop the memoisation digests (opt-out: the secret they are keyed by is gone); true if any. */
+    internal fun forgetValues(accounts: Accounts): Boolean {
+        var changed = false
+        for (a in accounts.values) {
+            if (a.memo.isNotEmpty()) changed = true
+            a.memo.clear()
+        }
+        return changed
+    }
+
+    internal fun copy(accounts: Accounts): Accounts {
+        val out = Accounts()
+        for ((k, v) in accounts) out[k] = v.copy()
+        return out
+    }
+
+    // --- the file -------------------------------------------------------------------------------
+
+    /** The book as the Python SDK writes ledger.json (metrics and keys sorted; digests sorted). */
+    @JvmStatic
+    fun dump(accounts: Accounts, generation: String): String {
+        val metrics = java.util.TreeMap<String, Any?>()
+        for ((name, a) in accounts) metrics[name] = java.util.TreeMap(a.toJson())
+        val doc = linkedMapOf("format" to FORMAT, "generation" to generation, "metrics" to metrics, "version" to VERSION)
+        return Json.write(doc, 1) + "\n"
+    }
+
+    /** Parse a book written by [dump] or the Python SDK; [LedgerException] when it is not one. */
+    @JvmStatic
+    fun parse(text: String?, where: String): Book {
+        val accounts = Accounts()
+        if (text == null) return Book(accounts, null)
+        try {
+            val doc = Json.parse(text) as? Map<*, *> ?: throw IllegalArgumentException("not an ldp-telemetry ledger")
+            if (doc["format"] != FORMAT) throw IllegalArgumentException("not an ldp-telemetry ledger")
+            val version = (doc["version"] as? Long) ?: 0L
+            if (version > VERSION) throw IllegalArgumentException("written by a newer SDK (version $version)")
+            val metrics = doc["metrics"] as? Map<*, *> ?: throw IllegalArgumentException("no metrics")
+            for ((name, data) in metrics) accounts[name as String] = MetricAccount.fromJson(data)
+            return Book(accounts, doc["generation"] as? String)
+        } catch (e: RuntimeException) {
+            throw LedgerException("$where: the privacy ledger is unreadable (${e.message}); the SDK refuses to report " +
+                "until it is repaired or removed (removing it forgets past spend)", e)
+        }
+    }
+}
+
+/** A parsed book and the generation tag of its last writer. */
+class Book(val accounts: Accounts, val generation: String?)
+
+/** The whole book, in insertion order (device sums add in this order, as the reference's dict). */
+typealias Accounts = LinkedHashMap<String, MetricAccount>
+
+/** Why a report was refused (never sent); [wire] is the name in stats() and the vectors. */
+enum class Refusal(val wire: String) {
+    WINDOW("window"), LIFETIME("lifetime"), DEVICE_WINDOW("device_window"), DEVICE_LIFETIME("device_lifetime");
+
+    companion object {
+        @JvmStatic
+        fun of(name: String): Refusal = values().first { it.wire == name }
+    }
+}
+
+/** One report asking to be charged: what it costs and the limits that apply. */
+data class Charge(
+    val metric: String,
+    val fingerprint: String,
+    /** UTC day of the report (days since 1970-01-01): the window. */
+    val day: Long,
+    /** ε per report (ε₁ for memoised protocols). */
+    val epsilon: Double,
+    /** ε∞ when the protocol is memoised, else null. */
+    val epsilonLongitudinal: Double?,
+    /** Keyed digest of the value (memoised protocols), else null. */
+    val digest: String?,
+    val reportsPerWindow: Int = 1,
+    val lifetimeBudget: Double? = null,
+    val deviceWindowBudget: Double? = null,
+    val deviceLifetimeBudget: Double? = null,
+)
+
+/** Refusals decided on the app's side (against the in-memory mirror), recorded in the book. */
+internal class RefusalCount(val charge: Charge, val reason: Refusal, var count: Long)
+
+/** What one metric has spent on this device (field names as in ledger.json). */
+class MetricAccount(
+    var window: String,
+    var windowReports: Long = 0,
+    var windowEpsilon: Double = 0.0,
+    var lifetimeReports: Long = 0,
+    var lifetimeEpsilon: Double = 0.0,
+    var refusedWindow: Long = 0,
+    var refusedLifetime: Long = 0,
+    var refusedDeviceWindow: Long = 0,
+    var refusedDeviceLifetime: Long = 0,
+    var fingerprint: String = "",
+    var epsilonPerReport: Double = 0.0,
+    var epsilonLongitudinal: Double? = null,
+    var reportsPerWindow: Long = 1,
+    var lifetimeBudget: Double? = null,
+    /** fingerprint -> digests of the distinct values charged at ε∞. */
+    val memo: LinkedHashMap<String, LinkedHashSet<String>> = LinkedHashMap(),
+    /** The window before [window] and its spend (after a re-date: the window left, spend 0). */
+    var previousWindow: String = "",
+    var previousReports: Long = 0,
+    var previousEpsilon: Double = 0.0,
+) {
+    /** Distinct values charged at ε∞ over all fingerprints. */
+    val distinctValues: Int get() = memo.values.sumOf { it.size }
+
+    internal fun count(reason: Refusal, n: Long) {
+        when (reason) {
+            Refusal.WINDOW -> refusedWindow += n
+            Refusal.LIFETIME -> refusedLifetime += n
+            Refusal.DEVICE_WINDOW -> refusedDeviceWindow += n
+            Refusal.DEVICE_LIFETIME -> refusedDeviceLifetime += n
+        }
+    }
+
+    fun copy(): MetricAccount {
+        val m = LinkedHashMap<String, LinkedHashSet<String>>()
+        for ((k, v) in memo) m[k] = LinkedHashSet(v)
+        return MetricAccount(window, windowReports, windowEpsilon, lifetimeReports, lifetimeEpsilon, refusedWindow,
+            refusedLifetime, refusedDeviceWindow, refusedDeviceLifetime, fingerprint, epsilonPerReport, epsilonLongitudinal,
+            reportsPerWindow, lifetimeBudget, m, previousWindow, previousReports, previousEpsilon)
+    }
+
+    /** The account as ledger.json holds it (the reference's field names; digests sorted). */
+    fun toJson(): Map<String, Any?> = linkedMapOf(
+        "window" to window, "window_reports" to windowReports, "window_epsilon" to windowEpsilon,
+        "lifetime_reports" to lifetimeReports, "lifetime_epsilon" to lifetimeEpsilon,
+        "refused_window" to refusedWindow, "refused_lifetime" to refusedLifetime,
+        "refused_device_window" to refusedDeviceWindow, "refused_device_lifetime" to refusedDeviceLifetime,
+        "fingerprint" to fingerprint, "epsilon_per_report" to epsilonPerReport,
+        "epsilon_longitudinal" to epsilonLongitudinal, "reports_per_window" to reportsPerWindow,
+        "lifetime_budget" to lifetimeBudget,
+        "memo" to java.util.TreeMap(memo.mapValues { it.value.sorted() }),
+        "previous_window" to previousWindow, "previous_reports" to previousReports, "previous_epsilon" to previousEpsilon,
+    )
+
+    companion object {
+        /** Parse one account; IllegalArgumentException naming the fields of the wrong type. */
+        @JvmStatic
+        fun fromJson(data: Any?): MetricAccount {
+            val d = data as? Map<*, *> ?: throw IllegalArgumentException("an account is not an object")
+            val bad = ArrayList<String>()
+            fun count(k: String, default: Long): Long = when (val v = d[k]) {
+                null -> default
+                is Long -> v
+                else -> { bad.add(k); default }
+            }
+            fun eps(k: String): Double = when (val v = d[k]) {
+                null -> 0.0
+                is Long -> v.toDouble()
+                is Double -> v
+                else -> { bad.add(k); 0.0 }
+            }
+            fun optEps(k: String): Double? = when (val v = d[k]) {
+                null -> null
+                is Long -> v.toDouble()
+                is Double -> v
+                else -> { bad.add(k); null }
+            }
+            fun text(k: String, default: String?): String = when (val v = d[k]) {
+                is String -> v
+                null -> default ?: run { bad.add(k); "" }
+                else -> { bad.add(k); "" }
+            }
+            val memo = LinkedHashMap<String, LinkedHashSet<String>>()
+            when (val m = d["memo"]) {
+                null -> {}
+                is Map<*, *> -> for ((fp, digests) in m) {
+                    if (digests is List<*> && digests.all { it is String }) memo[fp as String] = LinkedHashSet(digests.map { it as String })
+                    else bad.add("memo")
+                }
+                else -> bad.add("memo")
+            }
+            val a = MetricAccount(
+                window = text("window", null), windowReports = count("window_reports", 0), windowEpsilon = eps("window_epsilon"),
+                lifetimeReports = count("lifetime_reports", 0), lifetimeEpsilon = eps("lifetime_epsilon"),
+                refusedWindow = count("refused_window", 0), refusedLifetime = count("refused_lifetime", 0),
+                refusedDeviceWindow = count("refused_device_window", 0), refusedDeviceLifetime = count("refused_device_lifetime", 0),
+                fingerprint = text("fingerprint", ""), epsilonPerReport = eps("epsilon_per_report"),
+                epsilonLongitudinal = optEps("epsilon_longitudinal"), reportsPerWindow = count("reports_per_window", 1),
+                lifetimeBudget = optEps("lifetime_budget"), memo = memo, previousWindow = text("previous_window", ""),
+                previousReports = count("previous_reports", 0), previousEpsilon = eps("previous_epsilon"),
+            )
+            for (v in listOf(a.windowEpsilon, a.lifetimeEpsilon, a.epsilonPerReport, a.previousEpsilon)) {
+                if (!v.isFinite()) bad.add("epsilon")
+            }
+            if (bad.isNotEmpty()) throw IllegalArgumentException("field(s) ${bad.distinct().joinToString(", ")} have the wrong type")
+            return a
+        }
+    }
+}

@@ -1,0 +1,27 @@
+"""The Kotlin SDK's own test suite (client_sdk/jvm: `mvn verify` = compile, JUnit 5, jar), run from
+pytest: every conformance vector on the JVM, the chi-square check of every protocol against its
+exact table, and the runtime tests. Skips, saying why, where java or mvn is missing.
+"""
+
+from __future__ import annotations
+
+import zipfile
+
+import pytest
+
+from tests.jvm_runtime_support import JAR, mvn
+
+pytestmark = pytest.mark.e2e
+
+#: The library jar's budget beside the Kotlin standard library (docs/benchmarks.md).
+JAR_BUDGET = 200 * 1024
+
+
+def test_mvn_verify_passes_and_the_jar_is_within_budget() -> None:
+    done = mvn("verify")
+    assert done.returncode == 0, f"mvn verify failed:\n{done.stdout[-8000:]}\n{done.stderr[-3000:]}"
+    assert JAR.is_file(), f"{JAR} was not built"
+    assert JAR.stat().st_size <= JAR_BUDGET, f"{JAR.name} is {JAR.stat().st_size} bytes (budget {JAR_BUDGET})"
+    names = zipfile.ZipFile(JAR).namelist()
+    assert "dev/ldptelemetry/sdk/TelemetryClient.class" in names or any(n.startswith("dev/ldptelemetry/sdk/") for n in names)
+    assert not any(n.startswith(("org/junit", "kotlin/")) for n in names), "the jar bundles a dependency"
