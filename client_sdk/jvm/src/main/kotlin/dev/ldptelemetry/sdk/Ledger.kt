@@ -12,6 +12,9 @@ package dev.ldptelemetry.sdk
  * A report beyond `reports_per_window`, the metric's `lifetime_epsilon`, or the registry's
  * `[device]` caps (sums over all metrics) is refused, counted, and never sent.
  *
+ * Which window a charge counts in is the device clock rule ([DeviceClock]): one window for the
+ * device, opened no faster than its elapsed clock allows, whatever the wall clock says.
+ *
  * Everything here is pure: the store (State.kt) runs [commitCharges] inside one locked
  * read-modify-write, so two processes on one state directory never overspend together. The
  * book's JSON is the Python SDK's ledger.json format, so `ldpt ledger --state-dir` reads it.
@@ -20,13 +23,11 @@ object Ledger {
     /** Relative slack when comparing spends with a budget (realised epsilons are quantised floats). */
     const val BUDGET_SLACK = 1e-9
     const val FORMAT = "ldpt-ledger"
-    const val VERSION = 1L
+    /** 2: the device clock state (`clock`, [DeviceClock]); version-1 books are read. */
+    const val VERSION = 2L
 
-    /**
-     * How far ahead of the clock (UTC days) a recorded window may be before it is taken for a
-     * clock error and re-dated to the clock's day (its spend kept); MAX_WINDOW_AHEAD_DAYS in Python.
-     */
-    const val MAX_WINDOW_AHEAD_DAYS = 2L
+    /** How far before the window (UTC days) a charge still counts in it (DeviceClock). */
+    const val MAX_WINDOW_AHEAD_DAYS = DeviceClock.MAX_WINDOW_AHEAD_DAYS
 
     /** UTC day number of a POSIX time in milliseconds: the ledger's window. */
     @JvmStatic
@@ -72,63 +73,39 @@ object Ledger {
     private fun deviceCapped(c: Charge) = c.deviceWindowBudget != null || c.deviceLifetimeBudget != null
 
     /**
-     * Clock errors (docs/privacy.md): a book window more than MAX_WINDOW_AHEAD_DAYS after the
-     * charge's day is re-dated to that day with its spend kept (plus the spend of the window it had
-     * left when the clock is back on that very day); the window left is remembered, so a clock that
-     * steps forward onto it again resumes it instead of opening it afresh. Under [device] caps every
-     * account is corrected, otherwise the charged metric's only. As `redate_future` in Python.
+     * The window was re-dated back to [day] (the clock was set back): every account of a later
+     * window moves there with its spend, plus the spend it had made on that very day.
      */
-    internal fun redateFuture(accounts: Accounts, c: Charge) {
-        val window = windowName(c.day)
-        val limit: String? = try {
-            windowName(c.day + MAX_WINDOW_AHEAD_DAYS)
-        } catch (e: IllegalArgumentException) {
-            null   // a clock at the end of the calendar: nothing is ahead
-        }
-        if (!deviceCapped(c)) {
-            val a = accounts[c.metric] ?: return
-            if (limit != null && a.window > limit) redate(a, window)
-            else if (a.previousWindow == window && a.window < window) resume(a, window)
-            return
-        }
-        fun scan(): Pair<String, Boolean> {
-            var latest = ""
-            var returning = false
-            for (a in accounts.values) {
-                if (a.window > latest) latest = a.window
-                returning = returning || a.previousWindow == window
+    private fun redate(accounts: Accounts, day: Long) {
+        val window = windowName(day)
+        for (a in accounts.values) {
+            if (a.window > window) {
+                if (a.previousWindow == window) {
+                    a.windowReports += a.previousReports
+                    a.windowEpsilon += a.previousEpsilon
+                }
+                a.window = window
+                a.previousWindow = ""
+                a.previousReports = 0
+                a.previousEpsilon = 0.0
             }
-            return latest to returning
-        }
-        var (latest, returning) = scan()
-        if (limit != null && latest > limit) {
-            for (a in accounts.values) if (a.window > limit) redate(a, window)
-            val again = scan()
-            latest = again.first
-            returning = again.second
-        }
-        if (returning && latest < window) {
-            for (a in accounts.values) if (a.window == latest || a.previousWindow == window) resume(a, window)
         }
     }
 
-    private fun resume(a: MetricAccount, window: String) {
-        a.window = window
-        a.previousWindow = ""
-        a.previousReports = 0
-        a.previousEpsilon = 0.0
+    /** Forward onto the day a re-date left: the accounts of the window continue there. */
+    private fun resume(accounts: Accounts, left: Long, day: Long) {
+        val window = windowName(left)
+        val target = windowName(day)
+        for (a in accounts.values) if (a.window == window) a.window = target
     }
 
-    private fun redate(a: MetricAccount, window: String) {
-        val left = a.window
-        if (a.previousWindow == window) {   // back on the window the jump left: its spend binds too
-            a.windowReports += a.previousReports
-            a.windowEpsilon += a.previousEpsilon
-        }
-        a.window = window
-        a.previousWindow = left
-        a.previousReports = 0
-        a.previousEpsilon = 0.0
+    /** The charge re-dated to the window it counts in (the device clock rule: [DeviceClock.place]). */
+    internal fun placeCharge(accounts: Accounts, clock: DeviceClock, c: Charge, reading: Reading, mayOpen: Boolean = true): Charge {
+        val before = clock.window
+        val (day, move) = clock.place(c.day, reading, mayOpen)
+        if (move == DeviceClock.Move.REDATE) redate(accounts, day)
+        else if (move == DeviceClock.Move.RESUME) resume(accounts, before!!, day)
+        return if (day == c.day) c else c.copy(day = day)
     }
 
     /** Start a new window when the charge is later; a late charge counts in the current one. */
@@ -148,19 +125,6 @@ object Ledger {
         val eInf = c.epsilonLongitudinal ?: return c.epsilon
         val seen = a != null && a.memo[c.fingerprint]?.contains(c.digest) == true
         return if (seen) 0.0 else eInf
-    }
-
-    /**
-     * Under [device] caps a late charge (the clock stepped back) counts in the device's current
-     * window — the latest of any metric — so the cap on the sum over metrics holds in that window.
-     */
-    private fun inDeviceWindow(accounts: Accounts, c: Charge): Charge {
-        if (!deviceCapped(c)) return c
-        var latest = ""
-        for (a in accounts.values) if (a.window > latest) latest = a.window
-        if (latest <= windowName(c.day)) return c
-        val day = dayOfWindow(latest) ?: return c
-        return c.copy(day = day)
     }
 
     private fun decideDevice(accounts: Accounts, c: Charge): Refusal? {
@@ -196,11 +160,13 @@ object Ledger {
                 lifetimeBudget = c.lifetimeBudget)
         }
 
-    /** Charge [accounts] in place if the report fits; otherwise count the refusal and return why. */
+    /**
+     * Charge [accounts] in place if the report fits; otherwise count the refusal and return why.
+     * [clock] is the book's device clock state, [reading] the elapsed clock read under the lock.
+     */
     @JvmStatic
-    fun apply(accounts: Accounts, charge: Charge): Refusal? {
-        redateFuture(accounts, charge)
-        val c = inDeviceWindow(accounts, charge)
+    fun apply(accounts: Accounts, clock: DeviceClock, charge: Charge, reading: Reading): Refusal? {
+        val c = placeCharge(accounts, clock, charge, reading)
         val window = windowName(c.day)
         val refusal = decide(accounts[c.metric], c) ?: decideDevice(accounts, c)
         val a = account(accounts, c, window)
@@ -224,15 +190,20 @@ object Ledger {
     }
 
     /** Apply refusal counts decided on the app's side, then charges in order (one transaction); the outcome per charge. */
-    internal fun commitCharges(accounts: Accounts, charges: List<Charge>, refusals: List<RefusalCount>): List<Refusal?> {
-        for (r in refusals) {
-            redateFuture(accounts, r.charge)   // a refusal decided under a corrected clock re-dates too
-            val window = windowName(r.charge.day)
-            val a = account(accounts, r.charge, window)
-            roll(a, window)
-            a.count(r.reason, r.count)
-        }
-        return charges.map { apply(accounts, it) }
+    internal fun commitCharges(accounts: Accounts, clock: DeviceClock, charges: List<Charge>, refusals: List<RefusalCount>,
+                               reading: Reading): List<Refusal?> {
+        for (r in refusals) recordRefusal(accounts, clock, r.charge, r.reason, r.count, reading)
+        return charges.map { apply(accounts, clock, it, reading) }
+    }
+
+    /** Count [n] refusals decided earlier (on the app's side) in the book; never opens a window. */
+    @JvmStatic
+    fun recordRefusal(accounts: Accounts, clock: DeviceClock, charge: Charge, reason: Refusal, n: Long, reading: Reading) {
+        val c = placeCharge(accounts, clock, charge, reading, false)
+        val window = windowName(c.day)
+        val a = account(accounts, c, window)
+        roll(a, window)
+        a.count(reason, n)
     }
 
     /** Drop the memoisation digests (opt-out: the secret they are keyed by is gone); true if any. */
@@ -255,10 +226,11 @@ object Ledger {
 
     /** The book as the Python SDK writes ledger.json (metrics and keys sorted; digests sorted). */
     @JvmStatic
-    fun dump(accounts: Accounts, generation: String): String {
+    fun dump(accounts: Accounts, clock: DeviceClock, generation: String): String {
         val metrics = java.util.TreeMap<String, Any?>()
         for ((name, a) in accounts) metrics[name] = java.util.TreeMap(a.toJson())
-        val doc = linkedMapOf("format" to FORMAT, "generation" to generation, "metrics" to metrics, "version" to VERSION)
+        val doc = linkedMapOf("clock" to clock.toJson(), "format" to FORMAT, "generation" to generation,
+            "metrics" to metrics, "version" to VERSION)
         return Json.write(doc, 1) + "\n"
     }
 
@@ -266,7 +238,7 @@ object Ledger {
     @JvmStatic
     fun parse(text: String?, where: String): Book {
         val accounts = Accounts()
-        if (text == null) return Book(accounts, null)
+        if (text == null) return Book(accounts, null, DeviceClock())
         try {
             val doc = Json.parse(text) as? Map<*, *> ?: throw IllegalArgumentException("not an ldp-telemetry ledger")
             if (doc["format"] != FORMAT) throw IllegalArgumentException("not an ldp-telemetry ledger")
@@ -274,7 +246,10 @@ object Ledger {
             if (version > VERSION) throw IllegalArgumentException("written by a newer SDK (version $version)")
             val metrics = doc["metrics"] as? Map<*, *> ?: throw IllegalArgumentException("no metrics")
             for ((name, data) in metrics) accounts[name as String] = MetricAccount.fromJson(data)
-            return Book(accounts, doc["generation"] as? String)
+            // a version-1 book: its latest window (if a date), no epochs
+            val clock = if (doc.containsKey("clock")) DeviceClock.fromJson(doc["clock"])
+            else DeviceClock(window = dayOfWindow(accounts.values.maxOfOrNull { it.window } ?: ""))
+            return Book(accounts, doc["generation"] as? String, clock)
         } catch (e: RuntimeException) {
             throw LedgerException("$where: the privacy ledger is unreadable (${e.message}); the SDK refuses to report " +
                 "until it is repaired or removed (removing it forgets past spend)", e)
@@ -282,8 +257,8 @@ object Ledger {
     }
 }
 
-/** A parsed book and the generation tag of its last writer. */
-class Book(val accounts: Accounts, val generation: String?)
+/** A parsed book: its accounts, the generation tag of its last writer, and the device clock state. */
+class Book(val accounts: Accounts, val generation: String?, val clock: DeviceClock)
 
 /** The whole book, in insertion order (device sums add in this order, as the reference's dict). */
 typealias Accounts = LinkedHashMap<String, MetricAccount>
@@ -337,7 +312,7 @@ class MetricAccount(
     var lifetimeBudget: Double? = null,
     /** fingerprint -> digests of the distinct values charged at ε∞. */
     val memo: LinkedHashMap<String, LinkedHashSet<String>> = LinkedHashMap(),
-    /** The window before [window] and its spend (after a re-date: the window left, spend 0). */
+    /** The window before [window] and its spend: a re-date back onto that day adds them. */
     var previousWindow: String = "",
     var previousReports: Long = 0,
     var previousEpsilon: Double = 0.0,
