@@ -23,5 +23,8 @@ def test_mvn_verify_passes_and_the_jar_is_within_budget() -> None:
     assert JAR.is_file(), f"{JAR} was not built"
     assert JAR.stat().st_size <= JAR_BUDGET, f"{JAR.name} is {JAR.stat().st_size} bytes (budget {JAR_BUDGET})"
     names = zipfile.ZipFile(JAR).namelist()
-    assert "dev/ldptelemetry/sdk/TelemetryClient.class" in names or any(n.startswith("dev/ldptelemetry/sdk/") for n in names)
-    assert not any(n.startswith(("org/junit", "kotlin/")) for n in names), "the jar bundles a dependency"
+    assert "dev/ldptelemetry/sdk/TelemetryClient.class" in names
+    assert not any(n.startswith(("org/junit", "kotlin/", "dev/ldptelemetry/sdk/testing/")) for n in names), \
+        "the library jar bundles a dependency or the test doubles"
+    testing = zipfile.ZipFile(JAR.with_name(JAR.stem + "-testing.jar")).namelist()
+    assert "dev/ldptelemetry/sdk/testing/RecordingCollector.class" in testing

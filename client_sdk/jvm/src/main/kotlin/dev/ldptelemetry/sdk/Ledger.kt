@@ -12,7 +12,7 @@ package dev.ldptelemetry.sdk
  * A report beyond `reports_per_window`, the metric's `lifetime_epsilon`, or the registry's
  * `[device]` caps (sums over all metrics) is refused, counted, and never sent.
  *
- * Which window a charge counts in is the device clock rule ([DeviceClock]): one window for the
+ * Which window a charge counts in is the device clock rule ([place], state [DeviceClock]): one window for the
  * device, opened no faster than its elapsed clock allows, whatever the wall clock says.
  *
  * Everything here is pure: the store (State.kt) runs [commitCharges] inside one locked
@@ -26,8 +26,110 @@ object Ledger {
     /** 2: the device clock state (`clock`, [DeviceClock]); version-1 books are read. */
     const val VERSION = 2L
 
-    /** How far before the window (UTC days) a charge still counts in it (DeviceClock). */
-    const val MAX_WINDOW_AHEAD_DAYS = DeviceClock.MAX_WINDOW_AHEAD_DAYS
+    /** How far before the window (UTC days) a charge still counts in it (the device clock rule). */
+    const val MAX_WINDOW_AHEAD_DAYS = 2L
+    const val DAY_SECONDS = 86_400L
+    /** Seconds an opening needs beyond a day: readings are floored, two processes may floor one clock 1 s apart. */
+    const val CLOCK_MARGIN = 2L
+    const val OPEN_AFTER = DAY_SECONDS + CLOCK_MARGIN
+    /** Epochs a book remembers (most recently used kept). */
+    const val EPOCH_SLOTS = 16
+
+    /** This process's epoch id: a random one, as the other SDKs where no boot clock is shared. */
+    private val processEpoch: String = "run:" + Hashing.hex(ByteArray(8).also { java.security.SecureRandom().nextBytes(it) })
+
+    /** The elapsed reading of [ticker] (the client's monotonic clock) in this process's epoch. */
+    @JvmStatic
+    fun reading(ticker: Ticker): Reading = Reading(processEpoch, Math.floorDiv(ticker.nanoTime(), 1_000_000_000L))
+
+    /** Record an update by the reading's epoch (fill its empty slots, most recently used); a new
+     *  epoch gets one opening's credit (`since0` a day before its first reading). */
+    private fun touch(c: DeviceClock, id: String, seconds: Long): Epoch {
+        val i = c.epochs.indexOfFirst { it.id == id }
+        if (i >= 0) {
+            val e = c.epochs.removeAt(i)
+            c.epochs.add(e)
+            if (e.since0 == null) e.since0 = seconds
+            if (e.since1 == null) e.since1 = seconds
+            return e
+        }
+        val e = Epoch(id, seconds - OPEN_AFTER, seconds)
+        c.epochs.add(e)
+        while (c.epochs.size > EPOCH_SLOTS) c.epochs.removeAt(0)
+        return e
+    }
+
+    /**
+     * The device clock rule (docs/conformance.md, "The device clock"; client_sdk.device_clock.place):
+     * updates [c] and the accounts for a charge dated [day] read at [reading]; the charge then
+     * counts in `c.window`. One window for the device; dated up to [MAX_WINDOW_AHEAD_DAYS] before
+     * it: counts in it (late); further back: re-dated (every later account moves there with its
+     * spend); the day a re-date left: resumed; a later day opens a fresh window only when the
+     * epoch's clock shows [OPEN_AFTER] seconds since the opening before the last ([mayOpen] false:
+     * recording a refusal, never opens), else the charge is held in the window.
+     */
+    @JvmStatic
+    fun place(accounts: Accounts, c: DeviceClock, day: Long, reading: Reading, mayOpen: Boolean) {
+        val epoch = touch(c, reading.first, reading.second)
+        val w = c.window
+        if (w == null || day == w) {
+            c.window = day                                  // create, or the same window
+        } else if (day < w) {
+            if (w - day > MAX_WINDOW_AHEAD_DAYS) {          // re-date (else: late)
+                c.window = day
+                c.left = w
+                c.redated += 1
+                redate(accounts, day)
+            }
+        } else if (day == c.left) {                         // resume
+            c.window = day
+            c.left = null
+            resume(accounts, w, day)
+        } else {
+            val start = epoch.since0
+            if (mayOpen && start != null && reading.second - start >= OPEN_AFTER) {   // open
+                for (e in c.epochs) {
+                    e.since0 = e.since1
+                    e.since1 = null
+                }
+                epoch.since1 = reading.second
+                c.window = day
+                c.left = null
+                c.opened += 1
+            } else if (mayOpen) c.held += 1                 // held
+        }
+    }
+
+    /** The `clock` object of ledger.json. */
+    @JvmStatic
+    fun clockJson(c: DeviceClock): Map<String, Any?> = linkedMapOf(
+        "epochs" to c.epochs.map { linkedMapOf("id" to it.id, "since" to listOf(it.since0, it.since1)) },
+        "held" to c.held, "left" to c.left, "opened" to c.opened, "redated" to c.redated, "window" to c.window,
+    )
+
+    /** Parse the `clock` object; IllegalArgumentException when it is malformed. */
+    internal fun clockFromJson(data: Any?): DeviceClock {
+        val d = data as? Map<*, *> ?: throw IllegalArgumentException("the clock is not an object")
+        fun opt(v: Any?): Long? = if (v == null || v is Long) v as Long? else throw IllegalArgumentException("the clock object is malformed")
+        val c = DeviceClock()
+        c.window = opt(d["window"])
+        c.left = opt(d["left"])
+        c.opened = opt(d["opened"]) ?: 0L
+        c.held = opt(d["held"]) ?: 0L
+        c.redated = opt(d["redated"]) ?: 0L
+        val epochs = d["epochs"] ?: emptyList<Any?>()
+        if (epochs !is List<*>) throw IllegalArgumentException("the clock object is malformed")
+        for (e in epochs) {
+            val since = (e as? Map<*, *>)?.get("since") as? List<*>
+            val id = (e as? Map<*, *>)?.get("id") as? String
+            if (id == null || since == null || since.size != 2) throw IllegalArgumentException("the clock object is malformed")
+            c.epochs.add(Epoch(id, opt(since[0]), opt(since[1])))
+        }
+        while (c.epochs.size > EPOCH_SLOTS) c.epochs.removeAt(0)
+        return c
+    }
+
+    internal fun copyClock(c: DeviceClock): DeviceClock = clockFromJson(clockJson(c))
 
     /** UTC day number of a POSIX time in milliseconds: the ledger's window. */
     @JvmStatic
@@ -100,12 +202,10 @@ object Ledger {
     }
 
     /** The charge re-dated to the window it counts in (the device clock rule: [DeviceClock.place]). */
-    internal fun placeCharge(accounts: Accounts, clock: DeviceClock, c: Charge, reading: Reading, mayOpen: Boolean = true): Charge {
-        val before = clock.window
-        val (day, move) = clock.place(c.day, reading, mayOpen)
-        if (move == DeviceClock.Move.REDATE) redate(accounts, day)
-        else if (move == DeviceClock.Move.RESUME) resume(accounts, before!!, day)
-        return if (day == c.day) c else c.copy(day = day)
+    private fun placeCharge(accounts: Accounts, clock: DeviceClock, c: Charge, reading: Reading, mayOpen: Boolean): Charge {
+        place(accounts, clock, c.day, reading, mayOpen)
+        val day = clock.window!!
+        return if (day == c.day) c else c.on(day)
     }
 
     /** Start a new window when the charge is later; a late charge counts in the current one. */
@@ -162,11 +262,11 @@ object Ledger {
 
     /**
      * Charge [accounts] in place if the report fits; otherwise count the refusal and return why.
-     * [clock] is the book's device clock state, [reading] the elapsed clock read under the lock.
+     * [reading] is the elapsed clock read under the book's lock (the rule: [DeviceClock]).
      */
     @JvmStatic
     fun apply(accounts: Accounts, clock: DeviceClock, charge: Charge, reading: Reading): Refusal? {
-        val c = placeCharge(accounts, clock, charge, reading)
+        val c = placeCharge(accounts, clock, charge, reading, true)
         val window = windowName(c.day)
         val refusal = decide(accounts[c.metric], c) ?: decideDevice(accounts, c)
         val a = account(accounts, c, window)
@@ -229,7 +329,7 @@ object Ledger {
     fun dump(accounts: Accounts, clock: DeviceClock, generation: String): String {
         val metrics = java.util.TreeMap<String, Any?>()
         for ((name, a) in accounts) metrics[name] = java.util.TreeMap(a.toJson())
-        val doc = linkedMapOf("clock" to clock.toJson(), "format" to FORMAT, "generation" to generation,
+        val doc = linkedMapOf("clock" to clockJson(clock), "format" to FORMAT, "generation" to generation,
             "metrics" to metrics, "version" to VERSION)
         return Json.write(doc, 1) + "\n"
     }
@@ -247,8 +347,9 @@ object Ledger {
             val metrics = doc["metrics"] as? Map<*, *> ?: throw IllegalArgumentException("no metrics")
             for ((name, data) in metrics) accounts[name as String] = MetricAccount.fromJson(data)
             // a version-1 book: its latest window (if a date), no epochs
-            val clock = if (doc.containsKey("clock")) DeviceClock.fromJson(doc["clock"])
-            else DeviceClock(window = dayOfWindow(accounts.values.maxOfOrNull { it.window } ?: ""))
+            val clock = if (doc.containsKey("clock")) clockFromJson(doc["clock"]) else DeviceClock()
+            // a version-1 book: its latest window (if a date), no epochs
+            if (!doc.containsKey("clock")) clock.window = dayOfWindow(accounts.values.maxOfOrNull { it.window } ?: "")
             return Book(accounts, doc["generation"] as? String, clock)
         } catch (e: RuntimeException) {
             throw LedgerException("$where: the privacy ledger is unreadable (${e.message}); the SDK refuses to report " +
@@ -257,7 +358,13 @@ object Ledger {
     }
 }
 
-/** A parsed book: its accounts, the generation tag of its last writer, and the device clock state. */
+/**
+ * An elapsed-clock reading: (epoch id, whole seconds of that epoch's clock, floored), of a clock
+ * that never runs faster than real time; readings of different epochs are never compared.
+ */
+typealias Reading = Pair<String, Long>
+
+/** A parsed book: its accounts, the generation tag of its last writer and the device clock state. */
 class Book(val accounts: Accounts, val generation: String?, val clock: DeviceClock)
 
 /** The whole book, in insertion order (device sums add in this order, as the reference's dict). */
@@ -274,7 +381,7 @@ enum class Refusal(val wire: String) {
 }
 
 /** One report asking to be charged: what it costs and the limits that apply. */
-data class Charge(
+class Charge(
     val metric: String,
     val fingerprint: String,
     /** UTC day of the report (days since 1970-01-01): the window. */
@@ -289,7 +396,11 @@ data class Charge(
     val lifetimeBudget: Double? = null,
     val deviceWindowBudget: Double? = null,
     val deviceLifetimeBudget: Double? = null,
-)
+) {
+    /** The same charge dated [day]. */
+    fun on(day: Long) = Charge(metric, fingerprint, day, epsilon, epsilonLongitudinal, digest, reportsPerWindow,
+        lifetimeBudget, deviceWindowBudget, deviceLifetimeBudget)
+}
 
 /** Refusals decided on the app's side (against the in-memory mirror), recorded in the book. */
 internal class RefusalCount(val charge: Charge, val reason: Refusal, var count: Long)

@@ -75,7 +75,7 @@ class Registry private constructor(
 }
 
 /** The registry's `[device]` table: caps on the ledger's sums over all metrics (null: no cap). */
-data class DeviceCaps(val epsilonPerWindow: Double?, val lifetimeEpsilon: Double?)
+class DeviceCaps(val epsilonPerWindow: Double?, val lifetimeEpsilon: Double?)
 
 /** One public dimension: its closed set of values and how a raw value is bucketed into it. */
 class DimensionSpec(val name: String, val values: List<String>, val rule: String) {

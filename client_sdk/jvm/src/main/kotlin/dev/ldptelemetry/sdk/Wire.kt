@@ -34,3 +34,14 @@ internal object Wire {
 
 /** One randomised report as it goes on the wire: metric, fingerprint, payload. */
 internal class WireReport(val m: String, val f: String, val p: Any)
+
+/** Test support: a batch body decoded (the id as hex, the reports, the dimensions). */
+internal object BatchDecoding {
+    fun decode(body: ByteArray): Triple<String, List<Map<String, Any?>>, Map<String, Any?>> {
+        val doc = Msgpack.unpack(body) as Map<*, *>
+        @Suppress("UNCHECKED_CAST")
+        val reports = (doc["reports"] as List<Map<String, Any?>>)
+        @Suppress("UNCHECKED_CAST")
+        return Triple(Hashing.hex(doc["batch_id"] as ByteArray), reports, (doc["d"] as? Map<String, Any?>) ?: emptyMap())
+    }
+}

@@ -75,7 +75,8 @@ class ConformanceTest {
             assertEquals(m["fingerprint"], metric.fingerprint)
         }
         val dev = registry["device"].m()
-        assertEquals(DeviceCaps(dev["epsilon_per_window"] as Double?, dev["lifetime_epsilon"] as Double?), reg.device)
+        assertEquals(dev["epsilon_per_window"], reg.device!!.epsilonPerWindow)
+        assertEquals(dev["lifetime_epsilon"], reg.device!!.lifetimeEpsilon)
         assertTrue(assertThrows(RegistryException::class.java) { Registry.parse(Vectors.registryText, mapOf("crash" to "0".repeat(32))) }.message!!.contains("pinned"))
         assertTrue(assertThrows(RegistryException::class.java) { Registry.parse(Vectors.registryText, mapOf("nope" to "0".repeat(32))) }.message!!.contains("not published"))
         val first = registry["metrics"].l()[0].m()

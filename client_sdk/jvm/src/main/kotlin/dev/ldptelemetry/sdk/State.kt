@@ -1,0 +1,389 @@
+package dev.ldptelemetry.sdk
+
+import java.io.File
+import java.io.FileOutputStream
+import java.io.RandomAccessFile
+import java.nio.channels.FileLock
+import java.security.SecureRandom
+import java.util.concurrent.ConcurrentHashMap
+import java.util.concurrent.TimeUnit
+import java.util.concurrent.locks.ReentrantLock
+
+/** One batch in the outbox: the exact bytes that go on the wire (randomised reports only). */
+class StoredBatch(
+    /** The store's name of the entry (unique; sorts oldest first). */
+    val name: String,
+    val body: ByteArray,
+    val reports: Int,
+    /** Wall-clock milliseconds when the batch was built. */
+    val created: Long,
+)
+
+/** Caps of the offline queue (the Python SDK's OutboxLimits); the oldest batches go first. */
+class OutboxLimits @JvmOverloads constructor(
+    val maxBatches: Int = 1000,
+    val maxBytes: Long = 16L * 1024 * 1024,
+    /** Milliseconds. */
+    val maxAge: Long = 7L * 86_400_000,
+)
+
+/** Batches waiting for the collector, shared by every process of the device. */
+interface Outbox {
+    /** Reports dropped by the caps (oldest first) and by expiry, since this object was made. */
+    val droppedReports: Long
+    val expiredReports: Long
+
+    /** Store a new batch (before its first send), enforcing the caps. */
+    fun add(batchId: ByteArray, body: ByteArray, reports: Int, created: Long)
+
+    /** Take the oldest waiting batch for sending (exclusive: no other sender gets it). */
+    fun claim(now: Long): StoredBatch?
+
+    /** Put a claimed batch back (to be retried). */
+    fun release(batch: StoredBatch)
+
+    /** Remove a batch for good (acknowledged or finally rejected). */
+    fun done(batch: StoredBatch)
+
+    fun pending(): Int
+    fun clear()
+}
+
+/**
+ * What a store provides for one device (one state directory): the secret, the ledger's locked
+ * read-modify-write, the outbox, the opt-out marker and the cached registry. [FileStore] is the
+ * one apps use; dev.ldptelemetry.sdk.testing.MemoryStore is for tests.
+ */
+interface DeviceStore {
+    /** Where the state lives: for messages and stats(). */
+    val where: String
+    val outbox: Outbox
+
+    /** Read the secret, creating it atomically when absent (never overwritten). */
+    fun loadSecret(): ByteArray
+
+    /** The ledger text (null when none yet), read without the lock (writes are atomic). */
+    fun readLedger(): String?
+
+    /**
+     * Read-modify-write of the ledger text under the device's exclusive lock: [fn] gets the
+     * current text and returns the text to write (null: nothing) and a result.
+     */
+    fun <T> updateLedger(fn: (String?) -> Pair<String?, T>): T
+    fun isOptedOut(): Boolean
+
+    /** Write the opt-out marker, delete the secret and the outbox. */
+    fun optOut()
+    fun optIn()
+    fun readRegistry(): String?
+    fun writeRegistry(text: String)
+}
+
+internal const val SECRET_BYTES = 32
+/** A claim older than this (ms) was abandoned by a process that died: sent again. */
+internal const val CLAIM_TIMEOUT = 120_000L
+
+/** Enforce caps on waiting batches (oldest first): indices to expire and to drop. */
+internal fun overCaps(created: LongArray, sizes: LongArray, limits: OutboxLimits, now: Long): Pair<List<Int>, List<Int>> {
+    val expired = ArrayList<Int>()
+    val keep = ArrayList<Int>()
+    for (i in created.indices) (if (now - created[i] > limits.maxAge) expired else keep).add(i)
+    var total = keep.sumOf { sizes[it] }
+    val dropped = ArrayList<Int>()
+    while (keep.isNotEmpty() && (keep.size > limits.maxBatches || total > limits.maxBytes)) {
+        val i = keep.removeAt(0)
+        dropped.add(i)
+        total -= sizes[i]
+    }
+    return expired to dropped
+}
+
+/** Outbox entry names: `<created µs, 17 digits>-<reports>-<batch id hex>`, sorting oldest first. */
+internal fun batchName(created: Long, reports: Int, batchId: ByteArray): String =
+    String.format("%017d-%d-%s", created * 1000, reports, Hashing.hex(batchId))
+
+private val BATCH_NAME = Regex("^(\\d{17})-(\\d+)-([0-9a-f]{32})$")
+
+/** (created ms, reports) of an entry name, or null. */
+internal fun parseBatchName(name: String): Pair<Long, Int>? {
+    val m = BATCH_NAME.matchEntire(name) ?: return null
+    return (m.groupValues[1].toLong() / 1000) to m.groupValues[2].toInt()
+}
+
+/**
+ * The ledger of one device over its store: each [commit] is one locked transaction. A random
+ * generation tag per write tells this object whether someone else wrote the book since.
+ */
+internal class DeviceLedger(private val store: DeviceStore, private val random: SecureRandom) {
+    private var written: String? = null
+
+    class Result(val outcomes: List<Refusal?>, val accounts: Accounts, val clock: DeviceClock, val foreign: Boolean)
+
+    fun snapshot(): Book = Ledger.parse(store.readLedger(), store.where)
+
+    private fun tag(): String = ByteArray(8).also { random.nextBytes(it) }.let(Hashing::hex)
+
+    /** Apply refusal counts and charges in order, in one locked transaction; [ticker] (the elapsed
+     *  clock) is read once, inside it (the device clock rule compares readings in update order). */
+    fun commit(charges: List<Charge>, refusals: List<RefusalCount>, ticker: Ticker): Result = store.updateLedger { text ->
+        val book = Ledger.parse(text, store.where)
+        val foreign = book.generation != written
+        val outcomes = Ledger.commitCharges(book.accounts, book.clock, charges, refusals, Ledger.reading(ticker))
+        if (charges.isEmpty() && refusals.isEmpty()) return@updateLedger null to Result(outcomes, book.accounts, book.clock, foreign)
+        val t = tag()
+        written = t
+        Ledger.dump(book.accounts, book.clock, t) to Result(outcomes, book.accounts, book.clock, foreign)
+    }
+
+    fun forgetValues() {
+        store.updateLedger { text ->
+            val book = Ledger.parse(text, store.where)
+            if (!Ledger.forgetValues(book.accounts)) return@updateLedger null to Unit
+            val t = tag()
+            written = t
+            Ledger.dump(book.accounts, book.clock, t) to Unit
+        }
+    }
+}
+
+/**
+ * An exclusive lock shared by every process (and every client in this process) of one state
+ * directory: [FileChannel.lock][java.nio.channels.FileChannel.tryLock] on `ledger.jvmlock` —
+ * fcntl(2) record locks on Linux and Android, held by the kernel for the process. A holder that
+ * dies releases it with its last descriptor, so there is never a takeover: a paused holder
+ * (SIGSTOP, a debugger, a frozen app) keeps it, and a waiter gives up after [timeoutMs] with a
+ * [StateException] — the reports it was charging are dropped, never sent uncharged. Within one
+ * JVM, fcntl locks do not exclude (they are per process, and closing any descriptor of the file
+ * drops them), so a ReentrantLock per canonical path serialises this process's clients first.
+ */
+internal class DirectoryLock(private val file: File, private val timeoutMs: Long) {
+    private val local: ReentrantLock = LOCAL.getOrPut(file.canonicalPath) { ReentrantLock() }
+
+    fun <T> hold(fn: () -> T): T {
+        val deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMs)
+        if (!local.tryLock(timeoutMs, TimeUnit.MILLISECONDS)) throw StateException("$file: locked by another client of this process for more than $timeoutMs ms")
+        try {
+            RandomAccessFile(file, "rw").use { raf ->
+                var wait = 1L
+                var lock: FileLock? = raf.channel.tryLock()
+                while (lock == null) {
+                    if (System.nanoTime() > deadline) {
+                        throw StateException("$file: held by another process for more than $timeoutMs ms (paused or stuck?); nothing was charged")
+                    }
+                    Thread.sleep(wait)
+                    wait = minOf(50L, wait * 2)
+                    lock = raf.channel.tryLock()
+                }
+                try {
+                    return fn()
+                } finally {
+                    lock.release()
+                }
+            }
+        } finally {
+            local.unlock()
+        }
+    }
+
+    private companion object {
+        val LOCAL = ConcurrentHashMap<String, ReentrantLock>()
+    }
+}
+
+/** File helpers: owner-only permissions, write-temp-fsync-rename. java.io only (Android API 24 has no java.nio.file). */
+internal object Files {
+    private val random = SecureRandom()
+
+    fun ownerOnly(f: File) {
+        f.setReadable(false, false); f.setReadable(true, true)
+        f.setWritable(false, false); f.setWritable(true, true)
+        if (f.isDirectory) { f.setExecutable(false, false); f.setExecutable(true, true) }
+    }
+
+    fun mkdirs(dir: File) {
+        if (!dir.isDirectory) {
+            if (!dir.mkdirs() && !dir.isDirectory) throw StateException("$dir: cannot create the directory")
+            ownerOnly(dir)
+        }
+    }
+
+    /** Readers see the old file or the new one, never a torn one. */
+    fun atomicWrite(target: File, data: ByteArray) {
+        val tmp = File(target.parentFile, ".${target.name}.${Hashing.hex(ByteArray(4).also { random.nextBytes(it) })}.tmp")
+        try {
+            FileOutputStream(tmp).use { out ->
+                ownerOnly(tmp)
+                out.write(data)
+                out.fd.sync()
+            }
+            if (!tmp.renameTo(target)) throw StateException("$target: cannot replace the file")
+        } finally {
+            if (tmp.exists()) tmp.delete()
+        }
+    }
+
+    fun readOrNull(f: File): ByteArray? = try {
+        f.readBytes()
+    } catch (e: java.io.FileNotFoundException) {
+        null
+    }
+
+    /** Temporary files a killed write left behind. */
+    fun removeStaleTemps(dir: File) {
+        dir.listFiles()?.forEach { if (it.name.startsWith(".") && it.name.endsWith(".tmp")) it.delete() }
+    }
+}
+
+/**
+ * One device's state in a directory the app gives (Android: `context.filesDir`), laid out as the
+ * Python SDK's (docs/guide-app-teams.md, "The state directory"), so `ldpt ledger --state-dir DIR`
+ * reads it:
+ *
+ *     secret          32 random bytes, mode 0600, created once under the lock (never overwritten)
+ *     ledger.json     the privacy ledger, replaced atomically under the lock
+ *     ledger.jvmlock  the lock file every JVM process of the directory locks (DirectoryLock)
+ *     outbox/         batches waiting for the collector, `<name>.ldpb`; claimed by renaming
+ *     registry.json   the last fetched registry
+ *     opted-out       present after optOut()
+ *
+ * The lock is this SDK's own: a Python or Node process and a JVM process must not share one
+ * directory (they lock with flock(2) and a lock file).
+ */
+class FileStore @JvmOverloads constructor(
+    val dir: File,
+    limits: OutboxLimits = OutboxLimits(),
+    /** How long a ledger transaction waits for the lock before it fails (ms). */
+    lockTimeoutMs: Long = 10_000,
+) : DeviceStore {
+    override val where: String = dir.path
+    override val outbox: FileOutbox = FileOutbox(File(dir, "outbox"), limits)
+    private val lock = DirectoryLock(File(dir, "ledger.jvmlock"), lockTimeoutMs)
+    private val ledgerFile = File(dir, "ledger.json")
+
+    init {
+        try {
+            Files.mkdirs(dir)
+            if (!dir.canWrite()) throw StateException("$dir: the state directory is not writable")
+            // under the lock: every writer holds it, so a temporary file then is a killed write's
+            // (without it, a second client opening the directory deletes the first's secret or book mid-write)
+            lock.hold { Files.removeStaleTemps(dir) }
+        } catch (e: SecurityException) {
+            throw StateException("$dir: the state directory cannot be used (${e.message})", e)
+        }
+    }
+
+    override fun loadSecret(): ByteArray {
+        val f = File(dir, "secret")
+        val data = Files.readOrNull(f) ?: lock.hold {
+            Files.readOrNull(f) ?: ByteArray(SECRET_BYTES).also {
+                SecureRandom().nextBytes(it)   // the secret: never leaves this directory
+                Files.atomicWrite(f, it)
+            }
+        }
+        if (data.size != SECRET_BYTES) throw StateException("$f: not a client secret (${data.size} bytes, expected $SECRET_BYTES)")
+        return data
+    }
+
+    override fun readLedger(): String? = Files.readOrNull(ledgerFile)?.toString(Charsets.UTF_8)
+
+    /**
+     * Under the lock; and before the write, a compare-and-swap: the book must still be the text
+     * this transaction read (a writer that ignored the lock — another SDK on the same directory —
+     * makes it start over, at most three times, then fail: nothing is charged twice or lost).
+     */
+    override fun <T> updateLedger(fn: (String?) -> Pair<String?, T>): T = lock.hold {
+        var attempt = 0
+        while (true) {
+            val before = readLedger()
+            val (text, result) = fn(before)
+            if (text == null) return@hold result
+            if (readLedger() != before) {
+                if (++attempt < 3) continue
+                throw StateException("$ledgerFile: changed during a locked transaction (a process not honouring ledger.jvmlock?)")
+            }
+            Files.atomicWrite(ledgerFile, text.toByteArray(Charsets.UTF_8))
+            return@hold result
+        }
+        @Suppress("UNREACHABLE_CODE")
+        throw IllegalStateException()
+    }
+
+    override fun isOptedOut(): Boolean = File(dir, "opted-out").exists()
+
+    override fun optOut() {
+        lock.hold { Files.atomicWrite(File(dir, "opted-out"), "opted out: nothing is reported\n".toByteArray()) }
+        File(dir, "secret").delete()
+        outbox.clear()
+        outbox.dir.delete()
+    }
+
+    override fun optIn() {
+        File(dir, "opted-out").delete()
+    }
+
+    override fun readRegistry(): String? = Files.readOrNull(File(dir, "registry.json"))?.toString(Charsets.UTF_8)
+
+    override fun writeRegistry(text: String) = lock.hold { Files.atomicWrite(File(dir, "registry.json"), text.toByteArray(Charsets.UTF_8)) }
+}
+
+/** The outbox as files `<name>.ldpb` in a directory; a sender claims one by renaming it to `.sending`. */
+class FileOutbox(val dir: File, private val limits: OutboxLimits = OutboxLimits()) : Outbox {
+    @Volatile override var droppedReports: Long = 0
+        private set
+    @Volatile override var expiredReports: Long = 0
+        private set
+    private val random = SecureRandom()
+
+    private fun names(): Array<String> = dir.list() ?: emptyArray()
+
+    private fun waiting(): List<String> =
+        names().filter { it.endsWith(SUFFIX) && parseBatchName(it.removeSuffix(SUFFIX)) != null }.sorted()
+
+    override fun add(batchId: ByteArray, body: ByteArray, reports: Int, created: Long) {
+        Files.mkdirs(dir)
+        Files.atomicWrite(File(dir, batchName(created, reports, batchId) + SUFFIX), body)
+        val names = waiting()
+        val meta = names.map { parseBatchName(it.removeSuffix(SUFFIX))!! }
+        val (expired, dropped) = overCaps(LongArray(names.size) { meta[it].first },
+            LongArray(names.size) { File(dir, names[it]).length() }, limits, created)
+        for (i in expired) if (File(dir, names[i]).delete()) expiredReports += meta[i].second
+        for (i in dropped) if (File(dir, names[i]).delete()) droppedReports += meta[i].second
+    }
+
+    override fun claim(now: Long): StoredBatch? {
+        for (c in names()) {   // abandoned claims (their sender died) go back to the queue
+            if (!c.endsWith(CLAIMED)) continue
+            val f = File(dir, c)
+            if (now - f.lastModified() > CLAIM_TIMEOUT) f.renameTo(File(dir, c.substringBefore(SUFFIX) + SUFFIX))
+        }
+        for (n in waiting()) {
+            val claimed = File(dir, "$n.${Hashing.hex(ByteArray(3).also { random.nextBytes(it) })}$CLAIMED")
+            if (!File(dir, n).renameTo(claimed)) continue   // another process claimed (or finished) it first
+            claimed.setLastModified(now)                   // the claim's age starts now
+            val (created, reports) = parseBatchName(n.removeSuffix(SUFFIX))!!
+            val body = Files.readOrNull(claimed) ?: continue
+            return StoredBatch(claimed.path, body, reports, created)
+        }
+        return null
+    }
+
+    override fun release(batch: StoredBatch) {
+        val f = File(batch.name)
+        f.renameTo(File(dir, f.name.substringBefore(SUFFIX) + SUFFIX))
+    }
+
+    override fun done(batch: StoredBatch) {
+        File(batch.name).delete()
+    }
+
+    override fun pending(): Int = names().count { it.endsWith(CLAIMED) || (it.endsWith(SUFFIX) && parseBatchName(it.removeSuffix(SUFFIX)) != null) }
+
+    override fun clear() {
+        for (n in names()) if (n.endsWith(SUFFIX) || n.endsWith(CLAIMED)) File(dir, n).delete()
+    }
+
+    private companion object {
+        const val SUFFIX = ".ldpb"
+        const val CLAIMED = ".sending"
+    }
+}
