@@ -29,6 +29,8 @@ ANALYSIS_REQUIRES = [
     "aiohttp>=3.9",
     "click>=8.1",
     "tomli-w>=1.0",
+    # the Oblivious HTTP gateway of sealed batches (collector/gateway.py): the SDK's "sealed" extra
+    *SDK["optional-dependencies"]["sealed"],
 ]
 
 SERVER_PACKAGES = ["collector", "collector.*", "estimators", "estimators.*", "cli", "cli.*"]  # ("cli*" would match client_sdk)

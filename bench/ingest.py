@@ -19,6 +19,18 @@ protocol (one request in flight per connection, response parsed by Content-Lengt
                                                                # beside grr d = 128 and a trivial
                                                                # handler that only unpacks the body
 
+    python bench/ingest.py --replay                 # distinct honest reports until a window fills:
+                                                    # olh, hr, discover at d = 10^6, sqlite (+ postgres)
+
+``--replay`` sends what devices send instead of one template: every batch holds ``--batch``
+distinct reports (default 100) encoded by the real encoders from random values of distinct
+simulated devices (OLH cohorts drawn as devices draw them), with a fresh batch id. It fills one
+window: the rate over the first ``--phase`` seconds (20) is the fresh window's; then it sends
+``--fill`` more reports (2.2 M) and measures ``--phase`` seconds again; it prints both rates,
+their ratio, p50/p99 acknowledgement latency, the collector's CPU per batch and its RSS in each
+phase, and the rows the store holds at the end (docs/operations.md, "Large domains and store
+size").
+
 ``--large`` adds categorical metrics over d = 10^6 values with hr and olh: the sketches whose
 dense delta (16 MB) dwarfs a batch, which the store writes as sparse deltas
 (docs/design.md, "Sparse deltas"); ``trivial`` is an aiohttp server that msgpack-unpacks the
@@ -369,12 +381,234 @@ def postgres_cpu_seconds() -> float:
     return total
 
 
+class ReplaySource:
+    """Bodies of distinct honest batches: ``batch`` reports of distinct simulated devices each,
+    encoded by the real protocol code, a fresh random batch id per body. A producer thread
+    encodes ``chunk`` reports at a time (vectorised) and packs them per batch into a bounded
+    queue, so the load generator's event loop never stalls on encoding (which would show up
+    as acknowledgement latency)."""
+
+    def __init__(self, spec, batch: int, seed: int, chunk: int = 2_000, depth: int = 400) -> None:
+        import queue
+
+        self.spec, self.proto, self.batch, self.chunk = spec, spec.protocol_impl, batch, chunk
+        self.rng = np.random.default_rng(seed)
+        self.bodies: queue.Queue[bytes] = queue.Queue(depth)
+        self.stopped = threading.Event()
+        self.producer = threading.Thread(target=self._produce, daemon=True)
+        self.producer.start()
+
+    def _produce(self) -> None:
+        import queue
+
+        name, fp, n = self.spec.name, self.spec.fingerprint, self.chunk
+        while not self.stopped.is_set():
+            if self.spec.kind.value == "string":
+                values = np.asarray([f"host-{i}.example" for i in self.rng.integers(0, 10**7, n)], dtype=object)
+            else:
+                values = self.rng.integers(0, self.proto.domain_size, n)
+            reports = [{"m": name, "f": fp, "p": w} for w in self.proto.to_wire(self.proto.encode(values, self.rng))]
+            for i in range(0, n, self.batch):
+                body = msgpack.packb({"v": 1, "batch_id": os.urandom(16), "reports": reports[i:i + self.batch]})
+                while not self.stopped.is_set():
+                    try:
+                        self.bodies.put(body, timeout=0.2)
+                        break
+                    except queue.Full:
+                        continue
+
+    async def next_body(self) -> bytes:
+        import queue
+
+        while True:
+            try:
+                return self.bodies.get_nowait()
+            except queue.Empty:
+                await asyncio.sleep(0.001)   # the producer is behind: the generator waits, not the loop
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+class ReplayGenerator:
+    """Keep-alive connections posting distinct batches; every acknowledgement timestamped."""
+
+    def __init__(self, host: str, port: int, source: ReplaySource, connections: int) -> None:
+        self.host, self.port, self.source, self.connections = host, port, source, connections
+        self.acks: list[tuple[float, float]] = []   # (time of the ack, its latency)
+        self.overloaded = self.errors = 0
+        self.acked = 0
+
+    def request(self, body: bytes) -> bytes:
+        head = (f"POST /v1/reports HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+                f"Content-Type: application/msgpack\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+        return head + body
+
+    async def connection(self, stop: asyncio.Event) -> None:
+        reader, writer = await asyncio.open_connection(self.host, self.port)
+        try:
+            req = self.request(await self.source.next_body())
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                writer.write(req)
+                head = await reader.readuntil(b"\r\n\r\n")
+                status = int(head[9:12])
+                m = re.search(rb"(?i)content-length: *(\d+)", head)
+                await reader.readexactly(int(m.group(1)) if m else 0)
+                t1 = time.perf_counter()
+                if status == 200:
+                    self.acks.append((t1, t1 - t0))
+                    self.acked += self.source.batch
+                    req = self.request(await self.source.next_body())
+                elif status == 503:  # overloaded: back off, retry the same batch
+                    self.overloaded += 1
+                    await asyncio.sleep(0.05)
+                else:
+                    self.errors += 1
+                    req = self.request(await self.source.next_body())
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+
+@dataclasses.dataclass
+class ReplayPhase:
+    reports_per_s: float
+    p50_ms: float
+    p99_ms: float
+    cpu_us_per_batch: float
+    rss_mb: float
+
+
+@dataclasses.dataclass
+class ReplayResult:
+    store: str
+    protocol: str
+    fresh: ReplayPhase
+    full: ReplayPhase
+    filled: int          # reports acknowledged before the second phase began
+    rows: int            # rows the store held at the end
+    overloaded: int
+    errors: int
+
+
+def replay_one(store: str, store_args: list[str], protocol: str, registry: Path, connections: int,
+               batch: int, phase: float, fill: int) -> ReplayResult:
+    """One window filled by distinct batches: a fresh phase, ``fill`` more reports, a full phase."""
+    spec = load_registry(registry).get(METRIC_OF[protocol])
+    source = ReplaySource(spec, batch, seed=hash((store, protocol)) & 0xFFFF)
+    with collector(registry, 1, store_args) as (pid, port):
+        gen = ReplayGenerator("127.0.0.1", port, source, connections)
+        sampler = RssSampler(pid)
+        sampler.start()
+
+        async def go() -> tuple[ReplayPhase, ReplayPhase, int]:
+            stop = asyncio.Event()
+            tasks = [asyncio.create_task(gen.connection(stop)) for _ in range(connections)]
+            await asyncio.sleep(2.0)   # warm-up (connections, first commits)
+
+            async def measure() -> ReplayPhase:
+                n0, cpu0, t0 = len(gen.acks), sampler.cpu_seconds(), time.perf_counter()
+                await asyncio.sleep(phase)
+                n1, cpu1, t1 = len(gen.acks), sampler.cpu_seconds(), time.perf_counter()
+                lat = np.asarray([a[1] for a in gen.acks[n0:n1]] or [np.nan]) * 1e3
+                return ReplayPhase((n1 - n0) * batch / (t1 - t0), float(np.percentile(lat, 50)),
+                                   float(np.percentile(lat, 99)), (cpu1 - cpu0) / max(n1 - n0, 1) * 1e6,
+                                   sampler.last / 2**20)
+            fresh = await measure()
+            target = gen.acked + fill
+            while gen.acked < target:
+                await asyncio.sleep(0.5)
+                if any(t.done() for t in tasks):
+                    break
+            filled = gen.acked
+            full = await measure()
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            return fresh, full, filled
+        try:
+            fresh, full, filled = asyncio.run(go())
+        finally:
+            source.stop()
+        sampler.done.set()
+        sampler.join()
+        rows = store_rows(store, store_args)
+    return ReplayResult(store, protocol, fresh, full, filled, rows, gen.overloaded, gen.errors)
+
+
+def store_rows(store: str, store_args: list[str]) -> int:
+    """Rows of sketch data the store holds (all windows)."""
+    if store == "sqlite":
+        import sqlite3
+
+        conn = sqlite3.connect(store_args[1])
+        try:
+            return sum(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("sketches", "sketch_deltas"))
+        finally:
+            conn.close()
+    import asyncpg
+
+    async def count() -> int:
+        conn = await asyncpg.connect(store_args[1])
+        try:
+            return int(await conn.fetchval("SELECT count(*) FROM ldpt_deltas"))
+        finally:
+            await conn.close()
+    return asyncio.run(count())
+
+
+def main_replay(args: argparse.Namespace) -> None:
+    protocols = args.protocols or ["olh", "hr", "discover"]
+    results: list[ReplayResult] = []
+    with tempfile.TemporaryDirectory(prefix="ldpt-bench-") as tmp:
+        registry = Path(tmp) / "metrics.toml"
+        write_registry(registry, large=True)
+        stores: list[tuple[str, object]] = [] if args.no_sqlite else [("sqlite", None)]
+        if args.postgres:
+            stores.append(("postgres", args.postgres))
+        for store, dsn in stores:
+            for protocol in protocols:
+                if store == "sqlite":
+                    store_args, schema = ["--db", str(Path(tmp) / f"replay-{protocol}.sqlite")], None
+                else:
+                    schema = f"ldpt_bench_{uuid.uuid4().hex[:12]}"
+                    sep = "&" if "?" in str(dsn) else "?"
+                    store_args = ["--postgres", f"{dsn}{sep}search_path={schema}"]
+                try:
+                    r = replay_one(store, store_args, protocol, registry, args.connections, args.batch,
+                                   args.phase, args.fill)
+                finally:
+                    if schema:
+                        drop_schema(str(dsn), schema)
+                results.append(r)
+                print(f"  {store:8s} {protocol:8s} fresh {r.fresh.reports_per_s:10,.0f}/s  after {r.filled:,}: "
+                      f"{r.full.reports_per_s:10,.0f}/s", file=sys.stderr, flush=True)
+    print(f"\nReplay: distinct honest reports in batches of {args.batch}, {args.connections} connections, "
+          f"one worker, d = {D_LARGE:,} (discover: strings), durable commits; fresh = the first {args.phase:g} s "
+          f"of a new window, full = {args.phase:g} s after {args.fill:,} more reports\n")
+    print(f"{'store':8s} {'protocol':8s} {'fresh /s':>10s} {'full /s':>10s} {'full/fresh':>10s} "
+          f"{'p50 ms':>13s} {'p99 ms':>15s} {'µs CPU/batch':>13s} {'RSS MB':>11s} {'filled':>10s} {'rows':>5s} "
+          f"{'503s':>5s} {'errors':>6s}")
+    for r in results:
+        f, g = r.fresh, r.full
+        print(f"{r.store:8s} {r.protocol:8s} {f.reports_per_s:10,.0f} {g.reports_per_s:10,.0f} "
+              f"{g.reports_per_s / f.reports_per_s if f.reports_per_s else float('nan'):10.0%} "
+              f"{f.p50_ms:6.1f}->{g.p50_ms:6.1f} {f.p99_ms:7.1f}->{g.p99_ms:7.1f} "
+              f"{f.cpu_us_per_batch:6.0f}->{g.cpu_us_per_batch:6.0f} {f.rss_mb:5.0f}->{g.rss_mb:5.0f} "
+              f"{r.filled:10,d} {r.rows:5d} {r.overloaded:5d} {r.errors:6d}")
+    print("\np50/p99 ms: acknowledgement latency, fresh -> full; µs CPU/batch: the collector's CPU per "
+          "acknowledged batch (PostgreSQL's own processes not included); RSS: the collector's resident "
+          "memory at the end of each phase; filled: reports acknowledged before the full phase; rows: "
+          "sketch rows the store held at the end.")
+
+
 def main() -> None:
     global BATCH
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=8.0, help="measured seconds per run")
     ap.add_argument("--warmup", type=float, default=2.0)
-    ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--connections", type=int, default=None, help="keep-alive connections (64; --replay: 8)")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--protocols", nargs="+", default=None,
                     help="grr oue rappor discover hr olh trivial (default: grr oue rappor; with "
@@ -384,8 +618,17 @@ def main() -> None:
     ap.add_argument("--postgres", default=os.environ.get("LDPT_TEST_POSTGRES_DSN"),
                     help="also run against this PostgreSQL DSN")
     ap.add_argument("--no-sqlite", action="store_true")
+    ap.add_argument("--replay", action="store_true",
+                    help="distinct honest reports until a window fills (olh, hr, discover; see above)")
+    ap.add_argument("--phase", type=float, default=20.0, help="--replay: seconds of each measured phase")
+    ap.add_argument("--fill", type=int, default=2_200_000, help="--replay: reports sent between the phases")
     args = ap.parse_args()
     BATCH = args.batch
+    if args.replay:
+        args.connections = args.connections or 8
+        main_replay(args)
+        return
+    args.connections = args.connections or 64
     protocols = list(args.protocols or (["trivial", "grr", "hr", "olh", "discover"] if args.large
                                         else ["grr", "oue", "rappor"]))
     if not args.large and {"hr", "olh"} & set(protocols):

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 #: A terminal table of a million rows helps nobody: larger results show the largest estimates.
 TABLE_MAX_ROWS = 1000
+#: Above this many values a frequency estimate prints its TABLE_MAX_ROWS largest rows in every
+#: format unless --all asks for each (the API's default page is the same: collector/query.py).
+LARGE_DOMAIN = 10_000
 #: A bar chart of more values is unreadable; --top N chooses.
 PLOT_MAX_VALUES = 50
 #: Lines of a series plot unless --top says otherwise.
@@ -77,6 +80,9 @@ def store_options(func):  # noqa: ANN001, ANN201 - a click decorator
               help="Only the N values with the largest estimates, largest first (tables show at "
                    f"most {TABLE_MAX_ROWS:,} rows unless --top says otherwise; plots {PLOT_MAX_VALUES}); "
                    "for a discover metric, how many strings to discover (default 20).")
+@click.option("--all", "all_rows", is_flag=True,
+              help=f"Every value's row, even of a domain above {LARGE_DOMAIN:,} values (by default "
+                   f"those print their {TABLE_MAX_ROWS:,} largest estimates, as tables do).")
 @click.option("--raw-csv", is_flag=True,
               help="--format csv: write strings exactly, even those a spreadsheet would run as a "
                    "formula (by default a leading = + - @ tab or CR gets a ' before it).")
@@ -86,8 +92,8 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
              url: str | None, token_file: str | None, cacert: str | None, window: str | None,
              since: str | None, until: str | None, by: str | None, confidence: float,
              simultaneous: bool, consistent: bool, candidates: str | None, truth: str | None,
-             plot_path: str | None, log_scale: bool, top: int | None, raw_csv: bool, silent: bool,
-             fmt: str, output: str | None) -> None:
+             plot_path: str | None, log_scale: bool, top: int | None, all_rows: bool, raw_csv: bool,
+             silent: bool, fmt: str, output: str | None) -> None:
     """Estimate METRIC's frequencies with confidence intervals."""
     from .output import format_frame
 
@@ -118,7 +124,8 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
             with StoreReader(source, db or postgres or "") as reader:
                 reader.min_reports_of = registry.segment_min_reports
                 df = local_estimate(reader, spec, window, since, until, by, confidence, simultaneous,
-                                    consistent, read_candidates(candidates, spec), top, progress)
+                                    consistent, read_candidates(candidates, spec), top, progress,
+                                    rows_wanted=default_page(spec, top, fmt, all_rows, by, truth, plot_path))
             if spec.unit:
                 df.attrs["unit"] = spec.unit
     numeric = str(df.attrs.get("kind", "")).startswith("numeric")
@@ -139,10 +146,12 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
     if by not in (None, "window"):
         _breakdown_note(df)
         by = None  # a breakdown's rows are ranked and plotted like one estimate's
-    if by is None and top is None and fmt == "table" and len(df) > TABLE_MAX_ROWS and not numeric:
+    total = int(df.attrs.get("rows_total", len(df)))
+    if by is None and top is None and not numeric and not all_rows and \
+            (total > LARGE_DOMAIN or (fmt == "table" and total > TABLE_MAX_ROWS)):
         top = TABLE_MAX_ROWS
-        click.echo(f"showing the {TABLE_MAX_ROWS:,} largest of {len(df):,} estimates "
-                   "(--top N to choose, --format csv or json for all)", err=True)
+        click.echo(f"showing the {TABLE_MAX_ROWS:,} largest of {total:,} estimates "
+                   "(--top N to choose, --all for every row)", err=True)
     if top is not None:
         df = top_series(df, top) if by else largest(df, top)
     emit(format_frame(df, fmt, raw_csv=raw_csv), output)
@@ -185,12 +194,29 @@ def require_registry(metrics_file: str | None) -> str:
     return metrics_file
 
 
+def default_page(spec: MetricSpec, top: int | None, fmt: str, all_rows: bool, by: str | None,
+                 truth: str | None, plot_path: str | None) -> tuple[int, int] | None:
+    """The rows a frequency estimate needs to build (offset, limit), largest first, or None for
+    all: ``--top N``, else a large domain's TABLE_MAX_ROWS (a table above TABLE_MAX_ROWS rows,
+    any format above LARGE_DOMAIN) unless ``--all``; a page is built without a frame of every
+    value (estimators.frequency.estimate_frame). Plots and --truth keep the full frame."""
+    d = spec.domain_size or 0
+    if by is not None or truth or plot_path or spec.protocol == "discover" or not d or spec.kind.value == "numeric":
+        return None
+    if top is not None:
+        return (0, top)
+    if not all_rows and (d > LARGE_DOMAIN or (fmt == "table" and d > TABLE_MAX_ROWS)):
+        return (0, TABLE_MAX_ROWS)
+    return None
+
+
 def local_estimate(reader: StoreReader, spec: MetricSpec, window: str | None, since: str | None,
                    until: str | None, by: str | None, confidence: float, simultaneous: bool,
                    consistent: bool, candidates: list[str] | None, top: int | None = None,
-                   progress: Working | None = None):
+                   progress: Working | None = None, rows_wanted: tuple[int, int] | None = None):
     """The estimate (or with ``by`` the series) from a store, as the query API computes it
-    (``top``: how many strings a discover metric discovers; ``progress``: says which step runs)."""
+    (``top``: how many strings a discover metric discovers; ``progress``: says which step runs;
+    ``rows_wanted``: only that page of the rows ranked by estimate, ``default_page``)."""
     from client_sdk.registry import Kind
     from collector.storage.base import date_filter_ok
     from estimators.frequency import estimate_frame  # scipy and pandas: only when estimating
@@ -232,7 +258,7 @@ def local_estimate(reader: StoreReader, spec: MetricSpec, window: str | None, si
     step(f"estimating {spec.name} from {sketch.total_reports:,} reports"
          + (" (discovering strings)" if spec.protocol == "discover" and not candidates else ""))
     df = estimate_frame(spec, sketch, confidence=confidence, simultaneous=simultaneous,
-                        consistent=consistent, candidates=candidates, top=top)
+                        consistent=consistent, candidates=candidates, top=top, rows_wanted=rows_wanted)
     if window is None and spec.protocol == "rappor":
         stored = {w.window for w in reader.stored_windows(spec) if date_filter_ok(w.window, since, until)}
         df = with_rappor_range_warning(df, len(stored))

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("cli.demo_cmd", "demo", "Run a collector, drive CLIENTS simulated apps through the real SDK "
              "over HTTP, print estimates vs truth."),
     "estimate": ("cli.estimate_cmd", "estimate", "Estimate METRIC's frequencies with confidence intervals."),
+    "keys": ("cli.keys_cmd", "keys", "The sealed-report gateway's keys: generate, rotate, list, prune, config."),
     "ledger": ("cli.ledger_cmd", "ledger", "Show the privacy ledger of a device: epsilon spent per metric, "
                "per window and lifetime."),
     "metrics": ("cli.metrics_cmd", "metrics", "Work with the metric registry (TOML)."),

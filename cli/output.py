@@ -9,7 +9,21 @@ import pandas as pd
 
 from estimators.formats import frame_to_csv, frame_to_json, printable
 
-__all__ = ["compare_to_table", "format_compare", "format_frame", "frame_to_csv", "frame_to_json", "frame_to_table"]
+__all__ = ["compare_to_table", "format_compare", "format_frame", "format_number", "format_p", "frame_to_csv",
+           "frame_to_json", "frame_to_table"]
+
+#: The smallest p-value a table prints as a number; below it (a tail the float underflowed, the
+#: exports' 0.0) it says "<1e-300".
+P_FLOOR = 1e-300
+
+
+def format_p(v: object) -> str:
+    """A p-value, every one in the same notation (2 significant digits, scientific): ``4.8e-02``,
+    ``2.6e-16``, ``<1e-300`` for one too small for a float (never "0": no p-value is 0)."""
+    if v is None or pd.isna(v):  # type: ignore[arg-type]
+        return ""
+    x = float(v)  # type: ignore[arg-type]
+    return f"<{P_FLOOR:.0e}" if x < P_FLOOR else f"{x:.1e}"
 
 
 def frame_to_table(df: pd.DataFrame) -> str:
@@ -40,7 +54,7 @@ def frame_to_table(df: pd.DataFrame) -> str:
     if "proportion" in shown:
         shown["proportion"] = shown["proportion"].map(lambda v: "" if pd.isna(v) else f"{v:.4f}")
     if "p_value" in shown:
-        shown["p_value"] = shown["p_value"].map(lambda v: "" if pd.isna(v) else f"{v:.2g}")
+        shown["p_value"] = shown["p_value"].map(format_p)
     if "n" in shown:  # a series: a window without reports shows no "detected"
         shown["detected"] = [("" if n == 0 else str(d)) for d, n in zip(shown["detected"], shown["n"])]
         shown["n"] = shown["n"].map(_count)
@@ -51,15 +65,17 @@ def frame_to_table(df: pd.DataFrame) -> str:
 def _joint_table(shown: pd.DataFrame) -> str:
     """Rows of a joint metric's breakdown: counts to 0.1, shares to 4 decimals, means as numbers."""
     def fmt(stat: str, v: object) -> str:
-        if pd.isna(v):
+        if v is None or pd.isna(v):  # type: ignore[arg-type]
             return ""
         x = float(v)  # type: ignore[arg-type]
-        return f"{x:.4f}" if stat.startswith("P(") else format_number(x) if stat.startswith("mean ") \
-            else f"{x:,.2f}" if stat.startswith("independence") else f"{x:,.1f}"
+        return f"{x:.4f}" if stat.startswith("P(") else \
+            format_number(x) if stat.startswith(("mean ", "independence")) else f"{x:,.1f}"
     for col in ("estimate", "std_err", "ci_low", "ci_high", "truth"):
         if col in shown:
             shown[col] = [fmt(st, v) for st, v in zip(shown["statistic"], shown[col])]
-    shown["p_value"] = shown["p_value"].map(lambda v: "" if pd.isna(v) else f"{v:.2g}")
+    shown["p_value"] = shown["p_value"].map(format_p)
+    if "detected" in shown:  # no test on a row: an empty cell, not False
+        shown["detected"] = shown["detected"].map(lambda v: "" if v is None or pd.isna(v) else str(bool(v)))
     return shown.to_string(index=False)
 
 
@@ -96,15 +112,20 @@ def _negative_note(df: pd.DataFrame) -> list[str]:
 
 
 def format_number(v: object) -> str:
-    """Numeric metrics' values in their own units: 4 significant digits, thousands separated
-    (whole numbers from 10^4 to 10^15, scientific notation beyond, so a huge range prints
-    "5.125e+99", not a hundred digits)."""
+    """Values in a metric's own units (means, quantiles, sums, a χ² statistic), one style for a
+    whole column: fixed-point, thousands separated, 4 significant digits (``458.7``, ``1,088``,
+    ``123,457``, ``0.001235``); scientific only from 10^15, so a huge range prints "5.125e+99",
+    not a hundred digits. The dashboard's ``fmt.num`` writes the same strings."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
     if isinstance(v, (bool, np.bool_)):
         return str(bool(v))
     x = float(v)  # type: ignore[arg-type]
-    return f"{x:,.0f}" if 1e4 <= abs(x) < 1e15 else f"{x:.4g}"
+    if x == 0 or not math.isfinite(x):
+        return "0" if x == 0 else str(x)
+    if abs(x) >= 1e15:
+        return f"{x:.4g}"
+    return f"{x:,.{min(12, max(0, 3 - math.floor(math.log10(abs(x)))))}f}"
 
 
 def _numeric_table(shown: pd.DataFrame) -> str:
@@ -115,7 +136,7 @@ def _numeric_table(shown: pd.DataFrame) -> str:
     if "proportion" in shown:
         shown["proportion"] = shown["proportion"].map(lambda v: "" if pd.isna(v) else f"{v:.4f}")
     if "p_value" in shown:
-        shown["p_value"] = shown["p_value"].map(lambda v: "" if pd.isna(v) else f"{v:.2g}")
+        shown["p_value"] = shown["p_value"].map(format_p)
     if "detected" in shown:
         shown["detected"] = shown["detected"].map(lambda v: "" if v is None or pd.isna(v) else str(bool(v)))
     return shown.to_string(index=False)
@@ -133,7 +154,7 @@ def compare_to_table(df: pd.DataFrame) -> str:
     number = (lambda v: f"{v:.5f}") if pct else format_number
     for col in ("estimate_a", "estimate_b", "difference", "std_err", "ci_low", "ci_high"):
         shown[col] = shown[col].map(number)
-    shown["p_value"] = shown["p_value"].map(lambda v: f"{v:.2g}")
+    shown["p_value"] = shown["p_value"].map(format_p)
     shown["changed"] = shown["changed"].map(lambda v: "CHANGED" if v else "")
     flagged = int(df["changed"].sum())
     tail = f"{flagged} of {len(df)} changed" if flagged else f"no change detected among {len(df)}"

@@ -19,7 +19,9 @@ from client_sdk.protocols.factory import (
 )
 from client_sdk.protocols.numeric import NUMERIC_PROTOCOL_NAMES
 from client_sdk.registry import MAX_NUMERIC_MAGNITUDE, MIN_NUMERIC_WIDTH
+from estimators.amplification import DEFAULT_DELTA
 from estimators.poisoning import poisoning_bound
+from estimators.shuffle_plan import DEFAULT_EPSILONS
 
 from .common import FiniteFloatRange, emit, output_options
 
@@ -82,17 +84,35 @@ def plan_rows(epsilon: float, domain: int, clients: int,
                      "std_err_proportion": math.sqrt(var) / clients,
                      "vs_optimum": var / clients / optimum_variance(epsilon),
                      "payload_bits": proto.payload_bits, "report_bytes": size,
-                     "fits": size <= max_report_bytes, "note": design_note(proto),
+                     "fits": size <= max_report_bytes, "note": design_note(proto, clients),
+                     "empty_cohorts": expected_empty_cohorts(proto, clients),
                      # forged reports that move one estimate by 1 point (docs/security.md)
                      "forged_per_point": poisoning_bound(proto).forged_for_one_point(clients)})
     return rows
 
 
-def design_note(proto) -> str:
-    """What sizes the protocol's sketch: OLH's hash family, cohorts and inflation; HR's field."""
+def expected_empty_cohorts(proto, clients: int) -> float:
+    """Cohorts of a per-cohort sketch (OLH) that ``clients`` devices leave empty on average,
+    m(1 − 1/m)^n; 0 for protocols whose estimate does not rest on every cohort."""
+    if proto.name != "olh":
+        return 0.0
+    m = proto.params.m
+    return m * math.exp(clients * math.log1p(-1 / m)) if m > 1 else 0.0
+
+
+def design_note(proto, clients: int | None = None) -> str:
+    """What sizes the protocol's sketch: OLH's hash family, cohorts and inflation; HR's field;
+    and, where ``clients`` leave OLH cohorts empty, what that costs and what to use instead."""
     params = proto.params
     if proto.name == "olh":
         family = getattr(params, "family", "random")
+        empty = expected_empty_cohorts(proto, clients) if clients else 0.0
+        if family == "linear" and empty >= 0.5:
+            # E[empty] = m e^(−n/m) < 1/2 from n >= m ln(2m)
+            needed = math.ceil(params.m * math.log(2 * params.m))
+            return (f"linear family, g={params.g}, {params.m:,} cohorts: ~{empty:,.0f} stay empty at "
+                    f"{clients:,} reports ({clients / params.m:.1f} per cohort), which widens every "
+                    f"interval by their unidentified share; use hr (no cohorts) or >= {needed:,} reports")
         if family == "linear":
             return f"linear family, g={params.g}, {params.m:,} cohorts (inflation ~1 + m/n)"
         return f"{params.m:,} cohorts, g={params.g}, inflation {params.approx_inflation:.3f}"
@@ -229,7 +249,9 @@ def format_joint_plan(spec, clients: int, max_report_bytes: int, fmt: str) -> st
 @click.option("--range", "value_range", callback=parse_range, default=None, metavar="LO,HI",
               help="Instead of --domain: a numeric mean metric's range; compares the numeric "
                    "mechanisms' standard error of the mean.")
-@click.option("--clients", required=True, type=click.IntRange(min=1), help="Reports per window.")
+@click.option("--clients", required=True, type=click.IntRange(min=1),
+              help="Reports per window (with --shuffled or --central-epsilon: devices in the smallest "
+                   "shuffled batch).")
 @click.option("--max-report-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_REPORT_BYTES,
               show_default=True, help="Report-size budget `auto` respects (registry key max_report_bytes).")
 @click.option("--discover", is_flag=True,
@@ -237,14 +259,30 @@ def format_joint_plan(spec, clients: int, max_report_bytes: int, fmt: str) -> st
                    "shows its resolved defaults and expected errors.")
 @click.option("--max-length", type=click.IntRange(1, 64), default=16, show_default=True,
               help="With --discover: bytes kept on the device.")
+@click.option("--shuffled", is_flag=True,
+              help="The central epsilon of reports shuffled in batches of --clients devices, next to the "
+                   "local one: for --epsilon (default 1, 2 and 4), or a --metric's own (docs/privacy.md, "
+                   "\"The central claim of shuffled reports\").")
+@click.option("--central-epsilon", type=FiniteFloatRange(0, 20, min_open=True), default=None,
+              help="Target central epsilon: the largest epsilon per report that shuffling in batches of "
+                   "--clients devices allows, the protocol for --domain (or --range) at it, and its variance "
+                   "against the best local-only protocol at the target.")
+@click.option("--delta", type=FiniteFloatRange(0, 1, min_open=True, max_open=True), default=DEFAULT_DELTA,
+              show_default=True, help="With --shuffled or --central-epsilon: the delta of the central claim.")
 @output_options
 def plan(epsilon: float | None, metrics_file: str | None, metric: str | None, domain: int | None,
          value_range: tuple[float, float] | None, clients: int, max_report_bytes: int, discover: bool,
-         max_length: int, fmt: str, output: str | None) -> None:
+         max_length: int, shuffled: bool, central_epsilon: float | None, delta: float, fmt: str,
+         output: str | None) -> None:
     """Compare protocols for EPSILON, DOMAIN (or --range) and CLIENTS; mark the one `auto` picks.
 
     With --metrics FILE --metric NAME of a joint metric: what it costs against separate metrics.
+    With --shuffled or --central-epsilon: what a shuffler buys (central epsilon, and the inverse).
     """
+    if shuffled or central_epsilon is not None:
+        _plan_shuffled(epsilon, metrics_file, metric, domain, value_range, clients, max_report_bytes,
+                       discover, shuffled, central_epsilon, delta, fmt, output)
+        return
     if metric is not None or metrics_file is not None:
         if metric is None or metrics_file is None:
             raise click.UsageError("--metrics FILE and --metric NAME go together (a joint metric to plan)")
@@ -310,6 +348,45 @@ def plan(epsilon: float | None, metrics_file: str | None, metric: str | None, do
         lines.append(f"no protocol's report fits max_report_bytes = {max_report_bytes} (the smallest takes "
                      f"{min(sizes)} bytes): a metric with protocol = \"auto\" is refused; raise max_report_bytes")
     emit("\n".join(lines) + "\n", output)
+
+
+def _plan_shuffled(epsilon: float | None, metrics_file: str | None, metric: str | None, domain: int | None,
+                   value_range: tuple[float, float] | None, clients: int, max_report_bytes: int, discover: bool,
+                   shuffled: bool, central_epsilon: float | None, delta: float, fmt: str,
+                   output: str | None) -> None:
+    """`plan --shuffled` / `--central-epsilon` (cli/plan_shuffle.py)."""
+    from . import plan_shuffle
+
+    if shuffled and central_epsilon is not None:
+        raise click.UsageError("--shuffled prints the central epsilon of given ones; --central-epsilon asks the "
+                               "inverse: give one of them")
+    if discover:
+        raise click.UsageError("--discover does not combine with --shuffled or --central-epsilon")
+    if central_epsilon is not None:
+        if epsilon is not None or metric is not None or metrics_file is not None:
+            raise click.UsageError("--central-epsilon finds the epsilon per report itself: leave out --epsilon "
+                                   "and --metric")
+        if (domain is None) == (value_range is None):
+            raise click.UsageError("--central-epsilon needs --domain D (categorical) or --range LO,HI (a mean)")
+        emit(plan_shuffle.format_inverse(central_epsilon, clients, delta, domain, value_range,
+                                         max_report_bytes, fmt), output)
+        return
+    if metric is not None or metrics_file is not None:
+        if metric is None or metrics_file is None:
+            raise click.UsageError("--metrics FILE and --metric NAME go together")
+        if epsilon is not None or domain is not None or value_range is not None:
+            raise click.UsageError("--shuffled --metric takes the metric's own epsilon and domain: leave out "
+                                   "--epsilon, --domain and --range")
+        from .common import load_metric
+
+        spec = load_metric(metrics_file, metric)[1]
+        emit(plan_shuffle.format_metric_claim(spec, clients, delta, fmt), output)
+        return
+    if value_range is not None:
+        raise click.UsageError("--shuffled tabulates epsilon per report (any protocol) or, with --domain, "
+                               "auto's protocol; a numeric range adds nothing: leave out --range")
+    epsilons = (epsilon,) if epsilon is not None else DEFAULT_EPSILONS
+    emit(plan_shuffle.format_central(clients, delta, epsilons, domain, max_report_bytes, fmt), output)
 
 
 def _bits(bits: int) -> str:

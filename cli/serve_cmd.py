@@ -45,6 +45,9 @@ def _settings_help() -> str:
               help="Start even if a token or key file is readable by group or others.")
 @click.option("--ingest-key-file", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Require Authorization: Bearer <key> on every batch (keys one per line).")
+@click.option("--ohttp-keys-dir", type=click.Path(file_okay=False, exists=True), default=None,
+              help="Be an Oblivious HTTP gateway for sealed batches with the keys of this directory "
+                   "(`ldpt keys generate --dir DIR`).")
 @click.option("--min-reports", type=click.IntRange(min=0), default=None,
               help="Refuse estimates for windows with fewer reports than this [default: 0].")
 @click.option("--retention-days", type=click.IntRange(min=0), default=None,
@@ -58,11 +61,12 @@ def _settings_help() -> str:
 @click.option("--admin-host", default=None,
               help="Address of the admin port [default: 127.0.0.1, whatever --host is].")
 @click.option("--access-log", is_flag=True, default=None,
-              help="Log every request (off by default: client addresses are not logged).")
+              help="Log every request, query values stripped (off by default: client addresses are "
+                   "not logged).")
 def serve(config_file: str | None, metrics_file: str | None, db: str | None, postgres: str | None,
           host: str | None, port: int | None, workers: int | None, window: str | None,
           query_token_file: str | None, allow_insecure_token_file: bool | None,
-          ingest_key_file: str | None, min_reports: int | None, retention_days: int | None,
+          ingest_key_file: str | None, ohttp_keys_dir: str | None, min_reports: int | None, retention_days: int | None,
           tls_cert: str | None, tls_key: str | None, admin_port: int | None,
           admin_host: str | None, access_log: bool | None) -> None:
     """Run the collector until SIGTERM/SIGINT (then commit what was accepted and exit 0)."""
@@ -77,7 +81,7 @@ def serve(config_file: str | None, metrics_file: str | None, db: str | None, pos
             metrics_file, toml=config_file, db=db, postgres_dsn=postgres, host=host, port=port,
             workers=workers, window=window, query_token_file=query_token_file,
             allow_insecure_token_file=allow_insecure_token_file, ingest_key_file=ingest_key_file,
-            min_reports=min_reports, retention_days=retention_days, tls_cert=tls_cert,
+            ohttp_keys_dir=ohttp_keys_dir, min_reports=min_reports, retention_days=retention_days, tls_cert=tls_cert,
             tls_key=tls_key, admin_port=admin_port, admin_host=admin_host, access_log=access_log)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None

@@ -46,6 +46,8 @@ _EXPORTS = {
     "registry_from_json": "remote",
     "load_registry": "registry",
     "LdptError": "errors",
+    "Seal": "sealing",
+    "Sealer": "sealing",
 }
 
 __all__ = [
@@ -62,6 +64,8 @@ __all__ = [
     "OutboxLimits",
     "Refusal",
     "RetryPolicy",
+    "Seal",
+    "Sealer",
     "TelemetryClient",
     "Transport",
     "TransportError",

@@ -39,11 +39,19 @@ from .transport import (
     MSGPACK,
     REPORTS_PATH,
     USER_AGENT,
+    HTTPTransport,
     Response,
     Transport,
     TransportError,
 )
-from .uploader import DEFAULT_BATCH_SIZE, DEFAULT_MAX_BATCH_AGE, Batcher, QueuedReport, RetryPolicy
+from .uploader import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_MAX_BATCH_AGE,
+    Batcher,
+    QueuedReport,
+    RetryPolicy,
+    send_batch,
+)
 
 log = logging.getLogger("client_sdk")
 
@@ -127,11 +135,12 @@ class AsyncUploader:
     def __init__(self, transport: AsyncTransport, outbox: Any = None, *,
                  batch_size: int = DEFAULT_BATCH_SIZE, max_batch_age: float = DEFAULT_MAX_BATCH_AGE,
                  queue_size: int = DEFAULT_QUEUE_SIZE, drop_policy: DropPolicy = DropPolicy.DROP_NEWEST,
-                 retry: RetryPolicy = DEFAULT_RETRY) -> None:
+                 retry: RetryPolicy = DEFAULT_RETRY, sealer: Any = None) -> None:
         self.transport = transport
         self.batcher = Batcher(outbox, batch_size=batch_size, max_batch_age=max_batch_age,
                                queue_size=queue_size, drop_policy=drop_policy, retry=retry,
                                wake=self._wake)
+        self.batcher.sealer = sealer
         self._disk = isinstance(self.batcher.outbox, DiskOutbox)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
@@ -215,6 +224,8 @@ class AsyncUploader:
                 task.cancel()
         await asyncio.to_thread(self.batcher.build_due, True)
         await self.transport.aclose()
+        if self.batcher.sealer is not None:
+            await asyncio.to_thread(self.batcher.sealer.close)
         return ok
 
     # --- the worker task ----------------------------------------------------------------------------------
@@ -270,7 +281,11 @@ class AsyncUploader:
             if batch is None:
                 break
             try:
-                response, error = await self.transport.apost_batch(batch.body), None
+                if batcher.sealer is not None:   # sealing and its blocking HTTP: in the executor
+                    response = await asyncio.to_thread(send_batch, batcher, None, batch)
+                else:
+                    response = await self.transport.apost_batch(batch.body)
+                error = None
             except TransportError as exc:
                 response, error = None, exc
             await self._blocking(self._handle, batch, response, error)
@@ -321,8 +336,13 @@ class AsyncTelemetryClient(ClientCore):
                 atransport = AsyncHTTPTransport(self.endpoint, timeout=options.timeout)
             else:
                 raise ValueError("give endpoint= (the collector URL) or transport=")
+            sealer = None
+            if options.seal is not None:   # sealing runs in the executor, over blocking HTTP
+                blocking = sync if sync is not None else (
+                    HTTPTransport(self.endpoint, timeout=options.timeout) if self.endpoint else None)
+                sealer = options.make_sealer(blocking)
             uploader = AsyncUploader(atransport, _make_outbox(self.state, options.outbox_limits, options.offline),
-                                     **options.uploader_kwargs())
+                                     **options.uploader_kwargs(), sealer=sealer)
         self._uploader = uploader
         self._fetch_only_transport = sync is None
         try:

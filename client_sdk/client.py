@@ -59,7 +59,7 @@ from .options import ClientOptions
 from .protocols._longitudinal import Memoised
 from .queue import DiskOutbox, MemoryOutbox, OutboxLimits
 from .registry import DeviceBudget, Kind, MetricSpec, Registry, canonical_value, load_registry
-from .remote import check_pins, fetch_registry, registry_from_json
+from .remote import cached_domains, check_pins, fetch_registry, registry_from_json
 from .startup import RegistryResolver
 from .state import (
     CORRUPT_SECRET_ADVICE,
@@ -142,7 +142,7 @@ class _Metric:
         self.fingerprint = spec.fingerprint
         self.string = spec.kind is Kind.STRING
         self.max_bytes = getattr(proto.params, "max_length", None) if self.string else None
-        self.index = {v: i for i, v in enumerate(spec.domain or ())}
+        self.index = spec.domain_index   # a numbered domain computes it: nothing listed
         self.eps = float(proto.epsilon)
         self.eps_inf = proto.epsilon_longitudinal
         self.memoised = self.eps_inf is not None
@@ -260,7 +260,7 @@ def resolve_registry(registry: Registry | str | os.PathLike[str] | Mapping[str, 
         raise RegistryError("no registry: pass registry=PATH, or endpoint= to fetch /v1/registry")
     cache = state.path / REGISTRY_CACHE_FILE if isinstance(state, FileState) else None
     try:
-        reg, raw = fetch_registry(transport, pins)
+        reg, raw = fetch_registry(transport, pins, cache.parent if cache is not None else None)
     except FingerprintMismatch:
         raise
     except LdptError as exc:
@@ -269,7 +269,8 @@ def resolve_registry(registry: Registry | str | os.PathLike[str] | Mapping[str, 
                                 "cached copy; pass registry=PATH or retry when the collector is "
                                 "reachable") from None
         log.warning("ldpt: cannot fetch the registry (%s); using the cached copy %s", exc, cache)
-        return registry_from_json(cache.read_bytes(), source=str(cache), pinned=pins)
+        return registry_from_json(cache.read_bytes(), source=str(cache), pinned=pins,
+                                  domains=cached_domains(cache.parent))
     if cache is not None:
         try:
             atomic_write(cache, raw)
@@ -868,7 +869,10 @@ class TelemetryClient(ClientCore):
             if self._transport is None:
                 raise ValueError("give endpoint= (the collector URL) or transport=")
             uploader = Uploader(self._transport, _make_outbox(self.state, options.outbox_limits, options.offline),
-                                **options.uploader_kwargs())
+                                **options.uploader_kwargs(), sealer=options.make_sealer(self._transport))
+        elif options.seal is not None:
+            raise ValueError("seal= configures the client's own uploader; with a shared uploader= give "
+                             "Uploader(..., sealer=Sealer(seal, transport)) instead")
         self._uploader = uploader
         try:
             self._start_registry()

@@ -232,29 +232,11 @@ class Book(dict[str, MetricAccount]):
 
 
 def as_book(accounts: Mapping[str, MetricAccount]) -> Book:
-    """``accounts`` itself when it is a Book; else a Book over copies of them, its window the
-    latest of theirs (a book written before the clock rule: docs/conformance.md)."""
+    """``accounts`` itself when it is a Book; else a Book over copies of them with a new clock
+    (a book written before the clock rule: docs/conformance.md)."""
     if isinstance(accounts, Book):
         return accounts
-    book = Book({k: v.copy() for k, v in accounts.items()})
-    book.clock.window = _latest_day(book)
-    return book
-
-
-def _latest_day(accounts: Mapping[str, MetricAccount]) -> int | None:
-    """The day of the latest window (None: no account, or the latest is no date)."""
-    return day_of_window(max((a.window for a in accounts.values()), default=""))
-
-
-@functools.lru_cache(maxsize=64)
-def day_of_window(window: str) -> int | None:
-    """The UTC day number of a window name (YYYY-MM-DD), None when it is no date."""
-    import datetime as dt
-
-    try:
-        return (dt.date.fromisoformat(window) - dt.date(1970, 1, 1)).days
-    except (TypeError, ValueError):
-        return None
+    return Book({k: v.copy() for k, v in accounts.items()})
 
 
 def _roll(account: MetricAccount, window: str) -> None:
@@ -556,8 +538,8 @@ def _read(path: Path) -> tuple[Book, str | None]:
 def parse_ledger(raw: bytes | str, where: str = "ledger") -> tuple[Book, str | None]:
     """The book and generation tag of a ledger file's bytes; LedgerError when it is not one.
 
-    A version-1 file (before the device clock) gets a clock whose window is the latest of its
-    accounts and no epochs: the first update is a new epoch.
+    A version-1 file (before the device clock) gets a new clock: its first charge creates the
+    window (an account of a later window keeps spending from it), its first update is a new epoch.
     """
     import json
 

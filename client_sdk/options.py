@@ -10,6 +10,7 @@ defaults. Pass an object, or any field as a keyword (a keyword overrides the obj
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,6 +38,7 @@ class ClientOptions:
     #: than real time (None: client_sdk.device_clock.system_elapsed; tests: testing.ManualClock)
     elapsed_clock: Callable[[], tuple[str, int]] | None = None
     dimensions: Mapping[str, Any] | None = None   # public dimensions sent in clear (client_sdk/dimensions.py)
+    seal: Any = None                              # client_sdk.Seal: send batches sealed (OHTTP; client_sdk/sealing.py)
 
     @classmethod
     def merge(cls, options: ClientOptions | None, overrides: Mapping[str, Any]) -> ClientOptions:
@@ -47,6 +49,17 @@ class ClientOptions:
                             f"see client_sdk.ClientOptions for the list")
         base = options if options is not None else cls()
         return dataclasses.replace(base, **overrides) if overrides else base
+
+    def make_sealer(self, collector: Any) -> Any:
+        """The uploader's ``Sealer`` for ``seal`` (None when batches go plain); ``collector`` is
+        a blocking transport to the collector (key fetches, and the gateway itself)."""
+        if self.seal is None:
+            return None
+        from .sealing import Seal, Sealer
+
+        if not isinstance(self.seal, Seal):
+            raise TypeError("seal= takes client_sdk.Seal.gateway(), Seal.relay(url) or Seal.shuffler(url)")
+        return Sealer(self.seal, collector, timeout=self.timeout, clock=self.clock or time.time)
 
     def uploader_kwargs(self) -> dict[str, Any]:
         """The arguments an Uploader / AsyncUploader takes from these options."""

@@ -37,14 +37,18 @@ import contextlib
 import dataclasses
 import enum
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._files import atomic_write, remove_stale_temps
 from ._lazy import LazyLogger
+
+if TYPE_CHECKING:
+    from .ohttp import SealedRequest
 
 log = LazyLogger("client_sdk")  # logging loads with the first message (client_sdk._lazy)
 
@@ -151,7 +155,11 @@ class ReportQueue:
 
 @dataclasses.dataclass(eq=False)
 class StoredBatch:
-    """A batch as sent: id, exact wire bytes, report count and creation time (POSIX)."""
+    """A batch as sent: id, exact wire bytes, report count and creation time (POSIX).
+
+    ``sealed``: its OHTTP envelope once sealed (client_sdk/sealing.py), stored with it so that
+    every resend carries the same envelope bytes.
+    """
 
     batch_id: bytes
     body: bytes
@@ -160,6 +168,43 @@ class StoredBatch:
     path: Path | None = None       # the claimed file while a disk batch is being sent
     attempts: int = 0
     origin: Any = dataclasses.field(default=None, repr=False)   # the outbox it was claimed from
+    sealed: SealedRequest | None = dataclasses.field(default=None, repr=False)
+
+
+#: A sealed batch's file starts with this (a plain batch is a msgpack map: its first byte is
+#: 0x8_, 0xde or 0xdf, never 0x00), then four length-prefixed parts: the batch, the envelope,
+#: enc and the response secret (big-endian u32 lengths), then the key id (1 byte).
+SEALED_MAGIC = b"\x00ldpt-sealed-1\n"
+
+
+def stored_bytes(batch: StoredBatch) -> bytes:
+    """What the disk outbox writes for ``batch``: its body, or the sealed container."""
+    sealed = batch.sealed
+    if sealed is None:
+        return batch.body
+    parts = (batch.body, sealed.envelope, sealed.enc, sealed.secret)
+    return SEALED_MAGIC + b"".join(struct.pack(">I", len(p)) + p for p in parts) + bytes((sealed.key_id,))
+
+
+def parse_stored(data: bytes) -> tuple[bytes, SealedRequest | None]:
+    """(body, envelope or None) of a stored batch file; ValueError if a container is torn."""
+    if not data.startswith(SEALED_MAGIC):
+        return data, None
+    from .ohttp import SealedRequest
+
+    pos, parts = len(SEALED_MAGIC), []
+    for _ in range(4):
+        if pos + 4 > len(data):
+            raise ValueError("a sealed batch file is truncated")
+        (n,) = struct.unpack_from(">I", data, pos)
+        parts.append(data[pos + 4:pos + 4 + n])
+        if len(parts[-1]) != n:
+            raise ValueError("a sealed batch file is truncated")
+        pos += 4 + n
+    if pos + 1 != len(data):
+        raise ValueError("a sealed batch file has trailing bytes")
+    body, envelope, enc, secret = parts
+    return body, SealedRequest(envelope, enc, secret, data[pos])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,6 +233,9 @@ class Outbox(abc.ABC):
     @abc.abstractmethod
     def claim(self, now: float) -> StoredBatch | None:
         """The oldest batch nobody is sending, marked as ours; None when there is none."""
+
+    def update(self, batch: StoredBatch) -> None:  # noqa: B027 - a no-op where batches live in memory
+        """Store what was added to a claimed batch (its envelope) before it is sent."""
 
     @abc.abstractmethod
     def release(self, batch: StoredBatch) -> None:
@@ -349,7 +397,7 @@ class DiskOutbox(Outbox):
     def add(self, batch: StoredBatch) -> None:
         with self._lock:
             self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            atomic_write(self.dir / self._name(batch), batch.body, durable=self.durable)
+            atomic_write(self.dir / self._name(batch), stored_bytes(batch), durable=self.durable)
             self._enforce(self.clock())
 
     def _enforce(self, now: float) -> None:
@@ -406,11 +454,14 @@ class DiskOutbox(Outbox):
                 with contextlib.suppress(OSError):
                     os.utime(claimed)  # the claim's age starts now
                 try:
-                    body = claimed.read_bytes()
+                    body, sealed = parse_stored(claimed.read_bytes())
                 except OSError as exc:
                     self._quarantine(claimed, f"it cannot be read: {exc.strerror or exc}")
                     continue
-                return StoredBatch(meta[2], body, meta[1], meta[0], path=claimed)
+                except ValueError as exc:
+                    self._quarantine(claimed, str(exc))
+                    continue
+                return StoredBatch(meta[2], body, meta[1], meta[0], path=claimed, sealed=sealed)
             return None
 
     def _recover_claims(self, now: float) -> None:
@@ -426,6 +477,10 @@ class DiskOutbox(Outbox):
                 original = entry.name.split(BATCH_SUFFIX)[0] + BATCH_SUFFIX
                 with contextlib.suppress(FileNotFoundError):
                     os.rename(entry.path, self.dir / original)
+
+    def update(self, batch: StoredBatch) -> None:
+        if batch.path is not None:
+            atomic_write(batch.path, stored_bytes(batch), durable=self.durable)
 
     def release(self, batch: StoredBatch) -> None:
         if batch.path is None:

@@ -9,10 +9,12 @@ version, tampered document) fails loudly instead of sending reports that mix par
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from .dimensions import parse_dimensions
+from .domains import domain_digest, values_from_text
 from .errors import FingerprintMismatch, LdptError, RegistryError
 from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
 from .protocols.factory import option_keys
@@ -24,12 +26,26 @@ PUBLISHED_KEYS = ("name", "resolved_protocol", "fingerprint", "epsilon_per_repor
                   "epsilon_longitudinal", "encoder")
 
 
+#: ``domains(metric, published)``: the values of a file domain the registry describes by
+#: ``{"file", "size", "sha256"}`` (client_sdk.domains), checked against that digest.
+DomainResolver = Callable[[str, Mapping[str, Any]], Sequence[str]]
+
+
+def published_file_domain(entry: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The ``categories`` of a published metric whose values live in a domain file, else None."""
+    cats = entry.get("categories")
+    return cats if isinstance(cats, Mapping) and "sha256" in cats and "size" in cats else None
+
+
 def registry_from_json(doc: Mapping[str, Any] | str | bytes, source: str = "GET /v1/registry",
-                       pinned: Mapping[str, str] | None = None) -> Registry:
+                       pinned: Mapping[str, str] | None = None,
+                       domains: DomainResolver | None = None) -> Registry:
     """A Registry from the published JSON; FingerprintMismatch if a fingerprint disagrees.
 
     ``pinned`` maps metric names to the fingerprints the app was built against; a published
     metric whose fingerprint differs (its parameters changed) is a FingerprintMismatch too.
+    ``domains`` gives the values of file domains (``fetch_registry`` fetches and caches them);
+    without it a registry that has one is a RegistryError.
     """
     if isinstance(doc, (str, bytes)):
         import json  # here: the SDK's import does not load json (docs/benchmarks.md)
@@ -58,6 +74,13 @@ def registry_from_json(doc: Mapping[str, Any] | str | bytes, source: str = "GET 
         allowed = set(COMMON_KEYS) | set(DIMENSION_KEYS) | set(option_keys(resolved))
         table = {k: v for k, v in entry.items() if k in allowed and k not in PUBLISHED_KEYS}
         table["protocol"] = resolved
+        file_domain = published_file_domain(entry)
+        if file_domain is not None:   # the same metric as its values inline (same fingerprint)
+            if domains is None:
+                raise RegistryError("its values are published apart (GET /v1/registry/domains/"
+                                    f"{name}); fetch the registry with fetch_registry", source=source,
+                                    metric=name, field="categories")
+            table["categories"] = list(checked_domain(name, file_domain, domains(name, file_domain), source))
         spec = parse_metric(name, table, source, dims)
         spec = dataclasses.replace(spec, requested_protocol=requested)
         published = entry.get("fingerprint")
@@ -77,6 +100,15 @@ def registry_from_json(doc: Mapping[str, Any] | str | bytes, source: str = "GET 
     return Registry(specs, source, device, dims)
 
 
+def checked_domain(name: str, published: Mapping[str, Any], values: Sequence[str], source: str) -> Sequence[str]:
+    """``values`` when they are the domain the registry describes (size and SHA-256)."""
+    if len(values) != published.get("size") or domain_digest(values) != published.get("sha256"):
+        raise RegistryError(f"the domain list of {name!r} does not match the registry's size and sha256 "
+                            "(a stale cache or a changed registry: fetch both again)", source=source,
+                            metric=name, field="categories")
+    return values
+
+
 def check_pins(registry: Registry, pinned: Mapping[str, str] | None) -> None:
     """FingerprintMismatch when a local registry disagrees with the app's pins."""
     for name, fp in (pinned or {}).items():
@@ -86,14 +118,53 @@ def check_pins(registry: Registry, pinned: Mapping[str, str] | None) -> None:
                                       f"{spec.fingerprint}, the app is pinned to {fp}")
 
 
-def fetch_registry(transport: Any, pinned: Mapping[str, str] | None = None) -> tuple[Registry, bytes]:
-    """GET /v1/registry through a transport; returns the registry and the raw JSON (for caching)."""
+def cached_domains(cache_dir: Path | None, transport: Any = None) -> DomainResolver:
+    """A resolver of file domains: the copy cached in ``cache_dir`` under its digest, else (with a
+    transport) GET /v1/registry/domains/{metric}, checked and then cached."""
+    def resolve(metric: str, published: Mapping[str, Any]) -> Sequence[str]:
+        digest = str(published.get("sha256", ""))
+        path = cache_dir / f"domain-{digest}.txt" if cache_dir is not None and digest.isalnum() else None
+        if path is not None and path.exists():
+            text = path.read_text(encoding="utf-8")
+        elif transport is None:
+            raise RegistryError(f"no cached copy of the domain list of {metric!r}", source=str(cache_dir),
+                                metric=metric)
+        else:
+            response = transport.get_domain(metric)
+            if response.status != 200:
+                raise RegistryError(f"the collector answered {response.status} to GET /v1/registry/domains/"
+                                    f"{metric}", source="GET /v1/registry", metric=metric)
+            body = response.body
+            if response.headers.get("content-encoding", "").lower() == "gzip":
+                import gzip  # only for a file domain's list
+
+                body = gzip.decompress(body)
+            text = body.decode("utf-8")
+        values = values_from_text(text, f"domain list of {metric!r}",
+                                  lambda msg: RegistryError(msg, source="GET /v1/registry", metric=metric))
+        values = checked_domain(metric, published, values, "GET /v1/registry")
+        if path is not None and not path.exists():
+            try:
+                from ._files import atomic_write
+
+                atomic_write(path, text.encode("utf-8"))
+            except OSError:
+                pass   # no cache: fetched again next time
+        return values
+    return resolve
+
+
+def fetch_registry(transport: Any, pinned: Mapping[str, str] | None = None,
+                   cache_dir: Path | None = None) -> tuple[Registry, bytes]:
+    """GET /v1/registry through a transport; returns the registry and the raw JSON (for caching).
+    File domains are fetched too (cached in ``cache_dir`` under their digest)."""
     response = transport.get_registry()
     if response.status != 200:
         raise RegistryError(f"the collector answered {response.status} to GET /v1/registry",
                             source="GET /v1/registry")
     try:
-        return registry_from_json(response.body, pinned=pinned), response.body
+        return registry_from_json(response.body, pinned=pinned,
+                                  domains=cached_domains(cache_dir, transport)), response.body
     except LdptError:
         raise
     except (TypeError, ValueError, KeyError) as exc:

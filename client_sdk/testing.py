@@ -15,6 +15,9 @@ collector (tests/test_layering.py exempts exactly this module). On top it dedupe
 estimate from what the SDK sent, and fails on request (``Fault``: status codes with
 Retry-After, dropped connections, acknowledgements lost after the commit).
 ``MemoryTransport`` / ``AsyncMemoryTransport`` connect a client to it without a socket.
+Given ``gateway_keys`` (``client_sdk.ohttp.PrivateKey``), it is also the collector's Oblivious
+HTTP gateway: ``GET``/``POST /.well-known/ohttp-gateway`` publish the keys and open sealed
+batches, ingesting the batch inside as above and sealing the answer (docs/wire-format.md).
 
 ``RecordingCollector`` is the double for an app that installed the SDK alone
 (``ldp-telemetry-sdk``, without the collector): it accepts every batch and keeps its decoded
@@ -48,6 +51,7 @@ import msgpack
 from .aio import AsyncTransport
 from .registry import Registry
 from .transport import (
+    DOMAINS_PATH,
     MSGPACK,
     PROBLEM_BASE,
     REGISTRY_PATH,
@@ -150,7 +154,7 @@ class FakeCollector:
     """Wire format v1 in memory: the collector's validation, batch-id dedupe, sketches."""
 
     def __init__(self, registry: Registry | None = None, *,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, gateway_keys: Any = None) -> None:
         # Lazily (see the module docstring): the collector's own decoder and problem type.
         try:
             from collector.ingest import BatchDecoder
@@ -173,6 +177,8 @@ class FakeCollector:
         self.accepted_reports = 0
         self.sketches: dict[tuple[str, str], Any] = {}
         self.respond: Callable[[bytes], Response | None] | None = None    # custom hook
+        self.gateway_keys: list[Any] = list(gateway_keys or ())          # ohttp.PrivateKey, newest first
+        self.envelopes: list[bytes] = []                                   # sealed bodies received
 
     def fail(self, *faults: Fault) -> None:
         """Queue faults for the next POSTs (one each)."""
@@ -181,12 +187,19 @@ class FakeCollector:
 
     def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Response:
         """Answer one request; raises TransportError for "drop"/"lost-ack" faults."""
+        from .ohttp import GATEWAY_PATH
+
         with self.lock:
             self.requests.append((method, path, dict(headers), body))
-            fault = self.faults.popleft() if (self.faults and path == REPORTS_PATH) else None
+            posting = method == "POST" and path in (REPORTS_PATH, GATEWAY_PATH)
+            fault = self.faults.popleft() if (self.faults and posting) else None
         if method == "GET" and path == REGISTRY_PATH and self.registry is not None:
             return Response(200, {"content-type": "application/json"},
                             json.dumps(self.registry.to_json()).encode())
+        if method == "GET" and path.startswith(DOMAINS_PATH) and self.registry is not None:
+            return _domain_response(self.registry, path)
+        if path == GATEWAY_PATH and self.gateway_keys:
+            return self._gateway(method, headers, body, fault)
         if method != "POST" or path != REPORTS_PATH:
             return problem(404, "not-found", f"no route {method} {path}")
         if fault is not None and fault.kind == "drop":
@@ -204,6 +217,43 @@ class FakeCollector:
         if fault is not None and fault.kind == "lost-ack":
             raise TransportError("connection dropped after the commit (scripted)")
         return response
+
+    def _gateway(self, method: str, headers: Mapping[str, str], body: bytes, fault: Fault | None) -> Response:
+        """The gateway's half (collector/gateway.py), in memory."""
+        from . import bhttp, ohttp
+
+        if method == "GET":
+            return Response(200, {"content-type": ohttp.KEYS_TYPE},
+                            ohttp.encode_key_configs(k.config for k in self.gateway_keys))
+        if fault is not None and fault.kind == "drop":
+            raise TransportError("connection dropped (scripted)")
+        if fault is not None and fault.kind == "status":
+            return problem(fault.status, fault.slug, "scripted failure", retry_after=fault.retry_after)
+        ctype = {k.lower(): v for k, v in headers.items()}.get("content-type", "")
+        if ctype.split(";")[0].strip() != ohttp.REQUEST_TYPE:
+            return problem(415, "unsupported-media-type", f"expected {ohttp.REQUEST_TYPE}, got {ctype!r}")
+        with self.lock:
+            self.envelopes.append(body)
+        try:
+            opened = ohttp.open_request({k.config.key_id: k for k in self.gateway_keys}, body)
+        except ohttp.KeyProblem as exc:
+            resp = problem(400, "ohttp-key", str(exc))
+            doc = dict(json.loads(resp.body), type=ohttp.KEY_PROBLEM_TYPE)
+            return Response(400, resp.headers, json.dumps(doc).encode())
+        except ohttp.OhttpError as exc:
+            return problem(400, "undecodable-envelope", str(exc))
+        try:
+            content = bhttp.decode_request(opened.message).content
+        except bhttp.BinaryHTTPError as exc:
+            inner = problem(400, "undecodable-body", str(exc))
+        else:
+            custom = self.respond(content) if self.respond is not None else None
+            inner = custom if custom is not None else self.ingest(content)
+        message = ohttp.inner_response(inner.status, list(inner.headers.items()), inner.body)
+        answer = Response(200, {"content-type": ohttp.RESPONSE_TYPE}, ohttp.seal_response(opened, message))
+        if fault is not None and fault.kind == "lost-ack":
+            raise TransportError("connection dropped after the commit (scripted)")
+        return answer
 
     def _decode(self, body: bytes) -> tuple[bytes, int, dict[tuple[str, str], Any]]:
         """(batch id, reports, sketch deltas) through the collector's decoder; raises Problem."""
@@ -269,6 +319,8 @@ class RecordingCollector:
         if method == "GET" and path == REGISTRY_PATH and self.registry is not None:
             return Response(200, {"content-type": "application/json"},
                             json.dumps(self.registry.to_json()).encode())
+        if method == "GET" and path.startswith(DOMAINS_PATH) and self.registry is not None:
+            return _domain_response(self.registry, path)
         if method != "POST" or path != REPORTS_PATH:
             return problem(404, "not-found", f"no route {method} {path}")
         try:
@@ -287,6 +339,20 @@ class RecordingCollector:
         """Every report received (its wire dict), optionally of one metric only."""
         with self.lock:
             return [r for b in self.batches for r in b["reports"] if metric is None or r.get("m") == metric]
+
+
+def _domain_response(registry: Registry, path: str) -> Response:
+    """GET /v1/registry/domains/{metric}: a file domain's values, one per line, as the collector."""
+    import urllib.parse
+
+    from .domains import domain_text
+
+    spec = registry.metrics.get(urllib.parse.unquote(path[len(DOMAINS_PATH):]))
+    source = getattr(spec, "domain_source", None)
+    if spec is None or source is None or source.kind != "file":
+        return problem(404, "no-domain-file", f"no domain file at {path}")
+    return Response(200, {"content-type": "text/plain; charset=utf-8"},
+                    domain_text(spec.categories).encode("utf-8"))
 
 
 class MemoryTransport(Transport):

@@ -33,6 +33,7 @@ WIRE_VERSION = 1
 BATCH_ID_BYTES = 16
 REPORTS_PATH = "/v1/reports"
 REGISTRY_PATH = "/v1/registry"
+DOMAINS_PATH = "/v1/registry/domains/"
 MSGPACK = "application/msgpack"
 PROBLEM_BASE = "https://ldp-telemetry.dev/problems/"
 USER_AGENT = "ldpt-sdk"             # the same for every client: no version, no platform
@@ -59,11 +60,12 @@ class Response:
 
     @property
     def problem_type(self) -> str | None:
-        """The slug of an RFC 9457 problem document's ``type`` (e.g. "fingerprint-mismatch")."""
+        """The slug of an RFC 9457 problem document's ``type`` (e.g. "fingerprint-mismatch"; for an
+        IANA-registered type such as RFC 9458's ``…/http-problem-types#ohttp-key``, "ohttp-key")."""
         doc = self.json()
         if not isinstance(doc, dict) or not isinstance(doc.get("type"), str):
             return None
-        return doc["type"].rsplit("/", 1)[-1]
+        return doc["type"].rsplit("/", 1)[-1].rsplit("#", 1)[-1]
 
     def retry_after(self, now: float | None = None) -> float | None:
         """Seconds to wait from ``Retry-After`` (delta-seconds or HTTP-date) or ``retry_after``."""
@@ -104,6 +106,11 @@ class Transport:
 
     def get_registry(self) -> Response:
         return self.request("GET", REGISTRY_PATH, None, {"Accept": "application/json"})
+
+    def get_domain(self, metric: str) -> Response:
+        """GET a file domain's values (``/v1/registry/domains/{metric}``, gzip accepted)."""
+        return self.request("GET", DOMAINS_PATH + urllib.parse.quote(metric, safe=""), None,
+                            {"Accept": "text/plain", "Accept-Encoding": "gzip"})
 
     def close(self) -> None:
         """Release connections."""

@@ -91,13 +91,26 @@ def is_retryable(status: int) -> bool:
     return status in RETRYABLE_STATUSES or 500 <= status <= 599
 
 
-def from_collector(response: Response) -> bool:
+def is_ack(response: Response, shuffler: bool = False) -> bool:
+    """The collector's JSON acknowledgement (200 ``{"accepted": …}``), or in shuffler mode the
+    shuffler's (202 ``{"stored": true}``, docs/wire-format.md)."""
+    if shuffler:
+        from .sealing import shuffler_ack
+
+        return shuffler_ack(response) is not None
+    return response.status == 200 and from_collector(response)
+
+
+def from_collector(response: Response, shuffler: bool = False) -> bool:
     """Whether an answer is the collector's: its JSON ack (200), or a problem document (4xx).
 
     A proxy, a captive portal or a wrong endpoint path answers otherwise (an HTML 200 or 404,
     a redirect); such an answer must neither delete a batch as acknowledged nor drop it as
     rejected. 413 counts as the collector's whoever sent it: a smaller batch is the remedy.
+    In shuffler mode the shuffler's acknowledgement (202) takes the place of the ack.
     """
+    if shuffler and response.status < 400:
+        return is_ack(response, True)
     if response.status == 200:
         doc = response.json()
         return isinstance(doc, dict) and "accepted" in doc
@@ -192,6 +205,7 @@ class Batcher:
             "outbox_write_errors", "queue_evicted"), 0)
         self._dirty: weakref.WeakSet[Any] = weakref.WeakSet()
         self._logged: set[Any] = set()
+        self.sealer: Any = None             # client_sdk.sealing.Sealer when batches go sealed
 
     # --- helpers ---------------------------------------------------------------------------------
     def log_once(self, key: Any, level: int, message: str) -> None:
@@ -352,6 +366,11 @@ class Batcher:
         return True
 
     def _store(self, batch: StoredBatch) -> None:
+        if self.sealer is not None:
+            try:
+                self.sealer.try_seal(batch)   # with a known key: sealed before its first write
+            except Exception as exc:  # noqa: BLE001 - sealed before sending instead
+                self.log_once(("seal", type(exc)), logging.WARNING, f"ldpt: cannot seal a batch yet: {exc}")
         try:
             self.outbox.add(batch)
         except OSError as exc:
@@ -382,8 +401,9 @@ class Batcher:
         outbox = batch.origin if batch.origin is not None else self.outbox
         self.counters["batches_sent"] += 1
         batch.attempts += 1
-        foreign = response is not None and not from_collector(response)
-        if response is not None and response.status == 200 and not foreign:
+        shuffler = self.sealer is not None and self.sealer.shuffler
+        foreign = response is not None and not from_collector(response, shuffler)
+        if response is not None and is_ack(response, shuffler):
             outbox.done(batch)
             self.attempts = 0
             self.backoff_until = 0.0
@@ -416,6 +436,14 @@ class Batcher:
             log.debug("ldpt: send failed (%s); retry in %.2fs", what, delay)
             return
         # A final answer (4xx other than 408/429): never retried.
+        if self.sealer is not None and response.status == 400:
+            from .sealing import is_key_problem
+
+            if is_key_problem(response):
+                self.log_once(("ohttp-key",), logging.ERROR,
+                              "ldpt: the gateway does not know the key this batch is sealed to, even after "
+                              "fetching its key configuration again (or the configuration is pinned with "
+                              "key_config=); the batch is dropped")
         outbox.done(batch)
         self.attempts = 0
         self.backoff_until = 0.0
@@ -498,6 +526,23 @@ class Batcher:
         self.unsent_hint = True
 
 
+def send_batch(batcher: Batcher, transport: Transport, batch: StoredBatch) -> Response:
+    """One send attempt of a claimed batch: plain, or sealed (its envelope stored first)."""
+    sealer = batcher.sealer
+    if sealer is None:
+        return transport.post_batch(batch.body)
+
+    def persist(b: StoredBatch) -> None:
+        origin = b.origin if b.origin is not None else batcher.outbox
+        try:
+            origin.update(b)
+        except OSError as exc:  # the envelope is kept in memory: a resend after a restart reseals
+            batcher.log_once(("outbox-update", type(exc)), logging.WARNING,
+                             f"ldpt: cannot store a sealed envelope in the offline queue: {exc}")
+
+    return sealer.send(batch, persist)
+
+
 # --- the thread driver ---------------------------------------------------------------------------------
 
 _LIVE_UPLOADERS: weakref.WeakSet[Uploader] = weakref.WeakSet()
@@ -509,11 +554,12 @@ class Uploader:
     def __init__(self, transport: Transport, outbox: Outbox | None = None, *,
                  batch_size: int = DEFAULT_BATCH_SIZE, max_batch_age: float = DEFAULT_MAX_BATCH_AGE,
                  queue_size: int = DEFAULT_QUEUE_SIZE, drop_policy: DropPolicy = DropPolicy.DROP_NEWEST,
-                 retry: RetryPolicy = RetryPolicy()) -> None:
+                 retry: RetryPolicy = RetryPolicy(), sealer: Any = None) -> None:
         self.transport = transport
         self.batcher = Batcher(outbox, batch_size=batch_size, max_batch_age=max_batch_age,
                                queue_size=queue_size, drop_policy=drop_policy, retry=retry,
                                wake=self._wake)
+        self.batcher.sealer = sealer
         self._event = threading.Event()
         self._progress = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -580,6 +626,8 @@ class Uploader:
             with self.batcher.lock:  # whatever is still queued goes to the outbox (charged)
                 self.batcher.build_due(force=True)
             self.transport.close()
+            if self.batcher.sealer is not None:
+                self.batcher.sealer.close()
         return ok
 
     # --- the worker -------------------------------------------------------------------------------
@@ -620,7 +668,7 @@ class Uploader:
             if batch is None:
                 break
             try:
-                response, error = self.transport.post_batch(batch.body), None
+                response, error = send_batch(batcher, self.transport, batch), None
             except TransportError as exc:
                 response, error = None, exc
             with batcher.lock:

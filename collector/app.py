@@ -3,8 +3,12 @@
 Routes (docs/openapi.yaml describes each; a test keeps the two equal):
 
     POST /v1/reports                      ingest one msgpack batch (wire format v1)
-    GET  /v1/registry                     the metrics, parameters and fingerprints
-    OPTIONS /v1/reports, /v1/registry     CORS preflight for browser SDKs (collector/cors.py)
+    GET  /v1/registry                     the metrics, parameters and fingerprints (gzip, ETag)
+    GET  /v1/registry/domains/{name}      a file domain's values, one per line (gzip, ETag)
+    GET  /.well-known/ohttp-gateway       the sealed-report gateway's key configurations (RFC 9540)
+    POST /.well-known/ohttp-gateway       one sealed batch (message/ohttp-req, RFC 9458; gateway.py)
+    OPTIONS /v1/reports, /v1/registry[/domains/{name}], /.well-known/ohttp-gateway
+                                          CORS preflight for browser SDKs (collector/cors.py)
     GET  /v1/metrics/{name}/estimates     estimates (bearer token); POST for long candidate lists
     GET  /healthz                         the process is up
     GET  /readyz                          the store is reachable, its schema current, and it commits
@@ -21,31 +25,33 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
-import hashlib
-import json
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp import compression_utils, web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
+from client_sdk import ohttp
 from client_sdk.errors import LdptError, StoreError
 from client_sdk.registry import Registry
 from collector.storage.aio import AsyncSketchStore, ThreadedStore
 from collector.storage.base import SCHEMA_VERSION, BatchOutcome, batch_id_cutoff
 
-from . import cors, query
+from . import cors, query, registry_http
 from .committer import GroupCommitter
 from .config import ServeConfig, read_tokens
 from .connections import ConnectionGuard
+from .gateway import handle_envelope
 from .inflight import InflightBudget
 from .ingest import BatchDecoder
-from .limits import IngestPolicy
+from .limits import IngestPolicy, TokenBuckets
+from .ohttp_keys import KEYS_MAX_AGE, KeyRing
 from .problems import Problem
+from .registry_http import DomainLists, Representation, registry_representation
 from .segments import SegmentCap
 from .telemetry import Telemetry
 from .ui import UI_ROUTES, setup_ui
@@ -61,8 +67,13 @@ CONTENT_ENCODINGS = ("identity", "gzip", "deflate",
 ROUTES: tuple[tuple[str, str], ...] = (
     ("POST", "/v1/reports"),
     ("GET", "/v1/registry"),
+    ("GET", "/v1/registry/domains/{name}"),
+    ("GET", ohttp.GATEWAY_PATH),
+    ("POST", ohttp.GATEWAY_PATH),
     ("OPTIONS", "/v1/reports"),
     ("OPTIONS", "/v1/registry"),
+    ("OPTIONS", "/v1/registry/domains/{name}"),
+    ("OPTIONS", ohttp.GATEWAY_PATH),
     ("GET", "/v1/metrics/{name}/estimates"),
     ("POST", "/v1/metrics/{name}/estimates"),
     ("GET", "/v1/metrics/{name}/compare"),
@@ -72,7 +83,8 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("GET", "/metrics"),
 )
 #: Route -> the endpoint label of the ldpt_request_seconds histogram.
-ENDPOINT_OF = {"/v1/reports": "ingest", "/v1/registry": "registry",
+ENDPOINT_OF = {"/v1/reports": "ingest", "/v1/registry": "registry", "/v1/registry/domains/{name}": "registry",
+               ohttp.GATEWAY_PATH: "ingest",
                "/v1/metrics/{name}/estimates": "query", "/v1/metrics/{name}/compare": "query",
                "/ui/api/overview": "query", "/ui/charts/{name}/{chart}.svg": "query",
                "/healthz": "health", "/readyz": "health", "/metrics": "metrics"}
@@ -95,8 +107,10 @@ class CollectorState:
     policy: IngestPolicy
     reports_per_window: dict[str, int]
     store_factory: StoreFactory
-    registry_body: bytes
-    registry_etag: str
+    registry_doc: Representation
+    domain_lists: DomainLists
+    registry_buckets: TokenBuckets
+    keyring: KeyRing
     store: AsyncSketchStore | None = None
     committer: GroupCommitter | None = None
     draining: bool = False
@@ -145,7 +159,6 @@ def default_store_factory(config: ServeConfig) -> StoreFactory:
 def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry | None = None,
                store_factory: StoreFactory | None = None) -> web.Application:
     """Build the application for one worker (the store opens on startup)."""
-    registry_body = json.dumps(registry.to_json(), indent=2).encode()
     state = CollectorState(
         config=config, registry=registry,
         decoder=BatchDecoder(registry, max_reports=config.max_reports_per_batch),
@@ -155,8 +168,9 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
         policy=IngestPolicy(config),
         reports_per_window={spec.name: spec.reports_per_window for spec in registry},
         store_factory=store_factory or default_store_factory(config),
-        registry_body=registry_body,
-        registry_etag='"' + hashlib.sha256(registry_body).hexdigest()[:32] + '"')
+        registry_doc=registry_representation(registry), domain_lists=DomainLists(registry),
+        registry_buckets=TokenBuckets(config.rate_limit, config.rate_limit_burst),
+        keyring=KeyRing(config.ohttp_keys_dir, allow_insecure=config.allow_insecure_token_file))
     state.inflight = InflightBudget(
         config.max_inflight_bytes, config.max_inflight_bytes_per_source,
         on_change=state.telemetry.add_inflight,
@@ -174,6 +188,9 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
     app[STATE] = state
     app.router.add_post("/v1/reports", post_reports)
     app.router.add_get("/v1/registry", get_registry)
+    app.router.add_get("/v1/registry/domains/{name}", get_domain)
+    app.router.add_get(ohttp.GATEWAY_PATH, get_gateway_keys)
+    app.router.add_post(ohttp.GATEWAY_PATH, post_sealed)
     origins = cors.parse_origins(config.cors_origins)
     for path in cors.CORS_ROUTES:
         app.router.add_route("OPTIONS", path, cors.preflight_handler(origins))
@@ -383,33 +400,63 @@ async def post_reports(request: web.Request) -> web.Response:
     """Ingest one batch: size and type checks, decode + validate, group commit, ack."""
     state = request.app[STATE]
     config = state.config
-    state.policy.check_key(request.headers.get("Authorization"))
     source, relay = state.policy.source(request.remote, request.headers)
-    state.policy.admit(source, relay)
+    state.policy.admit(source, relay)  # before any refusal: every request spends its token
+    state.policy.check_key(request.headers.get("Authorization"))
     if request.content_type not in MSGPACK_TYPES:
         raise Problem("unsupported-media-type", f"Content-Type {request.content_type!r} is not "
                       "accepted; send application/msgpack (wire format v1)",
                       headers={"Accept-Post": "application/msgpack"})
     check_content_encoding(request.headers.get("Content-Encoding"))
+    async with limited_body(request, state, source, relay, config.max_body_bytes) as body:
+        batch = decode_batch(state, body)
+    result = await commit_batch(state, batch, relay=relay)
+    return web.json_response({"accepted": result.reports, "duplicate": result.duplicate})
+
+
+@contextlib.asynccontextmanager
+async def limited_body(request: web.Request, state: CollectorState, source: Any, relay: bool,
+                       limit: int) -> AsyncIterator[bytes]:
+    """The body of an ingest request (a batch, or a sealed envelope) within ``limit`` bytes,
+    charged to the in-flight budgets as it arrives and until the block ends — its decoding
+    (411, 413, 408, 503 as problems)."""
+    config = state.config
     length = request.content_length
     if length is None and "chunked" not in request.headers.get("Transfer-Encoding", "").lower():
         # HTTP/1.0 without Content-Length ends its body by closing: refuse rather than wait
         raise Problem("length-required", "send Content-Length (or Transfer-Encoding: chunked "
                       "over HTTP/1.1) with the batch")
-    if length is not None and length > config.max_body_bytes:
+    if length is not None and length > limit:
         raise Problem("body-too-large", f"the body has {length} bytes; this collector accepts at "
-                      f"most {config.max_body_bytes} (send smaller batches)")
+                      f"most {limit} (send smaller batches)")
     # in-flight bytes are charged as they arrive, per source too (collector/inflight.py): a
     # declared length reserves nothing, so slow or lying bodies cannot starve ingestion
     state.inflight.admit(source, length, relay)
     charged = [0]
     try:
-        body = await read_body(request, config.body_read_timeout,
-                               charge=lambda n: _charge(state, source, relay, charged, n),
-                               max_bytes=config.max_body_bytes)
-        batch = state.decoder.decode(body, state.window_now())
+        yield await read_body(request, config.body_read_timeout,
+                              charge=lambda n: _charge(state, source, relay, charged, n),
+                              max_bytes=limit)
     finally:
         state.inflight.release(source, charged[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class IngestResult:
+    """A committed batch: its id, its reports, whether it was a retry of one already counted."""
+
+    batch_id: bytes
+    reports: int
+    duplicate: bool
+
+
+def decode_batch(state: CollectorState, body: bytes) -> Any:
+    """Decode and validate a wire-format batch for the current window (raises Problem)."""
+    return state.decoder.decode(body, state.window_now())
+
+
+async def commit_batch(state: CollectorState, batch: Any, *, relay: bool) -> IngestResult:
+    """The per-batch limits, the segment cap, the group commit of a decoded batch (raises Problem)."""
     try:
         state.policy.check_batch(batch.deltas.per_metric, state.reports_per_window, relay)
     except Problem as problem:
@@ -423,8 +470,13 @@ async def post_reports(request: web.Request) -> web.Response:
                           "and a new batch needs a new random id", field="batch_id")
         problem.reports = batch.reports
         raise problem
-    return web.json_response({"accepted": batch.reports,
-                              "duplicate": outcome is BatchOutcome.DUPLICATE})
+    return IngestResult(batch.batch_id, batch.reports, outcome is BatchOutcome.DUPLICATE)
+
+
+async def ingest_batch(state: CollectorState, body: bytes, *, relay: bool) -> IngestResult:
+    """The one ingest path of a wire-format batch — what POST /v1/reports does with its body,
+    and the gateway with the batch it unsealed: decode + validate, then commit_batch."""
+    return await commit_batch(state, decode_batch(state, body), relay=relay)
 
 
 async def _check_segments(state: CollectorState, batch: Any) -> None:
@@ -496,12 +548,71 @@ async def read_body(request: web.Request, timeout: float, *,
                       "was complete") from None
 
 
-async def get_registry(request: web.Request) -> web.Response:
+def _gateway_enabled(state: CollectorState) -> None:
+    if not state.keyring.enabled:
+        raise Problem("not-found", "this collector takes no sealed reports (its operator has not set "
+                      "ohttp_keys_dir); send plain batches to POST /v1/reports")
+
+
+async def get_gateway_keys(request: web.Request) -> web.Response:
+    """The active key configurations (``application/ohttp-keys``), for SDKs to seal to."""
     state = request.app[STATE]
-    if request.headers.get("If-None-Match") == state.registry_etag:
-        return web.Response(status=304, headers={"ETag": state.registry_etag})
-    return web.Response(body=state.registry_body, content_type="application/json",
-                        headers={"ETag": state.registry_etag})
+    _gateway_enabled(state)
+    document = state.keyring.published()
+    if not document:
+        raise Problem("no-gateway-key", "every gateway key is retired; the operator runs `ldpt keys "
+                      "rotate`", retry_after=60)
+    return web.Response(body=document, content_type=ohttp.KEYS_TYPE,
+                        headers={"Cache-Control": f"max-age={KEYS_MAX_AGE}"})
+
+
+async def post_sealed(request: web.Request) -> web.Response:
+    """One sealed batch: the outer checks (rate limit, media type, size), then the gateway."""
+    state = request.app[STATE]
+    source, relay = state.policy.source(request.remote, request.headers)
+    state.policy.admit(source, relay)  # before any refusal, as POST /v1/reports
+    _gateway_enabled(state)
+    if request.content_type != ohttp.REQUEST_TYPE:
+        raise Problem("unsupported-media-type", f"Content-Type {request.content_type!r} is not "
+                      f"accepted here; send {ohttp.REQUEST_TYPE} (an Oblivious HTTP request)",
+                      headers={"Accept-Post": ohttp.REQUEST_TYPE})
+    check_content_encoding(request.headers.get("Content-Encoding"))
+    limit = min(ohttp.sealed_size_limit(state.config.max_body_bytes),
+                state.config.max_inflight_bytes_per_source)
+    async with limited_body(request, state, source, relay, limit) as envelope:
+        result = await handle_envelope(state, envelope)
+    if result.response is None:
+        assert result.problem is not None  # counted by handle_envelope: answered, not raised
+        return result.problem.response()
+    return web.Response(body=result.response, content_type=ohttp.RESPONSE_TYPE,
+                        headers={"Cache-Control": "private, no-store"})
+
+
+async def get_registry(request: web.Request) -> web.Response:
+    """The published registry (collector/registry_http.py): gzip, ETag/304, rate-limited per source."""
+    state = request.app[STATE]
+    _admit_registry(state, request)
+    return registry_http.respond(request, state.registry_doc, registry_http.REGISTRY_MAX_AGE)
+
+
+async def get_domain(request: web.Request) -> web.Response:
+    """A file domain's values, one per line (collector/registry_http.py)."""
+    state = request.app[STATE]
+    _admit_registry(state, request)
+    rep = await state.domain_lists.get(request.match_info["name"])
+    return registry_http.respond(request, rep, registry_http.DOMAIN_MAX_AGE)
+
+
+def _admit_registry(state: CollectorState, request: web.Request) -> None:
+    """One token of the source's registry bucket (apart from its ingest bucket; relays exempt)."""
+    source, relay = state.policy.source(request.remote, request.headers)
+    if relay:
+        return
+    wait = state.registry_buckets.take(source)
+    if wait:
+        raise Problem("rate-limited", "too many registry requests from this address; retry after "
+                      "Retry-After seconds (an SDK fetches the registry once per start, then revalidates)",
+                      retry_after=wait)
 
 
 async def get_estimates(request: web.Request) -> web.Response:

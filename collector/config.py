@@ -80,7 +80,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("allow_insecure_token_file", False, "Start even if a token or key file is readable "
             "by group or others (refused otherwise, as ssh refuses such keys)."),
     Setting("min_reports", 0, "Refuse estimates for windows with fewer reports than this.", zero=True),
-    Setting("access_log", False, "Log every request (off: client addresses are not logged)."),
+    Setting("access_log", False, "Log every request, without query values (off: client addresses "
+            "are not logged)."),
     # --- retention --------------------------------------------------------------------------------
     Setting("retention_days", 0, "Delete windows older than this many days (checked every "
             "maintain_interval); 0 keeps everything.", zero=True),
@@ -122,6 +123,9 @@ SETTINGS: tuple[Setting, ...] = (
             "key from this file (one per line), for apps that can hold a shared key.", str,
             path=True),
     # --- ingestion queue --------------------------------------------------------------------------
+    Setting("ohttp_keys_dir", None, "Directory of the sealed-report gateway's HPKE keys "
+            "(`ldpt keys generate --dir DIR`): with it the collector is an Oblivious HTTP gateway "
+            "at /.well-known/ohttp-gateway (docs/operations.md, \"Sealed reports\").", str, path=True),
     Setting("max_body_bytes", 1 << 20,
             "Largest request body accepted; larger bodies get 413."),
     Setting("max_reports_per_batch", 10_000,
@@ -195,6 +199,7 @@ class ServeConfig:
     relay_sources: str = "127.0.0.1,::1"
     cors_origins: str = ""
     ingest_key_file: Path | None = None
+    ohttp_keys_dir: Path | None = None
     max_body_bytes: int = 1 << 20
     max_reports_per_batch: int = 10_000
     max_inflight_bytes: int = 64 << 20

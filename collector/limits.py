@@ -19,7 +19,9 @@ a collector can bound is *how many* forged reports one source gets in:
   them. A request that arrives *through* an untrusted proxy (it carries X-Forwarded-For but
   its peer is not in ``trusted_proxies``) is never treated as a relay.
 - **Ingest key.** Deployments whose apps can hold a shared key set ``ingest_key_file``:
-  every batch must then carry ``Authorization: Bearer <key>`` (401 ``ingest-key-required``).
+  every batch must then carry ``Authorization: Bearer <key>`` (401 ``ingest-key-required``,
+  ``reason`` missing, not-bearer or invalid). The key is checked after the rate limit, so a
+  flood of refused requests is throttled like any other.
 
 Every refusal is counted by its problem type in ``ldpt_requests_rejected_total``.
 """
@@ -37,6 +39,8 @@ from .problems import Problem
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+#: The challenge of a 401 (RFC 9110 §11.6.1: a 401 names the scheme it wants).
+INGEST_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="ldpt-ingest"'}
 #: Idle buckets are forgotten once this many sources are tracked (a full bucket holds no state).
 MAX_TRACKED_SOURCES = 100_000
 
@@ -149,12 +153,31 @@ class IngestPolicy:
 
     # --- checks -----------------------------------------------------------------------------------
     def check_key(self, authorization: str | None) -> None:
+        """401 ``ingest-key-required`` unless ``Authorization: Bearer <key>`` carries an ingest key.
+
+        The header is compared as the bytes that were sent (aiohttp decodes header bytes that
+        are not UTF-8 as surrogates, which a plain ``encode()`` refuses): any value, however
+        malformed, is a 401 with a machine-readable ``reason`` (missing, not-bearer, invalid),
+        never an error. The caller spends the source's rate-limit token first, so refusals are
+        throttled like any other request."""
         if not self.ingest_keys:
             return
-        given = (authorization or "").removeprefix("Bearer ").strip().encode()
-        if not any(hmac.compare_digest(given, key) for key in self.ingest_keys):
-            raise Problem("ingest-key-required", "this collector accepts batches only with its "
-                          "ingest key: send Authorization: Bearer <key>")
+        if authorization is None:
+            raise self._key_problem("missing", "send Authorization: Bearer <key>")
+        scheme, _, given = authorization.strip().partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            raise self._key_problem("not-bearer", "the Authorization header must be 'Bearer <key>'")
+        given_bytes = given.strip().encode("utf-8", "surrogateescape")  # the bytes sent
+        ok = False
+        for key in self.ingest_keys:  # every comparison runs: no timing signal of which key
+            ok |= hmac.compare_digest(given_bytes, key)
+        if not ok:
+            raise self._key_problem("invalid", "the key sent is not one of this collector's ingest keys")
+
+    @staticmethod
+    def _key_problem(reason: str, what: str) -> Problem:
+        return Problem("ingest-key-required", f"this collector accepts batches only with its ingest key: "
+                       f"{what}", headers=dict(INGEST_CHALLENGE), reason=reason)
 
     def admit(self, source: Address | None, relay: bool) -> None:
         """Spend one request token of the source; 429 when its bucket is empty."""

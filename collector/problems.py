@@ -29,6 +29,9 @@ PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "undecodable-body": (400, "The request body cannot be decoded (as sent, or as msgpack)"),
     "client-disconnected": (400, "The client closed the connection before its request was complete"),
     "bad-http-request": (400, "The HTTP request is malformed"),
+    "ohttp-key": (400, "The sealed request names a key this gateway does not hold; fetch its key "
+                  "configuration again"),
+    "undecodable-envelope": (400, "The body is not an Oblivious HTTP encapsulated request"),
     "invalid-query": (400, "A query parameter is invalid"),
     "unauthorized": (401, "A valid bearer token is required"),
     "ingest-key-required": (401, "This collector accepts batches only with its ingest key"),
@@ -46,6 +49,7 @@ PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "invalid-batch": (422, "The batch envelope is invalid"),
     "unsupported-version": (422, "Unsupported wire format version"),
     "unknown-metric": (422, "The metric is not in this collector's registry"),
+    "no-domain-file": (404, "The metric's domain is not published as a list"),
     "fingerprint-mismatch": (422, "A report was encoded under other metric parameters"),
     "invalid-report": (422, "A report could not have been produced by an honest client"),
     "invalid-dimension": (422, "A public dimension of the batch is undeclared or outside its values"),
@@ -58,6 +62,11 @@ PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "overloaded": (503, "The collector is overloaded; retry later"),
     "store-unavailable": (503, "The sketch store is unavailable; retry later"),
     "shutting-down": (503, "The collector is shutting down; retry later"),
+    "no-gateway-key": (503, "The gateway has no active key to publish; retry later"),
+}
+#: Problems whose ``type`` is registered elsewhere than under PROBLEM_BASE.
+PROBLEM_TYPE_URIS: dict[str, str] = {
+    "ohttp-key": "https://iana.org/assignments/http-problem-types#ohttp-key",  # RFC 9458 §5.3
 }
 
 
@@ -89,7 +98,7 @@ class Problem(Exception):
         return cls(slug, str(exc), status=exc.status, **extra)
 
     def to_dict(self) -> dict[str, Any]:
-        body = {"type": PROBLEM_BASE + self.slug, "title": self.title, "status": self.status,
+        body = {"type": PROBLEM_TYPE_URIS.get(self.slug, PROBLEM_BASE + self.slug), "title": self.title, "status": self.status,
                 "detail": self.detail}
         if self.retry_after is not None:
             body["retry_after"] = self.retry_after

@@ -217,7 +217,7 @@ def url_params(query: Any, repeatable: Sequence[str] = ()) -> dict[str, Any]:
 async def query_params(request: web.Request) -> dict[str, Any]:
     """Query fields from the URL (GET; repeated ``candidates``) or a JSON object body (POST)."""
     if request.method == "POST":
-        raw = await _read_query_body(request)
+        raw = await read_query_body(request)
         try:
             body = json.loads(raw)
         except (ValueError, RecursionError):
@@ -232,7 +232,7 @@ async def query_params(request: web.Request) -> dict[str, Any]:
     return parse_query(params, request.headers.get("Accept", ""))
 
 
-async def _read_query_body(request: web.Request) -> bytes:
+async def read_query_body(request: web.Request) -> bytes:
     """The POST body, refused with 413 beyond MAX_QUERY_BODY_BYTES (checked while reading)."""
     too_large = Problem("body-too-large", f"the query body exceeds {MAX_QUERY_BODY_BYTES} bytes; "
                         f"send at most {MAX_CANDIDATES} candidates of reasonable length")

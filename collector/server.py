@@ -32,6 +32,7 @@ from aiohttp import web
 
 from client_sdk.registry import Registry, load_registry
 
+from .access_log import QueryFreeAccessLogger
 from .admin import AdminServer
 from .app import STATE, create_app
 from .config import ConfigError, ServeConfig, read_tokens
@@ -166,7 +167,8 @@ async def _worker_main(config: ServeConfig, registry: Registry, telemetry: Telem
     app = create_app(config, registry, telemetry=telemetry)
     runner = CollectorRunner(app, guard=app[STATE].guard, handle_signals=False,
                              shutdown_timeout=config.shutdown_timeout,
-                             access_log=log if config.access_log else None)
+                             access_log=log if config.access_log else None,
+                             access_log_class=QueryFreeAccessLogger)
     await runner.setup()  # on_startup: opens the store, starts the committer
     tune_gc()
     admin = None

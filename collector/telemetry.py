@@ -8,7 +8,7 @@ however many ``--workers`` share the port.
 Families (all names prefixed ``ldpt_``): build info; reports accepted by metric; ingest
 requests and reports rejected by problem type, and other requests' errors apart; request
 latency by endpoint and commit latency (histograms); batches by outcome (applied, duplicate,
-conflict); commits, commit failures, batches per commit; queue depth in batches and reports;
+conflict); sealed envelopes by outcome; commits, commit failures, batches per commit; queue depth in batches and reports;
 in-flight request bytes; open connections and those the collector closed, by reason; workers
 up and restarted; process CPU, RSS and open file descriptors.
 """
@@ -38,6 +38,8 @@ COMMIT_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 REQUEST_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 #: Request latency is recorded per endpoint (route groups, not raw paths: bounded cardinality).
 ENDPOINTS = ("ingest", "query", "registry", "health", "metrics", "other")
+#: What became of a sealed envelope (collector/gateway.py, ``EnvelopeResult.outcome``).
+ENVELOPE_OUTCOMES = ("accepted", "duplicate", "refused", "undecryptable")
 #: Why the connection guard (connections.py) closed a connection.
 CONNECTION_CLOSE_REASONS = ("header-timeout", "idle-timeout", "connection-limit")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -88,6 +90,10 @@ class Layout:
                    ENDPOINTS, REQUEST_SECONDS_BUCKETS),
             Family("ldpt_batches_total", "counter", "Batches committed, by outcome.", "outcome",
                    tuple(o.value for o in BatchOutcome)),
+            Family("ldpt_sealed_envelopes_total", "counter",
+                   "Sealed (OHTTP) envelopes by outcome: accepted, duplicate, refused (the inner "
+                   "batch was rejected; its reason is in ldpt_requests_rejected_total), undecryptable.",
+                   "outcome", ENVELOPE_OUTCOMES),
             Family("ldpt_commits_total", "counter", "Store transactions committed (group commits)."),
             Family("ldpt_commit_failures_total", "counter", "Store transactions that failed and rolled back."),
             Family("ldpt_commit_batches_total", "counter",
@@ -141,6 +147,7 @@ class Telemetry:
         self._req_errors = by_label("ldpt_request_errors_total")
         self._outcome = by_label("ldpt_batches_total")
         self._conn_closed = by_label("ldpt_connections_closed_total")
+        self._envelopes = by_label("ldpt_sealed_envelopes_total")
         self._commit_hist = layout.hist[("ldpt_commit_seconds", None)]
         self._request_hist = {e: layout.hist[("ldpt_request_seconds", e)] for e in ENDPOINTS}
         self._commits = s[("ldpt_commits_total", None)]
@@ -185,6 +192,10 @@ class Telemetry:
     def request_error(self, slug: str) -> None:
         """A request other than ingest answered with an error."""
         self._values[self._req_errors[slug]] += 1
+
+    def envelope(self, outcome: str) -> None:
+        """A sealed envelope handled by the gateway (ENVELOPE_OUTCOMES)."""
+        self._values[self._envelopes[outcome]] += 1
 
     def request_seconds(self, endpoint: str, seconds: float) -> None:
         self._observe(self._request_hist[endpoint], REQUEST_SECONDS_BUCKETS, seconds)

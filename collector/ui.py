@@ -10,8 +10,10 @@ checked by the same ``query.check_bearer`` as the query API:
 - ``GET /ui/charts/{name}/{estimates|series|compare|breakdown}.svg`` — charts drawn on the server
   (collector/ui_svg.py) from the very DataFrames the query API serialises, with the query
   API's parameters (and ``width``, the page's, so a phone gets a narrow layout; for the
-  series, ``value=V`` repeated: the lines to draw); the page
-  fetches the numbers of its tables from the query API itself.
+  series, ``value=V`` repeated: the lines to draw; for a joint metric's estimates,
+  ``statistic=S``: one of its marginals, shares or means); ``POST`` with the body
+  ``{"candidates": [...]}`` draws a RAPPOR string metric decoded against candidates the analyst
+  typed on the page; the page fetches the numbers of its tables from the query API itself.
 
 No third-party request is ever made (no CDN, no web fonts) and a Content-Security-Policy
 limits the page to its own origin. Nothing here keeps state, so any worker answers.
@@ -19,6 +21,7 @@ limits the page to its own origin. Nothing here keeps state, so any worker answe
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from importlib import resources
 from typing import Any
@@ -27,7 +30,7 @@ from aiohttp import web
 
 from . import query
 from .problems import Problem
-from .ui_svg import breakdown_svg, compare_svg, estimates_svg, series_svg
+from .ui_svg import breakdown_svg, compare_svg, estimates_svg, joint_statistics, joint_svg, series_svg
 
 #: The dashboard's files (package data: pyproject.toml ships collector/static/*).
 STATIC_FILES = {"index.html": "text/html", "app.js": "text/javascript", "app.css": "text/css",
@@ -50,6 +53,7 @@ UI_ROUTES: tuple[tuple[str, str], ...] = (
     ("GET", "/ui/static/{file}"),
     ("GET", "/ui/api/overview"),
     ("GET", "/ui/charts/{name}/{chart}.svg"),
+    ("POST", "/ui/charts/{name}/{chart}.svg"),
 )
 
 __all__ = ["CHARTS", "UI_ROUTES", "setup_ui"]
@@ -81,7 +85,10 @@ def setup_ui(app: web.Application, state_key: web.AppKey[Any]) -> None:
         if kind not in CHARTS:
             raise Problem("not-found", f"no chart {kind[:50]!r} (charts: {', '.join(CHARTS)})", status=404)
         params = query.url_params(request.query, repeatable=("value",) if kind == "series" else ())
+        if request.method == "POST":  # a RAPPOR string's candidates: too many for a URL
+            params["candidates"] = await _posted_candidates(request)
         width = _width(params.pop("width", None))
+        statistic = params.pop("statistic", None) if kind == "estimates" else None
         if kind == "compare":
             df = await query.compare_df(spec, state.store, query.parse_compare(params), state.config.min_reports)
             svg = compare_svg(df, width=width)
@@ -95,8 +102,11 @@ def setup_ui(app: web.Application, state_key: web.AppKey[Any]) -> None:
             q = query.parse_query(params)
             segment_min = max(state.config.min_reports, state.registry.segment_min_reports(spec))
             df = await query.estimate_df(spec, state.store, q, state.config.min_reports, segment_min)
-            svg = series_svg(df, values=chosen, width=width) if kind == "series" else \
-                breakdown_svg(df, width=width) if kind == "breakdown" else estimates_svg(df, width=width)
+            if statistic is not None:
+                svg = _joint_chart(df, statistic, width)
+            else:
+                svg = series_svg(df, values=chosen, width=width) if kind == "series" else \
+                    breakdown_svg(df, width=width) if kind == "breakdown" else estimates_svg(df, width=width)
         return web.Response(text=svg, content_type="image/svg+xml", headers=SECURITY_HEADERS)
 
     app.router.add_get("/ui", to_index)
@@ -104,6 +114,31 @@ def setup_ui(app: web.Application, state_key: web.AppKey[Any]) -> None:
     app.router.add_get("/ui/static/{file}", page)
     app.router.add_get("/ui/api/overview", overview)
     app.router.add_get("/ui/charts/{name}/{chart}.svg", chart)
+    app.router.add_post("/ui/charts/{name}/{chart}.svg", chart)
+
+
+async def _posted_candidates(request: web.Request) -> list[str]:
+    """A chart's POST body: ``{"candidates": [...]}`` (the other parameters stay in the URL)."""
+    try:
+        body = json.loads(await query.read_query_body(request))
+    except (ValueError, RecursionError):
+        body = None
+    if not isinstance(body, dict) or set(body) != {"candidates"}:
+        raise Problem("invalid-query", 'a chart\'s POST body is {"candidates": [strings]}; give the other '
+                      "parameters in the URL", field="candidates")
+    return body["candidates"]
+
+
+def _joint_chart(df: Any, statistic: str, width: int | None) -> str:
+    """``statistic=``: one statistic of a joint metric's breakdown (a marginal, shares, means)."""
+    if df.attrs.get("kind") != "joint" or "statistic" not in df:
+        raise Problem("invalid-query", "statistic= draws one statistic of a joint metric's breakdown; "
+                      f"metric {df.attrs.get('metric')!r} is not a joint metric", field="statistic")
+    known = joint_statistics(df)
+    if statistic not in known:
+        raise Problem("invalid-query", f"statistic={statistic[:100]!r} is not one of this metric's: "
+                      + ", ".join(known), field="statistic")
+    return joint_svg(df, statistic, width=width)
 
 
 def _width(text: str | None) -> int | None:

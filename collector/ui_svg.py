@@ -1,16 +1,18 @@
 """Server-side SVG charts of the dashboard (collector/ui.py): no JavaScript charting library.
 
-Four charts, each drawn from the same DataFrame the query API serialises, so a chart never
+Five charts, each drawn from the same DataFrame the query API serialises, so a chart never
 shows a number the API would not give:
 
 - ``estimates_svg``: one window's values, largest first, as a point and its interval bar on
   the proportion scale (detected values filled, others hollow);
 - ``series_svg``: the proportion of the top values per window with interval bands, and the
-  window's n as grey bars on a secondary axis (empty windows break the lines);
+  window's n as grey bars in a strip under the plot (empty windows break the lines);
 - ``breakdown_svg``: per segment of a public dimension, each value's proportion (or the
   mean) with its interval, one colour per segment; suppressed segments are only counted;
 - ``compare_svg``: per value the change of proportion B − A with its interval around zero,
-  changed values in red.
+  changed values in red;
+- ``joint_svg``: one statistic of a joint metric (a marginal, the shares P(T | G), the means
+  per category) with its intervals.
 
 Only presentation attributes are used (no ``style``), so the dashboard's Content-Security-Policy
 can forbid inline styles; every label is XML-escaped, and characters XML cannot hold (control
@@ -47,7 +49,7 @@ def chart_width(requested: int | None, natural: int) -> int:
     """The width to draw: the page's, within [MIN_WIDTH, natural]."""
     return natural if requested is None else max(MIN_WIDTH, min(natural, int(requested)))
 
-__all__ = ["breakdown_svg", "compare_svg", "estimates_svg", "series_svg"]
+__all__ = ["breakdown_svg", "compare_svg", "estimates_svg", "joint_statistics", "joint_svg", "series_svg"]
 
 
 def escape(text: str) -> str:
@@ -66,6 +68,28 @@ def _fmt(v: float) -> str:
         return "0"
     a = abs(v)
     return f"{v:.0f}" if a >= 1000 else f"{v:.3g}" if a >= 0.001 else f"{v:.1e}"
+
+
+def _tick_labels(ticks: list[float]) -> list[str]:
+    """Labels of an axis's ticks in one notation: fixed-point with the decimals the step needs
+    (thousands separated), or, when that would take more than 4 decimals, every label in
+    scientific notation with the same number of digits; 0 is always "0"."""
+    if len(ticks) < 2:
+        return [_fmt(t) for t in ticks]
+    step = min(abs(b - a) for a, b in zip(ticks, ticks[1:]) if b != a) if len(set(ticks)) > 1 else 1.0
+    decimals = max(0, -math.floor(math.log10(step) + 1e-9))
+    if round(step * 10 ** decimals, 6) % 1:  # a step of 2.5 x 10^k needs one digit more
+        decimals += 1
+    biggest = max(abs(t) for t in ticks)
+    if decimals <= 4 and biggest < 1e15:
+        return ["0" if t == 0 else f"{t:,.{decimals}f}" for t in ticks]
+    digits = max(1, min(3, math.floor(math.log10(biggest)) - math.floor(math.log10(step)) + 1)) if biggest else 1
+    return ["0" if t == 0 else f"{t:.{digits - 1}e}" for t in ticks]
+
+
+def _label_px(text: str) -> float:
+    """About how wide ``text`` is at the charts' 11 px font."""
+    return 6.3 * len(text)
 
 
 def _ticks(lo: float, hi: float, count: int = 5) -> list[float]:
@@ -99,13 +123,22 @@ def _interval_rows(labels: list[str], mid: np.ndarray, low: np.ndarray, high: np
     if len(lines) == 2:
         lines[0] += ":"
     drop = 16 * (len(lines) - 1)
-    left, right, top, row = (100 if narrow else 170), (16 if narrow else 30), (58 if legend else 40) + drop, 22
-    height = top + row * max(n, 1) + 50
-    keep = 14 if narrow else 24
+    # the labels' column: as wide as the longest label, within a share of the chart
+    longest = max((_label_px(printable(str(x))) for x in labels), default=0.0)
+    left = int(min(max(longest + 14, 70 if narrow else 120), 0.45 * width if narrow else 260))
+    right, top, row = (16 if narrow else 30), (58 if legend else 40) + drop, 22
+    axis_lines = _wrap(axis_title, width - 16)
+    height = top + row * max(n, 1) + 50 + 14 * (len(axis_lines) - 1)
+    keep = max(6, int((left - 14) / 6.3))
     finite = np.concatenate([v[np.isfinite(v)] for v in (mid, low, high)] + [np.zeros(1)])
-    ticks = _ticks(float(finite.min()), float(finite.max()))
-    lo, hi = ticks[0], ticks[-1]
     plot_w = width - left - right
+    ticks = _ticks(float(finite.min()), float(finite.max()), 3 if narrow else 5)
+    lo, hi = ticks[0], ticks[-1]
+    tick_text = _tick_labels(ticks)
+    # every label fits between its neighbours (a narrow chart of long labels keeps every other one)
+    gap = plot_w / max(len(ticks) - 1, 1)
+    label_every = next(k for k in range(1, len(ticks) + 1)
+                       if k * gap >= max(_label_px(t) for t in tick_text) + 10 or k == len(ticks))
 
     def xpos(v: float) -> float:
         return left + (v - lo) / (hi - lo) * plot_w
@@ -119,11 +152,15 @@ def _interval_rows(labels: list[str], mid: np.ndarray, low: np.ndarray, high: np
                     f'stroke="{colour_on}" stroke-width="1.5"/><text x="{first + 16}" y="{ly + 4}">{escape(legend[0])}</text>'
                     f'<circle cx="{first + gap + 6}" cy="{ly}" r="4.5" fill="#ffffff" stroke="{colour_off}" '
                     f'stroke-width="1.5"/><text x="{first + gap + 16}" y="{ly + 4}">{escape(legend[1])}</text></g>')
-    for t in ticks:
+    for i, (t, text) in enumerate(zip(ticks, tick_text)):
         x = xpos(t)
-        body.append(f'<line x1="{x:.1f}" y1="{top - 6}" x2="{x:.1f}" y2="{top + row * n}" stroke="#e5e5e5"/>'
-                    f'<text x="{x:.1f}" y="{top + row * n + 16}" text-anchor="middle" fill="#444">'
-                    f'{escape(_fmt(t))}</text>')
+        body.append(f'<line x1="{x:.1f}" y1="{top - 6}" x2="{x:.1f}" y2="{top + row * n}" stroke="#e5e5e5"/>')
+        if i % label_every == 0:  # centred on its tick, or flush with the frame at the edges
+            half = _label_px(text) / 2
+            anchor, tx = ("end", width - 3.0) if x + half > width - 3 else ("start", 3.0) if x - half < 3 \
+                else ("middle", x)
+            body.append(f'<text class="tick" x="{tx:.1f}" y="{top + row * n + 16}" text-anchor="{anchor}" '
+                        f'fill="#444">{escape(text)}</text>')
     if zero_line:
         body.append(f'<line x1="{xpos(0):.1f}" y1="{top - 6}" x2="{xpos(0):.1f}" y2="{top + row * n}" '
                     'stroke="#555" stroke-width="1.2"/>')
@@ -140,9 +177,22 @@ def _interval_rows(labels: list[str], mid: np.ndarray, low: np.ndarray, high: np
             body.append(f'<circle class="point" cx="{xpos(mid[i]):.1f}" cy="{y:.1f}" r="4.5" fill="{fill}" '
                         f'stroke="{colour}" stroke-width="1.5"><title>{escape(label)}: {escape(_fmt(mid[i]))} '
                         f'[{escape(_fmt(low[i]))}, {escape(_fmt(high[i]))}]</title></circle>')
-    body.append(f'<text x="{(width / 2 if narrow else left + plot_w / 2):.1f}" y="{height - 8}" '
-                f'text-anchor="middle" fill="#222">{escape(axis_title)}</text>')
+    for k, line in enumerate(axis_lines):
+        body.append(f'<text x="{(width / 2 if narrow else left + plot_w / 2):.1f}" '
+                    f'y="{height - 8 - 14 * (len(axis_lines) - 1 - k)}" text-anchor="middle" fill="#222">'
+                    f'{escape(line)}</text>')
     return _svg(width, height, body, title)
+
+
+def _wrap(text: str, room: float) -> list[str]:
+    """``text`` in lines of at most ``room`` pixels (at the 11 px font), split at spaces."""
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and _label_px(lines[-1] + " " + word) <= room:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines or [text]
 
 
 def bucket_widths(labels: list[str]) -> np.ndarray | None:
@@ -184,6 +234,9 @@ def estimates_svg(df: pd.DataFrame, width: int | None = None) -> str:
                               width=width)
     rows = df[df["statistic"] == "count"] if kind in ("numeric-histogram", "joint") else \
         df.sort_values("estimate", ascending=False, kind="stable")
+    if kind == "joint" and len(rows) > MAX_ROWS:  # many cells: the largest, as for a frequency metric
+        rows = rows.sort_values("estimate", ascending=False, kind="stable")
+    cells = len(rows)
     rows = rows.head(MAX_ROWS)
     n = float(a.get("n_reports") or 1)
     labels = [str(v) for v in rows["value"]]
@@ -196,13 +249,61 @@ def estimates_svg(df: pd.DataFrame, width: int | None = None) -> str:
             scale = n * widths
             axis = f"density: proportion of reports per {unit or 'unit'} (buckets of unequal width)"
             note = ", densities"
-    more = f" (largest {len(rows)} of {len(df)})" if kind not in ("numeric-histogram", "joint") \
-        and len(df) > len(rows) else ""
+    more = f" (largest {len(rows)} of {cells})" if kind != "numeric-histogram" and cells > len(rows) else ""
     return _interval_rows(labels, rows["estimate"].to_numpy(float) / scale,
                           rows["ci_low"].to_numpy(float) / scale, rows["ci_high"].to_numpy(float) / scale,
-                          rows["detected"].to_numpy(bool), axis,
+                          _flags(rows["detected"]), axis,
                           f"{a.get('metric')}: n = {int(n):,}, {conf}{note}{more}", PALETTE[0], "#9fb7cf",
                           zero_line=True, legend=("detected (count > 0)", "not detected"), width=width)
+
+
+def _flags(column: pd.Series) -> np.ndarray:
+    """A ``detected``/``changed`` column as booleans: a missing flag (no test run) is not set."""
+    return np.array([bool(v) if v is not None and v == v else False for v in column], dtype=bool)
+
+
+def joint_statistics(df: pd.DataFrame) -> list[str]:
+    """The statistics of a joint frame a chart can draw: marginals, shares and means (cells are
+    the estimates chart; an independence test is one number, in the page's table)."""
+    return [s for s in dict.fromkeys(df["statistic"])
+            if s.startswith(("count ", "P(", "mean "))]
+
+
+def joint_svg(df: pd.DataFrame, statistic: str, width: int | None = None) -> str:
+    """One statistic of a joint metric's breakdown (estimators/joint.py) as interval rows:
+
+    - ``count PART``: each value's marginal, as a proportion of the reports;
+    - ``P(T | G)``: the share of each value of T within each value of G (Fieller intervals on
+      [0, 1]), rows of one G in one colour, labelled ``G · T``;
+    - ``mean NUM | G``: NUM's mean in each value of G, in NUM's unit.
+    """
+    a = df.attrs
+    rows = df[df["statistic"] == statistic]
+    width = chart_width(width, ROWS_WIDTH)
+    conf = f"{100 * a.get('confidence', 0.95):.3g}% intervals"
+    mid, low, high = (rows[c].to_numpy(float) for c in ("estimate", "ci_low", "ci_high"))
+    values = [str(v) for v in rows["value"]]
+    colours = None
+    if statistic.startswith("count "):
+        n = float(a.get("n_reports") or 1)
+        mid, low, high = mid / n, low / n, high / n
+        labels, axis = values, f"proportion of reports holding each {statistic[6:]}"
+        title = f"{a.get('metric')}: {statistic[6:]} (marginal), {conf}"
+    elif statistic.startswith("P("):
+        pairs = [v.split(" | ", 1) if " | " in v else [v, ""] for v in values]
+        labels = [f"{g} · {t}" for t, g in pairs]
+        given = list(dict.fromkeys(g for _, g in pairs))
+        colours = [PALETTE[given.index(g) % len(PALETTE)] for _, g in pairs]
+        axis = f"share {statistic}"
+        title = f"{a.get('metric')}: {statistic}, {conf} (Fieller)"
+    else:
+        part = statistic[5:].split(" | ", 1)[0]
+        unit = next((p.get("unit") for p in a.get("joint_parts") or [] if p.get("name") == part), None)
+        labels = values
+        axis = f"mean {part}" + (f" ({unit})" if unit else "") + " (bucket midpoints)"
+        title = f"{a.get('metric')}: {statistic}, {conf} (Fieller)"
+    return _interval_rows(labels, mid, low, high, np.ones(len(labels), dtype=bool), axis, title,
+                          PALETTE[0], PALETTE[0], zero_line=False, width=width, colours=colours)
 
 
 def compare_svg(df: pd.DataFrame, width: int | None = None) -> str:
@@ -214,7 +315,7 @@ def compare_svg(df: pd.DataFrame, width: int | None = None) -> str:
     more = f" (largest {len(rows)} of {len(df)} changes)" if len(df) > len(rows) else ""
     return _interval_rows([str(v) for v in rows["value"]], rows["difference"].to_numpy(float),
                           rows["ci_low"].to_numpy(float), rows["ci_high"].to_numpy(float),
-                          rows["changed"].to_numpy(bool), f"change of {scale}: B − A",
+                          _flags(rows["changed"]), f"change of {scale}: B − A",
                           f"{a.get('metric')}: from A {a.get('a')} to B {a.get('b')}{more}", "#d62728", "#7f7f7f",
                           zero_line=True, legend=("changed", "no change detected"),
                           width=chart_width(width, ROWS_WIDTH))
@@ -227,7 +328,8 @@ HISTOGRAM_SERIES = ("p50", "p90")
 def series_svg(df: pd.DataFrame, top: int = 5, values: list[str] | None = None,
                width: int | None = None) -> str:
     """A series frame: lines with interval bands for the ``top`` values (or the chosen
-    ``values``), n per window as bars. A mean metric draws its mean, a histogram metric its
+    ``values``), and the windows' n as bars in a strip of their own under the plot (never over a
+    line). A mean metric draws its mean, a histogram metric its
     median and 90th percentile (in its units)."""
     a = df.attrs
     unit = a.get("unit") or ""
@@ -252,19 +354,23 @@ def series_svg(df: pd.DataFrame, top: int = 5, values: list[str] | None = None,
         values = list(totals.sort_values(ascending=False, kind="stable").index[:top])
     width = chart_width(width, SERIES_WIDTH)
     narrow = width < NARROW
-    left, right, top_m, bottom = (48, 52, 36, 70) if narrow else (60, 170, 36, 70)
-    ph = 380 - top_m - bottom
-    # the legend: right of the plot, or (narrow) under it in two columns
-    legend_rows = (len(values) + 2) // 2 if narrow else 0
-    height = 380 + 18 * legend_rows + (10 if narrow else 0)
-    pw = width - left - right
     lines = []
     for value in values:
         r = rows[rows["value"] == value].set_index("window").reindex(windows)
         div = np.where(n_per > 0, n_per, np.nan) if scale else np.ones(len(windows))
         lines.append((str(value), *(r[c].to_numpy(float) / div for c in ("estimate", "ci_low", "ci_high"))))
     allv = np.concatenate([np.concatenate(x[1:]) for x in lines] + [np.zeros(1)])
-    ticks = _ticks(float(np.nanmin(allv)), float(np.nanmax(allv)))
+    ticks = _ticks(float(np.nanmin(allv)), float(np.nanmax(allv)), 4 if narrow else 5)
+    tick_text = _tick_labels(ticks)
+    # the plot, then under it a strip of the windows' n (its own axis: bars never cover a line)
+    left = int(26 + max(max(_label_px(t) for t in tick_text), _label_px("20.0k")) + 6)
+    right, top_m = (12 if narrow else 170), 36
+    ph, strip_gap, strip_h, dates_h = 210, 12, 40, 70
+    strip_top = top_m + ph + strip_gap
+    base_h = strip_top + strip_h + dates_h
+    legend_rows = (len(values) + 2) // 2 if narrow else 0  # the legend: right of the plot, or under it
+    height = base_h + 18 * legend_rows + (10 if narrow else 0)
+    pw = width - left - right
     lo, hi = ticks[0], ticks[-1]
     nmax = float(np.nanmax(n_per)) if len(n_per) and np.nanmax(n_per) > 0 else 1.0
     step_x = pw / max(len(windows), 1)
@@ -275,23 +381,27 @@ def series_svg(df: pd.DataFrame, top: int = 5, values: list[str] | None = None,
     def ypos(v: float) -> float:
         return top_m + ph - (v - lo) / (hi - lo) * ph
 
-    body = [f'<text x="{left}" y="20" font-size="13" font-weight="bold">'
+    body = [f'<text x="{8 if narrow else left}" y="20" font-size="13" font-weight="bold">'
             f'{escape(str(a.get("metric")))} by window — {100 * a.get("confidence", 0.95):.3g}% bands</text>']
-    for i, n in enumerate(n_per):  # n on the secondary (right) axis
-        h = (n / nmax) * ph * 0.35 if math.isfinite(n) else 0
-        body.append(f'<rect class="n-bar" x="{xpos(i) - step_x * 0.4:.1f}" y="{top_m + ph - h:.1f}" '
-                    f'width="{step_x * 0.8:.1f}" height="{h:.1f}" fill="#d9d9d9"><title>{escape(windows[i])}: '
-                    f'n = {int(n) if math.isfinite(n) else 0:,}</title></rect>')
-    for t in ticks:
+    for t, text in zip(ticks, tick_text):
         y = ypos(t)
         body.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#ececec"/>'
-                    f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#444">{escape(_fmt(t))}</text>')
-    body.append(f'<text x="{left + pw + 6}" y="{top_m + ph:.1f}" fill="#888">n 0</text>'
-                f'<text x="{left + pw + 6}" y="{top_m + ph * 0.65 + 4:.1f}" fill="#888">n {int(nmax):,}</text>')
-    every = max(1, len(windows) // 12)
+                    f'<text class="tick" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#444">{escape(text)}</text>')
+    body.append(f'<line x1="{left}" y1="{strip_top + strip_h}" x2="{left + pw}" y2="{strip_top + strip_h}" stroke="#bbb"/>'
+                f'<text x="{left - 6}" y="{strip_top + 9}" text-anchor="end" fill="#888">{escape(_compact(nmax))}</text>'
+                f'<text x="{left - 6}" y="{strip_top + strip_h}" text-anchor="end" fill="#888">0</text>'
+                f'<text x="14" y="{strip_top + strip_h / 2 + 4:.1f}" text-anchor="middle" fill="#666">n</text>')
+    for i, n in enumerate(n_per):
+        h = (n / nmax) * strip_h if math.isfinite(n) else 0
+        body.append(f'<rect class="n-bar" x="{xpos(i) - step_x * 0.4:.1f}" y="{strip_top + strip_h - h:.1f}" '
+                    f'width="{step_x * 0.8:.1f}" height="{h:.1f}" fill="#c8c8c8"><title>{escape(windows[i])}: '
+                    f'n = {int(n) if math.isfinite(n) else 0:,}</title></rect>')
+    # date labels: as many as fit (a rotated label needs about 16 px across)
+    every = max(1, math.ceil(len(windows) / max(1, min(12, pw // 16))))
+    date_y = strip_top + strip_h + 14
     for i in range(0, len(windows), every):
-        body.append(f'<text x="{xpos(i):.1f}" y="{top_m + ph + 14}" text-anchor="end" fill="#444" '
-                    f'transform="rotate(-40 {xpos(i):.1f} {top_m + ph + 14})">{escape(windows[i])}</text>')
+        body.append(f'<text x="{xpos(i):.1f}" y="{date_y}" text-anchor="end" fill="#444" '
+                    f'transform="rotate(-40 {xpos(i):.1f} {date_y})">{escape(windows[i])}</text>')
     for k, (label, est, low, high) in enumerate(lines):
         colour = PALETTE[k % len(PALETTE)]
         for seg in _segments(np.isfinite(est) & np.isfinite(low) & np.isfinite(high)):
@@ -303,21 +413,33 @@ def series_svg(df: pd.DataFrame, top: int = 5, values: list[str] | None = None,
             for i in seg:
                 body.append(f'<circle cx="{xpos(i):.1f}" cy="{ypos(est[i]):.1f}" r="2.5" fill="{colour}">'
                             f'<title>{escape(label)} {escape(windows[i])}: {escape(_fmt(est[i]))}</title></circle>')
-        body.append(_legend_item(k, colour, label, narrow, left, pw, top_m, width))
-    body.append(_legend_item(len(lines), "#d9d9d9", "n (reports)", narrow, left, pw, top_m, width))
+        body.append(_legend_item(k, colour, label, narrow, left, pw, top_m, width, base_h))
+    body.append(_legend_item(len(lines), "#c8c8c8", "n (reports)", narrow, left, pw, top_m, width, base_h))
     body.append(f'<text x="14" y="{top_m + ph / 2:.1f}" text-anchor="middle" fill="#222" '
                 f'transform="rotate(-90 14 {top_m + ph / 2:.1f})">{escape(axis)}</text>')
     return _svg(width, height, body, f"{a.get('metric')} by window")
 
 
+def _compact(n: float) -> str:
+    """A report count in at most 5 characters: 950, 20.0k, 1.2M."""
+    if not math.isfinite(n):
+        return ""
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return f"{n / div:.1f}{suffix}" if n < 100 * div else f"{n / div:.0f}{suffix}"
+    return f"{n:.0f}"
+
+
 def _legend_item(k: int, colour: str, label: str, narrow: bool, left: int, pw: float, top_m: int,
-                 width: int) -> str:
-    """Legend entry ``k`` of a series: right of the plot, or (narrow) under it in two columns."""
+                 width: int, below: float) -> str:
+    """Legend entry ``k`` of a series: right of the plot, or (narrow) under it, from y = ``below``,
+    in two columns."""
     if narrow:
-        x, y = 8 + (k % 2) * (width - 16) / 2, 380 + 4 + 18 * (k // 2)
+        x, y = 8 + (k % 2) * (width - 16) / 2, below + 4 + 18 * (k // 2)
         keep = max(8, int((width - 16) / 2 / 7) - 3)
     else:
-        x, y, keep = left + pw + 50, top_m + 10 + 18 * k, 18
+        x, y = left + pw + 24, top_m + 10 + 18 * k
+        keep = max(8, int((width - x - 18 - 6) / 6.3))
     short = label if len(label) <= keep else label[:keep - 1] + "…"
     return (f'<rect x="{x:.1f}" y="{y - 8:.1f}" width="12" height="12" fill="{colour}"/>'
             f'<text x="{x + 18:.1f}" y="{y + 2:.1f}">{escape(short)}</text>')

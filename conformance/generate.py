@@ -50,7 +50,7 @@ from client_sdk.protocols import discover as disc
 from client_sdk.protocols import olh as olh_mod
 from client_sdk.protocols.factory import build_protocol
 from client_sdk.protocols.numeric import NumericProtocol
-from client_sdk.registry import parse_registry
+from client_sdk.registry import canonical_value, parse_registry
 from client_sdk.state import MemoryState, ledger_key, value_digest
 from client_sdk.uploader import pack_batch
 
@@ -861,6 +861,124 @@ def batch_vectors() -> dict[str, Any]:
             "cases": cases}
 
 
+# --- sealed batches (Oblivious HTTP) --------------------------------------------------------------------
+def sealed_vectors() -> dict[str, Any]:
+    """Sealed batches for given keys and randomness: the gateway's X25519 key and the request's
+    ephemeral key are fixed (derived from labels), and so is each response nonce."""
+    from client_sdk import bhttp, ohttp
+
+    def fixed(label: str, n: int = 32) -> bytes:
+        return hashlib.sha256(b"ldpt conformance sealed " + label.encode()).digest()[:n]
+
+    gateway = ohttp.PrivateKey.from_private(7, fixed("gateway key"))
+    fp = "0123456789abcdef0123456789abcdef"
+    batches = [
+        [("crash", fp, 1)],
+        [("theme", fp, 4), ("page", fp, 70_000), ("region", fp, [3, 1]), ("browser", fp, b"\x05\x80")],
+        [("m" * 40, fp, b"\x00" * 300)] * 3,
+        [("crash", fp, i % 2) for i in range(120)],
+    ]
+    requests = []
+    for i, reports in enumerate(batches):
+        _, body = pack_batch(reports, bytes([i]) * 16)
+        inner = ohttp.inner_request(body)
+        sealed = ohttp.seal_request(gateway.config, inner, ephemeral_key=fixed(f"ephemeral {i}"))
+        requests.append({"batch": body.hex(), "ephemeral_private_key": fixed(f"ephemeral {i}").hex(),
+                         "inner_request": inner.hex(), "envelope": sealed.envelope.hex(),
+                         "response_secret": sealed.secret.hex()})
+    answers = [
+        (200, [("content-type", "application/json")], b'{"accepted": 1, "duplicate": false}'),
+        (200, [("content-type", "application/json")], b'{"accepted": 4, "duplicate": true}'),
+        (422, [("content-type", "application/problem+json")],
+         json.dumps({"type": "https://ldp-telemetry.dev/problems/unknown-metric", "title": "x", "status": 422,
+                     "detail": "report 0: unknown metric 'crash'", "metric": "crash", "report_index": 0}).encode()),
+        (503, [("content-type", "application/problem+json"), ("retry-after", "5")],
+         b'{"type": "https://ldp-telemetry.dev/problems/overloaded", "status": 503, "retry_after": 5}'),
+    ]
+    responses = []
+    for i, (status, headers, content) in enumerate(answers):
+        request = requests[i % len(requests)]
+        sealed = ohttp.SealedRequest(bytes.fromhex(request["envelope"]),
+                                     bytes.fromhex(request["envelope"])[ohttp.HEADER_BYTES:ohttp.HEADER_BYTES + ohttp.NENC],
+                                     bytes.fromhex(request["response_secret"]), gateway.config.key_id)
+        message = ohttp.inner_response(status, headers, content)
+        enc_response = ohttp.seal_response(sealed, message, response_nonce=fixed(f"response nonce {i}", 16))
+        back = bhttp.decode_response(ohttp.open_response(sealed, enc_response))
+        responses.append({"request": i % len(requests), "encapsulated_response": enc_response.hex(),
+                          "status": back.status, "headers": [[k, v.decode("latin-1")] for k, v in back.headers],
+                          "body": back.content.decode()})
+    sizes = [1, 960, 961, 1024, 1025, 4096, 4097, 100_000, 1_048_576, 1_048_577, 3_000_000]
+    return {
+        "description": "Sealed batches (docs/wire-format.md, \"Sealed batches\"): the gateway's key configuration, "
+                       "each batch's padded Binary HTTP request and its envelope for the given ephemeral X25519 "
+                       "private key, the request's response secret (Export(\"message/bhttp response\", 16)), and "
+                       "encapsulated responses (given response nonces) with what they decapsulate to.",
+        "suite": {"kem": ohttp.KEM_X25519_HKDF_SHA256, "kdf": ohttp.KDF_HKDF_SHA256, "aead": ohttp.AEAD_AES_128_GCM},
+        "gateway_private_key": gateway.private.hex(),
+        "key_config": gateway.config.encode().hex(),
+        "ohttp_keys": ohttp.encode_key_configs([gateway.config]).hex(),
+        "pad_classes": list(ohttp.PAD_CLASSES),
+        "response_pad": ohttp.RESPONSE_PAD,
+        "padded_lengths": [[n, ohttp.padded_length(n)] for n in sizes],
+        "requests": requests,
+        "responses": responses,
+    }
+
+# --- large domains declared compactly (client_sdk/domains.py) --------------------------------------------
+DOMAIN_VALUES = ("alpha", "beta", "gamma", "δέλτα", "日本", "e\u0301", "é", "a b", "0", "07", "-1", "last")
+DOMAINS_TOML = """
+[metrics.app_id]
+kind = "categorical"
+categories = { ids = 1000 }
+protocol = "hr"
+epsilon = 2.0
+
+[metrics.app]
+kind = "categorical"
+categories = { file = "app.txt" }
+protocol = "olh"
+epsilon = 2.0
+"""
+DOMAINS_INLINE_TOML = """
+[metrics.app]
+kind = "categorical"
+categories = [%s]
+protocol = "olh"
+epsilon = 2.0
+"""
+
+
+def domain_vectors() -> dict[str, Any]:
+    """A numbered and a file domain as published, the file's text, and value -> index lookups."""
+    import tempfile
+
+    from client_sdk.domains import domain_text
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "app.txt").write_text(domain_text(DOMAIN_VALUES), encoding="utf-8")
+        registry = parse_registry(DOMAINS_TOML, "conformance/domains", base_dir=Path(tmp))
+    inline = parse_registry(DOMAINS_INLINE_TOML % ", ".join(json.dumps(v) for v in DOMAIN_VALUES), "inline")
+    if inline.get("app").fingerprint != registry.get("app").fingerprint:
+        raise AssertionError("a file domain must keep the fingerprint of its values inline")
+    doc = json.loads(json.dumps(registry.to_json()))
+    ids, app = registry.get("app_id"), registry.get("app")
+    lookups = []
+    for value in [0, 1, 999, 1000, -1, "0", "17", "999", "1000", "007", "-0", " 5", "5 ", "1e3", "x"]:
+        idx = ids.domain_index.get(canonical_value(ids.kind, value))
+        lookups.append({"metric": "app_id", "value": value, "index": idx})
+    for value in [*DOMAIN_VALUES, "ALPHA", "", "alpha ", 7]:
+        idx = app.domain_index.get(canonical_value(app.kind, value))
+        lookups.append({"metric": "app", "value": value, "index": idx})
+    return {"description": "Large categorical domains (docs/wire-format.md, \"Large domains\"): a numbered "
+                           "domain published as {ids} and a file domain published as {file, size, sha256} "
+                           "whose values (`domain_text`) an SDK fetches apart and checks against sha256; "
+                           "`lookups` give the domain index of a value (null: not in the domain; a "
+                           "non-integer number is never an id). `app`'s fingerprint is the one it has "
+                           "with its values inline.",
+            "registry": doc, "domain_texts": {"app": domain_text(DOMAIN_VALUES)},
+            "fingerprints": {s.name: s.fingerprint for s in registry}, "lookups": lookups}
+
+
 # --- driver ---------------------------------------------------------------------------------------------
 def build() -> dict[str, dict[str, Any]]:
     registry = parse_registry(registry_text(), "conformance/registry")
@@ -873,6 +991,8 @@ def build() -> dict[str, dict[str, Any]]:
         "tables.json": table_vectors(),
         "ledger.json": ledger_vectors(),
         "batches.json": batch_vectors(),
+        "sealed.json": sealed_vectors(),
+        "domains.json": domain_vectors(),
     }
     for doc in files.values():
         doc["suite_version"] = SUITE_VERSION

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from client_sdk.errors import EstimationError
 from client_sdk.protocols.base import PureProtocol, Sketch
@@ -35,11 +34,17 @@ __all__ = ["COLUMNS", "CONTROLS", "estimate_frame"]
 def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95,
                    simultaneous: bool = False, consistent: bool = False,
                    candidates: Sequence[str] | None = None, alpha: float = 0.05,
-                   control: str = "fwer", top: int | None = None) -> pd.DataFrame:
+                   control: str = "fwer", top: int | None = None,
+                   rows_wanted: tuple[int, int] | None = None) -> pd.DataFrame:
     """Debiased estimates with intervals for one metric's (merged) sketch.
 
     ``top``: how many strings a ``discover`` metric reports (other metrics ignore it; callers
-    rank their rows themselves)."""
+    rank their rows themselves). ``rows_wanted = (offset, limit)``: only that page of the rows
+    ranked by estimate, largest first (``ranked_rows``), built without a frame of every value —
+    what a large domain is answered with by default; every test and the multiple-testing
+    control still run over all d values, so a page's ``detected`` is the full frame's.
+    ``attrs`` then say ``rows_total`` (d), ``offset``, ``limit`` and ``order``. Ignored with
+    ``consistent`` (Norm-Sub needs every value) and for histograms (a few buckets)."""
     if not 0 < confidence < 1:
         raise EstimationError(f"confidence must be between 0 and 1 (exclusive), got {confidence}")
     check_control(control)
@@ -87,32 +92,53 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
         raise EstimationError(f"metric {spec.name!r}: no reports in the selected window(s)")
     est = proto.estimate(sketch)
     std = np.sqrt(np.maximum(est.variances, 0.0))
-    low, high = wald_interval(est.counts, est.variances, n, confidence, simultaneous)
-    model = (proto.support_counts(sketch), proto.p, proto.q) if isinstance(proto, PureProtocol) \
+    # an estimate with a bounded bias b ∈ [b_lo, b_hi] (OLH with empty cohorts): c = ĉ − b − noise
+    b_lo, b_hi = (est.extra or {}).get("bias_bounds", (0.0, 0.0))
+    low = wald_interval(est.counts - b_hi, est.variances, n, confidence, simultaneous)[0]
+    high = wald_interval(est.counts - b_lo, est.variances, n, confidence, simultaneous)[1]
+    support = est.extra.get("support") if est.extra else None
+    model = (proto.support_counts(sketch) if support is None else support, proto.p, proto.q) \
+        if isinstance(proto, PureProtocol) \
         else getattr(proto, "small_count_model", lambda _: None)(sketch)  # one-cohort OLH is GRR
     if model is not None:  # exact law of the support count (intervals.py, docs/math.md §8)
         support, p_star, q_star = model
         low, high = exact_small_counts(low, high, support, n, p_star, q_star, confidence, simultaneous)
         p_value = zero_count_p_values(support, n, q_star)
     else:
+        shifted = est.counts - b_hi   # under "c(v) = 0" the estimate is at most b_hi plus noise
         with np.errstate(divide="ignore", invalid="ignore"):
-            z = np.where(std > 0, est.counts / std, np.inf * np.sign(est.counts))
-        p_value = stats.norm.sf(z)
+            z = np.where(std > 0, shifted / std, np.inf * np.sign(shifted))
+        p_value = normal_sf(z)
     d = len(est.counts)
-    df = pd.DataFrame({
-        "value": list(spec.domain or range(d)),
+    columns = {
         "estimate": est.counts,
         "proportion": est.counts / n,
         "std_err": std,
         "ci_low": low,
         "ci_high": high,
         "p_value": p_value,
-        "detected": detect(p_value, alpha, control),  # Holm or Benjamini–Hochberg
-    })
+        "detected": detect(p_value, alpha, control),  # Holm or Benjamini–Hochberg: over all d
+    }
+    rows = None
+    if rows_wanted is not None and not consistent and not spec.is_histogram:
+        rows = ranked_rows(est.counts, *rows_wanted)   # the page asked for, largest first
+        columns = {k: v[rows] for k, v in columns.items()}
+    domain = spec.domain
+    values = (list(domain) if domain is not None else list(range(d))) if rows is None else \
+        [domain[i] for i in rows.tolist()] if domain is not None else rows.tolist()
+    df = pd.DataFrame({"value": values, **columns})
     df.attrs.update(metric=spec.name, fingerprint=spec.fingerprint, protocol=proto.name,
                     epsilon=proto.epsilon, n_reports=n, confidence=confidence,
                     simultaneous=simultaneous, post_processed=None,
                     z=z_value(confidence, d if simultaneous else 1))
+    if rows is not None:
+        df.attrs.update(rows_total=d, offset=rows_wanted[0], limit=rows_wanted[1], order="estimate")
+    empty = (est.extra or {}).get("empty_cohorts")
+    if empty:
+        df.attrs.update(bias_bounds=[float(b_lo), float(b_hi)], warning=(
+            f"{empty:,} of {proto.cohorts:,} olh cohorts have no reports: their part of each estimate is "
+            f"not identified, so every estimate may be off by {b_lo:+,.1f} to {b_hi:+,.1f} (the "
+            "intervals and tests include it); more reports fill the cohorts, and hr has none"))
     if consistent:
         df = _apply_consistency(df, n)
     if spec.is_histogram:
@@ -121,6 +147,33 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
         df = with_histogram_rows(spec, sketch, df, est.variances, confidence=confidence,
                                  consistent=consistent, simultaneous=simultaneous)
     return df
+
+
+def ranked_rows(counts: np.ndarray, offset: int, limit: int) -> np.ndarray:
+    """Indices of rows offset .. offset+limit−1 in the order of a stable sort by estimate,
+    largest first (ties: the lower index first; NaN last), without sorting all d when the
+    page is near the top."""
+    key = np.where(np.isnan(counts), -np.inf, counts)
+    d, k = key.shape[0], min(offset + limit, key.shape[0])
+    if k <= 0 or offset >= d:
+        return np.zeros(0, dtype=np.int64)
+    if k >= d // 4:
+        order = np.argsort(-key, kind="stable")
+    else:   # the k largest: everything above the k-th value, then the first ties at it
+        kth = np.partition(key, d - k)[d - k]
+        above = np.flatnonzero(key > kth)
+        ties = np.flatnonzero(key == kth)[:k - above.size]
+        top = np.concatenate([above, ties])
+        order = top[np.lexsort((top, -key[top]))]
+    return order[offset:k]
+
+
+def normal_sf(z: np.ndarray) -> np.ndarray:
+    """P(Z > z) of the standard normal, as ``scipy.stats.norm.sf`` (scipy.special.ndtr: the
+    same routine, without importing scipy.stats, ~1 s of CPU)."""
+    from scipy.special import ndtr
+
+    return ndtr(-np.asarray(z, dtype=np.float64))
 
 
 def _apply_consistency(df: pd.DataFrame, n: int) -> pd.DataFrame:

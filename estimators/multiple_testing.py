@@ -32,25 +32,38 @@ def check_control(control: str) -> None:
 
 
 def holm(p_values: np.ndarray, alpha: float) -> np.ndarray:
-    """Holm step-down rejections (family-wise error <= α); NaN p-values are never rejected."""
+    """Holm step-down rejections (family-wise error <= α); NaN p-values are never rejected.
+
+    Only p-values <= α can be rejected ((M−i+1)·p₍ᵢ₎ <= α needs p₍ᵢ₎ <= α), and they are the
+    first ones of the sorted order: so only they are sorted (d = 10⁶ values, a few hundred
+    small p-values: microseconds, not a 0.2 s sort), with the same stable order and result."""
     p = _clean(p_values)
     m_tests = p.shape[0]
-    order = np.argsort(p, kind="stable")
+    small = np.flatnonzero(p <= alpha)
+    order = small[np.argsort(p[small], kind="stable")]
     # adjusted p₍ᵢ₎ = max_{j<=i} min(1, (M−j+1)·p₍ⱼ₎); reject where it is <= α
-    adjusted = np.maximum.accumulate(np.minimum(1.0, (m_tests - np.arange(m_tests)) * p[order]))
+    adjusted = np.maximum.accumulate(np.minimum(1.0, (m_tests - np.arange(order.shape[0])) * p[order]))
     out = np.zeros(m_tests, dtype=bool)
     out[order] = adjusted <= alpha
     return out
 
 
 def benjamini_hochberg(p_values: np.ndarray, alpha: float) -> np.ndarray:
-    """Benjamini–Hochberg rejections (false discovery rate <= α); NaN p-values are never rejected."""
-    from scipy import stats
+    """Benjamini–Hochberg rejections (false discovery rate <= α); NaN p-values are never rejected.
 
+    The adjusted p-values of ``scipy.stats.false_discovery_control``, min_{j>=i} (M/j)·p₍ⱼ₎,
+    computed over the p-values <= α only: any later term is (M/j)·p₍ⱼ₎ >= p₍ⱼ₎ > α, so it never
+    decides a rejection (the same rejections, without sorting all M)."""
     p = _clean(p_values)
-    if p.shape[0] == 0:
-        return np.zeros(0, dtype=bool)
-    return stats.false_discovery_control(p, method="bh") <= alpha
+    m_tests = p.shape[0]
+    out = np.zeros(m_tests, dtype=bool)
+    small = np.flatnonzero(p <= alpha)
+    if small.size == 0:
+        return out
+    order = small[np.argsort(p[small], kind="stable")]
+    adjusted = np.minimum.accumulate((p[order] * (m_tests / np.arange(1, order.shape[0] + 1)))[::-1])[::-1]
+    out[order] = np.minimum(adjusted, 1.0) <= alpha
+    return out
 
 
 def detect(p_values: np.ndarray, alpha: float, control: str) -> np.ndarray:

@@ -90,11 +90,12 @@ def module_level_packages(path: Path) -> set[str]:
 def test_sdk_needs_only_msgpack_beyond_the_standard_library():
     """The SDK's modules import msgpack and the TOML reader only; numpy is reached through
     client_sdk._lazy by the vectorised paths, and server-side decoding (scipy), the async
-    twin (aiohttp) and TOML writing (tomli_w, the CLI's) inside functions."""
+    twin (aiohttp), TOML writing (tomli_w, the CLI's) and HPKE for sealed batches (pyhpke and
+    cryptography, the "sealed" extra: client_sdk/ohttp.py) inside functions."""
     import sys
 
     eager = {"msgpack", "tomli", "client_sdk"}
-    lazy = eager | {"scipy", "aiohttp", "tomli_w"}
+    lazy = eager | {"scipy", "aiohttp", "tomli_w", "pyhpke", "cryptography"}
     offenders = set()
     for path in package_modules("client_sdk"):
         rel = str(path.relative_to(ROOT))

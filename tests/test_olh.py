@@ -605,13 +605,19 @@ def test_linear_family_decodes_a_million_values() -> None:
         assert est.counts[v] == pytest.approx(direct, rel=1e-9, abs=1e-6 * n)
 
 
-def test_linear_family_needs_every_cohort() -> None:
+def test_linear_family_with_empty_cohorts_bounds_what_they_leave_unidentified() -> None:
+    """Empty cohorts no longer refuse the estimate: it comes with the bound on its bias
+    (tests/test_olh_empty_cohorts.py checks the intervals' coverage)."""
     proto = linear(100, 1.0)
     sk = proto.new_sketch()
     proto.accumulate(sk, proto.encode(np.zeros(3, dtype=np.int64), np.random.default_rng(0),
                                       cohorts=np.zeros(3, dtype=np.int64)))
-    with pytest.raises(EstimationError, match="cohorts are empty"):
-        proto.estimate(sk)
+    est = proto.estimate(sk)
+    m, g, t = proto.params.m, proto.params.g, proto.params.t
+    assert est.extra["empty_cohorts"] == m - 1
+    share = float(g) ** (1 - t) * (m - 1) * 3
+    assert est.extra["bias_bounds"] == pytest.approx((-share * (1 - 1 / g), share / g))
+    assert np.all(np.isfinite(est.counts)) and np.all(est.variances >= 0)
 
 
 @pytest.mark.parametrize("d, epsilon", [(1_000_000, 8.0), (2_000_000, 0.5), (2_000_000, 2.0), (3_000_000, 8.0)])

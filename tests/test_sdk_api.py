@@ -19,7 +19,7 @@ from .sdk_support import REGISTRY_TOML, file_lock, make_registry  # noqa: F401 -
 EXPECTED_EXPORTS = {
     "AsyncHTTPTransport", "AsyncTelemetryClient", "AsyncTransport", "AsyncUploader",
     "ClientOptions", "DropPolicy", "FileState", "HTTPTransport", "LdptError", "MemoryState",
-    "OutboxLimits", "Refusal", "RetryPolicy", "TelemetryClient", "Transport", "TransportError",
+    "OutboxLimits", "Refusal", "RetryPolicy", "Seal", "Sealer", "TelemetryClient", "Transport", "TransportError",
     "Uploader", "load_registry", "read_ledger", "registry_from_json",
 }
 #: Test doubles: importable from client_sdk.testing only, never from the production surface.

@@ -127,14 +127,23 @@ def multiples(g: int, t: int) -> np.ndarray:
 
 
 def line_sums(table: np.ndarray, g: int, t: int, d: int) -> np.ndarray:
-    """Σ_s table[s, ⟨a_s, x⟩] for x ∈ [d] (float64), table of shape (m, g)."""
-    hat = np.fft.fft(np.asarray(table, dtype=np.float64), axis=1)
+    """Σ_s table[s, ⟨a_s, x⟩] for x ∈ [d] (float64), table of shape (m, g).
+
+    The table is real, so its spectrum is Hermitian (F(−ξ) = conj F(ξ): the code of (g−k)·a_s
+    is that of −k·a_s): the inverse transform is a real one over half the last axis (irfftn),
+    a quarter of the complex transform's time."""
+    table = np.asarray(table, dtype=np.float64)
+    half = g // 2 + 1
+    hat = np.fft.rfft(table, axis=1)                       # k = 0 .. g//2
+    idx = multiples(g, t)
     f = np.zeros(g ** t, dtype=np.complex128)
-    f[multiples(g, t)[:, 1:]] = hat[:, 1:]
-    f[0] = hat[:, 0].real.sum()
+    f[idx[:, 1:half]] = hat[:, 1:half]
+    f[idx[:, half:]] = np.conj(hat[:, 1:g - half + 1][:, ::-1])   # k = g−j: conj of j
+    f[0] = table.sum()
     del hat
     # numpy's C-order reshape puts digit t−1−j on axis j, for F and for x alike.
-    full = np.fft.ifftn(f.reshape((g,) * t)).real.ravel()[:d]
+    spectrum = f.reshape((g,) * t)[..., :half]
+    full = np.fft.irfftn(spectrum, s=(g,) * t, axes=list(range(t))).ravel()[:d]
     return full * float(g ** (t - 1))
 
 

@@ -248,11 +248,14 @@ class HR(PureProtocol):
     def estimate(self, sketch: Sketch) -> CountEstimate:
         """Pure estimator; when p*+q* > 1 the variance is plugged in at ĉ − 3·sd₀."""
         n = sketch.total_reports
-        counts, variances = pure_estimate(self.support_counts(sketch), n, self.p, self.q)
+        support = self.support_counts(sketch)
+        counts, variances = pure_estimate(support, n, self.p, self.q)
         if self.p + self.q > 1:
             sd0 = math.sqrt(float(pure_variance(n, 0.0, self.p, self.q)))
             variances = pure_variance(n, np.clip(counts - VARIANCE_SHIFT_SD * sd0, 0, n), self.p, self.q)
-        return CountEstimate(counts, variances, n, {"hash_range": self.g, "dimension": self.t})
+        # the support counts go along: the exact small-count law needs them (one DFT, not two)
+        return CountEstimate(counts, variances, n, {"hash_range": self.g, "dimension": self.t,
+                                                    "support": support})
 
     def to_wire(self, payloads: Payloads) -> list[Any]:
         return np.asarray(payloads["y"], dtype=np.int64).tolist()

@@ -494,27 +494,43 @@ class OLH(Protocol):
 
     # --- linear family (module docstring) ----------------------------------------------------------
     def _estimate_linear(self, T: np.ndarray, n_s: np.ndarray, sketch: Sketch) -> CountEstimate:
-        """ĉ(v) = g^(1−t) Σ_s (n/n_s) Z_s[H_s(v)] − n(m−1)/g^t by one DFT, with its sandwich variance."""
+        """ĉ(v) = g^(1−t) Σ_s (n/n_s) Z_s[H_s(v)] − n(m−1)/g^t by one DFT, with its sandwich variance.
+
+        Empty cohorts (too few reports for m cohorts): a line s without reports says nothing of
+        its bucket masses M_s, the g−1 characters on it are not identified, and no estimator is
+        unbiased for every population. The estimate then takes the uniform mass n/g in their
+        place, so its bias is b(v) = −g^(1−t) Σ_{s empty} (M_s(H_s(v)) − n/g), which 0 <= M_s <= n
+        bounds to [−g^(1−t)·E·n(1−1/g), g^(1−t)·E·n/g] for E empty cohorts, whatever the
+        population: ``extra["bias_bounds"]`` (estimators.frequency widens the intervals and the
+        test of "c(v) = 0" by it), and the variance keeps the cohort-sampling term (conservative).
+        """
         m, g, t, d = self.params.m, self.params.g, self.params.t, self.params.d
-        empty = int((n_s == 0).sum())
-        if empty:
-            raise EstimationError(f"too few reports to decode: {empty} of {m} olh cohorts are empty and "
-                                  "the least-squares solution needs every one; collect more reports, or "
-                                  "use hr (no cohorts) for this domain")
+        present = n_s > 0
+        empty = int(m - present.sum())
         n = float(n_s.sum())
         Z = (T - n_s[:, None] * self.q) / (self.p - self.q)
-        counts = proj.line_sums(Z * (n / n_s)[:, None], g, t, d) * float(g) ** (1 - t) \
-            - n * (m - 1) / float(g) ** t
+        scale = np.divide(n, n_s, out=np.zeros(m), where=present)
+        masses = Z * scale[:, None]
+        if empty:
+            masses[~present] = n / g    # E[bucket mass] of a uniform population: the unidentified part
+        counts = proj.line_sums(masses, g, t, d) * float(g) ** (1 - t) - n * (m - 1) / float(g) ** t
         extra = {"method": "wls-linear", "cohort_reports": sketch.reports.copy()}
-        return CountEstimate(counts, self._linear_variance(counts, n_s), int(n), extra)
+        if empty:
+            share = float(g) ** (1 - t) * empty * n
+            extra.update(empty_cohorts=empty, bias_bounds=(-share * (1 - 1 / g), share / g))
+        return CountEstimate(counts, self._linear_variance(counts, n_s, sampling=not empty), int(n), extra)
 
-    def _linear_variance(self, c: np.ndarray, n_s: np.ndarray) -> np.ndarray:
-        """g^(2−2t) n² Σ_s π(1−π)/(n_s(p'−q')²) at π_s,H_s(v), minus c(1 − c/n) (module docstring)."""
+    def _linear_variance(self, c: np.ndarray, n_s: np.ndarray, sampling: bool = True) -> np.ndarray:
+        """g^(2−2t) n² Σ_s π(1−π)/(n_s(p'−q')²) at π_s,H_s(v), minus c(1 − c/n) (module docstring),
+        over the cohorts with reports; ``sampling=False`` keeps the cohort-sampling term (the
+        variance of a population's estimate, larger: what empty cohorts use)."""
         g, t = self.params.g, self.params.t
         n = float(n_s.sum())
         pi = np.clip(self.q + (self.p - self.q) * proj.line_masses(c, g, t) / n, 0.0, 1.0)
-        cells = pi * (1 - pi) / n_s[:, None]
+        cells = pi * (1 - pi) * np.divide(1.0, n_s, out=np.zeros(n_s.shape), where=n_s > 0)[:, None]
         first = proj.line_sums(cells, g, t, c.shape[0]) * (n * float(g) ** (1 - t) / (self.p - self.q)) ** 2
+        if not sampling:
+            return np.maximum(first, 0.0)
         c = np.clip(c, 0.0, n)
         return np.maximum(first - c * (1 - c / n), 0.0)
 

@@ -28,13 +28,13 @@ import {
   Book, apply, copyAccounts, dayOf,
 } from "./ledger.js";
 import type { Metric, Registry } from "./metrics.js";
-import { loadRegistry } from "./registry.js";
+import { domainValues, fileDomains, loadRegistry } from "./registry.js";
 import {
   type DeviceStore, type OutboxLimits, type StoredBatch, DEFAULT_OUTBOX_LIMITS, DeviceLedger, batchName,
 } from "./state.js";
 import {
   type RetryPolicy, type Transport, DEFAULT_RETRY, DEFAULT_TIMEOUT, FetchTransport, Response, TransportError,
-  fromCollector, getRegistry, isRetryable, postBatch, retryDelay,
+  DOMAINS_PATH, fromCollector, getRegistry, isRetryable, postBatch, retryDelay,
 } from "./transport.js";
 import { type WireReport, type WireValue, batchReports, newBatchId, packBatch } from "./wire.js";
 
@@ -244,15 +244,33 @@ export class TelemetryClient {
       const resp = await getRegistry(this.transport as Transport);
       if (resp.status !== 200) throw new TransportError(`the collector answered ${resp.status} to GET /v1/registry`);
       const text = new TextDecoder().decode(resp.body);
-      const registry = loadRegistry(text, options.pins);
+      const registry = loadRegistry(text, options.pins, undefined, await this.domainLists(text));
       await store.writeRegistry(text);
       return registry;
     } catch (exc) {
       const cached = await store.readRegistry();
       if (cached === null || !(exc instanceof TransportError)) throw exc;
       this.log(`ldpt: cannot fetch the registry (${(exc as Error).message}); using the cached copy`);
-      return loadRegistry(cached, options.pins);
+      return loadRegistry(cached, options.pins, undefined, await this.domainLists(cached));
     }
+  }
+
+  /** The values of the registry's file domains: cached by digest, else fetched (and cached). */
+  private async domainLists(registryText: string): Promise<Record<string, string[]>> {
+    const store = this.store as DeviceStore;
+    const out: Record<string, string[]> = {};
+    for (const d of fileDomains(registryText)) {
+      const cached = await store.readDomain?.(d.sha256);
+      let text = cached;
+      if (!cached) {
+        const resp = await (this.transport as Transport).request("GET", DOMAINS_PATH + encodeURIComponent(d.name));
+        if (resp.status !== 200) throw new TransportError(`domain list of ${d.name}: ${resp.status}`);
+        text = new TextDecoder().decode(resp.body);
+      }
+      out[d.name] = domainValues(text as string, d);   // checked before it is cached
+      if (!cached) await store.writeDomain?.(d.sha256, text as string);
+    }
+    return out;
   }
 
   private log(message: string): void {

@@ -10,4 +10,4 @@ export type { DeviceClock, ElapsedClock, Reading } from "./deviceClock.js";
 export { type DeviceStore, type Outbox, type OutboxLimits, DEFAULT_OUTBOX_LIMITS, StateError } from "./state.js";
 export { type RetryPolicy, type Transport, DEFAULT_RETRY, FetchTransport, Response, TransportError } from "./transport.js";
 export { type Found, type Metric, type Registry } from "./metrics.js";
-export { loadRegistry, RegistryError } from "./registry.js";
+export { domainValues, fileDomains, loadRegistry, type PublishedDomain, RegistryError } from "./registry.js";

@@ -9,6 +9,12 @@
 import { sha256 } from "@noble/hashes/sha2";
 import { shake256 } from "@noble/hashes/sha3";
 
+/** Lower-case hex of bytes. */
+export const hexOf = (b: Uint8Array): string => Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+
+/** SHA-256 (hex) of a string's UTF-8 (a domain list's digest: docs/wire-format.md). */
+export const sha256Hex = (text: string): string => hexOf(sha256(new TextEncoder().encode(text)));
+
 /** UTF-8 of a string, lone surrogates passed through as 3-byte sequences (Python's "surrogatepass"). */
 export function utf8(text: string): Uint8Array {
   const out: number[] = [];
@@ -142,7 +148,7 @@ export const ledgerKey = (secret: Uint8Array): Uint8Array => hmacSha256(secret, 
 /** HMAC(ledger key, fingerprint ‖ 0 ‖ key) as hex, first 32 characters. */
 export function valueDigest(key: Uint8Array, fingerprint: string, value: string): string {
   const mac = hmacSha256(key, concat(utf8(fingerprint), Uint8Array.of(0), utf8(value)));
-  return Array.from(mac.subarray(0, 16), (b) => b.toString(16).padStart(2, "0")).join("");
+  return hexOf(mac.subarray(0, 16));
 }
 
 // --- 64-bit mixing (OLH/LOLOHA hash family, discover buckets) ------------------------------------------

@@ -19,7 +19,7 @@
  */
 
 import {
-  type DeviceClock, type Reading, clockFromJson, place,
+  type DeviceClock, type Reading, EPOCH_SLOTS, MAX_WINDOW_AHEAD_DAYS, OPEN_AFTER, clockFromJson,
 } from "./deviceClock.js";
 
 export { MAX_WINDOW_AHEAD_DAYS } from "./deviceClock.js";
@@ -102,17 +102,7 @@ export function windowName(day: number): string {
   return new Date(day * SECONDS_PER_DAY * 1000).toISOString().slice(0, 10);
 }
 
-/** The day of the latest window of a version-1 book (null: none, or it is no date). */
-function latestDay(book: Book): number | null {
-  let latest = "";
-  for (const a of book.values()) if (a.window > latest) latest = a.window;
-  return dayOfWindow(latest);
-}
 
-function dayOfWindow(window: string): number | null {
-  const t = Date.parse(window + "T00:00:00Z");
-  return /^\d{4}-\d{2}-\d{2}$/.test(window) && Number.isFinite(t) ? Math.round(t / 86_400_000) : null;
-}
 
 function isMemoised(c: Charge): boolean {
   return c.epsilonLongitudinal !== null;
@@ -154,38 +144,53 @@ function roll(a: MetricAccount, window: string): void {
   }
 }
 
-/** The window was re-dated back to `day`: every account of a later window moves there with its
- *  spend, plus the spend it had made on that very day. As `_redate` in Python. */
-function redate(book: Book, day: number): void {
-  const window = windowName(day);
-  for (const a of book.values()) {
-    if (a.window > window) {
-      if (a.previous_window === window) {
-        a.window_reports += a.previous_reports;
-        a.window_epsilon += a.previous_epsilon;
+/**
+ * The device clock rule (deviceClock.ts; docs/conformance.md, "The device clock"): the charge
+ * re-dated to the window it counts in, updating the book's clock and, on a re-date or a
+ * resume, its accounts. `mayOpen` false: recording a refusal, which never opens a window.
+ */
+export function placeCharge(book: Book, c: Charge, [id, r]: Reading, mayOpen = true): Charge {
+  const clock = book.clock;
+  // touch: fill the epoch's empty slots, most recently used last; a new epoch gets one opening
+  let epoch = clock.epochs.find((x) => x.id === id);
+  if (epoch) epoch.since = [epoch.since[0] ?? r, epoch.since[1] ?? r];
+  else epoch = { id, since: [r - OPEN_AFTER, r] };
+  clock.epochs = [...clock.epochs.filter((x) => x !== epoch), epoch].slice(-EPOCH_SLOTS);
+  const w = clock.window;
+  const day = c.day;
+  if (w === null || day === w) {
+    clock.window = day; // create, or the same window
+  } else if (day < w) {
+    if (w - day > MAX_WINDOW_AHEAD_DAYS) { // re-date (else late): later accounts move there, spend kept
+      clock.window = day;
+      clock.left = w;
+      clock.redated += 1;
+      const window = windowName(day);
+      for (const a of book.values()) {
+        if (a.window > window) {
+          if (a.previous_window === window) {
+            a.window_reports += a.previous_reports;
+            a.window_epsilon += a.previous_epsilon;
+          }
+          a.window = window;
+          a.previous_window = "";
+          a.previous_reports = a.previous_epsilon = 0;
+        }
       }
-      a.window = window;
-      a.previous_window = "";
-      a.previous_reports = 0;
-      a.previous_epsilon = 0;
     }
-  }
-}
-
-/** Forward onto the day a re-date left: the accounts of the window continue there. */
-function resume(book: Book, left: number, day: number): void {
-  const window = windowName(left);
-  const target = windowName(day);
-  for (const a of book.values()) if (a.window === window) a.window = target;
-}
-
-/** The charge re-dated to the window it counts in (the device clock rule: deviceClock.place). */
-export function placeCharge(book: Book, c: Charge, reading: Reading, mayOpen = true): Charge {
-  const before = book.clock.window;
-  const [day, move] = place(book.clock, c.day, reading, mayOpen);
-  if (move === "redate") redate(book, day);
-  else if (move === "resume") resume(book, before as number, day);
-  return { ...c, day };
+  } else if (day === clock.left) { // resume: the accounts of the window continue there
+    clock.window = day;
+    clock.left = null;
+    const from = windowName(w);
+    for (const a of book.values()) if (a.window === from) a.window = windowName(day);
+  } else if (mayOpen && epoch.since[0] !== null && r - epoch.since[0] >= OPEN_AFTER) { // open
+    for (const e of clock.epochs) e.since = [e.since[1], null];
+    epoch.since[1] = r;
+    clock.window = day;
+    clock.left = null;
+    clock.opened += 1;
+  } else if (mayOpen) clock.held += 1; // held
+  return { ...c, day: clock.window as number };
 }
 
 /** Distinct values charged at ε∞ over all fingerprints. */
@@ -314,24 +319,18 @@ const COUNT_FIELDS = ["window_reports", "lifetime_reports", "refused_window", "r
 const EPSILON_FIELDS = ["window_epsilon", "lifetime_epsilon", "epsilon_per_report", "previous_epsilon"] as const;
 const OPTIONAL_EPSILON_FIELDS = ["epsilon_longitudinal", "lifetime_budget"] as const;
 
-function sortedKeys(o: object): string[] {
-  return Object.keys(o).sort();
-}
-
-/** The book as the Python SDK writes ledger.json (metrics and keys sorted; digests sorted). */
+/** The book in the Python SDK's ledger.json format (metrics sorted by name; each memo set's
+ *  digests sorted, so the file does not tell in which order values were first reported). */
 export function dumpLedger(accounts: Book, generation = ""): string {
-  const metrics: Record<string, unknown> = {};
+  const metrics: Record<string, MetricAccount> = {};
   for (const name of [...accounts.keys()].sort()) {
     const a = accounts.get(name) as MetricAccount;
     const memo: Record<string, string[]> = {};
-    for (const fp of sortedKeys(a.memo)) memo[fp] = a.memo[fp].slice().sort();
-    const row: Record<string, unknown> = { ...a, memo };
-    const sorted: Record<string, unknown> = {};
-    for (const k of sortedKeys(row)) sorted[k] = row[k];
-    metrics[name] = sorted;
+    for (const fp of Object.keys(a.memo).sort()) memo[fp] = a.memo[fp].slice().sort();
+    metrics[name] = { ...a, memo };
   }
-  return JSON.stringify({ clock: accounts.clock, format: LEDGER_FORMAT, generation, metrics,
-    version: LEDGER_VERSION }, null, 1) + "\n";
+  return JSON.stringify({ format: LEDGER_FORMAT, version: LEDGER_VERSION, generation, clock: accounts.clock, metrics },
+    null, 1) + "\n";
 }
 
 /** Parse a book written by `dumpLedger` or the Python SDK; LedgerError when it is not one. */
@@ -345,8 +344,7 @@ export function parseLedger(text: string | null, where = "ledger"): { accounts: 
     if (Number(doc.version ?? 0) > LEDGER_VERSION) throw new Error(`written by a newer SDK (version ${doc.version})`);
     if (doc.metrics === null || typeof doc.metrics !== "object") throw new Error("no metrics");
     for (const name of Object.keys(doc.metrics)) accounts.set(name, accountFromJson(doc.metrics[name]));
-    if ("clock" in doc) accounts.clock = clockFromJson(doc.clock);
-    else accounts.clock.window = latestDay(accounts); // a version-1 book: its latest window, no epochs
+    if ("clock" in doc) accounts.clock = clockFromJson(doc.clock); // (a version-1 book: a new clock)
   } catch (exc) {
     throw new LedgerError(`${where}: the privacy ledger is unreadable (${(exc as Error).message}); the SDK ` +
       "refuses to report until it is repaired or removed (removing it forgets past spend)");

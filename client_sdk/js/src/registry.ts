@@ -6,7 +6,7 @@
  * derives them once and every SDK encodes from the same integers.
  */
 
-import { ledgerKey, utf8, valueDigest } from "./hashing.js";
+import { ledgerKey, sha256Hex, utf8, valueDigest } from "./hashing.js";
 import type { DeviceCaps, Found, Metric, Registry } from "./metrics.js";
 import { dbitflip, lgrr, loloha, losue } from "./protocols/memoised.js";
 import { grr, hr, olh, rr, ss, unary } from "./protocols/frequency.js";
@@ -61,6 +61,39 @@ function edgeText(x: number): string {
 
 type Entry = Record<string, unknown>;
 
+/** A file domain as the registry publishes it (`categories: {file, size, sha256}`). */
+export interface PublishedDomain {
+  name: string;
+  size: number;
+  sha256: string;
+}
+
+/** The file domains of a published registry: fetch each from `GET /v1/registry/domains/{name}`. */
+export function fileDomains(doc: unknown): PublishedDomain[] {
+  const metrics = ((typeof doc === "string" ? JSON.parse(doc) : doc) as { metrics?: Entry[] } | null)?.metrics;
+  return !Array.isArray(metrics) ? [] : metrics.filter((e) => typeof (e.categories as Entry | null)?.sha256 === "string")
+    .map((e) => ({ name: String(e.name), ...(e.categories as { size: number; sha256: string }) }));
+}
+
+/** The values of a domain text (each followed by "\n"), if it is the published one. */
+export function domainValues(text: string, d: PublishedDomain): string[] {
+  const values = text.slice(0, -1).split("\n");
+  if (!text.endsWith("\n") || values.length !== d.size || sha256Hex(text) !== d.sha256) {
+    throw new RegistryError(`metric ${d.name}: not the published domain list`);
+  }
+  return values;
+}
+
+/** A metric's value -> index: a map, or the size of a numbered domain ("0" .. "d-1"). */
+type Domain = Map<string, number> | number;
+
+function domainOf(name: string, kind: string, c: any, domains?: Record<string, string[]>): Domain {
+  if (kind === "categorical" && c.ids) return c.ids;
+  const list = kind === "boolean" ? ["false", "true"] : kind !== "categorical" ? [] : Array.isArray(c) ? c : domains?.[name];
+  if (!list) throw new RegistryError(`metric ${name}: no domain list`);
+  return new Map(list.map((v: string, i: number) => [v, i]));
+}
+
 function number(v: unknown, what: string): number {
   if (typeof v !== "number" || !Number.isFinite(v)) throw new RegistryError(`${what} must be a finite number`);
   return v;
@@ -76,10 +109,10 @@ class PublishedMetric implements Metric {
   private readonly kind: string;
   private readonly encoder: Encoder;
   private readonly block: Block;
-  private readonly index = new Map<string, number>();
+  private readonly domain: Domain;
   private readonly labels: string[] = [];
 
-  constructor(entry: Entry, private readonly random: RandomSource) {
+  constructor(entry: Entry, private readonly random: RandomSource, domains?: Record<string, string[]>) {
     this.name = String(entry.name);
     const block = entry.encoder as Block | undefined;
     if (block === undefined || typeof block !== "object" || block === null) {
@@ -98,9 +131,7 @@ class PublishedMetric implements Metric {
       : number(entry.epsilon_longitudinal, `metric ${this.name}: epsilon_longitudinal`);
     this.reportsPerWindow = entry.reports_per_window == null ? 1 : number(entry.reports_per_window, "reports_per_window");
     this.lifetimeEpsilon = entry.lifetime_epsilon == null ? null : number(entry.lifetime_epsilon, "lifetime_epsilon");
-    const domain = this.kind === "boolean" ? ["false", "true"]
-      : this.kind === "categorical" ? (entry.categories as string[]) : null;
-    (domain ?? []).forEach((v, i) => this.index.set(v, i));
+    this.domain = domainOf(this.name, this.kind, entry.categories, domains);
     if (block.edges) {
       const e = (block.edges as number[]).map(edgeText);
       for (let i = 0; i + 1 < e.length; i++) this.labels.push(`[${e[i]}, ${e[i + 1]}${i === e.length - 2 ? "]" : ")"}`);
@@ -145,8 +176,14 @@ class PublishedMetric implements Metric {
     else if (this.kind === "boolean" && (value === true || value === false || value === 0 || value === 1)) {
       key = value === true || value === 1 ? "true" : "false";
     } else if (typeof value === "number" && Number.isInteger(value)) key = String(value);
-    const index = key === null ? undefined : this.index.get(key);
+    const index = key === null ? undefined : this.indexOf(key);
     return index === undefined ? null : this.found(key as string, index, false, secret, day);
+  }
+
+  private indexOf(key: string): number | undefined {
+    const d = this.domain;
+    if (typeof d !== "number") return d.get(key);
+    return /^(0|[1-9]\d{0,18})$/.test(key) && Number(key) < d ? Number(key) : undefined; // ids (domains.py)
   }
 
   encode(found: Found, secret: Uint8Array, day: number): WireValue {
@@ -158,16 +195,17 @@ class PublishedMetric implements Metric {
  * A registry from the published document (an object or its JSON text). `pins` maps metric
  * names to the fingerprints the app was built against: a published metric whose fingerprint
  * differs, or a pinned metric that is missing, is a RegistryError. `random` replaces the CSPRNG
- * (tests only).
+ * (tests only). `domains` holds the values of file domains (`fileDomains`, `domainValues`).
  */
-export function loadRegistry(doc: unknown, pins?: Record<string, string>, random: RandomSource = cryptoRandom): Registry {
+export function loadRegistry(doc: unknown, pins?: Record<string, string>, random: RandomSource = cryptoRandom,
+                             domains?: Record<string, string[]>): Registry {
   const parsed = (typeof doc === "string" ? JSON.parse(doc) : doc) as { metrics?: Entry[]; device?: Entry | null };
   if (parsed === null || typeof parsed !== "object" || !Array.isArray(parsed.metrics) || parsed.metrics.length === 0) {
     throw new RegistryError('expected {"metrics": [...]} with at least one metric');
   }
   const metrics = new Map<string, Metric>();
   for (const entry of parsed.metrics) {
-    const metric = new PublishedMetric(entry, random);
+    const metric = new PublishedMetric(entry, random, domains);
     const pin = pins?.[metric.name];
     if (pin !== undefined && pin !== metric.fingerprint) {
       throw new RegistryError(`metric ${metric.name} changed: fingerprint ${metric.fingerprint}, the app is pinned to ${pin}`);

@@ -11,6 +11,7 @@
  */
 
 import type { ElapsedClock } from "./deviceClock.js";
+import { hexOf } from "./hashing.js";
 import {
   type Book, type Charge, type Refusal, type RefusalCounts,
   commitCharges, dumpLedger, forgetValues, parseLedger,
@@ -81,6 +82,9 @@ export interface DeviceStore {
   optIn(): Promise<void>;
   readRegistry(): Promise<string | null>;
   writeRegistry(text: string): Promise<void>;
+  /** A file domain's text by its SHA-256 (docs/wire-format.md), null when not cached. */
+  readDomain?(sha256: string): Promise<string | null>;
+  writeDomain?(sha256: string, text: string): Promise<void>;
 }
 
 /** Why this device's state cannot be used: nothing is reported (privacy first). */
@@ -96,8 +100,7 @@ export interface CommitResult {
 }
 
 function randomTag(): string {
-  const b = crypto.getRandomValues(new Uint8Array(8));
-  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+  return hexOf(crypto.getRandomValues(new Uint8Array(8)));
 }
 
 /** The ledger of one device over its store. */
@@ -152,8 +155,7 @@ export function overCaps(batches: ReadonlyArray<{ created: number; size: number;
 
 /** Outbox entry names: `<created µs, 17 digits>-<reports>-<batch id hex>`, sorting oldest first. */
 export function batchName(created: number, reports: number, batchId: Uint8Array): string {
-  const hex = Array.from(batchId, (x) => x.toString(16).padStart(2, "0")).join("");
-  return `${String(Math.round(created * 1e6)).padStart(17, "0")}-${reports}-${hex}`;
+  return `${String(Math.round(created * 1e6)).padStart(17, "0")}-${reports}-${hexOf(batchId)}`;
 }
 
 export function parseBatchName(name: string): { created: number; reports: number } | null {

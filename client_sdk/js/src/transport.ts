@@ -10,6 +10,8 @@
 
 export const REPORTS_PATH = "/v1/reports";
 export const REGISTRY_PATH = "/v1/registry";
+/** A file domain's values, one per line (`fetch` decodes the gzip the collector sends). */
+export const DOMAINS_PATH = "/v1/registry/domains/";
 export const MSGPACK = "application/msgpack";
 export const DEFAULT_TIMEOUT = 10;
 /** Browsers refuse keepalive bodies beyond 64 KiB in flight; larger batches go without it. */

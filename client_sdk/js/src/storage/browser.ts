@@ -226,6 +226,14 @@ export class IndexedDbStore implements DeviceStore {
   async writeRegistry(text: string): Promise<void> {
     await this.put("registry", text);
   }
+
+  async readDomain(sha256: string): Promise<string | null> {
+    return ((await this.get(`domain-${sha256}`)) as string | undefined) ?? null;
+  }
+
+  async writeDomain(sha256: string, text: string): Promise<void> {
+    await this.put(`domain-${sha256}`, text);
+  }
 }
 
 /** The state of device `namespace` in this origin's IndexedDB (StateError when unavailable). */

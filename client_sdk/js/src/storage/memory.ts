@@ -109,4 +109,14 @@ export class MemoryStore implements DeviceStore {
   async writeRegistry(text: string): Promise<void> {
     this.registry = text;
   }
+
+  private readonly domains = new Map<string, string>();
+
+  async readDomain(sha256: string): Promise<string | null> {
+    return this.domains.get(sha256) ?? null;
+  }
+
+  async writeDomain(sha256: string, text: string): Promise<void> {
+    this.domains.set(sha256, text);
+  }
 }

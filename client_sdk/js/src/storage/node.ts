@@ -242,4 +242,12 @@ export class FileStore implements DeviceStore {
   writeRegistry(text: string): Promise<void> {
     return atomicWrite(this.path("registry.json"), text);
   }
+
+  readDomain(sha256: string): Promise<string | null> {
+    return /^[0-9a-f]{64}$/.test(sha256) ? readOrNull(this.path(`domain-${sha256}.txt`), "utf8") : Promise.resolve(null);
+  }
+
+  async writeDomain(sha256: string, text: string): Promise<void> {
+    if (/^[0-9a-f]{64}$/.test(sha256)) await atomicWrite(this.path(`domain-${sha256}.txt`), text);
+  }
 }

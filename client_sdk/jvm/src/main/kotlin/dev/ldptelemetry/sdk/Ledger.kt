@@ -156,22 +156,6 @@ object Ledger {
         return String.format("%04d-%02d-%02d", y, m, d)
     }
 
-    /** The day number of a YYYY-MM-DD window, or null. */
-    internal fun dayOfWindow(window: String): Long? {
-        if (window.length != 10 || window[4] != '-' || window[7] != '-') return null
-        val y = window.substring(0, 4).toLongOrNull() ?: return null
-        val m = window.substring(5, 7).toLongOrNull() ?: return null
-        val d = window.substring(8, 10).toLongOrNull() ?: return null
-        if (m !in 1..12 || d !in 1..31) return null
-        val yy = if (m <= 2) y - 1 else y
-        val era = Math.floorDiv(yy, 400L)
-        val yoe = yy - era * 400
-        val doy = (153 * (if (m > 2) m - 3 else m + 9) + 2) / 5 + d - 1
-        val doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
-        val day = era * 146097 + doe - 719468
-        return if (civil(day) == window) day else null
-    }
-
     private fun deviceCapped(c: Charge) = c.deviceWindowBudget != null || c.deviceLifetimeBudget != null
 
     /**
@@ -347,9 +331,8 @@ object Ledger {
             val metrics = doc["metrics"] as? Map<*, *> ?: throw IllegalArgumentException("no metrics")
             for ((name, data) in metrics) accounts[name as String] = MetricAccount.fromJson(data)
             // a version-1 book: its latest window (if a date), no epochs
+            // a version-1 book: a new clock (its first charge creates the window)
             val clock = if (doc.containsKey("clock")) clockFromJson(doc["clock"]) else DeviceClock()
-            // a version-1 book: its latest window (if a date), no epochs
-            if (!doc.containsKey("clock")) clock.window = dayOfWindow(accounts.values.maxOfOrNull { it.window } ?: "")
             return Book(accounts, doc["generation"] as? String, clock)
         } catch (e: RuntimeException) {
             throw LedgerException("$where: the privacy ledger is unreadable (${e.message}); the SDK refuses to report " +
