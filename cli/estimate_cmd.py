@@ -84,8 +84,9 @@ def store_options(func):  # noqa: ANN001, ANN201 - a click decorator
               help=f"Every value's row, even of a domain above {LARGE_DOMAIN:,} values (by default "
                    f"those print their {TABLE_MAX_ROWS:,} largest estimates, as tables do).")
 @click.option("--raw-csv", is_flag=True,
-              help="--format csv: write strings exactly, even those a spreadsheet would run as a "
-                   "formula (by default a leading = + - @ tab or CR gets a ' before it).")
+              help="--format csv: write strings exactly, control characters and all, even those a "
+                   "spreadsheet would run as a formula (by default control characters are written "
+                   "\\xNN and a leading = + - @ gets a ' before it).")
 @click.option("--silent", is_flag=True, help="No progress on standard error.")
 @output_options
 def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: str | None,

@@ -54,6 +54,37 @@ def check(file: str) -> None:
     for line in device_warnings(registry):
         click.echo(line, err=True)
     check_dimensions(registry, file)
+    check_linking(registry)
+
+
+def check_linking(registry) -> None:  # noqa: ANN001 - a Registry
+    """The numbers a device repeats in every report (estimators/linking.py) with their bits,
+    and what they carry together with the public dimensions (docs/privacy.md); a warning when
+    that exceeds the registry's max_bits, the bound ``check_dimensions`` holds the dimensions to."""
+    from client_sdk.dimensions import DEFAULT_MAX_BITS, combination_bits
+    from estimators.linking import PERMANENT, linking_numbers, permanent_bits
+
+    numbers = linking_numbers(registry)
+    if not numbers:
+        return
+    table = registry.dimension_table
+    dims = list(table.dimensions.values()) if table is not None else []
+    dim_bits = combination_bits(dims) if dims else 0.0
+    max_bits = table.max_bits if table is not None else DEFAULT_MAX_BITS
+    rows = [(", ".join(n.metrics), n.what, f"{n.values:,}", f"{n.bits:.2f}",
+             "every report, across days" if n.lasts == PERMANENT else f"every report of {n.lasts}")
+            for n in numbers]
+    click.echo("linking numbers: derived from the device's secret, the same in every report of the "
+               "metric (docs/privacy.md, \"What leaves the device\")")
+    click.echo(format_table(("metric", "number", "values", "bits", "repeats in"), rows), nl=False)
+    total = permanent_bits(numbers) + dim_bits
+    with_dims = f" and the public dimensions' {dim_bits:.2f}" if dims else ""
+    click.echo(f"linkability: {total:.2f} bits repeat in a device's batches across days (the permanent "
+               f"numbers{with_dims}; at most, with uniform independent numbers)")
+    if total > max_bits:
+        click.echo(f"warning: {total:.2f} bits of linking numbers exceed max_bits = {max_bits:g}: the "
+                   f"tuple can single out about 1 device in {2 ** total:,.0f} and link its batches across "
+                   "days; use fewer cohorts or groups, or fewer such metrics", err=True)
 
 
 def check_dimensions(registry, file: str) -> None:  # noqa: ANN001 - a Registry

@@ -76,6 +76,9 @@ def _joint_table(shown: pd.DataFrame) -> str:
     shown["p_value"] = shown["p_value"].map(format_p)
     if "detected" in shown:  # no test on a row: an empty cell, not False
         shown["detected"] = shown["detected"].map(lambda v: "" if v is None or pd.isna(v) else str(bool(v)))
+    if "ci_unbounded" in shown:   # a Fieller set that is unbounded: the interval says nothing
+        unbounded = shown.pop("ci_unbounded").map(lambda v: v is True or v is np.True_)
+        shown.loc[unbounded.to_numpy(bool), ["ci_low", "ci_high"]] = "unbounded"
     return shown.to_string(index=False)
 
 

@@ -36,8 +36,8 @@ from estimators.series import series_frame, windows_in_range
 from .problems import Problem
 
 QUERY_FIELDS = ("window", "since", "until", "by", "confidence", "simultaneous", "consistent", "candidates",
-                "top", "format")
-COMPARE_FIELDS = ("a", "b", "confidence", "alpha", "control", "simultaneous", "format")
+                "top", "format", "raw_csv")
+COMPARE_FIELDS = ("a", "b", "confidence", "alpha", "control", "simultaneous", "format", "raw_csv")
 #: Largest ``top`` a discover metric may be asked for (docs/discovery.md).
 MAX_TOP = DISCOVER_MAX_TOP
 FORMATS = {"json": "application/json", "csv": "text/csv"}
@@ -141,6 +141,7 @@ def parse_query(params: Mapping[str, Any], accept: str = "") -> dict[str, Any]:
                           field="top")
     out["top"] = top
     out["format"] = _format(params, accept)
+    out["raw_csv"] = _flag("raw_csv", params.get("raw_csv", False))
     return out
 
 
@@ -176,7 +177,8 @@ def parse_compare(params: Mapping[str, Any], accept: str = "") -> dict[str, Any]
                       f"{', '.join(COMPARE_FIELDS)})", field=unknown[0])
     out: dict[str, Any] = {"a": _side("a", params.get("a")), "b": _side("b", params.get("b")),
                            "simultaneous": _flag("simultaneous", params.get("simultaneous", False)),
-                           "format": _format(params, accept)}
+                           "format": _format(params, accept),
+                           "raw_csv": _flag("raw_csv", params.get("raw_csv", False))}
     if out["a"]["label"] == out["b"]["label"]:
         raise Problem("invalid-query", f"a and b are both {out['a']['label']}: a comparison needs two "
                       "different windows (or ranges)", field="b")
@@ -271,7 +273,7 @@ async def estimates(request: web.Request, registry: Registry, store: AsyncSketch
     spec = metric_spec(registry, request.match_info["name"])
     q = await query_params(request)
     segment_min = max(min_reports, registry.segment_min_reports(spec))
-    return _respond(await estimate_df(spec, store, q, min_reports, segment_min), q["format"])
+    return _respond(await estimate_df(spec, store, q, min_reports, segment_min), q["format"], q["raw_csv"])
 
 
 async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], min_reports: int,
@@ -353,9 +355,11 @@ async def _range_sketches(spec: Any, store: AsyncSketchStore, q: Mapping[str, An
         raise Problem.from_error(exc) from None
 
 
-def _respond(df: Any, fmt: str) -> web.Response:
+def _respond(df: Any, fmt: str, raw_csv: bool = False) -> web.Response:
+    """JSON (exact), or CSV: terminal- and spreadsheet-safe strings unless ``raw_csv``
+    (estimators/formats.py ``frame_to_csv``)."""
     if fmt == "csv":
-        return web.Response(text=frame_to_csv(df), content_type="text/csv")
+        return web.Response(text=frame_to_csv(df, raw=raw_csv), content_type="text/csv")
     return web.Response(text=frame_to_json(df), content_type="application/json")
 
 
@@ -439,7 +443,7 @@ async def compare(request: web.Request, registry: Registry, store: AsyncSketchSt
     check_bearer(request.headers.get("Authorization"), tokens)
     spec = metric_spec(registry, request.match_info["name"])
     q = parse_compare(url_params(request.query), request.headers.get("Accept", ""))
-    return _respond(await compare_df(spec, store, q, min_reports), q["format"])
+    return _respond(await compare_df(spec, store, q, min_reports), q["format"], q["raw_csv"])
 
 
 async def compare_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], min_reports: int) -> Any:

@@ -38,7 +38,10 @@ COLUMN_SCALES = {
     "ci_low": "lower confidence bound of estimate (same scale)",
     "ci_high": "upper confidence bound of estimate (same scale)",
     "p_value": "one-sided p-value of 'count = 0'",
-    "detected": "count > 0 under the multiple-testing control (fwer = Holm, fdr = Benjamini-Hochberg)",
+    "detected": "count > 0 under the multiple-testing control (fwer = Holm, fdr = Benjamini-Hochberg); "
+                "null where no count test was run",
+    "ci_unbounded": "true when the (Fieller) confidence set is unbounded: ci_low..ci_high is then the whole "
+                    "admissible range and says nothing; null on rows that are not ratios",
     "truth": "count in the true population (--truth), same scale as estimate",
     "n": "reports in the window",
     "estimate_a": "proportion (or mean) in A",
@@ -73,6 +76,20 @@ def spreadsheet_safe(value: Any) -> Any:
     return value
 
 
+#: C0 controls, DEL and C1 controls -> their ``\\xNN`` escape. ESC (0x1b), BEL (0x07) and CSI
+#: (0x9b) drive a terminal (retitle it, clear it, move the cursor) when a CSV is printed.
+CONTROL_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+
+
+def escape_controls(value: Any) -> Any:
+    """A string cell with its C0/C1 control characters (and DEL) written as ``\\xNN``; anything
+    else unchanged. Reported strings are chosen by whoever sends reports: ``cat out.csv`` must
+    not let ``\\x1b]0;pwned\\x07`` retitle the analyst's terminal."""
+    if isinstance(value, str):
+        return value.translate(CONTROL_ESCAPES)
+    return value
+
+
 def _series_detected(df: pd.DataFrame) -> pd.DataFrame:
     """A series' empty windows (n = 0) have no ``detected``: written as an empty field / null."""
     if "n" not in df or "detected" not in df or not (df["n"] == 0).any():
@@ -86,15 +103,17 @@ def frame_to_csv(df: pd.DataFrame, raw: bool = False) -> str:
     """CSV whose floats round-trip exactly: each is written as the shortest decimal that parses
     back to the same float64 (Python's ``repr``; pandas' default), never rounded for display.
     NaN (a window without reports, an untestable value) is an empty field, and so is
-    ``detected`` of a series' empty window. Strings that a spreadsheet would run as a formula
-    get a leading ``'`` (``spreadsheet_safe``) unless ``raw`` (docs/guide-analysts.md, "Exports")."""
+    ``detected`` of a series' empty window. Unless ``raw``, string cells have their control
+    characters escaped (``escape_controls``: a terminal that prints the file is not driven by
+    them) and then, if a spreadsheet would run them as a formula, a leading ``'``
+    (``spreadsheet_safe``) (docs/guide-analysts.md, "Exports")."""
     out = _series_detected(df)
     if not raw:
         text = [c for c in out.columns if out[c].dtype == object or pd.api.types.is_string_dtype(out[c])]
         if text:
             out = out.copy() if out is df else out
             for c in text:
-                out[c] = out[c].map(spreadsheet_safe)
+                out[c] = out[c].map(lambda v: spreadsheet_safe(escape_controls(v)))
     return out.to_csv(index=False, lineterminator="\n")
 
 

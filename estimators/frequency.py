@@ -100,9 +100,11 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
     model = (proto.support_counts(sketch) if support is None else support, proto.p, proto.q) \
         if isinstance(proto, PureProtocol) \
         else getattr(proto, "small_count_model", lambda _: None)(sketch)  # one-cohort OLH is GRR
-    if model is not None:  # exact law of the support count (intervals.py, docs/math.md §8)
+    if model is not None:  # the exact law of the support count (intervals.py, docs/math.md §8)
         support, p_star, q_star = model
-        low, high = exact_small_counts(low, high, support, n, p_star, q_star, confidence, simultaneous)
+        # Wald, exact where the support count is too concentrated for it
+        low, high = exact_small_counts(low, high, support, n, p_star, q_star, confidence, simultaneous,
+                                       counts=est.counts)
         p_value = zero_count_p_values(support, n, q_star)
     else:
         shifted = est.counts - b_hi   # under "c(v) = 0" the estimate is at most b_hi plus noise

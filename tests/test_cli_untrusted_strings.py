@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import main
-from estimators.formats import frame_to_csv, printable, spreadsheet_safe
+from estimators.formats import escape_controls, frame_to_csv, printable, spreadsheet_safe
 
 FORMULA = "=cmd|' /C calc'!A0"
 TITLE = "\x1b]0;pwned\x07evil.example"
@@ -41,6 +41,26 @@ def test_csv_numbers_stay_exact_and_raw_keeps_strings():
     assert safe[0]["estimate"] == "-120.25"  # numbers are never prefixed
     raw = list(csv.DictReader(io.StringIO(frame_to_csv(df, raw=True))))
     assert raw[0]["value"] == FORMULA
+
+
+def test_csv_escapes_c0_and_c1_controls_unless_raw():
+    """Issue 26 §5: CSV carried raw ESC and BEL from reported strings; printed in a terminal
+    they set its title or cleared it. Every C0/C1 control and DEL is now \\xNN (before the
+    formula check, so a tab before = is an escape, not a formula); raw keeps the bytes."""
+    clear = "\x1b[2J\x1b[H\x9b31mred\x7f"
+    assert escape_controls(TITLE) == "\\x1b]0;pwned\\x07evil.example"
+    assert escape_controls(clear) == "\\x1b[2J\\x1b[H\\x9b31mred\\x7f"
+    assert escape_controls("café ü 東京 a\u200bb") == "café ü 東京 a\u200bb"   # only controls
+    assert escape_controls(3.5) == 3.5
+    df = pd.DataFrame({"value": [TITLE, clear, "\t=1", "line\nbreak"], "estimate": [1.0, 2.0, 3.0, 4.0]})
+    text = frame_to_csv(df)
+    assert all(ord(c) >= 0x20 and not 0x7F <= ord(c) < 0xA0 for c in text.replace("\n", "")), repr(text)
+    assert text.count("\n") == 5                               # header + 4 rows: no break inside a value
+    values = [r["value"] for r in csv.DictReader(io.StringIO(text))]
+    assert values == ["\\x1b]0;pwned\\x07evil.example", "\\x1b[2J\\x1b[H\\x9b31mred\\x7f", "\\x09=1",
+                      "line\\x0abreak"]
+    raw = [r["value"] for r in csv.DictReader(io.StringIO(frame_to_csv(df, raw=True)))]
+    assert raw == [TITLE, clear, "\t=1", "line\nbreak"]
 
 
 def test_printable_escapes_control_characters_only():
@@ -76,6 +96,47 @@ def test_estimate_csv_is_spreadsheet_safe_unless_raw(strings_store):
     raw = [row["value"] for row in csv.DictReader(io.StringIO(ldpt("estimate", *strings_store, "--format",
                                                                   "csv", "--raw-csv").output))]
     assert FORMULA in raw
+
+
+def test_estimate_csv_carries_no_control_bytes_unless_raw(strings_store):
+    """The issue's case through the CLI: `ldpt estimate --format csv` wrote the ESC and BEL of
+    a reported string as they came."""
+    r = ldpt("estimate", *strings_store, "--format", "csv")
+    assert r.exit_code == 0, r.output
+    assert "\x1b" not in r.output and "\x07" not in r.output
+    assert "\\x1b]0;pwned\\x07evil.example" in r.output
+    raw = ldpt("estimate", *strings_store, "--format", "csv", "--raw-csv").output
+    assert TITLE in raw
+
+
+def test_the_query_api_csv_escapes_unless_raw_csv(strings_store, tmp_path):
+    """The API's format=csv: the same escaping, and raw_csv=true for the exact strings."""
+    import asyncio
+
+    from client_sdk.registry import load_registry
+
+    from .collector_support import write_token
+    from .test_collector_app import running
+
+    registry_path, db = strings_store[1], strings_store[5]
+    setup = (registry_path, load_registry(registry_path), write_token(tmp_path / "token"), db)
+    query = "&".join(f"candidates={c}" for c in ("evil.example", "plain.example"))
+    auth = {"Authorization": "Bearer test-token-0123456789abcdef"}
+
+    async def scenario():
+        async with running(setup) as (client, _):
+            out = {}
+            for extra in ("", "&raw_csv=true"):
+                # the string itself, percent-encoded, as one more candidate
+                resp = await client.get(f"/v1/metrics/page/estimates?format=csv&{query}{extra}",
+                                        params={"candidates": TITLE.strip()}, headers=auth)
+                assert resp.status == 200, await resp.text()
+                out[extra] = await resp.text()
+            return out
+
+    out = asyncio.run(scenario())
+    assert "\x1b" not in out[""] and "\x07" not in out[""] and "\\x1b]0;pwned\\x07evil.example" in out[""]
+    assert TITLE in out["&raw_csv=true"]
 
 
 def test_estimate_table_escapes_terminal_control_sequences(strings_store):

@@ -14,7 +14,7 @@ from tests.jvm_runtime_support import JAR, mvn
 pytestmark = pytest.mark.e2e
 
 #: The library jar's budget beside the Kotlin standard library (docs/benchmarks.md).
-JAR_BUDGET = 200 * 1024
+JAR_BUDGET = 200_000   # bytes: "200 KB", the stricter reading (as bench/js_sdk.py reads its 20 KB)
 
 
 def test_mvn_verify_passes_and_the_jar_is_within_budget() -> None:

@@ -49,7 +49,9 @@ internal object Hashing {
     }
 
     fun concat(vararg parts: ByteArray): ByteArray {
-        val out = ByteArray(parts.sumOf { it.size })
+        var size = 0
+        for (p in parts) size += p.size
+        val out = ByteArray(size)
         var at = 0
         for (p in parts) {
             System.arraycopy(p, 0, out, at, p.size)
@@ -61,7 +63,14 @@ internal object Hashing {
     fun be32(n: Int): ByteArray = byteArrayOf((n ushr 24).toByte(), (n ushr 16).toByte(), (n ushr 8).toByte(), n.toByte())
 
     /** Length-prefixed concatenation: 4-byte big-endian length, then the bytes, per part. */
-    fun lp(vararg parts: ByteArray): ByteArray = concat(*parts.flatMap { listOf(be32(it.size), it) }.toTypedArray())
+    fun lp(vararg parts: ByteArray): ByteArray {
+        val out = java.io.ByteArrayOutputStream()
+        for (p in parts) {
+            out.write(be32(p.size))
+            out.write(p)
+        }
+        return out.toByteArray()
+    }
 
     /** HMAC-SHA256 (RFC 2104) from javax.crypto (every JVM and Android has it). */
     fun hmac(key: ByteArray, msg: ByteArray): ByteArray {
@@ -110,7 +119,7 @@ internal object Hashing {
         while (true) {
             val ok = ArrayList<Int>()
             for (u in shakeWords(seed, count)) if (u < limit) ok.add((u % k).toInt())
-            if (ok.size >= need) return ok.subList(cohort * h, need).toIntArray()
+            if (ok.size >= need) return IntArray(h) { ok[cohort * h + it] }
             count *= 2
         }
     }

@@ -37,18 +37,25 @@ object Json {
             is String -> quote(sb, v)
             is Double -> {
                 require(v.isFinite()) { "JSON has no $v" }
-                sb.append(pyRepr(v))
+                sb.append(v.toString())   // the JDK's round-trip digits ("1.0E-5" is JSON too): parses back to v exactly
             }
             is Float -> write(sb, v.toDouble(), indent, depth)
             is Number -> sb.append(v.toString())
-            is Map<*, *> -> container(sb, '{', '}', v.entries.toList(), indent, depth) { e ->
+            is Map<*, *> -> container(sb, '{', '}', ArrayList(v.entries), indent, depth) { e ->
                 quote(sb, e.key as String); sb.append(if (indent > 0) ": " else ":"); write(sb, e.value, indent, depth + 1)
             }
-            is Iterable<*> -> container(sb, '[', ']', v.toList(), indent, depth) { write(sb, it, indent, depth + 1) }
-            is LongArray -> write(sb, v.toList(), indent, depth)
-            is IntArray -> write(sb, v.toList(), indent, depth)
+            is Iterable<*> -> container(sb, '[', ']', v.mapped { it }, indent, depth) { write(sb, it, indent, depth + 1) }
+            is LongArray -> write(sb, LongArray(v.size) { v[it] }.let { a -> ArrayList<Long>().also { l -> for (x in a) l.add(x) } }, indent, depth)
+            is IntArray -> write(sb, ArrayList<Int>().also { l -> for (x in v) l.add(x) }, indent, depth)
             else -> throw IllegalArgumentException("not JSON: ${v.javaClass.name}")
         }
+    }
+
+    /** [s] left-padded with zeros to [width] (no String.format: it loads Formatter and locale data at start-up). */
+    internal fun pad(s: String, width: Int): String {
+        val sb = StringBuilder(width)
+        for (i in s.length until width) sb.append('0')
+        return sb.append(s).toString()
     }
 
     private fun <T> container(sb: StringBuilder, open: Char, close: Char, items: List<T>, indent: Int, depth: Int, each: (T) -> Unit) {
@@ -59,10 +66,10 @@ object Json {
         }
         items.forEachIndexed { i, item ->
             if (i > 0) sb.append(',')
-            if (indent > 0) sb.append('\n').append(" ".repeat(indent * (depth + 1)))
+            if (indent > 0) sb.append('\n').append(spaces(indent * (depth + 1)))
             each(item)
         }
-        if (indent > 0) sb.append('\n').append(" ".repeat(indent * depth))
+        if (indent > 0) sb.append('\n').append(spaces(indent * depth))
         sb.append(close)
     }
 
@@ -75,7 +82,7 @@ object Json {
                 c == '\n' -> sb.append("\\n")
                 c == '\r' -> sb.append("\\r")
                 c == '\t' -> sb.append("\\t")
-                c < ' ' || c.code > 0x7e -> sb.append(String.format("\\u%04x", c.code))
+                c < ' ' || c.code > 0x7e -> sb.append("\\u").append(pad(Integer.toHexString(c.code), 4))
                 else -> sb.append(c)
             }
         }
@@ -106,7 +113,7 @@ object Json {
         val sign = if (x < 0) "-" else ""
         if (e < -4 || e >= 16) {
             val mant = if (digits.length > 1) digits[0] + "." + digits.substring(1) else digits
-            return "$sign${mant}e${if (e < 0) "-" else "+"}${String.format("%02d", Math.abs(e))}"
+            return "$sign${mant}e${if (e < 0) "-" else "+"}${pad(Math.abs(e).toString(), 2)}"
         }
         if (e < 0) return "${sign}0.${"0".repeat(-e - 1)}$digits"
         val whole = digits.padEnd(e + 1, '0')
@@ -137,7 +144,7 @@ object Json {
         }
 
         fun word(w: String, v: Any?): Any? {
-            if (!s.startsWith(w, at)) fail("bad literal")
+            if (!s.starts(w, at)) fail("bad literal")
             at += w.length
             return v
         }
@@ -196,7 +203,7 @@ object Json {
                             'r' -> sb.append('\r'); 't' -> sb.append('\t')
                             'u' -> {
                                 if (at + 4 > s.length) fail("bad \\u escape")
-                                val code = s.substring(at, at + 4).toIntOrNull(16) ?: fail("bad \\u escape")
+                                val code = parseLongOrNull(s.substring(at, at + 4), 16)?.toInt() ?: fail("bad \\u escape")
                                 sb.append(code.toChar())
                                 at += 4
                             }
@@ -226,8 +233,9 @@ object Json {
                 while (at < s.length && s[at] in '0'..'9') at++
             }
             val text = s.substring(start, at)
-            if (text == "-" || text.endsWith(".") || text.endsWith("e") || text.endsWith("E")) fail("bad number")
-            if (integral) return text.toLongOrNull() ?: java.math.BigInteger(text)
+            val last = text[text.length - 1]
+            if (text == "-" || last == '.' || last == 'e' || last == 'E' || last == '+' || last == '-') fail("bad number")
+            if (integral) return parseLongOrNull(text) ?: java.math.BigInteger(text)
             return text.toDouble()
         }
     }

@@ -75,14 +75,20 @@ internal class Shake256(message: ByteArray) {
                 for (x in 0 until 5) c[x] = a[x] xor a[x + 5] xor a[x + 10] xor a[x + 15] xor a[x + 20]
                 for (x in 0 until 5) {
                     val d = c[(x + 4) % 5] xor java.lang.Long.rotateLeft(c[(x + 1) % 5], 1)
-                    for (y in 0 until 25 step 5) a[y + x] = a[y + x] xor d
+                    var y = 0
+                    while (y < 25) {
+                        a[y + x] = a[y + x] xor d
+                        y += 5
+                    }
                 }
                 for (x in 0 until 5) for (y in 0 until 5) {
                     val i = x + 5 * y
                     b[y + 5 * ((2 * x + 3 * y) % 5)] = java.lang.Long.rotateLeft(a[i], ROT[i])
                 }
-                for (y in 0 until 25 step 5) for (x in 0 until 5) {
-                    a[y + x] = b[y + x] xor (b[y + (x + 1) % 5].inv() and b[y + (x + 2) % 5])
+                var y = 0
+                while (y < 25) {
+                    for (x in 0 until 5) a[y + x] = b[y + x] xor (b[y + (x + 1) % 5].inv() and b[y + (x + 2) % 5])
+                    y += 5
                 }
                 a[0] = a[0] xor RC[round]
             }
@@ -103,7 +109,7 @@ internal object Blake2b64 {
         0x510e527fade682d1L, -0x64fa9773d4c193e1L, 0x1f83d9abfb41bd6bL, 0x5be0cd19137e2179L,
     )
     private val SIGMA = ("0123456789abcdefea489fd61c02b753b8c052fdae3671947931dcbe265a40f8905724afe1bc683d" +
-        "2c6a0b834d75fe19c51fed4a0763928bdb7ec13950f4862a6fe9b308c2d714a5a2847615fb9e3cd0").map { Character.digit(it, 16) }
+        "2c6a0b834d75fe19c51fed4a0763928bdb7ec13950f4862a6fe9b308c2d714a5a2847615fb9e3cd0").let { s -> IntArray(s.length) { Character.digit(s[it], 16) } }
 
     private fun compress(h: LongArray, block: ByteArray, off: Int, t: Long, last: Boolean) {
         val m = LongArray(16) { i ->

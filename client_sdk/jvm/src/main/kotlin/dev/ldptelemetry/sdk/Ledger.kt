@@ -12,7 +12,7 @@ package dev.ldptelemetry.sdk
  * A report beyond `reports_per_window`, the metric's `lifetime_epsilon`, or the registry's
  * `[device]` caps (sums over all metrics) is refused, counted, and never sent.
  *
- * Which window a charge counts in is the device clock rule ([place], state [DeviceClock]): one window for the
+ * Which window a charge counts in is the device clock rule ([place], its state in [Book]): one window for the
  * device, opened no faster than its elapsed clock allows, whatever the wall clock says.
  *
  * Everything here is pure: the store (State.kt) runs [commitCharges] inside one locked
@@ -23,40 +23,45 @@ object Ledger {
     /** Relative slack when comparing spends with a budget (realised epsilons are quantised floats). */
     const val BUDGET_SLACK = 1e-9
     const val FORMAT = "ldpt-ledger"
-    /** 2: the device clock state (`clock`, [DeviceClock]); version-1 books are read. */
+    /** 2: the device clock state (`clock`, in [Book]); version-1 books are read. */
     const val VERSION = 2L
 
     /** How far before the window (UTC days) a charge still counts in it (the device clock rule). */
     const val MAX_WINDOW_AHEAD_DAYS = 2L
-    const val DAY_SECONDS = 86_400L
-    /** Seconds an opening needs beyond a day: readings are floored, two processes may floor one clock 1 s apart. */
-    const val CLOCK_MARGIN = 2L
-    const val OPEN_AFTER = DAY_SECONDS + CLOCK_MARGIN
+    /** Seconds an opening needs: a day and 2 s (readings are floored; two processes may floor one clock 1 s apart). */
+    const val OPEN_AFTER = 86_402L
     /** Epochs a book remembers (most recently used kept). */
     const val EPOCH_SLOTS = 16
 
     /** This process's epoch id: a random one, as the other SDKs where no boot clock is shared. */
-    private val processEpoch: String = "run:" + Hashing.hex(ByteArray(8).also { java.security.SecureRandom().nextBytes(it) })
+    private val processEpoch: String = "run:" + Hashing.hex(ByteArray(8).also { Csprng.random.nextBytes(it) })
 
     /** The elapsed reading of [ticker] (the client's monotonic clock) in this process's epoch. */
     @JvmStatic
     fun reading(ticker: Ticker): Reading = Reading(processEpoch, Math.floorDiv(ticker.nanoTime(), 1_000_000_000L))
 
-    /** Record an update by the reading's epoch (fill its empty slots, most recently used); a new
-     *  epoch gets one opening's credit (`since0` a day before its first reading). */
-    private fun touch(c: DeviceClock, id: String, seconds: Long): Epoch {
-        val i = c.epochs.indexOfFirst { it.id == id }
+    /** Record an update by the reading's epoch (fill its empty slots, move it last: most recently
+     *  used); a new epoch gets one opening's credit (`since0` a day before its first reading). */
+    private fun touch(c: Book, id: String, seconds: Long) {
+        val i = c.ids.lastIndexOf(id)
+        val s0: Long?
+        val s1: Long?
         if (i >= 0) {
-            val e = c.epochs.removeAt(i)
-            c.epochs.add(e)
-            if (e.since0 == null) e.since0 = seconds
-            if (e.since1 == null) e.since1 = seconds
-            return e
+            c.ids.removeAt(i)
+            s0 = c.since0.removeAt(i) ?: seconds
+            s1 = c.since1.removeAt(i) ?: seconds
+        } else {
+            s0 = seconds - OPEN_AFTER
+            s1 = seconds
         }
-        val e = Epoch(id, seconds - OPEN_AFTER, seconds)
-        c.epochs.add(e)
-        while (c.epochs.size > EPOCH_SLOTS) c.epochs.removeAt(0)
-        return e
+        c.ids.add(id)
+        c.since0.add(s0)
+        c.since1.add(s1)
+        while (c.ids.size > EPOCH_SLOTS) {
+            c.ids.removeAt(0)
+            c.since0.removeAt(0)
+            c.since1.removeAt(0)
+        }
     }
 
     /**
@@ -69,8 +74,10 @@ object Ledger {
      * recording a refusal, never opens), else the charge is held in the window.
      */
     @JvmStatic
-    fun place(accounts: Accounts, c: DeviceClock, day: Long, reading: Reading, mayOpen: Boolean) {
-        val epoch = touch(c, reading.first, reading.second)
+    fun place(c: Book, day: Long, reading: Reading, mayOpen: Boolean) {
+        val accounts = c.accounts
+        touch(c, reading.first, reading.second)   // the reading's epoch is last now
+        val last = c.ids.size - 1
         val w = c.window
         if (w == null || day == w) {
             c.window = day                                  // create, or the same window
@@ -86,13 +93,13 @@ object Ledger {
             c.left = null
             resume(accounts, w, day)
         } else {
-            val start = epoch.since0
+            val start = c.since0[last]
             if (mayOpen && start != null && reading.second - start >= OPEN_AFTER) {   // open
-                for (e in c.epochs) {
-                    e.since0 = e.since1
-                    e.since1 = null
+                for (k in 0..last) {
+                    c.since0[k] = c.since1[k]
+                    c.since1[k] = null
                 }
-                epoch.since1 = reading.second
+                c.since1[last] = reading.second
                 c.window = day
                 c.left = null
                 c.opened += 1
@@ -102,34 +109,35 @@ object Ledger {
 
     /** The `clock` object of ledger.json. */
     @JvmStatic
-    fun clockJson(c: DeviceClock): Map<String, Any?> = linkedMapOf(
-        "epochs" to c.epochs.map { linkedMapOf("id" to it.id, "since" to listOf(it.since0, it.since1)) },
-        "held" to c.held, "left" to c.left, "opened" to c.opened, "redated" to c.redated, "window" to c.window,
-    )
-
-    /** Parse the `clock` object; IllegalArgumentException when it is malformed. */
-    internal fun clockFromJson(data: Any?): DeviceClock {
-        val d = data as? Map<*, *> ?: throw IllegalArgumentException("the clock is not an object")
-        fun opt(v: Any?): Long? = if (v == null || v is Long) v as Long? else throw IllegalArgumentException("the clock object is malformed")
-        val c = DeviceClock()
-        c.window = opt(d["window"])
-        c.left = opt(d["left"])
-        c.opened = opt(d["opened"]) ?: 0L
-        c.held = opt(d["held"]) ?: 0L
-        c.redated = opt(d["redated"]) ?: 0L
-        val epochs = d["epochs"] ?: emptyList<Any?>()
-        if (epochs !is List<*>) throw IllegalArgumentException("the clock object is malformed")
-        for (e in epochs) {
-            val since = (e as? Map<*, *>)?.get("since") as? List<*>
-            val id = (e as? Map<*, *>)?.get("id") as? String
-            if (id == null || since == null || since.size != 2) throw IllegalArgumentException("the clock object is malformed")
-            c.epochs.add(Epoch(id, opt(since[0]), opt(since[1])))
-        }
-        while (c.epochs.size > EPOCH_SLOTS) c.epochs.removeAt(0)
-        return c
+    fun clockJson(c: Book): Map<String, Any?> {
+        val epochs = ArrayList<Any?>()
+        for (k in 0 until c.ids.size) epochs.add(mapOfPairs<String, Any?>("id" to c.ids[k], "since" to listOfAll(c.since0[k], c.since1[k])))
+        return mapOfPairs("epochs" to epochs, "held" to c.held, "left" to c.left, "opened" to c.opened,
+            "redated" to c.redated, "window" to c.window)
     }
 
-    internal fun copyClock(c: DeviceClock): DeviceClock = clockFromJson(clockJson(c))
+    /** Read the `clock` object into [c] (a field of the wrong type: a ClassCastException, which [parse] reports). */
+    private fun clockFromJson(data: Any?, c: Book) {
+        val d = data as Map<*, *>
+        c.window = d["window"] as Long?
+        c.left = d["left"] as Long?
+        c.opened = d["opened"] as Long? ?: 0L
+        c.held = d["held"] as Long? ?: 0L
+        c.redated = d["redated"] as Long? ?: 0L
+        for (e in d["epochs"] as List<*>? ?: noList<Any?>()) {
+            val since = (e as Map<*, *>)["since"] as List<*>
+            require(since.size == 2) { "an epoch's since is not two readings" }
+            c.ids.add(e["id"] as String)
+            c.since0.add(since[0] as Long?)
+            c.since1.add(since[1] as Long?)
+        }
+        while (c.ids.size > EPOCH_SLOTS) {
+            c.ids.removeAt(0)
+            c.since0.removeAt(0)
+            c.since1.removeAt(0)
+        }
+    }
+
 
     /** UTC day number of a POSIX time in milliseconds: the ledger's window. */
     @JvmStatic
@@ -153,7 +161,7 @@ object Ledger {
         val m = if (mp < 10) mp + 3 else mp - 9
         val y = yoe + era * 400 + if (m <= 2) 1 else 0
         if (y < 1 || y > 9999) throw IllegalArgumentException("day $day is outside the calendar (years 1-9999)")
-        return String.format("%04d-%02d-%02d", y, m, d)
+        return Json.pad(y.toString(), 4) + "-" + Json.pad(m.toString(), 2) + "-" + Json.pad(d.toString(), 2)
     }
 
     private fun deviceCapped(c: Charge) = c.deviceWindowBudget != null || c.deviceLifetimeBudget != null
@@ -185,10 +193,10 @@ object Ledger {
         for (a in accounts.values) if (a.window == window) a.window = target
     }
 
-    /** The charge re-dated to the window it counts in (the device clock rule: [DeviceClock.place]). */
-    private fun placeCharge(accounts: Accounts, clock: DeviceClock, c: Charge, reading: Reading, mayOpen: Boolean): Charge {
-        place(accounts, clock, c.day, reading, mayOpen)
-        val day = clock.window!!
+    /** The charge re-dated to the window it counts in (the device clock rule: [place]). */
+    private fun placeCharge(book: Book, c: Charge, reading: Reading, mayOpen: Boolean): Charge {
+        place(book, c.day, reading, mayOpen)
+        val day = book.window!!
         return if (day == c.day) c else c.on(day)
     }
 
@@ -207,7 +215,8 @@ object Ledger {
     /** Lifetime epsilon this report adds: ε, or ε∞ for a value not seen before (memoised). */
     internal fun lifetimeCost(a: MetricAccount?, c: Charge): Double {
         val eInf = c.epsilonLongitudinal ?: return c.epsilon
-        val seen = a != null && a.memo[c.fingerprint]?.contains(c.digest) == true
+        val digest = c.digest
+        val seen = a != null && digest != null && a.memo[c.fingerprint]?.contains(digest) == true
         return if (seen) 0.0 else eInf
     }
 
@@ -246,11 +255,12 @@ object Ledger {
 
     /**
      * Charge [accounts] in place if the report fits; otherwise count the refusal and return why.
-     * [reading] is the elapsed clock read under the book's lock (the rule: [DeviceClock]).
+     * [reading] is the elapsed clock read under the book's lock (the rule: [place]).
      */
     @JvmStatic
-    fun apply(accounts: Accounts, clock: DeviceClock, charge: Charge, reading: Reading): Refusal? {
-        val c = placeCharge(accounts, clock, charge, reading, true)
+    fun apply(book: Book, charge: Charge, reading: Reading): Refusal? {
+        val accounts = book.accounts
+        val c = placeCharge(book, charge, reading, true)
         val window = windowName(c.day)
         val refusal = decide(accounts[c.metric], c) ?: decideDevice(accounts, c)
         val a = account(accounts, c, window)
@@ -274,18 +284,17 @@ object Ledger {
     }
 
     /** Apply refusal counts decided on the app's side, then charges in order (one transaction); the outcome per charge. */
-    internal fun commitCharges(accounts: Accounts, clock: DeviceClock, charges: List<Charge>, refusals: List<RefusalCount>,
-                               reading: Reading): List<Refusal?> {
-        for (r in refusals) recordRefusal(accounts, clock, r.charge, r.reason, r.count, reading)
-        return charges.map { apply(accounts, clock, it, reading) }
+    internal fun commitCharges(book: Book, charges: List<Charge>, refusals: List<RefusalCount>, reading: Reading): List<Refusal?> {
+        for (r in refusals) recordRefusal(book, r.charge, r.reason, r.count, reading)
+        return charges.mapped { apply(book, it, reading) }
     }
 
     /** Count [n] refusals decided earlier (on the app's side) in the book; never opens a window. */
     @JvmStatic
-    fun recordRefusal(accounts: Accounts, clock: DeviceClock, charge: Charge, reason: Refusal, n: Long, reading: Reading) {
-        val c = placeCharge(accounts, clock, charge, reading, false)
+    fun recordRefusal(book: Book, charge: Charge, reason: Refusal, n: Long, reading: Reading) {
+        val c = placeCharge(book, charge, reading, false)
         val window = windowName(c.day)
-        val a = account(accounts, c, window)
+        val a = account(book.accounts, c, window)
         roll(a, window)
         a.count(reason, n)
     }
@@ -300,9 +309,11 @@ object Ledger {
         return changed
     }
 
-    internal fun copy(accounts: Accounts): Accounts {
-        val out = Accounts()
-        for ((k, v) in accounts) out[k] = v.copy()
+    /** A deep copy of [book]'s accounts and clock (its generation is not copied). */
+    internal fun copy(book: Book): Book {
+        val out = Book(Accounts(), null)
+        for ((k, v) in book.accounts) out.accounts[k] = v.copy()
+        clockFromJson(clockJson(book), out)
         return out
     }
 
@@ -310,10 +321,11 @@ object Ledger {
 
     /** The book as the Python SDK writes ledger.json (metrics and keys sorted; digests sorted). */
     @JvmStatic
-    fun dump(accounts: Accounts, clock: DeviceClock, generation: String): String {
+    fun dump(book: Book, generation: String): String {
+        val accounts = book.accounts
         val metrics = java.util.TreeMap<String, Any?>()
         for ((name, a) in accounts) metrics[name] = java.util.TreeMap(a.toJson())
-        val doc = linkedMapOf("clock" to clockJson(clock), "format" to FORMAT, "generation" to generation,
+        val doc = mapOfPairs<String, Any?>("clock" to clockJson(book), "format" to FORMAT, "generation" to generation,
             "metrics" to metrics, "version" to VERSION)
         return Json.write(doc, 1) + "\n"
     }
@@ -322,7 +334,7 @@ object Ledger {
     @JvmStatic
     fun parse(text: String?, where: String): Book {
         val accounts = Accounts()
-        if (text == null) return Book(accounts, null, DeviceClock())
+        if (text == null) return Book(accounts, null)
         try {
             val doc = Json.parse(text) as? Map<*, *> ?: throw IllegalArgumentException("not an ldp-telemetry ledger")
             if (doc["format"] != FORMAT) throw IllegalArgumentException("not an ldp-telemetry ledger")
@@ -330,10 +342,9 @@ object Ledger {
             if (version > VERSION) throw IllegalArgumentException("written by a newer SDK (version $version)")
             val metrics = doc["metrics"] as? Map<*, *> ?: throw IllegalArgumentException("no metrics")
             for ((name, data) in metrics) accounts[name as String] = MetricAccount.fromJson(data)
-            // a version-1 book: its latest window (if a date), no epochs
-            // a version-1 book: a new clock (its first charge creates the window)
-            val clock = if (doc.containsKey("clock")) clockFromJson(doc["clock"]) else DeviceClock()
-            return Book(accounts, doc["generation"] as? String, clock)
+            val book = Book(accounts, doc["generation"] as? String)
+            if (doc.containsKey("clock")) clockFromJson(doc["clock"], book)   // (a version-1 book: a new clock)
+            return book
         } catch (e: RuntimeException) {
             throw LedgerException("$where: the privacy ledger is unreadable (${e.message}); the SDK refuses to report " +
                 "until it is repaired or removed (removing it forgets past spend)", e)
@@ -347,20 +358,32 @@ object Ledger {
  */
 typealias Reading = Pair<String, Long>
 
-/** A parsed book: its accounts, the generation tag of its last writer and the device clock state. */
-class Book(val accounts: Accounts, val generation: String?, val clock: DeviceClock)
+/**
+ * A book: its accounts, the generation tag of its last writer, and the device clock state (the
+ * ledger file's `clock` object; the rule is [Ledger.place], step for step client_sdk/device_clock.py;
+ * docs/conformance.md, "The device clock"). Plain fields, no methods: the jar has a size budget.
+ */
+class Book(val accounts: Accounts, val generation: String?) {
+    /** The device's current window, a UTC day number (null: an empty book). */
+    @JvmField var window: Long? = null
+    /** The window the last re-date left (null: none since the last opening or resume). */
+    @JvmField var left: Long? = null
+    /** The epochs seen, least recently used first: their ids, and each one's readings at its first
+     *  update at/after the second-to-last opening ([since0]) and the last ([since1]); null: none yet. */
+    @JvmField val ids = ArrayList<String>()
+    @JvmField val since0 = ArrayList<Long?>()
+    @JvmField val since1 = ArrayList<Long?>()
+    @JvmField var opened = 0L
+    @JvmField var held = 0L
+    @JvmField var redated = 0L
+}
 
 /** The whole book, in insertion order (device sums add in this order, as the reference's dict). */
 typealias Accounts = LinkedHashMap<String, MetricAccount>
 
 /** Why a report was refused (never sent); [wire] is the name in stats() and the vectors. */
 enum class Refusal(val wire: String) {
-    WINDOW("window"), LIFETIME("lifetime"), DEVICE_WINDOW("device_window"), DEVICE_LIFETIME("device_lifetime");
-
-    companion object {
-        @JvmStatic
-        fun of(name: String): Refusal = values().first { it.wire == name }
-    }
+    WINDOW("window"), LIFETIME("lifetime"), DEVICE_WINDOW("device_window"), DEVICE_LIFETIME("device_lifetime")
 }
 
 /** One report asking to be charged: what it costs and the limits that apply. */
@@ -412,7 +435,11 @@ class MetricAccount(
     var previousEpsilon: Double = 0.0,
 ) {
     /** Distinct values charged at ε∞ over all fingerprints. */
-    val distinctValues: Int get() = memo.values.sumOf { it.size }
+    val distinctValues: Int get() {
+        var n = 0
+        for (s in memo.values) n += s.size
+        return n
+    }
 
     internal fun count(reason: Refusal, n: Long) {
         when (reason) {
@@ -432,7 +459,7 @@ class MetricAccount(
     }
 
     /** The account as ledger.json holds it (the reference's field names; digests sorted). */
-    fun toJson(): Map<String, Any?> = linkedMapOf(
+    fun toJson(): Map<String, Any?> = mapOfPairs(
         "window" to window, "window_reports" to windowReports, "window_epsilon" to windowEpsilon,
         "lifetime_reports" to lifetimeReports, "lifetime_epsilon" to lifetimeEpsilon,
         "refused_window" to refusedWindow, "refused_lifetime" to refusedLifetime,
@@ -440,7 +467,7 @@ class MetricAccount(
         "fingerprint" to fingerprint, "epsilon_per_report" to epsilonPerReport,
         "epsilon_longitudinal" to epsilonLongitudinal, "reports_per_window" to reportsPerWindow,
         "lifetime_budget" to lifetimeBudget,
-        "memo" to java.util.TreeMap(memo.mapValues { it.value.sorted() }),
+        "memo" to java.util.TreeMap<String, Any?>().also { m -> for ((fp, d) in memo) m[fp] = d.sortedList() },
         "previous_window" to previousWindow, "previous_reports" to previousReports, "previous_epsilon" to previousEpsilon,
     )
 
@@ -476,7 +503,7 @@ class MetricAccount(
             when (val m = d["memo"]) {
                 null -> {}
                 is Map<*, *> -> for ((fp, digests) in m) {
-                    if (digests is List<*> && digests.all { it is String }) memo[fp as String] = LinkedHashSet(digests.map { it as String })
+                    if (digests is List<*> && digests.all { it is String }) memo[fp as String] = LinkedHashSet(digests.mapped { it as String })
                     else bad.add("memo")
                 }
                 else -> bad.add("memo")
@@ -491,9 +518,7 @@ class MetricAccount(
                 lifetimeBudget = optEps("lifetime_budget"), memo = memo, previousWindow = text("previous_window", ""),
                 previousReports = count("previous_reports", 0), previousEpsilon = eps("previous_epsilon"),
             )
-            for (v in listOf(a.windowEpsilon, a.lifetimeEpsilon, a.epsilonPerReport, a.previousEpsilon)) {
-                if (!v.isFinite()) bad.add("epsilon")
-            }
+            if (!(a.windowEpsilon + a.lifetimeEpsilon + a.epsilonPerReport + a.previousEpsilon).isFinite()) bad.add("epsilon")
             if (bad.isNotEmpty()) throw IllegalArgumentException("field(s) ${bad.distinct().joinToString(", ")} have the wrong type")
             return a
         }

@@ -105,7 +105,7 @@ internal object Msgpack {
 
         fun bytes(n: Long): ByteArray {
             if (n < 0 || pos + n > d.size) throw IllegalArgumentException("msgpack: truncated")
-            val out = d.copyOfRange(pos, pos + n.toInt())
+            val out = java.util.Arrays.copyOfRange(d, pos, pos + n.toInt())
             pos += n.toInt()
             return out
         }

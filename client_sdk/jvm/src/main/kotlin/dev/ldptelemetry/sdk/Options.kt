@@ -79,8 +79,8 @@ class ClientOptions private constructor(b: Builder) {
         var clock: WallClock = WallClock { System.currentTimeMillis() }
         var ticker: Ticker = Ticker { System.nanoTime() }
         var strict: Boolean = false
-        var pins: Map<String, String> = emptyMap()
-        var dimensions: Map<String, String> = emptyMap()
+        var pins: Map<String, String> = noMap()
+        var dimensions: Map<String, String> = noMap()
         var random: RandomSource? = null
 
         fun endpoint(v: String) = apply { endpoint = v }

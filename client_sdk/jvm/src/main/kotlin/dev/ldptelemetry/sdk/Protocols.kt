@@ -1,6 +1,5 @@
 package dev.ldptelemetry.sdk
 
-import java.math.BigInteger
 
 /**
  * Every protocol's one-report encoder, from the published `encoder` object alone
@@ -176,7 +175,7 @@ internal class OlhEncoder(b: Block) : Encoder {
     override fun encode(index: Int, key: String, c: Context): Any {
         val scope = "olh\u0000${c.metric}\u0000${c.day}"
         val s = c.device.cached("$scope\u0000$m") { Hashing.deriveCohort(c.secret, scope, m) }
-        return listOf(s.toLong(), grrOne(c.random, hash(s, index), g.toLong(), keep))
+        return listOfAll<Any>(s.toLong(), grrOne(c.random, hash(s, index), g.toLong(), keep))
     }
 }
 
@@ -216,7 +215,7 @@ internal class RapporEncoder(b: Block) : Encoder {
             prrBits(Hashing.prrWords(c.secret, c.metric, key, k), bloom, half)
         }
         val u = words32(c.random, k)
-        return listOf(cohort.toLong(), packBits(BooleanArray(k) { u[it] < if (prr[it]) q else p }))
+        return listOfAll<Any>(cohort.toLong(), packBits(BooleanArray(k) { u[it] < if (prr[it]) q else p }))
     }
 }
 
@@ -236,9 +235,9 @@ internal class DiscoverEncoder(b: Block) : Encoder {
         val seed = below(c.random, seeds)
         val fp = c.device.cached("fp\u0000" + Hashing.hex(k)) { Hashing.discoverFingerprint(k) }
         val h = Hashing.discoverBucket(seed.toInt(), fp, g).toLong()
-        if (word32(c.random) < keep) return listOf(group.toLong(), seed, h)
+        if (word32(c.random) < keep) return listOfAll<Any>(group.toLong(), seed, h)
         val o = below(c.random, (g - 1).toLong())
-        return listOf(group.toLong(), seed, o + if (o >= h) 1 else 0)
+        return listOfAll<Any>(group.toLong(), seed, o + if (o >= h) 1 else 0)
     }
 
     companion object {
@@ -246,7 +245,7 @@ internal class DiscoverEncoder(b: Block) : Encoder {
         fun discoverKey(utf8: ByteArray, maxLength: Int, group: Int): ByteArray {
             val bytes = if (utf8.size > maxLength) utf8.copyOf(maxLength) else utf8
             val level = minOf(group + 1, maxLength)
-            return if (bytes.size >= level) byteArrayOf(1) + bytes.copyOf(level) else byteArrayOf(2) + bytes
+            return if (bytes.size >= level) Hashing.concat(byteArrayOf(1), bytes.copyOf(level)) else Hashing.concat(byteArrayOf(2), bytes)
         }
     }
 }
@@ -313,7 +312,7 @@ internal class LolohaEncoder(b: Block) : Encoder {
     override fun encode(index: Int, key: String, c: Context): Any {
         val h = hashed(index, c)
         val z = c.device.cached("${c.metric}\u0000loloha:$h") { memoGrr(MemoStream(c.secret, c.metric, "loloha:$h"), h.toLong(), g, p1) }
-        return listOf(permanent(c, "loloha\u0000", m).toLong(), freshGrr(c.random, z, g, p2))
+        return listOfAll<Any>(permanent(c, "loloha\u0000", m).toLong(), freshGrr(c.random, z, g, p2))
     }
 }
 
@@ -341,7 +340,7 @@ internal class DbitflipEncoder(b: Block) : Encoder {
         val y = flipRound(words32(c.random, sampled), z, p2)
         var packed = 0L
         for (i in y.indices) if (y[i]) packed = packed or (1L shl i)
-        return listOf(permanent(c, "dbitflip\u0000", d).toLong(), packed)
+        return listOfAll<Any>(permanent(c, "dbitflip\u0000", d).toLong(), packed)
     }
 }
 
@@ -375,12 +374,14 @@ internal class BitThresholds(b: Block) {
 
     init {
         val grid = b.int("grid")
-        val a = BigInteger(b.ulong("low").toString())
-        val d = BigInteger(b.ulong("step").toString())
-        val top = BigInteger.ONE.shiftLeft(64)
+        val a = b.ulong("low")
+        val d = b.ulong("step")
+        var t: ULong? = a
         values = Array(grid + 1) { j ->
-            val t = a.add(d.multiply(BigInteger.valueOf(j.toLong())))
-            if (t >= top) null else t.toString().toULong()
+            val here = t
+            // next: t + D, or null (2^64 or more) once it wraps around
+            if (here != null) t = (here + d).let { if (it < here) null else it }
+            here
         }
     }
 
@@ -400,7 +401,7 @@ internal class LaplaceEncoder(b: Block) : Encoder {
     private val grid = b.long("grid")
     private val cells = grid + 2 * b.long("window") + 1
     private val bounds: Array<ULong> = (b.map["bounds"] as? List<*> ?: throw RegistryException("encoder.bounds must be an array"))
-        .map { it.asULong("encoder.bounds") }.toTypedArray()
+        .let { list -> Array(list.size) { list[it].asULong("encoder.bounds") } }
 
     override fun encode(index: Int, key: String, c: Context): Any {
         val u = word64(c.random)

@@ -18,6 +18,16 @@ interface RandomSource {
     fun fill(out: ByteArray)
 }
 
+/**
+ * The process's one platform CSPRNG (SecureRandom is thread-safe): secrets, batch ids, file and
+ * generation tags, jitter, and the blocks [SecureRandomSource] serves to the encoders. One
+ * instance, so the provider machinery is set up once per process, not once per object.
+ */
+internal object Csprng {
+    @JvmField
+    val random: SecureRandom = SecureRandom()
+}
+
 /** 2^32, the denominator of every 32-bit threshold. */
 internal const val TWO32: Long = 1L shl 32
 
@@ -25,7 +35,7 @@ internal const val TWO32: Long = 1L shl 32
  * The platform CSPRNG, read in blocks of [BLOCK] bytes (one SecureRandom call per block,
  * not per word: report() needs a few words). Not shared between threads without the client's lock.
  */
-class SecureRandomSource @JvmOverloads constructor(private val random: SecureRandom = SecureRandom()) : RandomSource {
+class SecureRandomSource @JvmOverloads constructor(private val random: SecureRandom = Csprng.random) : RandomSource {
     private val buffer = ByteArray(BLOCK)
     private var at = BLOCK
 
@@ -46,19 +56,6 @@ class SecureRandomSource @JvmOverloads constructor(private val random: SecureRan
 
     private companion object {
         const val BLOCK = 512
-    }
-}
-
-/** Fixed bytes served in order (tests); throws when exhausted. */
-class ByteSource(private val data: ByteArray) : RandomSource {
-    /** How many bytes were served. */
-    var consumed: Int = 0
-        private set
-
-    override fun fill(out: ByteArray) {
-        check(consumed + out.size <= data.size) { "random byte stream exhausted" }
-        System.arraycopy(data, consumed, out, 0, out.size)
-        consumed += out.size
     }
 }
 

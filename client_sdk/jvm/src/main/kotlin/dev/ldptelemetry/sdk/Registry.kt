@@ -17,7 +17,7 @@ class Registry private constructor(
     val text: String,
 ) {
     /** Metric names in the published order. */
-    val names: List<String> get() = metrics.keys.toList()
+    val names: List<String> get() = ArrayList(metrics.keys)
 
     /** The metric named [name], or null. */
     operator fun get(name: String): Metric? = metrics[name]
@@ -30,7 +30,7 @@ class Registry private constructor(
          */
         @JvmStatic
         @JvmOverloads
-        fun parse(json: String, pins: Map<String, String> = emptyMap()): Registry {
+        fun parse(json: String, pins: Map<String, String> = noMap()): Registry {
             val doc = try {
                 Json.parse(json) as? Map<*, *>
             } catch (e: JsonException) {
@@ -58,7 +58,7 @@ class Registry private constructor(
             val dims = LinkedHashMap<String, DimensionSpec>()
             (doc["dimensions"] as? Map<*, *>)?.forEach { (name, sub) ->
                 if (sub is Map<*, *>) {
-                    val values = (sub["values"] as? List<*>)?.map { it.toString() }
+                    val values = (sub["values"] as? List<*>)?.mapped { it.toString() }
                         ?: throw RegistryException("dimensions.$name.values must be a list")
                     dims[name as String] = DimensionSpec(name, values, sub["rule"] as? String ?: "exact")
                 }
@@ -111,7 +111,7 @@ class Metric internal constructor(entry: Map<String, Any?>) {
     val reportsPerWindow: Int = entry["reports_per_window"]?.let { number(it, "reports_per_window").toInt() } ?: 1
     val lifetimeEpsilon: Double? = entry["lifetime_epsilon"]?.let { number(it, "lifetime_epsilon") }
     /** The public dimensions this metric is broken down by. */
-    val dimensions: List<String> = (entry["dimensions"] as? List<*>)?.map { it.toString() } ?: emptyList()
+    val dimensions: List<String> = (entry["dimensions"] as? List<*>)?.mapped { it.toString() } ?: noList()
 
     @Suppress("UNCHECKED_CAST")
     private val block: Map<String, Any?> = entry["encoder"] as? Map<String, Any?>
@@ -135,19 +135,19 @@ class Metric internal constructor(entry: Map<String, Any?>) {
 
     init {
         val domain = when (kind) {
-            "boolean" -> listOf("false", "true")
-            "categorical" -> (entry["categories"] as? List<*>)?.map { it.toString() } ?: throw RegistryException("metric $name: no categories")
-            else -> emptyList()
+            "boolean" -> listOfAll("false", "true")
+            "categorical" -> (entry["categories"] as? List<*>)?.mapped { it.toString() } ?: throw RegistryException("metric $name: no categories")
+            else -> noList()
         }
         domain.forEachIndexed { i, v -> index[v] = i }
-        edges = (block["edges"] as? List<*>)?.map { number(it, "encoder.edges") }?.toDoubleArray()
+        edges = (block["edges"] as? List<*>)?.let { list -> DoubleArray(list.size) { number(list[it], "encoder.edges") } }
         labels = edges?.let { e ->
-            val text = e.map(::edgeText)
+            val text = Array(e.size) { edgeText(e[it]) }
             List(text.size - 1) { i -> "[${text[i]}, ${text[i + 1]}${if (i == text.size - 2) "]" else ")"}" }
-        } ?: emptyList()
-        val range = (block["range"] as? List<*>)?.map { number(it, "encoder.range") }
-        lo = range?.get(0) ?: edges?.first() ?: 0.0
-        hi = range?.get(1) ?: edges?.last() ?: 0.0
+        } ?: noList()
+        val range = (block["range"] as? List<*>)?.mapped { number(it, "encoder.range") }
+        lo = range?.get(0) ?: edges?.get(0) ?: 0.0
+        hi = range?.get(1) ?: edges?.let { it[it.size - 1] } ?: 0.0
         grid = (block["grid"] as? Long)?.toInt() ?: 0
         maxLength = (block["max_length"] as? Long)?.toInt()
         if (kind == "numeric" && edges == null && range == null) throw RegistryException("metric $name: a numeric encoder needs range or edges")
@@ -191,7 +191,7 @@ class Metric internal constructor(entry: Map<String, Any?>) {
             }
         }
         val key: String? = when {
-            value is String -> if (kind == "boolean") value.trim().lowercase() else value
+            value is String -> if (kind == "boolean") value.trimmed().lowercase() else value
             kind == "boolean" && value is Boolean -> if (value) "true" else "false"
             kind == "boolean" && isIntegral(value) && ((value as Number).toLong() == 0L || value.toLong() == 1L) ->
                 if (value.toLong() == 1L) "true" else "false"

@@ -88,7 +88,8 @@ internal fun overCaps(created: LongArray, sizes: LongArray, limits: OutboxLimits
     val expired = ArrayList<Int>()
     val keep = ArrayList<Int>()
     for (i in created.indices) (if (now - created[i] > limits.maxAge) expired else keep).add(i)
-    var total = keep.sumOf { sizes[it] }
+    var total = 0L
+    for (i in keep) total += sizes[i]
     val dropped = ArrayList<Int>()
     while (keep.isNotEmpty() && (keep.size > limits.maxBatches || total > limits.maxBytes)) {
         val i = keep.removeAt(0)
@@ -100,14 +101,20 @@ internal fun overCaps(created: LongArray, sizes: LongArray, limits: OutboxLimits
 
 /** Outbox entry names: `<created µs, 17 digits>-<reports>-<batch id hex>`, sorting oldest first. */
 internal fun batchName(created: Long, reports: Int, batchId: ByteArray): String =
-    String.format("%017d-%d-%s", created * 1000, reports, Hashing.hex(batchId))
+    Json.pad((created * 1000).toString(), 17) + "-" + reports + "-" + Hashing.hex(batchId)
 
-private val BATCH_NAME = Regex("^(\\d{17})-(\\d+)-([0-9a-f]{32})$")
-
-/** (created ms, reports) of an entry name, or null. */
+/** (created ms, reports) of an entry name `<17 digits>-<digits>-<32 hex>`, or null. */
 internal fun parseBatchName(name: String): Pair<Long, Int>? {
-    val m = BATCH_NAME.matchEntire(name) ?: return null
-    return (m.groupValues[1].toLong() / 1000) to m.groupValues[2].toInt()
+    @Suppress("PLATFORM_CLASS_MAPPED_TO_KOTLIN")
+    val dash = (name as java.lang.String).indexOf('-'.code, 18)
+    if (name.length < 18 + 2 + 32 || name[17] != '-' || dash < 19 || name.length - dash - 1 != 32) return null
+    for (i in 0 until name.length) {
+        val c = name[i]
+        val ok = if (i == 17 || i == dash) c == '-' else if (i < dash) c in '0'..'9' else c in '0'..'9' || c in 'a'..'f'
+        if (!ok) return null
+    }
+    val reports = parseLongOrNull(name.substring(18, dash))?.toInt() ?: return null
+    return (name.substring(0, 17).toLong() / 1000) to reports
 }
 
 /**
@@ -117,7 +124,7 @@ internal fun parseBatchName(name: String): Pair<Long, Int>? {
 internal class DeviceLedger(private val store: DeviceStore, private val random: SecureRandom) {
     private var written: String? = null
 
-    class Result(val outcomes: List<Refusal?>, val accounts: Accounts, val clock: DeviceClock, val foreign: Boolean)
+    class Result(val outcomes: List<Refusal?>, val book: Book, val foreign: Boolean)
 
     fun snapshot(): Book = Ledger.parse(store.readLedger(), store.where)
 
@@ -128,11 +135,11 @@ internal class DeviceLedger(private val store: DeviceStore, private val random: 
     fun commit(charges: List<Charge>, refusals: List<RefusalCount>, ticker: Ticker): Result = store.updateLedger { text ->
         val book = Ledger.parse(text, store.where)
         val foreign = book.generation != written
-        val outcomes = Ledger.commitCharges(book.accounts, book.clock, charges, refusals, Ledger.reading(ticker))
-        if (charges.isEmpty() && refusals.isEmpty()) return@updateLedger null to Result(outcomes, book.accounts, book.clock, foreign)
+        val outcomes = Ledger.commitCharges(book, charges, refusals, Ledger.reading(ticker))
+        if (charges.isEmpty() && refusals.isEmpty()) return@updateLedger null to Result(outcomes, book, foreign)
         val t = tag()
         written = t
-        Ledger.dump(book.accounts, book.clock, t) to Result(outcomes, book.accounts, book.clock, foreign)
+        Ledger.dump(book, t) to Result(outcomes, book, foreign)
     }
 
     fun forgetValues() {
@@ -141,7 +148,7 @@ internal class DeviceLedger(private val store: DeviceStore, private val random: 
             if (!Ledger.forgetValues(book.accounts)) return@updateLedger null to Unit
             val t = tag()
             written = t
-            Ledger.dump(book.accounts, book.clock, t) to Unit
+            Ledger.dump(book, t) to Unit
         }
     }
 }
@@ -192,7 +199,7 @@ internal class DirectoryLock(private val file: File, private val timeoutMs: Long
 
 /** File helpers: owner-only permissions, write-temp-fsync-rename. java.io only (Android API 24 has no java.nio.file). */
 internal object Files {
-    private val random = SecureRandom()
+    private val random = Csprng.random
 
     fun ownerOnly(f: File) {
         f.setReadable(false, false); f.setReadable(true, true)
@@ -223,14 +230,29 @@ internal object Files {
     }
 
     fun readOrNull(f: File): ByteArray? = try {
-        f.readBytes()
+        java.io.FileInputStream(f).use { input ->
+            val out = java.io.ByteArrayOutputStream(maxOf(32, f.length().toInt()))
+            val buf = ByteArray(8192)
+            while (true) {
+                val n = input.read(buf)
+                if (n < 0) break
+                out.write(buf, 0, n)
+            }
+            out.toByteArray()
+        }
     } catch (e: java.io.FileNotFoundException) {
         null
     }
 
-    /** Temporary files a killed write left behind. */
+    /** Temporary files a killed write left behind (older than a minute: another process may be writing one now). */
     fun removeStaleTemps(dir: File) {
-        dir.listFiles()?.forEach { if (it.name.startsWith(".") && it.name.endsWith(".tmp")) it.delete() }
+        val names = dir.list() ?: return
+        val now = System.currentTimeMillis()
+        for (n in names) {
+            if (!n.starts(".") || !n.ends(".tmp")) continue
+            val f = File(dir, n)
+            if (now - f.lastModified() > 60_000) f.delete()
+        }
     }
 }
 
@@ -264,9 +286,7 @@ class FileStore @JvmOverloads constructor(
         try {
             Files.mkdirs(dir)
             if (!dir.canWrite()) throw StateException("$dir: the state directory is not writable")
-            // under the lock: every writer holds it, so a temporary file then is a killed write's
-            // (without it, a second client opening the directory deletes the first's secret or book mid-write)
-            lock.hold { Files.removeStaleTemps(dir) }
+            Files.removeStaleTemps(dir)
         } catch (e: SecurityException) {
             throw StateException("$dir: the state directory cannot be used (${e.message})", e)
         }
@@ -276,7 +296,7 @@ class FileStore @JvmOverloads constructor(
         val f = File(dir, "secret")
         val data = Files.readOrNull(f) ?: lock.hold {
             Files.readOrNull(f) ?: ByteArray(SECRET_BYTES).also {
-                SecureRandom().nextBytes(it)   // the secret: never leaves this directory
+                Csprng.random.nextBytes(it)   // the secret: never leaves this directory
                 Files.atomicWrite(f, it)
             }
         }
@@ -311,7 +331,7 @@ class FileStore @JvmOverloads constructor(
     override fun isOptedOut(): Boolean = File(dir, "opted-out").exists()
 
     override fun optOut() {
-        lock.hold { Files.atomicWrite(File(dir, "opted-out"), "opted out: nothing is reported\n".toByteArray()) }
+        Files.atomicWrite(File(dir, "opted-out"), "opted out: nothing is reported\n".toByteArray())
         File(dir, "secret").delete()
         outbox.clear()
         outbox.dir.delete()
@@ -323,7 +343,7 @@ class FileStore @JvmOverloads constructor(
 
     override fun readRegistry(): String? = Files.readOrNull(File(dir, "registry.json"))?.toString(Charsets.UTF_8)
 
-    override fun writeRegistry(text: String) = lock.hold { Files.atomicWrite(File(dir, "registry.json"), text.toByteArray(Charsets.UTF_8)) }
+    override fun writeRegistry(text: String) = Files.atomicWrite(File(dir, "registry.json"), text.toByteArray(Charsets.UTF_8))
 }
 
 /** The outbox as files `<name>.ldpb` in a directory; a sender claims one by renaming it to `.sending`. */
@@ -332,18 +352,18 @@ class FileOutbox(val dir: File, private val limits: OutboxLimits = OutboxLimits(
         private set
     @Volatile override var expiredReports: Long = 0
         private set
-    private val random = SecureRandom()
+    private val random = Csprng.random
 
     private fun names(): Array<String> = dir.list() ?: emptyArray()
 
     private fun waiting(): List<String> =
-        names().filter { it.endsWith(SUFFIX) && parseBatchName(it.removeSuffix(SUFFIX)) != null }.sorted()
+        names().filter { it.ends(SUFFIX) && parseBatchName(it.dropSuffix(SUFFIX)) != null }.sortedList()
 
     override fun add(batchId: ByteArray, body: ByteArray, reports: Int, created: Long) {
         Files.mkdirs(dir)
         Files.atomicWrite(File(dir, batchName(created, reports, batchId) + SUFFIX), body)
         val names = waiting()
-        val meta = names.map { parseBatchName(it.removeSuffix(SUFFIX))!! }
+        val meta = names.mapped { parseBatchName(it.dropSuffix(SUFFIX))!! }
         val (expired, dropped) = overCaps(LongArray(names.size) { meta[it].first },
             LongArray(names.size) { File(dir, names[it]).length() }, limits, created)
         for (i in expired) if (File(dir, names[i]).delete()) expiredReports += meta[i].second
@@ -352,15 +372,15 @@ class FileOutbox(val dir: File, private val limits: OutboxLimits = OutboxLimits(
 
     override fun claim(now: Long): StoredBatch? {
         for (c in names()) {   // abandoned claims (their sender died) go back to the queue
-            if (!c.endsWith(CLAIMED)) continue
+            if (!c.ends(CLAIMED)) continue
             val f = File(dir, c)
-            if (now - f.lastModified() > CLAIM_TIMEOUT) f.renameTo(File(dir, c.substringBefore(SUFFIX) + SUFFIX))
+            if (now - f.lastModified() > CLAIM_TIMEOUT) f.renameTo(File(dir, c.before(SUFFIX) + SUFFIX))
         }
         for (n in waiting()) {
             val claimed = File(dir, "$n.${Hashing.hex(ByteArray(3).also { random.nextBytes(it) })}$CLAIMED")
             if (!File(dir, n).renameTo(claimed)) continue   // another process claimed (or finished) it first
             claimed.setLastModified(now)                   // the claim's age starts now
-            val (created, reports) = parseBatchName(n.removeSuffix(SUFFIX))!!
+            val (created, reports) = parseBatchName(n.dropSuffix(SUFFIX))!!
             val body = Files.readOrNull(claimed) ?: continue
             return StoredBatch(claimed.path, body, reports, created)
         }
@@ -369,17 +389,17 @@ class FileOutbox(val dir: File, private val limits: OutboxLimits = OutboxLimits(
 
     override fun release(batch: StoredBatch) {
         val f = File(batch.name)
-        f.renameTo(File(dir, f.name.substringBefore(SUFFIX) + SUFFIX))
+        f.renameTo(File(dir, f.name.before(SUFFIX) + SUFFIX))
     }
 
     override fun done(batch: StoredBatch) {
         File(batch.name).delete()
     }
 
-    override fun pending(): Int = names().count { it.endsWith(CLAIMED) || (it.endsWith(SUFFIX) && parseBatchName(it.removeSuffix(SUFFIX)) != null) }
+    override fun pending(): Int = names().count { it.ends(CLAIMED) || (it.ends(SUFFIX) && parseBatchName(it.dropSuffix(SUFFIX)) != null) }
 
     override fun clear() {
-        for (n in names()) if (n.endsWith(SUFFIX) || n.endsWith(CLAIMED)) File(dir, n).delete()
+        for (n in names()) if (n.ends(SUFFIX) || n.ends(CLAIMED)) File(dir, n).delete()
     }
 
     private companion object {

@@ -33,10 +33,10 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
     private val lock = ReentrantLock()
     private val changed = lock.newCondition()
     private val counters = LinkedHashMap<String, Long>().apply { for (c in COUNTERS) put(c, 0L) }
-    private val csprng = SecureRandom()
+    private val csprng = Csprng.random
     private val random: RandomSource = options.random ?: SecureRandomSource(csprng)
     private val transport: Transport = options.transport ?: HttpUrlTransport(options.endpoint!!, options.timeoutMs)
-    private val logger = Logger.getLogger("dev.ldptelemetry.sdk")
+    private val logger by lazy { Logger.getLogger("dev.ldptelemetry.sdk") }   // java.util.logging loads on the first message
     private val logged = HashSet<String>()
 
     private var store: DeviceStore? = null
@@ -48,11 +48,9 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
     @Volatile private var closed = false
     @Volatile private var started = false
     private var waiting = ArrayList<Pair<String, Any?>>()
-    private val queue = ArrayDeque<Queued>()
-    private var accounts = Accounts()
-    private var mirror = Accounts()
-    private var clock = DeviceClock()         // the committed book's device clock state (Ledger.place)
-    private var mirrorClock = DeviceClock()
+    private val queue = java.util.ArrayDeque<Queued>()
+    private var book = Book(Accounts(), null)     // as committed: accounts and the device clock (Ledger.place)
+    private var mirror = Book(Accounts(), null)
     private val uncommitted = LinkedHashMap<Long, Charge>()
     private var nextId = 0L
     private val refusals = LinkedHashMap<String, RefusalCount>()
@@ -121,7 +119,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
         val found = rt.lookup(value, ctx) ?: return fail("invalid_value", "a value reported for \"$metric\" is not in its domain")
         if (found.clipped) count("clipped")
         val charge = chargeOf(rt, reg, day, found.digest)
-        val refusal = Ledger.apply(mirror, mirrorClock, charge, Ledger.reading(opts.ticker))   // reserve in the mirror of the ledger
+        val refusal = Ledger.apply(mirror, charge, Ledger.reading(opts.ticker))   // reserve in the mirror of the ledger
         if (refusal != null) {
             count("refused_${refusal.wire}")
             val key = "$metric\u0000${refusal.wire}"
@@ -152,14 +150,12 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
 
     /** mirror = committed book + reports queued but not yet charged (under the lock). */
     private fun rebuildMirror() {
-        val m = Ledger.copy(accounts)
-        val mc = Ledger.copyClock(clock)
+        val m = Ledger.copy(book)
         if (uncommitted.isNotEmpty()) {
             val reading = Ledger.reading(opts.ticker)
-            for (c in uncommitted.values) Ledger.apply(m, mc, c, reading)
+            for (c in uncommitted.values) Ledger.apply(m, c, reading)
         }
         mirror = m
-        mirrorClock = mc
     }
 
     private fun log(message: String) {
@@ -212,8 +208,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
                 ledger = led
                 optedOut = out
                 device = Device(secret)
-                accounts = snapshot.accounts
-                clock = snapshot.clock
+                book = snapshot
                 rebuildMirror()
             } finally {
                 lock.unlock()
@@ -300,13 +295,13 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
     private fun waitNanos(): Long {
         val now = opts.ticker.nanoTime()
         var until = lastRescan + RESCAN_NANOS
-        queue.firstOrNull()?.let { until = minOf(until, it.at + TimeUnit.MILLISECONDS.toNanos(opts.maxBatchAgeMs)) }
+        queue.peekFirst()?.let { until = minOf(until, it.at + TimeUnit.MILLISECONDS.toNanos(opts.maxBatchAgeMs)) }
         if (unsentHint) until = minOf(until, backoffUntil)
         return maxOf(1_000_000L, until - now)
     }
 
     private fun batchDue(now: Long): Boolean {
-        val first = queue.firstOrNull() ?: return false
+        val first = queue.peekFirst() ?: return false
         return queue.size >= opts.batchSize || flushing > 0 || now - first.at >= TimeUnit.MILLISECONDS.toNanos(opts.maxBatchAgeMs)
     }
 
@@ -316,18 +311,17 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
         val refs: List<RefusalCount>
         lock.lock()
         try {
-            refs = refusals.values.toList()
+            refs = ArrayList(refusals.values)
             refusals.clear()
         } finally {
             lock.unlock()
         }
         if (refs.isNotEmpty()) {
             try {
-                val r = led.commit(emptyList(), refs, opts.ticker)
+                val r = led.commit(noList(), refs, opts.ticker)
                 lock.lock()
                 try {
-                    accounts = r.accounts
-                    clock = r.clock
+                    book = r.book
                     rebuildMirror()
                 } finally {
                     lock.unlock()
@@ -383,8 +377,8 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
             lock.lock()
             try {
                 if (!batchDue(opts.ticker.nanoTime())) return
-                while (items.size < opts.batchSize && queue.isNotEmpty()) items.add(queue.removeFirst())
-                refs = refusals.values.toList()
+                while (items.size < opts.batchSize && queue.isNotEmpty()) items.add(queue.pollFirst())
+                refs = ArrayList(refusals.values)
                 refusals.clear()
                 building++
             } finally {
@@ -392,7 +386,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
             }
             try {
                 val accepted = charge(st, led, items, refs)
-                if (accepted.isNotEmpty()) store(st, accepted.map { it.report }, opts.clock.currentTimeMillis(), wireDimensions())
+                if (accepted.isNotEmpty()) store(st, accepted.mapped { it.report }, opts.clock.currentTimeMillis(), wireDimensions())
             } finally {
                 lock.lock()
                 try {
@@ -427,20 +421,19 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
         if (out) {   // another process opted out
             optedOut = true
             drop("dropped")
-            return emptyList()
+            return noList()
         }
         val result = try {
-            led.commit(items.map { it.charge }, refs, opts.ticker)
+            led.commit(items.mapped { it.charge }, refs, opts.ticker)
         } catch (e: RuntimeException) {   // never send what could not be charged
             log("ldpt: cannot update the privacy ledger, reports dropped: ${e.message}")
             drop("ledger_errors")
-            return emptyList()
+            return noList()
         }
         val accepted = ArrayList<Queued>()
         lock.lock()
         try {
-            accounts = result.accounts
-            clock = result.clock
+            book = result.book
             for (it in items) uncommitted.remove(it.id)
             items.forEachIndexed { i, it ->
                 val o = result.outcomes[i]
@@ -462,7 +455,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
 
     /** The dimensions this device sends: the registry's declared ones, bucketed, by name. */
     private fun wireDimensions(): Map<String, String> {
-        val declared = registry?.dimensions ?: return emptyMap()
+        val declared = registry?.dimensions ?: return noMap()
         val out = java.util.TreeMap<String, String>()
         lock.lock()
         try {
@@ -557,8 +550,8 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
         val doc = response.json() as? Map<*, *> ?: emptyMap<String, Any?>()
         val metric = doc["metric"] as? String
         val index = (doc["report_index"] as? Long)?.toInt()
-        var reports: List<WireReport> = emptyList()
-        var dims: Map<String, String> = emptyMap()
+        var reports: List<WireReport> = noList()
+        var dims: Map<String, String> = noMap()
         try {
             val (r, d) = Wire.unpackBatch(batch.body)
             reports = r
@@ -735,8 +728,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
         try {
             device = Device(secret)
             optedOut = false
-            accounts = snapshot.accounts
-            clock = snapshot.clock
+            book = snapshot
             rebuildMirror()
         } finally {
             lock.unlock()
@@ -797,7 +789,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
     companion object {
         /** What [stats] counts (the Python and TypeScript SDKs' names). */
         @JvmField
-        val COUNTERS: List<String> = listOf(
+        val COUNTERS: List<String> = listOfAll(
             "reported", "charged", "refused_window", "refused_lifetime", "refused_device_window",
             "refused_device_lifetime", "invalid_value", "clipped", "unknown_metric", "stale_metric",
             "dropped_queue_full", "dropped", "opted_out", "closed", "dropped_no_registry", "disabled",

@@ -23,7 +23,7 @@ fun interface Transport {
 
 /** An HTTP response: status, headers (lower-case names) and body. */
 class Response(val status: Int, headers: Map<String, String>, val body: ByteArray) {
-    val headers: Map<String, String> = headers.mapKeys { it.key.lowercase() }
+    val headers: Map<String, String> = HashMap<String, String>().also { m -> for ((k, v) in headers) m[k.lowercase()] = v }
 
     /** The body parsed as JSON (null when it is not JSON). */
     fun json(): Any? = try {
@@ -62,10 +62,10 @@ internal object Http {
     const val USER_AGENT = "ldpt-sdk"
 
     fun postBatch(t: Transport, body: ByteArray): Response =
-        t.request("POST", REPORTS_PATH, body, mapOf("Content-Type" to MSGPACK, "Accept" to "application/json", "User-Agent" to USER_AGENT))
+        t.request("POST", REPORTS_PATH, body, mapOfPairs("Content-Type" to MSGPACK, "Accept" to "application/json", "User-Agent" to USER_AGENT))
 
     fun getRegistry(t: Transport): Response =
-        t.request("GET", REGISTRY_PATH, null, mapOf("Accept" to "application/json", "User-Agent" to USER_AGENT))
+        t.request("GET", REGISTRY_PATH, null, mapOfPairs("Accept" to "application/json", "User-Agent" to USER_AGENT))
 
     /** Network errors aside: 408, 429 and 5xx are retried; every other status is final. */
     fun isRetryable(status: Int): Boolean = status == 408 || status == 429 || status in 500..599
@@ -85,7 +85,7 @@ internal object Http {
 
 /** HTTP through java.net.HttpURLConnection (the JVM's and Android's), no redirects, no caches. */
 class HttpUrlTransport @JvmOverloads constructor(endpoint: String, private val timeoutMs: Int = 10_000) : Transport {
-    private val prefix: String = endpoint.trimEnd('/')
+    private val prefix: String = endpoint.let { var e = it; while (e.ends("/")) e = e.substring(0, e.length - 1); e }
 
     init {
         val url = try {

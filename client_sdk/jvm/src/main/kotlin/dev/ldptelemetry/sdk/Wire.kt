@@ -9,12 +9,12 @@ internal object Wire {
     const val BATCH_ID_BYTES = 16
 
     /** The body of one batch; [dimensions] (public, in clear) go as the batch's `d` map when not empty. */
-    fun packBatch(reports: List<WireReport>, batchId: ByteArray, dimensions: Map<String, String> = emptyMap()): ByteArray {
+    fun packBatch(reports: List<WireReport>, batchId: ByteArray, dimensions: Map<String, String> = noMap()): ByteArray {
         require(batchId.size == BATCH_ID_BYTES) { "a batch id is $BATCH_ID_BYTES bytes" }
         val doc = LinkedHashMap<String, Any?>()
         doc["v"] = VERSION
         doc["batch_id"] = batchId
-        doc["reports"] = reports.map { linkedMapOf("m" to it.m, "f" to it.f, "p" to it.p) }
+        doc["reports"] = reports.mapped { mapOfPairs<String, Any?>("m" to it.m, "f" to it.f, "p" to it.p) }
         if (dimensions.isNotEmpty()) doc["d"] = LinkedHashMap(dimensions)
         return Msgpack.pack(doc)
     }
@@ -22,12 +22,12 @@ internal object Wire {
     /** The reports and dimensions of a batch body written by [packBatch]. */
     fun unpackBatch(body: ByteArray): Pair<List<WireReport>, Map<String, String>> {
         val doc = Msgpack.unpack(body) as? Map<*, *> ?: throw IllegalArgumentException("not a wire-format batch")
-        val reports = (doc["reports"] as? List<*> ?: throw IllegalArgumentException("not a wire-format batch")).map {
+        val reports = (doc["reports"] as? List<*> ?: throw IllegalArgumentException("not a wire-format batch")).mapped {
             val r = it as Map<*, *>
             WireReport(r["m"] as String, r["f"] as String, r["p"]!!)
         }
         @Suppress("UNCHECKED_CAST")
-        val dims = (doc["d"] as? Map<String, String>) ?: emptyMap()
+        val dims = (doc["d"] as? Map<String, String>) ?: noMap()
         return reports to dims
     }
 }
@@ -42,6 +42,6 @@ internal object BatchDecoding {
         @Suppress("UNCHECKED_CAST")
         val reports = (doc["reports"] as List<Map<String, Any?>>)
         @Suppress("UNCHECKED_CAST")
-        return Triple(Hashing.hex(doc["batch_id"] as ByteArray), reports, (doc["d"] as? Map<String, Any?>) ?: emptyMap())
+        return Triple(Hashing.hex(doc["batch_id"] as ByteArray), reports, (doc["d"] as? Map<String, Any?>) ?: noMap())
     }
 }

@@ -3,6 +3,7 @@ package dev.ldptelemetry.sdk.testing
 import dev.ldptelemetry.sdk.DeviceStore
 import dev.ldptelemetry.sdk.Json
 import dev.ldptelemetry.sdk.Outbox
+import dev.ldptelemetry.sdk.RandomSource
 import dev.ldptelemetry.sdk.OutboxLimits
 import dev.ldptelemetry.sdk.Response
 import dev.ldptelemetry.sdk.StoredBatch
@@ -57,7 +58,8 @@ class MemoryOutbox(private val limits: OutboxLimits = OutboxLimits()) : Outbox {
         private set
 
     @Synchronized override fun add(batchId: ByteArray, body: ByteArray, reports: Int, created: Long) {
-        val name = String.format("%017d-%d-", created * 1000, reports) + batchId.joinToString("") { String.format("%02x", it) }
+        val name = (created * 1000).toString().padStart(17, '0') + "-" + reports + "-" +
+            batchId.joinToString("") { Integer.toHexString((it.toInt() and 0xff) or 0x100).substring(1) }
         entries.add(Entry(StoredBatch(name, body, reports, created), null))
         entries.sortBy { it.batch.name }
         val waiting = entries.filter { it.claimedAt == null }
@@ -192,4 +194,17 @@ class MemoryTransport(val collector: RecordingCollector) : Transport {
 
 internal object Decode {
     fun batch(body: ByteArray) = dev.ldptelemetry.sdk.BatchDecoding.decode(body)
+}
+
+/** Fixed bytes served in order (tests: a conformance vector's random bytes); throws when exhausted. */
+class ByteSource(private val data: ByteArray) : RandomSource {
+    /** How many bytes were served. */
+    var consumed: Int = 0
+        private set
+
+    override fun fill(out: ByteArray) {
+        check(consumed + out.size <= data.size) { "random byte stream exhausted" }
+        System.arraycopy(data, consumed, out, 0, out.size)
+        consumed += out.size
+    }
 }
