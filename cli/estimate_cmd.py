@@ -117,7 +117,7 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
     with Working(f"estimating {metric}", silent) as progress:
         if url is not None:
             df = remote_estimate(url, token_file, metrics_file, metric, window, since, until, confidence,
-                                 simultaneous, consistent, candidates, by, top, cacert)
+                                 simultaneous, consistent, candidates, by, top, cacert, all_rows=all_rows)
             string_metric = df.attrs.get("protocol") in ("rappor", "discover")
         else:
             registry, spec = load_metric(require_registry(metrics_file), metric)
@@ -291,8 +291,9 @@ def largest(df, top: int):
 def remote_estimate(url: str, token_file: str | None, metrics_file: str | None, metric: str,
                     window: str | None, since: str | None, until: str | None, confidence: float,
                     simultaneous: bool, consistent: bool, candidates: str | None, by: str | None = None,
-                    top: int | None = None, cacert: str | None = None):
-    """Ask a collector's query API; the DataFrame it returns, as the local path would build it."""
+                    top: int | None = None, cacert: str | None = None, all_rows: bool = False):
+    """Ask a collector's query API; the DataFrame it returns, as the local path would build it
+    (``top``: the API's top, a page of that many rows; ``all_rows``: full=true)."""
     from .remote import fetch_estimates, frame_from_json, read_token, ssl_context
 
     if token_file is None:
@@ -302,7 +303,9 @@ def remote_estimate(url: str, token_file: str | None, metrics_file: str | None, 
     params = {"window": window, "since": since, "until": until, "confidence": repr(confidence),
               "simultaneous": "true" if simultaneous else None,
               "consistent": "true" if consistent else None, "by": by, "format": "json",
-              "top": None if top is None or spec is None or spec.protocol != "discover" else str(top)}
+              "top": None if top is None or spec is None or spec.protocol != "discover" else str(top),
+              "limit": None if top is None or (spec is not None and spec.protocol == "discover") or by else str(top),
+              "full": "true" if all_rows and not top and not by else None}
     df = frame_from_json(fetch_estimates(url, metric, read_token(token_file), params, cands,
                                          ssl_context(cacert)))
     check_served_fingerprint(df, url, metric, metrics_file, spec)

@@ -110,6 +110,7 @@ class CollectorState:
     registry_doc: Representation
     domain_lists: DomainLists
     registry_buckets: TokenBuckets
+    query_gate: query.HeavyQueryGate
     keyring: KeyRing
     store: AsyncSketchStore | None = None
     committer: GroupCommitter | None = None
@@ -170,6 +171,7 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
         store_factory=store_factory or default_store_factory(config),
         registry_doc=registry_representation(registry), domain_lists=DomainLists(registry),
         registry_buckets=TokenBuckets(config.rate_limit, config.rate_limit_burst),
+        query_gate=query.HeavyQueryGate(config.max_heavy_queries),
         keyring=KeyRing(config.ohttp_keys_dir, allow_insecure=config.allow_insecure_token_file))
     state.inflight = InflightBudget(
         config.max_inflight_bytes, config.max_inflight_bytes_per_source,
@@ -615,15 +617,16 @@ def _admit_registry(state: CollectorState, request: web.Request) -> None:
                       retry_after=wait)
 
 
-async def get_estimates(request: web.Request) -> web.Response:
+async def get_estimates(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     return await query.estimates(request, state.registry, state.store, state.tokens,
-                                 state.config.min_reports)
+                                 state.config.min_reports, state.query_gate)
 
 
-async def get_compare(request: web.Request) -> web.Response:
+async def get_compare(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
-    return await query.compare(request, state.registry, state.store, state.tokens, state.config.min_reports)
+    return await query.compare(request, state.registry, state.store, state.tokens, state.config.min_reports,
+                               state.query_gate)
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -100,6 +100,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("body_read_timeout", 30.0,
             "Seconds a request body may take to arrive once its headers are in; slower bodies "
             "get 408 and free their in-flight allowance (no slow client can hold ingestion)."),
+    Setting("max_heavy_queries", 2,
+            "Estimates of large sketches (>= 65,536 cells) or of every row (full=true) computed "
+            "at once per worker; more get 503 too-many-queries with Retry-After, so queries "
+            "cannot take the memory and cores ingestion needs."),
     # --- poisoning bounds (docs/security.md) ------------------------------------------------------
     Setting("max_segments", 1000, "Segments (combinations of public dimension values) kept per "
             "metric and window; a batch opening one more is a 422 too-many-segments."),
@@ -192,6 +196,7 @@ class ServeConfig:
     max_connections: int = 1000
     body_read_timeout: float = 30.0
     max_segments: int = 1000
+    max_heavy_queries: int = 2
     max_reports_per_metric: int = 8
     rate_limit: float = 2.0
     rate_limit_burst: float = 60.0

@@ -50,6 +50,7 @@ PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "unsupported-version": (422, "Unsupported wire format version"),
     "unknown-metric": (422, "The metric is not in this collector's registry"),
     "no-domain-file": (404, "The metric's domain is not published as a list"),
+    "too-many-queries": (503, "Too many large estimates are being computed; retry later"),
     "fingerprint-mismatch": (422, "A report was encoded under other metric parameters"),
     "invalid-report": (422, "A report could not have been produced by an honest client"),
     "invalid-dimension": (422, "A public dimension of the batch is undeclared or outside its values"),

@@ -10,14 +10,16 @@ Windows with fewer than ``--min-reports`` reports are refused with ``too-few-rep
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hmac
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from aiohttp import web
 
 from client_sdk.dimensions import DEFAULT_MIN_REPORTS
@@ -28,7 +30,7 @@ from collector.storage.base import canonical_window, date_filter_ok
 from estimators.breakdown import breakdown_frame, group_sketches, parse_by, segment_keys
 from estimators.compare import compare_frame
 from estimators.discovery import MAX_TOP as DISCOVER_MAX_TOP
-from estimators.formats import frame_to_csv, frame_to_json
+from estimators.formats import frame_to_csv, frame_to_json, iter_csv, iter_json
 from estimators.frequency import estimate_frame
 from estimators.memo_range import is_memoised, range_frame, with_rappor_range_warning
 from estimators.series import series_frame, windows_in_range
@@ -36,7 +38,17 @@ from estimators.series import series_frame, windows_in_range
 from .problems import Problem
 
 QUERY_FIELDS = ("window", "since", "until", "by", "confidence", "simultaneous", "consistent", "candidates",
-                "top", "format", "raw_csv")
+                "top", "format", "raw_csv", "limit", "offset", "full")
+#: A frequency estimate of more values than this is answered with its DEFAULT_PAGE largest rows
+#: unless the query asks for a page (limit/offset) or for every row (full=true).
+LARGE_DOMAIN = 10_000
+DEFAULT_PAGE = 1_000
+MAX_PAGE = 100_000
+#: Queries of a sketch with at least this many cells (or full=true ones) are *heavy*: at most
+#: ``max_heavy_queries`` of them run at once per worker, the others get 503 + Retry-After.
+HEAVY_CELLS = 1 << 16
+#: Rows above which an answer is streamed in pieces formatted off the event loop.
+STREAM_MIN_ROWS = 5_000
 COMPARE_FIELDS = ("a", "b", "confidence", "alpha", "control", "simultaneous", "format", "raw_csv")
 #: Largest ``top`` a discover metric may be asked for (docs/discovery.md).
 MAX_TOP = DISCOVER_MAX_TOP
@@ -142,7 +154,68 @@ def parse_query(params: Mapping[str, Any], accept: str = "") -> dict[str, Any]:
     out["top"] = top
     out["format"] = _format(params, accept)
     out["raw_csv"] = _flag("raw_csv", params.get("raw_csv", False))
+    out["limit"] = _count("limit", params.get("limit"), 1, MAX_PAGE)
+    out["offset"] = _count("offset", params.get("offset"), 0, 10**9)
+    out["full"] = _flag("full", params.get("full", False))
+    if out["full"] and (out["limit"] is not None or out["offset"] is not None):
+        raise Problem("invalid-query", "full=true answers every row: leave limit and offset out", field="full")
     return out
+
+
+def _count(name: str, value: Any, low: int, high: int) -> int | None:
+    """An integer query field in [low, high], None when absent."""
+    if value is None:
+        return None
+    text = str(value).strip() if not isinstance(value, bool) else ""
+    if not text.isdigit() or not low <= int(text) <= high:
+        raise Problem("invalid-query", f"{name}={str(value)[:30]!r}: use an integer from {low} to {high:,}",
+                      field=name)
+    return int(text)
+
+
+def page_of(spec: Any, q: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(offset, limit) of the rows a frequency estimate answers, ranked by estimate, or None for
+    all: the page asked (limit/offset; ``top`` for metrics other than discover), else a large
+    domain's DEFAULT_PAGE largest rows unless ``full``. Other frames ignore it."""
+    if q.get("full"):
+        return None
+    if q.get("limit") is not None or q.get("offset") is not None:
+        return (q.get("offset") or 0, q.get("limit") or DEFAULT_PAGE)
+    if q.get("top") is not None and spec.protocol != "discover":
+        return (0, q["top"])
+    if (spec.domain_size or 0) > LARGE_DOMAIN:
+        return (0, DEFAULT_PAGE)
+    return None
+
+
+def is_heavy(spec: Any, q: Mapping[str, Any]) -> bool:
+    """Whether a query of ``spec`` counts against ``max_heavy_queries`` (a large sketch, or full)."""
+    proto = spec.protocol_impl
+    cells = proto.cohorts * int(np.prod(proto.cell_shape)) if proto.cell_shape else proto.cohorts
+    return bool(q.get("full")) or cells >= HEAVY_CELLS
+
+
+class HeavyQueryGate:
+    """At most ``limit`` heavy queries at once (per worker): the rest are refused at once with
+    503 ``too-many-queries`` and Retry-After, so a burst of large estimates cannot take the
+    collector's memory or its cores from ingestion."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.running = limit, 0
+
+    @contextlib.contextmanager
+    def slot(self, heavy: bool) -> Iterator[None]:
+        if not heavy:
+            yield
+            return
+        if self.running >= self.limit:
+            raise Problem("too-many-queries", f"{self.running} large estimates are being computed; retry after "
+                          "Retry-After seconds (ask a page: limit/offset, or the default)", retry_after=2)
+        self.running += 1
+        try:
+            yield
+        finally:
+            self.running -= 1
 
 
 def _format(params: Mapping[str, Any], accept: str) -> str:
@@ -267,13 +340,17 @@ async def _other_parameters(store: AsyncSketchStore, fingerprint: str, metric: s
 
 
 async def estimates(request: web.Request, registry: Registry, store: AsyncSketchStore,
-                    tokens: Sequence[bytes], min_reports: int) -> web.Response:
-    """Handler body: auth, parse, load, refuse small windows, estimate, format."""
+                    tokens: Sequence[bytes], min_reports: int,
+                    gate: HeavyQueryGate | None = None) -> web.StreamResponse:
+    """Handler body: auth, parse, load, refuse small windows, estimate, format (heavy queries
+    one ``gate`` slot each, held until the answer is written)."""
     check_bearer(request.headers.get("Authorization"), tokens)
     spec = metric_spec(registry, request.match_info["name"])
     q = await query_params(request)
     segment_min = max(min_reports, registry.segment_min_reports(spec))
-    return _respond(await estimate_df(spec, store, q, min_reports, segment_min), q["format"], q["raw_csv"])
+    with (gate or HeavyQueryGate(1 << 30)).slot(is_heavy(spec, q)):
+        df = await estimate_df(spec, store, q, min_reports, segment_min)
+        return await respond(request, df, q["format"], q["raw_csv"])
 
 
 async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], min_reports: int,
@@ -314,7 +391,7 @@ async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], 
     else:
         run = functools.partial(estimate_frame, spec, sketch, confidence=q["confidence"],
                                 simultaneous=q["simultaneous"], consistent=q["consistent"],
-                                candidates=q["candidates"], top=q["top"])
+                                candidates=q["candidates"], top=q["top"], rows_wanted=page_of(spec, q))
     if getattr(spec, "parts", None) is not None:   # a joint metric: its breakdown (estimators/joint.py)
         from estimators.joint import joint_frame
 
@@ -355,12 +432,25 @@ async def _range_sketches(spec: Any, store: AsyncSketchStore, q: Mapping[str, An
         raise Problem.from_error(exc) from None
 
 
-def _respond(df: Any, fmt: str, raw_csv: bool = False) -> web.Response:
-    """JSON (exact), or CSV: terminal- and spreadsheet-safe strings unless ``raw_csv``
-    (estimators/formats.py ``frame_to_csv``)."""
-    if fmt == "csv":
-        return web.Response(text=frame_to_csv(df, raw=raw_csv), content_type="text/csv")
-    return web.Response(text=frame_to_json(df), content_type="application/json")
+async def respond(request: web.Request, df: Any, fmt: str, raw_csv: bool = False) -> web.StreamResponse:
+    """The frame as JSON (exact) or CSV (terminal- and spreadsheet-safe strings unless
+    ``raw_csv``: estimators/formats.py ``frame_to_csv``): small ones in one body, large ones
+    streamed in pieces formatted off the event loop (iter_json/iter_csv: the same bytes), so
+    neither the loop nor memory holds a whole 10⁶-row document."""
+    content_type = FORMATS[fmt]
+    if len(df) < STREAM_MIN_ROWS:
+        text = await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(frame_to_csv, df, raw=raw_csv) if fmt == "csv" else
+            functools.partial(frame_to_json, df))
+        return web.Response(text=text, content_type=content_type)
+    pieces = iter_csv(df, raw=raw_csv) if fmt == "csv" else iter_json(df)
+    response = web.StreamResponse(headers={"Content-Type": f"{content_type}; charset=utf-8"})
+    await response.prepare(request)
+    loop = asyncio.get_running_loop()
+    while (piece := await loop.run_in_executor(None, next, pieces, None)) is not None:
+        await response.write(piece.encode("utf-8"))
+    await response.write_eof()
+    return response
 
 
 def metric_spec(registry: Registry, name: str) -> Any:
@@ -438,12 +528,14 @@ async def _series(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], min_
 
 
 async def compare(request: web.Request, registry: Registry, store: AsyncSketchStore,
-                  tokens: Sequence[bytes], min_reports: int) -> web.Response:
+                  tokens: Sequence[bytes], min_reports: int,
+                  gate: HeavyQueryGate | None = None) -> web.StreamResponse:
     """``GET /v1/metrics/{name}/compare?a=...&b=...``: what ``ldpt compare`` prints."""
     check_bearer(request.headers.get("Authorization"), tokens)
     spec = metric_spec(registry, request.match_info["name"])
     q = parse_compare(url_params(request.query), request.headers.get("Accept", ""))
-    return _respond(await compare_df(spec, store, q, min_reports), q["format"], q["raw_csv"])
+    with (gate or HeavyQueryGate(1 << 30)).slot(is_heavy(spec, q)):
+        return await respond(request, await compare_df(spec, store, q, min_reports), q["format"], q["raw_csv"])
 
 
 async def compare_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], min_reports: int) -> Any:

@@ -170,6 +170,8 @@ async def _worker_main(config: ServeConfig, registry: Registry, telemetry: Telem
                              access_log=log if config.access_log else None,
                              access_log_class=QueryFreeAccessLogger)
     await runner.setup()  # on_startup: opens the store, starts the committer
+    if config.query_token_file is not None:
+        prepare_for_queries()
     tune_gc()
     admin = None
     try:
@@ -187,6 +189,24 @@ async def _worker_main(config: ServeConfig, registry: Registry, telemetry: Telem
         await runner.cleanup()  # stop sites, wait for handlers, on_cleanup: drain + close store
     log.info("stopped cleanly")
     return 0
+
+
+#: GIL switch interval of a worker that answers queries: a thread formatting a large estimate
+#: hands the interpreter back to the event loop within this many seconds (Python's default is
+#: 5 ms per hand-over, and a request takes several).
+QUERY_SWITCH_INTERVAL = 0.001
+
+
+def prepare_for_queries() -> None:
+    """Import the estimators now (numpy, pandas, scipy: ~1.5 s of CPU that would otherwise hold
+    the interpreter during the first query, while batches wait) and shorten the GIL switch
+    interval, so that queries computed on executor threads cannot stall ingestion
+    (docs/operations.md, "Queries and ingestion")."""
+    import estimators.breakdown  # noqa: F401 - imported for their side effect: loaded once, here
+    import estimators.frequency  # noqa: F401
+    import estimators.series  # noqa: F401
+
+    sys.setswitchinterval(QUERY_SWITCH_INTERVAL)
 
 
 def tune_gc() -> None:

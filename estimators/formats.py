@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
+from json.encoder import encode_basestring_ascii as _encode_string
 from typing import Any
 
 import numpy as np
@@ -57,9 +59,7 @@ def frame_to_json(df: pd.DataFrame) -> str:
     Floats are written with Python's shortest round-tripping repr (``json`` does), so a
     reader gets back exactly the float computed; ``meta.columns`` names each column's scale.
     """
-    rows = [{k: _jsonable(v) for k, v in row.items()} for row in _series_detected(df).to_dict(orient="records")]
-    meta = dict(df.attrs, columns={c: COLUMN_SCALES[c] for c in df.columns if c in COLUMN_SCALES})
-    return json.dumps({"meta": _jsonable(meta), "estimates": rows}, indent=2) + "\n"
+    return "".join(iter_json(df))   # json.dumps(doc, indent=2) + "\n", written faster (iter_json)
 
 
 #: First characters that make a spreadsheet (Excel, LibreOffice, Google Sheets) read a cell as a
@@ -124,3 +124,83 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
+# --- streamed output (the collector's query API) -------------------------------------------------
+#: Rows per piece of a streamed answer: a piece is formatted off the event loop in a few ms.
+STREAM_ROWS = 2_000
+
+
+def _scalar_json(value: Any) -> str | None:
+    """``json.dumps(_jsonable(value))`` for the scalars a frame holds, None for anything else."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    kind = type(value)
+    if kind is str:
+        return _encode_string(value)
+    if kind is float:
+        return float.__repr__(value) if math.isfinite(value) else "null"
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        return int.__repr__(value)
+    if value is None:
+        return "null"
+    return None
+
+
+def _column_texts(column: pd.Series) -> list[str] | None:
+    """Every cell of a column as JSON text, or None when a cell is not a plain scalar: float,
+    int and bool columns by type (a float's ``repr``, "null" where it is not finite), others
+    cell by cell."""
+    kind = column.dtype.kind
+    if kind == "f":
+        arr = column.to_numpy(dtype=np.float64)
+        out = list(map(float.__repr__, arr.tolist()))
+        bad = np.flatnonzero(~np.isfinite(arr))
+        for i in bad.tolist():
+            out[i] = "null"
+        return out
+    if kind in "iu":
+        return list(map(int.__repr__, column.tolist()))
+    if kind == "b":
+        return ["true" if v else "false" for v in column.tolist()]
+    texts = [_scalar_json(v) for v in column.tolist()]
+    return None if None in texts else texts   # type: ignore[return-value]
+
+
+def iter_json(df: pd.DataFrame, rows_per_piece: int = STREAM_ROWS) -> Iterator[str]:
+    """``frame_to_json(df)`` in pieces of ``rows_per_piece`` rows, the same text once joined.
+
+    Each row is written from per-column texts (``repr`` of each float, the C string encoder)
+    rather than by ``json.dumps(indent=2)``'s pure-Python encoder, ~5x faster; a frame with a
+    cell that is not a plain scalar falls back to that encoder, piece by piece."""
+    out = _series_detected(df)
+    meta = dict(df.attrs, columns={c: COLUMN_SCALES[c] for c in df.columns if c in COLUMN_SCALES})
+    head = json.dumps({"meta": _jsonable(meta), "estimates": []}, indent=2)
+    if len(out) == 0:
+        yield head + "\n"
+        return
+    yield head[:-len("[]\n}")] + "["
+    keys = [_encode_string(str(c)) for c in out.columns]
+    template = "\n    {\n" + ",\n".join(f"      {k}: %s" for k in keys) + "\n    }"
+    columns = list(out.columns)
+    for start in range(0, len(out), rows_per_piece):
+        part = out.iloc[start:start + rows_per_piece]
+        texts = [_column_texts(part[c]) for c in columns]
+        if all(t is not None for t in texts):
+            rows = [template % cells for cells in zip(*texts)]
+        else:   # nested values: the encoder's own layout, indented as inside the document
+            records = [{k: _jsonable(v) for k, v in row.items()} for row in part.to_dict(orient="records")]
+            rows = ["\n    " + json.dumps(r, indent=2).replace("\n", "\n    ") for r in records]
+        yield ("," if start else "") + ",".join(rows)
+    yield "\n  ]\n}\n"
+
+
+def iter_csv(df: pd.DataFrame, raw: bool = False, rows_per_piece: int = STREAM_ROWS) -> Iterator[str]:
+    """``frame_to_csv(df, raw)`` in pieces of ``rows_per_piece`` rows, the same text once joined."""
+    for start in range(0, max(len(df), 1), rows_per_piece):
+        part = df.iloc[start:start + rows_per_piece]
+        part.attrs = df.attrs
+        text = frame_to_csv(part, raw)
+        yield text if start == 0 else text.split("\n", 1)[1]

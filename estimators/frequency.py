@@ -91,40 +91,45 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
     if n <= 0:
         raise EstimationError(f"metric {spec.name!r}: no reports in the selected window(s)")
     est = proto.estimate(sketch)
-    std = np.sqrt(np.maximum(est.variances, 0.0))
+    d = len(est.counts)
     # an estimate with a bounded bias b ∈ [b_lo, b_hi] (OLH with empty cohorts): c = ĉ − b − noise
     b_lo, b_hi = (est.extra or {}).get("bias_bounds", (0.0, 0.0))
-    low = wald_interval(est.counts - b_hi, est.variances, n, confidence, simultaneous)[0]
-    high = wald_interval(est.counts - b_lo, est.variances, n, confidence, simultaneous)[1]
     support = est.extra.get("support") if est.extra else None
     model = (proto.support_counts(sketch) if support is None else support, proto.p, proto.q) \
         if isinstance(proto, PureProtocol) \
         else getattr(proto, "small_count_model", lambda _: None)(sketch)  # one-cohort OLH is GRR
     if model is not None:  # the exact law of the support count (intervals.py, docs/math.md §8)
-        support, p_star, q_star = model
-        # Wald, exact where the support count is too concentrated for it
-        low, high = exact_small_counts(low, high, support, n, p_star, q_star, confidence, simultaneous,
-                                       counts=est.counts)
-        p_value = zero_count_p_values(support, n, q_star)
+        p_value = zero_count_p_values(model[0], n, model[2])
     else:
+        std_all = np.sqrt(np.maximum(est.variances, 0.0))
         shifted = est.counts - b_hi   # under "c(v) = 0" the estimate is at most b_hi plus noise
         with np.errstate(divide="ignore", invalid="ignore"):
-            z = np.where(std > 0, shifted / std, np.inf * np.sign(shifted))
+            z = np.where(std_all > 0, shifted / std_all, np.inf * np.sign(shifted))
+        del std_all, shifted
         p_value = normal_sf(z)
-    d = len(est.counts)
-    columns = {
-        "estimate": est.counts,
-        "proportion": est.counts / n,
-        "std_err": std,
-        "ci_low": low,
-        "ci_high": high,
-        "p_value": p_value,
-        "detected": detect(p_value, alpha, control),  # Holm or Benjamini–Hochberg: over all d
-    }
+        del z
+    detected = detect(p_value, alpha, control)  # Holm or Benjamini–Hochberg: over all d values
     rows = None
     if rows_wanted is not None and not consistent and not spec.is_histogram:
         rows = ranked_rows(est.counts, *rows_wanted)   # the page asked for, largest first
-        columns = {k: v[rows] for k, v in columns.items()}
+    # intervals for the rows shown only (a page of a 10^6-value estimate: 1,000 of them)
+    pick = (lambda a: a) if rows is None else (lambda a: np.asarray(a)[rows])
+    counts, variances = pick(est.counts), pick(est.variances)
+    std = np.sqrt(np.maximum(variances, 0.0))
+    low = wald_interval(counts - b_hi, variances, n, confidence, simultaneous, family_size=d)[0]
+    high = wald_interval(counts - b_lo, variances, n, confidence, simultaneous, family_size=d)[1]
+    if model is not None:   # Wald, exact where the support count is too concentrated for it
+        low, high = exact_small_counts(low, high, pick(model[0]), n, model[1], model[2], confidence,
+                                       simultaneous, counts=counts, family_size=d if simultaneous else 1)
+    columns = {
+        "estimate": counts,
+        "proportion": counts / n,
+        "std_err": std,
+        "ci_low": low,
+        "ci_high": high,
+        "p_value": pick(p_value),
+        "detected": pick(detected),
+    }
     domain = spec.domain
     values = (list(domain) if domain is not None else list(range(d))) if rows is None else \
         [domain[i] for i in rows.tolist()] if domain is not None else rows.tolist()

@@ -198,9 +198,9 @@ def zero_count_p_values(support: np.ndarray, n: int, q_star: float) -> np.ndarra
 
 
 def wald_interval(counts: np.ndarray, variances: np.ndarray, n: int, confidence: float = 0.95,
-                  simultaneous: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """(low, high) count bounds, clipped to [0, n]."""
+                  simultaneous: bool = False, family_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) count bounds, clipped to [0, n] (``family_size`` as in ``exact_small_counts``)."""
     counts = np.asarray(counts, dtype=np.float64)
-    z = z_value(confidence, counts.shape[0] if simultaneous else 1)
+    z = z_value(confidence, (counts.shape[0] if family_size is None else family_size) if simultaneous else 1)
     half = z * np.sqrt(np.maximum(np.asarray(variances, dtype=np.float64), 0.0))
     return np.clip(counts - half, 0, n), np.clip(counts + half, 0, n)

@@ -442,12 +442,11 @@ class MetricAccount(
     }
 
     internal fun count(reason: Refusal, n: Long) {
-        when (reason) {
-            Refusal.WINDOW -> refusedWindow += n
-            Refusal.LIFETIME -> refusedLifetime += n
-            Refusal.DEVICE_WINDOW -> refusedDeviceWindow += n
-            Refusal.DEVICE_LIFETIME -> refusedDeviceLifetime += n
-        }
+        // by identity, not `when` over the enum (no mapping class)
+        if (reason === Refusal.WINDOW) refusedWindow += n
+        else if (reason === Refusal.LIFETIME) refusedLifetime += n
+        else if (reason === Refusal.DEVICE_WINDOW) refusedDeviceWindow += n
+        else refusedDeviceLifetime += n
     }
 
     fun copy(): MetricAccount {

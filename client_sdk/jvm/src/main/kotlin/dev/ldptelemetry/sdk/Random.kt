@@ -53,11 +53,10 @@ class SecureRandomSource @JvmOverloads constructor(private val random: SecureRan
             done += n
         }
     }
-
-    private companion object {
-        const val BLOCK = 512
-    }
 }
+
+/** Bytes [SecureRandomSource] draws per SecureRandom call. */
+private const val BLOCK = 512
 
 /** Little-endian unsigned 32-bit word at [at] of [b], as a Long in [0, 2^32). */
 internal fun le32(b: ByteArray, at: Int): Long =

@@ -30,7 +30,7 @@ class Registry private constructor(
          */
         @JvmStatic
         @JvmOverloads
-        fun parse(json: String, pins: Map<String, String> = noMap()): Registry {
+        fun parse(json: String, pins: Map<String, String> = noMap(), domains: Map<String, List<String>> = noMap()): Registry {
             val doc = try {
                 Json.parse(json) as? Map<*, *>
             } catch (e: JsonException) {
@@ -41,7 +41,7 @@ class Registry private constructor(
             val metrics = LinkedHashMap<String, Metric>()
             for (entry in entries) {
                 @Suppress("UNCHECKED_CAST")
-                val m = Metric(entry as? Map<String, Any?> ?: throw RegistryException("a metric entry is not an object"))
+                val m = Metric(entry as? Map<String, Any?> ?: throw RegistryException("a metric entry is not an object"), domains)
                 val pin = pins[m.name]
                 if (pin != null && pin != m.fingerprint) {
                     throw RegistryException("metric ${m.name} changed: fingerprint ${m.fingerprint}, the app is pinned to $pin")
@@ -64,6 +64,40 @@ class Registry private constructor(
                 }
             }
             return Registry(metrics, device, dims, json)
+        }
+
+        /**
+         * The file domains of a published document (`categories: {file, size, sha256}`), as
+         * (metric, size, sha256): their values come from `GET /v1/registry/domains/{metric}`.
+         */
+        @JvmStatic
+        fun fileDomains(json: String): List<Triple<String, Int, String>> {
+            val out = ArrayList<Triple<String, Int, String>>()
+            val metrics = (Json.parse(json) as? Map<*, *>)?.get("metrics") as? List<*> ?: return out
+            for (e in metrics) {
+                val c = (e as? Map<*, *>)?.get("categories") as? Map<*, *> ?: continue
+                val sha = c["sha256"] as? String ?: continue
+                out.add(Triple(e["name"] as String, (c["size"] as? Long ?: -1L).toInt(), sha))
+            }
+            return out
+        }
+
+        /** The values of a domain text (each followed by "\n") when it is the published one: its size and SHA-256. */
+        @JvmStatic
+        fun domainValues(text: String, metric: String, size: Int, sha256: String): List<String> {
+            val values = ArrayList<String>()
+            var start = 0
+            while (start < text.length) {
+                val end = text.indexOf('\n', start)
+                if (end < 0) break
+                values.add(text.substring(start, end))
+                start = end + 1
+            }
+            val digest = Hashing.hex(java.security.MessageDigest.getInstance("SHA-256").digest(text.toByteArray(Charsets.UTF_8)))
+            if (start != text.length || values.size != size || digest != sha256) {
+                throw RegistryException("metric $metric: not the published domain list (size or SHA-256 differ)")
+            }
+            return values
         }
 
         private fun optionalNumber(v: Any?, what: String): Double? = try {
@@ -100,7 +134,7 @@ internal class Found(
 )
 
 /** What the client needs of one metric: the budget constants the ledger charges, the lookup and the encoder. */
-class Metric internal constructor(entry: Map<String, Any?>) {
+class Metric internal constructor(entry: Map<String, Any?>, domains: Map<String, List<String>>) {
     val name: String = entry["name"] as? String ?: throw RegistryException("a metric has no name")
     val kind: String = entry["kind"] as? String ?: throw RegistryException("metric $name: no kind")
     val fingerprint: String = entry["fingerprint"] as? String ?: throw RegistryException("metric $name: no fingerprint")
@@ -126,6 +160,8 @@ class Metric internal constructor(entry: Map<String, Any?>) {
     /** The published protocol of the encoder (rr, grr, …, memobitmean). */
     val protocol: String = block["protocol"] as String
     private val index = HashMap<String, Int>()
+    /** A numbered domain's size (values are the ids 0 … d−1), else 0. */
+    private val ids: Long
     private val edges: DoubleArray?
     private val labels: List<String>
     private val lo: Double
@@ -134,10 +170,13 @@ class Metric internal constructor(entry: Map<String, Any?>) {
     private val maxLength: Int?
 
     init {
-        val domain = when (kind) {
-            "boolean" -> listOfAll("false", "true")
-            "categorical" -> (entry["categories"] as? List<*>)?.mapped { it.toString() } ?: throw RegistryException("metric $name: no categories")
-            else -> noList()
+        val categories = entry["categories"]
+        ids = if (kind == "categorical" && categories is Map<*, *>) (categories["ids"] as? Long ?: 0L) else 0L
+        val domain = when {
+            kind == "boolean" -> listOfAll("false", "true")
+            kind != "categorical" || ids > 0 -> noList()
+            categories is List<*> -> categories.mapped { it.toString() }
+            else -> domains[name] ?: throw RegistryException("metric $name: no domain list (a file domain not fetched)")
         }
         domain.forEachIndexed { i, v -> index[v] = i }
         edges = (block["edges"] as? List<*>)?.let { list -> DoubleArray(list.size) { number(list[it], "encoder.edges") } }
@@ -198,8 +237,16 @@ class Metric internal constructor(entry: Map<String, Any?>) {
             isIntegral(value) -> (value as Number).toLong().toString()
             else -> null
         }
-        val i = key?.let { index[it] } ?: return null
-        return found(key, i, false, c)
+        val i = (if (ids > 0) key?.let(::idOf) else key?.let { index[it] }) ?: return null
+        return found(key!!, i, false, c)
+    }
+
+    /** A numbered domain's index of [key]: its canonical decimal text ("17"; not "017", "-1", " 5", "1e3") below d. */
+    private fun idOf(key: String): Int? {
+        if (key.isEmpty() || key.length > 19 || (key[0] == '0' && key.length > 1)) return null
+        for (ch in key) if (ch !in '0'..'9') return null
+        val v = parseLongOrNull(key) ?: return null
+        return if (v < ids) v.toInt() else null
     }
 
     private fun isIntegral(v: Any?): Boolean = v is Long || v is Int || v is Short || v is Byte
@@ -207,9 +254,7 @@ class Metric internal constructor(entry: Map<String, Any?>) {
     /** The randomised wire payload of a found value (CSPRNG; memoised parts from the secret). */
     internal fun encode(found: Found, c: Context): Any = encoder.encode(found.index, found.key, c)
 
-    private companion object {
-        /** An edge as a bucket label writes it (Python's int, or float repr). */
-        fun edgeText(x: Double): String =
-            if (x == Math.floor(x) && Math.abs(x) < 1e15) x.toLong().toString() else Json.pyRepr(x)
-    }
 }
+
+/** An edge as a bucket label writes it (Python's int, or float repr). */
+private fun edgeText(x: Double): String = if (x == Math.floor(x) && Math.abs(x) < 1e15) x.toLong().toString() else Json.pyRepr(x)

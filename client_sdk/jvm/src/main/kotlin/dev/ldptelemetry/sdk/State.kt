@@ -77,6 +77,10 @@ interface DeviceStore {
     fun optIn()
     fun readRegistry(): String?
     fun writeRegistry(text: String)
+
+    /** A file domain's text by its SHA-256 (docs/wire-format.md, "Large domains"), null when not cached. */
+    fun readDomain(sha256: String): String? = null
+    fun writeDomain(sha256: String, text: String) {}
 }
 
 internal const val SECRET_BYTES = 32
@@ -164,7 +168,7 @@ internal class DeviceLedger(private val store: DeviceStore, private val random: 
  * drops them), so a ReentrantLock per canonical path serialises this process's clients first.
  */
 internal class DirectoryLock(private val file: File, private val timeoutMs: Long) {
-    private val local: ReentrantLock = LOCAL.getOrPut(file.canonicalPath) { ReentrantLock() }
+    private val local: ReentrantLock = LOCAL_LOCKS.getOrPut(file.canonicalPath) { ReentrantLock() }
 
     fun <T> hold(fn: () -> T): T {
         val deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMs)
@@ -191,11 +195,10 @@ internal class DirectoryLock(private val file: File, private val timeoutMs: Long
             local.unlock()
         }
     }
-
-    private companion object {
-        val LOCAL = ConcurrentHashMap<String, ReentrantLock>()
-    }
 }
+
+/** One in-process lock per state directory (fcntl locks do not exclude within a process). */
+private val LOCAL_LOCKS = ConcurrentHashMap<String, ReentrantLock>()
 
 /** File helpers: owner-only permissions, write-temp-fsync-rename. java.io only (Android API 24 has no java.nio.file). */
 internal object Files {
@@ -344,6 +347,15 @@ class FileStore @JvmOverloads constructor(
     override fun readRegistry(): String? = Files.readOrNull(File(dir, "registry.json"))?.toString(Charsets.UTF_8)
 
     override fun writeRegistry(text: String) = Files.atomicWrite(File(dir, "registry.json"), text.toByteArray(Charsets.UTF_8))
+
+    private fun domainFile(sha256: String): File? =
+        if (sha256.length == 64 && sha256.all { it in '0'..'9' || it in 'a'..'f' }) File(dir, "domain-$sha256.txt") else null
+
+    override fun readDomain(sha256: String): String? = domainFile(sha256)?.let { Files.readOrNull(it)?.toString(Charsets.UTF_8) }
+
+    override fun writeDomain(sha256: String, text: String) {
+        domainFile(sha256)?.let { Files.atomicWrite(it, text.toByteArray(Charsets.UTF_8)) }
+    }
 }
 
 /** The outbox as files `<name>.ldpb` in a directory; a sender claims one by renaming it to `.sending`. */
@@ -401,9 +413,7 @@ class FileOutbox(val dir: File, private val limits: OutboxLimits = OutboxLimits(
     override fun clear() {
         for (n in names()) if (n.ends(SUFFIX) || n.ends(CLAIMED)) File(dir, n).delete()
     }
-
-    private companion object {
-        const val SUFFIX = ".ldpb"
-        const val CLAIMED = ".sending"
-    }
 }
+
+private const val SUFFIX = ".ldpb"
+private const val CLAIMED = ".sending"

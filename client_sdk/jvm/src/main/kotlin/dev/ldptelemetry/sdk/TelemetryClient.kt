@@ -269,19 +269,34 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
 
     private fun resolveRegistry(st: DeviceStore): Registry {
         opts.registry?.let { return it }
-        opts.registryJson?.let { return Registry.parse(it, opts.pins) }
+        opts.registryJson?.let { return Registry.parse(it, opts.pins, domainLists(st, it)) }
         try {
             val resp = Http.getRegistry(transport)
             if (resp.status != 200) throw TransportException("the collector answered ${resp.status} to GET /v1/registry")
             val text = resp.body.toString(Charsets.UTF_8)
-            val reg = Registry.parse(text, opts.pins)
+            val reg = Registry.parse(text, opts.pins, domainLists(st, text))
             st.writeRegistry(text)
             return reg
         } catch (e: TransportException) {
             val cached = st.readRegistry() ?: throw e
             log("ldpt: cannot fetch the registry (${e.message}); using the cached copy")
-            return Registry.parse(cached, opts.pins)
+            return Registry.parse(cached, opts.pins, domainLists(st, cached))
         }
+    }
+
+    /** The values of the registry's file domains: cached by digest, else fetched (checked, then cached). */
+    private fun domainLists(st: DeviceStore, registryText: String): Map<String, List<String>> {
+        val out = HashMap<String, List<String>>()
+        for ((name, size, sha) in Registry.fileDomains(registryText)) {
+            val cached = st.readDomain(sha)
+            val text = cached ?: Http.getDomain(transport, name).let {
+                if (it.status != 200) throw TransportException("the collector answered ${it.status} to GET ${Http.DOMAINS_PATH}$name")
+                it.body.toString(Charsets.UTF_8)
+            }
+            out[name] = Registry.domainValues(text, name, size, sha)
+            if (cached == null) st.writeDomain(sha, text)
+        }
+        return out
     }
 
     /** Under the lock: something to do now. */

@@ -64,6 +64,12 @@ internal object Http {
     fun postBatch(t: Transport, body: ByteArray): Response =
         t.request("POST", REPORTS_PATH, body, mapOfPairs("Content-Type" to MSGPACK, "Accept" to "application/json", "User-Agent" to USER_AGENT))
 
+    const val DOMAINS_PATH = "/v1/registry/domains/"
+
+    /** A file domain's values, one per line (docs/wire-format.md, "Large domains"). */
+    fun getDomain(t: Transport, metric: String): Response =
+        t.request("GET", DOMAINS_PATH + java.net.URLEncoder.encode(metric, "UTF-8"), null, mapOfPairs("User-Agent" to USER_AGENT))
+
     fun getRegistry(t: Transport): Response =
         t.request("GET", REGISTRY_PATH, null, mapOfPairs("Accept" to "application/json", "User-Agent" to USER_AGENT))
 
@@ -139,11 +145,10 @@ class HttpUrlTransport @JvmOverloads constructor(endpoint: String, private val t
             out.write(buf, 0, n)
         }
     }
-
-    private companion object {
-        const val MAX_RESPONSE = 4 * 1024 * 1024
-    }
 }
+
+/** The largest answer the SDK reads (the registry, a domain list, an ack). */
+private const val MAX_RESPONSE = 4 * 1024 * 1024
 
 /**
  * Exponential back-off with jitter; the server's Retry-After wins when present. Attempt k waits

@@ -205,6 +205,19 @@ class ChiSquareTest {
         }
     }
 
+    @org.junit.jupiter.api.Test
+    fun `the check can fail - reports of one input are refused against another input's row`() {
+        val cfg = Vectors.doc("tables.json")["configs"].l().map { it.m() }.first { it["protocol"] == "grr" }
+        val enc = encoderFor(cfg["encoder"].m())
+        val r = cfg["tables"].m()["report"].m()
+        val ctx = Context(Device(ByteArray(32)), "chi", 20_000, Seeded("ldpt chi-square can fail"))
+        val counts = LongArray(r["outputs"].n().toInt())
+        repeat(n) { counts[(enc.encode(r["inputs"].l()[0].n().toInt(), "", ctx) as Long).toInt()]++ }
+        val rows = r["rows"].l()
+        assertTrue(pValue(counts, rows[0].l().map { BigInteger(it.toString()) }, BigInteger(r["denominator"].toString())) > 1e-6)
+        assertTrue(pValue(counts, rows[1].l().map { BigInteger(it.toString()) }, BigInteger(r["denominator"].toString())) < 1e-12)
+    }
+
     @AfterAll
     fun `every chi-square p-value clears the Bonferroni threshold`() {
         assertTrue(results.size > 50, "too few tests ran: ${results.size}")

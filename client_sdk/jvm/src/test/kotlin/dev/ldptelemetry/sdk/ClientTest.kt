@@ -200,6 +200,28 @@ class ClientTest {
     }
 
     @Test
+    fun `a file domain is fetched, checked and cached by its digest, a changed one disables reporting`() {
+        val doc = Vectors.doc("domains.json")
+        val reg = Json.write(doc["registry"])
+        val text = doc["domain_texts"].m()["app"] as String
+        val dir = File(tmp, "state")
+        val collector = RecordingCollector(reg, mapOf("app" to text))
+        val c = client(collector, null, FileStore(dir))
+        assertTrue(c.awaitReady(10_000))
+        assertNull(c.stats()["disabled_reason"])
+        assertTrue(c.report("app", "beta")); assertTrue(c.report("app_id", 17)); assertFalse(c.report("app", "BETA"))
+        assertTrue(c.flush(10_000))
+        assertEquals(2, collector.reports().size)
+        c.close(1_000)
+        val sha = Registry.fileDomains(reg).first().third
+        assertEquals(text, File(dir, "domain-$sha.txt").readText())
+        val tampered = client(RecordingCollector(reg, mapOf("app" to text.replace("beta", "bêta"))), null, FileStore(File(tmp, "other")))
+        assertTrue(tampered.awaitReady(10_000))
+        assertTrue((tampered.stats()["disabled_reason"] as String).contains("not the published domain list"))
+        tampered.close(100)
+    }
+
+    @Test
     fun `an unreadable ledger disables reporting, saying why`() {
         val dir = File(tmp, "state").apply { mkdirs() }
         File(dir, "ledger.json").writeText("{not json")

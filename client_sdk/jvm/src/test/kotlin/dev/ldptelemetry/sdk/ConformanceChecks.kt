@@ -261,12 +261,37 @@ object ConformanceChecks {
         return failures
     }
 
+    /** domains.json: numbered and file domains as published, the file's text checked by size and SHA-256, value → index. */
+    fun domains(doc: Map<String, Any?>): List<String> {
+        val f = Failures()
+        val text = Json.write(doc["registry"])
+        val texts = doc["domain_texts"].m()
+        val lists = HashMap<String, List<String>>()
+        for ((name, size, sha) in Registry.fileDomains(text)) {
+            lists[name] = Registry.domainValues(texts[name] as String, name, size, sha)
+            try {
+                Registry.domainValues((texts[name] as String) + "extra\n", name, size, sha)
+                f.list.add("domain $name: a changed text was accepted")
+            } catch (e: RegistryException) {
+                // refused, as it must be
+            }
+        }
+        val reg = Registry.parse(text, noMap(), lists)
+        for ((name, fp) in doc["fingerprints"].m()) f.eq(reg[name]?.fingerprint, fp, "fingerprint of $name")
+        val ctx = Context(Device(ByteArray(32)), "", 20_000, SecureRandomSource())
+        for (c in doc["lookups"].l().map { it.m() }) {
+            val metric = reg[c["metric"] as String]!!
+            f.eq(metric.lookup(c["value"], Context(ctx.device, metric.name, 20_000, ctx.random))?.index, c["index"], "lookup ${c["metric"]} ${show(c["value"])}")
+        }
+        return f.list
+    }
+
     /** Every check above, over the seven files. */
     fun all(): List<String> {
         val registry = Vectors.doc("registry.json")["registry"].m()
         val der = Vectors.doc("derivations.json")
         return derivations(der) + roundings(registry, Vectors.doc("roundings.json"), der["secrets"].l()) +
             reports(Vectors.registryText, Vectors.doc("reports.json")) + memo(registry, Vectors.doc("memo.json")) +
-            ledger(Vectors.doc("ledger.json")) + batches(Vectors.doc("batches.json"))
+            ledger(Vectors.doc("ledger.json")) + batches(Vectors.doc("batches.json")) + domains(Vectors.doc("domains.json"))
     }
 }

@@ -43,6 +43,11 @@ class ConformanceTest {
     }
 
     @Test
+    fun `large domains - numbered and file domains, the file checked by size and SHA-256, value to index`() {
+        assertNone(ConformanceChecks.domains(Vectors.doc("domains.json")))
+    }
+
+    @Test
     fun `the checks can fail - one wrong byte or one wrong expectation is reported`() {
         val reports = Vectors.doc("reports.json").toMutableMap()
         val cases = reports["cases"].l().map { it.m().toMutableMap() }.toMutableList()

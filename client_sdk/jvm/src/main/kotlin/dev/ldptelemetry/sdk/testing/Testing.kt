@@ -128,7 +128,11 @@ class Fault private constructor(val status: Int, val body: Any?, val headers: Ma
  * `duplicate`; other bytes: 422), keeps every accepted batch's reports decoded, and answers
  * from a script of [Fault]s first. It does not validate payloads: the conformance suite pins them.
  */
-class RecordingCollector @JvmOverloads constructor(private val registryJson: String? = null) {
+class RecordingCollector @JvmOverloads constructor(
+    private val registryJson: String? = null,
+    /** File domains' texts by metric, served at `GET /v1/registry/domains/{metric}`. */
+    private val domainTexts: Map<String, String> = emptyMap(),
+) {
     private val script = ArrayDeque<Fault>()
     private val accepted = LinkedHashMap<String, ByteArray>()
     private val reports = ArrayList<Map<String, Any?>>()
@@ -155,6 +159,10 @@ class RecordingCollector @JvmOverloads constructor(private val registryJson: Str
         if (method == "GET" && path == "/v1/registry") {
             return if (registryJson != null) Response(200, mapOf("content-type" to "application/json"), registryJson.toByteArray())
             else problem(404, "not-found")
+        }
+        if (method == "GET" && path.startsWith("/v1/registry/domains/")) {
+            val text = domainTexts[java.net.URLDecoder.decode(path.substring(21), "UTF-8")] ?: return problem(404, "not-found")
+            return Response(200, mapOf("content-type" to "text/plain; charset=utf-8"), text.toByteArray())
         }
         if (method != "POST" || path != "/v1/reports" || body == null) return problem(404, "not-found")
         bodies.add(body)
