@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
+import signal
+import sys
 import threading
 
 import pytest
@@ -26,7 +29,7 @@ from client_sdk.ledger import (
 )
 from client_sdk.testing import FakeCollector, MemoryTransport
 
-from .sdk_support import REGISTRY_TOML, file_lock, make_registry  # noqa: F401 - file_lock: autouse
+from .sdk_support import REGISTRY_TOML, file_lock, make_registry, wait_until  # noqa: F401 - file_lock: autouse
 
 DAY = 20_000   # a UTC day number
 
@@ -215,6 +218,50 @@ def test_processes_sharing_a_state_dir_never_overspend(tmp_path):
     assert acct["site"].lifetime_epsilon <= 20.0
     assert sum(s["site"] for s in sent) == acct["site"].lifetime_reports
     assert acct["crash"].refused_window + acct["crash"].window_reports == 4 * 30
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    return stat[stat.rindex(")") + 2:].startswith("T")
+
+
+def _commit_paused(state_dir: str) -> None:
+    """A child process: one charge under reports_per_window = 1, SIGSTOPping itself inside the
+    transaction (the elapsed clock is read there, with the lock held and the book read)."""
+    def paused_clock():
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return noon(DAY)
+    outcome = Ledger(state_dir).commit([charge()], elapsed=paused_clock).outcomes[0]
+    os._exit(0 if outcome is None else 3)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc to see the holder stopped")
+def test_a_paused_holder_keeps_the_ledger_lock_however_old_its_file(tmp_path):
+    """Issue 26 §2 for the Python SDK: flock(2) (or the Windows byte-range lock) belongs to the
+    holder's open file until it closes it or dies; its age never matters. A SIGSTOPped holder
+    keeps it, the next process waits, then is refused: 1 report under reports_per_window = 1."""
+    import fcntl
+    ctx = multiprocessing.get_context("fork")
+    holder = ctx.Process(target=_commit_paused, args=(str(tmp_path),))
+    holder.start()
+    try:
+        assert wait_until(lambda: _stopped(holder.pid), timeout=60), "the holder never stopped"
+        lock = tmp_path / "ledger.lock"
+        os.utime(lock, (0, 0))   # as old as can be
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):   # held by the paused process
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+        assert _stopped(holder.pid)
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        holder.join(30)
+    assert holder.exitcode == 0   # the holder's charge went through
+    assert Ledger(tmp_path).commit([charge()], elapsed=lambda: noon(DAY)).outcomes == [Refusal.WINDOW]
+    assert read_ledger(tmp_path)["m"].window_reports == 1
 
 
 # --- ldpt ledger ----------------------------------------------------------------------------------------------
