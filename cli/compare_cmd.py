@@ -48,7 +48,7 @@ def compare(metrics_file: str | None, metric: str, db: str | None, postgres: str
     """Compare METRIC between two windows: per value the change of proportion, its interval, a p-value."""
     from .output import format_compare
 
-    source = check_source(db, postgres, url)
+    source, where = check_source(db, postgres, url)
     a = _side(window, _range(range_a, "--range"), "--window", "--range")
     b = _side(against, _range(range_b, "--against-range"), "--against", "--against-range")
     if cacert and not url:
@@ -56,7 +56,7 @@ def compare(metrics_file: str | None, metric: str, db: str | None, postgres: str
     if _label(a) == _label(b):
         raise click.UsageError(f"A and B are both {_label(a)}: a comparison needs two different "
                                "windows (or ranges)")
-    if url is not None:
+    if source == "url":
         df = remote_compare(url, token_file, metric, a, b, confidence, alpha, control, simultaneous, cacert)
         spec = load_metric(metrics_file, metric)[1] if metrics_file else None
         check_served_fingerprint(df, url, metric, metrics_file, spec)
@@ -64,7 +64,7 @@ def compare(metrics_file: str | None, metric: str, db: str | None, postgres: str
         from estimators.compare import compare_frame
 
         spec = load_metric(require_registry(metrics_file), metric)[1]
-        with StoreReader(source, db or postgres or "") as reader:
+        with StoreReader(source, where) as reader:
             sketch_a, sketch_b = (reader.load(spec, *_load_args(side)) for side in (a, b))
             wins_a, wins_b = (_range_windows(reader, spec, side) for side in (a, b))
         df = compare_frame(spec, sketch_a, sketch_b, label_a=_label(a), label_b=_label(b),

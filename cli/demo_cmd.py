@@ -210,6 +210,20 @@ def wait_acknowledged(uploader: Uploader, reports: int, silent: bool, timeout: f
     return bool(result and result[0])
 
 
+#: What the demo's output is, before it (two lines) and how to read it, after it.
+PREAMBLE = ("Each of {clients:,} simulated app installs randomised its values on the device: the collector "
+            "never saw one.\nPer metric: each value's true count beside the collector's estimate from the "
+            "randomised reports.\n")
+LEGEND = """How to read it:
+  epsilon   the privacy cost of one report: smaller is more private, and noisier
+  estimate  unbiased: right on average, off by noise in each run; near zero it can even be
+            negative (a count of 0 plus noise), which is how an unbiased estimate behaves
+  interval  95%: it holds the true value in about 19 runs in 20, so expect about 1 row in 20
+            to say covered NO by chance; many more would mean a bug
+  covered   whether the interval holds the true value (known here because this is a simulation)
+"""
+
+
 def estimates_vs_truth(spec: MetricSpec, db: Path, values: Sequence[str], counts: np.ndarray) -> pd.DataFrame:
     """The estimate frame with the truth beside it and whether the 95% interval covers it.
 
@@ -321,7 +335,9 @@ def demo(clients: int, metric_names: tuple[str, ...], metrics_file: str | None, 
         blocks = [format_result(spec, estimates_vs_truth(spec, db, truth[spec.name][0], truth[spec.name][2]))
                   for spec in specs]
         total = time.perf_counter() - t0
+        click.echo(PREAMBLE.format(clients=clients))
         click.echo("\n".join(blocks))
+        click.echo(LEGEND)
         click.echo(f"{clients:,} clients sent {counters['reports_acked']:,} randomised reports in "
                    f"{counters['batches_acked']:,} batches (clients created and reporting for {elapsed:.1f}s); "
                    f"{total:.1f}s in all; seed {seed}" + (f"; kept in {workdir}" if keep_dir else ""))

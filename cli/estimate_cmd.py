@@ -36,10 +36,13 @@ def store_options(func):  # noqa: ANN001, ANN201 - a click decorator
                      help="Metric registry (TOML); required with --db/--postgres, optional with --url "
                           "(then the collector's fingerprint is checked against it)."),
         click.option("--metric", required=True, help="Metric name in the registry."),
-        click.option("--db", type=click.Path(dir_okay=False), default=None, help="SQLite store to read."),
-        click.option("--postgres", metavar="DSN", envvar="LDPT_POSTGRES_DSN", show_envvar=True,
-                     default=None, help="Instead of --db: read a shared PostgreSQL store (prefer the "
-                                        "environment variable: a DSN on the command line shows in ps)."),
+        click.option("--db", type=click.Path(dir_okay=False), default=None,
+                     help="SQLite store to read [default: LDPT_POSTGRES_DSN's store if that is set, else "
+                          "LDPT_DB, else ./ldpt.sqlite: the store ldpt serve writes by default]."),
+        click.option("--postgres", metavar="DSN", default=None,
+                     help="Instead of --db: read a shared PostgreSQL store (prefer the environment variable "
+                          "LDPT_POSTGRES_DSN, used when no --db, --postgres or --url is given: a DSN on "
+                          "the command line shows in ps)."),
         click.option("--url", default=None, metavar="URL", callback=validate_url,
                      help="Instead of --db: query a running collector (needs --token-file)."),
         click.option("--token-file", type=click.Path(dir_okay=False, exists=True), default=None,
@@ -54,7 +57,9 @@ def store_options(func):  # noqa: ANN001, ANN201 - a click decorator
 
 @click.command()
 @store_options
-@click.option("--window", callback=validate_day, default=None, help="One window (YYYY-MM-DD).")
+@click.option("--window", callback=validate_day, default=None,
+              help="One window (YYYY-MM-DD) [default: every stored window of --since..--until, or of "
+                   "the store, summed; the header and JSON meta.window_range say which].")
 @click.option("--since", callback=validate_date, default=None, help="First day, inclusive (YYYY-MM-DD).")
 @click.option("--until", callback=validate_date, default=None, help="Last day, inclusive (YYYY-MM-DD).")
 @click.option("--by", default=None, metavar="window|DIMENSION[,DIMENSION]",
@@ -102,7 +107,7 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
         from .plot import require_matplotlib
 
         require_matplotlib()
-    source = check_source(db, postgres, url)
+    source, where = check_source(db, postgres, url)
     if window and (since or until):
         raise click.UsageError("use either --window or --since/--until, not both")
     if by == "window" and window:
@@ -115,14 +120,14 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
     if cacert and not url:
         raise click.UsageError("--cacert applies to an https:// --url")
     with Working(f"estimating {metric}", silent) as progress:
-        if url is not None:
+        if source == "url":
             df = remote_estimate(url, token_file, metrics_file, metric, window, since, until, confidence,
                                  simultaneous, consistent, candidates, by, top, cacert, all_rows=all_rows)
             string_metric = df.attrs.get("protocol") in ("rappor", "discover")
         else:
             registry, spec = load_metric(require_registry(metrics_file), metric)
             string_metric = spec.kind.value == "string"
-            with StoreReader(source, db or postgres or "") as reader:
+            with StoreReader(source, where) as reader:
                 reader.min_reports_of = registry.segment_min_reports
                 df = local_estimate(reader, spec, window, since, until, by, confidence, simultaneous,
                                     consistent, read_candidates(candidates, spec), top, progress,
@@ -177,16 +182,34 @@ def _breakdown_note(df) -> None:  # noqa: ANN001 - a pandas DataFrame
                    f"{int(df.attrs.get('min_reports', 0)):,} reports each)", err=True)
 
 
-def check_source(db: str | None, postgres: str | None, url: str | None) -> str:
-    """Exactly one of --db, --postgres (LDPT_POSTGRES_DSN), --url: which one."""
-    given = [name for name, v in (("db", db), ("postgres", postgres), ("url", url)) if v]
-    if not given:
-        raise click.UsageError("give --db PATH (a SQLite store), --postgres DSN (or LDPT_POSTGRES_DSN) "
-                               "or --url URL (a collector)")
+def check_source(db: str | None, postgres: str | None, url: str | None) -> tuple[str, str]:
+    """Which store to read, as (``db``, path), (``postgres``, DSN) or (``url``, URL).
+
+    At most one of --db, --postgres, --url; an explicit one wins over the environment (as in
+    `ldpt prune`). Without one: LDPT_POSTGRES_DSN, else LDPT_DB, else ./ldpt.sqlite — the store
+    `ldpt serve` uses with the same environment (docs/operations.md, "Settings")."""
+    import os
+
+    given = [(name, v) for name, v in (("db", db), ("postgres", postgres), ("url", url)) if v]
     if len(given) > 1:
-        raise click.UsageError(f"use one of --db, --postgres and --url, not {' and '.join('--' + g for g in given)}"
-                               + (" (LDPT_POSTGRES_DSN is set)" if "postgres" in given else ""))
-    return given[0]
+        raise click.UsageError(f"use one of --db, --postgres and --url, not "
+                               f"{' and '.join('--' + name for name, _ in given)}")
+    if given:
+        return given[0]
+    if os.environ.get("LDPT_POSTGRES_DSN"):
+        return "postgres", os.environ["LDPT_POSTGRES_DSN"]
+    from pathlib import Path
+
+    from collector.config import SETTINGS_BY_NAME
+
+    path = os.environ.get("LDPT_DB") or str(SETTINGS_BY_NAME["db"].default)
+    if not Path(path).exists():
+        raise click.UsageError(f"give --db PATH (a SQLite store), --postgres DSN (or LDPT_POSTGRES_DSN) or "
+                               f"--url URL (a collector); the default store, {path} (where `ldpt serve` "
+                               "writes unless told otherwise), does not exist here")
+    click.echo(f"reading {path} (the default store, as ldpt serve's; --db, --postgres or --url to choose)",
+               err=True)
+    return "db", path
 
 
 def require_registry(metrics_file: str | None) -> str:
@@ -222,7 +245,7 @@ def local_estimate(reader: StoreReader, spec: MetricSpec, window: str | None, si
     from collector.storage.base import date_filter_ok
     from estimators.frequency import estimate_frame  # scipy and pandas: only when estimating
     from estimators.memo_range import is_memoised, range_frame, with_rappor_range_warning
-    from estimators.series import series_frame, windows_in_range
+    from estimators.series import series_frame, window_span, windows_in_range
 
     step = progress.step if progress is not None else (lambda _: None)
     if by and by != "window":
@@ -248,22 +271,35 @@ def local_estimate(reader: StoreReader, spec: MetricSpec, window: str | None, si
             raise click.UsageError(f"metric {spec.name!r} is a joint metric: --simultaneous and --consistent "
                                    "apply to frequency estimates; its breakdown has neither")
         step(f"estimating {spec.name}'s breakdown from {sketch.total_reports:,} reports")
-        return joint_frame(spec, sketch, confidence=confidence)
+        return window_span(joint_frame(spec, sketch, confidence=confidence),
+                           _summed_windows(reader, spec, window, since, until))
     if window is None and is_memoised(spec) and spec.kind is not Kind.STRING:
         # permanent noise repeats across windows: not one sketch of independent reports
         stored = sorted({w.window for w in reader.stored_windows(spec) if date_filter_ok(w.window, since, until)})
         step(f"estimating {spec.name} over {len(stored):,} window{'' if len(stored) == 1 else 's'} "
              "(memoised: range bound)")
-        return range_frame(spec, [(w, reader.load(spec, [w], None, None, allow_empty=True)) for w in stored],
-                           confidence=confidence, simultaneous=simultaneous, consistent=consistent)
+        return window_span(range_frame(spec, [(w, reader.load(spec, [w], None, None, allow_empty=True))
+                                              for w in stored],
+                                       confidence=confidence, simultaneous=simultaneous, consistent=consistent),
+                           stored)
     step(f"estimating {spec.name} from {sketch.total_reports:,} reports"
          + (" (discovering strings)" if spec.protocol == "discover" and not candidates else ""))
     df = estimate_frame(spec, sketch, confidence=confidence, simultaneous=simultaneous,
                         consistent=consistent, candidates=candidates, top=top, rows_wanted=rows_wanted)
+    labels = _summed_windows(reader, spec, window, since, until)
     if window is None and spec.protocol == "rappor":
-        stored = {w.window for w in reader.stored_windows(spec) if date_filter_ok(w.window, since, until)}
-        df = with_rappor_range_warning(df, len(stored))
-    return df
+        df = with_rappor_range_warning(df, len(labels))
+    return window_span(df, labels)
+
+
+def _summed_windows(reader: StoreReader, spec: MetricSpec, window: str | None, since: str | None,
+                    until: str | None) -> list[str]:
+    """The stored windows one estimate sums: ``window``, or those of the range (all by default)."""
+    from collector.storage.base import date_filter_ok
+
+    if window:
+        return [window]
+    return sorted({w.window for w in reader.stored_windows(spec) if date_filter_ok(w.window, since, until)})
 
 
 def top_series(df, top: int):
@@ -413,9 +449,11 @@ class StoreReader:
             else:
                 sketch = self._store.load(key, spec.fingerprint, template, windows, since, until)
             segments.append((key, sketch))
+        total = self.load(spec, windows, since, until, allow_empty=True)
         return breakdown_frame(spec, group_sketches(spec, segments, names), names,
                                self.min_reports(spec), confidence=confidence,
-                               simultaneous=simultaneous, consistent=consistent)
+                               simultaneous=simultaneous, consistent=consistent,
+                               total_reports=int(total.total_reports))
 
     #: the registry's ``segment_min_reports`` (set by the caller, which loaded the registry)
     min_reports_of = None

@@ -17,7 +17,10 @@ def metrics() -> None:
 
 @metrics.command("check")
 @click.argument("file", type=click.Path(dir_okay=False))
-def check(file: str) -> None:
+@click.option("--max-segments", type=click.IntRange(min=1), default=None,
+              help="The collector's segment cap to check the dimensions against [default: "
+                   "LDPT_MAX_SEGMENTS, else the collector's default, 1000].")
+def check(file: str, max_segments: int | None) -> None:
     """Validate FILE; print each metric with its protocol and epsilon per report."""
     registry = load_registry(file)
     rows, notes = [], []
@@ -54,7 +57,23 @@ def check(file: str) -> None:
     for line in device_warnings(registry):
         click.echo(line, err=True)
     check_dimensions(registry, file)
+    check_segment_cap(registry, max_segments)
     check_linking(registry)
+
+
+def check_segment_cap(registry, max_segments: int | None) -> None:  # noqa: ANN001 - a Registry
+    """Warn for each metric whose dimension combinations exceed the collector's segment cap
+    (collector/segments.py: beyond it a segment's reports count in the total only)."""
+    import os
+
+    from collector.config import SETTINGS_BY_NAME
+    from collector.segments import cap_warnings
+
+    if max_segments is None:
+        env = os.environ.get("LDPT_MAX_SEGMENTS", "").strip()
+        max_segments = int(env) if env.isdigit() and int(env) > 0 else int(SETTINGS_BY_NAME["max_segments"].default)
+    for line in cap_warnings(registry, max_segments):
+        click.echo(f"warning: {line}", err=True)
 
 
 def check_linking(registry) -> None:  # noqa: ANN001 - a Registry

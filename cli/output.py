@@ -37,6 +37,7 @@ def frame_to_table(df: pd.DataFrame) -> str:
             f"epsilon {eps:.4g}  reports {_count(a.get('n_reports'))}  "
             f"confidence {a.get('confidence'):.3g}{' (simultaneous)' if a.get('simultaneous') else ''}"
             + (f"  post-processed: {a['post_processed']}" if a.get("post_processed") else "")
+            + _window_note(a)
             + (f"  unit {a['unit']}" if a.get("unit") else "")
             if eps is not None else f"metric {a.get('metric')}")
     shown = _terminal_safe(df)
@@ -60,6 +61,16 @@ def frame_to_table(df: pd.DataFrame) -> str:
         shown["n"] = shown["n"].map(_count)
     body = shown.to_string(index=False)
     return "\n".join(head + [body] + notes) + "\n"
+
+
+def _window_note(attrs: dict) -> str:
+    """``  window D`` or ``  windows D1..D2 (N, summed)``: what one estimate counts."""
+    span = attrs.get("window_range")
+    if not isinstance(span, dict) or attrs.get("by") == "window":
+        return ""
+    if span.get("windows") == 1:
+        return f"  window {span.get('first')}"
+    return f"  windows {span.get('first')}..{span.get('last')} ({_count(span.get('windows'))}, summed)"
 
 
 def _joint_table(shown: pd.DataFrame) -> str:

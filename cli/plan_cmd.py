@@ -156,6 +156,9 @@ def discover_plan(epsilon: float, clients: int, max_length: int) -> dict:
             # the prefix caps' margin of CAP_Z population-scale standard errors
             "forged_gain": bound.gain, "forged_per_point": bound.forged_for_one_point(clients),
             "forged_margin_count": CAP_Z * level_se * par.groups,
+            # down: a report in the held-out group that supports none of a string's cells, scaled
+            # by the group's expected share (estimators/poisoning.py)
+            "forged_deflation": bound.deflation,
             "sketch_bytes": 8 * par.groups * par.seeds * par.g, "payload_bits": proto.payload_bits}
 
 
@@ -175,6 +178,7 @@ def format_discover_plan(row: dict, fmt: str) -> str:
         f"  share found reliably       {row['detection_floor_share']:>14.4f}  (4 std errs at every level)",
         f"  forged reports per point   {row['forged_per_point']:>14,}  (g = {row['forged_gain']:.2f} per report "
         f"wherever placed; placement adds at most {row['forged_margin_count']:,.0f}, 4 std errs; docs/security.md)",
+        f"  forged report, downwards   {row['forged_deflation']:>14.2f}  (at most, per report, wherever placed)",
         f"  sketch per window          {row['sketch_bytes'] / 2**20:>11.1f} MiB",
         f"  payload                    {_bits(row['payload_bits']):>14}"]) + "\n"
 

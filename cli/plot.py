@@ -43,6 +43,9 @@ def plot_estimates(df: pd.DataFrame, path: str, *, top: int = 50, log_scale: boo
     if kind == "numeric-mean":
         _plot_mean(plt, df, path)
         return
+    if kind == "joint":
+        _plot_joint(plt, df, path)
+        return
     if kind == "numeric-histogram":  # the bucket rows, in bucket order; mean and quantiles are in the table
         shown = df[df["statistic"] == "count"]
     else:
@@ -160,4 +163,77 @@ def _plot_mean(plt, df: pd.DataFrame, path: str) -> None:  # noqa: ANN001
     ax.set_title(f"{a.get('metric')} — {a.get('protocol')}, ε={a.get('epsilon', float('nan')):.3g},\n"
                  f"n={a.get('n_reports')}, {100 * a.get('confidence', 0.95):.0f}% interval", fontsize=10)
     ax.legend()
+    _save(plt, fig, path)
+
+
+def _plot_joint(plt, df: pd.DataFrame, path: str) -> None:  # noqa: ANN001
+    """A joint metric's breakdown, one panel per scale (they cannot share an axis): the cells'
+    and the marginals' counts, each conditional share P(T | G) on [0, 1], each mean per category
+    in its part's unit, and the independence tests' χ² beside their 5 % critical values."""
+    from scipy import stats
+
+    a = df.attrs
+    groups = list(dict.fromkeys(df["statistic"]))
+    panels: list[tuple[str, pd.DataFrame]] = [("count", df[df["statistic"] == "count"])]
+    marginals = df[df["statistic"].str.startswith("count ")]
+    if len(marginals):
+        panels.append(("marginals", marginals))
+    panels += [(g, df[df["statistic"] == g]) for g in groups if g.startswith(("P(", "mean "))]
+    tests = df[df["statistic"].str.startswith("independence")]
+    rows = len(panels) + (1 if len(tests) else 0)
+    widest = max(len(p) for _, p in panels)
+    fig, axes = plt.subplots(rows, 1, figsize=(min(20, max(7, 0.35 * widest + 3)), 3.2 * rows), squeeze=False)
+    units = {p.get("name"): p.get("unit") for p in a.get("joint_parts") or []}
+    for ax, (name, rows_df) in zip(axes[:, 0], panels):
+        x = np.arange(len(rows_df))
+        est = rows_df["estimate"].to_numpy(float)
+        err = np.clip(np.vstack([est - rows_df["ci_low"].to_numpy(float), rows_df["ci_high"].to_numpy(float) - est]), 0, None)
+        ax.errorbar(x, est, yerr=np.nan_to_num(err), fmt="o", capsize=3, color="tab:blue", label="estimate ± CI")
+        if "truth" in rows_df:
+            ax.scatter(x, rows_df["truth"].to_numpy(float), marker="x", color="black", zorder=4, label="truth")
+        if name == "marginals":
+            labels = [f"{st[6:]}={v}" for st, v in zip(rows_df["statistic"], rows_df["value"])]
+        elif name.startswith("P("):
+            labels = [" · ".join(reversed(str(v).split(" | "))) for v in rows_df["value"]]
+        else:
+            labels = [str(v) for v in rows_df["value"]]
+        ax.set_xticks(x, [printable(label) for label in labels], rotation=45, ha="right", fontsize=8)
+        if name in ("count", "marginals"):
+            ax.set_title("cells" if name == "count" else "marginals (each part's values summed over the others)",
+                         fontsize=9)
+            ax.set_ylabel("count (reports)")
+            ax.axhline(0, color="grey", lw=0.5)
+        elif name.startswith("P("):
+            ax.set_title(f"{name}: share within each value of the condition (Fieller intervals)", fontsize=9)
+            ax.set_ylabel("share")
+            ax.set_ylim(-0.02, 1.02)
+        else:
+            part = name[5:].split(" | ", 1)[0]
+            unit = units.get(part)
+            ax.set_title(f"{name} (bucket midpoints)", fontsize=9)
+            ax.set_ylabel(f"mean {part}" + (f" ({unit})" if unit else ""))
+        ax.legend(fontsize=7)
+    if len(tests):
+        ax = axes[-1, 0]
+        x = np.arange(len(tests))
+        dof = [int(v.split("df ")[1].rstrip(")")) if "df " in str(v) else 1 for v in tests["value"]]
+        chi2 = tests["estimate"].to_numpy(float)
+        critical = np.array([stats.chi2.ppf(0.95, k) for k in dof])
+        ax.bar(x, chi2, width=0.4, color="tab:blue", alpha=0.6, label="Wald χ²")
+        ax.scatter(x, critical, marker="_", s=900, linewidths=2, color="tab:red",
+                   label="5 % critical value: below it, independence is not rejected")
+        ax.set_xlim(-0.8, len(tests) - 0.2)
+        if np.nanmax(chi2, initial=0) > 30 * critical.max():  # both visible on one axis
+            from matplotlib.ticker import FuncFormatter
+
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
+        ax.set_xticks(x, [f"{st[13:]} ({v}), p = {p:.1e}" for st, v, p in
+                          zip(tests["statistic"], tests["value"], tests["p_value"])], fontsize=8)
+        ax.set_title("independence tests", fontsize=9)
+        ax.set_ylabel("χ²")
+        ax.legend(fontsize=7, loc="upper left")
+    axes[0, 0].set_title(f"{a.get('metric')} — {a.get('protocol')}, ε={a.get('epsilon', float('nan')):.3g}, "
+                         f"n={a.get('n_reports')}, {100 * a.get('confidence', 0.95):.0f}% intervals — cells",
+                         fontsize=9)
     _save(plt, fig, path)

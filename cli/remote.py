@@ -38,6 +38,9 @@ REMOTE_CONCURRENCY = 4
 RETRY_DEADLINE = 300.0
 BACKOFF_BASE, BACKOFF_CAP = 0.1, 10.0
 REQUEST_TIMEOUT = 60.0
+#: Say the collector is not answering once retries have gone on this long without an ack (s),
+#: and again every NOTICE_REPEAT seconds while it lasts.
+NOTICE_AFTER, NOTICE_REPEAT = 3.0, 30.0
 
 
 class RemoteError(LdptError):
@@ -55,6 +58,8 @@ class SendStats:
     reports: int = 0
     duplicates: int = 0
     retries: int = 0
+    #: why the latest attempt failed (None once a batch is acknowledged again)
+    failing: str | None = None
 
 
 def encode_batch(spec: MetricSpec, wire: list[Any], batch_id: bytes | None = None) -> bytes:
@@ -121,17 +126,28 @@ async def send_batches(url: str, bodies: Iterable[tuple[int, bytes]], *,
                        progress: Callable[[int], None] | None = None,
                        ssl_context: ssl.SSLContext | None = None,
                        concurrency: int = REMOTE_CONCURRENCY, retry_deadline: float = RETRY_DEADLINE,
-                       on_ack: Callable[[bytes, dict[str, Any]], None] | None = None) -> SendStats:
-    """POST every body to ``url``/v1/reports, retrying each until acknowledged."""
+                       on_ack: Callable[[bytes, dict[str, Any]], None] | None = None,
+                       notice: Callable[[str], None] | None = None, notice_after: float = NOTICE_AFTER,
+                       notice_repeat: float = NOTICE_REPEAT, request_timeout: float = REQUEST_TIMEOUT,
+                       backoff_cap: float = BACKOFF_CAP, stats: SendStats | None = None) -> SendStats:
+    """POST every body to ``url``/v1/reports, retrying each until acknowledged.
+
+    ``notice`` is told, in one line, when no batch has been acknowledged for ``notice_after``
+    seconds while attempts fail (a collector that died or is overloaded: retrying silently for
+    minutes looked like a hang), again every ``notice_repeat`` seconds, and when batches are
+    acknowledged again. ``stats`` (filled as it goes) lets a caller that is interrupted say how
+    much was acknowledged. Times are the event loop's clock."""
     import aiohttp
 
     endpoint = url.rstrip("/") + "/v1/reports"
-    stats = SendStats()
+    stats = stats if stats is not None else SendStats()
     queue: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue(maxsize=2 * concurrency)
-    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT)
+    timeout = aiohttp.ClientTimeout(total=request_timeout)
     loop = asyncio.get_running_loop()
+    last_ack = loop.time()
 
     async def post_one(session: aiohttp.ClientSession, n: int, body: bytes) -> None:
+        nonlocal last_ack
         deadline = loop.time() + retry_deadline
         attempt = 0
         while True:
@@ -142,6 +158,7 @@ async def send_batches(url: str, bodies: Iterable[tuple[int, bytes]], *,
                     payload = await resp.read()
                     if resp.status == 200:
                         doc = json.loads(payload)
+                        last_ack, stats.failing = loop.time(), None
                         stats.batches += 1
                         stats.reports += n
                         stats.duplicates += bool(doc.get("duplicate"))
@@ -154,17 +171,35 @@ async def send_batches(url: str, bodies: Iterable[tuple[int, bytes]], *,
                         raise RemoteError(f"{endpoint}: HTTP {resp.status}: "
                                           f"{_problem_detail(resp.status, payload)}")
                     retry_after = _retry_after(resp.headers)
-                    reason = f"HTTP {resp.status}"
+                    reason = f"the collector answers HTTP {resp.status} ({_problem_detail(resp.status, payload)})"
             except aiohttp.ClientConnectorCertificateError as exc:  # retrying cannot fix trust
                 raise _unreachable(url, exc.certificate_error) from None
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-                reason = f"{type(exc).__name__}: {exc}"
+            except asyncio.TimeoutError:
+                reason = f"the collector is unreachable (no answer within {request_timeout:g} s)"
+            except (aiohttp.ClientError, OSError) as exc:
+                reason = f"the collector is unreachable ({type(exc).__name__}: {exc})"
+            stats.failing = reason
             if loop.time() >= deadline:
                 raise RemoteError(f"{endpoint}: gave up on a batch after {retry_deadline:g} s of "
                                   f"retries (last: {reason})")
             stats.retries += 1
-            await asyncio.sleep(_backoff(attempt, retry_after))
+            await asyncio.sleep(min(_backoff(attempt, retry_after), max(backoff_cap, retry_after or 0.0)))
             attempt += 1
+
+    async def watch() -> None:
+        """One line when acks stop while attempts fail, repeated while it lasts; one when they resume."""
+        told = None  # when the latest notice was given, while acks have stopped
+        while True:
+            await asyncio.sleep(min(0.25, notice_after / 4))
+            now, quiet = loop.time(), loop.time() - last_ack
+            if stats.failing is not None and quiet >= notice_after and (told is None or now - told >= notice_repeat):
+                notice(f"{url}: no batch acknowledged for {quiet:.0f} s: {stats.failing}; retrying each batch "
+                       f"with the same id for up to {retry_deadline:g} s; {stats.reports:,} reports "
+                       "acknowledged so far (Ctrl-C stops and says how many)")
+                told = now
+            elif told is not None and last_ack > told:
+                notice(f"{url}: the collector acknowledges batches again ({stats.reports:,} reports so far)")
+                told = None
 
     async def worker(session: aiohttp.ClientSession) -> None:
         while (item := await queue.get()) is not None:
@@ -173,6 +208,7 @@ async def send_batches(url: str, bodies: Iterable[tuple[int, bytes]], *,
     connector = aiohttp.TCPConnector(ssl=ssl_context) if ssl_context is not None else None
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         workers = [asyncio.create_task(worker(session)) for _ in range(concurrency)]
+        watcher = asyncio.create_task(watch()) if notice is not None else None
         try:
             for item in bodies:
                 while True:  # put without blocking forever if a worker has failed
@@ -190,6 +226,8 @@ async def send_batches(url: str, bodies: Iterable[tuple[int, bytes]], *,
         finally:
             for w in workers:
                 w.cancel()
+            if watcher is not None:
+                watcher.cancel()
     return stats
 
 

@@ -78,7 +78,7 @@ def serve(config_file: str | None, metrics_file: str | None, db: str | None, pos
                         format="ldpt serve[%(process)d]: %(levelname)s %(message)s")
     try:
         config = make_config(
-            metrics_file, toml=config_file, db=db, postgres_dsn=postgres, host=host, port=port,
+            metrics_file, toml=config_file, check_files=True, db=db, postgres_dsn=postgres, host=host, port=port,
             workers=workers, window=window, query_token_file=query_token_file,
             allow_insecure_token_file=allow_insecure_token_file, ingest_key_file=ingest_key_file,
             ohttp_keys_dir=ohttp_keys_dir, min_reports=min_reports, retention_days=retention_days, tls_cert=tls_cert,

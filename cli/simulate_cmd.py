@@ -23,7 +23,7 @@ from estimators.simulation import (
     simulate_sketch,
 )
 
-from .common import FiniteFloatRange, load_metric, plural, progress_bar, validate_url
+from .common import FiniteFloatRange, load_metric, plural, progress_bar, progress_shown, validate_url
 from .dates import today_utc, validate_day
 
 
@@ -49,6 +49,9 @@ from .dates import today_utc, validate_day
                    "private CA or a self-signed certificate (SSL_CERT_FILE works too).")
 @click.option("--batch-size", type=click.IntRange(1, 10_000), default=500, show_default=True,
               help="Reports per HTTP batch with --url.")
+@click.option("--retry-for", type=FiniteFloatRange(0.0, 86_400.0), default=300.0, show_default=True,
+              metavar="SECONDS", help="With --url: retry each batch (same id) this long before giving up; "
+                                      "after a few seconds without an acknowledgement it says so on stderr.")
 @click.option("--window", callback=validate_day, default=None,
               help="Window to write (default: today, UTC).")
 @click.option("--truth", type=click.Path(dir_okay=False, writable=True), default=None,
@@ -68,7 +71,8 @@ from .dates import today_utc, validate_day
                    "(repeatable; with --db): the sketch is stored per segment and in total.")
 @click.option("--silent", is_flag=True, help="No progress bar.")
 def simulate(metrics_file: str, metric: str, clients: int, distribution: str | None, seed: int | None,
-             db: str | None, url: str | None, cacert: str | None, batch_size: int, window: str | None, truth: str | None,
+             db: str | None, url: str | None, cacert: str | None, batch_size: int, retry_for: float,
+             window: str | None, truth: str | None,
              days: int | None, change_rate: float, joint_counts: str | None, dimensions: tuple[str, ...],
              silent: bool) -> None:
     """Simulate CLIENTS devices reporting METRIC once each into a sketch store (or a collector)."""
@@ -115,7 +119,7 @@ def simulate(metrics_file: str, metric: str, clients: int, distribution: str | N
         else:
             write_truth(truth, population.values, population.counts)
     if url is not None:
-        send_population(spec, population, rng, url, batch_size, silent, cacert)
+        send_population(spec, population, rng, url, batch_size, silent, cacert, retry_for)
         if not silent:
             click.echo(f"{plural(clients, 'simulated report')} of {metric} ({spec.protocol}, epsilon "
                        f"{spec.protocol_impl.epsilon:.4g}) -> {url} (seed {seed})", err=True)
@@ -123,6 +127,7 @@ def simulate(metrics_file: str, metric: str, clients: int, distribution: str | N
     store = open_store(db, create=True)  # opened before the long work: a bad store fails fast
     try:
         window = window or today_utc()
+        held = stored_reports(store, spec, [window])
         with progress_bar(clients, f"simulating {metric}", silent) as bar:
             if spec.dimensions:
                 store_segments(store, spec, population, dimensions, rng, window, bar.update)
@@ -137,6 +142,27 @@ def simulate(metrics_file: str, metric: str, clients: int, distribution: str | N
     if not silent:
         click.echo(f"{plural(clients, 'simulated report')} of {metric} ({spec.protocol}, epsilon "
                    f"{spec.protocol_impl.epsilon:.4g}) -> {db} window {window} (seed {seed})", err=True)
+    say_added(db, metric, held, clients, truth)
+
+
+def stored_reports(store: Any, spec: MetricSpec, windows: Sequence[str]) -> dict[str, int]:
+    """Reports the store already holds of ``spec`` (its parameters) in each of ``windows``."""
+    wanted = set(windows)
+    return {w.window: int(w.reports) for w in store.windows(spec.name)
+            if w.fingerprint == spec.fingerprint and w.window in wanted and w.reports}
+
+
+def say_added(db: str, metric: str, held: dict[str, int], per_window: int, truth: str | None) -> None:
+    """A store's sketches add up: re-running a simulation doubles its data, which must be said
+    (also with --silent: the estimate and a --truth file of this run no longer match)."""
+    if not held:
+        return
+    first = sorted(held)[0]
+    where = f"window {first}" if len(held) == 1 else f"{plural(len(held), 'window')} ({first}, ...)"
+    click.echo(f"note: {db} already held {sum(held.values()):,} reports of {metric} in {where}; this run's "
+               f"{per_window:,}{' a window' if len(held) > 1 else ''} were added to them (a store's sketches add up)"
+               + (f", so {truth} is the truth of this run only" if truth else "")
+               + ". Simulate into a new --db to estimate one run", err=True)
 
 
 def store_segments(store: Any, spec: MetricSpec, population: Population | NumericPopulation,
@@ -160,15 +186,36 @@ def store_segments(store: Any, spec: MetricSpec, population: Population | Numeri
 
 
 def send_population(spec: MetricSpec, population: Population | NumericPopulation, rng: np.random.Generator, url: str,
-                    batch_size: int, silent: bool, cacert: str | None = None) -> None:
-    """Encode the population exactly as the --db path does and post it to a collector."""
-    from .remote import batch_bodies, check_reachable, send_batches, ssl_context
+                    batch_size: int, silent: bool, cacert: str | None = None,
+                    retry_for: float = 300.0) -> None:
+    """Encode the population exactly as the --db path does and post it to a collector; say on
+    stderr when the collector stops acknowledging, and on Ctrl-C (or giving up) how many reports
+    it acknowledged."""
+    from .remote import RemoteError, SendStats, batch_bodies, check_reachable, send_batches, ssl_context
 
     context = ssl_context(cacert)
     check_reachable(url, context=context)
     bodies = batch_bodies(spec, encode_population(spec, population, rng), batch_size)
-    with progress_bar(population.size, f"sending {spec.name}", silent) as bar:
-        stats = asyncio.run(send_batches(url, bodies, progress=bar.update, ssl_context=context))
+    stats = SendStats()
+    total = population.size
+    shown = progress_shown(silent)
+
+    def notice(line: str) -> None:  # a warning: also with --silent and in a pipe
+        click.echo(("\n" if shown else "") + f"ldpt simulate: {line}", err=True)
+
+    def acknowledged() -> str:
+        return (f"{stats.reports:,} of {plural(total, 'report')} acknowledged by the collector "
+                f"({plural(stats.batches, 'batch', 'batches')}); the others were not sent or not acknowledged")
+
+    with progress_bar(total, f"sending {spec.name}", silent) as bar:
+        try:
+            asyncio.run(send_batches(url, bodies, progress=bar.update, ssl_context=context, notice=notice,
+                                     retry_deadline=retry_for, stats=stats))
+        except KeyboardInterrupt:
+            click.echo(("\n" if shown else "") + f"ldpt simulate: interrupted: {acknowledged()}", err=True)
+            raise click.exceptions.Exit(130) from None
+        except RemoteError as exc:
+            raise RemoteError(f"{exc}; {acknowledged()}") from None
     if not silent and (stats.retries or stats.duplicates):
         click.echo(f"{plural(stats.batches, 'batch', 'batches')} acknowledged ({plural(stats.retries, 'retry', 'retries')}, "
                    f"{stats.duplicates:,} acknowledged as duplicates of a retried batch)", err=True)
@@ -210,6 +257,7 @@ def simulate_days_cmd(metrics_file: str, metric: str, clients: int, distribution
     rng = np.random.default_rng(seed)
     truth_fh = _open_truth(truth) if truth else None
     store = open_store(db, create=True)
+    held = stored_reports(store, spec, labels)
     try:
         with progress_bar(clients * days, f"simulating {metric} x {days} days", silent) as bar:
             for result in simulate_days(spec, clients, distribution, days, change_rate, rng,
@@ -227,6 +275,7 @@ def simulate_days_cmd(metrics_file: str, metric: str, clients: int, distribution
         click.echo(f"{plural(clients, 'simulated device')} x {plural(days, 'day')} of {metric} ({spec.protocol}, epsilon "
                    f"{spec.protocol_impl.epsilon:.4g}) -> {db} windows {labels[0]}..{labels[-1]} "
                    f"(seed {seed})", err=True)
+    say_added(db, metric, held, clients, truth)
 
 
 def _open_truth(path: str):

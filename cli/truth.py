@@ -9,8 +9,9 @@ Three shapes, told apart by their header row (headerless files are ``value,count
 - ``statistic,value`` — a numeric metric's mean, sum, n, bucket counts and quantiles.
 
 A truth file of another metric (or of another run) would print a confident wrong column, so
-the match is checked: no value of the file in the metric's domain is an error; some of its
-values outside the domain, or a total that differs from the reports the estimate holds (e.g.
+the match is checked: no value of the file in the metric's domain is an error, as is a numeric
+file of another kind, other buckets or a mean outside the metric's range; some of its values
+outside the domain, or a total that differs from the reports the estimate holds (e.g.
 ``ldpt simulate --db`` added a second run to the store), are warnings on standard error.
 """
 
@@ -228,11 +229,8 @@ def _numeric(df: Any, truth: TruthFile, *, window: str | None, since: str | None
     if not known & set(stats):
         raise click.ClickException(f"{truth.path}: none of its statistics ({_names(list(stats))}) is a "
                                    f"row of metric {metric!r}; is it the truth of another metric?")
+    _same_numeric_metric(df, truth, metric)
     warnings = []
-    buckets = [s for s in stats if s.startswith("[") and s not in known]
-    if buckets:
-        warnings.append(f"{truth.path}: {_plural(len(buckets), 'bucket')} of the truth file "
-                        f"({_names(buckets)}) are not buckets of metric {metric!r}")
     n = df.attrs.get("n_reports")
     if "n" in stats and n is not None and round(stats["n"]) != int(n):
         warnings.append(f"{truth.path}: the truth counts {round(stats['n']):,} reports but the estimate "
@@ -241,6 +239,41 @@ def _numeric(df: Any, truth: TruthFile, *, window: str | None, since: str | None
     out["truth"] = [stats.get(str(k), np.nan) for k in key]
     out.attrs = dict(df.attrs)
     return out, warnings
+
+
+#: Rows only a histogram metric's truth file has besides its buckets.
+QUANTILES = ("p10", "p25", "p50", "p75", "p90", "p99")
+
+
+def _same_numeric_metric(df: Any, truth: TruthFile, metric: Any) -> None:
+    """Refuse a numeric truth file written for another metric: a histogram's for a mean metric
+    (bucket and quantile rows), a mean metric's for a histogram (no buckets), other buckets, or
+    a mean outside the metric's range — each would print a confident wrong truth column."""
+    stats, path = truth.statistics, truth.path
+    own = f"ldpt simulate --metric {metric} --truth FILE writes this metric's"
+    buckets = [s for s in stats if s.startswith("[")]
+    if df.attrs.get("kind") == "numeric-mean":
+        extra = buckets + [q for q in QUANTILES if q in stats]
+        if extra:
+            raise click.ClickException(f"{path}: a histogram metric's truth file (it has rows {_names(extra)}); "
+                                       f"metric {metric!r} is a mean metric ({own})")
+    else:
+        mine = [str(v) for st, v in zip(df["statistic"], df["value"]) if st == "count"]
+        if not buckets:
+            raise click.ClickException(f"{path}: a mean metric's truth file (no bucket counts); metric "
+                                       f"{metric!r} is a histogram metric ({own})")
+        if set(buckets) != set(mine):
+            raise click.ClickException(f"{path}: its buckets ({_names(buckets)}) are not those of metric "
+                                       f"{metric!r} ({_names(mine)}); is it the truth of another metric? ({own})")
+    bounds = df.attrs.get("range")
+    mean = stats.get("mean")
+    if bounds and mean is not None:
+        lo, hi = float(bounds[0]), float(bounds[1])
+        slack = 1e-9 * max(1.0, hi - lo)
+        if not lo - slack <= mean <= hi + slack:
+            raise click.ClickException(f"{path}: its mean, {mean:g}, lies outside metric {metric!r}'s range "
+                                       f"[{lo:g}, {hi:g}] (values are clipped to it); is it the truth of "
+                                       f"another metric? ({own})")
 
 
 def _joint(df: Any, truth: TruthFile, window: str | None, since: str | None,

@@ -143,11 +143,6 @@ class GeneratorRandom:
 RandomLike = Union[RandomSource, "np.random.Generator", None]
 
 
-def secure_word() -> int:
-    """One uniform 32-bit word from the OS CSPRNG, as a Python int (single-report SDK path)."""
-    return int.from_bytes(os.urandom(4), "little")
-
-
 def secure_below(high: int) -> int:
     """A uniform integer in [0, high) from the OS CSPRNG, by rejection (no modulo bias)."""
     if high < 1:

@@ -436,8 +436,9 @@ def parse_device(table: Any, source: str = "<registry>") -> DeviceBudget:
         raise RegistryError("[device] must be a table", source=source, field="device")
     unknown = set(table) - set(DEVICE_KEYS)
     if unknown:
-        raise RegistryError(f"unknown key(s) {sorted(unknown)} in [device]; use {', '.join(DEVICE_KEYS)}",
-                            source=source, field="device")
+        guess = did_you_mean(str(sorted(unknown)[0]), DEVICE_KEYS)
+        raise RegistryError(f"unknown key(s) {sorted(unknown)} in [device]; use {', '.join(DEVICE_KEYS)}"
+                            + (f" (did you mean {guess!r}?)" if guess else ""), source=source, field="device")
     values = {}
     for key in DEVICE_KEYS:
         value = table.get(key)
@@ -470,9 +471,6 @@ class Registry:
         except KeyError:
             known = ", ".join(sorted(self.metrics)) or "none"
             raise UnknownMetricError(f"{self.source}: unknown metric {name!r} (known: {known})") from None
-
-    def by_fingerprint(self, fingerprint: str) -> MetricSpec | None:
-        return next((m for m in self.metrics.values() if m.fingerprint == fingerprint), None)
 
     def __iter__(self):
         return iter(self.metrics.values())
@@ -528,8 +526,10 @@ def parse_registry(data: str | Mapping[str, Any], source: str = "<registry>",
             raise RegistryError(f"not valid TOML: {exc}", source=source) from None
     unknown_top = set(data) - {"metrics", "device", "dimensions"}
     if unknown_top:
+        guess = did_you_mean(str(sorted(unknown_top)[0]), ("metrics", "device", "dimensions"))
         raise RegistryError(f"unknown top-level key(s) {sorted(unknown_top)}; only [metrics.NAME] "
-                            "tables, [device] and [dimensions] are allowed", source=source)
+                            "tables, [device] and [dimensions] are allowed"
+                            + (f" (did you mean [{guess}]?)" if guess else ""), source=source)
     dims = parse_dimensions(data["dimensions"], source) if "dimensions" in data else None
     tables = data.get("metrics")
     if not isinstance(tables, Mapping) or not tables:
@@ -655,6 +655,15 @@ class _MetricParser:
                             "(at most 100 characters)")
         if not isinstance(self.table, Mapping):
             raise self.fail("must be a table of fields")
+        # a misspelt common field (categores) would otherwise be reported as the field it meant,
+        # missing; a protocol's own fields are checked, with suggestions, in options()
+        requested = self.table.get("protocol")
+        own = option_keys(requested) if isinstance(requested, str) and requested in _NAMED_PROTOCOLS else ()
+        for key in self.table:
+            if key not in COMMON_KEYS and key not in DIMENSION_KEYS and key not in own:
+                guess = did_you_mean(str(key), (*COMMON_KEYS, *DIMENSION_KEYS, "epsilon_inf"))
+                if guess and guess not in self.table:
+                    raise self.fail(f"unknown field; did you mean {guess!r}?", key)
 
     def kind(self) -> Kind:
         kind_raw = self.table.get("kind")
@@ -794,7 +803,8 @@ class _MetricParser:
             if key not in allowed:
                 extra = f"; {protocol} takes {', '.join(sorted(allowed))}" if allowed else \
                     f"; {protocol} takes no extra fields"
-                raise self.fail(f"unknown field{extra}", key)
+                guess = did_you_mean(str(key), {*allowed, *COMMON_KEYS, *DIMENSION_KEYS})
+                raise self.fail(f"unknown field{extra}" + (f"; did you mean {guess!r}?" if guess else ""), key)
             options[key] = value
         return options
 
@@ -828,6 +838,19 @@ class _MetricParser:
 
 def _number(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str | None:
+    """The known name ``word`` most likely misspells (difflib's ratio ≥ 0.75), or None."""
+    import difflib
+
+    close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+#: Protocols a registry may name (``auto`` aside).
+_NAMED_PROTOCOLS = frozenset({*PROTOCOL_NAMES, *NUMERIC_PROTOCOL_NAMES, *LONGITUDINAL_PROTOCOL_NAMES,
+                              *LONGITUDINAL_NUMERIC_NAMES})
 
 
 def _parse_numeric_fields(kind: Kind, table: Mapping[str, Any], fail: Any

@@ -36,6 +36,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
 from client_sdk import ohttp
+from client_sdk.dimensions import SEGMENT_SEP
 from client_sdk.errors import LdptError, StoreError
 from client_sdk.registry import Registry
 from collector.storage.aio import AsyncSketchStore, ThreadedStore
@@ -124,6 +125,7 @@ class CollectorState:
     readiness: tuple[bool, str, float] = (False, "not checked yet", 0.0)
     _window_cache: tuple[int, str] = (-1, "")
     segments: SegmentCap | None = None
+    segments_warned: set[tuple[str, str]] = dataclasses.field(default_factory=set)
 
     def count_error(self, endpoint: str, slug: str, reports: int = 0) -> None:
         """Ingest rejections (and their reports) apart from other requests' errors."""
@@ -482,21 +484,35 @@ async def ingest_batch(state: CollectorState, body: bytes, *, relay: bool) -> In
 
 
 async def _check_segments(state: CollectorState, batch: Any) -> None:
-    """The per-metric, per-window segment cap (collector/segments.py)."""
-    keys = batch.deltas.keys() if hasattr(batch.deltas, "keys") else []
-    segmented = [k for k in keys if "@" in k.metric]
+    """The per-metric, per-window segment cap (collector/segments.py): a segment beyond it is left
+    out of the batch's deltas, never the batch; its reports still count in their metric's total."""
+    deltas = batch.deltas
+    if not hasattr(deltas, "leave_out"):
+        return
+    segmented = [k for k in deltas.keys() if SEGMENT_SEP in k.metric]
     if not segmented:
         return
-    if state.segments is None:
-        state.segments = SegmentCap(state.config.max_segments)
+    cap = state.segments
+    if cap is None:
+        cap = state.segments = SegmentCap(state.config.max_segments)
     for window in {k.window for k in segmented}:
-        if not state.segments.loaded(window):
-            state.segments.load(window, await state.store.awindows())
-    try:
-        state.segments.check(segmented)
-    except Problem as problem:
-        problem.reports = batch.reports
-        raise
+        if not cap.loaded(window):
+            cap.load(window, await state.store.awindows())
+    over = cap.over(segmented)
+    if over:  # another collector sharing the store may have opened them: look again (rate-limited)
+        for window in {k.window for k in over}:
+            if cap.reload_due(window):
+                cap.load(window, await state.store.awindows())
+    left_out = cap.check(segmented)
+    if left_out:
+        for key in left_out:
+            metric = key.metric.partition(SEGMENT_SEP)[0]
+            if (metric, key.window) not in state.segments_warned:
+                state.segments_warned.add((metric, key.window))
+                log.warning("segment cap reached: metric %r has %d segments in window %s "
+                            "(max_segments); reports of further segments count in its total but in "
+                            "no segment, and breakdowns say how many", metric, cap.max_segments, key.window)
+        deltas.leave_out(set(left_out))
 
 
 def check_content_encoding(value: str | None) -> None:

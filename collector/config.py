@@ -106,7 +106,8 @@ SETTINGS: tuple[Setting, ...] = (
             "cannot take the memory and cores ingestion needs."),
     # --- poisoning bounds (docs/security.md) ------------------------------------------------------
     Setting("max_segments", 1000, "Segments (combinations of public dimension values) kept per "
-            "metric and window; a batch opening one more is a 422 too-many-segments."),
+            "metric and window; the reports of further segments count in their metric's total but in no "
+            "segment (never refused)."),
     Setting("max_reports_per_metric", 8,
             "Reports of one metric in one batch, in units of the metric's reports_per_window "
             "(an honest device sends that many per window); more is a 422 too-many-reports. "
@@ -299,7 +300,11 @@ def settings_from_toml(path: str | Path) -> dict[str, Any]:
     for key, raw in doc.items():
         setting = SETTINGS_BY_NAME.get(key)
         if setting is None:
-            raise ConfigError(f"{path}: unknown setting {key!r} (known: {', '.join(SETTING_NAMES)})")
+            from client_sdk.registry import did_you_mean
+
+            guess = did_you_mean(key, SETTING_NAMES)
+            raise ConfigError(f"{path}: unknown setting {key!r}" + (f"; did you mean {guess!r}?" if guess else
+                                                                    f" (known: {', '.join(SETTING_NAMES)})"))
         value = _coerce(setting, raw, f"{path}: {key}")
         if setting.path and isinstance(value, str):
             value = str(path.parent / value)
@@ -308,8 +313,9 @@ def settings_from_toml(path: str | Path) -> dict[str, Any]:
 
 
 def make_config(metrics_file: str | Path | None = None, environ: Mapping[str, str] | None = None,
-                toml: str | Path | None = None, **arguments: Any) -> ServeConfig:
-    """Build a ServeConfig: arguments > LDPT_* variables > TOML file > defaults."""
+                toml: str | Path | None = None, check_files: bool = False, **arguments: Any) -> ServeConfig:
+    """Build a ServeConfig: arguments > LDPT_* variables > TOML file > defaults. ``check_files``
+    (`ldpt serve`): a file the TOML names that does not exist is an error naming file and key."""
     values = {s.name: s.default for s in SETTINGS}
     source: dict[str, str] = {}  # where a setting's value came from, to name it in errors
     from_toml = settings_from_toml(toml) if toml is not None else {}
@@ -341,11 +347,18 @@ def make_config(metrics_file: str | Path | None = None, environ: Mapping[str, st
         check_private(Path(toml), values["allow_insecure_token_file"], "config",
                       " (its postgres_dsn holds a password)")
     try:
-        return ServeConfig(**values)
+        config = ServeConfig(**values)
     except ConfigError as exc:
         if exc.setting in source:
             raise ConfigError(f"{source[exc.setting]}: {exc}", setting=exc.setting) from None
         raise
+    if toml is not None and check_files:  # a file the collector reads, named by the config file (not overridden)
+        for name, raw in from_toml.items():
+            setting = SETTINGS_BY_NAME[name]
+            if setting.path and name != "db" and source.get(name) == str(toml) and not Path(raw).is_file():
+                raise ConfigError(f"{toml}: {name}: no such file {raw} (a relative path is relative to the "
+                                  "config file's directory)", setting=name)
+    return config
 
 
 def dsn_has_password(dsn: str) -> bool:

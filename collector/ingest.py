@@ -26,7 +26,7 @@ from typing import Any
 
 import msgpack
 
-from client_sdk.dimensions import RESERVED_VALUES, UNKNOWN, segment_key
+from client_sdk.dimensions import RESERVED_VALUES, SEGMENT_SEP, UNKNOWN, segment_key
 from client_sdk.errors import InvalidPayload, LdptError
 from client_sdk.protocols.base import Payloads, Protocol, Sketch
 from client_sdk.registry import MetricSpec, Registry
@@ -61,12 +61,22 @@ class BatchDeltas:
     gives the dense per-key view for code that wants a plain mapping.
     """
 
-    __slots__ = ("payload_groups", "per_metric")
+    __slots__ = ("payload_groups", "per_metric", "unsegmented")
 
     def __init__(self, payload_groups: list[tuple[SketchKey, Protocol, Payloads]],
                  per_metric: dict[str, int] | None = None) -> None:
         self.payload_groups = payload_groups
         self.per_metric = per_metric or {}  # reports per metric (telemetry)
+        self.unsegmented: dict[str, int] = {}  # reports per metric left out of their segment
+
+    def leave_out(self, keys: set[SketchKey]) -> None:
+        """Drop the deltas of ``keys`` (segments beyond the cap: collector/segments.py); the
+        metric's total keeps those reports."""
+        for key, _, _ in self.payload_groups:
+            if key in keys:
+                metric = key.metric.partition(SEGMENT_SEP)[0]
+                self.unsegmented[metric] = self.unsegmented.get(metric, 0) + self.per_metric.get(metric, 0)
+        self.payload_groups = [g for g in self.payload_groups if g[0] not in keys]
 
     def items(self) -> Iterator[tuple[SketchKey, Sketch]]:
         return iter(sum_deltas([self]).items())

@@ -54,7 +54,6 @@ PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "fingerprint-mismatch": (422, "A report was encoded under other metric parameters"),
     "invalid-report": (422, "A report could not have been produced by an honest client"),
     "invalid-dimension": (422, "A public dimension of the batch is undeclared or outside its values"),
-    "too-many-segments": (422, "A metric has more segments in this window than the collector keeps"),
     "batch-id-conflict": (422, "This batch id was already used for a different body"),
     "too-many-reports": (422, "More reports of one metric in a batch than one device sends"),
     "rate-limited": (429, "Too many batches from this source; retry later"),

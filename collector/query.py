@@ -33,7 +33,7 @@ from estimators.discovery import MAX_TOP as DISCOVER_MAX_TOP
 from estimators.formats import frame_to_csv, frame_to_json, iter_csv, iter_json
 from estimators.frequency import estimate_frame
 from estimators.memo_range import is_memoised, range_frame, with_rappor_range_warning
-from estimators.series import series_frame, windows_in_range
+from estimators.series import series_frame, window_span, windows_in_range
 
 from .problems import Problem
 
@@ -401,9 +401,10 @@ async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], 
                               "joint metric, whose breakdown has no such option", field=flag)
         run = functools.partial(joint_frame, spec, sketch, confidence=q["confidence"])
     df = await _off_loop(run, spec.name)  # CPU-bound (RAPPOR decoding may take seconds)
+    labels = q["windows"] or await _range_labels(spec, store, q)
     if q["windows"] is None and spec.protocol == "rappor":
-        df = with_rappor_range_warning(df, len(await _range_labels(spec, store, q)))
-    return _with_unit(spec, df)
+        df = with_rappor_range_warning(df, len(labels))
+    return _with_unit(spec, window_span(df, labels))
 
 
 def _with_unit(spec: Any, df: Any) -> Any:
@@ -487,11 +488,13 @@ async def _breakdown(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], s
         keys = segment_keys(spec, await store.awindows())
         segments = [(k, await store.aload(k, spec.fingerprint, spec.protocol_impl.new_sketch(), q["windows"],
                                           q["since"], q["until"])) for k in keys]
+        total = await store.aload(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch(), q["windows"],
+                                  q["since"], q["until"])
     except LdptError as exc:
         raise Problem.from_error(exc) from None
     run = functools.partial(breakdown_frame, spec, group_sketches(spec, segments, names), names, segment_min,
                             confidence=q["confidence"], simultaneous=q["simultaneous"],
-                            consistent=q["consistent"])
+                            consistent=q["consistent"], total_reports=int(total.total_reports))
     return await _off_loop(run, spec.name)
 
 

@@ -37,6 +37,7 @@ from .admin import AdminServer
 from .app import STATE, create_app
 from .config import ConfigError, ServeConfig, read_tokens
 from .connections import CollectorRunner
+from .segments import cap_warnings
 from .telemetry import Telemetry
 
 log = logging.getLogger("ldpt.collector")
@@ -82,6 +83,16 @@ def reserve_port(host: str, port: int) -> socket.socket:
     return make_socket(host, port, reuse_port=True)
 
 
+def check_store_directory(db: str | os.PathLike[str]) -> None:
+    """A SQLite store's directory must exist: say so, before anything is bound or created."""
+    from pathlib import Path
+
+    parent = Path(db).parent
+    if not parent.is_dir():
+        raise ConfigError(f"{db}: the directory {parent} does not exist (create it first: mkdir -p {parent})",
+                          setting="db")
+
+
 def prepare_store(config: ServeConfig) -> None:
     """Create or check the store once, before any worker starts (fails fast, clearly)."""
     if config.postgres:
@@ -102,21 +113,32 @@ def serve(config: ServeConfig, *, announce: Callable[[str], None] | None = None)
     """Run until SIGTERM/SIGINT; returns the process exit code (0 after a clean shutdown)."""
     announce = announce or (lambda line: print(line, file=sys.stderr, flush=True))
     registry = load_registry(config.metrics_file)
+    for line in cap_warnings(registry, config.max_segments):
+        log.warning("%s", line)
     # bad token, key or certificate files fail before the port is taken
     read_tokens(config.query_token_file, allow_insecure=config.allow_insecure_token_file)
     read_tokens(config.ingest_key_file, what="ingest key",
                 allow_insecure=config.allow_insecure_token_file)
     tls_context(config)
-    prepare_store(config)
-    telemetry = Telemetry.create([m.name for m in registry], config.workers)
+    if not config.postgres:
+        check_store_directory(config.db)
+    # the ports first: a busy port must not leave a new, empty store behind
     sock = reserve_port(config.host, config.port) if config.workers > 1 else \
         make_socket(config.host, config.port, reuse_port=False)
     admin = None
-    if config.admin_port is not None:
-        # loopback unless admin_host says otherwise: the admin routes carry no token
-        admin = reserve_port(config.admin_host, config.admin_port) if config.workers > 1 else \
-            make_socket(config.admin_host, config.admin_port, reuse_port=False)
-        config = dataclasses.replace(config, admin_port=admin.getsockname()[1])
+    try:
+        if config.admin_port is not None:
+            # loopback unless admin_host says otherwise: the admin routes carry no token
+            admin = reserve_port(config.admin_host, config.admin_port) if config.workers > 1 else \
+                make_socket(config.admin_host, config.admin_port, reuse_port=False)
+            config = dataclasses.replace(config, admin_port=admin.getsockname()[1])
+        prepare_store(config)
+    except BaseException:
+        for s in (sock, admin):
+            if s is not None:
+                s.close()
+        raise
+    telemetry = Telemetry.create([m.name for m in registry], config.workers)
     host, port = sock.getsockname()[:2]
     scheme = "https" if config.tls_cert else "http"
     line = (f"ldpt serve: listening on {scheme}://{_url_host(host)}:{port} (workers {config.workers}, "

@@ -5,7 +5,8 @@ created before the worker processes fork: each worker writes only its own row (n
 whichever worker answers a scrape sums all rows, so ``/metrics`` shows the whole collector
 however many ``--workers`` share the port.
 
-Families (all names prefixed ``ldpt_``): build info; reports accepted by metric; ingest
+Families (all names prefixed ``ldpt_``): build info; reports accepted by metric, and those in no
+segment (the segment cap) by metric; ingest
 requests and reports rejected by problem type, and other requests' errors apart; request
 latency by endpoint and commit latency (histograms); batches by outcome (applied, duplicate,
 conflict); sealed envelopes by outcome; commits, commit failures, batches per commit; queue depth in batches and reports;
@@ -43,7 +44,6 @@ ENVELOPE_OUTCOMES = ("accepted", "duplicate", "refused", "undecryptable")
 #: Why the connection guard (connections.py) closed a connection.
 CONNECTION_CLOSE_REASONS = ("header-timeout", "idle-timeout", "connection-limit")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +76,10 @@ class Layout:
         self.families = (
             Family("ldpt_reports_accepted_total", "counter",
                    "Reports in newly committed batches, by metric.", "metric", metrics),
+            Family("ldpt_reports_unsegmented_total", "counter",
+                   "Reports in newly committed batches counted in their metric's total but in no "
+                   "segment (the segment cap, max_segments, was reached in their window), by metric.",
+                   "metric", metrics),
             Family("ldpt_requests_rejected_total", "counter",
                    "Ingest requests (POST /v1/reports) answered with an error, by problem type.",
                    "reason", tuple(PROBLEM_TYPES)),
@@ -142,6 +146,7 @@ class Telemetry:
             return {k[1]: v for k, v in s.items() if k[0] == family}
 
         self._accepted = by_label("ldpt_reports_accepted_total")
+        self._unsegmented = by_label("ldpt_reports_unsegmented_total")
         self._req_rejected = by_label("ldpt_requests_rejected_total")
         self._rep_rejected = by_label("ldpt_reports_rejected_total")
         self._req_errors = by_label("ldpt_request_errors_total")
@@ -256,6 +261,10 @@ class Telemetry:
                         slot = self._accepted.get(metric)
                         if slot is not None:
                             v[slot] += n
+                for metric, n in (getattr(batch.deltas, "unsegmented", None) or {}).items():
+                    slot = self._unsegmented.get(metric)
+                    if slot is not None:
+                        v[slot] += n
 
     # --- reading -----------------------------------------------------------------------------------
     def totals(self) -> np.ndarray:

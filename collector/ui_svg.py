@@ -463,7 +463,10 @@ def breakdown_svg(df: pd.DataFrame, width: int | None = None) -> str:
     a = df.attrs
     by = list(a.get("by") or [])
     suppressed = int(a.get("suppressed", 0))
-    title = f"{a.get('metric', '')}: by {', '.join(by)}" + (f" ({suppressed} suppressed)" if suppressed else "")
+    unsegmented = int(a.get("unsegmented", 0) or 0)
+    notes = ([f"{suppressed} suppressed"] if suppressed else []) + \
+        ([f"{unsegmented:,} report{'' if unsegmented == 1 else 's'} in no segment"] if unsegmented else [])
+    title = f"{a.get('metric', '')}: by {', '.join(by)}" + (f" ({'; '.join(notes)})" if notes else "")
     if "statistic" in df.columns and str(a.get("kind", "")) == "numeric-mean":
         rows = df[df["statistic"] == "mean"]
         mid, low, high = (rows[c].to_numpy(float) for c in ("estimate", "ci_low", "ci_high"))

@@ -11,6 +11,13 @@ even its name or its n; the frame's ``attrs["suppressed"]`` counts them so every
 how many were withheld. The total of a metric (its estimate without ``--by``) is estimated from
 the sum of all segments' sketches, suppressed ones included (docs/privacy.md, "Public
 dimensions" says why this is sound).
+
+A collector keeps at most ``max_segments`` segments of a metric per window (collector/segments.py);
+the reports that would have opened one more count in the metric's total and in no segment. Given
+the total's report count, ``attrs["unsegmented"]`` says how many (total − all segments,
+suppressed ones included) and ``attrs["warning"]`` says that the groups shown miss them: each
+group's estimate is exact for the reports it holds, but a segment left out in some window
+counts none of its reports of that window.
 """
 
 from __future__ import annotations
@@ -67,12 +74,13 @@ def group_sketches(spec: MetricSpec, segments: Iterable[tuple[str, Sketch]],
 
 def breakdown_frame(spec: MetricSpec, groups: Mapping[tuple[str, ...], Sketch], by: Sequence[str],
                     min_reports: int, *, confidence: float = 0.95, simultaneous: bool = False,
-                    consistent: bool = False):  # noqa: ANN201 - a pandas DataFrame
+                    consistent: bool = False, total_reports: int | None = None):  # noqa: ANN201 - a DataFrame
     """One estimate frame per shown group, stacked, the dimension columns first.
 
     Groups with fewer than ``min_reports`` reports are dropped and counted in
     ``attrs["suppressed"]``; ``attrs["by"]`` names the dimensions, ``attrs["segments"]`` the
-    number shown.
+    number shown. With ``total_reports`` (the metric's total over the same windows),
+    ``attrs["unsegmented"]`` counts the reports in no segment (module docstring).
     """
     import pandas as pd
 
@@ -102,5 +110,12 @@ def breakdown_frame(spec: MetricSpec, groups: Mapping[tuple[str, ...], Sketch], 
                                if groups[g].total_reports >= min_reports))
     for key in ("summary", "warning"):
         attrs.pop(key, None)
+    if total_reports is not None:
+        unsegmented = max(0, int(total_reports) - sum(int(g.total_reports) for g in groups.values()))
+        attrs["unsegmented"] = unsegmented
+        if unsegmented:
+            attrs["warning"] = (f"{unsegmented:,} of the metric's {int(total_reports):,} reports are in no segment: "
+                                "they arrived after the collector's segment cap (max_segments) was reached in "
+                                "their window; the total counts them, the groups shown do not")
     out.attrs = attrs
     return out

@@ -17,12 +17,16 @@ Prefix Extending Method (Wang, Li, Jha 2021) over local hashing with a public se
 
 All keys kept at level L are then estimated jointly on the held-out group L and the ``top`` of
 them (ranked on group L−1) reported, so the estimates, intervals and p-values come from data that
-played no part in choosing them (no winner's curse); they are scaled to the whole population, and
-their variance carries a bound on the residual collision bias of the strings that were not kept.
-Each estimate is then capped by its prefixes' estimates on the selection groups (``chain_caps``):
-forged reports can claim the held-out group, whose estimate is scaled by n/n_h, and the cap makes
-what they move independent of where they are put (docs/security.md). The group sizes are tested
-against the multinomial honest devices produce (``group_size_test``).
+played no part in choosing them (no winner's curse); they are scaled to the whole population by
+the group's *expected* share, G = L + 1 (``scale_to_population``: never by its observed size,
+which forged reports choose), and their variance carries a bound on the residual collision bias
+of the strings that were not kept. Each estimate is then capped by its prefixes' estimates on the
+selection groups (``chain_caps``): forged reports can claim the held-out group, whose estimate is
+scaled by G, and the cap makes what they add independent of where they are put; what they can
+take away is G·q*/(p* − q*) per report through a string's own cells (``estimators.poisoning``)
+plus the joint system's cross terms, which ``forged_reach`` computes for each frame
+(``attrs["forged_report_max_down"]``; docs/security.md).
+The group sizes are tested against the multinomial honest devices produce (``group_size_test``).
 ``decode_candidates`` estimates a given list the same way, with the discovered keys as nuisance.
 """
 
@@ -104,26 +108,52 @@ class _Group:
                                   for i in range(0, len(fps), CHUNK)]) if len(fps) else np.zeros(0)
         return (support - self.n / self.g) / (1 - 1 / self.g)
 
-    def joint(self, fps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Joint estimates (step 3) and their covariance A⁻¹ D A⁻¹ (docs/discovery.md)."""
+    def system(self, fps: np.ndarray) -> tuple[sparse.csr_matrix, np.ndarray]:
+        """The joint system of ``fps``: the (cell × key) incidence of H_s and A⁻¹, A = Φ − J/g."""
         k = len(fps)
         cells = self.cells(fps)
         onehot = sparse.csr_matrix((np.ones(cells.size), (cells.ravel(), np.tile(np.arange(k), self.m))),
                                    shape=(self.m * self.g, k))
         phi = (onehot.T @ onehot).toarray() / self.m
-        support = onehot.T @ self.z
         a = phi - 1.0 / self.g
         # A is symmetric, ≈ (1 − 1/g)·I when m(g−1) ≫ |C|; when the seeds are too few for this many
         # candidates it is singular, and the pseudo-inverse gives the least-norm solution
         w, v = np.linalg.eigh(a)
         keep = w > 1e-9 * max(float(w.max(initial=0.0)), 1e-300)
-        a_inv = (v[:, keep] / w[keep]) @ v[:, keep].T
+        return onehot, (v[:, keep] / w[keep]) @ v[:, keep].T
+
+    def joint(self, fps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Joint estimates (step 3) and their covariance A⁻¹ D A⁻¹ (docs/discovery.md)."""
+        onehot, a_inv = self.system(fps)
+        support = onehot.T @ self.z
         counts = a_inv @ (support - self.n / self.g)
         p, g = self.proto.p, self.g
         base = (1 / g) * (1 - 1 / g)
         d = (self.n * base + np.clip(counts, 0, self.n) * (p * (1 - p) - base)) / (p - self.proto.q) ** 2
         cov = (a_inv * d[None, :]) @ a_inv.T
         return counts, cov
+
+
+def forged_reach(group: _Group, fps: np.ndarray, rows: int) -> np.ndarray:
+    """How much one forged report in ``group`` can lower the joint estimate of each of the first
+    ``rows`` keys of ``fps`` (a count of that group; ≥ 0), over every (seed, bucket) it may send.
+
+    The joint estimate is linear in the sketch: ĉ = A⁻¹(S − n/g), and a report (s, y) adds
+    1[H_s(k) = y]/(p' − q') − q'/(p' − q') to every S_k and 1 to n. So its effect on ĉ_t is
+    −(q'/(p' − q') + 1/g)·Σ_k A⁻¹_tk + Σ_{k: H_s(k) = y} A⁻¹_tk/(p' − q'), and the worst report is
+    the cell that minimises the last sum. Its first term alone is local hashing's δ (a report
+    supporting none of t's cells); the sum adds the joint system's cross terms — the kept keys
+    that share many cells with t (nuisance keys nobody holds that the search kept for the
+    support heavy strings give their cells), whose rise the joint solve takes out of t."""
+    onehot, a_inv = group.system(fps)
+    p, q, g = group.proto.p, group.proto.q, group.g
+    out = np.empty(rows)
+    for i in range(0, rows, 64):   # (cells × 64) at a time: a few MB whatever the key count
+        cols = a_inv[:, i:min(i + 64, rows)]
+        base = -(q / (p - q) + 1 / g) * cols.sum(axis=0)
+        per_cell = np.asarray(onehot @ cols) / (p - q)
+        out[i:i + 64] = -(base + np.minimum(per_cell.min(axis=0), 0.0))
+    return np.maximum(out, 0.0)
 
 
 def _top(values: np.ndarray, k: int) -> np.ndarray:
@@ -226,16 +256,18 @@ def chain_caps(proto: Discover, sketch: Sketch, levels: list[_Level], keys: list
     rarely reach it (each level's bound exceeds an unbiased held-out estimate by CAP_Z of its own
     standard errors; Gaussian tail 4/√2 = 2.8σ per level). A forger, though, must raise *every*
     group to move the minimum: with m_t of its reports in group t it moves the bound of level
-    t+1 by about (n/n_t)·g·m_t, and min_t (n/n_t)·m_t ≤ Σ_t m_t = m (the weights n_t/n sum to
-    one), so whatever the placement the capped estimate moves by at most about g·m — the
-    honest-placement figure — plus the CAP_Z margin (docs/security.md)."""
-    n = sketch.total_reports
+    t+1 by about G·g·m_t (every group is scaled by its expected share 1/G), and
+    min_t G·m_t ≤ Σ_t m_t = m, so whatever the placement the capped estimate moves up by at most
+    about g·m — the honest-placement figure — plus the CAP_Z margin (docs/security.md). Reports
+    that claim a group without supporting a prefix lower its bound by at most G·q*/(p* − q*)
+    each, and only bite once they have used up its CAP_Z margin."""
+    n, groups = sketch.total_reports, proto.params.groups
     caps = np.full(len(keys), np.inf)
     for depth, level in enumerate(levels, start=1):
         anc = [ancestor(k, depth) for k in keys]
         distinct = list(dict.fromkeys(anc))
         est, var = _level_estimates(level, fingerprints([_key_blob(a) for a in distinct]))
-        pop, pop_var = scale_to_population(est, var, level.group.n, n)
+        pop, pop_var = scale_to_population(est, var, groups, n)
         upper = pop + CAP_Z * np.sqrt(np.maximum(pop_var, 0.0))
         where = {a: i for i, a in enumerate(distinct)}
         caps = np.minimum(caps, upper[[where[a] for a in anc]])
@@ -258,6 +290,13 @@ def group_size_test(proto: Discover, sketch: Sketch) -> tuple[float, float]:
     return float(stats.chi2.sf(chi2, par.groups - 1)), z
 
 
+def _held_group(proto: Discover, sketch: Sketch) -> _Group:
+    """The held-out group (the last) of a sketch."""
+    par = proto.params
+    return _Group(proto, sketch.counts.reshape(par.groups, par.seeds, par.g)[-1],
+                  sketch.reports.reshape(par.groups, par.seeds)[-1])
+
+
 def _held_out(proto: Discover, sketch: Sketch, keys: list[Key], outside_max: float) -> tuple[np.ndarray, np.ndarray, int]:
     """Joint estimates of ``keys`` on the held-out group and their variances.
 
@@ -266,8 +305,7 @@ def _held_out(proto: Discover, sketch: Sketch, keys: list[Key], outside_max: flo
     with ``outside_max`` an upper bound on any outside count (docs/discovery.md).
     """
     par = proto.params
-    held = _Group(proto, sketch.counts.reshape(par.groups, par.seeds, par.g)[-1],
-                  sketch.reports.reshape(par.groups, par.seeds)[-1])
+    held = _held_group(proto, sketch)
     if held.n == 0:
         raise EstimationError("no reports in the held-out group")
     counts, cov = held.joint(fingerprints([_key_blob(k) for k in keys]))
@@ -297,10 +335,10 @@ def discover(proto: Discover, sketch: Sketch, *, top: int | None = None, keep: i
     if n <= 0:
         raise EstimationError("no reports in the selected window(s)")
     levels: list[_Level] = []
-    kept, counts_h, var_h, n_h = _search_and_hold_out(proto, sketch, kept_extra=[], keep=keep, screen=screen,
-                                                      levels=levels)
+    kept, counts_h, var_h, n_h, reach = _search_and_hold_out(proto, sketch, kept_extra=[], keep=keep,
+                                                             screen=screen, levels=levels, reach_rows=top)
     caps = chain_caps(proto, sketch, levels, kept[:top])
-    df = _frame(proto, sketch, kept[:top], counts_h[:top], var_h[:top], n_h, n, caps, confidence=confidence,
+    df = _frame(proto, sketch, kept[:top], counts_h[:top], var_h[:top], n_h, n, caps, reach, confidence=confidence,
                 alpha=alpha, control=control, simultaneous=simultaneous)
     # only what was found: the search always keeps ``keep`` keys, and below the heavy strings they
     # are byte strings nobody holds (the multiple-testing family stays the ``top`` ranked keys)
@@ -319,9 +357,11 @@ def key_text(key: Key) -> str:
 
 
 def _search_and_hold_out(proto: Discover, sketch: Sketch, *, kept_extra: list[Key], keep: int, screen: int,
-                         levels: list[_Level] | None = None) -> tuple[list[Key], np.ndarray, np.ndarray, int]:
+                         levels: list[_Level] | None = None, reach_rows: int = 0
+                         ) -> tuple[list[Key], np.ndarray, np.ndarray, int, np.ndarray]:
     """Search, then held-out estimates of ``kept_extra`` + the kept keys (not repeated); a
-    ``kept_extra`` longer than JOINT_MAX (distinct keys) is estimated in blocks and returned alone."""
+    ``kept_extra`` longer than JOINT_MAX (distinct keys) is estimated in blocks and returned alone.
+    Last, ``forged_reach`` of the first ``reach_rows`` keys on the held-out group."""
     kept, est, null_se = search(proto, sketch, keep=keep, screen=screen, levels=levels)
     n_level = int(sketch.reports.reshape(proto.params.groups, -1)[-2].sum())
     # no key outside the kept ones exceeds the smallest kept estimate by more than 3 standard errors
@@ -331,16 +371,24 @@ def _search_and_hold_out(proto: Discover, sketch: Sketch, *, kept_extra: list[Ke
     if len(kept_extra) <= JOINT_MAX:
         keys = list(dict.fromkeys(kept_extra + kept))
         counts_h, var_h, n_h = _held_out(proto, sketch, keys, outside_max)
-        return keys, counts_h, var_h, n_h
+        reach = forged_reach(_held_group(proto, sketch), fingerprints([_key_blob(k) for k in keys]), reach_rows) \
+            if reach_rows else np.zeros(0)
+        return keys, counts_h, var_h, n_h, reach
     # a long list (distinct keys): JOINT_MAX at a time, each jointly with the kept keys, so the
     # k × k joint system stays bounded; the other listed keys are then outside C, and any of them
     # that was not kept is under the same bound ``outside_max`` as every unkept string
-    parts = []
+    parts, reaches = [], []
+    held = _held_group(proto, sketch)
     for i in range(0, len(kept_extra), JOINT_MAX):
         chunk = kept_extra[i:i + JOINT_MAX]
-        counts_h, var_h, n_h = _held_out(proto, sketch, list(dict.fromkeys(chunk + kept)), outside_max)
+        keys = list(dict.fromkeys(chunk + kept))
+        counts_h, var_h, n_h = _held_out(proto, sketch, keys, outside_max)
         parts.append((counts_h[:len(chunk)], var_h[:len(chunk)]))
-    return (list(kept_extra), np.concatenate([c for c, _ in parts]), np.concatenate([v for _, v in parts]), n_h)
+        rows = min(len(chunk), max(0, reach_rows - i))
+        if rows:
+            reaches.append(forged_reach(held, fingerprints([_key_blob(k) for k in keys]), rows))
+    return (list(kept_extra), np.concatenate([c for c, _ in parts]), np.concatenate([v for _, v in parts]), n_h,
+            np.concatenate(reaches) if reaches else np.zeros(0))
 
 
 def decode_candidates(proto: Discover, sketch: Sketch, candidates: list[str], *, confidence: float = 0.95,
@@ -361,31 +409,41 @@ def decode_candidates(proto: Discover, sketch: Sketch, candidates: list[str], *,
         listed.setdefault((b, len(b) < par.max_length))
     wanted = list(listed)
     levels: list[_Level] = []
-    keys, counts_h, var_h, n_h = _search_and_hold_out(proto, sketch, kept_extra=wanted, keep=40, screen=160,
-                                                      levels=levels)
     k = len(wanted)
+    keys, counts_h, var_h, n_h, reach = _search_and_hold_out(proto, sketch, kept_extra=wanted, keep=40, screen=160,
+                                                             levels=levels, reach_rows=k)
     caps = chain_caps(proto, sketch, levels, wanted)
-    return _frame(proto, sketch, wanted, counts_h[:k], var_h[:k], n_h, n, caps, confidence=confidence,
+    return _frame(proto, sketch, wanted, counts_h[:k], var_h[:k], n_h, n, caps, reach, confidence=confidence,
                   alpha=alpha, control=control, simultaneous=simultaneous)
 
 
-def scale_to_population(counts_h: np.ndarray, var_h: np.ndarray, n_h: int, n: int
+def scale_to_population(counts_h: np.ndarray, var_h: np.ndarray, groups: int, n: int
                         ) -> tuple[np.ndarray, np.ndarray]:
-    """Held-out counts to population counts: ĉ = ĉ_h·n/n_h, plus the split's own variance.
+    """One group's counts to population counts by the group's expected share: ĉ = G·ĉ_h.
 
-    The group is a uniform split of the devices, so given c the held-out count is
-    hypergeometric: Var[c_h·n/n_h] ≈ c(1 − c/n)(n/n_h − 1).
+    An honest device is in each of the G groups with probability 1/G (HMAC of its secret), so of
+    the c devices holding v, c_h ~ Binomial(c, 1/G) are in the group: E[G·ĉ_h] = c and
+    Var[G·ĉ_h] = G²·Var[ĉ_h | c_h] + c(G − 1).
+
+    The observed share n/n_h (a ratio estimator, whose split term is c(1 − c/n)(G − 1)) is
+    slightly more precise for very frequent strings, but its denominator is the one quantity
+    forged reports set freely: reports that claim the group with random content leave ĉ_h
+    unbiased and inflate n_h, so every estimate shrank by c/n_h per forged report — 250 among
+    50,000 (0.5 %) moved a string held by 18 % by −2.75 per report, 1,000 moved every estimate
+    by −24 % (issue 26). By the expected share a forged report moves an estimate only through
+    ĉ_h: at most +G·g (the prefix caps bound the rise) and −G·q*/(p* − q*) (docs/security.md).
+    The price is the c·(c/n)(G − 1) of variance the ratio would save: about 11 % of the variance
+    of a string held by 18 % of the devices, under 1 % below 2 %.
     """
-    r = n / n_h
-    counts = counts_h * r
-    c = np.clip(counts, 0, n)
-    return counts, var_h * r * r + c * (1 - c / n) * (r - 1)
+    counts = counts_h * groups
+    c = np.clip(counts, 0, n)  # the split term at the plug-in count (at most every report)
+    return counts, var_h * groups * groups + c * (groups - 1)
 
 
 def _frame(proto: Discover, sketch: Sketch, final: list[Key], counts_h: np.ndarray, var_h: np.ndarray, n_h: int,
-           n: int, caps: np.ndarray, *, confidence: float, alpha: float, control: str, simultaneous: bool
-           ) -> pd.DataFrame:
-    counts, variances = scale_to_population(counts_h, var_h, n_h, n)
+           n: int, caps: np.ndarray, reach: np.ndarray, *, confidence: float, alpha: float, control: str,
+           simultaneous: bool) -> pd.DataFrame:
+    counts, variances = scale_to_population(counts_h, var_h, proto.params.groups, n)
     capped = counts > caps  # no string is more frequent than its prefixes (chain_caps)
     counts = np.minimum(counts, caps)
     std = np.sqrt(np.maximum(variances, 0.0))
@@ -409,7 +467,10 @@ def _frame(proto: Discover, sketch: Sketch, final: list[Key], counts_h: np.ndarr
     df.attrs.update(protocol=proto.name, epsilon=proto.epsilon, n_reports=n, n_held_out=n_h,
                     confidence=confidence, simultaneous=simultaneous, post_processed=None, z=z,
                     max_length=proto.params.max_length, capped=int(capped.sum()),
-                    group_size_p_value=p_sizes, held_out_excess_z=z_held)
+                    group_size_p_value=p_sizes, held_out_excess_z=z_held,
+                    # the most one forged report can lower any of these estimates (forged_reach;
+                    # the caps keep any rise to about the gain): scaled like the estimates
+                    forged_report_max_down=float(reach.max(initial=0.0)) * proto.params.groups)
     if p_sizes < GROUP_SIZE_ALPHA:
         df.attrs["warning"] = (f"the discovery groups' sizes are not what honest devices produce (chi-square "
                                f"p = {p_sizes:.1e}; held-out group {z_held:+.1f} sd): forged reports chose their "

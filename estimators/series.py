@@ -28,7 +28,7 @@ from .frequency import estimate_frame
 #: A series longer than this is refused (a year of hours is 8,784 windows).
 MAX_WINDOWS = 10_000
 
-__all__ = ["MAX_WINDOWS", "series_frame", "window_grid", "windows_in_range"]
+__all__ = ["MAX_WINDOWS", "series_frame", "window_grid", "window_span", "windows_in_range"]
 
 
 def window_grid(since: str, until: str, hourly: bool) -> list[str]:
@@ -45,6 +45,16 @@ def window_grid(since: str, until: str, hourly: bool) -> list[str]:
         return [(first + dt.timedelta(days=i)).isoformat() for i in range(days)]
     start = dt.datetime.combine(first, dt.time())
     return [(start + dt.timedelta(hours=i)).isoformat()[:13] for i in range(count)]
+
+
+def window_span(df: pd.DataFrame, labels: Sequence[str]) -> pd.DataFrame:
+    """``df`` saying which stored windows its one estimate sums (``attrs["window_range"]``: first,
+    last and how many; the CLI's header and JSON ``meta`` show it): an estimate without
+    ``--window`` sums every stored window of the range, which nothing said before."""
+    ordered = sorted(set(labels))
+    if ordered:
+        df.attrs["window_range"] = {"first": ordered[0], "last": ordered[-1], "windows": len(ordered)}
+    return df
 
 
 def windows_in_range(stored: Sequence[str], since: str | None, until: str | None) -> list[str]:

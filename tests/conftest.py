@@ -33,3 +33,57 @@ def registry_file(tmp_path):
         f'categories = [{", ".join(repr(f"c{i:02d}").replace(chr(39), chr(34)) for i in range(40))}]\n',
         encoding="utf-8")
     return path
+
+
+# --- what was skipped, and why -----------------------------------------------------------------
+# A module that skips at collection (no Chromium, no npm, no JDK, no DSN) counts as one "skipped"
+# in pytest's line, however many tests it holds: "34 skipped" hid about 22 tests. The summary
+# below groups the skips by reason and counts a skipped module's test functions.
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return reason.removeprefix("Skipped: ").strip()
+
+
+def _test_functions(path: str) -> int:
+    """Test functions defined in a test module (each parametrisation would add more)."""
+    import ast
+
+    try:
+        tree = ast.parse(open(path, encoding="utf-8").read())
+    except (OSError, SyntaxError, ValueError):
+        return 0
+    count = 0
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            count += 1
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            count += sum(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test")
+                         for n in node.body)
+    return count
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ANN001
+    """One line per reason a test was skipped: how many tests, and which modules skipped whole."""
+    from collections import defaultdict
+
+    import _pytest.reports
+
+    groups: dict[str, dict] = defaultdict(lambda: {"tests": 0, "modules": []})
+    for report in terminalreporter.stats.get("skipped", []):
+        group = groups[_skip_reason(report)]
+        if isinstance(report, _pytest.reports.CollectReport):  # the whole module, at collection
+            path = report.nodeid.split("::")[0]
+            functions = _test_functions(str(config.rootpath / path))
+            group["tests"] += max(functions, 1)
+            group["modules"].append(f"{path} ({functions} test{'' if functions == 1 else 's'})")
+        else:
+            group["tests"] += 1
+    if not groups:
+        return
+    total = sum(g["tests"] for g in groups.values())
+    terminalreporter.section(f"skipped: {total} test{'' if total == 1 else 's'}, by reason", sep="-")
+    for reason, group in sorted(groups.items(), key=lambda kv: -kv[1]["tests"]):
+        where = f" — whole modules: {', '.join(group['modules'])}" if group["modules"] else ""
+        terminalreporter.write_line(f"{group['tests']:>4}  {reason}{where}")

@@ -85,7 +85,7 @@ def ldpt_commands(script: str) -> Iterator[list[str]]:
     """The argument lists of every `ldpt` invocation in a shell script (synopses included).
 
     Continuation lines are joined, comments dropped; a command ends at ``&&``, ``||``, ``;``,
-    ``&`` or the end of the line. Synopsis brackets (``[--top N]``) and alternatives
+    ``&``, a redirection (``>``, ``>>``, ``<``) or the end of the line. Synopsis brackets (``[--top N]``) and alternatives
     (``--format table|csv|json``, ``[--window D | --since D]``) are how docs write options and
     are tolerated (a real pipe only adds words that are not options).
     """
@@ -97,7 +97,7 @@ def ldpt_commands(script: str) -> Iterator[list[str]]:
             tokens = raw.split()
         current: list[str] | None = None
         for tok in tokens:
-            if tok in ("&&", "||", ";", "&"):
+            if tok in ("&&", "||", ";", "&") or re.fullmatch(r"\d?(>>?|<)(&\d)?", tok):  # a redirect ends it too
                 if current is not None:
                     yield current
                 current = None

@@ -31,6 +31,8 @@ JS = ROOT / "client_sdk" / "js"
 E2E = JS / "e2e"
 #: The browser bundle `npm run build` writes (minified ES module).
 BUNDLE = JS / "dist" / "ldpt.min.js"
+#: The browser bundle with sealed delivery (`Seal`), dist/ldpt-sealed.min.js.
+SEALED_BUNDLE = JS / "dist" / "ldpt-sealed.min.js"
 THEMES = ["light", "dark", "system"]
 URLS = ["/", "/docs", "/pricing", "/blog"]
 
@@ -79,6 +81,7 @@ class PageServer:
              "/storage.html": (E2E / "storage.html", "text/html; charset=utf-8"),
              "/fleet.mjs": (E2E / "fleet.mjs", "text/javascript; charset=utf-8"),
              "/sdk.js": (BUNDLE, "text/javascript; charset=utf-8"),
+             "/sdk-sealed.js": (SEALED_BUNDLE, "text/javascript; charset=utf-8"),
              "/conformance.html": (E2E / "conformance.html", "text/html; charset=utf-8"),
              "/conformance.browser.js": (JS / "build" / "conformance.browser.js", "text/javascript; charset=utf-8")}
 
@@ -124,15 +127,24 @@ class PageServer:
 
 
 @contextlib.contextmanager
-def e2e_collector(tmp: Path, origins: str = "") -> Iterator[Server]:
+def e2e_collector(tmp: Path, origins: str = "", sealed: bool = False, relay: str = "") -> Iterator[Server]:
     """`ldpt serve` of the e2e registry on a free port, with a query token and ``origins`` allowed
-    (a serve.toml holding ``cors_origins``)."""
+    (a serve.toml holding ``cors_origins``); ``sealed``: also an OHTTP gateway (a fresh key), with
+    the address ``relay`` in relay_sources and the access log on."""
     shutil.copy(E2E / "metrics.toml", tmp / "metrics.toml")
     (tmp / "token").write_text(TOKEN + "\n", encoding="utf-8")
     (tmp / "token").chmod(0o600)
     args = ["--metrics", "metrics.toml", "--db", "store.sqlite", "--port", "0", "--query-token-file", "token"]
-    if origins:   # the operator's way: serve.toml (docs/operations.md, "Web pages (CORS)")
-        (tmp / "serve.toml").write_text(f"cors_origins = {json.dumps(origins)}\n", encoding="utf-8")
+    settings = f"cors_origins = {json.dumps(origins)}\n" if origins else ""
+    if sealed:
+        from collector import ohttp_keys
+
+        ohttp_keys.generate(tmp / "keys")
+        args += ["--ohttp-keys-dir", "keys", "--access-log"]
+        if relay:
+            settings += f"relay_sources = {json.dumps(relay)}\n"
+    if settings:   # the operator's way: serve.toml (docs/operations.md, "Web pages (CORS)")
+        (tmp / "serve.toml").write_text(settings, encoding="utf-8")
         args += ["--config", "serve.toml"]
     with serving(args, tmp) as server:
         yield server

@@ -86,6 +86,61 @@ def test_numeric_truth_file_counts_are_integers(registry_file, tmp_path):
     assert r.exit_code == 0 and "warning" not in r.output
 
 
+NUMERIC = """
+[metrics.minutes]
+kind = "numeric"
+range = [0, 120]
+epsilon = 1.0
+
+[metrics.hours]
+kind = "numeric"
+range = [0, 24]
+epsilon = 1.0
+
+[metrics.startup]
+kind = "numeric"
+range = [0, 5000]
+buckets = [0, 250, 500, 1000, 2000, 5000]
+epsilon = 2.0
+
+[metrics.latency]
+kind = "numeric"
+range = [0, 5000]
+buckets = 4
+epsilon = 2.0
+"""
+
+
+def test_a_numeric_truth_file_of_another_metric_is_refused(tmp_path):
+    """A mean metric's truth for a histogram (it was accepted silently), a histogram's for a mean
+    metric (a warning, and the wrong truth printed), other buckets, or a mean outside the range:
+    refused, naming the file and saying which file fits (issue 31)."""
+    reg = tmp_path / "num.toml"
+    reg.write_text(NUMERIC, encoding="utf-8")
+    dist = {"minutes": "uniform", "hours": "uniform", "startup": "lognormal:6.5,0.6", "latency": "lognormal:6.5,0.6"}
+    for metric, how in dist.items():
+        r = ldpt("simulate", "--metrics", str(reg), "--metric", metric, "--clients", "3000", "--distribution",
+                 how, "--seed", "1", "--db", str(tmp_path / f"{metric}.sqlite"), "--truth",
+                 str(tmp_path / f"{metric}-truth.csv"), "--silent")
+        assert r.exit_code == 0, r.output
+
+    def with_truth(metric: str, of: str):
+        return ldpt("estimate", "--metrics", str(reg), "--metric", metric, "--db", str(tmp_path / f"{metric}.sqlite"),
+                    "--truth", str(tmp_path / f"{of}-truth.csv"))
+
+    for metric in dist:  # its own truth: no complaint
+        r = with_truth(metric, metric)
+        assert r.exit_code == 0 and "warning" not in r.output, (metric, r.output)
+    refused = {("startup", "minutes"): "a mean metric's truth file",
+               ("minutes", "startup"): "a histogram metric's truth file",
+               ("latency", "startup"): "are not those of metric 'latency'",
+               ("hours", "minutes"): "lies outside metric 'hours''s range [0, 24]"}
+    for (metric, of), says in refused.items():
+        r = with_truth(metric, of)
+        assert r.exit_code == 1 and says in r.output and f"{of}-truth.csv" in r.output, (metric, of, r.output)
+        assert f"ldpt simulate --metric {metric} --truth FILE" in r.output
+
+
 @pytest.fixture
 def days(registry_file, tmp_path):
     """Three days of `theme` from `simulate --days` with its window,value,count truth."""

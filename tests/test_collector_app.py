@@ -27,6 +27,7 @@ from collector.storage.base import BatchOutcome, SketchKey
 from collector.storage.sqlite import SQLiteStore
 from collector.telemetry import Telemetry
 from estimators.frequency import estimate_frame
+from estimators.series import window_span
 
 from .collector_support import (
     TOKEN,
@@ -308,13 +309,14 @@ def test_query_api_auth_refusals_and_exact_estimates(setup):
             for body in bodies[1:]:
                 await post(client, body)
             status, headers, data = await get(client, path)
-            want = estimate_frame(spec, expected_sketch(spec, bodies))
+            day = (await client.app[STATE].store.awindows("page"))[0].window
+            want = window_span(estimate_frame(spec, expected_sketch(spec, bodies)), [day])  # the window summed
             assert status == 200 and data.decode() == frame_to_json(want)
             status, headers, data = await get(client, path + "?format=csv")
             assert headers["Content-Type"].startswith("text/csv") and data.decode() == frame_to_csv(want)
             status, _, data = await get(client, path + "?confidence=0.9&simultaneous=true&consistent=1")
-            want = estimate_frame(spec, expected_sketch(spec, bodies), confidence=0.9, simultaneous=True,
-                                  consistent=True)
+            want = window_span(estimate_frame(spec, expected_sketch(spec, bodies), confidence=0.9,
+                                              simultaneous=True, consistent=True), [day])
             assert data.decode() == frame_to_json(want)
             resp = await client.post(path, json={"confidence": 0.9, "simultaneous": True,
                                                  "consistent": True}, headers=AUTH)
@@ -420,7 +422,8 @@ def test_string_metric_query_with_candidates_in_a_post_body(tmp_path):
                                      headers=AUTH)
             text = await resp.text()
             assert resp.status == 200, text
-            want = estimate_frame(spec, expected_sketch(spec, bodies), candidates=candidates)
+            day = (await client.app[STATE].store.awindows("home"))[0].window
+            want = window_span(estimate_frame(spec, expected_sketch(spec, bodies), candidates=candidates), [day])
             assert text == frame_to_json(want)
             query = "&".join(f"candidates={c}" for c in candidates)
             resp = await client.get(f"/v1/metrics/home/estimates?{query}", headers=AUTH)

@@ -58,6 +58,28 @@ def test_forged_reports_move_the_count_by_exactly_the_gain(name, d, epsilon):
     assert share_shift(m) >= POINT > share_shift(m - 1)
 
 
+@pytest.mark.parametrize("name,d,epsilon", [("rr", 2, 1.0), ("grr", 3, 1.0), ("grr", 16, 2.0),
+                                            ("oue", 20, 2.0), ("sue", 8, 1.0)])
+def test_forged_reports_lower_a_count_by_exactly_the_deflation(name, d, epsilon):
+    """Downwards (issue 26 §4): a report that supports nothing of the target leaves its support
+    alone and grows N, so m of them lower its count by exactly m·q*/(p* − q*)."""
+    proto = build_protocol(name, d, epsilon, {})
+    rng = np.random.default_rng(12)
+    sketch = proto.new_sketch()
+    proto.accumulate(sketch, proto.encode(rng.integers(0, d, N_HONEST), rng))
+    before = proto.estimate(sketch).counts.copy()
+    bound = poisoning_bound(proto)
+    assert 0 < bound.deflation < bound.gain
+    m = 500
+    if name in ("rr", "grr"):
+        forged = {"y": np.full(m, 1, dtype=np.int64)}          # supports value 1 only
+    else:
+        forged = proto.from_wire([bytes((d + 7) // 8)] * m)   # all zeros: supports nothing
+    proto.validate(forged)
+    proto.accumulate(sketch, forged)
+    assert proto.estimate(sketch).counts[0] - before[0] == pytest.approx(-m * bound.deflation, rel=1e-9)
+
+
 def test_numeric_mean_bound_is_the_largest_debiased_output():
     proto = build_protocol("duchi", None, 1.0, {}) if _has("duchi") else None
     if proto is None:

@@ -176,17 +176,17 @@ def test_total_is_exactly_the_sum_of_segments_including_older_sdks():
     np.testing.assert_array_equal(acc.reports, total.reports)
 
 
-def test_segment_cap_refuses_one_segment_too_many():
+def test_segment_cap_leaves_out_one_segment_too_many():
     cap = SegmentCap(2)
     cap.load("2026-12-01", [WindowInfo("theme@os=ios", "f", "2026-12-01", 5),
                             WindowInfo("theme", "f", "2026-12-01", 5)])
     key = lambda seg, w="2026-12-01": SketchKey(f"theme@os={seg}", "f", w)  # noqa: E731
-    cap.check([key("ios"), key("android"), SketchKey("theme", "f", "2026-12-01")])
-    cap.check([key("android")])                      # already counted
-    with pytest.raises(Problem) as err:
-        cap.check([key("other")])
-    assert err.value.slug == "too-many-segments" and err.value.status == 422
-    cap.check([key("other", "2026-12-02")])          # another window counts apart
+    assert cap.check([key("ios"), key("android"), SketchKey("theme", "f", "2026-12-01")]) == []
+    assert cap.check([key("android")]) == []         # already counted
+    assert cap.check([key("other"), key("ios")]) == [key("other")]   # beyond the cap: left out
+    assert cap.check([key("other")]) == [key("other")]               # and stays out
+    assert ("theme", "2026-12-01") in cap.full
+    assert cap.check([key("other", "2026-12-02")]) == []             # another window counts apart
 
 
 # --- estimates: suppression everywhere, exact totals -------------------------------------------
@@ -292,29 +292,35 @@ def test_api_breakdown_ingest_and_suppression(tmp_path):
             bad = await post({"os": "tizen"}, 1)
             assert bad.status == 422 and (await bad.json())["field"] == "d.os"
             full = await post({"os": "other"}, 1)        # a 4th segment: over max_segments = 3
-            doc = await full.json()
-            assert full.status == 422 and doc["type"].endswith("/too-many-segments")
+            assert full.status == 200 and (await full.json())["accepted"] == 1   # never refused
             resp = await client.get("/v1/metrics/theme/estimates?by=os", headers=auth)
             doc = await resp.json()
             assert resp.status == 200, doc
             assert {r["os"] for r in doc["estimates"]} == {"android", "ios"}      # unknown: 300 < 1000
             assert doc["meta"]["suppressed"] == 1 and doc["meta"]["n_reports"] == 2800
+            assert doc["meta"]["unsegmented"] == 1 and "in no segment" in doc["meta"]["warning"]
             assert {r["n"] for r in doc["estimates"]} == {1500, 1300}
             csv_resp = await client.get("/v1/metrics/theme/estimates?by=os,app_version&format=csv", headers=auth)
             text = await csv_resp.text()
             assert csv_resp.status == 200 and text.startswith("os,app_version,value,")
             assert "unknown" not in text and text.count("\n") == 1 + 2 * 3
             total = await (await client.get("/v1/metrics/theme/estimates", headers=auth)).json()
-            assert total["meta"]["n_reports"] == 3100     # the total counts every segment
+            assert total["meta"]["n_reports"] == 3101     # the total counts every report
             for by in ("country", "os,os", "a,b,c"):
                 resp = await client.get(f"/v1/metrics/theme/estimates?by={by}", headers=auth)
                 assert resp.status == 400 and (await resp.json())["field"] == "by"
             svg = await client.get("/ui/charts/theme/breakdown.svg?by=os", headers=auth)
             text = await svg.text()
             assert svg.status == 200 and "android" in text and "unknown" not in text
-            assert "(1 suppressed)" in text
+            assert "(1 suppressed; 1 report in no segment)" in text
 
     asyncio.run(scenario())
+    # ldpt estimate --by on the same store says it too (table on standard output, the note on error)
+    done = _ldpt("estimate", "--metrics", "metrics.toml", "--metric", "theme", "--db", "c.sqlite",
+                 "--by", "os", "--format", "json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["meta"]["unsegmented"] == 1
+    assert "warning: 1 of the metric's 3,101 reports are in no segment" in done.stderr
 
 
 @pytest.mark.statistical

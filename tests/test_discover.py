@@ -414,7 +414,9 @@ def test_collector_ingests_validates_and_serves_discovery(tmp_path):
 
     from cli.output import frame_to_json
     from client_sdk.registry import load_registry
+    from collector.app import STATE
     from estimators.frequency import estimate_frame
+    from estimators.series import window_span
 
     from .collector_support import expected_sketch, make_body, write_token
     from .test_collector_app import AUTH, assert_problem, post, running
@@ -440,7 +442,8 @@ def test_collector_ingests_validates_and_serves_discovery(tmp_path):
             resp = await client.get("/v1/metrics/home/estimates?top=2", headers=AUTH)
             text = await resp.text()
             assert resp.status == 200, text
-            want = estimate_frame(spec, expected_sketch(spec, bodies), top=2)
+            day = (await client.app[STATE].store.awindows("home"))[0].window
+            want = window_span(estimate_frame(spec, expected_sketch(spec, bodies), top=2), [day])
             assert text == frame_to_json(want) and list(want.value) == ["abc", "xy"]
             resp = await client.get("/v1/metrics/home/estimates?top=0", headers=AUTH)
             assert_problem(resp.status, resp.headers, await resp.read(), 400, "invalid-query")
@@ -622,3 +625,132 @@ def test_cli_warns_when_the_group_sizes_betray_forged_reports(tmp_path):
         meta = json.loads(result.stdout)["meta"]
         assert (meta["group_size_p_value"] < 1e-6) is warned
         assert ("forged reports chose their group" in result.stderr) is warned, result.stderr
+
+
+# --- forged groups that deflate (issue 26 §4) ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def deflation_runs():
+    """The issue's attack on the honest sketch of ``forged_runs`` (50,000 reports, L = 8, ε = 4):
+    forged reports that claim a group, with random content or with content that avoids the top
+    string's cell, and the top strings' estimates before and after (the same candidates)."""
+    import copy
+
+    spec = spec_of(max_length=8, seeds=64)
+    proto = spec.protocol_impl
+    par = proto.params
+    values = host_names(300)
+    w = np.arange(1, 301) ** -1.1
+    pop = Population(values, np.round(50_000 * w / w.sum()).astype(np.int64))
+    honest = simulate_sketch(spec, pop, np.random.default_rng(18))
+    tops = [truncate(v, par.max_length).decode() for v in values[:5]]
+    before = decode_candidates(proto, honest, tops)
+    rng = np.random.default_rng(26)
+    m, last = 1000, par.groups - 1
+    top_fp = fingerprint(key_bytes(truncate(values[0], par.max_length), par.max_length))
+
+    def forged(groups, avoid_top=False):
+        groups = np.asarray(groups, dtype=np.int64)
+        seeds = rng.integers(0, par.seeds, len(groups))
+        y = rng.integers(0, par.g, len(groups))
+        if avoid_top:  # the cell next to the top string's: supports nothing of it
+            y = (bucket(seeds, np.full(len(groups), top_fp, dtype=np.uint64), par.g).astype(np.int64) + 1) % par.g
+        out = {"group": groups, "seed": seeds.astype(np.int64), "y": y.astype(np.int64)}
+        proto.validate(out)
+        return out
+
+    # the worst one report can do to the top string: the cell where its joint estimate falls most
+    import estimators.discovery as discovery
+
+    keys = discovery._search_and_hold_out(proto, honest, kept_extra=[discovery.ancestor(
+        (truncate(v, par.max_length), len(truncate(v, par.max_length)) < par.max_length), par.max_length)
+        for v in values[:5]], keep=40, screen=160)[0]
+    onehot, a_inv = discovery._held_group(proto, honest).system(
+        discovery.fingerprints([discovery._key_blob(k) for k in keys]))
+    worst = int(np.argmin(onehot @ a_inv[:, 0]))
+    worst_cell = {"group": np.full(m, last, dtype=np.int64), "seed": np.full(m, worst // par.g, dtype=np.int64),
+                  "y": np.full(m, worst % par.g, dtype=np.int64)}
+    attacks = {"held-out, random": forged(np.full(m, last)),
+               "held-out, avoiding the top string": forged(np.full(m, last), avoid_top=True),
+               "held-out, the worst cell for the top string": worst_cell,
+               "selection groups, random": forged(np.arange(m) % last),
+               "spread, avoiding the top string": forged(np.arange(m) % par.groups, avoid_top=True)}
+    out = {}
+    for name, payloads in attacks.items():
+        sketch = copy.deepcopy(honest)
+        proto.accumulate(sketch, payloads)
+        df = decode_candidates(proto, sketch, tops)
+        out[name] = ((df.estimate.to_numpy() - before.estimate.to_numpy()) / m, df.attrs)
+    return proto, before, out
+
+
+@pytest.mark.statistical
+def test_forged_group_reports_cannot_deflate_estimates_beyond_the_bound(deflation_runs):
+    """Issue 26 §4: estimates were scaled by the held-out group's observed share n/n_h, so forged
+    reports claiming it with random content shrank every estimate (250 among 50,000: −5.9 per
+    report for the top string, 1,000: −24 % for all). Scaled by its expected share G, the
+    estimates move only through the held-out counts: random content by about 0 (here ±0.08 sd
+    per report), content avoiding a string's cells by G·δ per report — ``deflation`` of
+    poisoning_bound, 0.34 here (the old scaling: about −f·L = −1.3 for the top string, whatever
+    the content) — and the worst cell by ``attrs["forged_report_max_down"]``, which adds the
+    joint system's cross terms (nuisance keys that share the top string's cells)."""
+    from estimators.poisoning import poisoning_bound
+
+    proto, before, out = deflation_runs
+    bound = poisoning_bound(proto)
+    groups = proto.params.groups
+    assert bound.deflation == pytest.approx(groups * (1 / proto.params.g) / (proto.p - 1 / proto.params.g))
+    assert bound.deflation < bound.gain
+    # the frame's bound: the direct G·δ plus the joint system's cross terms, computed per estimate
+    # (3.0 here: 64 seeds let the nuisance keys share many of the top string's cells; 1.73 at the
+    # default 1,024 seeds and L = 16, bench/robustness.py)
+    reach = before.attrs["forged_report_max_down"]
+    assert bound.deflation <= reach, (reach, bound.deflation)
+    for name, (per_report, _) in out.items():
+        assert np.all(per_report >= -reach * (1 + 1e-6)), (name, per_report, reach)
+    # the frame's figure is reached, exactly (the change is linear in the forged reports)
+    assert out["held-out, the worst cell for the top string"][0][0] == pytest.approx(-reach, rel=1e-6)
+    random_held_out = out["held-out, random"][0]
+    assert np.all(np.abs(random_held_out) < bound.deflation), random_held_out
+    # relative to the estimates: no longer a common shrink (it was −1000/n_h·(1 − n_h/n) ≈ −16 %)
+    relative = out["held-out, random"][0] * 1000 / before.estimate.to_numpy()
+    assert abs(float(np.median(relative))) < 0.03, relative
+    # content that avoids the top string's cells: −G·δ per report within the cross terms (the
+    # same kept keys, so the change is linear; the other keys' cells are hit at random: −0.306)
+    targeted = out["held-out, avoiding the top string"][0][0]
+    assert -1.2 * bound.deflation <= targeted <= -0.8 * bound.deflation, (targeted, bound.deflation)
+    # spread like honest devices, 1/G of them land in the held-out group: about δ per report
+    spread = out["spread, avoiding the top string"][0][0]
+    assert -2.0 * bound.deflation / groups <= spread <= 0.0, spread
+    # reports in the selection groups lower the prefix caps by δ each, but the caps sit 4 SE above
+    # and none binds; they change which keys the search keeps as nuisance, which moves the
+    # held-out estimates by a fraction of a standard error (measured: at most 0.25 SE)
+    moved = out["selection groups, random"][0] * 1000
+    assert np.all(np.abs(moved) < 0.3 * before.std_err.to_numpy()), (moved, before.std_err.to_numpy())
+    assert out["held-out, random"][1]["capped"] == before.attrs["capped"]  # no cap moved
+
+
+@pytest.mark.statistical
+def test_expected_share_scaling_is_unbiased_with_honest_variance_for_a_heavy_string():
+    """Honest data under the expected-share scaling: a string held by 80 % of the devices (where
+    the split term c(G − 1) is most of the variance, and the ratio estimator's c(1 − c/n)(G − 1)
+    would understate it by about a third) and a rare one. Over R = 150 seeded runs with fresh group draws:
+    mean z within 4/√R, Var(z) within 1 ± 3·√(2/(R − 1)) (±0.35), coverage of the 95 % intervals
+    within 2.5 binomial SE."""
+    spec = spec_of(max_length=3, seeds=64)
+    proto = spec.protocol_impl
+    values = ["abc", "xyz", "q"] + [f"{i:02d}x" for i in range(20)]
+    counts = np.array([8000, 400, 100] + [75] * 20, dtype=np.int64)
+    pop = Population(values, counts)
+    rng = np.random.default_rng(2026)
+    reps = 150
+    z, covered = [], []
+    for _ in range(reps):
+        df = decode_candidates(proto, simulate_sketch(spec, pop, rng), ["abc", "xyz"])
+        truth = np.array([8000, 400])
+        z.append((df.estimate.to_numpy() - truth) / df.std_err.to_numpy())
+        covered.append((df.ci_low.to_numpy() <= truth) & (truth <= df.ci_high.to_numpy()))
+    z = np.array(z)
+    assert np.all(np.abs(z.mean(axis=0)) < 4 / math.sqrt(reps)), z.mean(axis=0)
+    assert np.all(np.abs(z.var(axis=0, ddof=1) - 1) < 3 * math.sqrt(2 / (reps - 1))), z.var(axis=0, ddof=1)
+    coverage = np.mean(covered, axis=0)
+    assert np.all(coverage >= 0.95 - 2.5 * math.sqrt(0.95 * 0.05 / reps)), coverage

@@ -204,6 +204,7 @@ def test_doc_blocks_run_as_written(path: Path, tmp_path: Path):
     if not (Path(sys.prefix) / "bin" / "ldpt").exists():
         pytest.skip(f"the ldpt script is not installed in {sys.prefix} (pip install -e '.[dev]')")
     checkout = fresh_checkout(tmp_path / "checkout")
+    before = files_under(checkout)
     env = doc_env()
     servers = DocServers(checkout, env)
     try:
@@ -216,6 +217,27 @@ def test_doc_blocks_run_as_written(path: Path, tmp_path: Path):
                 run_block(block, servers.rewrite(block.text), checkout, env)
     finally:
         servers.stop()
+    # what following the page leaves in a checkout must not show up as untracked (issue 31:
+    # country-truth.csv did): every new file is matched by .gitignore
+    left = {f for f in files_under(checkout) - before if not f.startswith(".doc-server-")}  # the harness's logs
+    unignored = not_ignored(sorted(left))
+    assert not unignored, f"{path.name} leaves files .gitignore does not cover: {unignored[:10]}"
+
+
+def files_under(root: Path) -> set[str]:
+    """Relative paths of the files under ``root`` (the .venv link and bytecode caches aside)."""
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")
+            if p.is_file() and not p.relative_to(root).parts[0] == ".venv" and "__pycache__" not in p.parts}
+
+
+def not_ignored(paths: list[str]) -> list[str]:
+    """Those of ``paths`` (relative to the repository) that the repository's .gitignore does not match."""
+    if not paths or shutil.which("git") is None or not (ROOT / ".git").exists():
+        return []
+    done = subprocess.run(["git", "check-ignore", "--no-index", "--stdin", "-z"], cwd=ROOT,
+                          input="\0".join(paths).encode(), capture_output=True)
+    ignored = set(filter(None, done.stdout.decode().split("\0")))
+    return [p for p in paths if p not in ignored]
 
 
 # --- the repository explains itself ----------------------------------------------------------------

@@ -5,6 +5,7 @@ through the query API) with the truth beside it, and `ldpt plan`'s joint-versus-
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,8 @@ from click.testing import CliRunner
 from cli.main import main
 
 from .sdk_support import Collector
+
+ROOT = Path(__file__).resolve().parent.parent
 
 REGISTRY = """
 [metrics.crash_by_os]
@@ -172,7 +175,9 @@ def test_query_api_and_dashboard_serve_the_breakdown(tmp_path):
 
     from cli.output import frame_to_json
     from client_sdk.registry import load_registry
+    from collector.app import STATE
     from estimators.joint import joint_frame
+    from estimators.series import window_span
 
     from .collector_support import expected_sketch, make_body, wire_reports, write_token
     from .test_collector_app import AUTH, assert_problem, post, running
@@ -195,9 +200,41 @@ def test_query_api_and_dashboard_serve_the_breakdown(tmp_path):
                 assert (await post(client, body))[0] == 200
             status, _, data = await get(client, path)
             assert status == 200
-            assert data.decode() == frame_to_json(joint_frame(spec, expected_sketch(spec, bodies)))
+            day = (await client.app[STATE].store.awindows("crash_by_os"))[0].window
+            want = window_span(joint_frame(spec, expected_sketch(spec, bodies)), [day])  # the window summed
+            assert data.decode() == frame_to_json(want)
             doc = assert_problem(*await get(client, path + "?consistent=true"), 400, "invalid-query")
             assert doc["field"] == "consistent"
             status, headers, svg = await get(client, "/ui/charts/crash_by_os/estimates.svg")
             assert status == 200 and b"ios|true" in svg
     asyncio.run(scenario())
+
+
+def test_plot_of_a_joint_metric_gives_each_scale_its_own_panel(tmp_path, monkeypatch):
+    """--plot of a joint metric: counts (cells, marginals), each P(T | G) on [0, 1], the means in
+    their unit and the χ² statistic each on their own axes — once all on one count axis (issue 31)."""
+    import cli.plot as plot
+
+    pytest.importorskip("matplotlib")
+    reg = ROOT / "docs" / "examples" / "joint.toml"
+    db, truth = tmp_path / "j.sqlite", tmp_path / "truth.csv"
+    runner = CliRunner()
+    out = runner.invoke(main, ["simulate", "--metrics", str(reg), "--metric", "startup_by_os", "--clients",
+                               "20000", "--seed", "4", "--db", str(db), "--truth", str(truth), "--silent"])
+    assert out.exit_code == 0, out.output
+    figures = []
+    real_save = plot._save
+    monkeypatch.setattr(plot, "_save", lambda plt, fig, path: (figures.append(fig), real_save(plt, fig, path)))
+    out = runner.invoke(main, ["estimate", "--metrics", str(reg), "--metric", "startup_by_os", "--db", str(db),
+                               "--truth", str(truth), "--plot", str(tmp_path / "j.png")])
+    assert out.exit_code == 0, out.output
+    assert (tmp_path / "j.png").stat().st_size > 10_000
+    (fig,) = figures
+    labels = [ax.get_ylabel() for ax in fig.axes]
+    assert labels == ["count (reports)", "count (reports)", "share", "share", "mean startup_ms (ms)", "χ²"]
+    for ax in fig.axes:
+        if ax.get_ylabel() == "share":
+            low, high = ax.get_ylim()
+            assert -0.05 <= low and high <= 1.05
+    titles = [ax.get_title() for ax in fig.axes]
+    assert any("P(startup_ms | os)" in t for t in titles) and any("P(os | startup_ms)" in t for t in titles)

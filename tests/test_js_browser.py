@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -131,6 +132,25 @@ def test_browser_fleet_estimates_cover_the_truth(tmp_path, page, browser):
         assert fleet["reported"] == fleet["acked"] == 3 * DEVICES
         assert console_errors(browser) == []
         assert_covers_truth(server, tmp_path, DEVICES)
+
+
+def test_browser_devices_send_sealed_batches_to_the_gateway(tmp_path, page, browser):
+    """The sealed bundle in Chromium: every batch sealed (WebCrypto X25519) to a real ldpt serve
+    gateway, cross-origin; no plain batch reaches the collector; the estimates cover the truth."""
+    devices = 300
+    with e2e_collector(tmp_path, origins=page.origin, sealed=True) as server:
+        open_page(browser, page, server.url)
+        browser.execute_script("window.ldptStart('sealed', arguments[0], 'sealed')", devices)
+        fleet = wait_result(browser, 600)
+        screenshot(browser, "js-sdk-browser-sealed-fleet.png")
+        assert fleet["disabled"] == []
+        assert fleet["devices"] == fleet["flushed"] == devices
+        assert fleet["reported"] == fleet["acked"] == 3 * devices
+        assert console_errors(browser) == []
+        assert_covers_truth(server, tmp_path, devices)
+        log = server.text()
+    posts = [p for p in re.findall(r'"POST (\S+) HTTP', log) if not p.startswith("/v1/metrics/")]
+    assert posts and set(posts) == {"/.well-known/ohttp-gateway"}
 
 
 def test_two_tabs_never_overspend_one_device_budget(tmp_path, page, browser):

@@ -11,6 +11,7 @@ through refused connections and is counted once when the collector is back.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import urllib.request
 
@@ -18,6 +19,7 @@ import pytest
 
 from tests.collector_support import serving, wait_until
 from tests.js_runtime_support import E2E, assert_covers_truth, built_sdk, e2e_collector, estimate
+from tests.ohttp_relay import Relay
 
 pytestmark = pytest.mark.e2e
 
@@ -109,3 +111,32 @@ def test_a_clock_cycling_over_three_days_sends_at_most_three_reports(tmp_path, o
     assert stats["reports_acked"] <= 3, stats
     assert stats["reports_acked"] + stats["refused_window"] + stats["refused_device_window"] == 91, stats
     assert stats["reports_acked"] == stats["charged"]
+
+
+ACCESS = re.compile(r"INFO (\S+) \[[^\]]*\] \"(\w+) (\S+) HTTP")
+
+
+@pytest.mark.parametrize("via", ["gateway", "relay"])
+def test_node_devices_send_sealed_batches_and_the_estimates_cover_the_truth(tmp_path, via):
+    """Sealed batches from Node (dist/sealed.js): straight to the gateway, or through a relay, after
+    which the collector's log holds only the relay's address."""
+    built_sdk()
+    devices = 600
+    # both loopback addresses bring many devices' batches (the fleet in one process, the relay)
+    with e2e_collector(tmp_path, sealed=True, relay="127.0.0.1,127.0.0.2") as server:
+        with Relay(server.url + "/.well-known/ohttp-gateway") as relay:
+            args = ["sealed", server.url, str(tmp_path / "devices"), str(devices)] + ([relay.url] if via == "relay" else [])
+            fleet = result(node_fleet(*args))
+            seen = list(relay.seen)
+        assert fleet["disabled"] == [] and fleet["devices"] == fleet["flushed"] == devices
+        assert fleet["reported"] == fleet["acked"] == 3 * devices
+        assert_covers_truth(server, tmp_path, devices)
+        log = server.text()
+    posts = [(addr, p) for addr, m, p in ACCESS.findall(log) if m == "POST" and not p.startswith("/v1/metrics/")]
+    assert posts and {p for _, p in posts} == {"/.well-known/ohttp-gateway"}      # never a plain batch
+    if via == "relay":
+        assert len(seen) == len(posts) and {s["client"] for s in seen} == {"127.0.0.1"}
+        assert {a for a, _ in posts} == {"127.0.0.2"}                           # only the relay's address
+        assert {s["bytes"] for s in seen} == {1024 + 55}
+    else:
+        assert not seen

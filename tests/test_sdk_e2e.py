@@ -158,6 +158,12 @@ def test_ldpt_demo_runs_end_to_end(tmp_path):
     for name in ("theme", "crashed_today", "country", "home_page", "session_minutes", "startup_ms"):
         assert f"\n{name} (" in "\n" + result.output
     assert "inside their 95% interval" in result.output
+    # a two-line preamble, and a legend of epsilon, a negative estimate, covered and 1 in 20 (issue 31)
+    assert result.output.startswith("Each of 1,500 simulated app installs randomised its values on the device")
+    assert result.output.splitlines()[1].startswith("Per metric: each value's true count")
+    legend = result.output[result.output.index("How to read it:"):]
+    for words in ("the privacy cost of one report", "negative", "about 1 row in 20", "covered   whether"):
+        assert words in legend, words
     assert "1,500 clients sent 9,000 randomised reports" in result.output
     assert (tmp_path / "demo" / "ldpt.sqlite").exists()
     again = CliRunner().invoke(main, ["estimate", "--metrics", str(tmp_path / "demo" / "metrics.toml"),

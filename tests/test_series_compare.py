@@ -13,6 +13,7 @@ import io
 import json
 import math
 import os
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -313,12 +314,45 @@ def test_cli_compare_windows_and_ranges(registry_path, store_path):
     assert r.exit_code == 1 and "no reports" in r.output
 
 
-def test_cli_sources_are_exclusive_and_postgres_comes_from_the_environment(registry_path, store_path):
+def test_cli_store_flags_override_the_environment_and_the_default_is_serves(registry_path, store_path,
+                                                                             tmp_path, monkeypatch):
+    """An explicit --db (or --url) wins over LDPT_POSTGRES_DSN, as in `ldpt prune` (the operations
+    doc has operators export it for `serve`); two flags are refused naming the flags, not the
+    variable; without any, LDPT_POSTGRES_DSN, then LDPT_DB, then ./ldpt.sqlite — serve's store
+    (issue 31)."""
+    monkeypatch.chdir(tmp_path)
     base = ["--metrics", str(registry_path), "--metric", "page", "--window", DAYS[0]]
-    r = ldpt("estimate", *base, "--db", str(store_path), env={"LDPT_POSTGRES_DSN": "postgresql://x@127.0.0.1/y"})
-    assert r.exit_code == 2 and "LDPT_POSTGRES_DSN is set" in r.output
+    unreachable = {"LDPT_POSTGRES_DSN": "postgresql://nobody@127.0.0.1:1/none"}
+    r = ldpt("estimate", *base, "--db", str(store_path), env=unreachable)
+    assert r.exit_code == 0 and "reports 4,000" in r.output, r.output
+    r = ldpt("compare", "--metrics", str(registry_path), "--metric", "page", "--db", str(store_path),
+             "--window", DAYS[0], "--against", DAYS[1], env=unreachable)
+    assert r.exit_code == 0 and "changed: fwer" in r.output, r.output
+    r = ldpt("estimate", *base, "--db", str(store_path), "--postgres", "postgresql://x@127.0.0.1/y")
+    assert r.exit_code == 2 and "not --db and --postgres" in r.output and "LDPT_POSTGRES_DSN is set" not in r.output
+    r = ldpt("estimate", *base, env=unreachable)   # no flag: the variable's store is used (and fails)
+    assert r.exit_code == 1 and "PostgreSQL" in r.output, r.output
     r = ldpt("estimate", *base)
-    assert r.exit_code == 2 and "--postgres" in r.output
+    assert r.exit_code == 2 and "--db PATH" in r.output and "ldpt.sqlite" in r.output and "does not exist" in r.output
+    shutil.copy(store_path, tmp_path / "ldpt.sqlite")
+    r = ldpt("estimate", *base)
+    assert r.exit_code == 0 and "reports 4,000" in r.stdout and "reading ldpt.sqlite" in r.stderr
+    (tmp_path / "ldpt.sqlite").unlink()
+    r = ldpt("estimate", *base, env={"LDPT_DB": str(store_path)})
+    assert r.exit_code == 0 and f"reading {store_path}" in r.stderr
+
+
+def test_cli_estimate_says_which_windows_it_sums(registry_path, store_path):
+    """Without --window an estimate sums every stored window: the header and JSON meta say
+    which (and --help says it is the default)."""
+    base = ["--metrics", str(registry_path), "--metric", "page", "--db", str(store_path)]
+    r = ldpt("estimate", *base)
+    assert r.exit_code == 0 and f"windows {DAYS[0]}..{DAYS[-1]} ({len(DAYS)}, summed)" in r.output.splitlines()[0]
+    doc = json.loads(ldpt("estimate", *base, "--format", "json", "--since", DAYS[1]).output)
+    assert doc["meta"]["window_range"] == {"first": DAYS[1], "last": DAYS[-1], "windows": len(DAYS) - 1}
+    r = ldpt("estimate", *base, "--window", DAYS[0])
+    assert f"window {DAYS[0]}" in r.output.splitlines()[0] and "summed" not in r.output.splitlines()[0]
+    assert "every stored window" in " ".join(ldpt("estimate", "--help").output.split())
 
 
 @pytest.mark.postgres

@@ -255,9 +255,6 @@ class Memoised(abc.ABC):
         """Payloads of second-round outputs (the protocol's wire arrays)."""
         return {"y": second}
 
-    def _wire_one(self, y: np.ndarray, secret: bytes, metric: str) -> Any:
-        return self.to_wire(self.batch_payloads(y, self.sdk_cohorts(secret, metric)))[0]  # type: ignore[attr-defined]
-
     def sdk_cohorts(self, secret: bytes, metric: str) -> np.ndarray | None:
         """The client's cohort as a batch of one (None for protocols without cohorts)."""
         return None

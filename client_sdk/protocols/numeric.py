@@ -28,7 +28,6 @@ import abc
 import dataclasses
 import functools
 import math
-import os
 from fractions import Fraction
 from typing import Any
 
@@ -68,11 +67,6 @@ def exact_max_log_ratio(protocol: "NumericProtocol") -> float:
     weights = exact[0] if exact is not None else \
         np.vectorize(Fraction, otypes=[object])(protocol.probability_table())
     return log_up(max_column_ratio(weights))
-
-
-def secure_word64() -> int:
-    """One uniform 64-bit word from the OS CSPRNG, as a Python int (single-report SDK path)."""
-    return int.from_bytes(os.urandom(8), "little")
 
 
 @functools.lru_cache(maxsize=8)
@@ -350,4 +344,4 @@ def is_numeric(protocol: Protocol) -> bool:
 
 
 __all__ = ["MeanEstimate", "NumericProtocol", "NUMERIC_PROTOCOL_NAMES", "SCALE64", "check_grid_and_epsilon",
-           "is_numeric", "secure_word64", "words64"]
+           "is_numeric", "words64"]

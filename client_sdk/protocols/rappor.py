@@ -188,11 +188,6 @@ class RapporParams:
         half = self.f_realised / 2
         return worst_case_epsilon(1 - half, half, self.h, self.k)
 
-    def as_options(self) -> dict[str, Any]:
-        """The registry options that rebuild these params."""
-        return {"bloom_bits": self.k, "hashes": self.h, "cohorts": self.m,
-                "prob_f": self.f, "prob_p": self.p, "prob_q": self.q}
-
 
 def _log_ratio(a: float, b: float) -> float:
     """ln(a/b) with the conventions of a privacy ratio: 0/0 -> -inf (impossible), a/0 -> inf."""

@@ -375,7 +375,10 @@ function breakdownSection(view, dim, latest, base, charts) {
   apiJson(`${base}/estimates?${qs({ window: latest, by: dim, format: "json" })}`).then((doc) => {
     const m = doc.meta;
     note.textContent = `${plural(m.segments, "segment")} shown, ${plural(m.suppressed, "segment")} suppressed ` +
-      `(fewer than ${fmt.int(m.min_reports)} reports each)`;
+      `(fewer than ${fmt.int(m.min_reports)} reports each)` +
+      // reports the segment cap kept out of every segment: in the metric's total, not in these groups
+      (m.unsegmented ? `; ${plural(m.unsegmented, "report")} in no segment (the collector's segment cap ` +
+        `was reached): the total counts them, these groups do not` : "");
   }).catch((err) => { note.textContent = err.message; });
 }
 

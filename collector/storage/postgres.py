@@ -131,9 +131,9 @@ INSERT INTO ldpt_batches (batch_id, digest, reports, writer)
 SELECT b, d, r, $4 FROM unnest($1::bytea[], $2::bytea[], $3::int[]) AS t(b, d, r) ORDER BY b
 ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id
 """
-_INSERT_SPARSE = """
+_INSERT_SPARSE = f"""
 INSERT INTO ldpt_deltas (writer, seq, metric, fingerprint, time_window, cohort, reports, counts, cells, m, width)
-SELECT $1, $2, mt, f, w, -1, r, x, c, mm, wd
+SELECT $1, $2, mt, f, w, {SPARSE_COHORT}, r, x, c, mm, wd
 FROM unnest($3::text[], $4::text[], $5::text[], $6::bigint[], $7::bytea[], $8::bytea[], $9::int[], $10::int[])
     AS t(mt, f, w, r, x, c, mm, wd)
 """

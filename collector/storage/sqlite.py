@@ -91,6 +91,10 @@ class SQLiteStore(SketchStore):
 
     def __init__(self, path: str | Path, *, create: bool = True, synchronous: str = "FULL") -> None:
         self.path = Path(path)
+        if not self.path.parent.is_dir():  # sqlite3 would only say "unable to open database file"
+            raise StoreError(f"{self.path}: the directory {self.path.parent} does not exist"
+                             + (f" (create it first: mkdir -p {self.path.parent})" if create else
+                                " (check the path; `ldpt simulate` or `ldpt serve` create a store)"))
         if not create and not self.path.exists():
             raise StoreError(f"{self.path}: no store here (run `ldpt simulate` or `ldpt serve` "
                              "to create one)")

@@ -5,6 +5,8 @@
  *   node e2e/node-fleet.mjs shared ENDPOINT STATE_DIR TRIES GATE
  *       one device's budget (run it twice at once): once its state is loaded, writes GATE.<pid>
  *       and waits for the file GATE before reporting
+ *   node e2e/node-fleet.mjs sealed ENDPOINT STATES_ROOT N [RELAY_URL]
+ *       as fleet, every device sending sealed batches (Seal.gateway(), or Seal.relay(RELAY_URL))
  *   node e2e/node-fleet.mjs outage ENDPOINT STATE_DIR REGISTRY_JSON GATE
  *       the collector is down: report, flush (fails), write GATE.down, wait for GATE, flush again
  *   node e2e/node-fleet.mjs clock ENDPOINT STATE_DIR OFFSETS_JSON
@@ -18,6 +20,7 @@ import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { TelemetryClient } from "../dist/node.js";
+import { Seal } from "../dist/sealed.js";
 import { runFleet, spendShared } from "./fleet.mjs";
 
 const [mode, endpoint, where, count, gateFile] = process.argv.slice(2);
@@ -51,6 +54,12 @@ if (mode === "outage") {
   }
   result = await client.stats();
   await client.close(5);
+} else if (mode === "sealed") {
+  const seal = gateFile ? Seal.relay(gateFile) : Seal.gateway();
+  result = await runFleet({
+    n: Number(count),
+    makeClient: (j) => new TelemetryClient({ endpoint, registry, stateDir: join(where, `device-${j}`), flushOnHide: false, seal }),
+  });
 } else if (mode === "fleet") {
   result = await runFleet({
     n: Number(count),

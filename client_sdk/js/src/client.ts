@@ -107,6 +107,9 @@ export interface ClientOptions {
   pins?: Record<string, string>;
   /** Flush when the page is hidden (browsers) or the process exits (Node). Default true. */
   flushOnHide?: boolean;
+  /** Send batches sealed (Oblivious HTTP): `Seal.relay(url)` etc. from "@ldp-telemetry/sdk/sealed". It
+   *  wraps the device store and sets the client's `transport` (none of it is in the core bundle). */
+  seal?: { open(client: { store: DeviceStore | null; transport: Transport | null }): void };
 }
 
 interface Queued { charge: Charge; report: WireReport; at: number; charged: boolean }
@@ -141,8 +144,9 @@ export class TelemetryClient {
   private readonly retry: RetryPolicy;
   private readonly strict: boolean;
   private readonly chargeEarly: boolean;
-  private readonly transport: Transport | null;
-  private store: DeviceStore | null = null;
+  transport: Transport | null;
+  /** Public only for the `seal` option, which wraps it (and `transport`) in its sealing layer. */
+  store: DeviceStore | null = null;
   private ledger: DeviceLedger | null = null;
   private registry: Registry | null = null;
   private secret: Uint8Array | null = null;
@@ -196,6 +200,7 @@ export class TelemetryClient {
   private async start(options: ClientOptions, platform: Platform): Promise<void> {
     try {
       this.store = options.store ?? await platform.openStore(options);
+      options.seal?.open(this); // sealed delivery wraps the store and the transport, before any batch is stored or sent
       this.ledger = new DeviceLedger(this.store);
       this.optedOut = await this.store.isOptedOut();
       if (!this.optedOut) this.secret = await this.store.loadSecret();

@@ -19,7 +19,8 @@ import {
 
 export const SECRET_BYTES = 32;
 
-/** One batch in the outbox: the exact bytes that go on the wire (randomised reports only). */
+/** One batch in the outbox: the exact bytes that go on the wire (randomised reports only), or
+ *  for a sealed batch the batch with its envelope (stored.ts). */
 export interface StoredBatch {
   /** Backend's name of the entry (unique; sorts oldest first). */
   name: string;
@@ -54,6 +55,8 @@ export interface Outbox {
   add(batchId: Uint8Array, body: Uint8Array, reports: number, created: number): Promise<void>;
   /** Take the oldest waiting batch for sending (exclusive: no other sender gets it). */
   claim(now: number): Promise<StoredBatch | null>;
+  /** Replace a claimed batch's stored bytes (its sealed envelope, made before the first send). */
+  update?(batch: StoredBatch, body: Uint8Array): Promise<void>;
   /** Put a claimed batch back (to be retried). */
   release(batch: StoredBatch): Promise<void>;
   /** Remove a batch for good (acknowledged or finally rejected). */

@@ -17,6 +17,7 @@ import { ByteSource, type RandomSource, TWO32, cryptoRandom, reduce64 } from "..
 import { type DeviceClock, type Reading, clockFromJson } from "../src/deviceClock.js";
 import { type Charge, type MetricAccount, Book, apply, parseLedger, recordRefusal } from "../src/ledger.js";
 import { type WireValue, packBatch } from "../src/wire.js";
+import { decodeKeyConfigs, decodeResponse, innerRequest, openResponse, paddedLength, sealRequest } from "../src/ohttp.js";
 
 /* eslint-disable @typescript-eslint/no-explicit-any */
 type Doc = any;
@@ -264,4 +265,35 @@ export function checkAll(files: Record<string, Doc>): string[] {
     ...(files["ledger.json"] ? checkLedger(files["ledger.json"]) : []),
     ...(files["batches.json"] ? checkBatches(files["batches.json"]) : []),
   ];
+}
+
+/** sealed.json: the padded inner request, the envelope for the given ephemeral key, the response
+ * secret, and what each encapsulated response opens to (asynchronous: WebCrypto). */
+export async function checkSealed(doc: Doc): Promise<string[]> {
+  const failures: string[] = [];
+  const [config] = decodeKeyConfigs(fromHex(doc.ohttp_keys));
+  if (toHex(config.publicKey) !== doc.key_config.slice(6, 70) || config.keyId !== 7) failures.push("sealed: key config");
+  for (const [n, want] of doc.padded_lengths as Array<[number, number]>) {
+    if (paddedLength(n) !== want) failures.push(`sealed: padded length of ${n}`);
+  }
+  const sealed = [];
+  for (const [i, c] of (doc.requests as Doc[]).entries()) {
+    const inner = innerRequest(fromHex(c.batch));
+    if (toHex(inner) !== c.inner_request) failures.push(`sealed request ${i}: inner request differs`);
+    const s = await sealRequest(config, inner, fromHex(c.ephemeral_private_key));
+    if (toHex(s.envelope) !== c.envelope) failures.push(`sealed request ${i}: envelope differs`);
+    if (toHex(s.secret) !== c.response_secret) failures.push(`sealed request ${i}: response secret differs`);
+    sealed.push(s);
+  }
+  for (const [i, c] of (doc.responses as Doc[]).entries()) {
+    try {
+      const back = decodeResponse(await openResponse(sealed[c.request], fromHex(c.encapsulated_response)));
+      const headers = Object.entries(back.headers);
+      if (back.status !== c.status || new TextDecoder().decode(back.body) !== c.body
+          || JSON.stringify(headers) !== JSON.stringify(c.headers)) failures.push(`sealed response ${i}: opens to something else`);
+    } catch (exc) {
+      failures.push(`sealed response ${i}: ${(exc as Error).message}`);
+    }
+  }
+  return failures;
 }

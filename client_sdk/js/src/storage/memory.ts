@@ -39,6 +39,10 @@ export class MemoryOutbox implements Outbox {
     return null;
   }
 
+  async update(batch: StoredBatch, body: Uint8Array): Promise<void> {
+    for (const e of this.entries) if (e.batch.name === batch.name) e.batch = { ...e.batch, body };
+  }
+
   async release(batch: StoredBatch): Promise<void> {
     for (const e of this.entries) if (e.batch.name === batch.name) e.claimedAt = null;
   }

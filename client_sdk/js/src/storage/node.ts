@@ -146,6 +146,10 @@ export class FileOutbox implements Outbox {
     return null;
   }
 
+  async update(batch: StoredBatch, body: Uint8Array): Promise<void> {
+    await atomicWrite(batch.name, body); // the claimed file: its name is unchanged
+  }
+
   async release(batch: StoredBatch): Promise<void> {
     const base = batch.name.slice(batch.name.lastIndexOf("/") + 1);
     await fs.rename(batch.name, join(this.dir, base.split(BATCH_SUFFIX)[0] + BATCH_SUFFIX)).catch(() => undefined);

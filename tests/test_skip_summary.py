@@ -1,0 +1,37 @@
+"""The end of a pytest run names what was skipped and why, counting the tests of a module that
+skipped whole at collection (tests/conftest.py; issue 31: "34 skipped" hid about 22 tests of
+the browser, JavaScript, JVM and PostgreSQL modules)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_summary_groups_skips_by_reason_and_counts_skipped_modules(tmp_path):
+    (tmp_path / "test_whole.py").write_text(
+        "import pytest\n"
+        "pytest.skip('Chromium not found (apt-get install chromium)', allow_module_level=True)\n"
+        "def test_a(): pass\n"
+        "def test_b(): pass\n"
+        "class TestC:\n"
+        "    def test_c(self): pass\n", encoding="utf-8")
+    (tmp_path / "test_some.py").write_text(
+        "import pytest\n"
+        "def test_runs(): pass\n"
+        "@pytest.mark.parametrize('x', [1, 2])\n"
+        "def test_skips(x): pytest.skip('LDPT_TEST_POSTGRES_DSN is not set')\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider",
+                           "--rootdir", str(tmp_path), "-c", "/dev/null", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "1 passed, 3 skipped" in out                         # pytest's own count: the module is one
+    assert "skipped: 5 tests, by reason" in out                 # ours: its 3 tests and the 2 others
+    assert "   3  Chromium not found (apt-get install chromium) — whole modules: test_whole.py (3 tests)" in out
+    assert "   2  LDPT_TEST_POSTGRES_DSN is not set" in out
+    # and nothing after pytest's own last line
+    assert out.rstrip().splitlines()[-1].startswith("=") and "passed" in out.rstrip().splitlines()[-1]
