@@ -16,7 +16,7 @@ export const MANGLED = ["attempts", "backoffUntil", "batchDue", "disabledReason"
   "flushing", "hurry", "logged", "mirror", "notReporting", "pump", "rebuildMirror", "reportOne", "schedule",
   "sendNow", "serverBackoff", "timerAt", "uncommitted", "unhide", "unreserve", "wake", "mono", "timer", "refusals",
   "queue", "fail", "cycle", "buildOne", "chargeQueued", "store_", "resolveRegistry", "domainLists", "recordRefusals",
-  "bySecret", "written", "room"];
+  "bySecret", "written", "room", "upClock"];
 
 async function bundle(entry, outfile) {
   const result = await build({

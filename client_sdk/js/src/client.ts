@@ -137,7 +137,7 @@ export class TelemetryClient {
   private readonly counters = Object.fromEntries(COUNTERS.map((c) => [c, 0])) as Record<Counter, number>;
   private readonly clock: () => number;
   private readonly mono: () => number;
-  private readonly elapsed: ElapsedClock;
+  private readonly upClock: ElapsedClock;
   private readonly batchSize: number;
   private readonly maxBatchAge: number;
   private readonly queueSize: number;
@@ -175,7 +175,7 @@ export class TelemetryClient {
   constructor(options: ClientOptions, platform: Platform) {
     this.clock = options.clock ?? (() => Date.now() / 1000);
     this.mono = options.monotonic ?? (() => performance.now() / 1000);
-    this.elapsed = options.elapsedClock ?? platform.elapsed ?? realmElapsed;
+    this.upClock = options.elapsedClock ?? platform.elapsed ?? realmElapsed;
     this.batchSize = options.batchSize ?? DEFAULT_BATCH_SIZE;
     this.maxBatchAge = options.maxBatchAge ?? DEFAULT_MAX_BATCH_AGE;
     this.queueSize = options.queueSize ?? DEFAULT_QUEUE_SIZE;
@@ -318,7 +318,7 @@ export class TelemetryClient {
     if (found === null) return this.fail("invalid_value", `a value reported for ${JSON.stringify(metric)} is not in its domain`);
     if (found.clipped) this.counters.clipped += 1;
     const charge = chargeOf(rt, registry, day, found.digest);
-    const refusal = apply(this.mirror, charge, this.elapsed()); // reserve in the mirror of the ledger
+    const refusal = apply(this.mirror, charge, this.upClock()); // reserve in the mirror of the ledger
     if (refusal !== null) {
       this.counters[`refused_${refusal}`] += 1;
       const key = `${metric}\u0000${refusal}`;
@@ -366,7 +366,7 @@ export class TelemetryClient {
   private rebuildMirror(): void {
     const mirror = copyAccounts(this.accounts);
     if (this.uncommitted.size) {
-      const reading = this.elapsed();
+      const reading = this.upClock();
       for (const c of this.uncommitted) apply(mirror, c, reading);
     }
     this.mirror = mirror;
@@ -439,7 +439,7 @@ export class TelemetryClient {
   private async recordRefusals(): Promise<void> {
     const refusals = this.drainRefusals();
     try {
-      const result = await (this.ledger as DeviceLedger).commit([], refusals, this.elapsed);
+      const result = await (this.ledger as DeviceLedger).commit([], refusals, this.upClock);
       this.accounts = result.accounts;
       this.rebuildMirror();
     } catch (exc) {
@@ -468,7 +468,7 @@ export class TelemetryClient {
     let outcomes: Array<Refusal | null>;
     try {
       const result = await (this.ledger as DeviceLedger).commit(todo.map((it) => it.charge), this.drainRefusals(),
-        this.elapsed);
+        this.upClock);
       outcomes = result.outcomes;
       this.accounts = result.accounts;
       for (const it of todo) this.uncommitted.delete(it.charge);

@@ -55,10 +55,15 @@ export function clockFromJson(d: any): DeviceClock { // eslint-disable-line @typ
   return { window: c.window, left: c.left, epochs: c.epochs.slice(-EPOCH_SLOTS), opened: c.opened, held: c.held, redated: c.redated };
 }
 
+/** 16 random hex digits: a realm's epoch id, a ledger write's generation tag. */
+export function randomTag(): string {
+  return hexOf(crypto.getRandomValues(new Uint8Array(8)));
+}
+
 let runId: string | undefined;
 
 /** This realm's elapsed clock: performance.now() in whole seconds, epoch `run:<random>` (once per
  *  process or page). It stops in some browsers while asleep, which only delays new windows. */
 export function realmElapsed(): Reading {
-  return [(runId ??= "run:" + hexOf(crypto.getRandomValues(new Uint8Array(8)))), Math.floor(performance.now() / 1000)];
+  return [(runId ??= "run:" + randomTag()), Math.floor(performance.now() / 1000)];
 }

@@ -19,14 +19,14 @@
  */
 
 import {
-  type DeviceClock, type Reading, EPOCH_SLOTS, MAX_WINDOW_AHEAD_DAYS, OPEN_AFTER, clockFromJson,
+  type DeviceClock, type Reading, DAY_SECONDS, EPOCH_SLOTS, MAX_WINDOW_AHEAD_DAYS, OPEN_AFTER, clockFromJson,
 } from "./deviceClock.js";
 
 export { MAX_WINDOW_AHEAD_DAYS } from "./deviceClock.js";
 
 /** Relative slack when comparing spends with a budget (realised epsilons are quantised floats). */
 export const BUDGET_SLACK = 1e-9;
-export const SECONDS_PER_DAY = 86_400;
+export const SECONDS_PER_DAY = DAY_SECONDS;
 export const LEDGER_FORMAT = "ldpt-ledger";
 /** 2: the device clock state (`clock`, deviceClock.ts); version-1 books are read. */
 export const LEDGER_VERSION = 2;

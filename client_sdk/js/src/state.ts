@@ -10,7 +10,7 @@
  * generation tag per write tells a writer whether someone else changed the book since.
  */
 
-import type { ElapsedClock } from "./deviceClock.js";
+import { type ElapsedClock, randomTag } from "./deviceClock.js";
 import { hexOf } from "./hashing.js";
 import {
   type Book, type Charge, type Refusal, type RefusalCounts,
@@ -100,10 +100,6 @@ export interface CommitResult {
   accounts: Book;
   /** Someone else (another tab or process) wrote the book since this object last did. */
   foreign: boolean;
-}
-
-function randomTag(): string {
-  return hexOf(crypto.getRandomValues(new Uint8Array(8)));
 }
 
 /** The ledger of one device over its store. */
