@@ -27,9 +27,10 @@ distinct reports (default 100) encoded by the real encoders from random values o
 simulated devices (OLH cohorts drawn as devices draw them), with a fresh batch id. It fills one
 window: the rate over the first ``--phase`` seconds (20) is the fresh window's; then it sends
 ``--fill`` more reports (2.2 M) and measures ``--phase`` seconds again; it prints both rates,
-their ratio, p50/p99 acknowledgement latency, the collector's CPU per batch and its RSS in each
-phase, and the rows the store holds at the end (docs/operations.md, "Large domains and store
-size").
+their ratio, p50/p99 acknowledgement latency, the collector's CPU per batch in each phase (and
+fresh over full: the rate ratio where the collector is CPU-bound, which other load on a shared
+machine does not move) and its RSS, and the rows the store holds at the end
+(docs/operations.md, "Large domains and store size").
 
 ``--large`` adds categorical metrics over d = 10^6 values with hr and olh: the sketches whose
 dense delta (16 MB) dwarfs a batch, which the store writes as sparse deltas
@@ -588,17 +589,22 @@ def main_replay(args: argparse.Namespace) -> None:
           f"one worker, d = {D_LARGE:,} (discover: strings), durable commits; fresh = the first {args.phase:g} s "
           f"of a new window, full = {args.phase:g} s after {args.fill:,} more reports\n")
     print(f"{'store':8s} {'protocol':8s} {'fresh /s':>10s} {'full /s':>10s} {'full/fresh':>10s} "
-          f"{'p50 ms':>13s} {'p99 ms':>15s} {'µs CPU/batch':>13s} {'RSS MB':>11s} {'filled':>10s} {'rows':>5s} "
+          f"{'p50 ms':>13s} {'p99 ms':>15s} {'µs CPU/batch':>13s} {'CPU ratio':>9s} {'RSS MB':>11s} {'filled':>10s} "
+          f"{'rows':>5s} "
           f"{'503s':>5s} {'errors':>6s}")
     for r in results:
         f, g = r.fresh, r.full
         print(f"{r.store:8s} {r.protocol:8s} {f.reports_per_s:10,.0f} {g.reports_per_s:10,.0f} "
               f"{g.reports_per_s / f.reports_per_s if f.reports_per_s else float('nan'):10.0%} "
               f"{f.p50_ms:6.1f}->{g.p50_ms:6.1f} {f.p99_ms:7.1f}->{g.p99_ms:7.1f} "
-              f"{f.cpu_us_per_batch:6.0f}->{g.cpu_us_per_batch:6.0f} {f.rss_mb:5.0f}->{g.rss_mb:5.0f} "
+              f"{f.cpu_us_per_batch:6.0f}->{g.cpu_us_per_batch:6.0f} "
+              f"{f.cpu_us_per_batch / g.cpu_us_per_batch if g.cpu_us_per_batch else float('nan'):9.0%} "
+              f"{f.rss_mb:5.0f}->{g.rss_mb:5.0f} "
               f"{r.filled:10,d} {r.rows:5d} {r.overloaded:5d} {r.errors:6d}")
     print("\np50/p99 ms: acknowledgement latency, fresh -> full; µs CPU/batch: the collector's CPU per "
-          "acknowledged batch (PostgreSQL's own processes not included); RSS: the collector's resident "
+          "acknowledged batch (PostgreSQL's own processes not included); CPU ratio: fresh over full CPU per "
+          "batch, the full window's rate as a share of the fresh one's where the collector is CPU-bound "
+          "(on a machine shared with other load the rates also follow that load); RSS: the collector's resident "
           "memory at the end of each phase; filled: reports acknowledged before the full phase; rows: "
           "sketch rows the store held at the end.")
 

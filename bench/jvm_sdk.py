@@ -81,9 +81,11 @@ def main() -> int:
     stdlib = next(p for p in cp.split(":") if "kotlin-stdlib" in p)
     size = JAR.stat().st_size
     testing = JAR.with_name(JAR.stem + "-testing.jar").stat().st_size
+    sealed = JAR.with_name(JAR.stem + "-sealed.jar").stat().st_size
     print_table(["artifact", "bytes", "budget", "within"],
                 [[JAR.name, size, JAR_BUDGET, "yes" if size <= JAR_BUDGET else "NO"],
                  [JAR.stem + "-testing.jar (test doubles)", testing, "", ""],
+                 [JAR.stem + "-sealed.jar (sealed reports)", sealed, "", ""],
                  [Path(stdlib).name + " (beside it)", Path(stdlib).stat().st_size, "", ""]],
                 "JVM SDK artifacts (mvn -B package)")
 

@@ -349,14 +349,16 @@ async def estimates(request: web.Request, registry: Registry, store: AsyncSketch
     q = await query_params(request)
     segment_min = max(min_reports, registry.segment_min_reports(spec))
     with (gate or HeavyQueryGate(1 << 30)).slot(is_heavy(spec, q)):
-        df = await estimate_df(spec, store, q, min_reports, segment_min)
+        df = await estimate_df(spec, store, q, min_reports, segment_min, lazy=True)
         return await respond(request, df, q["format"], q["raw_csv"])
 
 
 async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], min_reports: int,
-                      segment_min: int | None = None) -> Any:
+                      segment_min: int | None = None, lazy: bool = False) -> Any:
     """The estimate (with ``by=window`` the series, with ``by=DIMENSION`` the breakdown)
-    DataFrame of parsed query ``q``; ``segment_min``: fewest reports a segment is shown with."""
+    DataFrame of parsed query ``q``; ``segment_min``: fewest reports a segment is shown with;
+    ``lazy``: every row of a frequency estimate as a LazyFrame, built as it is written
+    (estimators/lazy_frame.py)."""
     if q["candidates"] is not None and spec.kind is not Kind.STRING:
         raise Problem("invalid-query", "candidates are only for string metrics", field="candidates")
     proto = spec.protocol_impl
@@ -391,7 +393,8 @@ async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], 
     else:
         run = functools.partial(estimate_frame, spec, sketch, confidence=q["confidence"],
                                 simultaneous=q["simultaneous"], consistent=q["consistent"],
-                                candidates=q["candidates"], top=q["top"], rows_wanted=page_of(spec, q))
+                                candidates=q["candidates"], top=q["top"], rows_wanted=page_of(spec, q),
+                                lazy=lazy)
     if getattr(spec, "parts", None) is not None:   # a joint metric: its breakdown (estimators/joint.py)
         from estimators.joint import joint_frame
 

@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .lazy_frame import LazyFrame, pieces_of
+
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, (np.integer,)):
@@ -53,7 +55,7 @@ COLUMN_SCALES = {
 }
 
 
-def frame_to_json(df: pd.DataFrame) -> str:
+def frame_to_json(df: pd.DataFrame | LazyFrame) -> str:
     """{"meta": attrs, "estimates": [rows]} — the JSON shape of CLI and collector alike.
 
     Floats are written with Python's shortest round-tripping repr (``json`` does), so a
@@ -99,14 +101,17 @@ def _series_detected(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def frame_to_csv(df: pd.DataFrame, raw: bool = False) -> str:
+def frame_to_csv(df: pd.DataFrame | LazyFrame, raw: bool = False) -> str:
     """CSV whose floats round-trip exactly: each is written as the shortest decimal that parses
     back to the same float64 (Python's ``repr``; pandas' default), never rounded for display.
     NaN (a window without reports, an untestable value) is an empty field, and so is
     ``detected`` of a series' empty window. Unless ``raw``, string cells have their control
     characters escaped (``escape_controls``: a terminal that prints the file is not driven by
     them) and then, if a spreadsheet would run them as a formula, a leading ``'``
-    (``spreadsheet_safe``) (docs/guide-analysts.md, "Exports")."""
+    (``spreadsheet_safe``) (docs/guide-analysts.md, "Exports"). A ``LazyFrame`` is written
+    piece by piece (``iter_csv``)."""
+    if isinstance(df, LazyFrame):
+        return "".join(iter_csv(df, raw))
     out = _series_detected(df)
     if not raw:
         text = [c for c in out.columns if out[c].dtype == object or pd.api.types.is_string_dtype(out[c])]
@@ -169,24 +174,24 @@ def _column_texts(column: pd.Series) -> list[str] | None:
     return None if None in texts else texts   # type: ignore[return-value]
 
 
-def iter_json(df: pd.DataFrame, rows_per_piece: int = STREAM_ROWS) -> Iterator[str]:
+def iter_json(df: pd.DataFrame | LazyFrame, rows_per_piece: int = STREAM_ROWS) -> Iterator[str]:
     """``frame_to_json(df)`` in pieces of ``rows_per_piece`` rows, the same text once joined.
 
     Each row is written from per-column texts (``repr`` of each float, the C string encoder)
     rather than by ``json.dumps(indent=2)``'s pure-Python encoder, ~5x faster; a frame with a
-    cell that is not a plain scalar falls back to that encoder, piece by piece."""
-    out = _series_detected(df)
+    cell that is not a plain scalar falls back to that encoder, piece by piece. A
+    ``LazyFrame`` is built piece by piece as it is written (estimators/lazy_frame.py)."""
     meta = dict(df.attrs, columns={c: COLUMN_SCALES[c] for c in df.columns if c in COLUMN_SCALES})
     head = json.dumps({"meta": _jsonable(meta), "estimates": []}, indent=2)
-    if len(out) == 0:
+    if len(df) == 0:
         yield head + "\n"
         return
     yield head[:-len("[]\n}")] + "["
-    keys = [_encode_string(str(c)) for c in out.columns]
+    keys = [_encode_string(str(c)) for c in df.columns]
     template = "\n    {\n" + ",\n".join(f"      {k}: %s" for k in keys) + "\n    }"
-    columns = list(out.columns)
-    for start in range(0, len(out), rows_per_piece):
-        part = out.iloc[start:start + rows_per_piece]
+    columns = list(df.columns)
+    for start, part in zip(range(0, len(df), rows_per_piece), pieces_of(df, rows_per_piece)):
+        part = _series_detected(part)
         texts = [_column_texts(part[c]) for c in columns]
         if all(t is not None for t in texts):
             rows = [template % cells for cells in zip(*texts)]
@@ -197,10 +202,8 @@ def iter_json(df: pd.DataFrame, rows_per_piece: int = STREAM_ROWS) -> Iterator[s
     yield "\n  ]\n}\n"
 
 
-def iter_csv(df: pd.DataFrame, raw: bool = False, rows_per_piece: int = STREAM_ROWS) -> Iterator[str]:
+def iter_csv(df: pd.DataFrame | LazyFrame, raw: bool = False, rows_per_piece: int = STREAM_ROWS) -> Iterator[str]:
     """``frame_to_csv(df, raw)`` in pieces of ``rows_per_piece`` rows, the same text once joined."""
-    for start in range(0, max(len(df), 1), rows_per_piece):
-        part = df.iloc[start:start + rows_per_piece]
-        part.attrs = df.attrs
+    for start, part in enumerate(pieces_of(df, rows_per_piece)):
         text = frame_to_csv(part, raw)
         yield text if start == 0 else text.split("\n", 1)[1]

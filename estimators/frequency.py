@@ -24,7 +24,15 @@ from client_sdk.protocols.base import PureProtocol, Sketch
 from client_sdk.registry import Kind, MetricSpec
 
 from .consistency import norm_sub
-from .intervals import exact_small_counts, wald_interval, z_value, zero_count_p_values
+from .intervals import (
+    exact_small_counts,
+    sampled_count_intervals,
+    sampled_zero_count_p_values,
+    wald_interval,
+    z_value,
+    zero_count_p_values,
+)
+from .lazy_frame import LazyFrame
 from .multiple_testing import CONTROLS, check_control, detect
 
 COLUMNS = ["value", "estimate", "proportion", "std_err", "ci_low", "ci_high", "p_value", "detected"]
@@ -35,7 +43,8 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
                    simultaneous: bool = False, consistent: bool = False,
                    candidates: Sequence[str] | None = None, alpha: float = 0.05,
                    control: str = "fwer", top: int | None = None,
-                   rows_wanted: tuple[int, int] | None = None) -> pd.DataFrame:
+                   rows_wanted: tuple[int, int] | None = None,
+                   lazy: bool = False) -> pd.DataFrame | LazyFrame:
     """Debiased estimates with intervals for one metric's (merged) sketch.
 
     ``top``: how many strings a ``discover`` metric reports (other metrics ignore it; callers
@@ -44,7 +53,10 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
     what a large domain is answered with by default; every test and the multiple-testing
     control still run over all d values, so a page's ``detected`` is the full frame's.
     ``attrs`` then say ``rows_total`` (d), ``offset``, ``limit`` and ``order``. Ignored with
-    ``consistent`` (Norm-Sub needs every value) and for histograms (a few buckets)."""
+    ``consistent`` (Norm-Sub needs every value) and for histograms (a few buckets). ``lazy``
+    (with no ``rows_wanted``): a categorical estimate as a ``LazyFrame`` whose rows are built
+    piece by piece as they are written (the collector's streamed ``full=true`` answers), the
+    same rows as the DataFrame; other frames are DataFrames either way."""
     if not 0 < confidence < 1:
         raise EstimationError(f"confidence must be between 0 and 1 (exclusive), got {confidence}")
     check_control(control)
@@ -90,70 +102,118 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
     n = sketch.total_reports
     if n <= 0:
         raise EstimationError(f"metric {spec.name!r}: no reports in the selected window(s)")
-    est = proto.estimate(sketch)
-    d = len(est.counts)
-    # an estimate with a bounded bias b ∈ [b_lo, b_hi] (OLH with empty cohorts): c = ĉ − b − noise
-    b_lo, b_hi = (est.extra or {}).get("bias_bounds", (0.0, 0.0))
-    support = est.extra.get("support") if est.extra else None
-    model = (proto.support_counts(sketch) if support is None else support, proto.p, proto.q) \
-        if isinstance(proto, PureProtocol) \
-        else getattr(proto, "small_count_model", lambda _: None)(sketch)  # one-cohort OLH is GRR
-    if model is not None:  # the exact law of the support count (intervals.py, docs/math.md §8)
-        p_value = zero_count_p_values(model[0], n, model[2])
-    else:
-        std_all = np.sqrt(np.maximum(est.variances, 0.0))
-        shifted = est.counts - b_hi   # under "c(v) = 0" the estimate is at most b_hi plus noise
-        with np.errstate(divide="ignore", invalid="ignore"):
-            z = np.where(std_all > 0, shifted / std_all, np.inf * np.sign(shifted))
-        del std_all, shifted
-        p_value = normal_sf(z)
-        del z
-    detected = detect(p_value, alpha, control)  # Holm or Benjamini–Hochberg: over all d values
+    rows_of = FrequencyRows(spec, sketch, confidence, simultaneous, alpha, control)
+    if lazy and rows_wanted is None and not consistent and not spec.is_histogram:
+        return LazyFrame(rows_of.d, COLUMNS, lambda start, stop: rows_of.frame(slice(start, stop)),
+                         rows_of.attrs())
     rows = None
     if rows_wanted is not None and not consistent and not spec.is_histogram:
-        rows = ranked_rows(est.counts, *rows_wanted)   # the page asked for, largest first
-    # intervals for the rows shown only (a page of a 10^6-value estimate: 1,000 of them)
-    pick = (lambda a: a) if rows is None else (lambda a: np.asarray(a)[rows])
-    counts, variances = pick(est.counts), pick(est.variances)
-    std = np.sqrt(np.maximum(variances, 0.0))
-    low = wald_interval(counts - b_hi, variances, n, confidence, simultaneous, family_size=d)[0]
-    high = wald_interval(counts - b_lo, variances, n, confidence, simultaneous, family_size=d)[1]
-    if model is not None:   # Wald, exact where the support count is too concentrated for it
-        low, high = exact_small_counts(low, high, pick(model[0]), n, model[1], model[2], confidence,
-                                       simultaneous, counts=counts, family_size=d if simultaneous else 1)
-    columns = {
-        "estimate": counts,
-        "proportion": counts / n,
-        "std_err": std,
-        "ci_low": low,
-        "ci_high": high,
-        "p_value": pick(p_value),
-        "detected": pick(detected),
-    }
-    domain = spec.domain
-    values = (list(domain) if domain is not None else list(range(d))) if rows is None else \
-        [domain[i] for i in rows.tolist()] if domain is not None else rows.tolist()
-    df = pd.DataFrame({"value": values, **columns})
-    df.attrs.update(metric=spec.name, fingerprint=spec.fingerprint, protocol=proto.name,
-                    epsilon=proto.epsilon, n_reports=n, confidence=confidence,
-                    simultaneous=simultaneous, post_processed=None,
-                    z=z_value(confidence, d if simultaneous else 1))
-    if rows is not None:
-        df.attrs.update(rows_total=d, offset=rows_wanted[0], limit=rows_wanted[1], order="estimate")
-    empty = (est.extra or {}).get("empty_cohorts")
-    if empty:
-        df.attrs.update(bias_bounds=[float(b_lo), float(b_hi)], warning=(
-            f"{empty:,} of {proto.cohorts:,} olh cohorts have no reports: their part of each estimate is "
-            f"not identified, so every estimate may be off by {b_lo:+,.1f} to {b_hi:+,.1f} (the "
-            "intervals and tests include it); more reports fill the cohorts, and hr has none"))
+        rows = ranked_rows(rows_of.counts, *rows_wanted)   # the page asked for, largest first
+    df = rows_of.frame(rows)
+    df.attrs.update(rows_of.attrs(rows_wanted if rows is not None else None))
     if consistent:
         df = _apply_consistency(df, n)
     if spec.is_histogram:
         from .numeric import with_histogram_rows
 
-        df = with_histogram_rows(spec, sketch, df, est.variances, confidence=confidence,
+        df = with_histogram_rows(spec, sketch, df, rows_of.variances, confidence=confidence,
                                  consistent=consistent, simultaneous=simultaneous)
     return df
+
+
+class FrequencyRows:
+    """A frequency estimate's arrays over all d values — estimates, variances, the tests and
+    the multiple-testing control, which need every value — from which the rows of any subset
+    are built (``frame``): a page, a piece of a streamed answer, or all of them."""
+
+    def __init__(self, spec: MetricSpec, sketch: Sketch, confidence: float, simultaneous: bool,
+                 alpha: float, control: str) -> None:
+        proto = spec.protocol_impl
+        self.spec, self.proto, self.confidence, self.simultaneous = spec, proto, confidence, simultaneous
+        self.n = n = sketch.total_reports
+        est = proto.estimate(sketch)
+        self.d = len(est.counts)
+        self.counts, self.variances = est.counts, est.variances
+        # an estimate with a bounded bias b ∈ [b_lo, b_hi] (OLH with empty cohorts): c = ĉ − b − noise
+        self.b_lo, self.b_hi = (est.extra or {}).get("bias_bounds", (0.0, 0.0))
+        self.empty = (est.extra or {}).get("empty_cohorts")
+        support = est.extra.get("support") if est.extra else None
+        self.model = (proto.support_counts(sketch) if support is None else support, proto.p, proto.q) \
+            if isinstance(proto, PureProtocol) \
+            else getattr(proto, "small_count_model", lambda _: None)(sketch)  # one-cohort OLH is GRR
+        del est, support
+        self.sampled = self.ones = None
+        if proto.name == "dbitflip":  # buckets seen by a random subset of devices (docs/math.md §8)
+            self.sampled, self.ones = proto.bucket_totals(sketch)  # type: ignore[attr-defined]
+            self.p_value = sampled_zero_count_p_values(self.ones, self.sampled,
+                                                       proto.params.q)  # type: ignore[attr-defined]
+        elif self.model is not None:  # the exact law of the support count (intervals.py, docs/math.md §8)
+            self.p_value = zero_count_p_values(self.model[0], n, self.model[2])
+        else:
+            std_all = np.sqrt(np.maximum(self.variances, 0.0))
+            shifted = self.counts - self.b_hi   # under "c(v) = 0" the estimate is at most b_hi plus noise
+            with np.errstate(divide="ignore", invalid="ignore"):
+                z = np.where(std_all > 0, shifted / std_all, np.inf * np.sign(shifted))
+            del std_all, shifted
+            self.p_value = normal_sf(z)
+            del z
+        self.detected = detect(self.p_value, alpha, control)  # Holm or Benjamini–Hochberg: over all d
+
+    def frame(self, rows: np.ndarray | slice | None) -> pd.DataFrame:
+        """The rows ``rows`` (indices, a slice, or None for all), intervals computed for them only."""
+        d, n, model = self.d, self.n, self.model
+        pick = (lambda a: a) if rows is None else (lambda a: np.asarray(a)[rows])
+        counts, variances = pick(self.counts), pick(self.variances)
+        std = np.sqrt(np.maximum(variances, 0.0))
+        low = wald_interval(counts - self.b_hi, variances, n, self.confidence, self.simultaneous, family_size=d)[0]
+        high = wald_interval(counts - self.b_lo, variances, n, self.confidence, self.simultaneous, family_size=d)[1]
+        if self.sampled is not None:  # Wald, exact where the bucket's bit count is too concentrated for it
+            p, q = self.proto.params.p, self.proto.params.q  # type: ignore[attr-defined]
+            low, high = sampled_count_intervals(counts, variances, pick(self.ones), pick(self.sampled), n, p, q,
+                                                self.confidence, self.simultaneous,
+                                                family_size=d if self.simultaneous else 1, low=low, high=high)
+        elif model is not None:   # Wald, exact where the support count is too concentrated for it
+            low, high = exact_small_counts(low, high, pick(model[0]), n, model[1], model[2], self.confidence,
+                                           self.simultaneous, counts=counts,
+                                           family_size=d if self.simultaneous else 1)
+        columns = {
+            "estimate": counts,
+            "proportion": counts / n,
+            "std_err": std,
+            "ci_low": low,
+            "ci_high": high,
+            "p_value": pick(self.p_value),
+            "detected": pick(self.detected),
+        }
+        return pd.DataFrame({"value": self.values(rows), **columns})
+
+    def values(self, rows: np.ndarray | slice | None) -> list:
+        """The ``value`` column of ``rows``: the domain's labels (or the indices without one)."""
+        domain = self.spec.domain
+        if rows is None:
+            return list(domain) if domain is not None else list(range(self.d))
+        if isinstance(rows, slice):
+            ids = range(*rows.indices(self.d))
+            return [domain[i] for i in ids] if domain is not None else list(ids)
+        return [domain[i] for i in rows.tolist()] if domain is not None else rows.tolist()
+
+    def attrs(self, page: tuple[int, int] | None = None) -> dict:
+        """The frame's ``attrs``: what it estimates and how, the ``page`` (offset, limit) it
+        shows of the rows ranked by estimate, and OLH's empty-cohort warning."""
+        proto = self.proto
+        out = dict(metric=self.spec.name, fingerprint=self.spec.fingerprint, protocol=proto.name,
+                   epsilon=proto.epsilon, n_reports=self.n, confidence=self.confidence,
+                   simultaneous=self.simultaneous, post_processed=None,
+                   z=z_value(self.confidence, self.d if self.simultaneous else 1))
+        if page is not None:
+            out.update(rows_total=self.d, offset=page[0], limit=page[1], order="estimate")
+        if self.empty:
+            b_lo, b_hi = self.b_lo, self.b_hi
+            out.update(bias_bounds=[float(b_lo), float(b_hi)], warning=(
+                f"{self.empty:,} of {proto.cohorts:,} olh cohorts have no reports: their part of each estimate "
+                f"is not identified, so every estimate may be off by {b_lo:+,.1f} to {b_hi:+,.1f} (the "
+                "intervals and tests include it); more reports fill the cohorts, and hr has none"))
+        return out
 
 
 def ranked_rows(counts: np.ndarray, offset: int, limit: int) -> np.ndarray:

@@ -178,6 +178,97 @@ def count_intervals(counts: np.ndarray, variances: np.ndarray, support: np.ndarr
     return exact_small_counts(low, high, support, n, p_star, q_star, confidence, simultaneous, counts=counts)
 
 
+def sampled_exact_counts(ones: np.ndarray, sampled: np.ndarray, n: int, p_star: float, q_star: float,
+                         confidence: float = 0.95, family_size: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Exact count bounds when only a random subset reports on a value (dBitFlipPM's buckets):
+    n_v of the n devices sample bucket v, a uniform subset, so the holders among them are
+    H ~ Hypergeometric(n, c, n_v), and their bits sum to C ~ Bin(H, p*) + Bin(n_v − H, q*). The
+    integer counts c in [0, n] that an exact two-sided test of that mixture keeps (C is
+    stochastically increasing in c) cover at least nominally at every n and n_v."""
+    ones = np.asarray(ones, dtype=np.float64)
+    sampled = np.asarray(sampled, dtype=np.float64)
+    if ones.size == 0:
+        return np.zeros(0), np.zeros(0)
+    alpha = (1.0 - confidence) / max(1, family_size)
+    pairs = np.stack([sampled, ones], axis=1)
+    distinct, where = np.unique(pairs, axis=0, return_inverse=True)
+    where = where.reshape(-1)
+    d_low, d_high = np.zeros(len(distinct)), np.full(len(distinct), float(n))
+    for size in np.unique(distinct[:, 0]):
+        if size <= 0:
+            continue   # nobody sampled the bucket: the data say nothing, [0, n]
+        rows = np.flatnonzero(distinct[:, 0] == size)
+        lo_, hi_ = _sampled_bounds(distinct[rows, 1], int(size), n, p_star, q_star, alpha)
+        d_low[rows], d_high[rows] = lo_, hi_
+    return d_low[where], d_high[where]
+
+
+def _sampled_cdf(x: np.ndarray, c: np.ndarray, size: int, n: int, p_star: float, q_star: float) -> np.ndarray:
+    """P(C <= x) for C | H ~ Bin(H, p*) + Bin(size − H, q*), H ~ Hypergeometric(n, c, size)."""
+    h = np.arange(size + 1, dtype=np.int64)
+    weight = stats.hypergeom.pmf(h[None, :], n, c.astype(np.int64)[:, None], size)   # (values, h)
+    width = int(min(size + 1, np.ceil(size * q_star + 12 * np.sqrt(size * q_star) + 25)))
+    out = np.zeros(x.shape[0])
+    rows, cols = np.nonzero(weight > 1e-30)
+    if rows.size:
+        cdf = _two_binomial_cdf(x[rows], h[cols].astype(np.float64), float(size), p_star, q_star, width)
+        out = np.bincount(rows, weights=weight[rows, cols] * cdf, minlength=x.shape[0])
+    return out
+
+
+def _sampled_bounds(ones: np.ndarray, size: int, n: int, p_star: float, q_star: float,
+                    alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """``sampled_exact_counts`` for one bucket size n_v (bisection over c, vectorised)."""
+    lo, hi = np.zeros(ones.shape), np.full(ones.shape, float(n))
+    while np.any(lo < hi):        # smallest c with P_c(C >= x) > α/2
+        mid = np.floor((lo + hi) / 2)
+        ok = 1.0 - _sampled_cdf(ones - 1, mid, size, n, p_star, q_star) > alpha / 2
+        hi, lo = np.where(ok, mid, hi), np.where(ok, lo, mid + 1)
+    low = lo
+    lo, hi = low.copy(), np.full(ones.shape, float(n))
+    while np.any(lo < hi):        # largest c with P_c(C <= x) > α/2
+        mid = np.ceil((lo + hi) / 2)
+        ok = _sampled_cdf(ones, mid, size, n, p_star, q_star) > alpha / 2
+        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid - 1)
+    return low, lo
+
+
+def sampled_count_intervals(counts: np.ndarray, variances: np.ndarray, ones: np.ndarray, sampled: np.ndarray,
+                            n: int, p_star: float, q_star: float, confidence: float = 0.95,
+                            simultaneous: bool = False, family_size: int | None = None,
+                            low: np.ndarray | None = None, high: np.ndarray | None = None
+                            ) -> tuple[np.ndarray, np.ndarray]:
+    """dBitFlipPM's count intervals: Wald (``low``/``high`` if given) where the bucket's bit count C
+    is spread out, the exact ``sampled_exact_counts`` where its plug-in SD is below
+    ``EXACT_BELOW_SD`` or nobody sampled the bucket ([0, n] then). Var(C) = n_v·(f·p*(1−p*) +
+    (1−f)·q*(1−q*)) + (p*−q*)²·Var(H), with Var(H) = n_v·f(1−f)(n − n_v)/(n − 1) the
+    hypergeometric draw of holders."""
+    ones, sampled = np.asarray(ones, dtype=np.float64), np.asarray(sampled, dtype=np.float64)
+    counts = np.asarray(counts, dtype=np.float64)
+    finite = np.isfinite(counts)
+    family = family_size if family_size is not None else counts.shape[0] if simultaneous else 1
+    if low is None or high is None:
+        low, high = wald_interval(np.where(finite, counts, 0.0), np.where(finite, variances, 0.0), n,
+                                  confidence, simultaneous, family_size=family)
+    f = np.clip(np.nan_to_num(counts / max(n, 1)), 0.0, 1.0)
+    var_c = sampled * (f * p_star * (1 - p_star) + (1 - f) * q_star * (1 - q_star)) \
+        + (p_star - q_star) ** 2 * sampled * f * (1 - f) * (n - sampled) / max(n - 1, 1)
+    small = (np.sqrt(var_c) < EXACT_BELOW_SD) | ~finite
+    low, high = np.array(low, dtype=np.float64), np.array(high, dtype=np.float64)
+    if small.any():
+        ex_low, ex_high = sampled_exact_counts(ones[small], sampled[small], n, p_star, q_star, confidence, family)
+        low[small], high[small] = ex_low, ex_high
+    return low, high
+
+
+def sampled_zero_count_p_values(ones: np.ndarray, sampled: np.ndarray, q_star: float) -> np.ndarray:
+    """Exact p-values of "c(v) = 0" for dBitFlipPM: nobody holds v, so each of the n_v samplers'
+    bits is 1 with probability q*: P(Bin(n_v, q*) ≥ C_v); NaN (never rejected) where n_v = 0."""
+    ones, sampled = np.asarray(ones, dtype=np.float64), np.asarray(sampled, dtype=np.float64)
+    p = stats.binom.sf(np.rint(ones) - 1, sampled, q_star)
+    return np.where(sampled > 0, p, np.nan)
+
+
 def zero_count_p_values(support: np.ndarray, n: int, q_star: float) -> np.ndarray:
     """Exact one-sided p-values of "c(v) = 0" for a pure protocol: P(Binomial(n, q*) ≥ Sᵥ).
 

@@ -5,13 +5,15 @@ src/test/kotlin/dev/ldptelemetry/sdk/e2e/Fleet.kt, started with ``java -cp``).
 (secret, ledger, outbox), report a categorical (GRR), a string (RAPPOR) and a numeric metric
 (auto) of the TypeScript SDK's e2e registry; the collector's estimates cover the truth. Then two
 JVM processes share one state directory (one device budget) and together never spend more than
-the registry's [device] cap, and `ldpt ledger` reads the book the JVM SDK wrote. Last, a
+the registry's [device] cap, and `ldpt ledger` reads the book the JVM SDK wrote. Then a
 collector outage: the batch waits in the outbox and is counted once when the collector is back.
+Last, a fleet sends every batch sealed (Oblivious HTTP) to the collector's gateway.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import urllib.request
 
@@ -86,3 +88,23 @@ def test_a_collector_outage_keeps_the_batch_and_the_retry_is_counted_once(tmp_pa
             assert out["during"] is False and out["after"] is True, out
             assert out["network_errors"] >= 1 and out["reports_acked"] == 1 and out["outbox_pending"] == 0, out
             assert estimate(again, tmp_path, "theme")["meta"]["n_reports"] == 1
+
+
+ACCESS = re.compile(r"INFO (\S+) \[[^\]]*\] \"(\w+) (\S+) HTTP")
+SEALED_DEVICES = 1000
+
+
+def test_a_jvm_fleet_sends_sealed_batches_to_the_gateway_and_the_estimates_cover_the_truth(tmp_path):
+    cp = built_jvm_sdk()
+    with e2e_collector(tmp_path, sealed=True) as server:   # also the collector's OHTTP gateway, access log on
+        fleet = result(java(cp, FLEET, "sealed", server.url, str(tmp_path / "devices"), str(SEALED_DEVICES)))
+        assert fleet["disabled"] == []
+        assert fleet["devices"] == fleet["flushed"] == SEALED_DEVICES
+        assert fleet["reported"] == fleet["acked"] == 3 * SEALED_DEVICES
+        # one batch per device (3 reports), sealed once; one key fetch for the process
+        assert fleet["seal"] == {"sealed": SEALED_DEVICES, "resealed": 0, "key_fetches": 1, "undecryptable_answers": 0}
+        assert_covers_truth(server, tmp_path, SEALED_DEVICES)
+        requests = [(m, p) for _, m, p in ACCESS.findall("".join(server.log))]
+    assert requests.count(("POST", "/.well-known/ohttp-gateway")) == SEALED_DEVICES
+    assert requests.count(("GET", "/.well-known/ohttp-gateway")) == 1
+    assert ("POST", "/v1/reports") not in requests

@@ -130,26 +130,57 @@ def line_sums(table: np.ndarray, g: int, t: int, d: int) -> np.ndarray:
     """Σ_s table[s, ⟨a_s, x⟩] for x ∈ [d] (float64), table of shape (m, g).
 
     The table is real, so its spectrum is Hermitian (F(−ξ) = conj F(ξ): the code of (g−k)·a_s
-    is that of −k·a_s): the inverse transform is a real one over half the last axis (irfftn),
-    a quarter of the complex transform's time."""
+    is that of −k·a_s): the inverse transform is a real one over half the last axis, and only
+    that half of F is built (``_half_index``), one axis transformed at a time — a quarter of
+    the complex transform's time and a third of its memory (~37 MB at g^t = 1.8·10⁶)."""
     table = np.asarray(table, dtype=np.float64)
     half = g // 2 + 1
     hat = np.fft.rfft(table, axis=1)                       # k = 0 .. g//2
     idx = multiples(g, t)
-    f = np.zeros(g ** t, dtype=np.complex128)
-    f[idx[:, 1:half]] = hat[:, 1:half]
-    f[idx[:, half:]] = np.conj(hat[:, 1:g - half + 1][:, ::-1])   # k = g−j: conj of j
-    f[0] = table.sum()
+    spectrum = np.zeros(g ** (t - 1) * half, dtype=np.complex128)
+    for k in range(1, g):
+        code = idx[:, k]
+        kept = np.flatnonzero(code % g < half)             # the codes in the half irfft reads
+        spectrum[_half_index(code[kept], g)] = hat[kept, k] if k < half else np.conj(hat[kept, g - k])
+    spectrum[0] = table.sum()
     del hat
     # numpy's C-order reshape puts digit t−1−j on axis j, for F and for x alike.
-    spectrum = f.reshape((g,) * t)[..., :half]
-    full = np.fft.irfftn(spectrum, s=(g,) * t, axes=list(range(t))).ravel()[:d]
+    a = spectrum.reshape((g,) * (t - 1) + (half,))
+    del spectrum
+    for axis in range(t - 1):                              # irfftn's steps, each copy freed at once
+        a = np.fft.ifft(a, axis=axis)
+    full = np.fft.irfft(a, n=g, axis=t - 1).ravel()[:d]
+    del a
     return full * float(g ** (t - 1))
 
 
+def _half_index(code: np.ndarray, g: int) -> np.ndarray:
+    """Position of each code (whose last digit, code mod g, is at most g//2) in the flattened
+    half spectrum of shape (g,)*(t−1) + (g//2 + 1,)."""
+    return (code // g) * (g // 2 + 1) + code % g
+
+
 def line_masses(c: np.ndarray, g: int, t: int) -> np.ndarray:
-    """M[s, y] = Σ_{x: ⟨a_s,x⟩ = y} c(x), shape (m, g), for c over the first len(c) values."""
+    """M[s, y] = Σ_{x: ⟨a_s,x⟩ = y} c(x), shape (m, g), for c over the first len(c) values.
+
+    c is real: its DFT is computed over half the last axis (rfft, then the other axes), F at a
+    code whose last digit is above g//2 read as the conjugate at the opposite code, and each
+    line's masses are a real inverse transform over k = 0 .. g//2 (irfft) — ~3x faster than
+    the complex transforms and ~40 % of their memory."""
+    half = g // 2 + 1
     padded = np.zeros(g ** t)
     padded[:c.shape[0]] = c
-    spectrum = np.fft.fftn(padded.reshape((g,) * t)).ravel()
-    return np.fft.ifft(spectrum[multiples(g, t)], axis=1).real
+    a = np.fft.rfft(padded.reshape((g,) * t), axis=t - 1)
+    del padded
+    for axis in range(t - 1):
+        a = np.fft.fft(a, axis=axis)
+    a = a.ravel()
+    idx = multiples(g, t)
+    hat = np.empty((idx.shape[0], half), dtype=np.complex128)
+    for k in range(half):
+        code, opposite = idx[:, k], idx[:, (g - k) % g]
+        direct = code % g < half
+        hat[:, k] = np.where(direct, a[_half_index(np.where(direct, code, 0), g)],
+                             np.conj(a[_half_index(np.where(direct, 0, opposite), g)]))
+    del a
+    return np.fft.irfft(hat, n=g, axis=1)

@@ -420,16 +420,16 @@ class OLH(Protocol):
     def estimate(self, sketch: Sketch) -> CountEstimate:
         """Weighted least squares ĉ = Φ⁻¹ Σ_s A_sᵀ Z_s with sandwich per-item variances."""
         m, g, d = self.params.m, self.params.g, self.params.d
-        T = np.asarray(sketch.counts, dtype=np.float64)
         n_s = np.asarray(sketch.reports, dtype=np.float64)
-        if T.shape != (m, g) or n_s.shape != (m,):
+        if np.shape(sketch.counts) != (m, g) or n_s.shape != (m,):
             raise EstimationError(f"OLH sketch must have counts of shape {(m, g)} and reports of shape "
-                                  f"{(m,)}, got {T.shape} and {n_s.shape}")
+                                  f"{(m,)}, got {np.shape(sketch.counts)} and {n_s.shape}")
         n = sketch.total_reports
         if n == 0:
             return CountEstimate(np.zeros(d), np.zeros(d), 0, {"method": "wls"})
         if self.linear:
-            return self._estimate_linear(T, n_s, sketch)
+            return self._estimate_linear(sketch.counts, n_s, sketch)
+        T = np.asarray(sketch.counts, dtype=np.float64)
         dec = self._decoder(n_s)
         rows = self._design[0]
         Z = (T - n_s[:, None] * self.q) / (self.p - self.q)  # E[Z_s] = (n_s/n) A_s c
@@ -508,9 +508,9 @@ class OLH(Protocol):
         present = n_s > 0
         empty = int(m - present.sum())
         n = float(n_s.sum())
-        Z = (T - n_s[:, None] * self.q) / (self.p - self.q)
-        scale = np.divide(n, n_s, out=np.zeros(m), where=present)
-        masses = Z * scale[:, None]
+        masses = T - n_s[:, None] * self.q    # Z_s·(n/n_s), in place: at d = 10^6 each copy is 16 MB
+        masses /= self.p - self.q
+        masses *= np.divide(n, n_s, out=np.zeros(m), where=present)[:, None]
         if empty:
             masses[~present] = n / g    # E[bucket mass] of a uniform population: the unidentified part
         counts = proj.line_sums(masses, g, t, d) * float(g) ** (1 - t) - n * (m - 1) / float(g) ** t
@@ -526,8 +526,15 @@ class OLH(Protocol):
         variance of a population's estimate, larger: what empty cohorts use)."""
         g, t = self.params.g, self.params.t
         n = float(n_s.sum())
-        pi = np.clip(self.q + (self.p - self.q) * proj.line_masses(c, g, t) / n, 0.0, 1.0)
-        cells = pi * (1 - pi) * np.divide(1.0, n_s, out=np.zeros(n_s.shape), where=n_s > 0)[:, None]
+        pi = proj.line_masses(c, g, t)   # then q + (p − q)·M/n, clipped, and π(1 − π)/n_s, in place
+        pi *= self.p - self.q
+        pi /= n
+        pi += self.q
+        np.clip(pi, 0.0, 1.0, out=pi)
+        cells = 1 - pi
+        cells *= pi
+        del pi
+        cells *= np.divide(1.0, n_s, out=np.zeros(n_s.shape), where=n_s > 0)[:, None]
         first = proj.line_sums(cells, g, t, c.shape[0]) * (n * float(g) ** (1 - t) / (self.p - self.q)) ** 2
         if not sampling:
             return np.maximum(first, 0.0)

@@ -53,6 +53,8 @@ class ClientOptions private constructor(b: Builder) {
     val dimensions: Map<String, String> = b.dimensions
     /** Replaces the CSPRNG of the encoders (tests and simulations only). */
     val random: RandomSource? = b.random
+    /** Send batches sealed (Oblivious HTTP): `Seal.gateway()`, `Seal.relay(url)`, `Seal.shuffler(url)` of the `sealed` artifact. */
+    val seal: BatchSender? = b.seal
 
     init {
         require(batchSize >= 1) { "batchSize must be >= 1" }
@@ -82,6 +84,7 @@ class ClientOptions private constructor(b: Builder) {
         var pins: Map<String, String> = noMap()
         var dimensions: Map<String, String> = noMap()
         var random: RandomSource? = null
+        var seal: BatchSender? = null
 
         fun endpoint(v: String) = apply { endpoint = v }
         fun registryJson(v: String) = apply { registryJson = v }
@@ -101,6 +104,7 @@ class ClientOptions private constructor(b: Builder) {
         fun pins(v: Map<String, String>) = apply { pins = v }
         fun dimensions(v: Map<String, String>) = apply { dimensions = v }
         fun random(v: RandomSource) = apply { random = v }
+        fun seal(v: BatchSender) = apply { seal = v }
         fun build(): ClientOptions = ClientOptions(this)
     }
 

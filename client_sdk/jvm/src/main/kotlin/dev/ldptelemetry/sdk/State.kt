@@ -17,7 +17,29 @@ class StoredBatch(
     val reports: Int,
     /** Wall-clock milliseconds when the batch was built. */
     val created: Long,
-)
+) {
+    /** The stored sealed container ([SEALED_MAGIC], the body, the envelope…) once the batch was sealed, else null. */
+    var sealed: ByteArray? = null
+}
+
+/**
+ * A sealed batch's stored form starts with these bytes (a plain batch is a msgpack map), then
+ * 4-byte lengths and parts — body, envelope, enc, response secret — and the key id
+ * (client_sdk/queue.py's; the `sealed` artifact writes it): resends after a restart send the
+ * same envelope.
+ */
+internal val SEALED_MAGIC = Hashing.ascii("\u0000ldpt-sealed-1\n")
+
+/** A stored batch from its file's bytes: plain, or a sealed container (its body the first part). */
+internal fun storedBatch(name: String, raw: ByteArray, reports: Int, created: Long): StoredBatch {
+    val m = SEALED_MAGIC.size
+    var sealed = raw.size >= m + 4
+    for (i in 0 until m) if (sealed && raw[i] != SEALED_MAGIC[i]) sealed = false
+    if (!sealed) return StoredBatch(name, raw, reports, created)
+    val n = ((raw[m].toInt() and 0xff) shl 24) or ((raw[m + 1].toInt() and 0xff) shl 16) or ((raw[m + 2].toInt() and 0xff) shl 8) or (raw[m + 3].toInt() and 0xff)
+    if (n < 0 || n > raw.size - m - 4) throw LdptException("$name: a sealed batch file is truncated")
+    return StoredBatch(name, raw.copyOfRange(m + 4, m + 4 + n), reports, created).also { it.sealed = raw }
+}
 
 /** Caps of the offline queue (the Python SDK's OutboxLimits); the oldest batches go first. */
 class OutboxLimits @JvmOverloads constructor(
@@ -44,6 +66,9 @@ interface Outbox {
 
     /** Remove a batch for good (acknowledged or finally rejected). */
     fun done(batch: StoredBatch)
+
+    /** Store a claimed batch's sealed container in its place (before the envelope is first sent). */
+    fun seal(batch: StoredBatch, container: ByteArray)
 
     fun pending(): Int
     fun clear()
@@ -393,8 +418,8 @@ class FileOutbox(val dir: File, private val limits: OutboxLimits = OutboxLimits(
             if (!File(dir, n).renameTo(claimed)) continue   // another process claimed (or finished) it first
             claimed.setLastModified(now)                   // the claim's age starts now
             val (created, reports) = parseBatchName(n.dropSuffix(SUFFIX))!!
-            val body = Files.readOrNull(claimed) ?: continue
-            return StoredBatch(claimed.path, body, reports, created)
+            val raw = Files.readOrNull(claimed) ?: continue
+            return storedBatch(claimed.path, raw, reports, created)
         }
         return null
     }
@@ -406,6 +431,11 @@ class FileOutbox(val dir: File, private val limits: OutboxLimits = OutboxLimits(
 
     override fun done(batch: StoredBatch) {
         File(batch.name).delete()
+    }
+
+    override fun seal(batch: StoredBatch, container: ByteArray) {
+        Files.atomicWrite(File(batch.name), container)
+        batch.sealed = container
     }
 
     override fun pending(): Int = names().count { it.ends(CLAIMED) || (it.ends(SUFFIX) && parseBatchName(it.dropSuffix(SUFFIX)) != null) }

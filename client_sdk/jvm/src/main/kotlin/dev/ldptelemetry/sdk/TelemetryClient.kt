@@ -362,7 +362,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
             var response: Response? = null
             var error: Exception? = null
             try {
-                response = Http.postBatch(transport, batch.body)
+                response = opts.seal?.send(batch, transport) { st.outbox.seal(batch, it) } ?: Http.postBatch(transport, batch.body)
             } catch (e: TransportException) {
                 error = e
             } catch (e: RuntimeException) {   // an app's transport: a failure is a failure to send

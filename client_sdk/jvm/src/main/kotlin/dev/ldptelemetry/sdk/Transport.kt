@@ -21,6 +21,21 @@ fun interface Transport {
     fun request(method: String, path: String, body: ByteArray?, headers: Map<String, String>): Response
 }
 
+/**
+ * Sends a stored batch otherwise than as a plain POST: dev.ldptelemetry.sdk.sealed.Seal (the
+ * `sealed` artifact) seals it to the collector's key and sends it to the gateway, a relay or a
+ * shuffler ([ClientOptions.seal]).
+ */
+interface BatchSender {
+    /**
+     * One attempt to send [batch] ([StoredBatch.body] plain, [StoredBatch.sealed] once sealed);
+     * [collector] reaches the collector, [keep] stores a new sealed container with the batch
+     * before it is sent. Returns the answer to settle it on, as if the collector answered a
+     * plain POST; throws [TransportException] when none came back.
+     */
+    fun send(batch: StoredBatch, collector: Transport, keep: (ByteArray) -> Unit): Response
+}
+
 /** An HTTP response: status, headers (lower-case names) and body. */
 class Response(val status: Int, headers: Map<String, String>, val body: ByteArray) {
     val headers: Map<String, String> = HashMap<String, String>().also { m -> for ((k, v) in headers) m[k.lowercase()] = v }

@@ -97,6 +97,11 @@ class MemoryOutbox(private val limits: OutboxLimits = OutboxLimits()) : Outbox {
         entries.removeAll { it.batch.name == batch.name }
     }
 
+    @Synchronized override fun seal(batch: StoredBatch, container: ByteArray) {
+        for (e in entries) if (e.batch.name == batch.name) e.batch.sealed = container
+        batch.sealed = container
+    }
+
     @Synchronized override fun pending(): Int = entries.size
     @Synchronized override fun clear() = entries.clear()
 }

@@ -6,6 +6,7 @@ import dev.ldptelemetry.sdk.Json
 import dev.ldptelemetry.sdk.Registry
 import dev.ldptelemetry.sdk.RetryPolicy
 import dev.ldptelemetry.sdk.TelemetryClient
+import dev.ldptelemetry.sdk.sealed.Seal
 import java.io.File
 import java.util.concurrent.Executors
 import java.util.concurrent.TimeUnit
@@ -17,6 +18,7 @@ import kotlin.system.exitProcess
  * registry of client_sdk/js/e2e/metrics.toml (the same population as the TypeScript SDK's fleet):
  *
  *   fleet  ENDPOINT STATES_ROOT N        N devices in this JVM, one state directory (secret, ledger, outbox) each
+ *   sealed ENDPOINT STATES_ROOT N        the same, every batch sealed to the collector's gateway (Seal.gateway())
  *   shared ENDPOINT STATE_DIR TRIES GATE one device's budget (run twice at once): once its state is loaded,
  *                                        writes GATE.<token> and waits for the file GATE before reporting
  *   outage ENDPOINT STATE_DIR REGISTRY_JSON GATE  the collector is down: report, flush (fails),
@@ -48,8 +50,9 @@ object Fleet {
         while (!file.exists()) Thread.sleep(10)
     }
 
-    fun fleet(url: String, root: File, n: Int): Map<String, Any?> {
+    fun fleet(url: String, root: File, n: Int, sealed: Boolean = false): Map<String, Any?> {
         val reg = registry(url)
+        val sealer = if (sealed) Seal.gateway() else null   // one per app process: the key fetched once
         val reported = AtomicLong()
         val acked = AtomicLong()
         val flushed = AtomicLong()
@@ -62,6 +65,7 @@ object Fleet {
                 endpoint = url
                 registry = reg
                 stateDir = File(root, "device-$j")
+                seal = sealer
             })
             client.awaitReady(60_000)
             for ((metric, value) in truth(j)) if (client.report(metric, value)) reported.incrementAndGet()
@@ -76,7 +80,7 @@ object Fleet {
         pool.shutdown()
         pool.awaitTermination(30, TimeUnit.MINUTES)
         return linkedMapOf("devices" to devices.get(), "flushed" to flushed.get(), "reported" to reported.get(),
-            "acked" to acked.get(), "refused" to refused.get(), "disabled" to disabled.toList())
+            "acked" to acked.get(), "refused" to refused.get(), "disabled" to disabled.toList(), "seal" to sealer?.stats())
     }
 
     fun shared(endpoint: String, dir: File, tries: Int, gate: File): Map<String, Any?> {
@@ -121,6 +125,7 @@ object Fleet {
     fun main(args: Array<String>) {
         val result = when (args[0]) {
             "fleet" -> fleet(args[1], File(args[2]), args[3].toInt())
+            "sealed" -> fleet(args[1], File(args[2]), args[3].toInt(), sealed = true)
             "shared" -> shared(args[1], File(args[2]), args[3].toInt(), File(args[4]))
             "outage" -> outage(args[1], File(args[2]), File(args[3]), File(args[4]))
             else -> error("unknown mode ${args[0]}")
