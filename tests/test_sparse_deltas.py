@@ -318,6 +318,11 @@ def test_batch_ids_are_kept_within_the_retry_horizon_and_deleted_after(tmp_path)
         # a retry of the kept batch is still a duplicate; the windows are untouched
         assert store.commit([fresh]) == [BatchOutcome.DUPLICATE]
         assert store.load("m", "fp", proto.new_sketch()).total_reports == 6
+        # issue 26 §5: the same bytes after their id left batch_id_days are a new batch (the wire
+        # carries no time to refuse them by); counted again, as docs/operations.md says
+        assert store.commit([old]) == [BatchOutcome.APPLIED]
+        assert store.load("m", "fp", proto.new_sketch()).total_reports == 9
+        assert store.commit([old]) == [BatchOutcome.DUPLICATE]   # and deduplicated again from now
 
 
 def test_batch_id_days_below_the_retry_horizon_is_refused(tmp_path):
