@@ -114,28 +114,6 @@ def x25519_floor(key: ohttp.PrivateKey, repeat: int) -> float:
     return statistics.median(times)
 
 
-def pyhpke_seal_cpu(key: ohttp.PrivateKey, bodies: list[bytes], repeat: int) -> tuple[float, float]:
-    """Median CPU µs per seal of the same requests, (the SDK's sender, pyhpke's), interleaved passes:
-    why the SDK composes its sender (client_sdk/ohttp.py) and leaves pyhpke to the gateway."""
-    suite = ohttp._suite()
-    pkr = suite.kem.deserialize_public_key(key.config.public_key)
-    info = ohttp._info(ohttp._header(key.config.key_id))
-    messages = [ohttp.inner_request(b) for b in bodies[:PER_PASS]]
-    ours, theirs = [], []
-    for _ in range(repeat):
-        t = time.process_time()
-        for m in messages:
-            ohttp.seal_request(key.config, m)
-        ours.append((time.process_time() - t) / len(messages) * 1e6)
-        t = time.process_time()
-        for m in messages:
-            enc, ctx = suite.create_sender_context(pkr, info)
-            ctx.seal(m)
-            ctx.export(ohttp.RESPONSE_LABEL, ohttp.RESPONSE_NONCE_BYTES)
-        theirs.append((time.process_time() - t) / len(messages) * 1e6)
-    return statistics.median(ours), statistics.median(theirs)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer devices and repeats")
@@ -163,9 +141,6 @@ def main() -> None:
                 title=f"Real SDK batches, their size classes and the CPU sealing adds per batch "
                       f"(time.process_time, median of {repeat} passes)")
     print(f"\nthe floor, X25519 key generation + exchange alone (one per seal): {x25519_floor(key, repeat):.1f} µs")
-    ours, theirs = pyhpke_seal_cpu(key, all_bodies, repeat)
-    print(f"the HPKE seal alone (no Binary HTTP), the SDK's sender vs pyhpke's on the same requests: "
-          f"{ours:.1f} µs vs {theirs:.1f} µs")
     small = [b for b in all_bodies if len(b) < 1024 - ohttp.MAX_FRAMING]
     print(f"\n{len(small)} of {len(all_bodies)} batches fit the first class (1,024 bytes: envelopes of "
           f"{1024 + ohttp.ENVELOPE_OVERHEAD} bytes); classes: {', '.join(map(str, ohttp.PAD_CLASSES))}")

@@ -13,11 +13,8 @@ HKDF with salt enc ‖ response_nonce), so only the sender can read it (docs/wir
 
 One suite is supported: DHKEM(X25519, HKDF-SHA256) 0x0020, HKDF-SHA256 0x0001, AES-128-GCM
 0x0001 — native in WebCrypto in current browsers and Node, and RFC 9458's own example.
-The sender's HPKE (SetupBaseS, Seal, Export) is composed here over ``cryptography``'s X25519
-and AES-GCM and the standard library's HMAC — a seal costs little more than its two X25519
-operations (bench/sealed.py) — and the gateway opens with pyhpke, an independent
-implementation; both are an optional extra of the SDK (``pip install
-'ldp-telemetry-sdk[sealed]'``), imported on the first seal or open only.
+HPKE is pyhpke's (with ``cryptography``): an optional extra of the SDK
+(``pip install 'ldp-telemetry-sdk[sealed]'``), imported on the first seal or open only.
 """
 
 from __future__ import annotations
@@ -171,7 +168,7 @@ def choose(configs: Sequence[KeyConfig]) -> KeyConfig:
                      "with HKDF-SHA256 and AES-128-GCM, the suite this SDK seals with")
 
 
-# --- HPKE: pyhpke (the gateway's open), the header and the sealed request ----------------------------
+# --- HPKE through pyhpke ------------------------------------------------------------------------------
 def _hpke() -> Any:
     try:
         import pyhpke
@@ -219,101 +216,40 @@ def seal_request(config: KeyConfig, message: bytes, *, ephemeral_key: bytes | No
     """HPKE-seal a Binary HTTP request to ``config`` (RFC 9458 §4.3).
 
     ``ephemeral_key`` (the 32-byte X25519 private key skE) is for test vectors only; in
-    production it is None and a fresh key comes from OpenSSL's CSPRNG per request.
+    production it is None and pyhpke draws a fresh key from the OS CSPRNG per request.
     """
     if not config.supported:
         raise OhttpError(f"key configuration {config.key_id} is not DHKEM(X25519)/HKDF-SHA256/AES-128-GCM")
+    suite = _suite()
+    pkr = _public_key(config.public_key)
     header = _header(config.key_id)
-    ctx = _sender_context(config.public_key, _info(header), ephemeral_key)
+    eks = None
+    if ephemeral_key is not None:
+        h = _hpke()
+        sk = suite.kem.deserialize_private_key(ephemeral_key)
+        eks = h.KEMKeyPair(sk, suite.kem.deserialize_public_key(_x25519_public(ephemeral_key)))
+    enc, ctx = suite.create_sender_context(pkr, _info(header), eks=eks)
     ct = ctx.seal(message)
     secret = ctx.export(RESPONSE_LABEL, RESPONSE_NONCE_BYTES)
-    return SealedRequest(header + ctx.enc + ct, ctx.enc, secret, config.key_id)
+    return SealedRequest(header + enc + ct, enc, secret, config.key_id)
+
+
+_PK_CACHE: dict[bytes, Any] = {}
+
+
+def _public_key(raw: bytes) -> Any:
+    key = _PK_CACHE.get(raw)
+    if key is None:
+        if len(_PK_CACHE) > 16:
+            _PK_CACHE.clear()
+        key = _PK_CACHE[raw] = _suite().kem.deserialize_public_key(raw)
+    return key
 
 
 def _x25519_public(private: bytes) -> bytes:
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
     return X25519PrivateKey.from_private_bytes(private).public_key().public_bytes_raw()
-
-
-# --- HPKE base mode, the sender (RFC 9180 §4.1, §5.1), over cryptography's X25519 and AES-GCM -----
-# Composed here rather than taken from pyhpke for the SDK's one hot call: pyhpke's key schedule runs
-# in Python objects and costs as much again as the two X25519 operations (bench/sealed.py; the bar
-# is 100 µs of CPU per batch). The gateway opens with pyhpke (open_request), so every envelope an
-# SDK seals is checked by an independent implementation; tests hold both to RFC 9180 A.1.1.
-_HPKE_V1 = b"HPKE-v1"
-_KEM_SUITE_ID = b"KEM" + struct.pack(">H", KEM_X25519_HKDF_SHA256)
-_HPKE_SUITE_ID = b"HPKE" + struct.pack(">HHH", *SUITE)
-_NH = 32   # HKDF-SHA256's output length
-
-
-def _labeled_extract(suite_id: bytes, salt: bytes, label: bytes, ikm: bytes) -> bytes:
-    """RFC 9180 §4: LabeledExtract (HMAC's zero-padded key makes an empty salt Nh zero bytes)."""
-    return hmac.digest(salt, _HPKE_V1 + suite_id + label + ikm, hashlib.sha256)
-
-
-def _labeled_expand(suite_id: bytes, prk: bytes, label: bytes, info: bytes, length: int) -> bytes:
-    """RFC 9180 §4: LabeledExpand of at most Nh bytes (one HKDF-Expand block)."""
-    assert length <= _NH
-    labeled = struct.pack(">H", length) + _HPKE_V1 + suite_id + label + info
-    return hmac.digest(prk, labeled + b"\x01", hashlib.sha256)[:length]
-
-
-@dataclasses.dataclass(frozen=True)
-class _SenderContext:
-    """What a base-mode sender context holds (RFC 9180 §5.1): key, base nonce, exporter secret."""
-
-    enc: bytes
-    key: bytes
-    base_nonce: bytes
-    exporter_secret: bytes
-
-    def seal(self, plaintext: bytes, aad: bytes = b"", seq: int = 0) -> bytes:
-        nonce = (int.from_bytes(self.base_nonce, "big") ^ seq).to_bytes(NN, "big")
-        return _aesgcm(self.key).encrypt(nonce, plaintext, aad)
-
-    def export(self, context: bytes, length: int) -> bytes:
-        return _labeled_expand(_HPKE_SUITE_ID, self.exporter_secret, b"sec", context, length)
-
-
-_SCHEDULE_CACHE: dict[tuple[bytes, bytes], tuple[Any, bytes]] = {}
-
-
-def _recipient(public_key: bytes, info: bytes) -> tuple[Any, bytes]:
-    """(pkR as an X25519PublicKey, the key schedule context of ``info``), computed once per key."""
-    cached = _SCHEDULE_CACHE.get((public_key, info))
-    if cached is None:
-        from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
-
-        if len(_SCHEDULE_CACHE) > 16:
-            _SCHEDULE_CACHE.clear()
-        context = (b"\x00" + _labeled_extract(_HPKE_SUITE_ID, b"", b"psk_id_hash", b"")
-                   + _labeled_extract(_HPKE_SUITE_ID, b"", b"info_hash", info))
-        cached = _SCHEDULE_CACHE[(public_key, info)] = (X25519PublicKey.from_public_bytes(public_key), context)
-    return cached
-
-
-def _sender_context(public_key: bytes, info: bytes, ephemeral_key: bytes | None = None) -> _SenderContext:
-    """SetupBaseS (RFC 9180 §5.1.1) for DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, AES-128-GCM: Encap
-    with a fresh ephemeral key from OpenSSL's CSPRNG (``ephemeral_key``: test vectors only)."""
-    try:
-        from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-    except ImportError:
-        _hpke()   # the one-line install message
-        raise
-    pkr, schedule_context = _recipient(public_key, info)
-    eph = X25519PrivateKey.generate() if ephemeral_key is None else X25519PrivateKey.from_private_bytes(ephemeral_key)
-    enc = eph.public_key().public_bytes_raw()
-    try:
-        dh = eph.exchange(pkr)    # cryptography refuses an all-zero shared secret (RFC 9180 §7.1.4)
-    except ValueError:
-        raise OhttpError("the key configuration's public key is a low-order point") from None
-    eae_prk = _labeled_extract(_KEM_SUITE_ID, b"", b"eae_prk", dh)
-    shared = _labeled_expand(_KEM_SUITE_ID, eae_prk, b"shared_secret", enc + public_key, _NH)
-    secret = _labeled_extract(_HPKE_SUITE_ID, shared, b"secret", b"")
-    return _SenderContext(enc, _labeled_expand(_HPKE_SUITE_ID, secret, b"key", schedule_context, NK),
-                          _labeled_expand(_HPKE_SUITE_ID, secret, b"base_nonce", schedule_context, NN),
-                          _labeled_expand(_HPKE_SUITE_ID, secret, b"exp", schedule_context, _NH))
 
 
 def _response_keys(secret: bytes, enc: bytes, response_nonce: bytes) -> tuple[bytes, bytes]:

@@ -82,7 +82,9 @@ class RetryPolicy:
     def delay(self, attempt: int, retry_after: float | None, rand: random.Random) -> float:
         if retry_after is not None:
             return min(max(retry_after, 0.0), self.max_retry_after)
-        nominal = min(self.maximum, self.initial * self.multiplier ** max(0, attempt - 1))
+        # the exponent is capped: after ~1,000 failures (days offline at the defaults) a float power
+        # overflows, and the worker would raise on every cycle and never send again
+        nominal = min(self.maximum, self.initial * self.multiplier ** min(max(0, attempt - 1), 64))
         return nominal / 2 + rand.random() * nominal / 2
 
 
@@ -473,6 +475,14 @@ class Batcher:
                           f"ldpt: the collector rejects metric {metric!r} ({slug}: {detail}); its "
                           "registry changed or does not know it. Reports of it are refused from now on; "
                           "update the app's registry.")
+        elif response.status == 403 and slug == "shuffle-required" and metric is not None:
+            self.stale_metrics.add(metric)   # final: refused from now on, the rest goes again
+            keep = [r for r in reports if r.get("m") != metric]
+            self.log_once(("shuffle-required", metric), logging.ERROR,
+                          f"ldpt: the collector accepts metric {metric!r} only through an authenticated "
+                          "shuffler (its registry says shuffle = \"required\"); this client sends it "
+                          + ("sealed but not through a shuffler" if self.sealer is not None else "in plain")
+                          + ", so its reports are dropped from now on. Configure seal=Seal.shuffler(url).")
         elif response.status == 422 and slug == "invalid-report" and index is not None \
                 and 0 <= index < len(reports):
             keep = reports[:index] + reports[index + 1:]

@@ -277,6 +277,23 @@ def test_backoff_and_retry_after_on_a_fake_clock():
     assert batcher.idle()
 
 
+def test_backoff_after_thousands_of_failures_stays_at_the_maximum():
+    """A device offline for days fails thousands of times: 2.0 ** 1100 overflows a float, and the
+    worker raised OverflowError on every cycle, never sending again once the network was back."""
+    rand = random.Random(1)
+    policy = RetryPolicy(initial=1.0, maximum=300.0)
+    for attempt in (1_025, 1_100, 10**6):
+        assert 150.0 <= policy.delay(attempt, None, rand) <= 300.0
+    clock = [100.0]
+    batcher = Batcher(batch_size=1, retry=policy, clock=lambda: clock[0])
+    _, body = pack_batch([("m", "f", 1)])
+    batcher.outbox.add(StoredBatch(b"i" * 16, body, 1, time.time()))
+    batcher.attempts = 5_000
+    batch = batcher.claim(clock[0])
+    batcher.handle(batch, None, OSError("down"), clock[0])
+    assert 150.0 <= batcher.backoff_until - clock[0] <= 300.0
+
+
 @pytest.mark.parametrize("response", [
     Response(404, {"content-type": "text/html"}, b"<h1>Not Found</h1>"),     # a wrong endpoint path
     Response(403, {"content-type": "text/html"}, b"blocked by proxy"),       # a proxy or gateway

@@ -14,6 +14,7 @@ import pytest
 
 from client_sdk.protocols.factory import build_protocol
 from collector.storage.base import (
+    SCHEMA_VERSION,
     PendingBatch,
     SketchKey,
     sparse_delta,
@@ -174,7 +175,7 @@ def test_v1_store_is_migrated_and_keeps_its_data(tmp_path):
     conn.commit()
     conn.close()
     with SQLiteStore(path) as store:
-        assert store._conn.execute("SELECT value FROM ldpt_meta WHERE key='schema_version'").fetchone() == ("3",)
+        assert store._conn.execute("SELECT value FROM ldpt_meta WHERE key='schema_version'").fetchone() == (str(SCHEMA_VERSION),)
         (batch,) = batches_for(proto, np.random.default_rng(2), 1, 10)
         batch = PendingBatch(batch.batch_id, batch.digest,
                              {SketchKey("m", "fp", WINDOWS[0]): next(iter(batch.deltas.values()))}, 10)

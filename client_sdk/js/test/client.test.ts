@@ -188,7 +188,20 @@ test("state that cannot be opened disables reporting, and stats() says why", asy
   assert.equal(c.report("x", "a"), false);
   const s = await c.stats();
   assert.match(String(s.disabled_reason), /IndexedDB is not available/);
-  assert.equal(s.disabled, 2);
+  assert.deepEqual([s.disabled_state, s.disabled], [2, 0]); // the Python SDK's counter for unusable state
+});
+
+test("another process opting out of a shared state directory drops what this one queued", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "ldpt-js-client-"));
+  const registry = toyRegistry([{ name: "x", reportsPerWindow: 3 }]);
+  const a = await client({ registry, store: await new FileStore(dir).open() });
+  const b = await client({ registry, store: await new FileStore(dir).open() });
+  assert.ok(a.c.report("x", "a")); // queued, not charged yet
+  await b.c.optOut();
+  await a.c.flush(5);
+  const s = await a.c.stats();
+  assert.deepEqual([s.dropped, s.reports_dropped_opted_out, s.charged, s.queue_evicted], [1, 1, 0, 0]);
+  assert.equal(a.collector.reports, 0);
 });
 
 test("opt-out deletes the queue and the outbox and stops reporting; opt-in reports again", async () => {
