@@ -50,7 +50,7 @@ export function clockFromJson(d: any): DeviceClock { // eslint-disable-line @typ
   const ok = (v: unknown) => v === null || Number.isSafeInteger(v);
   if (typeof d !== "object" || d === null || ![c.window, c.left].every(ok) || ![c.opened, c.held, c.redated].every(Number.isSafeInteger)
     || !c.epochs.every((e: Epoch) => typeof e.id === "string" && e.since.length === 2 && e.since.every(ok))) {
-    throw new Error("a malformed clock");   // (null, or epochs no array: a TypeError, as caught)
+    throw new Error("bad clock");   // caught: the book is unreadable (null, or epochs no array: a TypeError too)
   }
   return { window: c.window, left: c.left, epochs: c.epochs.slice(-EPOCH_SLOTS), opened: c.opened, held: c.held, redated: c.redated };
 }
