@@ -14,7 +14,7 @@ const SEALED_BUDGET = 25_000; // the bundle with sealed delivery (dist/ldpt-seal
  */
 export const MANGLED = ["attempts", "backoffUntil", "batchDue", "disabledReason", "drainRefusals", "failures",
   "flushing", "hurry", "logged", "mirror", "notReporting", "pump", "rebuildMirror", "reportOne", "schedule",
-  "sendNow", "serverBackoff", "timerAt", "uncommitted", "unhide", "unreserve", "wake", "mono", "timer", "refusals",
+  "sendNow", "serverBackoff", "timerAt", "uncommitted", "unhide", "wake", "mono", "timer", "refusals",
   "queue", "fail", "cycle", "buildOne", "chargeQueued", "store_", "resolveRegistry", "domainLists", "recordRefusals",
   "bySecret", "written", "room", "upClock"];
 
