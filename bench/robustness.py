@@ -27,6 +27,8 @@ Prints one table per question, bounded in time (about 4 minutes on a busy 2-core
    forged_report_max_down), and the collector's smaller defects (non-UTF-8 Authorization under
    an ingest key, a token in a query string with --access-log, control bytes in CSV, a batch
    replayed after batch_id_days); then the issue's bars in one table.
+14-15. issue 26 §1-§2: a device clock cycling over three days (or advancing a day per reading) in one
+   real day, Python and Node SDKs against the collector; a SIGSTOPped ledger-lock holder.
 
     python bench/robustness.py [--quick]
 """
@@ -833,6 +835,88 @@ def smaller_defects(workdir: Path, spec, rng: np.random.Generator) -> list:
     return bars
 
 
+def clock_attacks() -> None:
+    """14. Issue 26 §1: a device whose wall clock cycles over three days (or advances a day per
+    reading) within 22¾ real hours, through the Python and the Node SDK against a live collector;
+    reports sent of 91 (1 per window, [device] epsilon_per_window = 1). Clocks are injected."""
+    import json as _json
+
+    from tests.js_runtime_support import built_sdk
+    from tests.test_sdk_clock_attack import ATTACK_TOML, CYCLES, attack
+
+    rows = []
+    cases = [(f"cycle {list(v)}", v) for v in CYCLES.values()] + [("steady +1 day per reading", tuple(range(91)))]
+    try:
+        built_sdk()
+        node = True
+    except BaseException:   # no node/npm here: the Python SDK alone
+        node = False
+    for name, offsets in cases:
+        workdir = Path(tempfile.mkdtemp(prefix="ldpt-clock-"))
+        (workdir / "metrics.toml").write_text(ATTACK_TOML)
+        with collector(workdir, {}) as (_, port, _admin, _log):
+            url = f"http://127.0.0.1:{port}"
+            py, _book = attack(url, workdir / "py-device", offsets)
+            js = "-"
+            if node:
+                out = subprocess.run(["node", str(ROOT / "client_sdk/js/e2e/node-fleet.mjs"), "clock", url,
+                                      str(workdir / "js-device"), _json.dumps(list(offsets))],
+                                     capture_output=True, text=True, timeout=300, cwd=ROOT / "client_sdk/js")
+                js = _json.loads(out.stdout)["reports_acked"] if out.returncode == 0 else "error"
+        rows.append([name, 91, py, js, "<= 3", "ok" if py <= 3 and (js == "-" or js <= 3) else "FAIL"])
+    print_table(["wall clock", "readings", "sent: Python", "sent: Node", "bar", ""], rows,
+                "14. issue 26 §1: a lying device clock within one real day (was 61 of 91 for the cycles)")
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    return stat[stat.rindex(")") + 2:].startswith("T")
+
+
+def paused_lock_holder() -> None:
+    """15. Issue 26 §2: a process SIGSTOPped while it holds the ledger's lock (its book read), the
+    lock file aged an hour, a second process charging the same device meanwhile; reports
+    charged under reports_per_window = 1 (Node: the JS SDK's charge worker; Python: flock)."""
+    import multiprocessing
+
+    from client_sdk.ledger import Ledger
+    from tests.test_sdk_ledger import _commit_paused, charge, noon
+
+    rows = []
+    state = Path(tempfile.mkdtemp(prefix="ldpt-paused-py-"))
+    holder = multiprocessing.get_context("fork").Process(target=_commit_paused, args=(str(state),))
+    holder.start()
+    while not _stopped(holder.pid):
+        time.sleep(0.01)
+    os.utime(state / "ledger.lock", (0, 0))
+    second = threading.Thread(target=lambda: box.append(Ledger(state).commit([charge()], elapsed=lambda: noon(20_000))))
+    box: list = []
+    second.start()
+    time.sleep(1.0)
+    waited = second.is_alive()
+    os.kill(holder.pid, signal.SIGCONT)
+    holder.join(30)
+    second.join(30)
+    rows.append(["Python (flock)", "yes" if waited else "NO", int(holder.exitcode == 0) + int(box[0].outcomes[0] is None)])
+    worker = ROOT / "client_sdk/js/build/test/charge_worker.js"
+    if worker.exists():
+        state = Path(tempfile.mkdtemp(prefix="ldpt-paused-js-"))
+        first = subprocess.Popen(["node", str(worker), str(state), "1", "1", "stop"], stdout=subprocess.PIPE, text=True)
+        while not _stopped(first.pid):
+            time.sleep(0.01)
+        os.utime(state / "ledger.nodelock", (time.time() - 3600,) * 2)
+        other = subprocess.Popen(["node", str(worker), str(state), "1", "1"], stdout=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        waited = other.poll() is None
+        os.kill(first.pid, signal.SIGCONT)
+        charged = int(first.communicate(timeout=60)[0].strip() or 0) + int(other.communicate(timeout=60)[0].strip() or 0)
+        rows.append(["Node (lock file)", "yes" if waited else "NO", charged])
+    print_table(["SDK", "second process waited (1 s)", "reports charged", "bar", ""],
+                [r + ["<= 1", "ok" if r[2] <= 1 else "FAIL"] for r in rows],
+                "15. issue 26 §2: a paused ledger-lock holder, reports_per_window = 1 (before, Node: 2)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller counts (CI smoke run)")
@@ -957,6 +1041,8 @@ def main() -> None:
     print_table(["issue 18 attack", "honest success / figure", "bar", ""], rows, "issue 18 bars")
     # 11-13. issue 26 (the collector's half; the SDKs' clock and lock attacks beside them)
     issue26 = segment_flood() + discover_deflation(opts.quick) + smaller_defects(workdir, spec, rng)
+    clock_attacks()        # 14-15. the SDKs' half
+    paused_lock_holder()
     print_table(["issue 26 attack", "measured", "bar", ""], issue26, "issue 26 bars")
     print(f"\n(total {time.monotonic() - started:.0f} s)")
 

@@ -37,8 +37,9 @@ from typing import Any
 from typing import Protocol as TypingProtocol
 
 from ._lazy import LazyLogger, logging
+from .device_clock import ElapsedClock
 from .errors import LdptError, TransportError
-from .ledger import YIELD_EVERY, Accounts, Charge, LedgerBase, Refusal, RefusalCounts, yield_gil
+from .ledger import YIELD_EVERY, Book, Charge, LedgerBase, Refusal, RefusalCounts, yield_gil
 from .queue import (
     DEFAULT_QUEUE_SIZE,
     DropPolicy,
@@ -124,11 +125,12 @@ class Owner(TypingProtocol):
     """What the uploader needs from a client whose reports it carries."""
 
     ledger: LedgerBase
+    _elapsed: ElapsedClock            # the device's elapsed clock, read by the ledger under its lock
 
     def _drain_refusals(self) -> RefusalCounts: ...
 
     def _committed(self, items: Sequence[QueuedReport], outcomes: Sequence[Refusal | str | None],
-                   accounts: Accounts | None, foreign: bool = True) -> None:
+                   accounts: Book | None, foreign: bool = True) -> None:
         """Outcome per report: None = charged (will be sent), a Refusal, or a drop reason."""
 
     def _accepting(self) -> bool: ...
@@ -296,7 +298,7 @@ class Batcher:
             refusals = owner._drain_refusals()
             if refusals:
                 try:
-                    owner.ledger.commit([], refusals)
+                    owner.ledger.commit([], refusals, owner._elapsed)
                 except (LdptError, OSError) as exc:
                     self.log_once(("ledger", type(exc)), logging.ERROR,
                                   f"ldpt: cannot write the privacy ledger: {exc}")
@@ -331,7 +333,7 @@ class Batcher:
                 continue
             self._dirty.discard(owner)
             try:
-                result = owner.ledger.commit([it.charge for it in its], owner._drain_refusals())
+                result = owner.ledger.commit([it.charge for it in its], owner._drain_refusals(), owner._elapsed)
             except (LdptError, OSError) as exc:
                 # Never send what could not be charged: drop, count, log once.
                 self.counters["ledger_errors"] += len(its)

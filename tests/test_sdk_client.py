@@ -124,7 +124,10 @@ def test_two_reports_of_one_value_differ(tmp_path, registry, fake):
     oue = [r["p"] for r in reports if r["m"] == "country"]
     rappor = [r["p"] for r in reports if r["m"] == "site"]
     assert len(oue) == len(rappor) == 20
-    assert len(set(oue)) == 20
+    # Fresh bits per report: 20 memoised reports would be 1 value. Two fresh OUE reports at eps 2 are
+    # equal with probability ((1-q)^2 + q^2)^39 / 2 = 5.1e-5 (q = 1/(e^2+1)), so "all 20 distinct"
+    # failed about 1 run in 100; three or more equal pairs have probability < 1e-6.
+    assert len(set(oue)) >= 18
     assert len({bytes(p[1]) for p in rappor}) == 20
     assert len({p[0] for p in rappor}) == 1                 # one client: one cohort
 

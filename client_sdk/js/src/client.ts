@@ -22,9 +22,10 @@
  * ledger), the client reports nothing — privacy first — and `stats().disabled_reason` says why.
  */
 
+import { type ElapsedClock, realmElapsed } from "./deviceClock.js";
 import {
-  type Accounts, type Charge, type Refusal, type RefusalCounts,
-  apply, copyAccounts, dayOf,
+  type Charge, type Refusal, type RefusalCounts,
+  Book, apply, copyAccounts, dayOf,
 } from "./ledger.js";
 import type { Metric, Registry } from "./metrics.js";
 import { domainValues, fileDomains, loadRegistry } from "./registry.js";
@@ -71,6 +72,8 @@ export interface Platform {
    * time, and after its pagehide event nothing asynchronous runs. Node charges per batch.
    */
   chargeEarly?: boolean;
+  /** The platform's elapsed clock for the ledger's window rule (default: this realm's). */
+  elapsed?: ElapsedClock;
 }
 
 export interface ClientOptions {
@@ -97,6 +100,12 @@ export interface ClientOptions {
   clock?: () => number;
   /** Monotonic seconds for batch ages and retry back-offs (default `performance.now()`). */
   monotonic?: () => number;
+  /**
+   * The elapsed clock that decides how fast the ledger opens new windows: () => [epoch id, whole
+   * seconds], never faster than real time (deviceClock.ts). Default: the platform's (Node on
+   * Linux: the boot clock; elsewhere this process's or page's monotonic clock).
+   */
+  elapsedClock?: ElapsedClock;
   /** Throw instead of counting (tests). */
   strict?: boolean;
   /** metric -> the fingerprint the app was built against. */
@@ -133,6 +142,7 @@ export class TelemetryClient {
   private readonly counters = Object.fromEntries(COUNTERS.map((c) => [c, 0])) as Record<Counter, number>;
   private readonly clock: () => number;
   private readonly mono: () => number;
+  private readonly upClock: ElapsedClock;
   private readonly batchSize: number;
   private readonly maxBatchAge: number;
   private readonly queueSize: number;
@@ -154,8 +164,8 @@ export class TelemetryClient {
   private closed = false;
   private waiting: Array<[string, unknown]> = [];
   private queue: Queued[] = [];
-  private accounts: Accounts = new Map();
-  private mirror: Accounts = new Map();
+  private accounts = new Book();
+  private mirror = new Book();
   private uncommitted = new Set<Charge>();
   private refusals = new Map<string, [Charge, Refusal, number]>();
   private readonly stale = new Set<string>();
@@ -174,6 +184,7 @@ export class TelemetryClient {
   constructor(options: ClientOptions, platform: Platform) {
     this.clock = options.clock ?? (() => Date.now() / 1000);
     this.mono = options.monotonic ?? (() => performance.now() / 1000);
+    this.upClock = options.elapsedClock ?? platform.elapsed ?? realmElapsed;
     this.batchSize = options.batchSize ?? DEFAULT_BATCH_SIZE;
     this.maxBatchAge = options.maxBatchAge ?? DEFAULT_MAX_BATCH_AGE;
     this.queueSize = options.queueSize ?? DEFAULT_QUEUE_SIZE;
@@ -317,7 +328,7 @@ export class TelemetryClient {
     if (found === null) return this.fail("invalid_value", `a value reported for ${JSON.stringify(metric)} is not in its domain`);
     if (found.clipped) this.counters.clipped += 1;
     const charge = chargeOf(rt, registry, day, found.digest);
-    const refusal = apply(this.mirror, charge); // reserve in the mirror of the ledger
+    const refusal = apply(this.mirror, charge, this.upClock()); // reserve in the mirror of the ledger
     if (refusal !== null) {
       this.counters[`refused_${refusal}`] += 1;
       const key = `${metric}\u0000${refusal}`;
@@ -358,7 +369,10 @@ export class TelemetryClient {
   /** mirror = committed book + reports queued but not yet charged. */
   private rebuildMirror(): void {
     const mirror = copyAccounts(this.accounts);
-    for (const c of this.uncommitted) apply(mirror, c);
+    if (this.uncommitted.size) {
+      const reading = this.upClock();
+      for (const c of this.uncommitted) apply(mirror, c, reading);
+    }
     this.mirror = mirror;
   }
 
@@ -429,7 +443,7 @@ export class TelemetryClient {
   private async recordRefusals(): Promise<void> {
     const refusals = this.drainRefusals();
     try {
-      const result = await (this.ledger as DeviceLedger).commit([], refusals);
+      const result = await (this.ledger as DeviceLedger).commit([], refusals, this.upClock);
       this.accounts = result.accounts;
       this.rebuildMirror();
     } catch (exc) {
@@ -458,7 +472,8 @@ export class TelemetryClient {
     }
     let outcomes: Array<Refusal | null>;
     try {
-      const result = await (this.ledger as DeviceLedger).commit(todo.map((it) => it.charge), this.drainRefusals());
+      const result = await (this.ledger as DeviceLedger).commit(todo.map((it) => it.charge), this.drainRefusals(),
+        this.upClock);
       outcomes = result.outcomes;
       this.accounts = result.accounts;
       for (const it of todo) this.uncommitted.delete(it.charge);
@@ -699,9 +714,9 @@ export class TelemetryClient {
   }
 
   /** The privacy ledger as committed, per metric (`summarise` turns it into `ldpt ledger`'s rows). */
-  async ledgerSnapshot(): Promise<Accounts> {
+  async ledgerSnapshot(): Promise<Book> {
     await this.ready;
-    return this.ledger ? this.ledger.snapshot() : new Map();
+    return this.ledger ? this.ledger.snapshot() : new Book();
   }
 }
 

@@ -34,6 +34,7 @@ async function client(options: Record<string, unknown> = {}) {
     { name: "memo", memo: true, reportsPerWindow: 9, epsilon: 0.5 }]);
   const c = new TelemetryClient({
     transport: collector, registry, store: new MemoryStore(), clock: () => now[0], monotonic: () => mono[0], batchSize: 100,
+    elapsedClock: () => ["boot:test", Math.floor(now[0])], // a right clock: simulated days are real days
     retry: { initial: 1, maximum: 4 }, flushOnHide: false, ...options,
   }, noPlatform);
   await c.ready;
@@ -79,6 +80,7 @@ test("lifetime caps and memoised values: ε∞ once per distinct value", async (
   for (let d = 0; d < 9; d++) {
     c.report("page", "a");
     c.report("memo", d % 2 ? "a" : "b");
+    assert.ok(await c.flush(5)); // charged the day they are made (the ledger reads the elapsed clock then)
     now[0] += 86_400;
   }
   assert.ok(await c.flush(5));
