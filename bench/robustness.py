@@ -20,6 +20,15 @@ Prints one table per question, bounded in time (about 4 minutes on a busy 2-core
    answered through a socket flood on the admin port, forged first X-Forwarded-For lines
    behind a proxy that appends its own, and the discover estimate moved per forged report by
    where the reports claim to be; then the issue's bars in one table.
+11-13. issue 26: the segment-cap flood (1,000 one-report batches from 17 addresses fill the cap
+   of a 1,024-combination registry, then 10 SDK devices: their reports acknowledged and in the
+   stored totals), forged discover reports that deflate (250 among 50,000: the top strings'
+   estimates moved per forged report against poisoning_bound and the frame's
+   forged_report_max_down), and the collector's smaller defects (non-UTF-8 Authorization under
+   an ingest key, a token in a query string with --access-log, control bytes in CSV, a batch
+   replayed after batch_id_days); then the issue's bars in one table.
+14-15. issue 26 §1-§2: a device clock cycling over three days (or advancing a day per reading) in one
+   real day, Python and Node SDKs against the collector; a SIGSTOPped ledger-lock holder.
 
     python bench/robustness.py [--quick]
 """
@@ -572,6 +581,342 @@ def storage_failures(runs: int) -> None:
                 "6. the device's storage fails: epsilon one device delivers per window over restarts")
 
 
+# --- issue 26: floods and forgeries that silenced honest reports or moved estimates ----------------------
+FLOOD_A = [f"a{i:02d}" for i in range(30)]
+FLOOD_B = [f"b{i:02d}" for i in range(30)]
+FLOOD_REGISTRY = f"""
+[dimensions]
+min_reports = 1
+
+[dimensions.a]
+values = [{", ".join(f'"{v}"' for v in FLOOD_A)}]
+
+[dimensions.b]
+values = [{", ".join(f'"{v}"' for v in FLOOD_B)}]
+
+[metrics.crashed]
+kind = "boolean"
+epsilon = 1.0
+dimensions = ["a", "b"]
+
+[metrics.plain]
+kind = "boolean"
+epsilon = 1.0
+"""
+
+
+def stored_totals(db: Path, registry, names: list[str]) -> tuple[dict[str, int], int]:
+    """Each metric's total reports in the SQLite store, and the segments of 'crashed' stored."""
+    from collector.storage.aio import ThreadedStore
+
+    async def read():
+        store = ThreadedStore(db)
+        try:
+            totals = {}
+            for name in names:
+                spec = registry.get(name)
+                totals[name] = (await store.aload(name, spec.fingerprint,
+                                                  spec.protocol_impl.new_sketch())).total_reports
+            segments = len({w.metric for w in await store.awindows() if w.metric.startswith("crashed@")})
+            return totals, segments
+        finally:
+            await store.aclose()
+    totals, segments = asyncio.run(read())
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        in_segments = conn.execute("SELECT coalesce(sum(reports), 0) FROM sketches WHERE metric LIKE 'crashed@%'")
+        totals["crashed segments"] = in_segments.fetchone()[0]
+    return totals, segments
+
+
+def segment_flood() -> list:
+    """§3: 1,000 one-report batches from 17 addresses open every combination of a 1,024-combination
+    registry but 24 (the default cap is 1,000); then 10 real SDK devices in the 24 left report
+    one 'crashed' (broken down) and one 'plain' (no dimensions) each."""
+    import itertools
+
+    from client_sdk import RetryPolicy, TelemetryClient
+
+    workdir = Path(tempfile.mkdtemp(prefix="ldpt-flood-"))
+    (workdir / "metrics.toml").write_text(FLOOD_REGISTRY)
+    registry = load_registry(workdir / "metrics.toml")
+    spec = registry.get("crashed")
+    every = list(itertools.product(FLOOD_A + ["other", None], FLOOD_B + ["other", None]))
+    every = [every[i] for i in np.random.default_rng(3).permutation(len(every))]
+    flood, spared = every[:1000], every[1000:1010]
+    dims = lambda a, b: {k: v for k, v in (("a", a), ("b", b)) if v is not None}  # noqa: E731
+    rng = np.random.default_rng(26)
+    bodies = [msgpack.packb({"v": 1, "batch_id": os.urandom(16), "d": dims(a, b),
+                             "reports": msgpack.unpackb(valid_bodies(spec, 1, 1, rng)[0])["reports"]})
+              for a, b in flood]
+    env = {"LDPT_TRUSTED_PROXIES": "127.0.0.1", "LDPT_RELAY_SOURCES": ""}   # the rate limits apply
+
+    async def attack(port: int) -> list[int]:
+        return [await send_raw(port, xff_request(body, [f"203.0.113.{1 + i % 17}"]))
+                for i, body in enumerate(bodies)]
+    with collector(workdir, env) as (proc, port, admin, log):
+        statuses = asyncio.run(attack(port))
+        results: list = []
+
+        def device(i: int, a, b) -> None:
+            client = TelemetryClient(f"http://127.0.0.1:{port}", registry, workdir / f"dev{i}",
+                                     retry=RetryPolicy(initial=0.05, maximum=0.5), max_batch_age=0.05,
+                                     dimensions=dims(a, b))
+            client.report("crashed", True)
+            client.report("plain", False)
+            client.close(30.0)
+            results.append(client.stats())
+        threads = [threading.Thread(target=device, args=(i, a, b)) for i, (a, b) in enumerate(spared)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        warned = any("above max_segments = 1,000" in line for line in log)
+    totals, segments = stored_totals(workdir / "c.sqlite", registry, ["crashed", "plain"])
+    acked = sum(s["reports_acked"] for s in results)
+    counted = totals["crashed"] - statuses.count(200) + totals["plain"]
+    print_table(["attack batches (17 addresses) accepted", "segments stored", "honest reports acked / sent",
+                 "honest reports in the stored totals", "'crashed' reports in no segment", "serve warned"],
+                [[f"{statuses.count(200)} / {len(bodies)}", segments, f"{acked} / {2 * len(spared)}",
+                  f"{counted} / {2 * len(spared)}", totals["crashed"] - totals["crashed segments"],
+                  "yes" if warned else "no"]],
+                "11. issue 26 §3, the segment-cap flood: 1,024 combinations, cap 1,000 (before: 0 / 20 acked, "
+                "the whole batch a 422 too-many-segments)")
+    return [["§3 segment flood: honest reports acked and counted", f"{min(acked, counted)} / {2 * len(spared)}",
+             "20 / 20", "ok" if min(acked, counted) == 2 * len(spared) else "FAIL"]]
+
+
+def discover_deflation(quick: bool) -> list:
+    """§4: forged discover reports that claim a group (250 among 50,000 honest, ε 4, L = 16), and
+    the top strings' estimates moved per forged report, against poisoning_bound and the frame's
+    own worst case."""
+    import copy
+
+    import estimators.discovery as discovery
+    from client_sdk.protocols.discover import bucket, fingerprint, key_bytes, truncate
+    from client_sdk.registry import parse_registry
+    from estimators.discovery import decode_candidates
+    from estimators.simulation import Population, host_names, simulate_sketch
+
+    length = 8 if quick else 16
+    spec = parse_registry({"metrics": {"home": {"kind": "string", "protocol": "discover", "epsilon": 4.0,
+                                                "max_length": length}}}).get("home")
+    proto, par = spec.protocol_impl, spec.protocol_impl.params
+    values = host_names(300)
+    w = np.arange(1, 301) ** -1.1
+    honest = simulate_sketch(spec, Population(values, np.round(50_000 * w / w.sum()).astype(np.int64)),
+                             np.random.default_rng(18))
+    tops = [truncate(v, length).decode() for v in values[:5]]
+    before = decode_candidates(proto, honest, tops)
+    rng = np.random.default_rng(26)
+    m, last = 250, par.groups - 1
+    top_fp = fingerprint(key_bytes(truncate(values[0], length), length))
+
+    def forged(groups, avoid_top=False) -> dict:
+        groups = np.asarray(groups, dtype=np.int64)
+        seeds = rng.integers(0, par.seeds, len(groups))
+        y = rng.integers(0, par.g, len(groups))
+        if avoid_top:   # the cell next to the top string's: supports nothing of it
+            y = (bucket(seeds, np.full(len(groups), top_fp, dtype=np.uint64), par.g).astype(np.int64) + 1) % par.g
+        return {"group": groups, "seed": seeds.astype(np.int64), "y": y.astype(np.int64)}
+
+    kept = [discovery.ancestor((truncate(v, length), len(truncate(v, length)) < length), length)
+            for v in values[:5]]
+    keys = discovery._search_and_hold_out(proto, honest, kept_extra=kept, keep=40, screen=160)[0]
+    onehot, a_inv = discovery._held_group(proto, honest).system(
+        discovery.fingerprints([discovery._key_blob(k) for k in keys]))
+    worst = int(np.argmin(onehot @ a_inv[:, 0]))
+    attacks = {"held-out group, random content (the issue's attack)": forged(np.full(m, last)),
+               "held-out group, avoiding the top string's cells": forged(np.full(m, last), avoid_top=True),
+               "held-out group, the worst cell for the top string": {
+                   "group": np.full(m, last, dtype=np.int64), "seed": np.full(m, worst // par.g, dtype=np.int64),
+                   "y": np.full(m, worst % par.g, dtype=np.int64)},
+               "spread like honest devices, random content": forged(np.arange(m) % par.groups)}
+    bound = poisoning_bound(proto)
+    reach = float(before.attrs["forged_report_max_down"])
+    rows, worst_down = [], 0.0
+    for name, payloads in attacks.items():
+        sketch = copy.deepcopy(honest)
+        proto.accumulate(sketch, payloads)
+        df = decode_candidates(proto, sketch, tops)
+        moved = (df.estimate.to_numpy() - before.estimate.to_numpy()) / m
+        worst_down = min(worst_down, float(moved.min()))
+        rows.append([name, f"{moved[0]:+.2f}", f"{moved.min():+.2f} to {moved.max():+.2f}",
+                     f"{100 * np.median(moved * m / before.estimate.to_numpy()):+.1f}%",
+                     "yes" if "warning" in df.attrs else "no"])
+    print_table(["250 forged reports claim", "top string, per forged report", "five top strings",
+                 "median change, all five", "warning"], rows,
+                f"12. issue 26 §4, discover deflation: 250 forged among 50,000 honest (eps 4, L = {length}); "
+                f"bounds per report: deflation (L+1)·δ = {bound.deflation:.2f}, the frame's "
+                f"forged_report_max_down = {reach:.2f}, gain = {bound.gain:.2f} (before: -5.9 for the top string)")
+    return [["§4 discover: most a forged report lowered an estimate", f"{-worst_down:.2f}",
+             f"<= forged_report_max_down {reach:.2f} (gain {bound.gain:.2f})",
+             "ok" if -worst_down <= reach * (1 + 1e-6) and reach <= bound.gain else "FAIL"]]
+
+
+def smaller_defects(workdir: Path, spec, rng: np.random.Generator) -> list:
+    """§5's collector items: non-UTF-8 Authorization under an ingest key, a token in a query string
+    with --access-log, control bytes in CSV, and a replay after the batch ids' retention."""
+    from estimators.formats import frame_to_csv
+
+    rows, bars = [], []
+    body = valid_bodies(spec, 1, 8, rng)[0]
+    key_dir = Path(tempfile.mkdtemp(prefix="ldpt-auth-"))
+    (key_dir / "metrics.toml").write_text((workdir / "metrics.toml").read_text())
+    (key_dir / "key").write_text("bench-ingest-key-0123456789\n")
+    (key_dir / "key").chmod(0o600)
+    env = {"LDPT_RELAY_SOURCES": "", "LDPT_INGEST_KEY_FILE": str(key_dir / "key")}
+    sent = 200
+
+    async def bad_auth(port: int) -> list[int]:
+        req = post_request(body).replace(b"\r\n\r\n", b"\r\nAuthorization: Bearer \xff\xfe\xc3(\x80\r\n\r\n", 1)
+        return [await send_raw(port, req) for _ in range(sent)]
+    with collector(key_dir, env) as (proc, port, admin, log):
+        statuses = asyncio.run(bad_auth(port))
+    errors = sum("Traceback" in line or " ERROR " in line for line in log)
+    counts = ", ".join(f"{s}: {statuses.count(s)}" for s in sorted(set(statuses)))
+    rows.append([f"{sent} batches, non-UTF-8 Authorization (ingest key set)", counts,
+                 f"{errors} ERROR/traceback log lines", "500 + a traceback each, before the rate limit"])
+    bars.append(["§5 non-UTF-8 Authorization: 5xx / ERROR lines", f"{sum(s >= 500 for s in statuses)} / {errors}",
+                 "0 / 0, 429s after the burst", "ok" if not errors and all(s in (401, 429) for s in statuses)
+                 and 429 in statuses else "FAIL"])
+
+    secret = "pasted-token-0123456789"
+    log_dir = Path(tempfile.mkdtemp(prefix="ldpt-alog-"))
+    (log_dir / "metrics.toml").write_text((workdir / "metrics.toml").read_text())
+    with collector(log_dir, {}, "--access-log") as (proc, port, admin, log):
+        req = (f"GET /v1/metrics/page/estimates?token={secret}&window=2026-01-02 HTTP/1.1\r\nHost: x\r\n"
+               f"Referer: https://dash.example/ui/?token={secret}\r\nConnection: close\r\n\r\n").encode()
+        status = asyncio.run(send_raw(port, req))
+        asyncio.run(send_raw(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+        deadline = time.monotonic() + 20
+        while not any("/healthz" in line for line in log) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    leaked = sum(secret in line for line in log)
+    logged = next((m.group(1) for line in log if (m := re.search(r'"GET (/v1/metrics/page/estimates\S*)', line))),
+                  None)
+    rows.append(["GET ?token=<secret> (and in Referer) with --access-log", f"HTTP {status}",
+                 f"{leaked} log lines with the secret; logged as {logged}", "the target and Referer logged as sent"])
+    bars.append(["§5 --access-log: lines carrying a query value", str(leaked), "0",
+                 "ok" if not leaked and logged else "FAIL"])
+
+    import pandas as pd
+
+    title = "\x1b]0;pwned\x07evil.example"
+    df = pd.DataFrame({"value": [title, "\x1b[2J\x1b[Hclear", "=cmd|' /C calc'!A0"], "estimate": [1.0, 2.0, 3.0]})
+    controls = lambda text: sum(ord(c) < 0x20 and c not in "\r\n" or 0x7F <= ord(c) < 0xA0  # noqa: E731
+                                for c in text)
+    safe, raw = frame_to_csv(df), frame_to_csv(df, raw=True)
+    rows.append(["CSV of 3 reporter-chosen strings (ESC, BEL, a formula)", "format=csv / --format csv",
+                 f"{controls(safe)} control bytes ({controls(raw)} with --raw-csv)", "raw ESC and BEL"])
+    bars.append(["§5 CSV: control bytes from reported strings", str(controls(safe)), "0",
+                 "ok" if not controls(safe) else "FAIL"])
+
+    # a batch replayed after its id left batch_id_days: the collector cannot date it (no time on
+    # the wire), so it is counted again -- documented (docs/operations.md, "Batch ids")
+    rep_dir = Path(tempfile.mkdtemp(prefix="ldpt-replay-"))
+    (rep_dir / "metrics.toml").write_text((workdir / "metrics.toml").read_text())
+    outcomes = []
+    for step in ("first", "retry within batch_id_days", "replay after batch_id_days"):
+        if step.startswith("replay"):
+            with contextlib.closing(sqlite3.connect(rep_dir / "c.sqlite")) as conn, conn:
+                old = (time.time() - 20 * 86400)
+                conn.execute("UPDATE batches SET received = ?", (time.strftime("%Y-%m-%dT12:00:00+00:00",
+                                                                               time.gmtime(old)),))
+            subprocess.run([sys.executable, "-c", "from cli.main import main; main()", "prune", "--db",
+                            str(rep_dir / "c.sqlite"), "--before", time.strftime("%Y-%m-%d", time.gmtime(old + 86400))],
+                           cwd=ROOT, check=True, capture_output=True)
+        with collector(rep_dir, {}) as (proc, port, admin, log):
+            outcomes.append(asyncio.run(send_raw(port, post_request(body))))
+    with contextlib.closing(sqlite3.connect(rep_dir / "c.sqlite")) as conn:
+        stored = conn.execute("SELECT coalesce(sum(reports), 0) FROM sketches").fetchone()[0]
+    rows.append(["one 8-report batch sent, retried, replayed 20 days later", ", ".join(map(str, outcomes)),
+                 f"{stored} reports stored (the replay counted again: documented)", "the same"])
+    print_table(["attack", "statuses", "result", "before"], rows, "13. issue 26 §5, the collector's smaller defects")
+    return bars
+
+
+def clock_attacks() -> None:
+    """14. Issue 26 §1: a device whose wall clock cycles over three days (or advances a day per
+    reading) within 22¾ real hours, through the Python and the Node SDK against a live collector;
+    reports sent of 91 (1 per window, [device] epsilon_per_window = 1). Clocks are injected."""
+    import json as _json
+
+    from tests.js_runtime_support import built_sdk
+    from tests.test_sdk_clock_attack import ATTACK_TOML, CYCLES, attack
+
+    rows = []
+    cases = [(f"cycle {list(v)}", v) for v in CYCLES.values()] + [("steady +1 day per reading", tuple(range(91)))]
+    try:
+        built_sdk()
+        node = True
+    except BaseException:   # no node/npm here: the Python SDK alone
+        node = False
+    for name, offsets in cases:
+        workdir = Path(tempfile.mkdtemp(prefix="ldpt-clock-"))
+        (workdir / "metrics.toml").write_text(ATTACK_TOML)
+        with collector(workdir, {}) as (_, port, _admin, _log):
+            url = f"http://127.0.0.1:{port}"
+            py, _book = attack(url, workdir / "py-device", offsets)
+            js = "-"
+            if node:
+                out = subprocess.run(["node", str(ROOT / "client_sdk/js/e2e/node-fleet.mjs"), "clock", url,
+                                      str(workdir / "js-device"), _json.dumps(list(offsets))],
+                                     capture_output=True, text=True, timeout=300, cwd=ROOT / "client_sdk/js")
+                js = _json.loads(out.stdout)["reports_acked"] if out.returncode == 0 else "error"
+        rows.append([name, 91, py, js, "<= 3", "ok" if py <= 3 and (js == "-" or js <= 3) else "FAIL"])
+    print_table(["wall clock", "readings", "sent: Python", "sent: Node", "bar", ""], rows,
+                "14. issue 26 §1: a lying device clock within one real day (was 61 of 91 for the cycles)")
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    return stat[stat.rindex(")") + 2:].startswith("T")
+
+
+def paused_lock_holder() -> None:
+    """15. Issue 26 §2: a process SIGSTOPped while it holds the ledger's lock (its book read), the
+    lock file aged an hour, a second process charging the same device meanwhile; reports
+    charged under reports_per_window = 1 (Node: the JS SDK's charge worker; Python: flock)."""
+    import multiprocessing
+
+    from client_sdk.ledger import Ledger
+    from tests.test_sdk_ledger import _commit_paused, charge, noon
+
+    rows = []
+    state = Path(tempfile.mkdtemp(prefix="ldpt-paused-py-"))
+    holder = multiprocessing.get_context("fork").Process(target=_commit_paused, args=(str(state),))
+    holder.start()
+    while not _stopped(holder.pid):
+        time.sleep(0.01)
+    os.utime(state / "ledger.lock", (0, 0))
+    second = threading.Thread(target=lambda: box.append(Ledger(state).commit([charge()], elapsed=lambda: noon(20_000))))
+    box: list = []
+    second.start()
+    time.sleep(1.0)
+    waited = second.is_alive()
+    os.kill(holder.pid, signal.SIGCONT)
+    holder.join(30)
+    second.join(30)
+    rows.append(["Python (flock)", "yes" if waited else "NO", int(holder.exitcode == 0) + int(box[0].outcomes[0] is None)])
+    worker = ROOT / "client_sdk/js/build/test/charge_worker.js"
+    if worker.exists():
+        state = Path(tempfile.mkdtemp(prefix="ldpt-paused-js-"))
+        first = subprocess.Popen(["node", str(worker), str(state), "1", "1", "stop"], stdout=subprocess.PIPE, text=True)
+        while not _stopped(first.pid):
+            time.sleep(0.01)
+        os.utime(state / "ledger.nodelock", (time.time() - 3600,) * 2)
+        other = subprocess.Popen(["node", str(worker), str(state), "1", "1"], stdout=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        waited = other.poll() is None
+        os.kill(first.pid, signal.SIGCONT)
+        charged = int(first.communicate(timeout=60)[0].strip() or 0) + int(other.communicate(timeout=60)[0].strip() or 0)
+        rows.append(["Node (lock file)", "yes" if waited else "NO", charged])
+    print_table(["SDK", "second process waited (1 s)", "reports charged", "bar", ""],
+                [r + ["<= 1", "ok" if r[2] <= 1 else "FAIL"] for r in rows],
+                "15. issue 26 §2: a paused ledger-lock holder, reports_per_window = 1 (before, Node: 2)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smaller counts (CI smoke run)")
@@ -694,6 +1039,11 @@ def main() -> None:
     rows.append(["discover: moved per forged report, worst placement", f"{worst:.2f}x honest placement",
                  "<= 3x", "ok" if worst <= 3 else "FAIL"])
     print_table(["issue 18 attack", "honest success / figure", "bar", ""], rows, "issue 18 bars")
+    # 11-13. issue 26 (the collector's half; the SDKs' clock and lock attacks beside them)
+    issue26 = segment_flood() + discover_deflation(opts.quick) + smaller_defects(workdir, spec, rng)
+    clock_attacks()        # 14-15. the SDKs' half
+    paused_lock_holder()
+    print_table(["issue 26 attack", "measured", "bar", ""], issue26, "issue 26 bars")
     print(f"\n(total {time.monotonic() - started:.0f} s)")
 
 

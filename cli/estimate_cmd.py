@@ -132,6 +132,9 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
                 df = local_estimate(reader, spec, window, since, until, by, confidence, simultaneous,
                                     consistent, read_candidates(candidates, spec), top, progress,
                                     rows_wanted=default_page(spec, top, fmt, all_rows, by, truth, plot_path))
+                privacy = reader.privacy(spec, [window] if window else None, since, until)
+                if privacy is not None:
+                    df.attrs["privacy"] = privacy
             if spec.unit:
                 df.attrs["unit"] = spec.unit
     numeric = str(df.attrs.get("kind", "")).startswith("numeric")
@@ -425,6 +428,20 @@ class StoreReader:
                              "version control; `ldpt metrics check FILE` prints each metric's "
                              "fingerprint), or keep the new parameters under a new metric name")
         return mine
+
+    def privacy(self, spec: MetricSpec, windows: list[str] | None, since: str | None,
+                until: str | None) -> dict | None:
+        """``meta.privacy``: the local ε and each window's central claim from the store's records of
+        shuffled batches (collector/claims.py), as the query API states it (None: nothing to state)."""
+        from collector.claims import stated_privacy, windows_in_query
+
+        if self._loop is not None:
+            records = self._loop.run_until_complete(
+                self._store.ashuffle_records(spec.name, spec.fingerprint, windows, since, until))
+        else:
+            records = self._store.shuffle_records(spec.name, spec.fingerprint, windows, since, until)
+        stored = windows_in_query(self._windows(spec.name), spec.fingerprint, windows, since, until)
+        return stated_privacy(spec, stored, records)
 
     def breakdown(self, spec: MetricSpec, by: str, windows: list[str] | None, since: str | None,
                   until: str | None, confidence: float, simultaneous: bool, consistent: bool):  # noqa: ANN201

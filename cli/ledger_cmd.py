@@ -26,7 +26,9 @@ def device_line(device: dict) -> str:
     return (f"device: eps {_fmt_eps(device['window_epsilon'])} in window {device['window'] or '-'}, "
             f"eps {_fmt_eps(device['lifetime_epsilon'])} over the lifetime ({device['metrics']} metrics); "
             f"refused by the [device] caps: {device['refused_device_window']} (window) + "
-            f"{device['refused_device_lifetime']} (lifetime)")
+            f"{device['refused_device_lifetime']} (lifetime); clock rule: {device['windows_opened']} windows "
+            f"opened, {device['charges_held']} charges held, {device['window_redates']} re-dates "
+            f"(docs/privacy.md, \"Clock errors\")")
 
 
 def ledger_table(rows: list[dict], state_dir: Path, device: dict | None = None) -> str:

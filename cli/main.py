@@ -36,6 +36,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                "their format."),
     "serve": ("cli.serve_cmd", "serve", "Run the collector until SIGTERM/SIGINT (then commit what was "
               "accepted and exit 0)."),
+    "shuffle": ("cli.shuffle_cmd", "shuffle", "Run an anonymising shuffler for sealed reports until "
+                "SIGTERM/SIGINT."),
     "simulate": ("cli.simulate_cmd", "simulate", "Simulate CLIENTS devices reporting METRIC once each into a "
                  "sketch store (or a collector)."),
 }

@@ -54,7 +54,7 @@ def check(file: str, max_segments: int | None) -> None:
             g = spec.protocol_impl.params.g
             click.echo(f"{spec.name}: loloha memoises per hashed value: at most g = {g} x eps inf = "
                        f"{g * spec.protocol_impl.epsilon_longitudinal:.4f} over the lifetime")
-    for line in device_warnings(registry):
+    for line in device_warnings(registry) + memo_window_warnings(registry):
         click.echo(line, err=True)
     check_dimensions(registry, file)
     check_segment_cap(registry, max_segments)
@@ -172,6 +172,26 @@ def device_warnings(registry) -> list[str]:
     if device.lifetime_epsilon is not None:
         out.append(f"[device] lifetime_epsilon = {device.lifetime_epsilon:g}: once the device has spent it, "
                    "every further report is refused")
+    return out
+
+
+def memo_window_warnings(registry) -> list[str]:  # noqa: ANN001 - a Registry
+    """Warn where a memoised metric's reports_per_window reports in one window reveal more than
+    the r·ε₁ the ledger charges for them: they share the memoised response, so they do not
+    compose (estimators/window_epsilon.py; docs/privacy.md, "Memoisation")."""
+    from estimators.window_epsilon import window_epsilon
+
+    out = []
+    for spec in registry:
+        r, proto = int(spec.reports_per_window), spec.protocol_impl
+        if r < 2 or proto.name not in ("lgrr", "loloha", "losue", "dbitflip"):
+            continue
+        exact, charged = window_epsilon(proto, r), r * proto.epsilon
+        if exact > charged * (1 + 1e-6):
+            out.append(f"warning: {spec.name}: {r} reports in one window share the memoised response and "
+                       f"reveal up to eps {exact:.4g}, more than the {charged:.4g} (r x eps/report) the "
+                       "ledger charges; use reports_per_window = 1, or plan the [device] caps with eps "
+                       f"{exact:.4g} per window (docs/privacy.md, \"Memoisation\")")
     return out
 
 

@@ -40,6 +40,10 @@ def frame_to_table(df: pd.DataFrame) -> str:
             + _window_note(a)
             + (f"  unit {a['unit']}" if a.get("unit") else "")
             if eps is not None else f"metric {a.get('metric')}")
+        if a.get("privacy") and head:
+            from collector.claims import privacy_note
+
+            head[0] += privacy_note(a["privacy"])
     shown = _terminal_safe(df)
     if str(a.get("kind", "")).startswith("numeric"):
         return "\n".join(head + [_numeric_table(shown)]) + "\n"

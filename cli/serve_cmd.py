@@ -48,6 +48,9 @@ def _settings_help() -> str:
 @click.option("--ohttp-keys-dir", type=click.Path(file_okay=False, exists=True), default=None,
               help="Be an Oblivious HTTP gateway for sealed batches with the keys of this directory "
                    "(`ldpt keys generate --dir DIR`).")
+@click.option("--shuffler-token-file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Take shuffled batches (POST /v1/shuffled-batches) from shufflers presenting a token "
+                   "of this file (one per line, mode 0600); see `ldpt shuffle`.")
 @click.option("--min-reports", type=click.IntRange(min=0), default=None,
               help="Refuse estimates for windows with fewer reports than this [default: 0].")
 @click.option("--retention-days", type=click.IntRange(min=0), default=None,
@@ -66,7 +69,8 @@ def _settings_help() -> str:
 def serve(config_file: str | None, metrics_file: str | None, db: str | None, postgres: str | None,
           host: str | None, port: int | None, workers: int | None, window: str | None,
           query_token_file: str | None, allow_insecure_token_file: bool | None,
-          ingest_key_file: str | None, ohttp_keys_dir: str | None, min_reports: int | None, retention_days: int | None,
+          ingest_key_file: str | None, ohttp_keys_dir: str | None, shuffler_token_file: str | None,
+          min_reports: int | None, retention_days: int | None,
           tls_cert: str | None, tls_key: str | None, admin_port: int | None,
           admin_host: str | None, access_log: bool | None) -> None:
     """Run the collector until SIGTERM/SIGINT (then commit what was accepted and exit 0)."""
@@ -81,7 +85,7 @@ def serve(config_file: str | None, metrics_file: str | None, db: str | None, pos
             metrics_file, toml=config_file, check_files=True, db=db, postgres_dsn=postgres, host=host, port=port,
             workers=workers, window=window, query_token_file=query_token_file,
             allow_insecure_token_file=allow_insecure_token_file, ingest_key_file=ingest_key_file,
-            ohttp_keys_dir=ohttp_keys_dir, min_reports=min_reports, retention_days=retention_days, tls_cert=tls_cert,
+            ohttp_keys_dir=ohttp_keys_dir, shuffler_token_file=shuffler_token_file, min_reports=min_reports, retention_days=retention_days, tls_cert=tls_cert,
             tls_key=tls_key, admin_port=admin_port, admin_host=admin_host, access_log=access_log)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None

@@ -43,6 +43,7 @@ from typing import Any
 
 from ._files import atomic_write
 from ._lazy import LazyLogger, logging, numpy_types
+from .device_clock import ElapsedClock, system_elapsed
 from .errors import (
     DomainError,
     FingerprintMismatch,
@@ -53,7 +54,7 @@ from .errors import (
     UnknownMetricError,
 )
 from .hashing import encode_text
-from .ledger import Accounts, Charge, Refusal, RefusalCounts, apply
+from .ledger import Book, Charge, Refusal, RefusalCounts, apply, day_of
 from .options import ClientOptions
 from .protocols._longitudinal import Memoised
 from .queue import DiskOutbox, MemoryOutbox, OutboxLimits
@@ -295,6 +296,9 @@ class ClientCore:
         # wall clock (seconds since the epoch): the ledger's windows are its UTC days; tests and
         # simulations inject one (ClientOptions.clock) to move through days
         self._clock: Callable[[], float] = options.clock or _wall_clock
+        # elapsed clock (epoch, seconds) that decides how fast the ledger opens new windows
+        # (client_sdk.device_clock); read by the ledger under its lock, and here for the mirror
+        self._elapsed: ElapsedClock = options.elapsed_clock or system_elapsed
         self._lock = threading.Lock()
         self._logged: set[Any] = set()
         self._counters = dict.fromkeys(CLIENT_COUNTERS, 0)
@@ -326,8 +330,8 @@ class ClientCore:
         self._cohorts: dict[tuple[str, int], int] = {}
         self._disabled: str | None = None
         self._disabled_counter = "disabled"
-        self._accounts: Accounts = {}
-        self._mirror: Accounts = {}
+        self._accounts: Book = Book()
+        self._mirror: Book = Book()
         self._uncommitted: dict[int, Charge] = {}
         self._refusals: dict[tuple[str, Refusal], list[Any]] = {}
         self._resync = False
@@ -337,7 +341,7 @@ class ClientCore:
             self._load_secret(state_dir)
         try:
             self._accounts = self.state.ledger.snapshot()
-            self._mirror = {k: v.copy() for k, v in self._accounts.items()}
+            self._mirror = self._accounts.copy()
         except LedgerError as exc:
             if strict:
                 raise
@@ -525,11 +529,11 @@ class ClientCore:
         now = self._clock()
         if rt.two_round:  # one ε∞ per distinct memo key (LOLOHA: per distinct hashed value)
             key = rt.proto.memo_key(idx, self._secret, rt.name)  # type: ignore[attr-defined]
-        charge = Charge(rt.name, rt.fingerprint, int(now // 86_400), rt.eps, rt.eps_inf,
+        charge = Charge(rt.name, rt.fingerprint, day_of(now), rt.eps, rt.eps_inf,
                         value_digest(self._lkey, rt.fingerprint, key) if rt.memoised else None,  # type: ignore[arg-type]
                         rt.rpw, rt.budget, rt.dev_window, rt.dev_lifetime)
         with self._lock:
-            refusal = apply(self._mirror, charge)   # reserve in the mirror of the ledger
+            refusal = apply(self._mirror, charge, self._elapsed())   # reserve in the mirror of the ledger
             if refusal is None:
                 self._uncommitted[id(charge)] = charge
             else:
@@ -569,7 +573,7 @@ class ClientCore:
         Re-derived every day so the cohort is no stable identifier across windows (estimates
         only need it independent of the value); within a day the batch links reports anyway.
         """
-        day = int(self._clock() // 86_400)
+        day = day_of(self._clock())
         key = (rt.name, day)
         arr = self._cohorts.get(key)
         if arr is None:
@@ -673,7 +677,7 @@ class ClientCore:
             return False
         return True
 
-    def _committed(self, items: Any, outcomes: Any, accounts: Accounts | None,
+    def _committed(self, items: Any, outcomes: Any, accounts: Book | None,
                    foreign: bool = True) -> None:
         """The worker charged (or dropped) queued reports: update counters and the mirror.
 
@@ -706,9 +710,11 @@ class ClientCore:
 
     def _rebuild_mirror(self) -> None:
         """mirror = committed accounts + reports queued but not yet charged (lock held)."""
-        mirror = {k: v.copy() for k, v in self._accounts.items()}
-        for c in self._uncommitted.values():
-            apply(mirror, c)
+        mirror = self._accounts.copy()
+        if self._uncommitted:
+            reading = self._elapsed()
+            for c in self._uncommitted.values():
+                apply(mirror, c, reading)
         self._mirror = mirror
 
     def _resync_after_fork(self) -> None:
@@ -767,7 +773,7 @@ class ClientCore:
             return False
         return delivered
 
-    def ledger_snapshot(self) -> Accounts:
+    def ledger_snapshot(self) -> Book:
         """The privacy ledger as committed (what `ldpt ledger` shows)."""
         return self.state.ledger.snapshot()
 
@@ -846,7 +852,8 @@ class TelemetryClient(ClientCore):
     ``options`` (``ClientOptions``), and any ``ClientOptions`` field as a keyword
     (``batch_size``, ``max_batch_age``, ``queue_size``, ``drop_policy``, ``retry``,
     ``outbox_limits``, ``offline``, ``strict``, ``pins``, ``timeout``, ``clock`` — the wall
-    clock in seconds since the epoch, default ``time.time``: the ledger's windows are its UTC days).
+    clock in seconds since the epoch, default ``time.time``: the ledger's windows are its UTC days —
+    and ``elapsed_clock``, which decides how fast new windows may open: client_sdk.device_clock).
     """
 
     def __init__(self, endpoint: str | None = None,

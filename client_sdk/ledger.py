@@ -22,12 +22,13 @@ the epsilon charged in the current window, or of the lifetime charges, would exc
 ``epsilon_per_window`` or ``lifetime_epsilon``. The check runs inside the same locked
 read-modify-write as the per-metric limits, so it holds across processes.
 
-Clock errors: the ledger's windows are UTC days of the device's clock, which it cannot check.
-A charge dated before the book's window counts in the book's window (a clock stepped back
-gains no budget). A book window more than ``MAX_WINDOW_AHEAD_DAYS`` ahead of the clock is taken
-for a clock error instead — a clock that jumped years ahead and came back would otherwise
-silence the metric until that date — and is re-dated to the clock's day, its spend kept
-(``redate_future``; docs/privacy.md, "Clock errors").
+Clock errors: the ledger's windows are UTC days of the device's wall clock, which anyone able
+to set the clock controls. The book therefore keeps ONE current window for the device and lets
+the device's elapsed clock (a boot or monotonic clock, which never runs faster than real time)
+decide how fast new windows may open: at most two in any 24 hours of real time, plus one per
+new elapsed-clock epoch (a reboot, a process without a boot clock). A charge dated before the
+window counts in it, or, more than ``MAX_WINDOW_AHEAD_DAYS`` before, re-dates it with its
+spend kept (client_sdk.device_clock; docs/privacy.md, "Clock errors").
 
 The file ``ledger.json`` holds no true value. Every update is a read-modify-write under an
 exclusive lock on ``ledger.lock`` (flock(2), or msvcrt.locking on Windows: client_sdk._files),
@@ -55,19 +56,26 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ._files import atomic_write, flocked, remove_stale_temps
+from .device_clock import (
+    MAX_WINDOW_AHEAD_DAYS,  # noqa: F401 - re-exported (the ledger's rule)
+    DeviceClock,
+    ElapsedClock,
+    Move,
+    Reading,
+    place,
+    system_elapsed,
+)
 from .errors import LedgerError
 
 LEDGER_FILE = "ledger.json"
 LOCK_FILE = "ledger.lock"
 LEDGER_FORMAT = "ldpt-ledger"
-LEDGER_VERSION = 1
+LEDGER_VERSION = 2   # 2: the device clock state (``clock``); version-1 files are read
 #: Relative slack when comparing spends with a budget: realised epsilons are quantised floats.
 BUDGET_SLACK = 1e-9
 SECONDS_PER_DAY = 86_400
-#: How far ahead of the clock (UTC days) a recorded window may be before it is taken for a clock
-#: error and re-dated to the clock's day (its spend kept). Within it, a clock set back by a day
-#: or two (a time zone fixed, drift corrected) still spends from the window it already used.
-MAX_WINDOW_AHEAD_DAYS = 2
+#: The last day a window can name (9999-12-31): a wall clock beyond it charges that day.
+LAST_DAY = 2_932_896
 #: Charges applied between cooperative GIL releases: the worker never holds the interpreter
 #: for long stretches, so an app thread calling report() waits behind it only briefly.
 YIELD_EVERY = 16
@@ -89,7 +97,15 @@ class Refusal(str, enum.Enum):
 
 
 def day_of(timestamp: float) -> int:
-    """UTC day number (days since 1970-01-01) of a POSIX timestamp: the ledger's window."""
+    """UTC day number (days since 1970-01-01) of a POSIX timestamp: the ledger's window.
+
+    Any reading maps to a day a window can name: before 1970 (or not a number) is day 0,
+    after 9999 the last day — the clock rule then treats it as any other wrong clock.
+    """
+    if not timestamp >= 0:          # negative or NaN
+        return 0
+    if timestamp >= (LAST_DAY + 1) * SECONDS_PER_DAY:
+        return LAST_DAY
     return int(timestamp // SECONDS_PER_DAY)
 
 
@@ -142,9 +158,9 @@ class MetricAccount:
     reports_per_window: int = 1
     lifetime_budget: float | None = None
     memo: dict[str, set[str]] = dataclasses.field(default_factory=dict)  # fingerprint -> digests
-    previous_window: str = ""               # the window before ``window`` and its spend (after a
-    previous_reports: int = 0               # re-date: the window left, spend 0); what a clock
-    previous_epsilon: float = 0.0           # correction comes back to (redate_future)
+    previous_window: str = ""               # the window before ``window`` and its spend: a re-date
+    previous_reports: int = 0               # back onto that day adds them (the clock returned to
+    previous_epsilon: float = 0.0           # a day it had spent in: _redate)
 
     @property
     def distinct_values(self) -> int:
@@ -198,8 +214,37 @@ def _check_types(account: MetricAccount) -> None:
 Accounts = dict[str, MetricAccount]
 
 
+class Book(dict[str, MetricAccount]):
+    """Every metric's account (a dict, metric -> MetricAccount) and the device's clock state.
+
+    ``clock`` holds the device's current window and what the elapsed-time rule needs
+    (client_sdk.device_clock); every charge counts in ``clock.window``.
+    """
+
+    def __init__(self, accounts: Mapping[str, MetricAccount] | None = None,
+                 clock: DeviceClock | None = None) -> None:
+        super().__init__(accounts or {})
+        self.clock = clock if clock is not None else DeviceClock()
+
+    def copy(self) -> Book:   # type: ignore[override]
+        """A deep copy: accounts and clock."""
+        return Book({k: v.copy() for k, v in self.items()}, self.clock.copy())
+
+
+def as_book(accounts: Mapping[str, MetricAccount]) -> Book:
+    """``accounts`` itself when it is a Book; else a Book over copies of them with a new clock
+    (a book written before the clock rule: docs/conformance.md)."""
+    if isinstance(accounts, Book):
+        return accounts
+    return Book({k: v.copy() for k, v in accounts.items()})
+
+
 def _roll(account: MetricAccount, window: str) -> None:
-    """Start a new window when the charge is later; a late charge counts in the current one."""
+    """Start a new window when the charge is later; a late charge counts in the current one.
+
+    The window left and its spend are remembered (``previous_*``): a re-date back onto that
+    day adds them (the spend made there binds when the clock returns to it).
+    """
     if window > account.window:
         account.previous_window = account.window
         account.previous_reports, account.previous_epsilon = account.window_reports, account.window_epsilon
@@ -230,85 +275,37 @@ def device_totals(accounts: Mapping[str, MetricAccount], window: str) -> tuple[f
     return in_window, sum(a.lifetime_epsilon for a in accounts.values())
 
 
-def redate_future(accounts: Mapping[str, MetricAccount], charge: Charge) -> None:
-    """Take a book window more than MAX_WINDOW_AHEAD_DAYS after the charge's day for a clock error.
-
-    Such a window is re-dated to the charge's day with its spend kept (made under the wrong
-    clock, i.e. recently, it binds the present window), plus the spend of the window it had
-    left when the clock is back on that very day. A forward jump of the clock then silences a
-    metric for at most the rest of the day it is corrected on, not until the future date.
-
-    The window left behind is remembered (``previous_window``): if the clock later steps
-    forward onto it again — the step back was the error, e.g. a real-time clock reset at boot
-    and corrected by NTP — the book returns to it with the spend made meanwhile instead of
-    opening it afresh, so the round trip gains no budget either way.
-
-    Under [device] caps every metric's account is corrected (the device sums one window over
-    all of them); otherwise the charged metric's only.
-    """
-    window = window_name(charge.day)
-    try:
-        limit = window_name(charge.day + MAX_WINDOW_AHEAD_DAYS)
-    except (OverflowError, ValueError):   # a clock at the end of the calendar: nothing is ahead
-        limit = None
-    if charge.device_window_budget is None and charge.device_lifetime_budget is None:
-        account = accounts.get(charge.metric)
-        if account is None:
-            return
-        if limit is not None and account.window > limit:
-            _redate(account, window)
-        elif account.previous_window == window and account.window < window:
-            _resume(account, window)
-        return
-    latest, returning = "", False            # one pass in the common case (report()'s hot path)
-    for account in accounts.values():
-        if account.window > latest:
-            latest = account.window
-        returning = returning or account.previous_window == window
-    if limit is not None and latest > limit:
-        for account in accounts.values():
-            if account.window > limit:
-                _redate(account, window)
-        latest = max(a.window for a in accounts.values())
-        returning = any(a.previous_window == window for a in accounts.values())
-    if returning and latest < window:
-        # Back onto a window a re-date left: every metric continues there — those re-dated with
-        # it and those first charged while the clock was wrong (all in the device's latest window).
-        for account in accounts.values():
-            if account.window == latest or account.previous_window == window:
-                _resume(account, window)
+def _redate(book: Book, day: int) -> None:
+    """The window was re-dated back to ``day`` (the clock was set back): every account of a
+    later window moves there with its spend, plus the spend it had made on that very day."""
+    window = window_name(day)
+    for account in book.values():
+        if account.window > window:
+            if account.previous_window == window:
+                account.window_reports += account.previous_reports
+                account.window_epsilon += account.previous_epsilon
+            account.window = window
+            account.previous_window, account.previous_reports, account.previous_epsilon = "", 0, 0.0
 
 
-def _resume(account: MetricAccount, window: str) -> None:
-    """Forward onto the window a re-date left: it continues, with the spend made since."""
-    account.window = window
-    account.previous_window, account.previous_reports, account.previous_epsilon = "", 0, 0.0
+def _resume(book: Book, left: int, day: int) -> None:
+    """Forward onto the day a re-date left: the accounts of the window continue there."""
+    window, target = window_name(left), window_name(day)
+    for account in book.values():
+        if account.window == window:
+            account.window = target
 
 
-def _redate(account: MetricAccount, window: str) -> None:
-    left = account.window
-    if account.previous_window == window:   # back on the window the jump left: its spend binds too
-        account.window_reports += account.previous_reports
-        account.window_epsilon += account.previous_epsilon
-    account.window = window
-    account.previous_window, account.previous_reports, account.previous_epsilon = left, 0, 0.0
-
-
-def _in_device_window(accounts: Mapping[str, MetricAccount], charge: Charge) -> Charge:
-    """Under [device] caps a late charge (the clock stepped back) counts in the device's current
-    window — the latest of any metric — as a late charge of one metric counts in its own: the
-    cap on the sum over metrics then holds in that window."""
-    if charge.device_window_budget is None and charge.device_lifetime_budget is None:
-        return charge
-    latest = max((a.window for a in accounts.values()), default="")
-    if latest <= window_name(charge.day):
-        return charge
-    import datetime as dt
-
-    try:
-        return charge._replace(day=(dt.date.fromisoformat(latest) - dt.date(1970, 1, 1)).days)
-    except ValueError:   # a hand-edited window that is no date: charge as dated
-        return charge
+def place_charge(book: Book, charge: Charge, reading: Reading, may_open: bool = True) -> Charge:
+    """The charge re-dated to the window it counts in (the device clock rule, which may
+    open, hold, re-date or resume the book's window: client_sdk.device_clock.place)."""
+    before = book.clock.window
+    day, move = place(book.clock, charge.day, reading, may_open)
+    if move is Move.REDATE:
+        _redate(book, day)
+    elif move is Move.RESUME:
+        _resume(book, before, day)  # type: ignore[arg-type]
+    return charge if day == charge.day else charge._replace(day=day)
 
 
 def decide_device(accounts: Mapping[str, MetricAccount], charge: Charge) -> Refusal | None:
@@ -339,15 +336,18 @@ def decide(account: MetricAccount | None, charge: Charge) -> Refusal | None:
     return None
 
 
-def apply(accounts: Accounts, charge: Charge) -> Refusal | None:
-    """Charge ``accounts`` in place if the report fits; otherwise count the refusal."""
-    redate_future(accounts, charge)
-    charge = _in_device_window(accounts, charge)
+def apply(book: Book, charge: Charge, reading: Reading) -> Refusal | None:
+    """Charge ``book`` in place if the report fits; otherwise count the refusal.
+
+    ``reading`` is the device's elapsed clock read when the book is updated (under its lock:
+    client_sdk.device_clock); the charge's own day is the wall clock's, read at report().
+    """
+    charge = place_charge(book, charge, reading)
     window = window_name(charge.day)
-    account = accounts.get(charge.metric)
-    refusal = decide(account, charge) or decide_device(accounts, charge)
+    account = book.get(charge.metric)
+    refusal = decide(account, charge) or decide_device(book, charge)
     if account is None:
-        account = accounts[charge.metric] = _new_account(charge, window)
+        account = book[charge.metric] = _new_account(charge, window)
     _roll(account, window)
     if refusal is not None:
         count_refusal(account, refusal)
@@ -365,6 +365,17 @@ def apply(accounts: Accounts, charge: Charge) -> Refusal | None:
     account.reports_per_window = charge.reports_per_window
     account.lifetime_budget = charge.lifetime_budget
     return None
+
+
+def record_refusal(book: Book, charge: Charge, reason: Refusal, n: int, reading: Reading) -> None:
+    """Count ``n`` refusals decided earlier (on the app's thread) in the book; never opens a window."""
+    charge = place_charge(book, charge, reading, may_open=False)
+    window = window_name(charge.day)
+    account = book.get(charge.metric)
+    if account is None:
+        account = book[charge.metric] = _new_account(charge, window)
+    _roll(account, window)
+    count_refusal(account, reason, n)
 
 
 def count_refusal(account: MetricAccount, reason: Refusal, n: int = 1) -> None:
@@ -387,7 +398,7 @@ class CommitResult(NamedTuple):
     else (another process or ledger object) changed the book since this object last wrote it."""
 
     outcomes: list[Refusal | None]
-    accounts: Accounts
+    accounts: Book
     foreign: bool
 
 
@@ -395,30 +406,26 @@ class LedgerBase(abc.ABC):
     """A budget book: read a snapshot, commit charges atomically."""
 
     @abc.abstractmethod
-    def snapshot(self) -> Accounts:
-        """A copy of every metric's account."""
+    def snapshot(self) -> Book:
+        """A copy of the book: every metric's account and the device clock state."""
 
     @abc.abstractmethod
-    def commit(self, charges: Sequence[Charge], refusals: RefusalCounts = ()) -> CommitResult:
-        """Apply charges in order, in one transaction."""
+    def commit(self, charges: Sequence[Charge], refusals: RefusalCounts = (),
+               elapsed: ElapsedClock = system_elapsed) -> CommitResult:
+        """Apply charges in order, in one transaction; ``elapsed`` is read once, inside it."""
 
     @abc.abstractmethod
     def forget_values(self) -> None:
         """Drop the memoisation digests (opt-out: the secret they are keyed by is gone)."""
 
 
-def _commit(accounts: Accounts, charges: Sequence[Charge], refusals: RefusalCounts) -> list[Refusal | None]:
+def _commit(book: Book, charges: Sequence[Charge], refusals: RefusalCounts,
+            reading: Reading) -> list[Refusal | None]:
     for charge, reason, n in refusals:
-        redate_future(accounts, charge)   # a refusal decided under a corrected clock re-dates too
-        window = window_name(charge.day)
-        account = accounts.get(charge.metric)
-        if account is None:
-            account = accounts[charge.metric] = _new_account(charge, window)
-        _roll(account, window)
-        count_refusal(account, reason, n)
+        record_refusal(book, charge, reason, n, reading)
     outcomes = []
     for i, c in enumerate(charges, start=1):
-        outcomes.append(apply(accounts, c))
+        outcomes.append(apply(book, c, reading))
         if i % YIELD_EVERY == 0:
             yield_gil()
     return outcomes
@@ -427,24 +434,25 @@ def _commit(accounts: Accounts, charges: Sequence[Charge], refusals: RefusalCoun
 class MemoryLedger(LedgerBase):
     """The ledger in memory (tests, simulated clients)."""
 
-    def __init__(self, accounts: Accounts | None = None) -> None:
+    def __init__(self, accounts: Mapping[str, MetricAccount] | None = None) -> None:
         """Start empty, or from ``accounts`` (a book read from a directory that cannot be written)."""
-        self._accounts: Accounts = {k: v.copy() for k, v in (accounts or {}).items()}
+        self._book = as_book(accounts or {}).copy()
         self._lock = threading.Lock()
         _LOCKED_OBJECTS.add(self)
 
-    def snapshot(self) -> Accounts:
+    def snapshot(self) -> Book:
         with self._lock:
-            return {k: v.copy() for k, v in self._accounts.items()}
+            return self._book.copy()
 
-    def commit(self, charges: Sequence[Charge], refusals: RefusalCounts = ()) -> CommitResult:
+    def commit(self, charges: Sequence[Charge], refusals: RefusalCounts = (),
+               elapsed: ElapsedClock = system_elapsed) -> CommitResult:
         with self._lock:
-            outcomes = _commit(self._accounts, charges, refusals)
-            return CommitResult(outcomes, {k: v.copy() for k, v in self._accounts.items()}, False)
+            outcomes = _commit(self._book, charges, refusals, elapsed())
+            return CommitResult(outcomes, self._book.copy(), False)
 
     def forget_values(self) -> None:
         with self._lock:
-            for account in self._accounts.values():
+            for account in self._book.values():
                 account.memo.clear()
 
 
@@ -471,71 +479,92 @@ class Ledger(LedgerBase):
         except OSError:
             pass  # a directory that cannot be read or written: nothing to clean that we could
 
-    def snapshot(self) -> Accounts:
+    def snapshot(self) -> Book:
         """Read without the lock: renames are atomic, so the file is always whole."""
         return read_ledger_file(self.path)
 
-    def commit(self, charges: Sequence[Charge], refusals: RefusalCounts = ()) -> CommitResult:
+    def commit(self, charges: Sequence[Charge], refusals: RefusalCounts = (),
+               elapsed: ElapsedClock = system_elapsed) -> CommitResult:
         with self._lock, flocked(self.lock_path):
-            accounts, generation = _read(self.path)
+            book, generation = _read(self.path)
             foreign = generation != self._written
-            outcomes = _commit(accounts, charges, refusals)
+            outcomes = _commit(book, charges, refusals, elapsed())   # read under the lock
             if charges or refusals:
                 self._written = os.urandom(8).hex()
-                atomic_write(self.path, dump_ledger(accounts, self._written))
-            return CommitResult(outcomes, accounts, foreign)
+                atomic_write(self.path, dump_ledger(book, self._written))
+            return CommitResult(outcomes, book, foreign)
 
     def forget_values(self) -> None:
         with self._lock, flocked(self.lock_path):
-            accounts, _ = _read(self.path)
-            if any(a.memo for a in accounts.values()):
-                for account in accounts.values():
+            book, _ = _read(self.path)
+            if any(a.memo for a in book.values()):
+                for account in book.values():
                     account.memo.clear()
                 self._written = os.urandom(8).hex()
-                atomic_write(self.path, dump_ledger(accounts, self._written))
+                atomic_write(self.path, dump_ledger(book, self._written))
 
 
-def dump_ledger(accounts: Accounts, generation: str = "") -> bytes:
+def dump_ledger(accounts: Mapping[str, MetricAccount], generation: str = "") -> bytes:
     """The file's bytes: JSON, metrics sorted, readable by `ldpt ledger` and by people.
 
     ``generation`` is a random tag of this write: a writer that finds its own tag knows
-    nobody else changed the book since.
+    nobody else changed the book since. ``clock`` is the device clock state
+    (client_sdk.device_clock; docs/conformance.md, "The device clock").
     """
+    book = as_book(accounts)
     doc = {"format": LEDGER_FORMAT, "version": LEDGER_VERSION, "generation": generation,
-           "metrics": {name: accounts[name].to_json() for name in sorted(accounts)}}
+           "clock": book.clock.to_json(),
+           "metrics": {name: book[name].to_json() for name in sorted(book)}}
     import json
 
     return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
 
 
-def read_ledger_file(path: Path) -> Accounts:
+def read_ledger_file(path: Path) -> Book:
     """Parse a ledger file (empty book when it does not exist yet)."""
     return _read(path)[0]
 
 
-def _read(path: Path) -> tuple[Accounts, str | None]:
+def _read(path: Path) -> tuple[Book, str | None]:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return {}, None
+        return Book(), None
     except OSError as exc:
         raise LedgerError(f"{path}: cannot read the privacy ledger ({exc.strerror or exc})") from None
+    return parse_ledger(raw, str(path))
+
+
+def parse_ledger(raw: bytes | str, where: str = "ledger") -> tuple[Book, str | None]:
+    """The book and generation tag of a ledger file's bytes; LedgerError when it is not one.
+
+    A version-1 file (before the device clock) gets a new clock: its first charge creates the
+    window (an account of a later window keeps spending from it), its first update is a new epoch.
+    """
     import json
 
     try:
         doc = json.loads(raw)
-        if doc.get("format") != LEDGER_FORMAT:
+        if not isinstance(doc, dict) or doc.get("format") != LEDGER_FORMAT:
             raise ValueError("not an ldp-telemetry ledger")
-        if int(doc.get("version", 0)) > LEDGER_VERSION:
-            raise ValueError(f"written by a newer SDK (version {doc['version']})")
+        version = doc.get("version", 0)
+        if not isinstance(version, int) or version > LEDGER_VERSION:
+            raise ValueError(f"written by a newer SDK (version {version})")
         accounts = {name: MetricAccount.from_json(data) for name, data in doc["metrics"].items()}
-        return accounts, doc.get("generation")
+        if "clock" in doc:
+            if not isinstance(doc["clock"], dict):
+                raise ValueError("the clock is not an object")
+            book = Book(accounts, DeviceClock.from_json(doc["clock"]))
+        else:
+            book = as_book(accounts)
+        generation = doc.get("generation")
+        return book, generation if isinstance(generation, str) else None
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise LedgerError(f"{path}: the privacy ledger is unreadable ({exc}); the SDK refuses to "
+        raise LedgerError(f"{where}: the privacy ledger is unreadable ({exc}); the SDK refuses to "
                           "report until it is repaired or removed (removing it forgets past spend)") from None
 
 
-def read_ledger(state_dir: str | os.PathLike[str]) -> Accounts:
+def read_ledger(state_dir: str | os.PathLike[str]) -> Book:
     """The book of a state directory, for `ldpt ledger` and apps that show it to users."""
     return read_ledger_file(Path(state_dir) / LEDGER_FILE)
 
@@ -570,10 +599,12 @@ def summarise_device(accounts: Mapping[str, MetricAccount], day: int | None = No
     windows = [a.window for a in accounts.values()]
     window = window_name(day) if day is not None else (max(windows) if windows else "")
     in_window, lifetime = device_totals(accounts, window)
+    clock = as_book(accounts).clock
     return {"window": window, "window_epsilon": in_window, "lifetime_epsilon": lifetime,
             "metrics": len(accounts),
             "refused_device_window": sum(a.refused_device_window for a in accounts.values()),
-            "refused_device_lifetime": sum(a.refused_device_lifetime for a in accounts.values())}
+            "refused_device_lifetime": sum(a.refused_device_lifetime for a in accounts.values()),
+            "windows_opened": clock.opened, "charges_held": clock.held, "window_redates": clock.redated}
 
 
 # --- fork safety -------------------------------------------------------------------------------------

@@ -34,6 +34,9 @@ class ClientOptions:
     pins: Mapping[str, str] | None = None         # metric -> fingerprint the app was built against
     timeout: float = DEFAULT_TIMEOUT              # HTTP timeout (s)
     clock: Callable[[], float] | None = None      # wall clock, s since the epoch (None: time.time)
+    #: elapsed clock for the ledger's window rule: () -> (epoch id, whole seconds), never faster
+    #: than real time (None: client_sdk.device_clock.system_elapsed; tests: testing.ManualClock)
+    elapsed_clock: Callable[[], tuple[str, int]] | None = None
     dimensions: Mapping[str, Any] | None = None   # public dimensions sent in clear (client_sdk/dimensions.py)
     seal: Any = None                              # client_sdk.Seal: send batches sealed (OHTTP; client_sdk/sealing.py)
 

@@ -76,7 +76,13 @@ from .protocols.numeric import NUMERIC_PROTOCOL_NAMES, linspace_list
 
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,99}$")
 COMMON_KEYS = ("kind", "protocol", "epsilon", "categories", "description",
-               "reports_per_window", "lifetime_epsilon", "range", "buckets", "max_report_bytes", "unit", "of")
+               "reports_per_window", "lifetime_epsilon", "range", "buckets", "max_report_bytes", "unit", "of",
+               "shuffle")
+#: Values of ``shuffle`` (a metric's, or the whole registry's at the top of the file): "required"
+#: means the collector accepts the metric's reports only through an authenticated shuffler
+#: (docs/privacy.md, "The central claim of shuffled reports"). Not in the fingerprint: it says
+#: how reports may travel, not what they mean.
+SHUFFLE_VALUES = ("required", "optional")
 #: Fields of a metric about its public dimensions (client_sdk/dimensions.py).
 DIMENSION_KEYS = ("dimensions", "min_reports")
 MAX_CATEGORIES = 10_000_000
@@ -136,6 +142,12 @@ class MetricSpec:
     parts: tuple[JointPart, ...] | None = None
     #: categorical metrics declared ``categories = {ids = N}`` or ``{file = ...}`` (client_sdk.domains)
     domain_source: DomainSource | None = None
+    #: ``shuffle`` as written in the metric's table (SHUFFLE_VALUES), None when absent; not in the
+    #: fingerprint
+    shuffle: str | None = None
+    #: whether reports must come through an authenticated shuffler: the metric's ``shuffle``, else
+    #: the registry's (resolved when the registry is parsed)
+    shuffle_required: bool = False
 
     @functools.cached_property
     def joint(self) -> JointDomain:
@@ -348,6 +360,8 @@ class MetricSpec:
             table["dimensions"] = [d.name for d in self.dimensions]
         if self.min_reports is not None:
             table["min_reports"] = self.min_reports
+        if self.shuffle is not None:
+            table["shuffle"] = self.shuffle
         return table
 
     def to_json(self) -> dict[str, Any]:
@@ -458,6 +472,8 @@ class Registry:
     source: str = "<registry>"
     device: DeviceBudget | None = None
     dimension_table: DimensionTable | None = None
+    #: the top-level ``shuffle`` (SHUFFLE_VALUES): every metric's default
+    shuffle: str | None = None
 
     def segment_min_reports(self, spec: MetricSpec) -> int:
         """Fewest reports a segment of ``spec`` needs to be shown (per metric, else the table's)."""
@@ -481,7 +497,8 @@ class Registry:
     def to_toml(self) -> str:
         import tomli_w
 
-        doc: dict[str, Any] = {"metrics": {n: m.to_toml_table() for n, m in self.metrics.items()}}
+        doc: dict[str, Any] = {} if self.shuffle is None else {"shuffle": self.shuffle}
+        doc["metrics"] = {n: m.to_toml_table() for n, m in self.metrics.items()}
         if self.device is not None:
             doc["device"] = self.device.to_toml_table()
         if self.dimension_table is not None:
@@ -490,6 +507,8 @@ class Registry:
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"metrics": [m.to_json() for m in self.metrics.values()]}
+        if self.shuffle is not None:
+            doc["shuffle"] = self.shuffle
         if self.device is not None:
             doc["device"] = self.device.to_toml_table()
         if self.dimension_table is not None:
@@ -524,12 +543,14 @@ def parse_registry(data: str | Mapping[str, Any], source: str = "<registry>",
             data = tomllib.loads(data)
         except tomllib.TOMLDecodeError as exc:
             raise RegistryError(f"not valid TOML: {exc}", source=source) from None
-    unknown_top = set(data) - {"metrics", "device", "dimensions"}
+    unknown_top = set(data) - {"metrics", "device", "dimensions", "shuffle"}
     if unknown_top:
-        guess = did_you_mean(str(sorted(unknown_top)[0]), ("metrics", "device", "dimensions"))
+        guess = did_you_mean(str(sorted(unknown_top)[0]), ("metrics", "device", "dimensions", "shuffle"))
         raise RegistryError(f"unknown top-level key(s) {sorted(unknown_top)}; only [metrics.NAME] "
-                            "tables, [device] and [dimensions] are allowed"
+                            "tables, [device], [dimensions] and shuffle are allowed"
                             + (f" (did you mean [{guess}]?)" if guess else ""), source=source)
+    shuffle = parse_shuffle(data.get("shuffle"), lambda message: RegistryError(message, source=source,
+                                                                                field="shuffle"))
     dims = parse_dimensions(data["dimensions"], source) if "dimensions" in data else None
     tables = data.get("metrics")
     if not isinstance(tables, Mapping) or not tables:
@@ -538,7 +559,21 @@ def parse_registry(data: str | Mapping[str, Any], source: str = "<registry>",
     device = parse_device(data["device"], source) if "device" in data else None
     if device is not None:
         check_device_fits_one_report(metrics, device, source)
-    return Registry(metrics, source, device, dims)
+    metrics = {name: _with_shuffle(spec, shuffle) for name, spec in metrics.items()}
+    return Registry(metrics, source, device, dims, shuffle)
+
+
+def parse_shuffle(value: Any, fail: Any) -> str | None:
+    """A ``shuffle`` field (SHUFFLE_VALUES), None when absent."""
+    if value is None or value in SHUFFLE_VALUES:
+        return value
+    raise fail(f"{value!r} is not allowed; use shuffle = \"required\" (reports only through an "
+               "authenticated shuffler) or \"optional\"")
+
+
+def _with_shuffle(spec: MetricSpec, default: str | None) -> MetricSpec:
+    required = (spec.shuffle or default) == "required"
+    return dataclasses.replace(spec, shuffle_required=True) if required else spec
 
 
 def _memoised(impl: Protocol) -> bool:
@@ -623,7 +658,8 @@ class _MetricParser:
                           reports_per_window=self.reports_per_window(),
                           lifetime_epsilon=None if lifetime is None else float(lifetime),
                           range=value_range, buckets=buckets, max_report_bytes=max_bytes,
-                          unit=self.unit(kind), parts=parts, domain_source=self.domain_source)
+                          unit=self.unit(kind), parts=parts, domain_source=self.domain_source,
+                          shuffle=parse_shuffle(self.table.get("shuffle"), lambda m: self.fail(m, "shuffle")))
         try:
             size = report_bytes(spec.protocol_impl)  # also validates the protocol parameters now
         except (ValueError, TypeError) as exc:

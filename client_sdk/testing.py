@@ -23,6 +23,11 @@ batches, ingesting the batch inside as above and sealing the answer (docs/wire-f
 (``ldp-telemetry-sdk``, without the collector): it accepts every batch and keeps its decoded
 msgpack, loading neither the collector nor numpy, so a test can check what the app sent.
 
+``ManualClock`` is a device's two clocks moved by hand — the wall clock (which the user or a
+spoofed time server can set: ``set_wall``) and the elapsed clock (real time: ``advance``;
+``reboot`` / ``restart`` start a new epoch) — for ``ClientOptions(clock=c, elapsed_clock=c.elapsed)``.
+Tests never sleep.
+
 ``FlockMsvcrt`` gives ``client_sdk._files.ByteRangeLock`` (the Windows lock) msvcrt's
 contract on POSIX, so the SDK tests run the Windows locking code here as well.
 """
@@ -57,8 +62,54 @@ from .transport import (
     TransportError,
 )
 
-__all__ = ["AsyncMemoryTransport", "FakeCollector", "Fault", "FlockMsvcrt", "MemoryTransport", "RecordingCollector",
-           "problem"]
+__all__ = ["AsyncMemoryTransport", "FakeCollector", "Fault", "FlockMsvcrt", "ManualClock", "MemoryTransport",
+           "RecordingCollector", "problem"]
+
+
+class ManualClock:
+    """A wall clock and an elapsed clock, moved by hand.
+
+    ``clock()`` (call the object) is the wall clock in POSIX seconds; ``elapsed()`` the elapsed
+    reading (epoch, whole seconds) of client_sdk.device_clock. ``advance`` moves both (real
+    time passes), ``set_wall`` only the wall clock (it is set, rightly or wrongly), ``reboot``
+    starts a new boot epoch (its clock at ``uptime``), ``restart`` is an alias of ``reboot``
+    for a platform whose elapsed clock is per process.
+    """
+
+    def __init__(self, wall: float, epoch: str = "boot:manual-0", uptime: float = 1_000.0) -> None:
+        self.wall = float(wall)
+        self.epoch = epoch
+        self.uptime = float(uptime)
+        self._boots = 0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        return self.wall
+
+    def elapsed(self) -> tuple[str, int]:
+        with self._lock:
+            return self.epoch, int(self.uptime // 1)
+
+    def advance(self, seconds: float) -> None:
+        """Real time passes: both clocks move."""
+        with self._lock:
+            self.wall += seconds
+            self.uptime += seconds
+
+    def set_wall(self, wall: float) -> None:
+        """The wall clock is set (no real time passes)."""
+        with self._lock:
+            self.wall = float(wall)
+
+    def reboot(self, uptime: float = 30.0) -> None:
+        """A new boot (or process, where the elapsed clock is per process): a new epoch."""
+        with self._lock:
+            self._boots += 1
+            prefix = self.epoch.split(":", 1)[0]
+            self.epoch = f"{prefix}:manual-{self._boots}"
+            self.uptime = float(uptime)
+
+    restart = reboot
 
 
 def problem(status: int, slug: str, detail: str, **members: Any) -> Response:

@@ -37,8 +37,9 @@ from typing import Any
 from typing import Protocol as TypingProtocol
 
 from ._lazy import LazyLogger, logging
+from .device_clock import ElapsedClock
 from .errors import LdptError, TransportError
-from .ledger import YIELD_EVERY, Accounts, Charge, LedgerBase, Refusal, RefusalCounts, yield_gil
+from .ledger import YIELD_EVERY, Book, Charge, LedgerBase, Refusal, RefusalCounts, yield_gil
 from .queue import (
     DEFAULT_QUEUE_SIZE,
     DropPolicy,
@@ -81,7 +82,9 @@ class RetryPolicy:
     def delay(self, attempt: int, retry_after: float | None, rand: random.Random) -> float:
         if retry_after is not None:
             return min(max(retry_after, 0.0), self.max_retry_after)
-        nominal = min(self.maximum, self.initial * self.multiplier ** max(0, attempt - 1))
+        # the exponent is capped: after ~1,000 failures (days offline at the defaults) a float power
+        # overflows, and the worker would raise on every cycle and never send again
+        nominal = min(self.maximum, self.initial * self.multiplier ** min(max(0, attempt - 1), 64))
         return nominal / 2 + rand.random() * nominal / 2
 
 
@@ -122,11 +125,12 @@ class Owner(TypingProtocol):
     """What the uploader needs from a client whose reports it carries."""
 
     ledger: LedgerBase
+    _elapsed: ElapsedClock            # the device's elapsed clock, read by the ledger under its lock
 
     def _drain_refusals(self) -> RefusalCounts: ...
 
     def _committed(self, items: Sequence[QueuedReport], outcomes: Sequence[Refusal | str | None],
-                   accounts: Accounts | None, foreign: bool = True) -> None:
+                   accounts: Book | None, foreign: bool = True) -> None:
         """Outcome per report: None = charged (will be sent), a Refusal, or a drop reason."""
 
     def _accepting(self) -> bool: ...
@@ -294,7 +298,7 @@ class Batcher:
             refusals = owner._drain_refusals()
             if refusals:
                 try:
-                    owner.ledger.commit([], refusals)
+                    owner.ledger.commit([], refusals, owner._elapsed)
                 except (LdptError, OSError) as exc:
                     self.log_once(("ledger", type(exc)), logging.ERROR,
                                   f"ldpt: cannot write the privacy ledger: {exc}")
@@ -329,7 +333,7 @@ class Batcher:
                 continue
             self._dirty.discard(owner)
             try:
-                result = owner.ledger.commit([it.charge for it in its], owner._drain_refusals())
+                result = owner.ledger.commit([it.charge for it in its], owner._drain_refusals(), owner._elapsed)
             except (LdptError, OSError) as exc:
                 # Never send what could not be charged: drop, count, log once.
                 self.counters["ledger_errors"] += len(its)
@@ -471,6 +475,14 @@ class Batcher:
                           f"ldpt: the collector rejects metric {metric!r} ({slug}: {detail}); its "
                           "registry changed or does not know it. Reports of it are refused from now on; "
                           "update the app's registry.")
+        elif response.status == 403 and slug == "shuffle-required" and metric is not None:
+            self.stale_metrics.add(metric)   # final: refused from now on, the rest goes again
+            keep = [r for r in reports if r.get("m") != metric]
+            self.log_once(("shuffle-required", metric), logging.ERROR,
+                          f"ldpt: the collector accepts metric {metric!r} only through an authenticated "
+                          "shuffler (its registry says shuffle = \"required\"); this client sends it "
+                          + ("sealed but not through a shuffler" if self.sealer is not None else "in plain")
+                          + ", so its reports are dropped from now on. Configure seal=Seal.shuffler(url).")
         elif response.status == 422 and slug == "invalid-report" and index is not None \
                 and 0 <= index < len(reports):
             keep = reports[:index] + reports[index + 1:]

@@ -7,6 +7,8 @@ Routes (docs/openapi.yaml describes each; a test keeps the two equal):
     GET  /v1/registry/domains/{name}      a file domain's values, one per line (gzip, ETag)
     GET  /.well-known/ohttp-gateway       the sealed-report gateway's key configurations (RFC 9540)
     POST /.well-known/ohttp-gateway       one sealed batch (message/ohttp-req, RFC 9458; gateway.py)
+    POST /v1/shuffled-batches             a shuffled batch of sealed envelopes from an authenticated
+                                          shuffler (shuffled.py)
     OPTIONS /v1/reports, /v1/registry[/domains/{name}], /.well-known/ohttp-gateway
                                           CORS preflight for browser SDKs (collector/cors.py)
     GET  /v1/metrics/{name}/estimates     estimates (bearer token); POST for long candidate lists
@@ -32,7 +34,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from aiohttp import compression_utils, web
-from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
 from client_sdk import ohttp
@@ -45,7 +46,7 @@ from collector.storage.base import SCHEMA_VERSION, BatchOutcome, batch_id_cutoff
 from . import cors, query, registry_http
 from .committer import GroupCommitter
 from .config import ServeConfig, read_tokens
-from .connections import ConnectionGuard
+from .connections import AddressFreeLog, ConnectionGuard
 from .gateway import handle_envelope
 from .inflight import InflightBudget
 from .ingest import BatchDecoder
@@ -54,6 +55,7 @@ from .ohttp_keys import KEYS_MAX_AGE, KeyRing
 from .problems import Problem
 from .registry_http import DomainLists, Representation, registry_representation
 from .segments import SegmentCap
+from .shuffled import SHUFFLED_PATH, post_shuffled
 from .telemetry import Telemetry
 from .ui import UI_ROUTES, setup_ui
 
@@ -71,6 +73,7 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("GET", "/v1/registry/domains/{name}"),
     ("GET", ohttp.GATEWAY_PATH),
     ("POST", ohttp.GATEWAY_PATH),
+    ("POST", SHUFFLED_PATH),
     ("OPTIONS", "/v1/reports"),
     ("OPTIONS", "/v1/registry"),
     ("OPTIONS", "/v1/registry/domains/{name}"),
@@ -85,7 +88,7 @@ ROUTES: tuple[tuple[str, str], ...] = (
 )
 #: Route -> the endpoint label of the ldpt_request_seconds histogram.
 ENDPOINT_OF = {"/v1/reports": "ingest", "/v1/registry": "registry", "/v1/registry/domains/{name}": "registry",
-               ohttp.GATEWAY_PATH: "ingest",
+               ohttp.GATEWAY_PATH: "ingest", SHUFFLED_PATH: "ingest",
                "/v1/metrics/{name}/estimates": "query", "/v1/metrics/{name}/compare": "query",
                "/ui/api/overview": "query", "/ui/charts/{name}/{chart}.svg": "query",
                "/healthz": "health", "/readyz": "health", "/metrics": "metrics"}
@@ -113,6 +116,12 @@ class CollectorState:
     registry_buckets: TokenBuckets
     query_gate: query.HeavyQueryGate
     keyring: KeyRing
+    #: tokens of the shufflers allowed to POST /v1/shuffled-batches (none: the endpoint is off)
+    shuffler_tokens: tuple[bytes, ...] = ()
+    #: metrics whose reports are accepted only through a shuffler (registry ``shuffle``)
+    shuffle_required: frozenset[str] = frozenset()
+    #: metric -> (ε per report, ε∞ or None): the local ε an envelope carries (shuffled.envelope_view)
+    metric_epsilons: dict[str, tuple[float, float | None]] = dataclasses.field(default_factory=dict)
     store: AsyncSketchStore | None = None
     committer: GroupCommitter | None = None
     draining: bool = False
@@ -174,7 +183,13 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
         registry_doc=registry_representation(registry), domain_lists=DomainLists(registry),
         registry_buckets=TokenBuckets(config.rate_limit, config.rate_limit_burst),
         query_gate=query.HeavyQueryGate(config.max_heavy_queries),
-        keyring=KeyRing(config.ohttp_keys_dir, allow_insecure=config.allow_insecure_token_file))
+        keyring=KeyRing(config.ohttp_keys_dir, allow_insecure=config.allow_insecure_token_file),
+        shuffler_tokens=read_tokens(config.shuffler_token_file, what="shuffler token",
+                                    allow_insecure=config.allow_insecure_token_file),
+        shuffle_required=frozenset(spec.name for spec in registry if spec.shuffle_required),
+        metric_epsilons={spec.name: (float(spec.protocol_impl.epsilon),
+                                     None if spec.protocol_impl.epsilon_longitudinal is None
+                                     else float(spec.protocol_impl.epsilon_longitudinal)) for spec in registry})
     state.inflight = InflightBudget(
         config.max_inflight_bytes, config.max_inflight_bytes_per_source,
         on_change=state.telemetry.add_inflight,
@@ -195,6 +210,7 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
     app.router.add_get("/v1/registry/domains/{name}", get_domain)
     app.router.add_get(ohttp.GATEWAY_PATH, get_gateway_keys)
     app.router.add_post(ohttp.GATEWAY_PATH, post_sealed)
+    app.router.add_post(SHUFFLED_PATH, post_shuffled)
     origins = cors.parse_origins(config.cors_origins)
     for path in cors.CORS_ROUTES:
         app.router.add_route("OPTIONS", path, cors.preflight_handler(origins))
@@ -213,32 +229,6 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
     app.on_shutdown.append(_shutdown)
     app.on_cleanup.append(_cleanup)
     return app
-
-
-class AddressFreeLog(logging.LoggerAdapter):
-    """aiohttp's connection-level log without client addresses (docs/design.md, "Privacy rules of the house").
-
-    aiohttp logs a malformed request as "Error handling request from <client address>" with a
-    traceback; here it becomes one warning line without the address (a client's bad HTTP is
-    not a collector failure), and any other error keeps its traceback but loses the address.
-    """
-
-    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
-        exc = kwargs.get("exc_info")
-        if isinstance(exc, (RequestPayloadError, ConnectionError)):
-            # the unread rest of a body that failed to decode, or a client that hung up: it
-            # was answered (or could not be) already; not a collector failure
-            kwargs.pop("exc_info")
-            level, msg, args = logging.DEBUG, "connection dropped: %s", (type(exc).__name__,)
-        elif isinstance(msg, str) and msg.startswith("Error handling request from"):
-            if isinstance(exc, HttpProcessingError):
-                kwargs.pop("exc_info")
-                level = min(level, logging.WARNING)
-                # the reason only: aiohttp's message may quote the raw request bytes
-                msg, args = "bad HTTP request: %s (HTTP %d)", (type(exc).__name__, exc.code)
-            else:
-                msg, args = "error handling a request", ()
-        super().log(level, msg, *args, **kwargs)
 
 
 # --- lifecycle ----------------------------------------------------------------------------------------
@@ -459,14 +449,33 @@ def decode_batch(state: CollectorState, body: bytes) -> Any:
     return state.decoder.decode(body, state.window_now())
 
 
-async def commit_batch(state: CollectorState, batch: Any, *, relay: bool) -> IngestResult:
-    """The per-batch limits, the segment cap, the group commit of a decoded batch (raises Problem)."""
+async def check_decoded(state: CollectorState, batch: Any, *, relay: bool, shuffled: bool = False) -> None:
+    """The checks of a decoded batch before its commit (raises Problem): the per-batch limits,
+    the segment cap, and — unless it came through an authenticated shuffler — that none of its
+    metrics requires shuffling (registry ``shuffle = "required"``)."""
     try:
         state.policy.check_batch(batch.deltas.per_metric, state.reports_per_window, relay)
+        if not shuffled and state.shuffle_required:
+            check_unshuffled(state, batch)
     except Problem as problem:
         problem.reports = batch.reports
         raise
     await _check_segments(state, batch)
+
+
+def check_unshuffled(state: CollectorState, batch: Any) -> None:
+    """403 ``shuffle-required`` naming the first metric of the batch that may come only through
+    an authenticated shuffler (an SDK drops that metric's reports and resends the rest)."""
+    required = [m for m in batch.deltas.per_metric if m in state.shuffle_required]
+    if required:
+        metric = sorted(required)[0]
+        raise Problem("shuffle-required", f"metric {metric!r} is accepted only through an authenticated "
+                      "shuffler (the registry says shuffle = \"required\"): configure the SDK with "
+                      "Seal.shuffler(url) (docs/guide-app-teams.md, \"Sealed reports\")", metric=metric)
+
+
+async def submit_checked(state: CollectorState, batch: Any) -> IngestResult:
+    """The group commit of a checked batch (raises Problem: queue full, store down, id conflict)."""
     outcome = await state.committer.submit(batch)
     if outcome is BatchOutcome.CONFLICT:
         problem = Problem("batch-id-conflict", f"batch id {batch.batch_id.hex()} was already "
@@ -475,6 +484,12 @@ async def commit_batch(state: CollectorState, batch: Any, *, relay: bool) -> Ing
         problem.reports = batch.reports
         raise problem
     return IngestResult(batch.batch_id, batch.reports, outcome is BatchOutcome.DUPLICATE)
+
+
+async def commit_batch(state: CollectorState, batch: Any, *, relay: bool) -> IngestResult:
+    """The per-batch limits, the segment cap, the group commit of a decoded batch (raises Problem)."""
+    await check_decoded(state, batch, relay=relay)
+    return await submit_checked(state, batch)
 
 
 async def ingest_batch(state: CollectorState, body: bytes, *, relay: bool) -> IngestResult:

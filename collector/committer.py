@@ -17,10 +17,12 @@ import asyncio
 import collections
 import logging
 import time
+from typing import Any
 
 from client_sdk.errors import LdptError
 from collector.storage.aio import AsyncSketchStore
 from collector.storage.base import BatchOutcome, CommitOutcomeUnknown, PendingBatch
+from collector.storage.shuffled import ShuffledBatch, ShuffledOutcome
 
 from .problems import Problem
 from .telemetry import Telemetry
@@ -41,7 +43,7 @@ class GroupCommitter:
         self.max_batches = max_batches
         self.max_reports = max_reports
         self.group_max_batches = group_max_batches
-        self._queue: collections.deque[tuple[PendingBatch, asyncio.Future[BatchOutcome]]] = \
+        self._queue: collections.deque[tuple[Any, asyncio.Future[Any]]] = \
             collections.deque()
         self._queued_reports = 0
         self._wakeup = asyncio.Event()
@@ -64,8 +66,13 @@ class GroupCommitter:
             return 1.0
         return max(1.0, min(60.0, self._queued_reports / self._rate))
 
-    async def submit(self, batch: PendingBatch) -> BatchOutcome:
-        """Queue a batch and wait until its transaction commits; Problem if refused or failed."""
+    async def submit(self, batch: PendingBatch | ShuffledBatch) -> BatchOutcome | ShuffledOutcome:
+        """Queue a batch and wait until its transaction commits; Problem if refused or failed.
+
+        A shuffler's forwarded batch (``ShuffledBatch``) is one entry, committed whole in one
+        transaction with its members (a ``ShuffledOutcome``); it counts as one batch against
+        ``max_batches`` and with all its reports against ``max_reports`` (always admitted into an
+        empty queue, whatever its size)."""
         if self._closing:
             raise Problem("shutting-down", "the collector is shutting down; retry the same batch "
                           "against another collector or later", retry_after=1)
@@ -74,7 +81,7 @@ class GroupCommitter:
             raise Problem("overloaded", f"the commit queue is full ({len(self._queue)} batches, "
                           f"{self._queued_reports} reports waiting); retry the same batch after "
                           "Retry-After seconds", retry_after=self.retry_after())
-        future: asyncio.Future[BatchOutcome] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue.append((batch, future))
         self._queued_reports += batch.reports
         self._publish_depth()
@@ -117,7 +124,7 @@ class GroupCommitter:
                                                   "retry the same batch"))
             self._publish_depth()
 
-    async def _commit_group(self, group: list[tuple[PendingBatch, asyncio.Future[BatchOutcome]]],
+    async def _commit_group(self, group: list[tuple[Any, asyncio.Future[Any]]],
                             reports: int) -> None:
         batches = [b for b, _ in group]
         start = time.perf_counter()
@@ -144,7 +151,16 @@ class GroupCommitter:
             self._rate = (1 - RATE_SMOOTHING) * self._rate + RATE_SMOOTHING * (reports / elapsed) \
                 if self._rate else reports / elapsed
         self.failing = None
-        self.telemetry.committed(batches, outcomes, elapsed)
+        flat_batches: list[PendingBatch] = []
+        flat_outcomes: list[BatchOutcome] = []
+        for batch, outcome in zip(batches, outcomes):
+            if isinstance(batch, ShuffledBatch):   # its members, as batches (telemetry per batch)
+                flat_batches += batch.members[:len(outcome.members)]
+                flat_outcomes += outcome.members
+            else:
+                flat_batches.append(batch)
+                flat_outcomes.append(outcome)
+        self.telemetry.committed(flat_batches, flat_outcomes, elapsed)
         for (_, fut), outcome in zip(group, outcomes):
             if not fut.done():
                 fut.set_result(outcome)

@@ -131,6 +131,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("ohttp_keys_dir", None, "Directory of the sealed-report gateway's HPKE keys "
             "(`ldpt keys generate --dir DIR`): with it the collector is an Oblivious HTTP gateway "
             "at /.well-known/ohttp-gateway (docs/operations.md, \"Sealed reports\").", str, path=True),
+    Setting("shuffler_token_file", None, "Bearer token(s) of the shufflers (`ldpt shuffle`) allowed to "
+            "POST /v1/shuffled-batches, one per line (without it that endpoint is disabled). Must not "
+            "be readable by group or others.", str, path=True),
+    Setting("max_shuffled_batch_bytes", 16 << 20,
+            "Largest shuffled batch a shuffler may forward (bytes of the request body, at most "
+            "max_inflight_bytes); larger gets 413. Keep it at least the shuffler's max_forward_bytes."),
+    Setting("max_shuffled_envelopes", 100_000,
+            "Most envelopes in one shuffled batch; more is a 422 invalid-batch."),
     Setting("max_body_bytes", 1 << 20,
             "Largest request body accepted; larger bodies get 413."),
     Setting("max_reports_per_batch", 10_000,
@@ -206,6 +214,9 @@ class ServeConfig:
     cors_origins: str = ""
     ingest_key_file: Path | None = None
     ohttp_keys_dir: Path | None = None
+    shuffler_token_file: Path | None = None
+    max_shuffled_batch_bytes: int = 16 << 20
+    max_shuffled_envelopes: int = 100_000
     max_body_bytes: int = 1 << 20
     max_reports_per_batch: int = 10_000
     max_inflight_bytes: int = 64 << 20
@@ -275,20 +286,23 @@ def _coerce(setting: Setting, raw: Any, where: str) -> Any:
     raise ConfigError(f"{where}: {raw!r} is not a valid {kind.__name__} for setting {setting.name}")
 
 
-def settings_from_env(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Settings given as LDPT_<NAME> environment variables (empty ones are ignored)."""
+def settings_from_env(environ: Mapping[str, str] | None = None, settings: tuple[Setting, ...] = SETTINGS,
+                      prefix: str = "LDPT_") -> dict[str, Any]:
+    """Settings given as <prefix><NAME> environment variables (empty ones are ignored); ``settings``
+    and ``prefix``: whose (the collector's by default; `ldpt shuffle` passes its own, LDPT_SHUFFLE_)."""
     env = os.environ if environ is None else environ
     out = {}
-    for s in SETTINGS:
-        raw = env.get(f"LDPT_{s.name.upper()}")
+    for s in settings:
+        raw = env.get(f"{prefix}{s.name.upper()}")
         # empty means unset, except for lists of networks, where it is the empty list
         if raw is not None and (raw != "" or s.default == "" or s.name == "relay_sources"):
-            out[s.name] = _coerce(s, raw, f"LDPT_{s.name.upper()}")
+            out[s.name] = _coerce(s, raw, f"{prefix}{s.name.upper()}")
     return out
 
 
-def settings_from_toml(path: str | Path) -> dict[str, Any]:
+def settings_from_toml(path: str | Path, settings: tuple[Setting, ...] = SETTINGS) -> dict[str, Any]:
     """Settings from a TOML file of ``name = value`` lines (the setting names, lower case)."""
+    by_name = {s.name: s for s in settings}
     path = Path(path)
     try:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -298,13 +312,13 @@ def settings_from_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not a TOML file ({exc})") from None
     out = {}
     for key, raw in doc.items():
-        setting = SETTINGS_BY_NAME.get(key)
+        setting = by_name.get(key)
         if setting is None:
             from client_sdk.registry import did_you_mean
 
-            guess = did_you_mean(key, SETTING_NAMES)
+            guess = did_you_mean(key, tuple(by_name))
             raise ConfigError(f"{path}: unknown setting {key!r}" + (f"; did you mean {guess!r}?" if guess else
-                                                                    f" (known: {', '.join(SETTING_NAMES)})"))
+                                                                    f" (known: {', '.join(by_name)})"))
         value = _coerce(setting, raw, f"{path}: {key}")
         if setting.path and isinstance(value, str):
             value = str(path.parent / value)

@@ -37,7 +37,12 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
-from aiohttp.http_exceptions import ContentEncodingError, ContentLengthError, TransferEncodingError
+from aiohttp.http_exceptions import (
+    ContentEncodingError,
+    ContentLengthError,
+    HttpProcessingError,
+    TransferEncodingError,
+)
 from aiohttp.http_parser import RawRequestMessage
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 
@@ -53,6 +58,32 @@ EVICTION_ORDER = {HEADERS: 0, "fresh": 1, WAITING: 2}
 #: Seconds between sweeps: a quarter of the shortest deadline, within these bounds.
 SWEEP_BOUNDS = (0.05, 1.0)
 _ROOM = object()  # ``opened``: below every cap, nobody is evicted
+
+
+class AddressFreeLog(logging.LoggerAdapter):
+    """aiohttp's connection-level log without client addresses (docs/design.md, "Privacy rules of the house").
+
+    aiohttp logs a malformed request as "Error handling request from <client address>" with a
+    traceback; here it becomes one warning line without the address (a client's bad HTTP is
+    not a collector failure), and any other error keeps its traceback but loses the address.
+    """
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info")
+        if isinstance(exc, (RequestPayloadError, ConnectionError)):
+            # the unread rest of a body that failed to decode, or a client that hung up: it
+            # was answered (or could not be) already; not a collector failure
+            kwargs.pop("exc_info")
+            level, msg, args = logging.DEBUG, "connection dropped: %s", (type(exc).__name__,)
+        elif isinstance(msg, str) and msg.startswith("Error handling request from"):
+            if isinstance(exc, HttpProcessingError):
+                kwargs.pop("exc_info")
+                level = min(level, logging.WARNING)
+                # the reason only: aiohttp's message may quote the raw request bytes
+                msg, args = "bad HTTP request: %s (HTTP %d)", (type(exc).__name__, exc.code)
+            else:
+                msg, args = "error handling a request", ()
+        super().log(level, msg, *args, **kwargs)
 
 
 def raw_problem(slug: str, detail: str) -> bytes:

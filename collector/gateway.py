@@ -34,6 +34,8 @@ from client_sdk.errors import LdptError
 from .problems import PROBLEM_CONTENT_TYPE, Problem
 
 if TYPE_CHECKING:
+    from collector.storage.base import PendingBatch
+
     from .app import CollectorState
 
 log = logging.getLogger("ldpt.collector")
@@ -74,26 +76,58 @@ async def handle_envelope(state: CollectorState, envelope: bytes) -> EnvelopeRes
     return result
 
 
-async def _handle(state: CollectorState, envelope: bytes) -> EnvelopeResult:
+@dataclasses.dataclass
+class OpenedEnvelope:
+    """An envelope opened, its batch decoded and checked, not yet committed (``open_envelope``):
+    ``batch`` to commit, or ``final`` — the result when it cannot be (refused, undecryptable)."""
+
+    batch: PendingBatch | None
+    final: EnvelopeResult | None
+    opened: ohttp.OpenedRequest | None = None
+
+
+async def open_envelope(state: CollectorState, envelope: bytes, *, shuffled: bool = False) -> OpenedEnvelope:
+    """Decapsulate ``envelope`` and decode and check the batch inside as ``POST /v1/reports``
+    would (``shuffled``: it came through an authenticated shuffler, so a metric that requires
+    shuffling is not refused), without committing it. Never raises for what it contains."""
     try:
         opened = ohttp.open_request(state.keyring.accepted(), envelope)
     except ohttp.KeyProblem as exc:
-        return EnvelopeResult("undecryptable", 400, None, Problem("ohttp-key", str(exc)))
+        return OpenedEnvelope(None, EnvelopeResult("undecryptable", 400, None, Problem("ohttp-key", str(exc))))
     except ohttp.OhttpError as exc:
-        return EnvelopeResult("undecryptable", 400, None, Problem("undecodable-envelope", str(exc)))
+        return OpenedEnvelope(None, EnvelopeResult("undecryptable", 400, None,
+                                                   Problem("undecodable-envelope", str(exc))))
     try:
-        batch = _inner_batch(state, opened.message)
-        from .app import ingest_batch
+        from .app import check_decoded, decode_batch
 
-        ingested = await ingest_batch(state, batch, relay=False)
-    except Problem as problem:
-        return _refused(opened, problem)
-    except LdptError as exc:
-        return _refused(opened, Problem.from_error(exc))
-    except Exception:  # the gateway answers every envelope it opened (never an outer 5xx)
-        log.exception("internal error on a sealed batch")
-        return _refused(opened, Problem("internal-error", "the collector hit an unexpected error; "
-                                        "it was logged"))
+        batch = decode_batch(state, _inner_batch(state, opened.message))
+        await check_decoded(state, batch, relay=False, shuffled=shuffled)
+    except Exception as exc:  # noqa: BLE001 - every envelope it opened gets an answer
+        return OpenedEnvelope(None, _refused(opened, _problem_of(exc)), opened)
+    return OpenedEnvelope(batch, None, opened)
+
+
+def _problem_of(exc: Exception) -> Problem:
+    if isinstance(exc, Problem):
+        return exc
+    if isinstance(exc, LdptError):
+        return Problem.from_error(exc)
+    log.error("internal error on a sealed batch", exc_info=exc)
+    return Problem("internal-error", "the collector hit an unexpected error; it was logged")
+
+
+async def _handle(state: CollectorState, envelope: bytes) -> EnvelopeResult:
+    prepared = await open_envelope(state, envelope)
+    if prepared.final is not None:
+        return prepared.final
+    assert prepared.batch is not None and prepared.opened is not None
+    opened = prepared.opened
+    try:
+        from .app import submit_checked
+
+        ingested = await submit_checked(state, prepared.batch)
+    except Exception as exc:  # noqa: BLE001 - the gateway answers every envelope it opened (never an outer 5xx)
+        return _refused(opened, _problem_of(exc))
     body = json.dumps({"accepted": ingested.reports, "duplicate": ingested.duplicate}).encode()
     message = ohttp.inner_response(200, [("content-type", "application/json")], body)
     return EnvelopeResult("duplicate" if ingested.duplicate else "accepted", 200,

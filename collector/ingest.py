@@ -61,12 +61,13 @@ class BatchDeltas:
     gives the dense per-key view for code that wants a plain mapping.
     """
 
-    __slots__ = ("payload_groups", "per_metric", "unsegmented")
+    __slots__ = ("payload_groups", "per_metric", "dims", "unsegmented")
 
     def __init__(self, payload_groups: list[tuple[SketchKey, Protocol, Payloads]],
-                 per_metric: dict[str, int] | None = None) -> None:
+                 per_metric: dict[str, int] | None = None, dims: dict[str, str] | None = None) -> None:
         self.payload_groups = payload_groups
         self.per_metric = per_metric or {}  # reports per metric (telemetry)
+        self.dims = dims or {}  # the batch's public dimensions (what a shuffled batch shows in clear)
         self.unsegmented: dict[str, int] = {}  # reports per metric left out of their segment
 
     def leave_out(self, keys: set[SketchKey]) -> None:
@@ -196,7 +197,7 @@ class BatchDecoder:
                 seg = segment_key(name, entry.spec.dimensions, dims or {})
                 out.append((SketchKey(seg, entry.fingerprint, window), entry.proto, payloads))
             per_metric[name] = len(payload_objs)
-        return BatchDeltas(out, per_metric)
+        return BatchDeltas(out, per_metric, dims)
 
     def _group(self, reports: list[Any]) -> dict[tuple[str, str], tuple[Sequence[int], list[Any]]]:
         """(metric, fingerprint) -> (report indices in the batch, payload objects)."""

@@ -38,10 +38,12 @@ PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "origin-not-allowed": (403, "This web origin may not call the collector from a browser"),
     "query-disabled": (403, "The query API is disabled on this collector"),
     "too-few-reports": (403, "Too few reports in the selected windows to publish an estimate"),
+    "shuffle-required": (403, "This metric's reports are accepted only through an authenticated shuffler"),
     "not-found": (404, "No such resource"),
     "no-data": (404, "No reports stored for this metric and window"),
     "method-not-allowed": (405, "Method not allowed"),
     "request-timeout": (408, "The request (headers or body) did not arrive in time"),
+    "shuffled-batch-conflict": (409, "This shuffled batch id was already used for other envelopes"),
     "length-required": (411, "A request body needs Content-Length (or chunked encoding)"),
     "body-too-large": (413, "The request body is larger than this collector accepts"),
     "unsupported-media-type": (415, "Unsupported content type"),
@@ -63,6 +65,8 @@ PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "store-unavailable": (503, "The sketch store is unavailable; retry later"),
     "shutting-down": (503, "The collector is shutting down; retry later"),
     "no-gateway-key": (503, "The gateway has no active key to publish; retry later"),
+    "pool-full": (503, "The shuffler's pool is full; retry later"),
+    "shuffler-not-ready": (503, "The shuffler does not know the collector's keys yet; retry later"),
 }
 #: Problems whose ``type`` is registered elsewhere than under PROBLEM_BASE.
 PROBLEM_TYPE_URIS: dict[str, str] = {

@@ -350,7 +350,25 @@ async def estimates(request: web.Request, registry: Registry, store: AsyncSketch
     segment_min = max(min_reports, registry.segment_min_reports(spec))
     with (gate or HeavyQueryGate(1 << 30)).slot(is_heavy(spec, q)):
         df = await estimate_df(spec, store, q, min_reports, segment_min, lazy=True)
+        privacy = await privacy_of(spec, store, q)
+        if privacy is not None:
+            df.attrs["privacy"] = privacy
         return await respond(request, df, q["format"], q["raw_csv"])
+
+
+async def privacy_of(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``meta.privacy`` of an estimate over the query's windows (collector/claims.py): the local ε
+    and each window's central claim from what the store recorded of shuffled batches (None when
+    no report of the range met a shuffler and the metric does not require one)."""
+    from .claims import stated_privacy, windows_in_query
+
+    try:
+        records = await store.ashuffle_records(spec.name, spec.fingerprint, q["windows"], q["since"], q["until"])
+        stored = windows_in_query(await store.awindows(spec.name), spec.fingerprint, q["windows"],
+                                  q["since"], q["until"])
+    except LdptError as exc:
+        raise Problem.from_error(exc) from None
+    return stated_privacy(spec, stored, records)
 
 
 async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], min_reports: int,

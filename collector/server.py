@@ -119,6 +119,8 @@ def serve(config: ServeConfig, *, announce: Callable[[str], None] | None = None)
     read_tokens(config.query_token_file, allow_insecure=config.allow_insecure_token_file)
     read_tokens(config.ingest_key_file, what="ingest key",
                 allow_insecure=config.allow_insecure_token_file)
+    read_tokens(config.shuffler_token_file, what="shuffler token",
+                allow_insecure=config.allow_insecure_token_file)
     tls_context(config)
     if not config.postgres:
         check_store_directory(config.db)

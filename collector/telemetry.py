@@ -9,7 +9,7 @@ Families (all names prefixed ``ldpt_``): build info; reports accepted by metric,
 segment (the segment cap) by metric; ingest
 requests and reports rejected by problem type, and other requests' errors apart; request
 latency by endpoint and commit latency (histograms); batches by outcome (applied, duplicate,
-conflict); sealed envelopes by outcome; commits, commit failures, batches per commit; queue depth in batches and reports;
+conflict); sealed envelopes by outcome; shufflers' forwarded batches by outcome; commits, commit failures, batches per commit; queue depth in batches and reports;
 in-flight request bytes; open connections and those the collector closed, by reason; workers
 up and restarted; process CPU, RSS and open file descriptors.
 """
@@ -41,6 +41,8 @@ REQUEST_SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 ENDPOINTS = ("ingest", "query", "registry", "health", "metrics", "other")
 #: What became of a sealed envelope (collector/gateway.py, ``EnvelopeResult.outcome``).
 ENVELOPE_OUTCOMES = ("accepted", "duplicate", "refused", "undecryptable")
+#: What became of a shuffler's forwarded batch (collector/shuffled.py).
+SHUFFLED_OUTCOMES = ("applied", "duplicate", "conflict", "refused")
 #: Why the connection guard (connections.py) closed a connection.
 CONNECTION_CLOSE_REASONS = ("header-timeout", "idle-timeout", "connection-limit")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -98,6 +100,11 @@ class Layout:
                    "Sealed (OHTTP) envelopes by outcome: accepted, duplicate, refused (the inner "
                    "batch was rejected; its reason is in ldpt_requests_rejected_total), undecryptable.",
                    "outcome", ENVELOPE_OUTCOMES),
+            Family("ldpt_shuffled_batches_total", "counter",
+                   "Shuffled batches forwarded by authenticated shufflers (POST /v1/shuffled-batches), "
+                   "by outcome: applied (committed now), duplicate (delivered again), conflict, refused "
+                   "(not committed: retriable, or unauthenticated/undecodable).", "outcome",
+                   SHUFFLED_OUTCOMES),
             Family("ldpt_commits_total", "counter", "Store transactions committed (group commits)."),
             Family("ldpt_commit_failures_total", "counter", "Store transactions that failed and rolled back."),
             Family("ldpt_commit_batches_total", "counter",
@@ -153,6 +160,7 @@ class Telemetry:
         self._outcome = by_label("ldpt_batches_total")
         self._conn_closed = by_label("ldpt_connections_closed_total")
         self._envelopes = by_label("ldpt_sealed_envelopes_total")
+        self._shuffled = by_label("ldpt_shuffled_batches_total")
         self._commit_hist = layout.hist[("ldpt_commit_seconds", None)]
         self._request_hist = {e: layout.hist[("ldpt_request_seconds", e)] for e in ENDPOINTS}
         self._commits = s[("ldpt_commits_total", None)]
@@ -201,6 +209,10 @@ class Telemetry:
     def envelope(self, outcome: str) -> None:
         """A sealed envelope handled by the gateway (ENVELOPE_OUTCOMES)."""
         self._values[self._envelopes[outcome]] += 1
+
+    def shuffled_batch(self, outcome: str) -> None:
+        """A shuffler's forwarded batch (SHUFFLED_OUTCOMES)."""
+        self._values[self._shuffled[outcome]] += 1
 
     def request_seconds(self, endpoint: str, seconds: float) -> None:
         self._observe(self._request_hist[endpoint], REQUEST_SECONDS_BUCKETS, seconds)

@@ -30,9 +30,20 @@ import numpy as np
 
 from client_sdk import hashing, memo
 from client_sdk.client import ClientCore
+from client_sdk.device_clock import EPOCH_SLOTS
 from client_sdk.encoder_block import protocol_block
 from client_sdk.hashing import encode_text
-from client_sdk.ledger import Charge, apply
+from client_sdk.ledger import (
+    SECONDS_PER_DAY,
+    Book,
+    Charge,
+    MetricAccount,
+    Refusal,
+    apply,
+    parse_ledger,
+    record_refusal,
+    window_name,
+)
 from client_sdk.options import ClientOptions
 from client_sdk.protocols import _projective as proj
 from client_sdk.protocols import discover as disc
@@ -690,64 +701,140 @@ def _charge_json(c: Charge) -> dict[str, Any]:
     return dict(c._asdict())
 
 
+BOOT = "boot:conformance"
+NOON = 43_200
+HOUR = 3_600
+
+
+def _noon(day: int, plus: int = 0, epoch: str = BOOT) -> tuple[str, int]:
+    """The elapsed reading of a right clock at noon of ``day`` (+ seconds): one boot since 1970."""
+    return epoch, day * SECONDS_PER_DAY + NOON + plus
+
+
 def ledger_vectors() -> dict[str, Any]:
     fp_a, fp_b, fp_c = "a" * 32, "b" * 32, "c" * 32
     sequences = []
 
-    def run(label: str, charges: list[Charge]) -> None:
-        accounts: dict[str, Any] = {}
-        steps = []
-        for charge in charges:
-            refusal = apply(accounts, charge)
-            steps.append({"charge": _charge_json(charge), "outcome": None if refusal is None else refusal.value,
-                          "accounts": {k: v.to_json() for k, v in accounts.items()}})
-        sequences.append({"label": label, "steps": steps})
+    def run(label: str, steps: list[tuple[Any, ...]]) -> None:
+        """steps: (charge, reading) or (charge, reading, refusal, count) to record a refusal."""
+        book = Book()
+        out = []
+        for step in steps:
+            charge, reading = step[0], step[1]
+            item: dict[str, Any] = {"charge": _charge_json(charge), "elapsed": list(reading)}
+            if len(step) == 4:
+                record_refusal(book, charge, step[2], step[3], reading)
+                item.update(record_refusal=step[2].value, count=step[3])
+            else:
+                refusal = apply(book, charge, reading)
+                item["outcome"] = None if refusal is None else refusal.value
+            item.update(accounts={k: v.to_json() for k, v in book.items()}, clock=book.clock.to_json())
+            out.append(item)
+        sequences.append({"label": label, "steps": out})
+
+    def honest(charges: list[Charge]) -> list[tuple[Any, ...]]:
+        """A right clock: each charge at noon of its day, a minute after the one before."""
+        return [(c, _noon(c.day, 60 * i)) for i, c in enumerate(charges)]
+
+    def at(start: tuple[str, int], charges: list[Charge], every: int = 60) -> list[tuple[Any, ...]]:
+        return [(c, (start[0], start[1] + every * i)) for i, c in enumerate(charges)]
 
     plain = dict(metric="m", fingerprint=fp_a, epsilon=1.0, epsilon_longitudinal=None, digest=None,
                  reports_per_window=2, lifetime_budget=4.5)
     run("per-report epsilon, reports_per_window and lifetime_epsilon across windows",
-        [Charge(day=d, **plain) for d in (DAY, DAY, DAY, DAY + 1, DAY + 1, DAY + 2, DAY + 2, DAY + 5)])
+        honest([Charge(day=d, **plain) for d in (DAY, DAY, DAY, DAY + 1, DAY + 1, DAY + 2, DAY + 2, DAY + 5)]))
     memo = dict(metric="mm", fingerprint=fp_b, epsilon=0.5, epsilon_longitudinal=2.0, reports_per_window=3,
                 lifetime_budget=5.0)
     run("memoised: epsilon per report in the window, epsilon_inf once per distinct digest",
-        [Charge(day=d, digest=g, **memo) for d, g in
-         ((DAY, "d1"), (DAY, "d1"), (DAY, "d2"), (DAY, "d3"), (DAY + 1, "d3"), (DAY + 1, "d1"),
-          (DAY + 2, "d2"), (DAY + 3, "d4"))])
+        honest([Charge(day=d, digest=g, **memo) for d, g in
+                ((DAY, "d1"), (DAY, "d1"), (DAY, "d2"), (DAY, "d3"), (DAY + 1, "d3"), (DAY + 1, "d1"),
+                 (DAY + 2, "d2"), (DAY + 3, "d4"))]))
     run("memoised: a new fingerprint starts a new memo set",
-        [Charge(day=DAY, digest="d1", **memo),
-         Charge(day=DAY + 1, digest="d1", **{**memo, "fingerprint": fp_c}),
-         Charge(day=DAY + 2, digest="d1", **memo)])
+        honest([Charge(day=DAY, digest="d1", **memo),
+                Charge(day=DAY + 1, digest="d1", **{**memo, "fingerprint": fp_c}),
+                Charge(day=DAY + 2, digest="d1", **memo)]))
     dev = dict(device_window_budget=1.5, device_lifetime_budget=4.0)
     x = dict(metric="x", fingerprint=fp_a, epsilon=1.0, epsilon_longitudinal=None, digest=None,
              reports_per_window=5, lifetime_budget=None, **dev)
     y = dict(metric="y", fingerprint=fp_b, epsilon=0.25, epsilon_longitudinal=1.0, reports_per_window=5,
              lifetime_budget=None, **dev)
     run("[device] caps: epsilon_per_window and lifetime_epsilon summed over metrics, across windows",
-        [Charge(day=DAY, **x), Charge(day=DAY, digest="v1", **y), Charge(day=DAY, digest="v1", **y),
-         Charge(day=DAY, **x), Charge(day=DAY, digest="v1", **y), Charge(day=DAY + 1, digest="v2", **y),
-         Charge(day=DAY + 1, **x), Charge(day=DAY + 1, **x), Charge(day=DAY + 2, digest="v3", **y),
-         Charge(day=DAY + 3, **x), Charge(day=DAY + 3, digest="v1", **y)])
-    run("[device] caps: a late charge (clock stepped back) counts in the device's latest window",
-        [Charge(day=DAY + 1, **x), Charge(day=DAY, digest="v1", **y), Charge(day=DAY, digest="v2", **y),
-         Charge(day=DAY, **x)])
+        honest([Charge(day=DAY, **x), Charge(day=DAY, digest="v1", **y), Charge(day=DAY, digest="v1", **y),
+                Charge(day=DAY, **x), Charge(day=DAY, digest="v1", **y), Charge(day=DAY + 1, digest="v2", **y),
+                Charge(day=DAY + 1, **x), Charge(day=DAY + 1, **x), Charge(day=DAY + 2, digest="v3", **y),
+                Charge(day=DAY + 3, **x), Charge(day=DAY + 3, digest="v1", **y)]))
+    run("[device] caps: a late charge (clock stepped back) counts in the device's window",
+        at(_noon(DAY + 1), [Charge(day=DAY + 1, **x), Charge(day=DAY, digest="v1", **y),
+                            Charge(day=DAY, digest="v2", **y), Charge(day=DAY, **x)]))
     ten_years = 3653
-    run("clock errors: a window more than 2 days ahead is re-dated to the clock's day, its spend kept; "
-        "a clock back on the day it left resumes it",
-        [Charge(day=DAY, **plain), Charge(day=DAY + ten_years, **plain), Charge(day=DAY, **plain),
-         Charge(day=DAY, **plain), Charge(day=DAY + 1, **plain), Charge(day=DAY + 3, **plain),
-         Charge(day=DAY + 1, **plain)])
-    run("clock errors under [device] caps: every account is re-dated, and a return resumes the latest",
-        [Charge(day=DAY, **x), Charge(day=DAY + ten_years, digest="v1", **y), Charge(day=DAY, **x),
-         Charge(day=DAY + ten_years, digest="v2", **y), Charge(day=DAY + 1, digest="v1", **y),
-         Charge(day=DAY + 1, **x)])
+    run("clock errors: a window more than 2 days ahead is re-dated to the clock's day, its spend kept "
+        "(and the spend made on that day); the day a re-date left resumes; a day later, a new window",
+        at(_noon(DAY), [Charge(day=DAY, **plain), Charge(day=DAY + ten_years, **plain), Charge(day=DAY, **plain),
+                        Charge(day=DAY + ten_years, **plain), Charge(day=DAY, **plain)])
+        + [(Charge(day=DAY + 1, **plain), _noon(DAY + 1, HOUR)), (Charge(day=DAY + 3, **plain), _noon(DAY + 1, 2 * HOUR)),
+           (Charge(day=DAY + 1, **plain), _noon(DAY + 1, 3 * HOUR))])
+    run("clock errors under [device] caps: every account is re-dated, and a return resumes the window",
+        at(_noon(DAY), [Charge(day=DAY, **x), Charge(day=DAY + ten_years, digest="v1", **y), Charge(day=DAY, **x),
+                        Charge(day=DAY + ten_years, digest="v2", **y), Charge(day=DAY + 1, digest="v1", **y),
+                        Charge(day=DAY + 1, **x)]))
     tenth = dict(metric="t", fingerprint=fp_a, epsilon=0.1, epsilon_longitudinal=None, digest=None,
                  reports_per_window=100, lifetime_budget=1.0)
     run("float sums: ten charges of 0.1 fit a budget of 1.0 (relative slack 1e-9), the eleventh does not",
-        [Charge(day=DAY, **tenth) for _ in range(11)])
-    return {"description": "Sequences of charges applied in order to an empty ledger (client_sdk.ledger.apply): "
-                           "each step's outcome (null = charged, else the refusal) and every account after it. "
-                           "window = the UTC date of day (days since 1970-01-01).",
-            "budget_slack": 1e-9, "sequences": sequences}
+        honest([Charge(day=DAY, **tenth) for _ in range(11)]))
+
+    # --- the elapsed-time rule (client_sdk/device_clock.py; docs/conformance.md, "The device clock")
+    one = dict(metric="c", fingerprint=fp_a, epsilon=1.0, epsilon_longitudinal=None, digest=None,
+               reports_per_window=1, lifetime_budget=None, device_window_budget=1.0, device_lifetime_budget=None)
+    cycle = [-6, -3, 0]
+    run("issue 26: wall readings cycling over today-6, today-3 and today, 15 minutes apart, one boot: "
+        "the first window and one opening, every other charge held or re-dated (the SDK tests run all 91)",
+        at(_noon(DAY), [Charge(day=DAY + cycle[i % 3], **one) for i in range(31)], every=900))
+    run("a steadily advancing fake clock (+1 day every 15 minutes), one boot: two windows",
+        at(_noon(DAY), [Charge(day=DAY + i, **one) for i in range(12)], every=900))
+    near = dict(one, reports_per_window=1, device_window_budget=None)
+    midnight = DAY * SECONDS_PER_DAY - 60      # 23:59 of the day before DAY
+    run("a right clock around midnight: 23:59 and 00:01 both open; the next opening needs a day and "
+        "2 s (CLOCK_MARGIN) since the opening before the last",
+        [(Charge(day=DAY - 1, **near), (BOOT, midnight)),
+         (Charge(day=DAY, **near), (BOOT, midnight + 120)),
+         (Charge(day=DAY + 1, **near), (BOOT, midnight + SECONDS_PER_DAY + 1)),
+         (Charge(day=DAY + 1, **near), (BOOT, midnight + SECONDS_PER_DAY + 2)),
+         (Charge(day=DAY + 2, **near), (BOOT, midnight + SECONDS_PER_DAY + 3)),
+         (Charge(day=DAY + 2, **near), (BOOT, midnight + 2 * SECONDS_PER_DAY + 121))])
+    run("epochs: a new boot gets one opening at once; another process's own clock too; an epoch "
+        "that missed the last two openings measures from its next update",
+        [(Charge(day=DAY, **near), ("boot:one", 5_000)),
+         (Charge(day=DAY + 1, **near), ("boot:one", 5_060)),        # the new epoch's one opening
+         (Charge(day=DAY + 2, **near), ("boot:one", 5_120)),        # held
+         (Charge(day=DAY + 2, **near), ("boot:two", 40)),           # a reboot: one opening
+         (Charge(day=DAY + 3, **near), ("boot:two", 100)),          # held
+         (Charge(day=DAY + 3, **near), ("run:0123456789abcdef", 3)),  # a process clock: one opening
+         (Charge(day=DAY + 4, **near), ("boot:one", 5_180 + SECONDS_PER_DAY)),   # stale: held
+         (Charge(day=DAY + 4, **near), ("boot:one", 5_182 + 2 * SECONDS_PER_DAY)),  # a day on: opens
+         (Charge(day=DAY + 5, **near), ("boot:two", 100 + 3 * SECONDS_PER_DAY))])   # stale: held
+    run(f"epochs: the book keeps the {EPOCH_SLOTS} most recently used; one forgotten and seen again is new",
+        [(Charge(day=DAY, **near), (f"run:{i:016x}", 10)) for i in range(EPOCH_SLOTS + 1)]
+        + [(Charge(day=DAY + 1, **near), ("run:0000000000000001", 20)),
+           (Charge(day=DAY + 2, **near), ("run:0000000000000000", 30))])
+    run("recording refusals: counted in the window, re-dating it when far behind, never opening one",
+        [(Charge(day=DAY, **near), _noon(DAY)),
+         (Charge(day=DAY + 1, **near), _noon(DAY, 60), Refusal.WINDOW, 3),
+         (Charge(day=DAY - 9, **near), _noon(DAY, 120), Refusal.DEVICE_WINDOW, 1),
+         (Charge(day=DAY, **near), _noon(DAY, 180), Refusal.LIFETIME, 2),
+         (Charge(day=DAY, **near), _noon(DAY, 240))])
+    v1 = {"format": "ldpt-ledger", "version": 1, "generation": "v1",
+          "metrics": {"m": MetricAccount(window=window_name(DAY), window_reports=1, window_epsilon=1.0,
+                                         lifetime_reports=1, lifetime_epsilon=1.0).to_json(),
+                      "n": MetricAccount(window=window_name(DAY - 4)).to_json()}}
+    migrated, _ = parse_ledger(json.dumps(v1))
+    return {"description": "Sequences of charges applied in order to an empty book (client_sdk.ledger.apply, "
+                           "or record_refusal where a step has record_refusal/count), each with the elapsed "
+                           "reading [epoch, seconds] the ledger read under its lock: each step's outcome "
+                           "(null = charged, else the refusal), every account and the device clock after it. "
+                           "window = the UTC date of day (days since 1970-01-01). migrations: a version-1 "
+                           "file and the clock it is read with.",
+            "budget_slack": 1e-9, "sequences": sequences,
+            "migrations": [{"file": v1, "clock": migrated.clock.to_json()}]}
 
 
 # --- batch bytes --------------------------------------------------------------------------------------

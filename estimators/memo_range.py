@@ -103,11 +103,13 @@ def range_frame(spec: MetricSpec, sketches: Sequence[tuple[str, Sketch]], *, con
         return _mean_range(spec, base, estimates, permanent, [w for w, _ in used], confidence)
     total = [np.asarray(e.variances, dtype=np.float64) for e in estimates]
     variances = range_variance(permanent, total)
+    fresh = np.sum([np.maximum(v - np.clip(p, 0.0, None), 0.0) for v, p in zip(total, permanent)], axis=0)
     counts = np.sum([np.asarray(e.counts, dtype=np.float64) for e in estimates], axis=0)
+    jump, rate = range_memo_events([memo_events(proto, s, e) for (_, s), e in zip(used, estimates)])
     freq = base[base["statistic"] == "count"].drop(columns="statistic").reset_index(drop=True) \
         if spec.is_histogram else base.copy()
     freq = _with_bound(freq, counts, variances, merged.total_reports, confidence, simultaneous,
-                       alpha, control)
+                       alpha, control, memo=(jump, rate, fresh))
     if consistent:
         freq = _apply_consistency(freq, merged.total_reports)
     if spec.is_histogram:
@@ -119,15 +121,107 @@ def range_frame(spec: MetricSpec, sketches: Sequence[tuple[str, Sketch]], *, con
     return freq
 
 
+def memo_events(proto: Memoised, sketch: Sketch, estimate) -> tuple[np.ndarray, np.ndarray]:
+    """(J, μ) of one window under "nobody holds v": a device whose *memoised* response supports v
+    moves E[ĉ(v)] by J (one report) in every window it reports with that response, and about μ
+    devices do so by chance (Poisson: each of the n devices' memo draws supports a given other
+    value with the small probability q₁).
+
+    - L-GRR, L-OSUE: J = λ/(P − Q), μ = n·q₁ (λ = p₂ − q₂, the chain's P, Q);
+    - LOLOHA: per cohort s, J_s = λ·B[v, (s, H_s(v))]/(p' − q') (B the least-squares decoder) and
+      μ_s = n_s·q₁; returned as μ = Σ μ_s and the variance-preserving J = (Σ μ_s J_s²/μ)^½;
+    - dBitFlipPM: J = λ·n/(n_v (P − Q)) and μ = n_v·q₁ (n_v reports sample v's bucket).
+
+    Zeros where the protocol has no such events (a numeric mean)."""
+    par = proto.params  # type: ignore[attr-defined]
+    lam = float(proto.second_round_keep)
+    n = float(sketch.total_reports)
+    name = getattr(proto, "name", "")
+    if name in ("lgrr", "losue"):
+        d = int(par.d)
+        return np.full(d, lam / (par.p - par.q)), np.full(d, n * par.q1)
+    if name == "loloha":
+        n_s = np.asarray(sketch.reports, dtype=np.float64)
+        B = proto._decoder(n_s).B                                      # type: ignore[attr-defined]
+        _, row_of, _, _ = proto._design                                # type: ignore[attr-defined]
+        d = int(par.d)
+        own = B[np.arange(d)[None, :], row_of] * lam / (proto.p - proto.q)   # (m, d): J_s(v)
+        mu_s = n_s * par.q1
+        mu = float(mu_s.sum())
+        if mu <= 0:
+            return np.zeros(d), np.zeros(d)
+        return np.sqrt(mu_s @ (own * own) / mu), np.full(d, mu)
+    if name == "dbitflip":
+        n_v, _ = proto.bucket_totals(sketch)                           # type: ignore[attr-defined]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            jump = np.where(n_v > 0, lam * n / (n_v * (par.p - par.q)), 0.0)
+        return jump, n_v * par.q1
+    size = np.shape(getattr(estimate, "counts", np.zeros(0)))
+    return np.zeros(size), np.zeros(size)
+
+
+def range_memo_events(events: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The windows' (J_t, μ_t) as one range's (J, μ): a device that keeps its memoised response
+    through the range and reports in every window moves the range's sum by J = Σ_t J_t, and
+    μ = (Σ_t J_t √μ_t)²/J² keeps the variance of these events at the range bound's
+    (Minkowski, as ``range_variance``). The fewer and larger the jumps, the heavier the upper
+    tail at a given variance, so this lumps the events as much as the windows allow."""
+    jumps = np.sum([np.asarray(j, dtype=np.float64) for j, _ in events], axis=0)
+    sd = np.sum([np.asarray(j, dtype=np.float64) * np.sqrt(np.asarray(m, dtype=np.float64)) for j, m in events],
+                axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.where(jumps > 0, (sd / jumps) ** 2, 0.0)
+    return jumps, rate
+
+
+#: Above this expected number of memoised events the range's test is the normal one (the events'
+#: skewness, 1/√μ, is then below 0.05).
+POISSON_EVENTS_BELOW = 400.0
+
+
+def poisson_normal_sf(x: np.ndarray, jump: np.ndarray, rate: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """P(J·(M − μ) + G ≥ x) for M ~ Poisson(μ) and G ~ N(0, sd²), elementwise.
+
+    A memoised range's estimate of a value nobody holds is a sum of rare permanent events (devices
+    whose memoised response supports it, repeated in every window: ``memo_events``) and of many
+    small independent parts (fresh coins, cohorts), which G stands for. The normal tail of the
+    sum alone treats the events as small: with a few of them expected, two or three events of
+    J ≈ 1.3 range SDs each are not rare, and Holm's 3.6-SD threshold over 295 values nobody
+    held was crossed in 0.35 of 7-day LOLOHA ranges (docs/math.md §10a)."""
+    x, jump, rate, sd = (np.asarray(a, dtype=np.float64) for a in (x, jump, rate, sd))
+    total = np.sqrt(sd * sd + jump * jump * rate)       # many events: the sum is normal
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = stats.norm.sf(np.where(total > 0, x / np.where(total > 0, total, 1.0), np.inf * np.sign(x)))
+    lumpy = (jump > 0) & (rate > 0) & (rate < POISSON_EVENTS_BELOW) & np.isfinite(x)
+    if not lumpy.any():
+        return out
+    xs, js, ms, ss = x[lumpy], jump[lumpy], rate[lumpy], np.maximum(sd[lumpy], 1e-12 * jump[lumpy])
+    top = int(np.ceil(ms.max() + 12.0 * np.sqrt(ms.max()) + 30.0))
+    k = np.arange(top + 1, dtype=np.float64)
+    weight = stats.poisson.pmf(k[None, :], ms[:, None])                  # (values, k)
+    tail = stats.norm.sf((xs[:, None] - js[:, None] * (k[None, :] - ms[:, None])) / ss[:, None])
+    out = out.copy()
+    out[lumpy] = np.clip((weight * tail).sum(axis=1) + stats.poisson.sf(top, ms), 0.0, 1.0)
+    return out
+
+
 def _with_bound(df: pd.DataFrame, counts: np.ndarray, variances: np.ndarray, n: int, confidence: float,
-                simultaneous: bool, alpha: float, control: str) -> pd.DataFrame:
-    """``df`` (a frequency frame) with the range's estimates, SEs, Wald intervals and tests."""
+                simultaneous: bool, alpha: float, control: str,
+                memo: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
+    """``df`` (a frequency frame) with the range's estimates, SEs, Wald intervals and tests.
+
+    ``memo`` = (J, μ, fresh variance): the p-values then treat the memoised events as Poisson
+    (``poisson_normal_sf``) and the rest of the variance, at least the fresh part, as normal."""
     out = df.copy()
     std = np.sqrt(np.maximum(variances, 0.0))
     half = z_value(confidence, len(counts) if simultaneous else 1) * std
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.where(std > 0, counts / std, np.inf * np.sign(counts))
     p_value = stats.norm.sf(z)
+    if memo is not None:
+        jump, rate, fresh = memo
+        rest = np.maximum(np.maximum(variances, 0.0) - jump * jump * rate, fresh)
+        p_value = poisson_normal_sf(counts, jump, rate, np.sqrt(rest))
     out["estimate"] = counts
     out["proportion"] = counts / n
     out["std_err"] = std

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+import weakref
 
 # Small dense factorisations (OLH and RAPPOR decoders) run 10-30x slower with multi-threaded
 # BLAS on this 2-core machine; one thread per process keeps tests fast and deterministic.
@@ -19,6 +21,23 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
         if key.startswith("LDPT_") and key not in keep:
             monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("LDPT_DATA_DIR", str(tmp_path / "ldpt-data"))
+
+
+@pytest.fixture(autouse=True)
+def _clients_closed_by_their_test():
+    """A TelemetryClient a test leaves open is closed in that test's teardown, where what it
+    logs (e.g. "closed with reports that were not delivered") is the test's captured output —
+    not by the SDK's interpreter-exit hook, which printed it after pytest's summary (issue 31)."""
+    sdk = sys.modules.get("client_sdk.client")
+    before = weakref.WeakSet(sdk._LIVE_CLIENTS) if sdk else weakref.WeakSet()
+    yield
+    sdk = sys.modules.get("client_sdk.client")
+    if sdk is None:
+        return
+    for client in list(sdk._LIVE_CLIENTS):
+        if (client not in before and isinstance(client, sdk.TelemetryClient)
+                and client._owns_uploader and not client._closed):
+            client.close(0.2)
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from collector.committer import GroupCommitter
 from collector.config import SETTINGS, make_config
 from collector.problems import PROBLEM_TYPES
 from collector.storage.aio import ThreadedStore
-from collector.storage.base import BatchOutcome, SketchKey
+from collector.storage.base import SCHEMA_VERSION, BatchOutcome, SketchKey
 from collector.storage.sqlite import SQLiteStore
 from collector.telemetry import Telemetry
 from estimators.frequency import estimate_frame
@@ -261,7 +261,7 @@ def test_registry_health_ready_and_metrics(setup):
             resp = await client.get("/healthz")
             assert resp.status == 200 and (await resp.json())["status"] == "ok"
             resp = await client.get("/readyz")
-            assert resp.status == 200 and (await resp.json())["schema_version"] == 3
+            assert resp.status == 200 and (await resp.json())["schema_version"] == SCHEMA_VERSION == 4
             await post(client, bodies_for(registry, 1)[0])
             resp = await client.get("/metrics")
             text = await resp.text()

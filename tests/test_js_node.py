@@ -97,6 +97,22 @@ def fetch_json(url: str) -> dict:
         return json.loads(resp.read())
 
 
+@pytest.mark.parametrize("offsets", [[-6, -3, 0], [0, 3, 6], [0, 1, 3], list(range(91))])
+def test_a_clock_cycling_over_three_days_sends_at_most_three_reports(tmp_path, offsets):
+    """Issue 26 §1 in the Node SDK against a live collector: 91 wall readings within 22¾ real
+    hours (injected clocks) cycling over three days, or advancing a day per reading; it sent
+    61 of 91 before the device clock rule (client_sdk/js/src/deviceClock.ts)."""
+    from tests.test_sdk_clock_attack import ATTACK_TOML
+
+    built_sdk()
+    (tmp_path / "metrics.toml").write_text(ATTACK_TOML, encoding="utf-8")
+    with serving(["--metrics", "metrics.toml", "--db", "store.sqlite", "--port", "0"], tmp_path) as server:
+        stats = result(node_fleet("clock", server.url, str(tmp_path / "device"), json.dumps(offsets)))
+    assert stats["reports_acked"] <= 3, stats
+    assert stats["reports_acked"] + stats["refused_window"] + stats["refused_device_window"] == 91, stats
+    assert stats["reports_acked"] == stats["charged"]
+
+
 ACCESS = re.compile(r"INFO (\S+) \[[^\]]*\] \"(\w+) (\S+) HTTP")
 
 

@@ -88,7 +88,8 @@ epsilon = 1.0
 
 
 class Clock:
-    """An injectable wall clock (seconds since the epoch)."""
+    """An injectable wall clock (seconds since the epoch) that is right: the elapsed clock
+    (client_sdk.device_clock) moves with it, so simulated days are real days to the ledger."""
 
     def __init__(self, now: float) -> None:
         self.now = now
@@ -96,11 +97,14 @@ class Clock:
     def __call__(self) -> float:
         return self.now
 
+    def elapsed(self) -> tuple[str, int]:
+        return "boot:simulated", int(self.now)
+
 
 def client_for(registry, clock, **kw):
     fake = FakeCollector(registry)
     client = TelemetryClient(registry=registry, transport=MemoryTransport(fake), clock=clock,
-                             batch_size=50, max_batch_age=0.01, **kw)
+                             elapsed_clock=clock.elapsed, batch_size=50, max_batch_age=0.01, **kw)
     return client, fake
 
 
@@ -112,6 +116,7 @@ def test_a_year_of_one_unchanged_value_costs_at_most_epsilon_inf():
         clock.now = START + day * DAY
         for metric in ("theme", "bars", "plain"):
             assert client.report(metric, "dark" if metric != "bars" else "b3")
+        assert client.flush(10.0)   # the worker charges each day's reports that day (the elapsed clock)
     assert client.flush(10.0)
     book = client.ledger_snapshot()
     client.close()
@@ -133,6 +138,7 @@ def test_loloha_spends_at_most_g_epsilon_inf_however_often_the_value_changes():
         assert client.report("city", f"c{day % 12}")       # a new value every day
         assert client.report("theme", ["light", "dark", "system"][day % 3])
         assert client.report("hist", f"h{day % 8}")
+        assert client.flush(10.0)
     assert client.flush(10.0)
     book = client.ledger_snapshot()
     client.close()
@@ -159,6 +165,7 @@ def test_device_cap_sends_two_reports_a_day_and_refuses_the_third():
         clock.now = START + day * DAY
         sent = [client.report(m, True) for m in ("a", "b", "c")]
         assert sent == [True, True, False], day
+        assert client.flush(10.0)
     assert client.flush(10.0)
     stats = client.stats()
     book = client.ledger_snapshot()
@@ -176,6 +183,7 @@ def test_device_lifetime_cap_refuses_once_spent():
     for day in range(3):
         clock.now = START + day * DAY
         sent += [client.report(m, True) for m in ("a", "b", "c")]
+        assert client.flush(10.0)
     assert client.flush(10.0)
     assert sum(sent) == 4 and client.stats()["refused_device_lifetime"] == 5
     client.close()
@@ -185,7 +193,9 @@ def _device_process(state_dir: str, day: int, queue) -> None:
     registry = make_registry(DEVICE_TOML)
     fake = FakeCollector(registry)
     client = TelemetryClient(registry=registry, state_dir=state_dir, transport=MemoryTransport(fake),
-                             clock=lambda: START + day * DAY, batch_size=1, max_batch_age=0.001,
+                             clock=lambda: START + day * DAY,
+                             elapsed_clock=lambda: ("boot:simulated", int(START + day * DAY)),
+                             batch_size=1, max_batch_age=0.001,
                              retry=RetryPolicy(initial=0.01))
     for metric in ("a", "b", "c", "c", "b", "a"):
         client.report(metric, True)
@@ -220,7 +230,8 @@ def test_ldpt_ledger_shows_device_totals(tmp_path):
     registry = make_registry(DEVICE_TOML)
     clock = Clock(START)
     client = TelemetryClient(registry=registry, state_dir=tmp_path / "s",
-                             transport=MemoryTransport(FakeCollector(registry)), clock=clock)
+                             transport=MemoryTransport(FakeCollector(registry)), clock=clock,
+                             elapsed_clock=clock.elapsed)
     for m in ("a", "b", "c"):
         client.report(m, True)
     assert client.flush(5.0)
@@ -271,6 +282,7 @@ def test_numeric_mean_with_epsilon_inf_is_memoised_and_charged_once_per_grid_poi
     for day in range(365):
         clock.now = START + day * DAY
         assert client.report("minutes", 41.0 + 0.001 * (day % 3))   # jitter within one grid step
+        assert client.flush(10.0)
     assert client.flush(10.0)
     book = client.ledger_snapshot()
     client.close()

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
+import signal
+import sys
 import threading
 
 import pytest
@@ -13,6 +16,7 @@ from click.testing import CliRunner
 from cli.main import main
 from client_sdk import RetryPolicy, TelemetryClient
 from client_sdk.ledger import (
+    Book,
     Charge,
     Ledger,
     LedgerError,
@@ -25,7 +29,7 @@ from client_sdk.ledger import (
 )
 from client_sdk.testing import FakeCollector, MemoryTransport
 
-from .sdk_support import REGISTRY_TOML, file_lock, make_registry  # noqa: F401 - file_lock: autouse
+from .sdk_support import REGISTRY_TOML, file_lock, make_registry, wait_until  # noqa: F401 - file_lock: autouse
 
 DAY = 20_000   # a UTC day number
 
@@ -34,34 +38,44 @@ def charge(day=DAY, eps=1.0, eps_inf=None, digest=None, rpw=1, budget=None, metr
     return Charge(metric, fp, day, eps, eps_inf, digest, rpw, budget)
 
 
+def noon(day):
+    """The elapsed reading of an honest clock at noon of ``day`` (one boot since 1970)."""
+    return ("boot:test", day * 86_400 + 43_200)
+
+
+def honest(book, c):
+    """Apply ``c`` as a device whose clock is right: real time is noon of the charge's day."""
+    return apply(book, c, noon(c.day))
+
+
 # --- the accounting rules ------------------------------------------------------------------------------
 
 def test_reports_per_window_refuses_the_extra_report_and_a_new_window_resets():
-    book = {}
-    assert [apply(book, charge(rpw=2)) for _ in range(4)] == [None, None, Refusal.WINDOW, Refusal.WINDOW]
+    book = Book()
+    assert [honest(book, charge(rpw=2)) for _ in range(4)] == [None, None, Refusal.WINDOW, Refusal.WINDOW]
     acct = book["m"]
     assert acct.window == window_name(DAY) and acct.window_reports == 2
     assert acct.window_epsilon == pytest.approx(2.0) and acct.refused_window == 2
-    assert apply(book, charge(day=DAY + 1, rpw=2)) is None      # the next UTC day
+    assert honest(book, charge(day=DAY + 1, rpw=2)) is None      # the next UTC day
     assert acct.window == window_name(DAY + 1) and acct.window_reports == 1
     assert acct.lifetime_reports == 3 and acct.lifetime_epsilon == pytest.approx(3.0)
-    assert apply(book, charge(day=DAY, rpw=2)) is None           # late: counts in the current window
-    assert apply(book, charge(day=DAY, rpw=2)) is Refusal.WINDOW
+    assert honest(book, charge(day=DAY, rpw=2)) is None           # late: counts in the current window
+    assert honest(book, charge(day=DAY, rpw=2)) is Refusal.WINDOW
 
 
 def test_the_lifetime_budget_refuses_the_report_that_would_exceed_it():
-    book = {}
-    outcomes = [apply(book, charge(day=DAY + i, eps=0.9999999992, budget=3.0)) for i in range(5)]
+    book = Book()
+    outcomes = [honest(book, charge(day=DAY + i, eps=0.9999999992, budget=3.0)) for i in range(5)]
     assert outcomes == [None, None, None, Refusal.LIFETIME, Refusal.LIFETIME]
     assert book["m"].lifetime_epsilon <= 3.0 and book["m"].refused_lifetime == 2
 
 
 def test_memoised_reports_cost_epsilon_inf_per_distinct_value():
-    book = {}
+    book = Book()
     eps1, eps_inf = 1.07, 4.39
     seq = ["A"] * 5 + ["B"] * 2 + ["A"] * 3
     for i, v in enumerate(seq):
-        assert apply(book, charge(day=DAY + i // 3, eps=eps1, eps_inf=eps_inf, digest=v, rpw=3)) is None
+        assert honest(book, charge(day=DAY + i // 3, eps=eps1, eps_inf=eps_inf, digest=v, rpw=3)) is None
     acct = book["m"]
     assert acct.lifetime_epsilon == pytest.approx(2 * eps_inf)   # 2 distinct values, 10 reports
     assert acct.lifetime_reports == 10 and acct.distinct_values == 2
@@ -73,7 +87,7 @@ def test_memoised_reports_cost_epsilon_inf_per_distinct_value():
     assert decide(acct, charge(day=DAY + 9, eps=eps1, eps_inf=eps_inf, digest="A", budget=budget,
                                rpw=3)) is None
     # New parameters (fingerprint) are a new PRR: a known value costs ε∞ again.
-    assert apply(book, charge(day=DAY + 9, eps=eps1, eps_inf=eps_inf, digest="A", fp="fp2", rpw=3)) is None
+    assert honest(book, charge(day=DAY + 9, eps=eps1, eps_inf=eps_inf, digest="A", fp="fp2", rpw=3)) is None
     assert acct.lifetime_epsilon == pytest.approx(3 * eps_inf)
 
 
@@ -83,7 +97,7 @@ def test_the_ledger_file_is_atomic_json_and_holds_no_value(tmp_path):
                            [(charge(), Refusal.WINDOW, 3)])
     assert result.outcomes == [None, None]
     doc = json.loads((tmp_path / "ledger.json").read_text())
-    assert doc["format"] == "ldpt-ledger" and doc["version"] == 1
+    assert doc["format"] == "ldpt-ledger" and doc["version"] == 2
     assert doc["metrics"]["m"]["memo"] == {"fp": ["0f" * 16]}
     assert doc["metrics"]["m"]["refused_window"] == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger.json", "ledger.lock"]  # no temp left
@@ -206,6 +220,50 @@ def test_processes_sharing_a_state_dir_never_overspend(tmp_path):
     assert acct["crash"].refused_window + acct["crash"].window_reports == 4 * 30
 
 
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    return stat[stat.rindex(")") + 2:].startswith("T")
+
+
+def _commit_paused(state_dir: str) -> None:
+    """A child process: one charge under reports_per_window = 1, SIGSTOPping itself inside the
+    transaction (the elapsed clock is read there, with the lock held and the book read)."""
+    def paused_clock():
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return noon(DAY)
+    outcome = Ledger(state_dir).commit([charge()], elapsed=paused_clock).outcomes[0]
+    os._exit(0 if outcome is None else 3)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc to see the holder stopped")
+def test_a_paused_holder_keeps_the_ledger_lock_however_old_its_file(tmp_path):
+    """Issue 26 §2 for the Python SDK: flock(2) (or the Windows byte-range lock) belongs to the
+    holder's open file until it closes it or dies; its age never matters. A SIGSTOPped holder
+    keeps it, the next process waits, then is refused: 1 report under reports_per_window = 1."""
+    import fcntl
+    ctx = multiprocessing.get_context("fork")
+    holder = ctx.Process(target=_commit_paused, args=(str(tmp_path),))
+    holder.start()
+    try:
+        assert wait_until(lambda: _stopped(holder.pid), timeout=60), "the holder never stopped"
+        lock = tmp_path / "ledger.lock"
+        os.utime(lock, (0, 0))   # as old as can be
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):   # held by the paused process
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+        assert _stopped(holder.pid)
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        holder.join(30)
+    assert holder.exitcode == 0   # the holder's charge went through
+    assert Ledger(tmp_path).commit([charge()], elapsed=lambda: noon(DAY)).outcomes == [Refusal.WINDOW]
+    assert read_ledger(tmp_path)["m"].window_reports == 1
+
+
 # --- ldpt ledger ----------------------------------------------------------------------------------------------
 
 def test_ldpt_ledger_prints_the_book(tmp_path):
@@ -235,10 +293,11 @@ def test_ldpt_ledger_prints_the_book(tmp_path):
 
 def test_memory_ledger_matches_the_file_ledger(tmp_path):
     charges = [charge(day=DAY + i // 4, eps_inf=3.0, digest=str(i % 3), rpw=2, budget=7.0) for i in range(12)]
-    a = MemoryLedger().commit(charges)
-    b = Ledger(tmp_path).commit(charges)
+    a = MemoryLedger().commit(charges, elapsed=lambda: noon(DAY))
+    b = Ledger(tmp_path).commit(charges, elapsed=lambda: noon(DAY))
     assert a.outcomes == b.outcomes
     assert a.accounts["m"].to_json() == b.accounts["m"].to_json()
+    assert a.accounts.clock == b.accounts.clock
 
 
 def test_a_late_charge_cannot_overspend_the_device_window_cap():
@@ -248,89 +307,118 @@ def test_a_late_charge_cannot_overspend_the_device_window_cap():
     def dev(metric, day):
         return Charge(metric, "fp", day, 1.0, None, None, 5, None, 2.0, None)
 
-    book = {}
-    assert apply(book, dev("a", DAY)) is None
-    assert apply(book, dev("c", DAY)) is None
-    assert apply(book, dev("a", DAY + 1)) is None   # the next day: a only
-    assert apply(book, dev("c", DAY)) is None       # clock stepped back: counts in DAY + 1
-    assert apply(book, dev("b", DAY + 1)) is Refusal.DEVICE_WINDOW
+    book = Book()
+    assert honest(book, dev("a", DAY)) is None
+    assert honest(book, dev("c", DAY)) is None
+    assert honest(book, dev("a", DAY + 1)) is None   # the next day: a only
+    assert honest(book, dev("c", DAY)) is None       # clock stepped back: counts in DAY + 1
+    assert honest(book, dev("b", DAY + 1)) is Refusal.DEVICE_WINDOW
     current = window_name(DAY + 1)
     assert sum(a.window_epsilon for a in book.values() if a.window == current) <= 2.0
     assert sum(a.window_epsilon for a in book.values() if a.window == window_name(DAY)) == 0
 
 
-# --- clock errors: a forward jump of the clock ------------------------------------------------------------
+# --- clock errors (the device clock rule: client_sdk/device_clock.py; docs/privacy.md) ------------------
+# Readings are the elapsed clock of one boot; ``t`` is real time in seconds. The rule's
+# property tests (any sequence of wall readings, restarts, reboots) are in
+# tests/test_sdk_clock_rule.py.
 
 TEN_YEARS = 3652
+HOUR = 3_600
 
 
-def test_a_forward_clock_jump_silences_a_metric_for_at_most_the_day_it_is_corrected():
-    book = {}
-    assert apply(book, charge(day=DAY)) is None
-    assert apply(book, charge(day=DAY + TEN_YEARS)) is None     # the clock jumps 10 years ahead
-    assert apply(book, charge(day=DAY, rpw=3)) is None          # corrected the same day: both spends
-    assert apply(book, charge(day=DAY, rpw=3)) is Refusal.WINDOW   # bind this window (3 in all)
+def dev(metric, day, rpw=5):
+    return Charge(metric, "fp", day, 1.0, None, None, rpw, None, 2.0, None)
+
+
+def test_a_forward_clock_jump_corrected_the_same_day_binds_that_day():
+    book, t = Book(), DAY * 86_400 + 12 * HOUR
+    boot = "boot:test"
+    assert apply(book, charge(day=DAY, rpw=3), (boot, t)) is None
+    assert apply(book, charge(day=DAY + TEN_YEARS, rpw=3), (boot, t + 60)) is None   # the clock jumps
+    assert apply(book, charge(day=DAY, rpw=3), (boot, t + 120)) is None   # corrected: both spends bind
+    assert apply(book, charge(day=DAY, rpw=3), (boot, t + 180)) is Refusal.WINDOW   # 3 in all
     assert book["m"].window == window_name(DAY) and book["m"].window_reports == 3
-    assert apply(book, charge(day=DAY + 1)) is None             # the next day reports again
+    assert book.clock.window == DAY and book.clock.redated == 1
+    assert apply(book, charge(day=DAY + 1), (boot, t + 25 * HOUR)) is None   # the next day reports again
     assert book["m"].lifetime_reports == 4
 
 
 def test_a_clock_set_back_within_the_cap_still_spends_from_the_current_window():
     from client_sdk.ledger import MAX_WINDOW_AHEAD_DAYS
 
-    book = {}
-    assert apply(book, charge(day=DAY + MAX_WINDOW_AHEAD_DAYS)) is None
-    for day in range(DAY, DAY + MAX_WINDOW_AHEAD_DAYS + 1):     # back by up to the cap: no new budget
-        assert apply(book, charge(day=day)) is Refusal.WINDOW
-    assert apply(book, charge(day=DAY - 1)) is Refusal.WINDOW   # further back: re-dated, spend kept
-    assert book["m"].window == window_name(DAY - 1) and book["m"].window_reports == 1
+    book, t = Book(), noon(DAY)[1]
+    at = [t]
 
-    assert apply(book, charge(day=DAY + MAX_WINDOW_AHEAD_DAYS)) is Refusal.WINDOW   # forward onto the
-    assert apply(book, charge(day=DAY + MAX_WINDOW_AHEAD_DAYS + 1)) is None         # day it left: spent
+    def step(day):
+        at[0] += 60
+        return apply(book, charge(day=day), ("boot:test", at[0]))
+
+    assert step(DAY + MAX_WINDOW_AHEAD_DAYS) is None
+    for day in range(DAY, DAY + MAX_WINDOW_AHEAD_DAYS + 1):     # back by up to the cap: no new budget
+        assert step(day) is Refusal.WINDOW
+    assert step(DAY - 1) is Refusal.WINDOW                      # further back: re-dated, spend kept
+    assert book["m"].window == window_name(DAY - 1) and book["m"].window_reports == 1
+    assert step(DAY + MAX_WINDOW_AHEAD_DAYS) is Refusal.WINDOW  # forward onto the day it left: resumed
+    assert book.clock.window == DAY + MAX_WINDOW_AHEAD_DAYS and book.clock.opened == 0
 
 
 def test_a_forward_clock_jump_under_device_caps_redates_every_metric():
-    def dev(metric, day):
-        return Charge(metric, "fp", day, 1.0, None, None, 5, None, 2.0, None)
-
-    book = {}
-    assert apply(book, dev("a", DAY + TEN_YEARS)) is None
-    assert apply(book, dev("b", DAY + TEN_YEARS)) is None
-    assert apply(book, dev("c", DAY)) is Refusal.DEVICE_WINDOW     # back: the 2 spent bind today
+    book, boot, t = Book(), "boot:test", noon(DAY)[1]
+    assert apply(book, dev("a", DAY + TEN_YEARS), (boot, t)) is None
+    assert apply(book, dev("b", DAY + TEN_YEARS), (boot, t)) is None
+    assert apply(book, dev("c", DAY), (boot, t + 60)) is Refusal.DEVICE_WINDOW     # back: the 2 spent bind today
     assert {a.window for a in book.values()} == {window_name(DAY)}
-    assert apply(book, dev("c", DAY + 1)) is None and apply(book, dev("a", DAY + 1)) is None
-    assert apply(book, dev("b", DAY + 1)) is Refusal.DEVICE_WINDOW  # the device cap holds per window
+    t += 25 * HOUR
+    assert apply(book, dev("c", DAY + 1), (boot, t)) is None and apply(book, dev("a", DAY + 1), (boot, t)) is None
+    assert apply(book, dev("b", DAY + 1), (boot, t)) is Refusal.DEVICE_WINDOW  # the device cap holds per window
 
 
 def test_a_clock_reset_to_the_past_and_corrected_gains_no_budget():
     """A real-time clock reset at boot (to 2000-01-01), a report while it is wrong, NTP puts it
     back on the day it left: that day's spend binds, with the report made meanwhile."""
-    reset = DAY - 9000
-    book = {}
-    assert apply(book, charge(day=DAY, rpw=3)) is None
-    assert apply(book, charge(day=reset, rpw=3)) is None        # counts with DAY's spend: 2 of 3
+    reset, boot, t = DAY - 9000, "boot:test", noon(DAY)[1]
+    book = Book()
+    assert apply(book, charge(day=DAY, rpw=3), (boot, t)) is None
+    assert apply(book, charge(day=reset, rpw=3), (boot, t + 60)) is None        # counts with DAY's: 2 of 3
     assert book["m"].window == window_name(reset) and book["m"].window_reports == 2
-    assert apply(book, charge(day=DAY, rpw=3)) is None          # back on DAY: 3 of 3, not 1 of 3
-    assert apply(book, charge(day=DAY, rpw=3)) is Refusal.WINDOW
+    assert apply(book, charge(day=DAY, rpw=3), (boot, t + 120)) is None          # back on DAY: 3 of 3
+    assert apply(book, charge(day=DAY, rpw=3), (boot, t + 180)) is Refusal.WINDOW
     assert book["m"].window == window_name(DAY) and book["m"].window_reports == 3
-    assert apply(book, charge(day=DAY + 1, rpw=3)) is None      # a new day as usual
+    assert book.clock.opened == 0                                                # no window opened for it
+    assert apply(book, charge(day=DAY + 1, rpw=3), (boot, t + 25 * HOUR)) is None   # a new day as usual
 
 
 def test_a_clock_oscillating_between_now_and_ten_years_ahead_gains_one_window_at_most():
-    book = {}
-    outcomes = [apply(book, charge(day=day, rpw=2)) for day in [DAY, DAY + TEN_YEARS] * 4]
+    """Within one real hour: the jump opens a window (a new epoch's one credit), the way back
+    re-dates it onto today with today's spend, and the next jump resumes it: one window's budget."""
+    book, t = Book(), noon(DAY)[1]
+    outcomes = [apply(book, charge(day=day, rpw=2), ("boot:test", t + 60 * i))
+                for i, day in enumerate([DAY, DAY + TEN_YEARS] * 30)]
     assert outcomes.count(None) == 2                              # one window's budget, then refusals
-    assert book["m"].lifetime_reports == 2
+    assert book["m"].lifetime_reports == 2 and book.clock.opened == 1
 
 
 def test_a_clock_reset_under_device_caps_gains_no_budget_for_any_metric():
-    def dev(metric, day):
-        return Charge(metric, "fp", day, 1.0, None, None, 5, None, 2.0, None)
-
-    reset = DAY - 9000
-    book = {}
-    assert apply(book, dev("a", DAY)) is None
-    assert apply(book, dev("b", reset)) is None                   # 2 of 2, in the reset window
-    assert apply(book, dev("a", DAY)) is Refusal.DEVICE_WINDOW    # back on DAY: a and b bind it
-    assert apply(book, dev("c", DAY)) is Refusal.DEVICE_WINDOW
+    reset, boot, t = DAY - 9000, "boot:test", noon(DAY)[1]
+    book = Book()
+    assert apply(book, dev("a", DAY), (boot, t)) is None
+    assert apply(book, dev("b", reset), (boot, t)) is None                   # 2 of 2, in the reset window
+    assert apply(book, dev("a", DAY), (boot, t)) is Refusal.DEVICE_WINDOW    # back on DAY: a and b bind it
+    assert apply(book, dev("c", DAY), (boot, t)) is Refusal.DEVICE_WINDOW
     assert sum(a.window_epsilon for a in book.values() if a.window == window_name(DAY)) == pytest.approx(2.0)
+
+
+def test_the_issue_26_cycle_sends_at_most_three_reports_in_a_real_day():
+    """91 wall readings cycling over today-6, today-3 and today (and the other cycles of the
+    issue) within one real day: at most three windows, whatever the book held before."""
+    for cycle in ([-6, -3, 0], [0, 3, 6], [0, 1, 3]):
+        for history in (0, 1):
+            book, boot = Book(), "boot:test"
+            t = noon(DAY)[1]
+            if history:   # an established device: yesterday's window, opened by the elapsed rule
+                apply(book, dev("m", DAY - 2, rpw=1), (boot, t - 2 * 86_400))
+                apply(book, dev("m", DAY - 1, rpw=1), (boot, t - 86_400))
+            sent = sum(apply(book, dev("m", DAY + cycle[i % 3], rpw=1), (boot, t + i * 900)) is None
+                       for i in range(91))
+            assert sent <= 3, (cycle, history, sent)

@@ -297,26 +297,29 @@ def test_a_device_cap_refusal_at_commit_time_keeps_the_batchs_charged_reports(tm
 # --- clock errors ------------------------------------------------------------------------------------
 
 def test_a_ten_year_clock_jump_does_not_silence_a_metric_until_that_date(tmp_path):
-    """Injected clock: a run reports, the clock jumps 10 years ahead for one run, then is
+    """Injected clocks: a run reports, the clock jumps 10 years ahead for one run, then is
     corrected. The next day's run reports again (it was refused until the future date)."""
+    from client_sdk.testing import ManualClock
+
     state = tmp_path / "s"
     fake = FakeCollector(REGISTRY)
-    now = [DAY]
+    clock = ManualClock(DAY + 36_000.0)
 
     def one_run():
         client = TelemetryClient(registry=REGISTRY, state_dir=state, transport=MemoryTransport(fake),
-                                 retry=FAST, clock=lambda: now[0])
+                                 retry=FAST, clock=clock, elapsed_clock=clock.elapsed)
         sent = client.report("crash", True)
         client.flush(5.0)
         client.close(1.0)
+        clock.advance(60)
         return sent
 
     assert one_run()
-    now[0] = DAY + 3652 * 86_400.0          # ten years ahead
+    clock.set_wall(DAY + 3652 * 86_400.0)    # ten years ahead
     assert one_run()
-    now[0] = DAY + 600.0                     # corrected, the same day: both reports bind (cap 2)
+    clock.set_wall(DAY + 36_600.0)           # corrected, the same day: both reports bind (cap 2)
     assert not one_run()
-    now[0] = DAY + 86_400.0                  # the next day: reports again (was: silent until 2034)
+    clock.advance(86_400.0)                   # the next day: reports again (was: silent until 2034)
     assert one_run() and one_run() and not one_run()   # reports_per_window 10, device cap 2
     assert fake.accepted_reports == 4
 

@@ -35,3 +35,21 @@ def test_the_summary_groups_skips_by_reason_and_counts_skipped_modules(tmp_path)
     assert "   2  LDPT_TEST_POSTGRES_DSN is not set" in out
     # and nothing after pytest's own last line
     assert out.rstrip().splitlines()[-1].startswith("=") and "passed" in out.rstrip().splitlines()[-1]
+
+
+def test_a_client_a_test_leaves_open_logs_nothing_after_the_summary(tmp_path):
+    """The SDK's interpreter-exit hook closed such a client after pytest's last line and printed
+    "closed with reports that were not delivered" there; the conftest closes it in the test's
+    teardown instead (issue 31: "no output after pytest's summary")."""
+    (tmp_path / "test_leak.py").write_text(
+        "from client_sdk import TelemetryClient\n"
+        "def test_leaves_a_client_open(tmp_path):\n"
+        "    client = TelemetryClient(endpoint='http://127.0.0.1:9', state_dir=tmp_path / 's')\n"
+        "    client.report('theme', 'dark')   # waits for a registry that never comes\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider",
+                           "--rootdir", str(tmp_path), "-c", "/dev/null", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    last = done.stdout.rstrip().splitlines()[-1]
+    assert last.startswith("=") and "1 passed" in last, done.stdout
+    assert "ldpt:" not in done.stderr, done.stderr

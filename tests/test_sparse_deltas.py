@@ -14,6 +14,7 @@ import pytest
 
 from client_sdk.protocols.factory import build_protocol
 from collector.storage.base import (
+    SCHEMA_VERSION,
     PendingBatch,
     SketchKey,
     sparse_delta,
@@ -174,7 +175,7 @@ def test_v1_store_is_migrated_and_keeps_its_data(tmp_path):
     conn.commit()
     conn.close()
     with SQLiteStore(path) as store:
-        assert store._conn.execute("SELECT value FROM ldpt_meta WHERE key='schema_version'").fetchone() == ("3",)
+        assert store._conn.execute("SELECT value FROM ldpt_meta WHERE key='schema_version'").fetchone() == (str(SCHEMA_VERSION),)
         (batch,) = batches_for(proto, np.random.default_rng(2), 1, 10)
         batch = PendingBatch(batch.batch_id, batch.digest,
                              {SketchKey("m", "fp", WINDOWS[0]): next(iter(batch.deltas.values()))}, 10)
@@ -318,6 +319,11 @@ def test_batch_ids_are_kept_within_the_retry_horizon_and_deleted_after(tmp_path)
         # a retry of the kept batch is still a duplicate; the windows are untouched
         assert store.commit([fresh]) == [BatchOutcome.DUPLICATE]
         assert store.load("m", "fp", proto.new_sketch()).total_reports == 6
+        # issue 26 §5: the same bytes after their id left batch_id_days are a new batch (the wire
+        # carries no time to refuse them by); counted again, as docs/operations.md says
+        assert store.commit([old]) == [BatchOutcome.APPLIED]
+        assert store.load("m", "fp", proto.new_sketch()).total_reports == 9
+        assert store.commit([old]) == [BatchOutcome.DUPLICATE]   # and deduplicated again from now
 
 
 def test_batch_id_days_below_the_retry_horizon_is_refused(tmp_path):

@@ -123,19 +123,31 @@ class LOLOHA(GRRChainRounds, OLH):
         """The cohort part plus the memoised part of the window's variance (at the plug-in ĉ).
 
         Two things repeat in every report of a device: its cohort s (which values share its
-        hashed cell) and its memoised response r. With V the decoder's variance (OLH's sandwich),
-        V_r = E_s[Var(ĉ | cohorts)] its randomisation part at the same cell model and
-        V_m = λ²·E_s[Var(E[ĉ | r] | cohorts)] the memoised part of V_r (round 2 keeps r w.p.
-        λ = p₂ − q₂, else draws uniformly: E[a(y) | r] = λ·a(r) + const), the cohort part
-        V − V_r is wholly permanent, so the permanent part is V − V_r + V_m."""
-        variances = np.asarray(estimate.variances, dtype=np.float64)
+        hashed cell) and its memoised response r. A device of value u in cohort s adds
+        B[v, (s, H_s(u))] to E[ĉ(v) | cohorts] (B the decoder, Z's scaling), and each device draws
+        its cohort independently with P(s) = ρ_s = n_s/n, so the cohort part is exactly
+
+            Var(E[ĉ(v) | cohorts]) = Σ_u c(u)·(Σ_s ρ_s B[v, (s, H_s(u))]² − 1[u = v])
+
+        (Σ_s ρ_s B[v, (s, H_s(u))] = 1[u = v]: the decoder is unbiased); conditioning on the
+        realised n_s only lowers it. (The former V − V_r, the sandwich less its randomisation
+        part, folded in the sandwich's correction −n·f̂(1 − f̂) at a noisy plug-in, which for a value
+        nobody holds is positive on average: its cohort part came out negative, and a LOLOHA
+        7-day range flagged values nobody holds in 0.45 of runs.) The memoised part is
+        V_m = λ²·E_s[Var(E[ĉ | r] | cohorts)] (round 2 keeps r w.p. λ = p₂ − q₂, else draws
+        uniformly: E[a(y) | r] = λ·a(r) + const)."""
         n_s = np.asarray(sketch.reports, dtype=np.float64)
         B = self._decoder(n_s).B
-        c = np.asarray(estimate.counts, dtype=np.float64)
+        raw = np.nan_to_num(np.asarray(estimate.counts, dtype=np.float64))
         par, lam = self.params, self.second_round_keep
-        rand = self._cell_variance(B, c, n_s, self.p, self.q)
-        memo = lam * lam * self._cell_variance(B, c, n_s, par.p1, par.q1)
-        return np.clip(variances - rand + memo, 0.0, variances)
+        _, row_of, _, _ = self._design
+        rho = n_s / max(n_s.sum(), 1.0)
+        weights = B[:, row_of]                                     # (d, m, d): B[v, (s, H_s(u))]
+        # linear in c: the unbiased ĉ, not clipped, estimates it without bias (clipping would add
+        # the positive part of every absent value's noise as phantom devices)
+        cohort = np.einsum("s,vsu,u->v", rho, weights * weights, raw) - raw
+        memo = lam * lam * self._cell_variance(B, raw, n_s, par.p1, par.q1)
+        return np.maximum(cohort, 0.0) + memo
 
     def _cell_variance(self, B: np.ndarray, c: np.ndarray, n_s: np.ndarray, big: float, small: float
                        ) -> np.ndarray:

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from client_sdk.protocols.base import Sketch
 
 from .base import BatchOutcome, PendingBatch, PruneResult, WindowInfo
+from .shuffled import ShuffleRecord
 from .sqlite import SQLiteStore
 
 T = TypeVar("T")
@@ -64,6 +65,15 @@ class AsyncSketchStore(abc.ABC):
         """Raise StoreError unless the store can commit a write now (a cheap one: readiness asks
         while commits fail). The default knows only what ``acheck`` knows."""
         await self.acheck()
+
+    async def ashuffle_records(self, metric: str, fingerprint: str, windows: Sequence[str] | None = None,
+                               since: str | None = None, until: str | None = None) -> list[ShuffleRecord]:
+        """What came through shufflers for the key's windows (``SketchStore.shuffle_records``)."""
+        return []
+
+    async def ashuffled_batch(self, batch_id: bytes) -> bytes | None:
+        """The digest a shuffler's forwarded batch id was committed with, or None."""
+        return None
 
     @abc.abstractmethod
     async def aprune(self, before: str, batch_ids_before: str | None = None) -> PruneResult:
@@ -141,6 +151,14 @@ class ThreadedStore(AsyncSketchStore):
 
     async def acheck(self) -> None:
         await self._run(self._read_thread, lambda: self._reader_store().check())
+
+    async def ashuffle_records(self, metric: str, fingerprint: str, windows: Sequence[str] | None = None,
+                               since: str | None = None, until: str | None = None) -> list[ShuffleRecord]:
+        return await self._run(self._read_thread, lambda: self._reader_store().shuffle_records(
+            metric, fingerprint, windows, since, until))
+
+    async def ashuffled_batch(self, batch_id: bytes) -> bytes | None:
+        return await self._run(self._read_thread, lambda: self._reader_store().shuffled_batch(batch_id))
 
     def _probe_locked(self) -> None:
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)

@@ -20,7 +20,7 @@ import numpy as np
 from client_sdk.errors import StoreError
 from client_sdk.protocols.base import Sketch
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 APPLICATION_ID = "ldp-telemetry"
 
 #: A commit writes a sketch delta sparsely (its non-zero cells) when those cells take at most
@@ -94,7 +94,16 @@ class SketchStore(abc.ABC):
 
     @abc.abstractmethod
     def commit(self, batches: Sequence[PendingBatch]) -> list[BatchOutcome]:
-        """One transaction: dedupe every batch id, then add the deltas of the new batches."""
+        """One transaction: dedupe every batch id, then add the deltas of the new batches.
+
+        An item may also be a shuffler's forwarded batch (``shuffled.ShuffledBatch``): its id is
+        deduplicated first (a ``ShuffledOutcome``), then each of its members as a batch, and its
+        ``ShuffleRecord`` rows are added, all in the same transaction."""
+
+    def shuffle_records(self, metric: str, fingerprint: str, windows: Sequence[str] | None = None,
+                        since: str | None = None, until: str | None = None) -> list:
+        """The ``ShuffleRecord`` of each of the key's windows that received shuffled batches."""
+        return []
 
     def add_sketch(self, key: SketchKey, sketch: Sketch) -> None:
         """Add a sketch without a batch id (simulation, imports)."""

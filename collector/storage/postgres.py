@@ -1,19 +1,24 @@
 """PostgreSQL sketch store: many collectors on many machines, one database (asyncpg).
 
-Schema v3 (in the first schema of the DSN's ``search_path``, created if missing):
+Schema v4 (in the first schema of the DSN's ``search_path``, created if missing):
 
   ldpt_meta(key PRIMARY KEY, value)                  application id and schema version
   ldpt_batches(batch_id bytea PRIMARY KEY, digest, reports, writer, received)
   ldpt_deltas(id identity PRIMARY KEY, writer, seq, metric, fingerprint, time_window,
               cohort, reports, counts bytea, cells bytea, m, width)
                                                      append-only sketch deltas
+  ldpt_shuffled_batches(batch_id bytea PRIMARY KEY, digest, envelopes, writer, received)
+  ldpt_shuffle_windows(metric, fingerprint, time_window, reports, envelopes, batches, ...)
+                                                     shufflers' forwarded batches (v4,
+                                                     collector/storage/shuffled.py)
 
 A delta row is dense per cohort (one cohort's counters; ``cells`` NULL) or *flat* (``cohort``
 = -1, ``cells`` not NULL): sparse (the non-zero cells of a whole delta in the sketch's flat
 space, ``SparseDelta``; ``counts`` holds their values) or, with empty ``cells``, dense (every
 cell of the flat space; v3). A commit writes a small delta of a large sketch sparsely, so its
 cost follows the reports it carries, not the domain. v1 stores gain the three columns on open;
-v2 stores only change version (a v2 reader would not understand dense flat rows).
+v2 stores only change version (a v2 reader would not understand dense flat rows); v1-v3 stores
+gain the two tables of shuffled batches (v4), empty.
 
 Why append-only: an UPDATE of a shared per-window sketch row would serialise every collector
 on that row's lock. Instead each group commit INSERTs its own delta rows (keyed by the
@@ -79,6 +84,14 @@ from .base import (
     wants_flat,
     worth_sparse,
 )
+from .shuffled import (
+    ShuffledBatch,
+    ShuffledOutcome,
+    ShuffleRecord,
+    batch_records,
+    finite_epsilon,
+    merge_records,
+)
 
 log = logging.getLogger("ldpt.store")
 
@@ -107,6 +120,22 @@ ALTER TABLE ldpt_deltas ADD COLUMN IF NOT EXISTS cells bytea;
 ALTER TABLE ldpt_deltas ADD COLUMN IF NOT EXISTS m integer;
 ALTER TABLE ldpt_deltas ADD COLUMN IF NOT EXISTS width integer;
 """
+#: Schema v4: shufflers' forwarded batches and what came through them (also the migration).
+_SCHEMA_V4 = """
+CREATE TABLE IF NOT EXISTS ldpt_shuffled_batches (
+    batch_id bytea PRIMARY KEY, digest bytea NOT NULL, envelopes integer NOT NULL,
+    writer text NOT NULL, received timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS ldpt_shuffle_windows (
+    metric text NOT NULL, fingerprint text NOT NULL, time_window text NOT NULL,
+    reports bigint NOT NULL, envelopes bigint NOT NULL, batches bigint NOT NULL,
+    smallest_batch integer NOT NULL, largest_batch integer NOT NULL,
+    smallest_segment integer NOT NULL, smallest_cohort integer NOT NULL,
+    envelope_epsilon double precision NOT NULL, min_reports integer NOT NULL,
+    max_reports integer NOT NULL, max_envelope_reports integer NOT NULL,
+    PRIMARY KEY (metric, fingerprint, time_window)
+);
+"""
 #: Flat rows' large values (dense flat rows) are compressed with lz4 where the server has it:
 #: ~10x faster than the default pglz to write and to read back (ignored where unsupported).
 _LZ4 = "ALTER TABLE ldpt_deltas ALTER COLUMN counts SET COMPRESSION lz4"
@@ -130,6 +159,28 @@ _INSERT_BATCHES = """
 INSERT INTO ldpt_batches (batch_id, digest, reports, writer)
 SELECT b, d, r, $4 FROM unnest($1::bytea[], $2::bytea[], $3::int[]) AS t(b, d, r) ORDER BY b
 ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id
+"""
+_INSERT_SHUFFLED = """
+INSERT INTO ldpt_shuffled_batches (batch_id, digest, envelopes, writer)
+SELECT b, d, e, $4 FROM unnest($1::bytea[], $2::bytea[], $3::int[]) AS t(b, d, e) ORDER BY b
+ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id
+"""
+_UPSERT_SHUFFLE = """
+INSERT INTO ldpt_shuffle_windows AS s
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::int[],
+                     $8::int[], $9::int[], $10::int[], $11::float8[], $12::int[], $13::int[], $14::int[])
+ORDER BY 1, 2, 3
+ON CONFLICT (metric, fingerprint, time_window) DO UPDATE SET
+    reports = s.reports + EXCLUDED.reports, envelopes = s.envelopes + EXCLUDED.envelopes,
+    batches = s.batches + EXCLUDED.batches,
+    smallest_batch = LEAST(s.smallest_batch, EXCLUDED.smallest_batch),
+    largest_batch = GREATEST(s.largest_batch, EXCLUDED.largest_batch),
+    smallest_segment = LEAST(s.smallest_segment, EXCLUDED.smallest_segment),
+    smallest_cohort = LEAST(s.smallest_cohort, EXCLUDED.smallest_cohort),
+    envelope_epsilon = GREATEST(s.envelope_epsilon, EXCLUDED.envelope_epsilon),
+    min_reports = LEAST(s.min_reports, EXCLUDED.min_reports),
+    max_reports = GREATEST(s.max_reports, EXCLUDED.max_reports),
+    max_envelope_reports = GREATEST(s.max_envelope_reports, EXCLUDED.max_envelope_reports)
 """
 _INSERT_SPARSE = f"""
 INSERT INTO ldpt_deltas (writer, seq, metric, fingerprint, time_window, cohort, reports, counts, cells, m, width)
@@ -218,12 +269,14 @@ class PostgresStore(AsyncSketchStore):
                         raise StoreError("no ldp-telemetry store in this database/schema")
                     await conn.execute(_SCHEMA)
                     await conn.execute(_SCHEMA_V2)
+                    await conn.execute(_SCHEMA_V4)
                     await self._try_lz4(conn)
                     await conn.executemany("INSERT INTO ldpt_meta VALUES ($1, $2) ON CONFLICT DO NOTHING",
                                            [("application", APPLICATION_ID),
                                             ("schema_version", str(SCHEMA_VERSION))])
-                elif await conn.fetchval("SELECT value FROM ldpt_meta WHERE key = 'schema_version'") in ("1", "2"):
+                elif await conn.fetchval("SELECT value FROM ldpt_meta WHERE key = 'schema_version'") in ("1", "2", "3"):
                     await conn.execute(_SCHEMA_V2)  # v1 -> v2: add the sparse columns (v2 -> v3: none)
+                    await conn.execute(_SCHEMA_V4)  # v3 -> v4: the tables of shuffled batches
                     await self._try_lz4(conn)
                     await conn.execute("UPDATE ldpt_meta SET value = $1 WHERE key = 'schema_version'",
                                        str(SCHEMA_VERSION))
@@ -277,8 +330,62 @@ class PostgresStore(AsyncSketchStore):
                 raise StoreError(f"PostgreSQL unreachable: {exc}") from None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _commit(self, conn: Any, batches: Sequence[PendingBatch],
-                      written: list[dict[SketchKey, Any]]) -> list[BatchOutcome]:
+    async def _commit(self, conn: Any, batches: Sequence[PendingBatch | ShuffledBatch],
+                      written: list[dict[SketchKey, Any]]) -> list[BatchOutcome | ShuffledOutcome]:
+        """Forwarded batches' ids first (a known one skips its members), then every plain batch and
+        every member of a new forwarded batch as one group, then the forwarded batches' records."""
+        done: dict[int, ShuffledOutcome] = {}   # index -> outcome of a known forwarded batch
+        units = [(i, b) for i, b in enumerate(batches) if isinstance(b, ShuffledBatch)]
+        if units:
+            first: dict[bytes, int] = {}
+            for i, b in units:
+                first.setdefault(bytes(b.batch_id), i)
+            ids = list(first)
+            rows = await conn.fetch(_INSERT_SHUFFLED, ids, [batches[first[u]].digest for u in ids],
+                                    [batches[first[u]].envelopes for u in ids], self.writer)
+            inserted = {bytes(r[0]) for r in rows}
+            seen = [u for u in ids if u not in inserted]
+            prior = {bytes(r[0]): bytes(r[1]) for r in await conn.fetch(
+                "SELECT batch_id, digest FROM ldpt_shuffled_batches WHERE batch_id = ANY($1::bytea[])",
+                seen)} if seen else {}
+            for i, b in units:
+                uid = bytes(b.batch_id)
+                if uid not in inserted or first[uid] != i:
+                    ref = batches[first[uid]].digest if uid in inserted else prior.get(uid)
+                    done[i] = ShuffledOutcome(BatchOutcome.DUPLICATE if ref == b.digest else BatchOutcome.CONFLICT)
+        flat: list[PendingBatch] = []
+        owner: list[int] = []
+        for i, b in enumerate(batches):
+            if isinstance(b, ShuffledBatch):
+                if i not in done:
+                    flat.extend(b.members)
+                    owner.extend([i] * len(b.members))
+            else:
+                flat.append(b)
+                owner.append(i)
+        per_item: dict[int, list[BatchOutcome]] = {}
+        for outcome, i in zip(await self._commit_flat(conn, flat, written), owner):
+            per_item.setdefault(i, []).append(outcome)
+        outcomes: list[BatchOutcome | ShuffledOutcome] = []
+        records: dict[SketchKey, ShuffleRecord] = {}
+        for i, b in enumerate(batches):
+            if not isinstance(b, ShuffledBatch):
+                outcomes.append(per_item[i][0])
+            elif i in done:
+                outcomes.append(done[i])
+            else:
+                members = tuple(per_item.get(i, ()))
+                merge_records(records, batch_records(b, [o is BatchOutcome.APPLIED for o in members]))
+                outcomes.append(ShuffledOutcome(BatchOutcome.APPLIED, members))
+        if records:
+            rows = [(r.metric, r.fingerprint, r.window, r.reports, r.envelopes, r.batches, r.smallest_batch,
+                     r.largest_batch, r.smallest_segment, r.smallest_cohort, finite_epsilon(r.envelope_epsilon),
+                     r.min_reports, r.max_reports, r.max_envelope_reports) for r in records.values()]
+            await conn.execute(_UPSERT_SHUFFLE, *[list(col) for col in zip(*rows)])
+        return outcomes
+
+    async def _commit_flat(self, conn: Any, batches: Sequence[PendingBatch],
+                           written: list[dict[SketchKey, Any]]) -> list[BatchOutcome]:
         first: dict[bytes, int] = {}  # batch id -> index of its first occurrence in this group
         for i, b in enumerate(batches):
             if b.batch_id is not None:
@@ -422,6 +529,26 @@ class PostgresStore(AsyncSketchStore):
         sql += " GROUP BY metric, fingerprint, time_window ORDER BY time_window, metric"
         return [WindowInfo(r[0], r[1], r[2], int(r[3])) for r in await self._fetch(sql, *args)]
 
+    async def ashuffle_records(self, metric: str, fingerprint: str, windows: Sequence[str] | None = None,
+                               since: str | None = None, until: str | None = None) -> list[ShuffleRecord]:
+        sql = "SELECT * FROM ldpt_shuffle_windows WHERE metric=$1 AND fingerprint=$2"
+        args: list[Any] = [metric, fingerprint]
+        if windows is not None:
+            args.append(list(windows))
+            sql += f" AND time_window = ANY(${len(args)}::text[])"
+        if since is not None:
+            args.append(since)
+            sql += f" AND left(time_window, 10) >= ${len(args)}"
+        if until is not None:
+            args.append(until)
+            sql += f" AND left(time_window, 10) <= ${len(args)}"
+        rows = await self._fetch(sql + " ORDER BY time_window", *args)
+        return [ShuffleRecord(*(int(v) if isinstance(v, int) else v for v in row)) for row in rows]
+
+    async def ashuffled_batch(self, batch_id: bytes) -> bytes | None:
+        digest = await self._fetchval("SELECT digest FROM ldpt_shuffled_batches WHERE batch_id=$1", bytes(batch_id))
+        return None if digest is None else bytes(digest)
+
     async def abatch_count(self) -> int:
         """Number of batch ids recorded (tests, operations)."""
         return int(await self._fetchval("SELECT count(*) FROM ldpt_batches"))
@@ -468,10 +595,11 @@ class PostgresStore(AsyncSketchStore):
                 rows = await conn.fetchval("WITH d AS (DELETE FROM ldpt_deltas WHERE "
                                            "left(time_window, 10) < $1 RETURNING 1) SELECT count(*) "
                                            "FROM d", before)
+                ids_before = dt.date.fromisoformat(before if batch_ids_before is None else batch_ids_before)
                 batch_ids = await conn.fetchval("WITH d AS (DELETE FROM ldpt_batches WHERE received < "
-                                                "$1::date RETURNING 1) SELECT count(*) FROM d",
-                                                dt.date.fromisoformat(before if batch_ids_before is None
-                                                                      else batch_ids_before))
+                                                "$1::date RETURNING 1) SELECT count(*) FROM d", ids_before)
+                await conn.execute("DELETE FROM ldpt_shuffle_windows WHERE left(time_window, 10) < $1", before)
+                await conn.execute("DELETE FROM ldpt_shuffled_batches WHERE received < $1::date", ids_before)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise StoreError(f"PostgreSQL prune failed: {exc}") from None
         return PruneResult(int(windows), int(rows), int(batch_ids))

@@ -1,12 +1,16 @@
 """SQLite sketch store: the embedded default (WAL mode, one file, many processes).
 
-Schema v3:
+Schema v4:
   ldpt_meta(key PRIMARY KEY, value)                     application id and schema version
   sketches(metric, fingerprint, window, cohort, reports, counts BLOB)   dense per-cohort counters
   sketch_deltas(id, metric, fingerprint, window, reports, m, width, cells BLOB, counts BLOB)
                                                         flat rows: sparse deltas, and at most one
                                                         dense flat row per key (empty ``cells``)
   batches(batch_id PRIMARY KEY, digest, reports, received)              idempotent ingestion
+  shuffled_batches(batch_id PRIMARY KEY, digest, envelopes, received)  forwarded batches (v4)
+  shuffle_windows(metric, fingerprint, window, reports, envelopes, batches, smallest_batch, ...)
+                                                        what came through shufflers (v4,
+                                                        collector/storage/shuffled.py)
 
 A commit adds a small delta as one sparse row (its non-zero cells, ``SparseDelta``) instead of
 rewriting the dense blob of a large sketch. Compaction (``settle``) merges a key's flat rows
@@ -14,8 +18,8 @@ size-tiered and folds them into the key's one dense flat row once they weigh as 
 (``plan_merge``, docs/design.md "Compaction"), so each byte is rewritten a bounded number of
 times however full the window; it runs after the commit, in its own transactions (the
 collector's writer thread does it after the group's acknowledgements are sent). Loads sum every
-form. v1 and v2 stores are migrated in place on open (v3 adds the dense flat row, which a v2
-reader would not understand, hence the version).
+form. v1, v2 and v3 stores are migrated in place on open (v3 adds the dense flat row, which a v2
+reader would not understand, hence the version; v4 the two tables of shuffled batches).
 """
 
 from __future__ import annotations
@@ -57,6 +61,14 @@ from .base import (
     wants_flat,
     worth_sparse,
 )
+from .shuffled import (
+    ShuffledBatch,
+    ShuffledOutcome,
+    ShuffleRecord,
+    batch_records,
+    finite_epsilon,
+    merge_records,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ldpt_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -77,6 +89,33 @@ _SCHEMA_V2 = (
     cells BLOB NOT NULL, counts BLOB NOT NULL)""",
     "CREATE INDEX IF NOT EXISTS sketch_deltas_key ON sketch_deltas (metric, fingerprint, window)",
 )
+#: Added by schema v4 (also the migration from v1-v3): forwarded batches of shufflers.
+_SCHEMA_V4 = (
+    """CREATE TABLE IF NOT EXISTS shuffled_batches (
+    batch_id BLOB PRIMARY KEY, digest BLOB NOT NULL, envelopes INTEGER NOT NULL, received TEXT NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS shuffle_windows (
+    metric TEXT NOT NULL, fingerprint TEXT NOT NULL, window TEXT NOT NULL,
+    reports INTEGER NOT NULL, envelopes INTEGER NOT NULL, batches INTEGER NOT NULL,
+    smallest_batch INTEGER NOT NULL, largest_batch INTEGER NOT NULL,
+    smallest_segment INTEGER NOT NULL, smallest_cohort INTEGER NOT NULL,
+    envelope_epsilon REAL NOT NULL, min_reports INTEGER NOT NULL, max_reports INTEGER NOT NULL,
+    max_envelope_reports INTEGER NOT NULL,
+    PRIMARY KEY (metric, fingerprint, window))""",
+)
+_UPSERT_SHUFFLE = """
+INSERT INTO shuffle_windows VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (metric, fingerprint, window) DO UPDATE SET
+    reports = reports + excluded.reports, envelopes = envelopes + excluded.envelopes,
+    batches = batches + excluded.batches,
+    smallest_batch = min(smallest_batch, excluded.smallest_batch),
+    largest_batch = max(largest_batch, excluded.largest_batch),
+    smallest_segment = min(smallest_segment, excluded.smallest_segment),
+    smallest_cohort = min(smallest_cohort, excluded.smallest_cohort),
+    envelope_epsilon = max(envelope_epsilon, excluded.envelope_epsilon),
+    min_reports = min(min_reports, excluded.min_reports),
+    max_reports = max(max_reports, excluded.max_reports),
+    max_envelope_reports = max(max_envelope_reports, excluded.max_envelope_reports)
+"""
 BUSY_TIMEOUT_MS = 30_000
 log = logging.getLogger("ldpt.store")
 #: After a checkpoint the WAL file is truncated to at most this many bytes (SQLite otherwise
@@ -122,7 +161,7 @@ class SQLiteStore(SketchStore):
                 raise StoreError(f"{self.path}: empty database, not an ldp-telemetry store")
             conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(_SCHEMA)  # idempotent: safe when several processes create at once
-            for statement in _SCHEMA_V2:
+            for statement in (*_SCHEMA_V2, *_SCHEMA_V4):
                 conn.execute(statement)
             conn.execute("INSERT OR IGNORE INTO ldpt_meta VALUES ('application', ?)", (APPLICATION_ID,))
             conn.execute("INSERT OR IGNORE INTO ldpt_meta VALUES ('schema_version', ?)",
@@ -131,7 +170,7 @@ class SQLiteStore(SketchStore):
         if meta.get("application") != APPLICATION_ID:
             raise StoreError(f"{self.path}: not an ldp-telemetry store")
         version = int(meta.get("schema_version", "0"))
-        if version in (1, 2):
+        if version in (1, 2, 3):
             version = self._migrate()
         if version > SCHEMA_VERSION:
             raise StoreError(f"{self.path}: written by a newer ldp-telemetry (schema v{version}; this "
@@ -144,14 +183,15 @@ class SQLiteStore(SketchStore):
         conn.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
 
     def _migrate(self) -> int:
-        """v1 -> v3: add the flat-row table (v1 data is unchanged); v2 -> v3: the rows are read
-        as they are (v3 only adds the dense flat form). Safe across processes."""
+        """v1 -> v4: add the flat-row table (v1 data is unchanged); v2 -> v3: the rows are read
+        as they are (v3 only adds the dense flat form); v3 -> v4: add the tables of shuffled
+        batches (empty: nothing stored before came through a shuffler). Safe across processes."""
         conn = self._conn
         conn.execute("BEGIN IMMEDIATE")
         try:
             row = conn.execute("SELECT value FROM ldpt_meta WHERE key='schema_version'").fetchone()
-            if row is not None and int(row[0]) in (1, 2):
-                for statement in _SCHEMA_V2:
+            if row is not None and int(row[0]) in (1, 2, 3):
+                for statement in (*_SCHEMA_V2, *_SCHEMA_V4):
                     conn.execute(statement)
                 conn.execute("UPDATE ldpt_meta SET value=? WHERE key='schema_version'",
                              (str(SCHEMA_VERSION),))
@@ -169,16 +209,19 @@ class SQLiteStore(SketchStore):
     #: collector's ThreadedStore does so, to acknowledge a group before its compaction runs).
     defer_compaction = False
 
-    def commit(self, batches: Sequence[PendingBatch]) -> list[BatchOutcome]:
+    def commit(self, batches: Sequence[PendingBatch | ShuffledBatch]) -> list[BatchOutcome | ShuffledOutcome]:
         now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         with self._lock:
             conn = self._conn
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                outcomes: list[BatchOutcome] = []
+                outcomes: list[BatchOutcome | ShuffledOutcome] = []
                 applied: list = []
                 seen_here: dict[bytes, bytes] = {}
-                for batch in batches:
+                units_here: dict[bytes, bytes] = {}
+                records: dict[SketchKey, ShuffleRecord] = {}
+
+                def dedupe(batch: PendingBatch) -> BatchOutcome:
                     if batch.batch_id is not None:
                         bid = bytes(batch.batch_id)
                         prior = seen_here.get(bid)
@@ -187,14 +230,39 @@ class SQLiteStore(SketchStore):
                                                (bid,)).fetchone()
                             prior = None if row is None else bytes(row[0])
                         if prior is not None:
-                            outcomes.append(BatchOutcome.DUPLICATE if prior == batch.digest
-                                            else BatchOutcome.CONFLICT)
-                            continue
+                            return BatchOutcome.DUPLICATE if prior == batch.digest else BatchOutcome.CONFLICT
                         conn.execute("INSERT INTO batches VALUES (?, ?, ?, ?)",
                                      (bid, batch.digest, batch.reports, now))
                         seen_here[bid] = batch.digest
                     applied.append(batch.deltas)
-                    outcomes.append(BatchOutcome.APPLIED)
+                    return BatchOutcome.APPLIED
+
+                for batch in batches:
+                    if not isinstance(batch, ShuffledBatch):
+                        outcomes.append(dedupe(batch))
+                        continue
+                    uid = bytes(batch.batch_id)
+                    prior = units_here.get(uid)
+                    if prior is None:
+                        row = conn.execute("SELECT digest FROM shuffled_batches WHERE batch_id=?",
+                                           (uid,)).fetchone()
+                        prior = None if row is None else bytes(row[0])
+                    if prior is not None:
+                        outcomes.append(ShuffledOutcome(BatchOutcome.DUPLICATE if prior == batch.digest
+                                                        else BatchOutcome.CONFLICT))
+                        continue
+                    conn.execute("INSERT INTO shuffled_batches VALUES (?, ?, ?, ?)",
+                                 (uid, batch.digest, batch.envelopes, now))
+                    units_here[uid] = batch.digest
+                    members = tuple(dedupe(m) for m in batch.members)
+                    merge_records(records, batch_records(batch, [o is BatchOutcome.APPLIED for o in members]))
+                    outcomes.append(ShuffledOutcome(BatchOutcome.APPLIED, members))
+                for r in records.values():
+                    conn.execute(_UPSERT_SHUFFLE, (r.metric, r.fingerprint, r.window, r.reports, r.envelopes,
+                                                   r.batches, r.smallest_batch, r.largest_batch,
+                                                   r.smallest_segment, r.smallest_cohort,
+                                                   finite_epsilon(r.envelope_epsilon), r.min_reports,
+                                                   r.max_reports, r.max_envelope_reports))
                 touched = []
                 for key, summed in sum_deltas(applied, sparse=self.sparse).items():
                     if isinstance(summed, SparseDelta):
@@ -434,6 +502,23 @@ class SQLiteStore(SketchStore):
                 raise StoreError(str(exc)) from None
         return out
 
+    def shuffle_records(self, metric: str, fingerprint: str, windows: Sequence[str] | None = None,
+                        since: str | None = None, until: str | None = None) -> list[ShuffleRecord]:
+        """What came through shufflers for the key's windows (oldest first; none for a window
+        that received nothing shuffled)."""
+        where, args = _window_filter(metric, fingerprint, windows, since, until)
+        with self._lock:
+            rows = self._conn.execute(f"SELECT * FROM shuffle_windows WHERE {where} ORDER BY window",
+                                      args).fetchall()
+        return [ShuffleRecord(*row) for row in rows]
+
+    def shuffled_batch(self, batch_id: bytes) -> bytes | None:
+        """The digest a forwarded batch id was committed with, or None."""
+        with self._lock:
+            row = self._conn.execute("SELECT digest FROM shuffled_batches WHERE batch_id=?",
+                                     (bytes(batch_id),)).fetchone()
+        return None if row is None else bytes(row[0])
+
     def windows(self, metric: str | None = None) -> list[WindowInfo]:
         where, args = ("WHERE metric=?", (metric, metric)) if metric is not None else ("", ())
         sql = (f"SELECT metric, fingerprint, window, SUM(reports) FROM (SELECT metric, fingerprint, "
@@ -459,6 +544,9 @@ class SQLiteStore(SketchStore):
                                      (before,)).rowcount
                 batch_ids = conn.execute("DELETE FROM batches WHERE substr(received, 1, 10) < ?",
                                          (ids_before,)).rowcount
+                # what came shuffled goes with its window; forwarded-batch ids with the batch ids
+                conn.execute("DELETE FROM shuffle_windows WHERE substr(window, 1, 10) < ?", (before,))
+                conn.execute("DELETE FROM shuffled_batches WHERE substr(received, 1, 10) < ?", (ids_before,))
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -479,6 +567,23 @@ class SQLiteStore(SketchStore):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def _window_filter(metric: str, fingerprint: str, windows: Sequence[str] | None, since: str | None,
+                   until: str | None) -> tuple[str, list[object]]:
+    """The WHERE clause (and its arguments) of one key's windows, as ``load`` selects them."""
+    where = "metric=? AND fingerprint=?"
+    args: list[object] = [metric, fingerprint]
+    if windows is not None:
+        where += f" AND window IN ({','.join('?' * len(windows))})" if windows else " AND 0"
+        args += list(windows)
+    if since is not None:
+        where += " AND substr(window, 1, 10) >= ?"
+        args.append(since)
+    if until is not None:
+        where += " AND substr(window, 1, 10) <= ?"
+        args.append(until)
+    return where, args
 
 
 def open_store(path: str | Path, *, create: bool = False) -> SQLiteStore:

@@ -9,6 +9,9 @@
  *       as fleet, every device sending sealed batches (Seal.gateway(), or Seal.relay(RELAY_URL))
  *   node e2e/node-fleet.mjs outage ENDPOINT STATE_DIR REGISTRY_JSON GATE
  *       the collector is down: report, flush (fails), write GATE.down, wait for GATE, flush again
+ *   node e2e/node-fleet.mjs clock ENDPOINT STATE_DIR OFFSETS_JSON
+ *       issue 26 §1: 91 reports of "vote", 15 real minutes apart (injected clocks), the wall
+ *       clock at today + OFFSETS[i % length] days; each report flushed (charged) at its reading
  *
  * prints one JSON document (fleet.mjs's counts) on stdout.
  */
@@ -34,6 +37,23 @@ if (mode === "outage") {
   while (!existsSync(gateFile)) await new Promise((r) => setTimeout(r, 10));
   const after = await client.flush(30);
   result = { during, after, ...(await client.stats()) };
+} else if (mode === "clock") {
+  const offsets = JSON.parse(count);
+  const today = 20_000 * 86_400 + 9 * 3600;
+  let real = 0; // seconds of real time since the first reading
+  let wall = today;
+  const client = new TelemetryClient({ endpoint, registry, stateDir: where, flushOnHide: false,
+    clock: () => wall, elapsedClock: () => ["boot:e2e-clock", 1000 + Math.floor(real)],
+    retry: { initial: 0.05, maximum: 0.2 } });
+  await client.ready;
+  for (let i = 0; i < 91; i++) {
+    wall = today + real + offsets[i % offsets.length] * 86_400;
+    client.report("vote", true);
+    await client.flush(10);
+    real += 900;
+  }
+  result = await client.stats();
+  await client.close(5);
 } else if (mode === "sealed") {
   const seal = gateFile ? Seal.relay(gateFile) : Seal.gateway();
   result = await runFleet({

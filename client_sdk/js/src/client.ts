@@ -22,14 +22,15 @@
  * ledger), the client reports nothing — privacy first — and `stats().disabled_reason` says why.
  */
 
+import { type ElapsedClock, realmElapsed } from "./deviceClock.js";
 import {
-  type Accounts, type Charge, type Refusal, type RefusalCounts,
-  apply, copyAccounts, dayOf,
+  type Charge, type Refusal, type RefusalCounts,
+  Book, apply, copyAccounts, dayOf,
 } from "./ledger.js";
 import type { Metric, Registry } from "./metrics.js";
 import { domainValues, fileDomains, loadRegistry } from "./registry.js";
 import {
-  type DeviceStore, type OutboxLimits, type StoredBatch, DEFAULT_OUTBOX_LIMITS, DeviceLedger, batchName,
+  type DeviceStore, type OutboxLimits, type StoredBatch, DEFAULT_OUTBOX_LIMITS, DeviceLedger, StateError, batchName,
 } from "./state.js";
 import {
   type RetryPolicy, type Transport, DEFAULT_RETRY, DEFAULT_TIMEOUT, FetchTransport, Response, TransportError,
@@ -44,14 +45,19 @@ export const DEFAULT_QUEUE_SIZE = 10_000;
 /** 422 problem types that name one metric the collector no longer accepts. */
 const STALE_METRIC_PROBLEMS = new Set(["unknown-metric", "fingerprint-mismatch"]);
 
-/** What `stats()` counts (the Python SDK's names). */
+/**
+ * What `stats()` counts: the Python SDK's counters, every one of them by the same name
+ * (tests/test_sdk_counters.py compares the two lists). `queue_evicted` stays 0: this queue drops the
+ * newest report when full (`dropped_queue_full`), it never evicts a queued one.
+ */
 export const COUNTERS = [
   "reported", "charged", "refused_window", "refused_lifetime", "refused_device_window",
   "refused_device_lifetime", "invalid_value", "clipped", "unknown_metric", "stale_metric",
   "dropped_queue_full", "dropped", "opted_out", "closed", "dropped_no_registry", "disabled",
-  "internal_error", "batches_built", "batches_sent", "batches_acked", "reports_acked", "duplicates",
-  "retries", "network_errors", "batches_rejected", "reports_rejected", "reports_refused_at_commit",
-  "ledger_errors", "outbox_write_errors",
+  "disabled_state", "internal_error", "batches_built", "batches_sent", "batches_acked",
+  "reports_acked", "duplicates", "retries", "network_errors", "batches_rejected",
+  "reports_rejected", "reports_refused_at_commit", "reports_dropped_opted_out", "ledger_errors",
+  "outbox_write_errors", "queue_evicted",
 ] as const;
 export type Counter = (typeof COUNTERS)[number];
 
@@ -66,6 +72,8 @@ export interface Platform {
    * time, and after its pagehide event nothing asynchronous runs. Node charges per batch.
    */
   chargeEarly?: boolean;
+  /** The platform's elapsed clock for the ledger's window rule (default: this realm's). */
+  elapsed?: ElapsedClock;
 }
 
 export interface ClientOptions {
@@ -92,6 +100,12 @@ export interface ClientOptions {
   clock?: () => number;
   /** Monotonic seconds for batch ages and retry back-offs (default `performance.now()`). */
   monotonic?: () => number;
+  /**
+   * The elapsed clock that decides how fast the ledger opens new windows: () => [epoch id, whole
+   * seconds], never faster than real time (deviceClock.ts). Default: the platform's (Node on
+   * Linux: the boot clock; elsewhere this process's or page's monotonic clock).
+   */
+  elapsedClock?: ElapsedClock;
   /** Throw instead of counting (tests). */
   strict?: boolean;
   /** metric -> the fingerprint the app was built against. */
@@ -128,6 +142,7 @@ export class TelemetryClient {
   private readonly counters = Object.fromEntries(COUNTERS.map((c) => [c, 0])) as Record<Counter, number>;
   private readonly clock: () => number;
   private readonly mono: () => number;
+  private readonly upClock: ElapsedClock;
   private readonly batchSize: number;
   private readonly maxBatchAge: number;
   private readonly queueSize: number;
@@ -141,12 +156,16 @@ export class TelemetryClient {
   private registry: Registry | null = null;
   private secret: Uint8Array | null = null;
   private disabledReason: string | null = null;
+  /** What a report() counts while reporting is disabled: `disabled_state` when the device state
+   *  cannot be used (a StateError: no IndexedDB, a state directory that cannot be written, a bad
+   *  secret), `disabled` when the ledger or the registry cannot — the Python SDK's split. */
+  private disabledCounter: Counter = "disabled";
   private optedOut = false;
   private closed = false;
   private waiting: Array<[string, unknown]> = [];
   private queue: Queued[] = [];
-  private accounts: Accounts = new Map();
-  private mirror: Accounts = new Map();
+  private accounts = new Book();
+  private mirror = new Book();
   private uncommitted = new Set<Charge>();
   private refusals = new Map<string, [Charge, Refusal, number]>();
   private readonly stale = new Set<string>();
@@ -165,6 +184,7 @@ export class TelemetryClient {
   constructor(options: ClientOptions, platform: Platform) {
     this.clock = options.clock ?? (() => Date.now() / 1000);
     this.mono = options.monotonic ?? (() => performance.now() / 1000);
+    this.upClock = options.elapsedClock ?? platform.elapsed ?? realmElapsed;
     this.batchSize = options.batchSize ?? DEFAULT_BATCH_SIZE;
     this.maxBatchAge = options.maxBatchAge ?? DEFAULT_MAX_BATCH_AGE;
     this.queueSize = options.queueSize ?? DEFAULT_QUEUE_SIZE;
@@ -224,7 +244,8 @@ export class TelemetryClient {
 
   private disable(exc: Error): void {
     this.disabledReason = `${exc.name}: ${exc.message}`;
-    this.counters.disabled += this.waiting.length;
+    if (exc instanceof StateError) this.disabledCounter = "disabled_state";
+    this.counters[this.disabledCounter] += this.waiting.length;
     this.waiting = [];
     this.log(`ldpt: reporting is disabled: ${this.disabledReason}`);
   }
@@ -307,7 +328,7 @@ export class TelemetryClient {
     if (found === null) return this.fail("invalid_value", `a value reported for ${JSON.stringify(metric)} is not in its domain`);
     if (found.clipped) this.counters.clipped += 1;
     const charge = chargeOf(rt, registry, day, found.digest);
-    const refusal = apply(this.mirror, charge); // reserve in the mirror of the ledger
+    const refusal = apply(this.mirror, charge, this.upClock()); // reserve in the mirror of the ledger
     if (refusal !== null) {
       this.counters[`refused_${refusal}`] += 1;
       const key = `${metric}\u0000${refusal}`;
@@ -318,8 +339,7 @@ export class TelemetryClient {
       return false;
     }
     if (this.queue.length >= this.queueSize) {
-      this.uncommitted.add(charge);
-      this.unreserve(charge);
+      this.rebuildMirror(); // the reservation above is undone
       return this.fail("dropped_queue_full", "the report queue is full; new reports are dropped");
     }
     const payload: WireValue = rt.encode(found, secret, day);
@@ -340,21 +360,19 @@ export class TelemetryClient {
   }
 
   private notReporting(): boolean {
-    const reason: Counter = this.closed ? "closed" : this.optedOut ? "opted_out" : "disabled";
+    const reason: Counter = this.closed ? "closed" : this.optedOut ? "opted_out" : this.disabledCounter;
     this.counters[reason] += 1;
     if (this.strict && this.disabledReason !== null) throw new ReportError(`reporting is disabled: ${this.disabledReason}`);
     return false;
   }
 
-  private unreserve(charge: Charge): void {
-    this.uncommitted.delete(charge);
-    this.rebuildMirror();
-  }
-
   /** mirror = committed book + reports queued but not yet charged. */
   private rebuildMirror(): void {
     const mirror = copyAccounts(this.accounts);
-    for (const c of this.uncommitted) apply(mirror, c);
+    if (this.uncommitted.size) {
+      const reading = this.upClock();
+      for (const c of this.uncommitted) apply(mirror, c, reading);
+    }
     this.mirror = mirror;
   }
 
@@ -386,8 +404,8 @@ export class TelemetryClient {
   }
 
   private batchDue(now: number): boolean {
-    if (!this.queue.length) return false;
-    return this.queue.length >= this.batchSize || this.flushing > 0 || now - this.queue[0].at >= this.maxBatchAge;
+    const q = this.queue;
+    return q.length > 0 && (q.length >= this.batchSize || this.flushing > 0 || now - q[0].at >= this.maxBatchAge);
   }
 
   private async cycle(): Promise<void> {
@@ -425,7 +443,7 @@ export class TelemetryClient {
   private async recordRefusals(): Promise<void> {
     const refusals = this.drainRefusals();
     try {
-      const result = await (this.ledger as DeviceLedger).commit([], refusals);
+      const result = await (this.ledger as DeviceLedger).commit([], refusals, this.upClock);
       this.accounts = result.accounts;
       this.rebuildMirror();
     } catch (exc) {
@@ -449,11 +467,13 @@ export class TelemetryClient {
     if (await (this.store as DeviceStore).isOptedOut()) { // another tab or process opted out
       this.optedOut = true;
       this.counters.dropped += todo.length;
+      this.counters.reports_dropped_opted_out += todo.length;
       return drop(todo);
     }
     let outcomes: Array<Refusal | null>;
     try {
-      const result = await (this.ledger as DeviceLedger).commit(todo.map((it) => it.charge), this.drainRefusals());
+      const result = await (this.ledger as DeviceLedger).commit(todo.map((it) => it.charge), this.drainRefusals(),
+        this.upClock);
       outcomes = result.outcomes;
       this.accounts = result.accounts;
       for (const it of todo) this.uncommitted.delete(it.charge);
@@ -539,16 +559,6 @@ export class TelemetryClient {
     const outbox = (this.store as DeviceStore).outbox;
     this.counters.batches_sent += 1;
     const foreign = response !== null && !fromCollector(response);
-    if (response !== null && response.status === 200 && !foreign) {
-      await outbox.done(batch);
-      this.attempts = 0;
-      this.backoffUntil = 0;
-      this.serverBackoff = false;
-      this.counters.batches_acked += 1;
-      this.counters.reports_acked += batch.reports;
-      if ((response.json() as { duplicate?: boolean }).duplicate) this.counters.duplicates += 1;
-      return;
-    }
     if (response === null || foreign || isRetryable(response.status)) {
       await outbox.release(batch);
       this.attempts += 1;
@@ -564,18 +574,21 @@ export class TelemetryClient {
       this.log(`ldpt: collector unavailable (${what}); batches are kept and retried`);
       return;
     }
-    await outbox.done(batch); // a final answer (4xx other than 408/429): never retried
+    await outbox.done(batch); // acknowledged, or a final answer (4xx other than 408/429): never retried
     this.attempts = 0;
     this.backoffUntil = 0;
     this.serverBackoff = false;
-    await this.reject(batch, response);
+    if (response.status !== 200) return this.reject(batch, response);
+    this.counters.batches_acked += 1;
+    this.counters.reports_acked += batch.reports;
+    if ((response.json() as { duplicate?: boolean }).duplicate) this.counters.duplicates += 1;
   }
 
   private async reject(batch: StoredBatch, response: Response): Promise<void> {
     const slug = response.problemType ?? "error";
     const doc = (response.json() ?? {}) as Record<string, unknown>;
     const metric = typeof doc.metric === "string" ? doc.metric : null;
-    const index = Number.isInteger(doc.report_index) ? (doc.report_index as number) : null;
+    const index = doc.report_index as number;
     let reports: WireReport[] = [];
     try {
       reports = batchReports(batch.body);
@@ -585,8 +598,8 @@ export class TelemetryClient {
       this.stale.add(metric);
       keep = reports.filter((r) => r.m !== metric);
       this.log(`ldpt: the collector rejects metric ${JSON.stringify(metric)} (${slug}); its reports are refused from now on`);
-    } else if (response.status === 422 && slug === "invalid-report" && index !== null && index >= 0 && index < reports.length) {
-      keep = [...reports.slice(0, index), ...reports.slice(index + 1)];
+    } else if (response.status === 422 && slug === "invalid-report" && Number.isInteger(index) && index >= 0 && index < reports.length) {
+      keep = reports.filter((_, i) => i !== index);
       this.log(`ldpt: the collector rejects a report of ${JSON.stringify(metric)} as invalid (${String(doc.detail)})`);
     } else if (response.status === 413 && reports.length > 1) {
       const half = reports.length >> 1;
@@ -677,7 +690,7 @@ export class TelemetryClient {
     if (this.registry === null) throw new ReportError("the metric registry is not known yet: await client.ready");
     if (rt === undefined) throw new ReportError(`unknown metric ${JSON.stringify(metric)}`);
     if (rt.lookup(value, this.secret ?? new Uint8Array(32), dayOf(this.clock())) === null) {
-      throw new ReportError(`a value of metric ${JSON.stringify(metric)} is not in its domain`);
+      throw new ReportError(`a value reported for ${JSON.stringify(metric)} is not in its domain`);
     }
   }
 
@@ -687,21 +700,23 @@ export class TelemetryClient {
 
   /** Counters (the Python SDK's names), queue sizes, and why reporting is disabled, if it is. */
   async stats(): Promise<Record<string, number | string | null>> {
-    const out: Record<string, number | string | null> = { ...this.counters };
-    out.queued = this.queue.length;
-    out.awaiting_registry = this.waiting.length;
-    out.outbox_pending = this.store ? await this.store.outbox.pending() : 0;
-    out.outbox_dropped_reports = this.store?.outbox.counters.droppedReports ?? 0;
-    out.outbox_expired_reports = this.store?.outbox.counters.expiredReports ?? 0;
-    out.disabled_reason = this.disabledReason;
-    out.state = this.store?.where ?? null;
-    return out;
+    const store = this.store;
+    return {
+      ...this.counters,
+      queued: this.queue.length,
+      awaiting_registry: this.waiting.length,
+      outbox_pending: store ? await store.outbox.pending() : 0,
+      outbox_dropped_reports: store?.outbox.counters.droppedReports ?? 0,
+      outbox_expired_reports: store?.outbox.counters.expiredReports ?? 0,
+      disabled_reason: this.disabledReason,
+      state: store?.where ?? null,
+    };
   }
 
   /** The privacy ledger as committed, per metric (`summarise` turns it into `ldpt ledger`'s rows). */
-  async ledgerSnapshot(): Promise<Accounts> {
+  async ledgerSnapshot(): Promise<Book> {
     await this.ready;
-    return this.ledger ? this.ledger.snapshot() : new Map();
+    return this.ledger ? this.ledger.snapshot() : new Book();
   }
 }
 

@@ -5,7 +5,8 @@
  */
 
 export { COUNTERS, type ClientOptions, type Platform, ReportError } from "./client.js";
-export type { Accounts, Charge, MetricAccount, Refusal } from "./ledger.js";
+export type { Accounts, Book, Charge, MetricAccount, Refusal } from "./ledger.js";
+export type { DeviceClock, ElapsedClock, Reading } from "./deviceClock.js";
 export { type DeviceStore, type Outbox, type OutboxLimits, DEFAULT_OUTBOX_LIMITS, StateError } from "./state.js";
 export { type RetryPolicy, type Transport, DEFAULT_RETRY, FetchTransport, Response, TransportError } from "./transport.js";
 export { type Found, type Metric, type Registry } from "./metrics.js";

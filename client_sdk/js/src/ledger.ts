@@ -10,21 +10,28 @@
  * A report beyond `reports_per_window`, the metric's `lifetime_epsilon`, or the registry's
  * `[device]` caps (sums over all metrics) is refused, counted, and never sent.
  *
+ * Which window a charge counts in is the device clock rule (deviceClock.ts): one window for the
+ * device, opened no faster than its elapsed clock allows, whatever the wall clock says.
+ *
  * Everything here is pure: the storage layer (state.ts) runs `commit` inside one locked
  * read-modify-write, so two tabs or two processes never overspend together. The book's JSON is
  * the Python SDK's `ledger.json` format, so `ldpt ledger --state-dir` reads a Node state dir.
  */
 
+import {
+  type DeviceClock, type Reading, DAY_SECONDS, EPOCH_SLOTS, MAX_WINDOW_AHEAD_DAYS, OPEN_AFTER, clockFromJson,
+} from "./deviceClock.js";
+
+export { MAX_WINDOW_AHEAD_DAYS } from "./deviceClock.js";
+
 /** Relative slack when comparing spends with a budget (realised epsilons are quantised floats). */
 export const BUDGET_SLACK = 1e-9;
-export const SECONDS_PER_DAY = 86_400;
+export const SECONDS_PER_DAY = DAY_SECONDS;
 export const LEDGER_FORMAT = "ldpt-ledger";
-export const LEDGER_VERSION = 1;
-/**
- * How far ahead of the clock (UTC days) a recorded window may be before it is taken for a clock
- * error and re-dated to the clock's day (its spend kept); as MAX_WINDOW_AHEAD_DAYS in Python.
- */
-export const MAX_WINDOW_AHEAD_DAYS = 2;
+/** 2: the device clock state (`clock`, deviceClock.ts); version-1 books are read. */
+export const LEDGER_VERSION = 2;
+/** The last day a window can name (9999-12-31): a wall clock beyond it charges that day. */
+export const LAST_DAY = 2_932_896;
 
 /** Why a report was refused (never sent). */
 export type Refusal = "window" | "lifetime" | "device_window" | "device_lifetime";
@@ -71,12 +78,23 @@ export interface MetricAccount {
   previous_epsilon: number;
 }
 
-/** The whole book, in insertion order (device sums add in this order, as Python's dict). */
-export type Accounts = Map<string, MetricAccount>;
+/**
+ * The whole book: every metric's account, in insertion order (device sums add in this order,
+ * as Python's dict), and the device clock state (deviceClock.ts): every charge counts in
+ * `clock.window`.
+ */
+export class Book extends Map<string, MetricAccount> {
+  clock: DeviceClock = { window: null, left: null, epochs: [], opened: 0, held: 0, redated: 0 };
+}
 
-/** UTC day number of a POSIX timestamp in seconds: the ledger's window. */
+/** The book (the name apps and older code use). */
+export type Accounts = Book;
+
+/** UTC day number of a POSIX timestamp in seconds: the ledger's window. Any reading maps to a
+ *  day a window can name (before 1970 or NaN: day 0; after 9999: the last day). */
 export function dayOf(seconds: number): number {
-  return Math.floor(seconds / SECONDS_PER_DAY);
+  if (!(seconds >= 0)) return 0;
+  return Math.min(LAST_DAY, Math.floor(seconds / SECONDS_PER_DAY));
 }
 
 /** The window as shown to users and in the file: YYYY-MM-DD (UTC). */
@@ -84,38 +102,37 @@ export function windowName(day: number): string {
   return new Date(day * SECONDS_PER_DAY * 1000).toISOString().slice(0, 10);
 }
 
-function dayOfWindow(window: string): number | null {
-  const t = Date.parse(window + "T00:00:00Z");
-  return /^\d{4}-\d{2}-\d{2}$/.test(window) && Number.isFinite(t) ? Math.round(t / 86_400_000) : null;
-}
+
 
 function isMemoised(c: Charge): boolean {
   return c.epsilonLongitudinal !== null;
 }
 
-export function copyAccount(a: MetricAccount): MetricAccount {
-  const memo: Record<string, string[]> = {};
-  for (const fp of Object.keys(a.memo)) memo[fp] = a.memo[fp].slice();
-  return { ...a, memo };
-}
-
-export function copyAccounts(accounts: Accounts): Accounts {
-  const out: Accounts = new Map();
-  for (const [k, v] of accounts) out.set(k, copyAccount(v));
+/** A deep copy of the book, accounts and clock (all of it plain JSON values: exact). */
+export function copyAccounts(book: Book): Book {
+  const out = new Book(JSON.parse(JSON.stringify([...book])));
+  out.clock = JSON.parse(JSON.stringify(book.clock));
   return out;
 }
 
+/** Every field of an account but `window` and `memo`, at its value in a new account. */
+const ACCOUNT_DEFAULTS = {
+  window_reports: 0, window_epsilon: 0, lifetime_reports: 0, lifetime_epsilon: 0, refused_window: 0,
+  refused_lifetime: 0, refused_device_window: 0, refused_device_lifetime: 0, fingerprint: "", epsilon_per_report: 0,
+  epsilon_longitudinal: null as number | null, reports_per_window: 1, lifetime_budget: null as number | null,
+  previous_window: "", previous_reports: 0, previous_epsilon: 0,
+};
+
 function newAccount(c: Charge, window: string): MetricAccount {
   return {
-    window, window_reports: 0, window_epsilon: 0, lifetime_reports: 0, lifetime_epsilon: 0,
-    refused_window: 0, refused_lifetime: 0, refused_device_window: 0, refused_device_lifetime: 0,
-    fingerprint: c.fingerprint, epsilon_per_report: c.epsilon, epsilon_longitudinal: c.epsilonLongitudinal,
-    reports_per_window: c.reportsPerWindow, lifetime_budget: c.lifetimeBudget, memo: {},
-    previous_window: "", previous_reports: 0, previous_epsilon: 0,
+    ...ACCOUNT_DEFAULTS, window, fingerprint: c.fingerprint, epsilon_per_report: c.epsilon,
+    epsilon_longitudinal: c.epsilonLongitudinal, reports_per_window: c.reportsPerWindow,
+    lifetime_budget: c.lifetimeBudget, memo: {},
   };
 }
 
-/** Start a new window when the charge is later; a late charge counts in the current one. */
+/** Start a new window when the charge is later; a late charge counts in the current one. The
+ *  window left and its spend are remembered: a re-date back onto that day adds them. */
 function roll(a: MetricAccount, window: string): void {
   if (window > a.window) {
     a.previous_window = a.window;
@@ -128,66 +145,52 @@ function roll(a: MetricAccount, window: string): void {
 }
 
 /**
- * Clock errors (docs/privacy.md): a book window more than MAX_WINDOW_AHEAD_DAYS after the
- * charge's day is re-dated to that day with its spend kept (plus the spend of the window it had
- * left when the clock is back on that very day); the window left is remembered, so a clock that
- * steps forward onto it again resumes it instead of opening it afresh. Under [device] caps every
- * account is corrected, otherwise the charged metric's only. As `redate_future` in Python.
+ * The device clock rule (deviceClock.ts; docs/conformance.md, "The device clock"): the charge
+ * re-dated to the window it counts in, updating the book's clock and, on a re-date or a
+ * resume, its accounts. `mayOpen` false: recording a refusal, which never opens a window.
  */
-export function redateFuture(accounts: Accounts, c: Charge): void {
-  const window = windowName(c.day);
-  let limit: string | null;
-  try {
-    limit = windowName(c.day + MAX_WINDOW_AHEAD_DAYS);
-  } catch {
-    limit = null; // a clock at the end of the calendar: nothing is ahead
-  }
-  if (c.deviceWindowBudget === null && c.deviceLifetimeBudget === null) {
-    const a = accounts.get(c.metric);
-    if (a === undefined) return;
-    if (limit !== null && a.window > limit) redate(a, window);
-    else if (a.previous_window === window && a.window < window) resume(a, window);
-    return;
-  }
-  let latest = "";
-  let returning = false;
-  for (const a of accounts.values()) {
-    if (a.window > latest) latest = a.window;
-    returning = returning || a.previous_window === window;
-  }
-  if (limit !== null && latest > limit) {
-    for (const a of accounts.values()) if (a.window > limit) redate(a, window);
-    latest = "";
-    returning = false;
-    for (const a of accounts.values()) {
-      if (a.window > latest) latest = a.window;
-      returning = returning || a.previous_window === window;
+export function placeCharge(book: Book, c: Charge, [id, r]: Reading, mayOpen = true): Charge {
+  const clock = book.clock;
+  // touch: fill the epoch's empty slots, most recently used last; a new epoch gets one opening
+  let epoch = clock.epochs.find((x) => x.id === id);
+  if (epoch) epoch.since = [epoch.since[0] ?? r, epoch.since[1] ?? r];
+  else epoch = { id, since: [r - OPEN_AFTER, r] };
+  clock.epochs = [...clock.epochs.filter((x) => x !== epoch), epoch].slice(-EPOCH_SLOTS);
+  const w = clock.window;
+  const day = c.day;
+  if (w === null || day === w) {
+    clock.window = day; // create, or the same window
+  } else if (day < w) {
+    if (w - day > MAX_WINDOW_AHEAD_DAYS) { // re-date (else late): later accounts move there, spend kept
+      clock.window = day;
+      clock.left = w;
+      clock.redated += 1;
+      const window = windowName(day);
+      for (const a of book.values()) {
+        if (a.window > window) {
+          if (a.previous_window === window) {
+            a.window_reports += a.previous_reports;
+            a.window_epsilon += a.previous_epsilon;
+          }
+          a.window = window;
+          a.previous_window = "";
+          a.previous_reports = a.previous_epsilon = 0;
+        }
+      }
     }
-  }
-  if (returning && latest < window) {
-    for (const a of accounts.values()) {
-      if (a.window === latest || a.previous_window === window) resume(a, window);
-    }
-  }
-}
-
-function resume(a: MetricAccount, window: string): void {
-  a.window = window;
-  a.previous_window = "";
-  a.previous_reports = 0;
-  a.previous_epsilon = 0;
-}
-
-function redate(a: MetricAccount, window: string): void {
-  const left = a.window;
-  if (a.previous_window === window) { // back on the window the jump left: its spend binds too
-    a.window_reports += a.previous_reports;
-    a.window_epsilon += a.previous_epsilon;
-  }
-  a.window = window;
-  a.previous_window = left;
-  a.previous_reports = 0;
-  a.previous_epsilon = 0;
+  } else if (day === clock.left) { // resume: the accounts of the window continue there
+    clock.window = day;
+    clock.left = null;
+    const from = windowName(w);
+    for (const a of book.values()) if (a.window === from) a.window = windowName(day);
+  } else if (mayOpen && epoch.since[0] !== null && r - epoch.since[0] >= OPEN_AFTER) { // open
+    for (const e of clock.epochs) e.since = [e.since[1], null];
+    epoch.since[1] = r;
+    clock.window = day;
+    clock.left = null;
+    clock.opened += 1;
+  } else if (mayOpen) clock.held += 1; // held
+  return { ...c, day: clock.window as number };
 }
 
 /** Distinct values charged at ε∞ over all fingerprints. */
@@ -211,19 +214,6 @@ export function deviceTotals(accounts: Accounts, window: string): [number, numbe
   for (const a of accounts.values()) if (a.window === window) inWindow += a.window_epsilon;
   for (const a of accounts.values()) lifetime += a.lifetime_epsilon;
   return [inWindow, lifetime];
-}
-
-/**
- * Under [device] caps a late charge (the clock stepped back) counts in the device's current
- * window — the latest of any metric — so the cap on the sum over metrics holds in that window.
- */
-function inDeviceWindow(accounts: Accounts, c: Charge): Charge {
-  if (c.deviceWindowBudget === null && c.deviceLifetimeBudget === null) return c;
-  let latest = "";
-  for (const a of accounts.values()) if (a.window > latest) latest = a.window;
-  if (latest <= windowName(c.day)) return c;
-  const day = dayOfWindow(latest);
-  return day === null ? c : { ...c, day };
 }
 
 /** Whether `c` fits the device-wide caps (null: it fits). */
@@ -259,18 +249,22 @@ export function countRefusal(a: MetricAccount, reason: Refusal, n = 1): void {
   else a.refused_device_lifetime += n;
 }
 
-/** Charge `accounts` in place if the report fits; otherwise count the refusal and return why. */
-export function apply(accounts: Accounts, charge: Charge): Refusal | null {
-  redateFuture(accounts, charge);
-  const c = inDeviceWindow(accounts, charge);
+/** The account a placed charge counts in, created and rolled to its window. (Deciding after
+ *  the roll decides as before it: a new or rolled account has nothing spent in the window.) */
+function accountFor(book: Book, c: Charge): MetricAccount {
   const window = windowName(c.day);
-  let a = accounts.get(c.metric);
-  const refusal = decide(a, c) ?? decideDevice(accounts, c);
-  if (a === undefined) {
-    a = newAccount(c, window);
-    accounts.set(c.metric, a);
-  }
+  let a = book.get(c.metric);
+  if (a === undefined) book.set(c.metric, (a = newAccount(c, window)));
   roll(a, window);
+  return a;
+}
+
+/** Charge `book` in place if the report fits; otherwise count the refusal and return why.
+ *  `reading` is the elapsed clock read when the book is updated (under its lock). */
+export function apply(book: Book, charge: Charge, reading: Reading): Refusal | null {
+  const c = placeCharge(book, charge, reading);
+  const a = accountFor(book, c);
+  const refusal = decide(a, c) ?? decideDevice(book, c);
   if (refusal !== null) {
     countRefusal(a, refusal);
     return refusal;
@@ -289,24 +283,19 @@ export function apply(accounts: Accounts, charge: Charge): Refusal | null {
   return null;
 }
 
+/** Count `n` refusals decided earlier (on the app's side); never opens a window. */
+export function recordRefusal(book: Book, charge: Charge, reason: Refusal, n: number, reading: Reading): void {
+  countRefusal(accountFor(book, placeCharge(book, charge, reading, false)), reason, n);
+}
+
 /** Refusals decided on the app's side, to be recorded in the book: [charge, reason, count]. */
 export type RefusalCounts = Array<[Charge, Refusal, number]>;
 
-/** Apply refusal counts, then charges in order (one transaction); the outcome per charge. */
-export function commitCharges(accounts: Accounts, charges: readonly Charge[],
-  refusals: RefusalCounts = []): Array<Refusal | null> {
-  for (const [c, reason, n] of refusals) {
-    redateFuture(accounts, c); // a refusal decided under a corrected clock re-dates too
-    const window = windowName(c.day);
-    let a = accounts.get(c.metric);
-    if (a === undefined) {
-      a = newAccount(c, window);
-      accounts.set(c.metric, a);
-    }
-    roll(a, window);
-    countRefusal(a, reason, n);
-  }
-  return charges.map((c) => apply(accounts, c));
+/** Apply refusal counts, then charges in order (one transaction, one reading); the outcomes. */
+export function commitCharges(book: Book, charges: readonly Charge[], refusals: RefusalCounts,
+  reading: Reading): Array<Refusal | null> {
+  for (const [c, reason, n] of refusals) recordRefusal(book, c, reason, n, reading);
+  return charges.map((c) => apply(book, c, reading));
 }
 
 /** Drop the memoisation digests (opt-out: the secret they are keyed by is gone). */
@@ -330,28 +319,23 @@ const COUNT_FIELDS = ["window_reports", "lifetime_reports", "refused_window", "r
 const EPSILON_FIELDS = ["window_epsilon", "lifetime_epsilon", "epsilon_per_report", "previous_epsilon"] as const;
 const OPTIONAL_EPSILON_FIELDS = ["epsilon_longitudinal", "lifetime_budget"] as const;
 
-function sortedKeys(o: object): string[] {
-  return Object.keys(o).sort();
-}
-
-/** The book as the Python SDK writes ledger.json (metrics and keys sorted; digests sorted). */
-export function dumpLedger(accounts: Accounts, generation = ""): string {
-  const metrics: Record<string, unknown> = {};
+/** The book in the Python SDK's ledger.json format (metrics sorted by name; each memo set's
+ *  digests sorted, so the file does not tell in which order values were first reported). */
+export function dumpLedger(accounts: Book, generation = ""): string {
+  const metrics: Record<string, MetricAccount> = {};
   for (const name of [...accounts.keys()].sort()) {
     const a = accounts.get(name) as MetricAccount;
     const memo: Record<string, string[]> = {};
-    for (const fp of sortedKeys(a.memo)) memo[fp] = a.memo[fp].slice().sort();
-    const row: Record<string, unknown> = { ...a, memo };
-    const sorted: Record<string, unknown> = {};
-    for (const k of sortedKeys(row)) sorted[k] = row[k];
-    metrics[name] = sorted;
+    for (const fp of Object.keys(a.memo).sort()) memo[fp] = a.memo[fp].slice().sort();
+    metrics[name] = { ...a, memo };
   }
-  return JSON.stringify({ format: LEDGER_FORMAT, generation, metrics, version: LEDGER_VERSION }, null, 1) + "\n";
+  return JSON.stringify({ format: LEDGER_FORMAT, version: LEDGER_VERSION, generation, clock: accounts.clock, metrics },
+    null, 1) + "\n";
 }
 
 /** Parse a book written by `dumpLedger` or the Python SDK; LedgerError when it is not one. */
-export function parseLedger(text: string | null, where = "ledger"): { accounts: Accounts; generation: string | null } {
-  const accounts: Accounts = new Map();
+export function parseLedger(text: string | null, where = "ledger"): { accounts: Book; generation: string | null } {
+  const accounts = new Book();
   if (text === null) return { accounts, generation: null };
   let doc: any;
   try {
@@ -360,6 +344,7 @@ export function parseLedger(text: string | null, where = "ledger"): { accounts: 
     if (Number(doc.version ?? 0) > LEDGER_VERSION) throw new Error(`written by a newer SDK (version ${doc.version})`);
     if (doc.metrics === null || typeof doc.metrics !== "object") throw new Error("no metrics");
     for (const name of Object.keys(doc.metrics)) accounts.set(name, accountFromJson(doc.metrics[name]));
+    if ("clock" in doc) accounts.clock = clockFromJson(doc.clock); // (a version-1 book: a new clock)
   } catch (exc) {
     throw new LedgerError(`${where}: the privacy ledger is unreadable (${(exc as Error).message}); the SDK ` +
       "refuses to report until it is repaired or removed (removing it forgets past spend)");
@@ -369,17 +354,10 @@ export function parseLedger(text: string | null, where = "ledger"): { accounts: 
 
 function accountFromJson(data: any): MetricAccount {
   if (data === null || typeof data !== "object") throw new Error("an account is not an object");
-  const a: MetricAccount = {
-    window: data.window, window_reports: data.window_reports ?? 0, window_epsilon: data.window_epsilon ?? 0,
-    lifetime_reports: data.lifetime_reports ?? 0, lifetime_epsilon: data.lifetime_epsilon ?? 0,
-    refused_window: data.refused_window ?? 0, refused_lifetime: data.refused_lifetime ?? 0,
-    refused_device_window: data.refused_device_window ?? 0, refused_device_lifetime: data.refused_device_lifetime ?? 0,
-    fingerprint: data.fingerprint ?? "", epsilon_per_report: data.epsilon_per_report ?? 0,
-    epsilon_longitudinal: data.epsilon_longitudinal ?? null, reports_per_window: data.reports_per_window ?? 1,
-    lifetime_budget: data.lifetime_budget ?? null, memo: {},
-    previous_window: data.previous_window ?? "", previous_reports: data.previous_reports ?? 0,
-    previous_epsilon: data.previous_epsilon ?? 0,
-  };
+  const a: MetricAccount = { ...ACCOUNT_DEFAULTS, window: data.window, memo: {} };
+  for (const k of Object.keys(ACCOUNT_DEFAULTS) as Array<keyof typeof ACCOUNT_DEFAULTS>) {
+    (a as any)[k] = data[k] ?? ACCOUNT_DEFAULTS[k]; // eslint-disable-line @typescript-eslint/no-explicit-any
+  }
   const bad: string[] = [];
   for (const f of COUNT_FIELDS) if (!Number.isInteger(a[f])) bad.push(f);
   for (const f of EPSILON_FIELDS) if (typeof a[f] !== "number" || !Number.isFinite(a[f])) bad.push(f);

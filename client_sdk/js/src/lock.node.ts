@@ -1,22 +1,38 @@
 /**
- * An exclusive lock shared by every Node process of one state directory: a lock file created
- * with O_EXCL (`open(..., "wx")`), holding `pid hostname`, removed on release.
+ * An exclusive lock shared by every Node process of one state directory: a lock file that
+ * appears whole (its text written to a temporary file, then hard-linked into place, which
+ * fails if the lock exists), holding `pid hostname start-time nonce`, removed on release.
  *
- * Node has no flock(2). A process killed while holding the lock leaves the file behind; a
- * waiter takes it over when its holder is provably gone — the same host and `kill(pid, 0)`
- * says no such process — or when the file is older than `staleAfter` seconds (the lock is held
- * for one ledger read-modify-write: milliseconds). A takeover renames the file away first, so
- * two waiters never both remove it.
+ * Node has no flock(2), so a process killed while holding the lock leaves the file behind.
+ * A waiter takes it over only when its holder is provably gone: on the same host, `kill(pid,
+ * 0)` says no such process, or the process of that pid started at another time than the
+ * holder did (the pid was reused; Linux's /proc/<pid>/stat). A live holder on the same host —
+ * however long it holds the lock, paused (SIGSTOP), swapped out or stepped in a debugger — is
+ * waited for, never taken over by age. Only a holder on another host (a state directory on a
+ * shared file system) cannot be checked: it refreshes the file's modification time every
+ * `staleAfter / 3` seconds while it holds the lock, and a waiter on another host takes the
+ * lock over when that lease is `staleAfter` seconds old. A holder paused past its lease can
+ * then resume believing it holds the lock; the ledger's compare-and-swap before its rename
+ * (storage/node.ts) refuses its write, so it re-reads the book and charges against it.
+ *
+ * A takeover renames the file away first, so two waiters never both remove it.
  */
 
-import { promises as fs } from "node:fs";
+import { promises as fs, readFileSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 
-/** Seconds after which a lock file is considered abandoned whatever its holder. */
+/** Seconds of an unrefreshed lease after which a lock of another host is taken over. */
 export const LOCK_STALE_AFTER = 30;
 const FIRST_WAIT_MS = 1;
 const MAX_WAIT_MS = 50;
+
+export interface LockOptions {
+  /** The lease of a holder on another host, in seconds (LOCK_STALE_AFTER). */
+  staleAfter?: number;
+  /** Called with the holder's lock text each time the lock is found held by a live holder. */
+  onWait?: (holder: string) => void;
+}
 
 function alive(pid: number): boolean {
   try {
@@ -27,8 +43,34 @@ function alive(pid: number): boolean {
   }
 }
 
+/** When process `pid` started (clock ticks since boot, /proc/<pid>/stat field 22); "-" where unknown. */
+export function startTime(pid: number | "self"): string {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const field = stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]; // fields 3.. after "(comm)"
+    return /^\d+$/.test(field ?? "") ? field : "-";
+  } catch {
+    return "-";
+  }
+}
+
+const OWN_START = startTime("self");
+
+/** Whether the holder named by a lock file's text is gone (its lock may be taken over). */
+function holderGone(text: string, mtimeMs: number, staleAfter: number): boolean {
+  const [pid, host, start] = text.trim().split(" ");
+  if (host !== hostname() || !/^\d+$/.test(pid ?? "")) {
+    return Date.now() - mtimeMs > staleAfter * 1000; // another host's lease (or no holder named)
+  }
+  const n = Number(pid);
+  if (n === process.pid) return start !== OWN_START && start !== "-" && OWN_START !== "-";
+  if (!alive(n)) return true;
+  const now = startTime(n); // the pid is taken: by the holder, or by a later process
+  return start !== undefined && start !== "-" && now !== "-" && now !== start;
+}
+
 /** The lock file's text when its holder is gone (null: held, or released meanwhile). */
-async function abandoned(path: string, staleAfter: number): Promise<string | null> {
+async function abandoned(path: string, staleAfter: number, onWait?: (holder: string) => void): Promise<string | null> {
   let text: string;
   let mtime: number;
   try {
@@ -36,36 +78,48 @@ async function abandoned(path: string, staleAfter: number): Promise<string | nul
   } catch {
     return null; // released meanwhile: just retry
   }
-  if (Date.now() - mtime > staleAfter * 1000) return text;
-  const [pid, host] = text.trim().split(" ");
-  if (host !== hostname() || !/^\d+$/.test(pid ?? "")) return null;
-  return Number(pid) !== process.pid && !alive(Number(pid)) ? text : null;
+  if (holderGone(text, mtime, staleAfter)) return text;
+  onWait?.(text);
+  return null;
+}
+
+/** Create the lock file whole with `text`; false when it exists. */
+async function create(path: string, text: string): Promise<boolean> {
+  const tmp = `${path}.new-${process.pid}-${randomBytes(4).toString("hex")}`;
+  await fs.writeFile(tmp, text, { mode: 0o600, flag: "wx" });
+  try {
+    await fs.link(tmp, path);
+    return true;
+  } catch (exc) {
+    if ((exc as NodeJS.ErrnoException).code !== "EEXIST") throw exc;
+    return false;
+  } finally {
+    await fs.rm(tmp, { force: true });
+  }
 }
 
 /** Run `fn` holding the lock file `path` (created 0600); released even when `fn` throws. */
 export async function withFileLock<T>(path: string, fn: () => Promise<T> | T,
-  staleAfter = LOCK_STALE_AFTER): Promise<T> {
+  options: LockOptions | number = {}): Promise<T> {
+  const { staleAfter = LOCK_STALE_AFTER, onWait } = typeof options === "number" ? { staleAfter: options } : options;
+  const mine = `${process.pid} ${hostname()} ${OWN_START} ${randomBytes(8).toString("hex")}\n`;
   let wait = FIRST_WAIT_MS;
   for (;;) {
-    let handle: fs.FileHandle | null = null;
-    try {
-      handle = await fs.open(path, "wx", 0o600);
-    } catch (exc) {
-      if ((exc as NodeJS.ErrnoException).code !== "EEXIST") throw exc;
-    }
-    if (handle !== null) {
-      try {
-        await handle.writeFile(`${process.pid} ${hostname()}\n`);
-      } finally {
-        await handle.close();
-      }
+    if (await create(path, mine)) {
+      const lease = setInterval(() => {
+        const now = new Date();
+        fs.utimes(path, now, now).catch(() => undefined);
+      }, (staleAfter * 1000) / 3);
+      lease.unref();
       try {
         return await fn();
       } finally {
-        await fs.rm(path, { force: true });
+        clearInterval(lease);
+        // ours unless a waiter of another host judged our lease expired and took it over
+        if ((await fs.readFile(path, "utf8").catch(() => null)) === mine) await fs.rm(path, { force: true });
       }
     }
-    const stale = await abandoned(path, staleAfter);
+    const stale = await abandoned(path, staleAfter, onWait);
     if (stale !== null) {
       const aside = `${path}.stale-${process.pid}-${randomBytes(4).toString("hex")}`;
       try {

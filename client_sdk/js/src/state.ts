@@ -10,9 +10,10 @@
  * generation tag per write tells a writer whether someone else changed the book since.
  */
 
+import { type ElapsedClock, randomTag } from "./deviceClock.js";
 import { hexOf } from "./hashing.js";
 import {
-  type Accounts, type Charge, type Refusal, type RefusalCounts,
+  type Book, type Charge, type Refusal, type RefusalCounts,
   commitCharges, dumpLedger, forgetValues, parseLedger,
 } from "./ledger.js";
 
@@ -96,13 +97,9 @@ export class StateError extends Error {
 
 export interface CommitResult {
   outcomes: Array<Refusal | null>;
-  accounts: Accounts;
+  accounts: Book;
   /** Someone else (another tab or process) wrote the book since this object last did. */
   foreign: boolean;
-}
-
-function randomTag(): string {
-  return hexOf(crypto.getRandomValues(new Uint8Array(8)));
 }
 
 /** The ledger of one device over its store. */
@@ -111,16 +108,17 @@ export class DeviceLedger {
 
   constructor(private readonly store: DeviceStore) {}
 
-  async snapshot(): Promise<Accounts> {
+  async snapshot(): Promise<Book> {
     return parseLedger(await this.store.readLedger(), this.store.where).accounts;
   }
 
-  /** Apply refusal counts and charges in order, in one locked transaction. */
-  async commit(charges: readonly Charge[], refusals: RefusalCounts = []): Promise<CommitResult> {
+  /** Apply refusal counts and charges in order, in one locked transaction; `elapsed` is read
+   *  once, inside it (the device clock rule compares readings in the order of the updates). */
+  async commit(charges: readonly Charge[], refusals: RefusalCounts, elapsed: ElapsedClock): Promise<CommitResult> {
     return this.store.updateLedger((text) => {
       const { accounts, generation } = parseLedger(text, this.store.where);
       const foreign = generation !== this.written;
-      const outcomes = commitCharges(accounts, charges, refusals);
+      const outcomes = commitCharges(accounts, charges, refusals, elapsed());
       if (!charges.length && !refusals.length) return [null, { outcomes, accounts, foreign }];
       const tag = randomTag();
       this.written = tag;

@@ -34,6 +34,7 @@ async function client(options: Record<string, unknown> = {}) {
     { name: "memo", memo: true, reportsPerWindow: 9, epsilon: 0.5 }]);
   const c = new TelemetryClient({
     transport: collector, registry, store: new MemoryStore(), clock: () => now[0], monotonic: () => mono[0], batchSize: 100,
+    elapsedClock: () => ["boot:test", Math.floor(now[0])], // a right clock: simulated days are real days
     retry: { initial: 1, maximum: 4 }, flushOnHide: false, ...options,
   }, noPlatform);
   await c.ready;
@@ -79,6 +80,7 @@ test("lifetime caps and memoised values: ε∞ once per distinct value", async (
   for (let d = 0; d < 9; d++) {
     c.report("page", "a");
     c.report("memo", d % 2 ? "a" : "b");
+    assert.ok(await c.flush(5)); // charged the day they are made (the ledger reads the elapsed clock then)
     now[0] += 86_400;
   }
   assert.ok(await c.flush(5));
@@ -186,7 +188,20 @@ test("state that cannot be opened disables reporting, and stats() says why", asy
   assert.equal(c.report("x", "a"), false);
   const s = await c.stats();
   assert.match(String(s.disabled_reason), /IndexedDB is not available/);
-  assert.equal(s.disabled, 2);
+  assert.deepEqual([s.disabled_state, s.disabled], [2, 0]); // the Python SDK's counter for unusable state
+});
+
+test("another process opting out of a shared state directory drops what this one queued", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "ldpt-js-client-"));
+  const registry = toyRegistry([{ name: "x", reportsPerWindow: 3 }]);
+  const a = await client({ registry, store: await new FileStore(dir).open() });
+  const b = await client({ registry, store: await new FileStore(dir).open() });
+  assert.ok(a.c.report("x", "a")); // queued, not charged yet
+  await b.c.optOut();
+  await a.c.flush(5);
+  const s = await a.c.stats();
+  assert.deepEqual([s.dropped, s.reports_dropped_opted_out, s.charged, s.queue_evicted], [1, 1, 0, 0]);
+  assert.equal(a.collector.reports, 0);
 });
 
 test("opt-out deletes the queue and the outbox and stops reporting; opt-in reports again", async () => {

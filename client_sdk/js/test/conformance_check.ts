@@ -14,7 +14,8 @@ import { alphaRound, discretise, memoBit } from "../src/protocols/numeric.js";
 import { prrBits, truncate } from "../src/protocols/strings.js";
 import { encoderFor, loadRegistry } from "../src/registry.js";
 import { ByteSource, type RandomSource, TWO32, cryptoRandom, reduce64 } from "../src/random.js";
-import { type Charge, type MetricAccount, apply } from "../src/ledger.js";
+import { type DeviceClock, type Reading, clockFromJson } from "../src/deviceClock.js";
+import { type Charge, type MetricAccount, Book, apply, parseLedger, recordRefusal } from "../src/ledger.js";
 import { type WireValue, packBatch } from "../src/wire.js";
 import { decodeKeyConfigs, decodeResponse, innerRequest, openResponse, paddedLength, sealRequest } from "../src/ohttp.js";
 
@@ -196,23 +197,42 @@ function canonicalAccount(a: MetricAccount): string {
   return JSON.stringify(Object.fromEntries(Object.entries({ ...a, memo }).sort()));
 }
 
-/** ledger.json: every sequence of charges, each step's outcome and every account after it. */
+/** A clock object in a canonical form (keys sorted, as parsed) for comparison. */
+function canonicalClock(c: Doc | DeviceClock): string {
+  const d = clockFromJson(c) as unknown as Record<string, unknown>;
+  return JSON.stringify(Object.fromEntries(Object.keys(d).sort().map((k) => [k, d[k]])));
+}
+
+/** ledger.json: every sequence of charges (or recorded refusals) with the elapsed reading of
+ *  each step, each step's outcome, every account and the device clock after it; and the
+ *  version-1 books read with their clock. */
 export function checkLedger(doc: Doc): string[] {
   const failures: string[] = [];
   for (const seq of doc.sequences) {
-    const accounts = new Map<string, MetricAccount>();
+    const book = new Book();
     seq.steps.forEach((step: Doc, i: number) => {
-      const outcome = apply(accounts, chargeFromJson(step.charge));
-      if (outcome !== step.outcome) failures.push(`ledger ${seq.label}, step ${i}: outcome ${outcome}, expected ${step.outcome}`);
-      const names = new Set([...accounts.keys(), ...Object.keys(step.accounts)]);
+      const reading: Reading = [step.elapsed[0], step.elapsed[1]];
+      const where = `ledger ${seq.label}, step ${i}`;
+      if (step.record_refusal !== undefined) {
+        recordRefusal(book, chargeFromJson(step.charge), step.record_refusal, step.count, reading);
+      } else {
+        const outcome = apply(book, chargeFromJson(step.charge), reading);
+        if (outcome !== step.outcome) failures.push(`${where}: outcome ${outcome}, expected ${step.outcome}`);
+      }
+      const names = new Set([...book.keys(), ...Object.keys(step.accounts)]);
       for (const name of names) {
-        const got = accounts.get(name);
+        const got = book.get(name);
         const want = step.accounts[name] as MetricAccount | undefined;
         if (got === undefined || want === undefined || canonicalAccount(got) !== canonicalAccount(want)) {
-          failures.push(`ledger ${seq.label}, step ${i}: account ${name} differs`);
+          failures.push(`${where}: account ${name} differs`);
         }
       }
+      if (canonicalClock(book.clock) !== canonicalClock(step.clock)) failures.push(`${where}: clock differs`);
     });
+  }
+  for (const [i, m] of (doc.migrations ?? []).entries()) {
+    const { accounts } = parseLedger(JSON.stringify(m.file));
+    if (canonicalClock(accounts.clock) !== canonicalClock(m.clock)) failures.push(`ledger migration ${i}: clock differs`);
   }
   return failures;
 }

@@ -5,7 +5,8 @@
  *     secret        32 random bytes, mode 0600, created by write-temp + link (never overwritten)
  *     ledger.json   the privacy ledger (ledger.ts), replaced atomically under the lock
  *     ledger.nodelock  the lock file every Node process of the directory takes (lock.node.ts;
- *                   present only while held, unlike the Python SDK's flock(2) file ledger.lock)
+ *                   present only while held, unlike the Python SDK's flock(2) file ledger.lock;
+ *                   never taken from a live holder of this host, however long it holds it)
  *     outbox/       batches waiting for the collector, `<name>.ldpb`; claimed by renaming
  *     registry.json the last fetched registry
  *     opted-out     present after optOut()
@@ -46,8 +47,11 @@ async function fsyncDir(dir: string): Promise<void> {
   }
 }
 
-/** Write-temp-fsync-rename: readers see the old file or the new one, never a torn one. */
-export async function atomicWrite(path: string, data: Uint8Array | string, durable = true): Promise<void> {
+/** Write-temp-fsync-rename: readers see the old file or the new one, never a torn one.
+ *  With `unchanged`, asked once the new bytes are durable and just before the rename: false
+ *  leaves the file as it is and returns false (the caller's compare-and-swap failed). */
+export async function atomicWrite(path: string, data: Uint8Array | string, durable = true,
+  unchanged?: () => Promise<boolean>): Promise<boolean> {
   const tmp = tempName(path);
   const h = await fs.open(tmp, "wx", 0o600);
   try {
@@ -60,12 +64,17 @@ export async function atomicWrite(path: string, data: Uint8Array | string, durab
   }
   await h.close();
   try {
+    if (unchanged !== undefined && !(await unchanged())) {
+      await fs.rm(tmp, { force: true });
+      return false;
+    }
     await fs.rename(tmp, path);
   } catch (exc) {
     await fs.rm(tmp, { force: true });
     throw exc;
   }
   if (durable) await fsyncDir(join(path, ".."));
+  return true;
 }
 
 async function readOrNull(path: string, encoding?: "utf8"): Promise<any> {
@@ -164,6 +173,10 @@ export class FileOutbox implements Outbox {
 /** One device's state in `dir` (created 0700). */
 export class FileStore implements DeviceStore {
   readonly outbox: FileOutbox;
+  /** Called with the holder's lock text each time the ledger's lock is found held (diagnostics). */
+  onLockWait?: (holder: string) => void;
+  /** Ledger writes refused by the compare-and-swap (someone wrote the book meanwhile) and redone. */
+  ledgerConflicts = 0;
 
   constructor(readonly where: string, limits: OutboxLimits = DEFAULT_OUTBOX_LIMITS) {
     this.outbox = new FileOutbox(join(where, "outbox"), limits);
@@ -216,12 +229,21 @@ export class FileStore implements DeviceStore {
     return readOrNull(this.path("ledger.json"), "utf8");
   }
 
+  /** Read-modify-write of the ledger under the lock file, with a compare-and-swap before the
+   *  rename: if the book is no longer the one `fn` was given (a writer that held the lock
+   *  while we believed we did: lock.node.ts), `fn` runs again on the book as it now is. */
   async updateLedger<T>(fn: (text: string | null) => [string | null, T]): Promise<T> {
     return withFileLock(this.path("ledger.nodelock"), async () => {
-      const [text, result] = fn(await this.readLedger());
-      if (text !== null) await atomicWrite(this.path("ledger.json"), text);
-      return result;
-    });
+      for (;;) {
+        const before = await this.readLedger();
+        const [text, result] = fn(before);
+        if (text === null) return result;
+        if (await atomicWrite(this.path("ledger.json"), text, true, async () => (await this.readLedger()) === before)) {
+          return result;
+        }
+        this.ledgerConflicts += 1;
+      }
+    }, { onWait: this.onLockWait });
   }
 
   async isOptedOut(): Promise<boolean> {
@@ -243,8 +265,8 @@ export class FileStore implements DeviceStore {
     return readOrNull(this.path("registry.json"), "utf8");
   }
 
-  writeRegistry(text: string): Promise<void> {
-    return atomicWrite(this.path("registry.json"), text);
+  async writeRegistry(text: string): Promise<void> {
+    await atomicWrite(this.path("registry.json"), text);
   }
 
   readDomain(sha256: string): Promise<string | null> {

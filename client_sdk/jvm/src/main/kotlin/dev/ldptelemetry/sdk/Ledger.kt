@@ -12,6 +12,9 @@ package dev.ldptelemetry.sdk
  * A report beyond `reports_per_window`, the metric's `lifetime_epsilon`, or the registry's
  * `[device]` caps (sums over all metrics) is refused, counted, and never sent.
  *
+ * Which window a charge counts in is the device clock rule ([place], its state in [Book]): one window for the
+ * device, opened no faster than its elapsed clock allows, whatever the wall clock says.
+ *
  * Everything here is pure: the store (State.kt) runs [commitCharges] inside one locked
  * read-modify-write, so two processes on one state directory never overspend together. The
  * book's JSON is the Python SDK's ledger.json format, so `ldpt ledger --state-dir` reads it.
@@ -20,13 +23,121 @@ object Ledger {
     /** Relative slack when comparing spends with a budget (realised epsilons are quantised floats). */
     const val BUDGET_SLACK = 1e-9
     const val FORMAT = "ldpt-ledger"
-    const val VERSION = 1L
+    /** 2: the device clock state (`clock`, in [Book]); version-1 books are read. */
+    const val VERSION = 2L
+
+    /** How far before the window (UTC days) a charge still counts in it (the device clock rule). */
+    const val MAX_WINDOW_AHEAD_DAYS = 2L
+    /** Seconds an opening needs: a day and 2 s (readings are floored; two processes may floor one clock 1 s apart). */
+    const val OPEN_AFTER = 86_402L
+    /** Epochs a book remembers (most recently used kept). */
+    const val EPOCH_SLOTS = 16
+
+    /** This process's epoch id: a random one, as the other SDKs where no boot clock is shared. */
+    private val processEpoch: String = "run:" + Hashing.hex(ByteArray(8).also { Csprng.random.nextBytes(it) })
+
+    /** The elapsed reading of [ticker] (the client's monotonic clock) in this process's epoch. */
+    @JvmStatic
+    fun reading(ticker: Ticker): Reading = Reading(processEpoch, Math.floorDiv(ticker.nanoTime(), 1_000_000_000L))
+
+    /** Record an update by the reading's epoch (fill its empty slots, move it last: most recently
+     *  used); a new epoch gets one opening's credit (`since0` a day before its first reading). */
+    private fun touch(c: Book, id: String, seconds: Long) {
+        val i = c.ids.lastIndexOf(id)
+        val s0: Long?
+        val s1: Long?
+        if (i >= 0) {
+            c.ids.removeAt(i)
+            s0 = c.since0.removeAt(i) ?: seconds
+            s1 = c.since1.removeAt(i) ?: seconds
+        } else {
+            s0 = seconds - OPEN_AFTER
+            s1 = seconds
+        }
+        c.ids.add(id)
+        c.since0.add(s0)
+        c.since1.add(s1)
+        while (c.ids.size > EPOCH_SLOTS) {
+            c.ids.removeAt(0)
+            c.since0.removeAt(0)
+            c.since1.removeAt(0)
+        }
+    }
 
     /**
-     * How far ahead of the clock (UTC days) a recorded window may be before it is taken for a
-     * clock error and re-dated to the clock's day (its spend kept); MAX_WINDOW_AHEAD_DAYS in Python.
+     * The device clock rule (docs/conformance.md, "The device clock"; client_sdk.device_clock.place):
+     * updates [c] and the accounts for a charge dated [day] read at [reading]; the charge then
+     * counts in `c.window`. One window for the device; dated up to [MAX_WINDOW_AHEAD_DAYS] before
+     * it: counts in it (late); further back: re-dated (every later account moves there with its
+     * spend); the day a re-date left: resumed; a later day opens a fresh window only when the
+     * epoch's clock shows [OPEN_AFTER] seconds since the opening before the last ([mayOpen] false:
+     * recording a refusal, never opens), else the charge is held in the window.
      */
-    const val MAX_WINDOW_AHEAD_DAYS = 2L
+    @JvmStatic
+    fun place(c: Book, day: Long, reading: Reading, mayOpen: Boolean) {
+        val accounts = c.accounts
+        touch(c, reading.first, reading.second)   // the reading's epoch is last now
+        val last = c.ids.size - 1
+        val w = c.window
+        if (w == null || day == w) {
+            c.window = day                                  // create, or the same window
+        } else if (day < w) {
+            if (w - day > MAX_WINDOW_AHEAD_DAYS) {          // re-date (else: late)
+                c.window = day
+                c.left = w
+                c.redated += 1
+                redate(accounts, day)
+            }
+        } else if (day == c.left) {                         // resume
+            c.window = day
+            c.left = null
+            resume(accounts, w, day)
+        } else {
+            val start = c.since0[last]
+            if (mayOpen && start != null && reading.second - start >= OPEN_AFTER) {   // open
+                for (k in 0..last) {
+                    c.since0[k] = c.since1[k]
+                    c.since1[k] = null
+                }
+                c.since1[last] = reading.second
+                c.window = day
+                c.left = null
+                c.opened += 1
+            } else if (mayOpen) c.held += 1                 // held
+        }
+    }
+
+    /** The `clock` object of ledger.json. */
+    @JvmStatic
+    fun clockJson(c: Book): Map<String, Any?> {
+        val epochs = ArrayList<Any?>()
+        for (k in 0 until c.ids.size) epochs.add(mapOfPairs<String, Any?>("id" to c.ids[k], "since" to listOfAll(c.since0[k], c.since1[k])))
+        return mapOfPairs("epochs" to epochs, "held" to c.held, "left" to c.left, "opened" to c.opened,
+            "redated" to c.redated, "window" to c.window)
+    }
+
+    /** Read the `clock` object into [c] (a field of the wrong type: a ClassCastException, which [parse] reports). */
+    private fun clockFromJson(data: Any?, c: Book) {
+        val d = data as Map<*, *>
+        c.window = d["window"] as Long?
+        c.left = d["left"] as Long?
+        c.opened = d["opened"] as Long? ?: 0L
+        c.held = d["held"] as Long? ?: 0L
+        c.redated = d["redated"] as Long? ?: 0L
+        for (e in d["epochs"] as List<*>? ?: noList<Any?>()) {
+            val since = (e as Map<*, *>)["since"] as List<*>
+            require(since.size == 2) { "an epoch's since is not two readings" }
+            c.ids.add(e["id"] as String)
+            c.since0.add(since[0] as Long?)
+            c.since1.add(since[1] as Long?)
+        }
+        while (c.ids.size > EPOCH_SLOTS) {
+            c.ids.removeAt(0)
+            c.since0.removeAt(0)
+            c.since1.removeAt(0)
+        }
+    }
+
 
     /** UTC day number of a POSIX time in milliseconds: the ledger's window. */
     @JvmStatic
@@ -53,82 +164,40 @@ object Ledger {
         return Json.pad(y.toString(), 4) + "-" + Json.pad(m.toString(), 2) + "-" + Json.pad(d.toString(), 2)
     }
 
-    /** The day number of a YYYY-MM-DD window, or null. */
-    internal fun dayOfWindow(window: String): Long? {
-        if (window.length != 10 || window[4] != '-' || window[7] != '-') return null
-        val y = parseLongOrNull(window.substring(0, 4)) ?: return null
-        val m = parseLongOrNull(window.substring(5, 7)) ?: return null
-        val d = parseLongOrNull(window.substring(8, 10)) ?: return null
-        if (m !in 1..12 || d !in 1..31) return null
-        val yy = if (m <= 2) y - 1 else y
-        val era = Math.floorDiv(yy, 400L)
-        val yoe = yy - era * 400
-        val doy = (153 * (if (m > 2) m - 3 else m + 9) + 2) / 5 + d - 1
-        val doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
-        val day = era * 146097 + doe - 719468
-        return if (civil(day) == window) day else null
-    }
-
     private fun deviceCapped(c: Charge) = c.deviceWindowBudget != null || c.deviceLifetimeBudget != null
 
     /**
-     * Clock errors (docs/privacy.md): a book window more than MAX_WINDOW_AHEAD_DAYS after the
-     * charge's day is re-dated to that day with its spend kept (plus the spend of the window it had
-     * left when the clock is back on that very day); the window left is remembered, so a clock that
-     * steps forward onto it again resumes it instead of opening it afresh. Under [device] caps every
-     * account is corrected, otherwise the charged metric's only. As `redate_future` in Python.
+     * The window was re-dated back to [day] (the clock was set back): every account of a later
+     * window moves there with its spend, plus the spend it had made on that very day.
      */
-    internal fun redateFuture(accounts: Accounts, c: Charge) {
-        val window = windowName(c.day)
-        val limit: String? = try {
-            windowName(c.day + MAX_WINDOW_AHEAD_DAYS)
-        } catch (e: IllegalArgumentException) {
-            null   // a clock at the end of the calendar: nothing is ahead
-        }
-        if (!deviceCapped(c)) {
-            val a = accounts[c.metric] ?: return
-            if (limit != null && a.window > limit) redate(a, window)
-            else if (a.previousWindow == window && a.window < window) resume(a, window)
-            return
-        }
-        fun scan(): Pair<String, Boolean> {
-            var latest = ""
-            var returning = false
-            for (a in accounts.values) {
-                if (a.window > latest) latest = a.window
-                returning = returning || a.previousWindow == window
+    private fun redate(accounts: Accounts, day: Long) {
+        val window = windowName(day)
+        for (a in accounts.values) {
+            if (a.window > window) {
+                if (a.previousWindow == window) {
+                    a.windowReports += a.previousReports
+                    a.windowEpsilon += a.previousEpsilon
+                }
+                a.window = window
+                a.previousWindow = ""
+                a.previousReports = 0
+                a.previousEpsilon = 0.0
             }
-            return latest to returning
-        }
-        var (latest, returning) = scan()
-        if (limit != null && latest > limit) {
-            for (a in accounts.values) if (a.window > limit) redate(a, window)
-            val again = scan()
-            latest = again.first
-            returning = again.second
-        }
-        if (returning && latest < window) {
-            for (a in accounts.values) if (a.window == latest || a.previousWindow == window) resume(a, window)
         }
     }
 
-    private fun resume(a: MetricAccount, window: String) {
-        a.window = window
-        a.previousWindow = ""
-        a.previousReports = 0
-        a.previousEpsilon = 0.0
+    /** Forward onto the day a re-date left: the accounts of the window continue there. */
+    private fun resume(accounts: Accounts, left: Long, day: Long) {
+        val window = windowName(left)
+        val target = windowName(day)
+        for (a in accounts.values) if (a.window == window) a.window = target
     }
 
-    private fun redate(a: MetricAccount, window: String) {
-        val left = a.window
-        if (a.previousWindow == window) {   // back on the window the jump left: its spend binds too
-            a.windowReports += a.previousReports
-            a.windowEpsilon += a.previousEpsilon
-        }
-        a.window = window
-        a.previousWindow = left
-        a.previousReports = 0
-        a.previousEpsilon = 0.0
+    /** The charge re-dated to the window it counts in (the device clock rule: [place]). */
+    private fun placeCharge(book: Book, c: Charge, reading: Reading, mayOpen: Boolean): Charge {
+        place(book, c.day, reading, mayOpen)
+        val day = book.window!!
+        return if (day == c.day) c else c.on(day)
     }
 
     /** Start a new window when the charge is later; a late charge counts in the current one. */
@@ -149,19 +218,6 @@ object Ledger {
         val digest = c.digest
         val seen = a != null && digest != null && a.memo[c.fingerprint]?.contains(digest) == true
         return if (seen) 0.0 else eInf
-    }
-
-    /**
-     * Under [device] caps a late charge (the clock stepped back) counts in the device's current
-     * window — the latest of any metric — so the cap on the sum over metrics holds in that window.
-     */
-    private fun inDeviceWindow(accounts: Accounts, c: Charge): Charge {
-        if (!deviceCapped(c)) return c
-        var latest = ""
-        for (a in accounts.values) if (a.window > latest) latest = a.window
-        if (latest <= windowName(c.day)) return c
-        val day = dayOfWindow(latest) ?: return c
-        return c.on(day)
     }
 
     private fun decideDevice(accounts: Accounts, c: Charge): Refusal? {
@@ -197,11 +253,14 @@ object Ledger {
                 lifetimeBudget = c.lifetimeBudget)
         }
 
-    /** Charge [accounts] in place if the report fits; otherwise count the refusal and return why. */
+    /**
+     * Charge [accounts] in place if the report fits; otherwise count the refusal and return why.
+     * [reading] is the elapsed clock read under the book's lock (the rule: [place]).
+     */
     @JvmStatic
-    fun apply(accounts: Accounts, charge: Charge): Refusal? {
-        redateFuture(accounts, charge)
-        val c = inDeviceWindow(accounts, charge)
+    fun apply(book: Book, charge: Charge, reading: Reading): Refusal? {
+        val accounts = book.accounts
+        val c = placeCharge(book, charge, reading, true)
         val window = windowName(c.day)
         val refusal = decide(accounts[c.metric], c) ?: decideDevice(accounts, c)
         val a = account(accounts, c, window)
@@ -225,15 +284,19 @@ object Ledger {
     }
 
     /** Apply refusal counts decided on the app's side, then charges in order (one transaction); the outcome per charge. */
-    internal fun commitCharges(accounts: Accounts, charges: List<Charge>, refusals: List<RefusalCount>): List<Refusal?> {
-        for (r in refusals) {
-            redateFuture(accounts, r.charge)   // a refusal decided under a corrected clock re-dates too
-            val window = windowName(r.charge.day)
-            val a = account(accounts, r.charge, window)
-            roll(a, window)
-            a.count(r.reason, r.count)
-        }
-        return charges.mapped { apply(accounts, it) }
+    internal fun commitCharges(book: Book, charges: List<Charge>, refusals: List<RefusalCount>, reading: Reading): List<Refusal?> {
+        for (r in refusals) recordRefusal(book, r.charge, r.reason, r.count, reading)
+        return charges.mapped { apply(book, it, reading) }
+    }
+
+    /** Count [n] refusals decided earlier (on the app's side) in the book; never opens a window. */
+    @JvmStatic
+    fun recordRefusal(book: Book, charge: Charge, reason: Refusal, n: Long, reading: Reading) {
+        val c = placeCharge(book, charge, reading, false)
+        val window = windowName(c.day)
+        val a = account(book.accounts, c, window)
+        roll(a, window)
+        a.count(reason, n)
     }
 
     /** Drop the memoisation digests (opt-out: the secret they are keyed by is gone); true if any. */
@@ -246,9 +309,11 @@ object Ledger {
         return changed
     }
 
-    internal fun copy(accounts: Accounts): Accounts {
-        val out = Accounts()
-        for ((k, v) in accounts) out[k] = v.copy()
+    /** A deep copy of [book]'s accounts and clock (its generation is not copied). */
+    internal fun copy(book: Book): Book {
+        val out = Book(Accounts(), null)
+        for ((k, v) in book.accounts) out.accounts[k] = v.copy()
+        clockFromJson(clockJson(book), out)
         return out
     }
 
@@ -256,10 +321,12 @@ object Ledger {
 
     /** The book as the Python SDK writes ledger.json (metrics and keys sorted; digests sorted). */
     @JvmStatic
-    fun dump(accounts: Accounts, generation: String): String {
+    fun dump(book: Book, generation: String): String {
+        val accounts = book.accounts
         val metrics = java.util.TreeMap<String, Any?>()
         for ((name, a) in accounts) metrics[name] = java.util.TreeMap(a.toJson())
-        val doc = mapOfPairs<String, Any?>("format" to FORMAT, "generation" to generation, "metrics" to metrics, "version" to VERSION)
+        val doc = mapOfPairs<String, Any?>("clock" to clockJson(book), "format" to FORMAT, "generation" to generation,
+            "metrics" to metrics, "version" to VERSION)
         return Json.write(doc, 1) + "\n"
     }
 
@@ -275,7 +342,9 @@ object Ledger {
             if (version > VERSION) throw IllegalArgumentException("written by a newer SDK (version $version)")
             val metrics = doc["metrics"] as? Map<*, *> ?: throw IllegalArgumentException("no metrics")
             for ((name, data) in metrics) accounts[name as String] = MetricAccount.fromJson(data)
-            return Book(accounts, doc["generation"] as? String)
+            val book = Book(accounts, doc["generation"] as? String)
+            if (doc.containsKey("clock")) clockFromJson(doc["clock"], book)   // (a version-1 book: a new clock)
+            return book
         } catch (e: RuntimeException) {
             throw LedgerException("$where: the privacy ledger is unreadable (${e.message}); the SDK refuses to report " +
                 "until it is repaired or removed (removing it forgets past spend)", e)
@@ -283,8 +352,31 @@ object Ledger {
     }
 }
 
-/** A parsed book and the generation tag of its last writer. */
-class Book(val accounts: Accounts, val generation: String?)
+/**
+ * An elapsed-clock reading: (epoch id, whole seconds of that epoch's clock, floored), of a clock
+ * that never runs faster than real time; readings of different epochs are never compared.
+ */
+typealias Reading = Pair<String, Long>
+
+/**
+ * A book: its accounts, the generation tag of its last writer, and the device clock state (the
+ * ledger file's `clock` object; the rule is [Ledger.place], step for step client_sdk/device_clock.py;
+ * docs/conformance.md, "The device clock"). Plain fields, no methods: the jar has a size budget.
+ */
+class Book(val accounts: Accounts, val generation: String?) {
+    /** The device's current window, a UTC day number (null: an empty book). */
+    @JvmField var window: Long? = null
+    /** The window the last re-date left (null: none since the last opening or resume). */
+    @JvmField var left: Long? = null
+    /** The epochs seen, least recently used first: their ids, and each one's readings at its first
+     *  update at/after the second-to-last opening ([since0]) and the last ([since1]); null: none yet. */
+    @JvmField val ids = ArrayList<String>()
+    @JvmField val since0 = ArrayList<Long?>()
+    @JvmField val since1 = ArrayList<Long?>()
+    @JvmField var opened = 0L
+    @JvmField var held = 0L
+    @JvmField var redated = 0L
+}
 
 /** The whole book, in insertion order (device sums add in this order, as the reference's dict). */
 typealias Accounts = LinkedHashMap<String, MetricAccount>
@@ -337,7 +429,7 @@ class MetricAccount(
     var lifetimeBudget: Double? = null,
     /** fingerprint -> digests of the distinct values charged at ε∞. */
     val memo: LinkedHashMap<String, LinkedHashSet<String>> = LinkedHashMap(),
-    /** The window before [window] and its spend (after a re-date: the window left, spend 0). */
+    /** The window before [window] and its spend: a re-date back onto that day adds them. */
     var previousWindow: String = "",
     var previousReports: Long = 0,
     var previousEpsilon: Double = 0.0,

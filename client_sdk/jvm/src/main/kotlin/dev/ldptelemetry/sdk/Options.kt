@@ -7,7 +7,11 @@ fun interface WallClock {
     fun currentTimeMillis(): Long
 }
 
-/** Monotonic nanoseconds (batch ages, back-offs). */
+/**
+ * Monotonic nanoseconds: batch ages, back-offs, and the ledger's elapsed clock (the window rule,
+ * [Ledger.place]: this process's epoch). It must never run faster than real time; on Android,
+ * `SystemClock.elapsedRealtimeNanos()` also counts deep sleep.
+ */
 fun interface Ticker {
     fun nanoTime(): Long
 }

@@ -153,21 +153,22 @@ internal fun parseBatchName(name: String): Pair<Long, Int>? {
 internal class DeviceLedger(private val store: DeviceStore, private val random: SecureRandom) {
     private var written: String? = null
 
-    class Result(val outcomes: List<Refusal?>, val accounts: Accounts, val foreign: Boolean)
+    class Result(val outcomes: List<Refusal?>, val book: Book, val foreign: Boolean)
 
-    fun snapshot(): Accounts = Ledger.parse(store.readLedger(), store.where).accounts
+    fun snapshot(): Book = Ledger.parse(store.readLedger(), store.where)
 
     private fun tag(): String = ByteArray(8).also { random.nextBytes(it) }.let(Hashing::hex)
 
-    /** Apply refusal counts and charges in order, in one locked transaction. */
-    fun commit(charges: List<Charge>, refusals: List<RefusalCount>): Result = store.updateLedger { text ->
+    /** Apply refusal counts and charges in order, in one locked transaction; [ticker] (the elapsed
+     *  clock) is read once, inside it (the device clock rule compares readings in update order). */
+    fun commit(charges: List<Charge>, refusals: List<RefusalCount>, ticker: Ticker): Result = store.updateLedger { text ->
         val book = Ledger.parse(text, store.where)
         val foreign = book.generation != written
-        val outcomes = Ledger.commitCharges(book.accounts, charges, refusals)
-        if (charges.isEmpty() && refusals.isEmpty()) return@updateLedger null to Result(outcomes, book.accounts, foreign)
+        val outcomes = Ledger.commitCharges(book, charges, refusals, Ledger.reading(ticker))
+        if (charges.isEmpty() && refusals.isEmpty()) return@updateLedger null to Result(outcomes, book, foreign)
         val t = tag()
         written = t
-        Ledger.dump(book.accounts, t) to Result(outcomes, book.accounts, foreign)
+        Ledger.dump(book, t) to Result(outcomes, book, foreign)
     }
 
     fun forgetValues() {
@@ -176,7 +177,7 @@ internal class DeviceLedger(private val store: DeviceStore, private val random: 
             if (!Ledger.forgetValues(book.accounts)) return@updateLedger null to Unit
             val t = tag()
             written = t
-            Ledger.dump(book.accounts, t) to Unit
+            Ledger.dump(book, t) to Unit
         }
     }
 }

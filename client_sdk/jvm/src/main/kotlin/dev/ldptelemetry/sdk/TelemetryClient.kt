@@ -49,8 +49,8 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
     @Volatile private var started = false
     private var waiting = ArrayList<Pair<String, Any?>>()
     private val queue = java.util.ArrayDeque<Queued>()
-    private var accounts = Accounts()
-    private var mirror = Accounts()
+    private var book = Book(Accounts(), null)     // as committed: accounts and the device clock (Ledger.place)
+    private var mirror = Book(Accounts(), null)
     private val uncommitted = LinkedHashMap<Long, Charge>()
     private var nextId = 0L
     private val refusals = LinkedHashMap<String, RefusalCount>()
@@ -119,7 +119,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
         val found = rt.lookup(value, ctx) ?: return fail("invalid_value", "a value reported for \"$metric\" is not in its domain")
         if (found.clipped) count("clipped")
         val charge = chargeOf(rt, reg, day, found.digest)
-        val refusal = Ledger.apply(mirror, charge)   // reserve in the mirror of the ledger
+        val refusal = Ledger.apply(mirror, charge, Ledger.reading(opts.ticker))   // reserve in the mirror of the ledger
         if (refusal != null) {
             count("refused_${refusal.wire}")
             val key = "$metric\u0000${refusal.wire}"
@@ -150,8 +150,11 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
 
     /** mirror = committed book + reports queued but not yet charged (under the lock). */
     private fun rebuildMirror() {
-        val m = Ledger.copy(accounts)
-        for (c in uncommitted.values) Ledger.apply(m, c)
+        val m = Ledger.copy(book)
+        if (uncommitted.isNotEmpty()) {
+            val reading = Ledger.reading(opts.ticker)
+            for (c in uncommitted.values) Ledger.apply(m, c, reading)
+        }
         mirror = m
     }
 
@@ -205,7 +208,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
                 ledger = led
                 optedOut = out
                 device = Device(secret)
-                accounts = snapshot
+                book = snapshot
                 rebuildMirror()
             } finally {
                 lock.unlock()
@@ -330,10 +333,10 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
         }
         if (refs.isNotEmpty()) {
             try {
-                val r = led.commit(noList(), refs)
+                val r = led.commit(noList(), refs, opts.ticker)
                 lock.lock()
                 try {
-                    accounts = r.accounts
+                    book = r.book
                     rebuildMirror()
                 } finally {
                     lock.unlock()
@@ -436,7 +439,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
             return noList()
         }
         val result = try {
-            led.commit(items.mapped { it.charge }, refs)
+            led.commit(items.mapped { it.charge }, refs, opts.ticker)
         } catch (e: RuntimeException) {   // never send what could not be charged
             log("ldpt: cannot update the privacy ledger, reports dropped: ${e.message}")
             drop("ledger_errors")
@@ -445,7 +448,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
         val accepted = ArrayList<Queued>()
         lock.lock()
         try {
-            accounts = result.accounts
+            book = result.book
             for (it in items) uncommitted.remove(it.id)
             items.forEachIndexed { i, it ->
                 val o = result.outcomes[i]
@@ -740,7 +743,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
         try {
             device = Device(secret)
             optedOut = false
-            accounts = snapshot
+            book = snapshot
             rebuildMirror()
         } finally {
             lock.unlock()
@@ -795,7 +798,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
     /** The privacy ledger as committed, per metric (what `ldpt ledger --state-dir` prints). */
     fun ledgerSnapshot(): Accounts {
         awaitReady(30_000)
-        return ledger?.snapshot() ?: Accounts()
+        return ledger?.snapshot()?.accounts ?: Accounts()
     }
 
     companion object {

@@ -191,6 +191,16 @@ object ConformanceChecks {
         deviceLifetimeBudget = c["device_lifetime_budget"]?.asDouble("dl"),
     )
 
+    /** JSON with every object's keys sorted (the clock objects of the vectors and of the SDK). */
+    private fun sorted(v: Any?): String {
+        fun sort(x: Any?): Any? = when (x) {
+            is Map<*, *> -> java.util.TreeMap(x.entries.associate { it.key as String to sort(it.value) })
+            is List<*> -> x.map(::sort)
+            else -> x
+        }
+        return show(sort(v))
+    }
+
     /** An account in a canonical form (keys sorted, digests sorted). */
     private fun canonicalAccount(a: Any?): String {
         val sorted = java.util.TreeMap<String, Any?>()
@@ -200,15 +210,27 @@ object ConformanceChecks {
         return show(sorted)
     }
 
-    /** ledger.json: every sequence of charges, each step's outcome and every account after it. */
+    /** ledger.json: every sequence of charges (or recorded refusals) with the elapsed reading of each
+     *  step, each step's outcome, every account and the device clock after it; the version-1 books. */
     fun ledger(doc: Map<String, Any?>): List<String> {
         val failures = ArrayList<String>()
         for (seq in doc["sequences"].l().map { it.m() }) {
-            val accounts = Accounts()
+            val book = Book(Accounts(), null)
+            val accounts = book.accounts
             seq["steps"].l().forEachIndexed { i, s ->
                 val step = s.m()
-                val outcome = Ledger.apply(accounts, chargeFromJson(step["charge"].m()))
-                if (outcome?.wire != step["outcome"]) failures.add("ledger ${seq["label"]}, step $i: outcome ${outcome?.wire}, expected ${step["outcome"]}")
+                val elapsed = step["elapsed"].l()
+                val reading = Reading(elapsed[0] as String, elapsed[1].n())
+                val charge = chargeFromJson(step["charge"].m())
+                if (step["record_refusal"] != null) {
+                    Ledger.recordRefusal(book, charge, Refusal.values().first { it.wire == step["record_refusal"] }, step["count"].n(), reading)
+                } else {
+                    val outcome = Ledger.apply(book, charge, reading)
+                    if (outcome?.wire != step["outcome"]) failures.add("ledger ${seq["label"]}, step $i: outcome ${outcome?.wire}, expected ${step["outcome"]}")
+                }
+                if (sorted(Ledger.clockJson(book)) != sorted(step["clock"])) {
+                    failures.add("ledger ${seq["label"]}, step $i: clock differs: ${sorted(Ledger.clockJson(book))} vs ${sorted(step["clock"])}")
+                }
                 val want = step["accounts"].m()
                 for (name in accounts.keys + want.keys) {
                     val got = accounts[name]?.toJson()
@@ -217,6 +239,10 @@ object ConformanceChecks {
                     }
                 }
             }
+        }
+        for ((i, m) in (doc["migrations"]?.l() ?: emptyList()).withIndex()) {
+            val parsed = Ledger.parse(Json.write(m.m()["file"]), "migration $i")
+            if (sorted(Ledger.clockJson(parsed)) != sorted(m.m()["clock"])) failures.add("ledger migration $i: clock differs")
         }
         return failures
     }

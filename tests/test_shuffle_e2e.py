@@ -1,0 +1,267 @@
+"""End to end (issue 28's bars, at CI size): devices of the real Python SDK in shuffler mode →
+`ldpt shuffle` → `ldpt serve`. The collector's request records hold only the shuffler's address;
+the order it forwards is independent of the order envelopes arrived (a permutation test); the
+estimates cover the truth; and SIGKILLs of shuffler and collector at several points lose and
+duplicate nothing — the stored totals equal the acknowledged envelopes exactly.
+
+(bench/shuffle_e2e.py runs the same chain with 20,000 Python devices and prints the figures of
+docs/benchmarks.md. The Node SDK's sealed shuffler mode is not driven through this chain yet.)
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import threading
+import time
+import urllib.request
+
+import msgpack
+import numpy as np
+import pytest
+
+from cli.estimate_cmd import StoreReader, load_sketch
+from client_sdk import MemoryState, RetryPolicy, Seal, Sealer, TelemetryClient, Uploader
+from client_sdk.registry import parse_registry
+from client_sdk.transport import HTTPTransport
+from collector.storage.sqlite import SQLiteStore
+from estimators.frequency import estimate_frame
+
+from .sdk_support import wait_until
+from .shuffle_support import Proxy, RecordingTransport, Shuffler, collector_for_shuffling
+
+pytestmark = pytest.mark.e2e
+
+THEMES = ["light-secret-theme", "dark-secret-theme", "system-secret-theme"]
+REGISTRY = """
+shuffle = "required"
+
+[metrics.theme]
+kind = "categorical"
+categories = ["light-secret-theme", "dark-secret-theme", "system-secret-theme"]
+protocol = "grr"
+epsilon = 2.0
+"""
+FAST = RetryPolicy(initial=0.05, maximum=0.5)
+#: The permutation test's size (its probability of rejecting a uniform shuffle) and draws.
+ALPHA, PERMUTATIONS = 0.01, 999
+ACCESS = re.compile(r"INFO (\S+) \[[^\]]*\] \"(\w+) (\S+) HTTP")
+
+
+class Devices:
+    """Simulated devices of the real SDK, one TelemetryClient (own state, own secret) each, sending
+    through ``uploaders`` uploaders (threads) in shuffler mode with one report per batch — one
+    envelope per device — the envelopes the shuffler acknowledged recorded as they are."""
+
+    def __init__(self, shuffler: Shuffler, registry, uploaders: int = 8) -> None:  # noqa: ANN001
+        self.registry = registry
+        self.recording = RecordingTransport(HTTPTransport(shuffler.envelopes_url, timeout=30))
+        # keys from the shuffler (it serves the collector's): the devices never contact the collector
+        self.uploaders = []
+        for _ in range(uploaders):
+            sealer = Sealer(Seal.shuffler(shuffler.envelopes_url), HTTPTransport(shuffler.url),
+                            post=self.recording)
+            self.uploaders.append(Uploader(HTTPTransport(shuffler.url), batch_size=1, max_batch_age=0.01,
+                                           retry=FAST, sealer=sealer))
+
+    def report(self, labels) -> None:  # noqa: ANN001
+        for i, label in enumerate(labels):
+            device = TelemetryClient(registry=self.registry, state=MemoryState(),
+                                     uploader=self.uploaders[i % len(self.uploaders)])
+            device.report("theme", THEMES[label])
+
+    def flush(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        return all(u.flush(max(0.1, deadline - time.monotonic())) for u in self.uploaders)
+
+    @property
+    def acked(self) -> int:
+        return sum(u.batcher.counters["reports_acked"] for u in self.uploaders)
+
+    @property
+    def duplicates(self) -> int:
+        return sum(u.batcher.counters["duplicates"] for u in self.uploaders)
+
+    def close(self) -> None:
+        for u in self.uploaders:
+            u.close(5)
+
+
+def shuffler_metric(shuffler: Shuffler, name: str) -> float:
+    text = urllib.request.urlopen(shuffler.url + "/metrics", timeout=10).read().decode()
+    found = re.search(rf"^ldpt_shuffler_{name} (\S+)$", text, re.M)
+    return float(found.group(1)) if found else float("nan")
+
+
+def drained(shuffler: Shuffler) -> bool:
+    try:
+        return shuffler_metric(shuffler, "pooled_envelopes") == 0 and \
+            shuffler_metric(shuffler, "assigned_envelopes") == 0
+    except OSError:
+        return False
+
+
+def store_state(db, spec):  # noqa: ANN001, ANN201
+    with SQLiteStore(db, create=False) as store:
+        sketch = store.load(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch())
+        batches = store._conn.execute("SELECT count(*) FROM batches").fetchone()[0]
+        forwarded = store._conn.execute("SELECT count(*) FROM shuffled_batches").fetchone()[0]
+        return sketch, batches, forwarded, store.shuffle_records(spec.name, spec.fingerprint)
+
+
+def permutation_test(batches, arrival, rng, draws=PERMUTATIONS):  # noqa: ANN001, ANN201
+    """p-value of H0 "within each forwarded batch, positions are independent of arrival ranks":
+    T = |Σ over batches of the covariance of (position, arrival rank)|, against T with each
+    batch's positions permuted uniformly (``draws`` times; Monte Carlo, exact size α for p ≤ α)."""
+    data = []
+    for batch in batches:
+        ranks = np.array([arrival[e] for e in batch], dtype=float)
+        ranks = (ranks.argsort().argsort() - (len(ranks) - 1) / 2.0)
+        data.append(ranks)
+
+    def stat(orders):  # noqa: ANN001, ANN202
+        return abs(sum(float(np.dot(np.arange(len(r)) - (len(r) - 1) / 2.0, r[o])) for r, o in zip(data, orders)))
+
+    observed = stat([np.arange(len(r)) for r in data])
+    exceed = sum(stat([rng.permutation(len(r)) for r in data]) >= observed for _ in range(draws))
+    return (1 + exceed) / (1 + draws)
+
+
+def forwarded_batches(proxy: Proxy) -> list[list[bytes]]:
+    """Each distinct forwarded batch's envelopes, in the order first sent."""
+    seen, out = set(), []
+    for body in proxy.forwarded:
+        doc = msgpack.unpackb(body, raw=False)
+        if doc["batch_id"] not in seen:
+            seen.add(doc["batch_id"])
+            out.append(doc["envelopes"])
+    return out
+
+
+def test_python_devices_through_the_shuffler_hide_address_and_order_and_estimates_cover_the_truth(tmp_path):
+    devices_n, batch = 2000, 400
+    rng = np.random.default_rng(28)
+    labels = rng.choice(3, size=devices_n, p=[0.55, 0.3, 0.15])
+    registry = parse_registry(REGISTRY)
+    collector = collector_for_shuffling(tmp_path, REGISTRY).start()
+    try:
+        with Proxy(lambda: collector.url) as proxy:       # the shuffler's egress, from 127.0.0.3
+            shuffler = Shuffler(tmp_path, proxy.url, {"min_batch": batch // 2, "max_batch": batch,
+                                                      "max_delay": 3600.0}).start()
+            try:
+                devices = Devices(shuffler, registry)
+                devices.report(labels)
+                assert devices.flush(300)
+                assert devices.acked == devices_n
+                assert wait_until(lambda: drained(shuffler), 120)
+                devices.close()
+            finally:
+                assert shuffler.stop() == 0
+    finally:
+        collector.stop()
+    spec = registry.get("theme")
+    sketch, ids, forwarded, records = store_state(collector.db, spec)
+    assert int(sketch.reports.sum()) == devices_n and ids == devices_n and forwarded == devices_n // batch
+    (record,) = records
+    assert (record.reports, record.envelopes, record.batches) == (devices_n, devices_n, devices_n // batch)
+    assert record.smallest_batch == record.largest_batch == batch
+    # the central claim ldpt estimate states: from that record, a crowd of one batch
+    with StoreReader("db", str(collector.db)) as reader:
+        (window,) = reader.privacy(spec, None, None, None)["windows"]
+    assert window["amplified"] and window["n"] == batch and window["epsilon"] < spec.protocol_impl.epsilon / 2
+    assert window["inputs"]["unshuffled_reports"] == 0 and window["shuffled_reports"] == devices_n
+    # the collector's request records: the shuffler's egress address only, and only its routes
+    requests = ACCESS.findall(collector.log.read_text(errors="replace"))
+    assert {addr for addr, _, _ in requests} == {"127.0.0.3"}
+    assert {(m, p) for _, m, p in requests} <= {("POST", "/v1/shuffled-batches"), ("GET", "/.well-known/ohttp-gateway")}
+    logged = [line for line in shuffler.log.read_text(errors="replace").splitlines() if "listening on" not in line]
+    assert logged and not any("127.0.0.1" in line for line in logged)      # no device address logged
+    # order: independent of arrival within each batch (size α = 0.01); the identity order is rejected
+    arrival: dict[bytes, int] = {}
+    for envelope in devices.recording.acknowledged:
+        arrival.setdefault(envelope, len(arrival))
+    batches = forwarded_batches(proxy)
+    assert sorted(e for b in batches for e in b) == sorted(arrival)
+    p_shuffled = permutation_test(batches, arrival, np.random.default_rng(1))
+    p_identity = permutation_test([sorted(b, key=arrival.get) for b in batches], arrival, np.random.default_rng(2))
+    assert p_shuffled > ALPHA, p_shuffled
+    assert p_identity <= 1.0 / (1 + PERMUTATIONS) + 1e-12
+    assert all(b"secret-theme" not in body for body in proxy.forwarded)
+    # the estimates cover the truth
+    df = estimate_frame(spec, load_sketch(spec, str(collector.db), None, None, None), confidence=0.9999)
+    truth = {THEMES[i]: int((labels == i).sum()) for i in range(3)}
+    assert all(lo <= truth[v] <= hi for v, lo, hi in zip(df["value"], df["ci_low"], df["ci_high"])), df
+
+
+def test_sigkill_of_shuffler_and_collector_loses_and_duplicates_nothing(tmp_path):
+    devices_n, batch = 1200, 200
+    rng = np.random.default_rng(29)
+    labels = rng.choice(3, size=devices_n)
+    registry = parse_registry(REGISTRY)
+    collector = collector_for_shuffling(tmp_path, REGISTRY).start()
+    kills: list[str] = []
+    try:
+        with Proxy(lambda: collector.url) as proxy:
+            shuffler = Shuffler(tmp_path, proxy.url, {"min_batch": batch, "max_batch": batch,
+                                                      "max_delay": 3600.0}).start()
+            restarting = threading.Lock()
+
+            def restart_later(proc) -> None:  # noqa: ANN001
+                restarting.acquire()          # held until it serves again: one fault at a time
+
+                def run() -> None:
+                    try:
+                        time.sleep(0.3)
+                        proc.start()
+                    finally:
+                        restarting.release()
+                threading.Thread(target=run, daemon=True).start()
+
+            # (phase, forwarded requests at least, what): each fires once, in order
+            plan = [("after", 2, "shuffler-after-commit"),    # committed; the shuffler never hears it
+                    ("sent", 4, "collector-mid-batch"),       # killed while opening or committing
+                    ("before", 6, "collector-down")]          # the next delivery finds no collector
+
+            def fault(phase: str) -> bool:
+                if not plan or restarting.locked() or "shuffler-while-devices-send" not in kills:
+                    return False
+                when, after, what = plan[0]
+                if phase != when or len(proxy.forwarded) < after:
+                    return False
+                plan.pop(0)
+                kills.append(what)
+                if what == "shuffler-after-commit":
+                    shuffler.kill()
+                    restart_later(shuffler)
+                    return True
+                if what == "collector-mid-batch":
+                    time.sleep(0.02)
+                collector.stop(signal.SIGKILL)
+                restart_later(collector)
+                return False
+
+            proxy.fault = fault
+            devices = Devices(shuffler, registry)
+            devices.report(labels[:500])
+            assert wait_until(lambda: devices.acked >= 300, 120)
+            kills.append("shuffler-while-devices-send")
+            shuffler.kill()                                  # devices retry the same envelopes
+            restart_later(shuffler)
+            devices.report(labels[500:])
+            assert devices.flush(300)
+            assert devices.acked == devices_n
+            assert wait_until(lambda: not restarting.locked() and drained(shuffler), 180)
+            devices.close()
+            assert shuffler.stop() == 0
+    finally:
+        collector.stop()
+    assert sorted(kills) == ["collector-down", "collector-mid-batch", "shuffler-after-commit",
+                             "shuffler-while-devices-send"], kills
+    spec = registry.get("theme")
+    sketch, ids, forwarded, records = store_state(collector.db, spec)
+    assert int(sketch.reports.sum()) == devices.acked == devices_n     # nothing lost, nothing twice
+    assert ids == devices_n and forwarded == devices_n // batch
+    (record,) = records
+    assert (record.reports, record.envelopes, record.batches, record.smallest_batch) == \
+        (devices_n, devices_n, devices_n // batch, batch)
+    assert len(proxy.forwarded) > devices_n // batch                    # some batches went twice
