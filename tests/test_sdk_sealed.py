@@ -27,8 +27,9 @@ def posts(collector, path=ohttp.GATEWAY_PATH):
 def make(tmp_path, keys, name="dev", **kw):
     collector = FakeCollector(make_registry(), gateway_keys=keys)
     kw.setdefault("seal", Seal.gateway())
+    kw.setdefault("max_batch_age", 0.01)
     client = TelemetryClient(transport=MemoryTransport(collector), registry=make_registry(),
-                             state_dir=tmp_path / name, retry=FAST, max_batch_age=0.01, **kw)
+                             state_dir=tmp_path / name, retry=FAST, **kw)
     return collector, client
 
 
@@ -125,7 +126,7 @@ def test_no_key_configuration_means_the_batch_waits(tmp_path):
 
 def test_inner_answers_settle_batches_exactly_like_plain_ones(tmp_path):
     key = ohttp.PrivateKey.generate(1)
-    collector, client = make(tmp_path, [key])
+    collector, client = make(tmp_path, [key], max_batch_age=60)   # one batch: only flush() sends
     collector.respond = lambda body: Response(
         422, {"content-type": "application/problem+json"},
         json.dumps({"type": "https://ldp-telemetry.dev/problems/unknown-metric", "status": 422,
