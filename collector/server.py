@@ -22,7 +22,6 @@ import os
 import select
 import signal
 import socket
-import ssl
 import sys
 import time
 import traceback
@@ -39,6 +38,7 @@ from .config import ConfigError, ServeConfig, read_tokens
 from .connections import CollectorRunner
 from .segments import cap_warnings
 from .telemetry import Telemetry
+from .tls import tls_context
 
 log = logging.getLogger("ldpt.collector")
 
@@ -154,20 +154,6 @@ def serve(config: ServeConfig, *, announce: Callable[[str], None] | None = None)
             admin.listen(BACKLOG)
         return run_worker(config, registry, telemetry, sock, lambda: announce(line), admin)
     return _supervise(config, registry, telemetry, sock, port, lambda: announce(line), admin)
-
-
-def tls_context(config: ServeConfig) -> ssl.SSLContext | None:
-    """The server TLS context of tls_cert/tls_key, or None; ConfigError naming the file."""
-    if config.tls_cert is None:
-        return None
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        ctx.load_cert_chain(str(config.tls_cert), str(config.tls_key))
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"{config.tls_cert} / {config.tls_key}: cannot load the TLS certificate "
-                          f"and key ({getattr(exc, 'strerror', None) or exc})") from None
-    return ctx
 
 
 def _url_host(host: str) -> str:

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from collector.config import ConfigError
 from collector.connections import CollectorRunner
+from collector.tls import tls_context
 
 from .app import STATE, create_app
 from .config import ShuffleConfig, read_token
@@ -27,19 +28,6 @@ from .pool import Pool
 
 log = logging.getLogger("ldpt.shuffler")
 BACKLOG = 1024
-
-
-def tls_context(config: ShuffleConfig) -> ssl.SSLContext | None:
-    if config.tls_cert is None:
-        return None
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        ctx.load_cert_chain(str(config.tls_cert), str(config.tls_key))
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"{config.tls_cert} / {config.tls_key}: cannot load the TLS certificate and key "
-                          f"({getattr(exc, 'strerror', None) or exc})") from None
-    return ctx
 
 
 def listen(host: str, port: int) -> socket.socket:
