@@ -246,16 +246,7 @@ class ServeConfig:
             raise ConfigError(f"max_inflight_bytes_per_source ({self.max_inflight_bytes_per_source}) "
                               f"must be at least max_body_bytes ({self.max_body_bytes}): a largest "
                               "batch could never be accepted", setting="max_inflight_bytes_per_source")
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ConfigError("tls_cert and tls_key go together: give both or neither")
-        for s in SETTINGS:
-            value = getattr(self, s.name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue
-            low_ok = value >= 0 if s.zero else value > 0
-            if not (low_ok and value < math.inf):  # also refuses nan
-                raise ConfigError(f"setting {s.name} must be a {'non-negative' if s.zero else 'positive'} "
-                                  f"finite number, got {value}", setting=s.name)
+        check_tls_and_numbers(self, SETTINGS)
 
     @property
     def postgres(self) -> str | None:
@@ -264,6 +255,21 @@ class ServeConfig:
     @property
     def store_description(self) -> str:
         return "postgres" if self.postgres_dsn else f"sqlite:{self.db}"
+
+
+def check_tls_and_numbers(config: Any, settings: tuple[Setting, ...]) -> None:
+    """The checks every service's config shares: tls_cert and tls_key together, and each numeric
+    setting positive (non-negative where ``zero``) and finite; ConfigError naming the setting."""
+    if (config.tls_cert is None) != (config.tls_key is None):
+        raise ConfigError("tls_cert and tls_key go together: give both or neither")
+    for s in settings:
+        value = getattr(config, s.name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        low_ok = value >= 0 if s.zero else value > 0
+        if not (low_ok and value < math.inf):  # also refuses nan
+            raise ConfigError(f"setting {s.name} must be a {'non-negative' if s.zero else 'positive'} "
+                              f"finite number, got {value}", setting=s.name)
 
 
 def _coerce(setting: Setting, raw: Any, where: str) -> Any:

@@ -11,14 +11,20 @@ shuffler"; a test checks every setting is documented). One precedence, highest f
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from client_sdk import ohttp
-from collector.config import ConfigError, Setting, read_tokens, settings_from_env, settings_from_toml
+from collector.config import (
+    ConfigError,
+    Setting,
+    check_tls_and_numbers,
+    read_tokens,
+    settings_from_env,
+    settings_from_toml,
+)
 
 ENV_PREFIX = "LDPT_SHUFFLE_"
 #: The SDK's padding classes up to 16 KiB, sealed: every batch of an app with up to ~200 metrics.
@@ -135,16 +141,7 @@ class ShuffleConfig:
         if self.sqlite_synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ConfigError(f"sqlite_synchronous {self.sqlite_synchronous!r}: use OFF, NORMAL, FULL or "
                               "EXTRA", setting="sqlite_synchronous")
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ConfigError("tls_cert and tls_key go together: give both or neither")
-        for s in SETTINGS:
-            value = getattr(self, s.name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue
-            low_ok = value >= 0 if s.zero else value > 0
-            if not (low_ok and value < math.inf):
-                raise ConfigError(f"setting {s.name} must be a {'non-negative' if s.zero else 'positive'} "
-                                  f"finite number, got {value}", setting=s.name)
+        check_tls_and_numbers(self, SETTINGS)
         if self.max_batch < self.min_batch:
             raise ConfigError(f"max_batch ({self.max_batch}) is below min_batch ({self.min_batch})",
                               setting="max_batch")
