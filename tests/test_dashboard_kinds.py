@@ -175,6 +175,9 @@ def open_page(driver, url: str, metric: str, width: int) -> None:
     from selenium.webdriver.support.ui import WebDriverWait
 
     WebDriverWait(driver, 30).until(ec.visibility_of_element_located((By.ID, "metrics")))
+    # The list page is already ready; the click's hashchange is a task of its own, so a loaded
+    # browser can answer settle() before routing starts. Clear the flag: route() sets it again.
+    driver.execute_script("document.documentElement.dataset.ready = '0'")
     driver.find_element(By.LINK_TEXT, metric).click()
     settle(driver)
 
