@@ -91,6 +91,7 @@ from .shuffled import (
     batch_records,
     finite_epsilon,
     merge_records,
+    upsert_assignments,
 )
 
 log = logging.getLogger("ldpt.store")
@@ -165,22 +166,13 @@ INSERT INTO ldpt_shuffled_batches (batch_id, digest, envelopes, writer)
 SELECT b, d, e, $4 FROM unnest($1::bytea[], $2::bytea[], $3::int[]) AS t(b, d, e) ORDER BY b
 ON CONFLICT (batch_id) DO NOTHING RETURNING batch_id
 """
-_UPSERT_SHUFFLE = """
+_UPSERT_SHUFFLE = f"""
 INSERT INTO ldpt_shuffle_windows AS s
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::int[],
                      $8::int[], $9::int[], $10::int[], $11::float8[], $12::int[], $13::int[], $14::int[])
 ORDER BY 1, 2, 3
 ON CONFLICT (metric, fingerprint, time_window) DO UPDATE SET
-    reports = s.reports + EXCLUDED.reports, envelopes = s.envelopes + EXCLUDED.envelopes,
-    batches = s.batches + EXCLUDED.batches,
-    smallest_batch = LEAST(s.smallest_batch, EXCLUDED.smallest_batch),
-    largest_batch = GREATEST(s.largest_batch, EXCLUDED.largest_batch),
-    smallest_segment = LEAST(s.smallest_segment, EXCLUDED.smallest_segment),
-    smallest_cohort = LEAST(s.smallest_cohort, EXCLUDED.smallest_cohort),
-    envelope_epsilon = GREATEST(s.envelope_epsilon, EXCLUDED.envelope_epsilon),
-    min_reports = LEAST(s.min_reports, EXCLUDED.min_reports),
-    max_reports = GREATEST(s.max_reports, EXCLUDED.max_reports),
-    max_envelope_reports = GREATEST(s.max_envelope_reports, EXCLUDED.max_envelope_reports)
+    {upsert_assignments("s.", "EXCLUDED.", "LEAST", "GREATEST")}
 """
 _INSERT_SPARSE = f"""
 INSERT INTO ldpt_deltas (writer, seq, metric, fingerprint, time_window, cohort, reports, counts, cells, m, width)
@@ -489,18 +481,8 @@ class PostgresStore(AsyncSketchStore):
         out = Sketch(template.counts.copy(), template.reports.copy())
         if windows is not None and not windows:
             return out
-        sql = ("SELECT time_window, cohort, reports, counts, cells, m, width FROM ldpt_deltas "
-               "WHERE metric=$1 AND fingerprint=$2")
-        args: list[Any] = [metric, fingerprint]
-        if windows is not None:
-            args.append(list(windows))
-            sql += f" AND time_window = ANY(${len(args)}::text[])"
-        if since is not None:
-            args.append(since)
-            sql += f" AND left(time_window, 10) >= ${len(args)}"
-        if until is not None:
-            args.append(until)
-            sql += f" AND left(time_window, 10) <= ${len(args)}"
+        where, args = _window_filter(metric, fingerprint, windows, since, until)
+        sql = f"SELECT time_window, cohort, reports, counts, cells, m, width FROM ldpt_deltas WHERE {where}"
         rows = await self._fetch(sql, *args)
         cell_shape = template.counts.shape[1:]
         m = template.reports.shape[0]
@@ -531,17 +513,8 @@ class PostgresStore(AsyncSketchStore):
 
     async def ashuffle_records(self, metric: str, fingerprint: str, windows: Sequence[str] | None = None,
                                since: str | None = None, until: str | None = None) -> list[ShuffleRecord]:
-        sql = "SELECT * FROM ldpt_shuffle_windows WHERE metric=$1 AND fingerprint=$2"
-        args: list[Any] = [metric, fingerprint]
-        if windows is not None:
-            args.append(list(windows))
-            sql += f" AND time_window = ANY(${len(args)}::text[])"
-        if since is not None:
-            args.append(since)
-            sql += f" AND left(time_window, 10) >= ${len(args)}"
-        if until is not None:
-            args.append(until)
-            sql += f" AND left(time_window, 10) <= ${len(args)}"
+        where, args = _window_filter(metric, fingerprint, windows, since, until)
+        sql = f"SELECT * FROM ldpt_shuffle_windows WHERE {where}"
         rows = await self._fetch(sql + " ORDER BY time_window", *args)
         return [ShuffleRecord(*(int(v) if isinstance(v, int) else v for v in row)) for row in rows]
 
@@ -761,3 +734,18 @@ def _delta_columns(total: dict[SketchKey, Sketch]) -> tuple[list[Any], ...]:
             reports.append(int(sk.reports[c]))
             blobs.append(counts_to_blob(sk.counts[c]))
     return metrics, fps, windows, cohorts, reports, blobs
+
+
+def _window_filter(metric: str, fingerprint: str, windows: Sequence[str] | None, since: str | None,
+                   until: str | None) -> tuple[str, list[Any]]:
+    """The WHERE clause (and its numbered arguments) of one key's windows, as ``load`` selects
+    them: a list of windows and/or the days ``since``..``until`` (inclusive)."""
+    where, args = "metric=$1 AND fingerprint=$2", [metric, fingerprint]
+    if windows is not None:
+        args.append(list(windows))
+        where += f" AND time_window = ANY(${len(args)}::text[])"
+    for value, op in ((since, ">="), (until, "<=")):
+        if value is not None:
+            args.append(value)
+            where += f" AND left(time_window, 10) {op} ${len(args)}"
+    return where, args

@@ -115,18 +115,29 @@ class ShuffleRecord:
         return SketchKey(self.metric, self.fingerprint, self.window)
 
     def merge(self, other: ShuffleRecord) -> ShuffleRecord:
-        """Both records' batches as one record (sums, minima, maxima)."""
-        return dataclasses.replace(
-            self, reports=self.reports + other.reports, envelopes=self.envelopes + other.envelopes,
-            batches=self.batches + other.batches,
-            smallest_batch=min(self.smallest_batch, other.smallest_batch),
-            largest_batch=max(self.largest_batch, other.largest_batch),
-            smallest_segment=min(self.smallest_segment, other.smallest_segment),
-            smallest_cohort=min(self.smallest_cohort, other.smallest_cohort),
-            envelope_epsilon=max(self.envelope_epsilon, other.envelope_epsilon),
-            min_reports=min(self.min_reports, other.min_reports),
-            max_reports=max(self.max_reports, other.max_reports),
-            max_envelope_reports=max(self.max_envelope_reports, other.max_envelope_reports))
+        """Both records' batches as one record (``COMBINE``: sums, minima, maxima)."""
+        return dataclasses.replace(self, **{name: _PYTHON[how](getattr(self, name), getattr(other, name))
+                                            for name, how in COMBINE.items()})
+
+
+#: How two records of one key combine, per counted field: the one definition that
+#: ``ShuffleRecord.merge`` and both stores' upserts (``upsert_assignments``) follow.
+COMBINE: dict[str, str] = {
+    "reports": "sum", "envelopes": "sum", "batches": "sum",
+    "smallest_batch": "min", "largest_batch": "max", "smallest_segment": "min",
+    "smallest_cohort": "min", "envelope_epsilon": "max", "min_reports": "min",
+    "max_reports": "max", "max_envelope_reports": "max",
+}
+_PYTHON = {"sum": lambda a, b: a + b, "min": min, "max": max}
+
+
+def upsert_assignments(stored: str, new: str, least: str, greatest: str) -> str:
+    """The ``SET`` list of an ``ON CONFLICT ... DO UPDATE`` that merges a new record row into the
+    stored one as ``COMBINE`` says: ``stored``/``new`` qualify the two rows' columns (``""`` and
+    ``excluded.`` in SQLite), ``least``/``greatest`` name the SQL dialect's two-argument minimum
+    and maximum (``min``/``max`` in SQLite, ``LEAST``/``GREATEST`` in PostgreSQL)."""
+    template = {"sum": "{s}{c} + {n}{c}", "min": least + "({s}{c}, {n}{c})", "max": greatest + "({s}{c}, {n}{c})"}
+    return ",\n    ".join(f"{c} = " + template[how].format(s=stored, n=new, c=c) for c, how in COMBINE.items())
 
 
 def batch_records(batch: ShuffledBatch, applied: Sequence[bool]) -> dict[SketchKey, ShuffleRecord]:

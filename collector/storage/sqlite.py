@@ -68,6 +68,7 @@ from .shuffled import (
     batch_records,
     finite_epsilon,
     merge_records,
+    upsert_assignments,
 )
 
 _SCHEMA = """
@@ -102,19 +103,10 @@ _SCHEMA_V4 = (
     max_envelope_reports INTEGER NOT NULL,
     PRIMARY KEY (metric, fingerprint, window))""",
 )
-_UPSERT_SHUFFLE = """
+_UPSERT_SHUFFLE = f"""
 INSERT INTO shuffle_windows VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (metric, fingerprint, window) DO UPDATE SET
-    reports = reports + excluded.reports, envelopes = envelopes + excluded.envelopes,
-    batches = batches + excluded.batches,
-    smallest_batch = min(smallest_batch, excluded.smallest_batch),
-    largest_batch = max(largest_batch, excluded.largest_batch),
-    smallest_segment = min(smallest_segment, excluded.smallest_segment),
-    smallest_cohort = min(smallest_cohort, excluded.smallest_cohort),
-    envelope_epsilon = max(envelope_epsilon, excluded.envelope_epsilon),
-    min_reports = min(min_reports, excluded.min_reports),
-    max_reports = max(max_reports, excluded.max_reports),
-    max_envelope_reports = max(max_envelope_reports, excluded.max_envelope_reports)
+    {upsert_assignments("", "excluded.", "min", "max")}
 """
 BUSY_TIMEOUT_MS = 30_000
 log = logging.getLogger("ldpt.store")
@@ -464,19 +456,9 @@ class SQLiteStore(SketchStore):
     def load(self, metric: str, fingerprint: str, template: Sketch,
              windows: Sequence[str] | None = None, since: str | None = None,
              until: str | None = None) -> Sketch:
-        where = "metric=? AND fingerprint=?"
-        args: list[object] = [metric, fingerprint]
-        if windows is not None:
-            if not windows:
-                return Sketch(template.counts.copy(), template.reports.copy())
-            where += f" AND window IN ({','.join('?' * len(windows))})"
-            args += list(windows)
-        if since is not None:
-            where += " AND substr(window, 1, 10) >= ?"
-            args.append(since)
-        if until is not None:
-            where += " AND substr(window, 1, 10) <= ?"
-            args.append(until)
+        if windows is not None and not windows:
+            return Sketch(template.counts.copy(), template.reports.copy())
+        where, args = _window_filter(metric, fingerprint, windows, since, until)
         out = Sketch(template.counts.copy(), template.reports.copy())
         cell_shape = template.counts.shape[1:]
         m = template.reports.shape[0]
