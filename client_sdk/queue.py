@@ -434,9 +434,7 @@ class DiskOutbox(Outbox):
                     continue                        # claimed or re-dated by another process
                 meta = (now, *meta[1:])
             if now - meta[0] > lim.max_age:
-                if self._unlink(path):
-                    self.expired_batches += 1
-                    self.expired_reports += meta[1]
+                self._expire(path, meta[1])
                 continue
             with contextlib.suppress(FileNotFoundError):
                 keep.append((path, meta, os.stat(path).st_size))
@@ -448,6 +446,19 @@ class DiskOutbox(Outbox):
                 self.dropped_batches += 1
                 self.dropped_reports += meta[1]
             total -= size
+
+    def _expire(self, path: str | Path, reports: int) -> None:
+        """Drop a batch older than max_age; an entry that cannot be removed (a directory with a
+        batch's name) is quarantined instead, so it never stops a sweep or a claim."""
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            self._quarantine(path, f"it cannot be removed: {exc.strerror or exc}")
+            return
+        self.expired_batches += 1
+        self.expired_reports += reports
 
     @staticmethod
     def _unlink(path: str | Path) -> bool:
@@ -473,9 +484,7 @@ class DiskOutbox(Outbox):
                 if meta[0] > now:                   # re-dated by the claim's rename (release keeps it)
                     name, meta = self._redated(name, now), (now, *meta[1:])
                 elif now - meta[0] > self.limits.max_age:
-                    if self._unlink(entry.path):
-                        self.expired_batches += 1
-                        self.expired_reports += meta[1]
+                    self._expire(entry.path, meta[1])
                     continue
                 claimed = self.dir / f"{name}.{os.getpid()}.{os.urandom(3).hex()}{CLAIM_SUFFIX}"
                 try:
