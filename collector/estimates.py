@@ -28,7 +28,6 @@ from client_sdk.errors import EstimationError, LdptError
 from client_sdk.registry import Kind, MetricSpec
 from collector.storage.base import date_filter_ok
 from estimators.breakdown import breakdown_frame, group_sketches, parse_by, segment_keys
-from estimators.compare import compare_frame
 from estimators.frequency import estimate_frame
 from estimators.memo_range import is_memoised, range_frame, with_rappor_range_warning
 from estimators.series import series_frame, window_span, windows_in_range
@@ -208,6 +207,8 @@ async def run_estimate(spec: MetricSpec, store: Any, q: EstimateQuery, rules: Ru
 
 async def run_compare(spec: MetricSpec, store: Any, q: CompareQuery, rules: Rules | None = None) -> Any:
     """The comparison DataFrame of ``q`` (both sides checked like estimates)."""
+    from estimators.compare import compare_frame  # scipy.stats: only when comparing
+
     rules = rules or Rules()
     await rules.stored(spec, store)
     sketches = [await _load_checked(spec, store, side, rules, comparing=True) for side in (q.a, q.b)]
