@@ -36,13 +36,13 @@ from .registry import Registry
 from .state import ClientState
 from .transport import (
     DEFAULT_TIMEOUT,
-    MSGPACK,
+    REPORT_HEADERS,
     REPORTS_PATH,
-    USER_AGENT,
     HTTPTransport,
     Response,
     Transport,
     TransportError,
+    wire_headers,
 )
 from .uploader import (
     DEFAULT_BATCH_SIZE,
@@ -67,7 +67,7 @@ class AsyncTransport:
         raise NotImplementedError
 
     async def apost_batch(self, body: bytes) -> Response:
-        return await self.arequest("POST", REPORTS_PATH, body, {"Content-Type": MSGPACK})
+        return await self.arequest("POST", REPORTS_PATH, body, REPORT_HEADERS)
 
     async def aclose(self) -> None:
         """Release connections."""
@@ -94,12 +94,14 @@ class AsyncHTTPTransport(AsyncTransport):
             raise TransportError("AsyncHTTPTransport needs aiohttp: pip install aiohttp "
                                  "(or pass transport=...)") from None
         if self._session is None or self._session.closed:
-            # One constant User-Agent replaces aiohttp's, which names the library's version.
+            # No header of aiohttp's own (its User-Agent names the library's version): only
+            # wire_headers' lines, less Host (aiohttp writes it, first) and Content-Length.
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout),
-                                                  headers={"User-Agent": USER_AGENT})
+                                                  skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding",
+                                                                     "Content-Type"))
+        lines = [(k, v) for k, v in wire_headers(headers, "", None) if k != "Host"]
         try:
-            async with self._session.request(method, self.endpoint + path, data=body,
-                                             headers=dict(headers or {}),
+            async with self._session.request(method, self.endpoint + path, data=body, headers=lines,
                                              ssl=True if self.ssl_context is None else self.ssl_context) as resp:
                 data = await resp.read()
                 return Response(resp.status, {k.lower(): v for k, v in resp.headers.items()}, data)

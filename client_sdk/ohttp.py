@@ -49,6 +49,9 @@ REQUEST_TYPE = "message/ohttp-req"
 RESPONSE_TYPE = "message/ohttp-res"
 KEYS_TYPE = "application/ohttp-keys"
 GATEWAY_PATH = "/.well-known/ohttp-gateway"   # RFC 9540 §3: the gateway and its key configs
+#: The requests' own header lines (client_sdk/transport.py, wire_headers).
+KEYS_HEADERS = {"Accept": KEYS_TYPE}
+SEALED_HEADERS = {"Accept": RESPONSE_TYPE, "Content-Type": REQUEST_TYPE}
 INNER_PATH = "/v1/reports"
 INNER_CONTENT_TYPE = b"application/msgpack"
 #: RFC 9458 §5.3: the problem type of a request sealed to an unknown or outdated key.

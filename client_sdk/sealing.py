@@ -172,7 +172,7 @@ class Sealer:
                 return ohttp.choose(self._given)
             assert self.collector is not None
             self.counters["key_fetches"] += 1
-            resp = self.collector.request("GET", ohttp.GATEWAY_PATH, None, {"Accept": ohttp.KEYS_TYPE})
+            resp = self.collector.request("GET", ohttp.GATEWAY_PATH, None, ohttp.KEYS_HEADERS)
             ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
             if resp.status != 200 or ctype != ohttp.KEYS_TYPE:
                 raise TransportError(f"the collector answered {resp.status} ({ctype or 'no type'}) to GET "
@@ -215,8 +215,7 @@ class Sealer:
             from . import ohttp
 
             assert batch.sealed is not None
-            resp = self.post.request("POST", self.path, batch.sealed.envelope,
-                                     {"Content-Type": ohttp.REQUEST_TYPE})
+            resp = self.post.request("POST", self.path, batch.sealed.envelope, ohttp.SEALED_HEADERS)
             if is_key_problem(resp) and attempt == 0 and self.refetchable() and not fresh:
                 # the key rotated beyond its overlap: seal again to the new key, once
                 self.seal_batch(batch, self.config(refresh=True))

@@ -7,8 +7,10 @@ timeout). Deciding what to retry is the uploader's job (``RetryPolicy``).
 The test doubles (``FakeCollector``, ``MemoryTransport``, ``Fault``) live in
 ``client_sdk.testing``, outside the production surface.
 
-Only fixed headers go on the wire: Content-Type, Content-Length, Host and a constant
-User-Agent; no cookie, no client identifier, no SDK or OS version.
+Only fixed headers go on the wire, the same lines in the same order from every SDK
+(``wire_headers``; docs/wire-format.md, "Request headers"; conformance/vectors/headers.json): a
+constant User-Agent, the request's Accept (and Content-Type), Cache-Control, Pragma, Host,
+Connection and Content-Length; no cookie, no client identifier, no SDK or OS version.
 """
 
 from __future__ import annotations
@@ -38,6 +40,35 @@ MSGPACK = "application/msgpack"
 PROBLEM_BASE = "https://ldp-telemetry.dev/problems/"
 USER_AGENT = "ldpt-sdk"             # the same for every client: no version, no platform
 DEFAULT_TIMEOUT = 10.0
+#: Each request's own header lines (between User-Agent and Host; ``wire_headers``).
+REPORT_HEADERS = {"Accept": "application/json", "Content-Type": MSGPACK}
+REGISTRY_HEADERS = {"Accept": "application/json"}
+DOMAIN_HEADERS = {"Accept": "text/plain", "Accept-Encoding": "gzip"}
+#: Lines only ``wire_headers`` writes: a caller's are ignored.
+_FIXED = frozenset({"user-agent", "cache-control", "pragma", "host", "connection", "content-length"})
+
+
+def wire_headers(headers: Mapping[str, str] | None, authority: str,
+                 length: int | str | None) -> list[tuple[str, str]]:
+    """The exact header lines of a request, in order: ``User-Agent: ldpt-sdk``, the request's
+    own (Accept, Accept-Encoding, Content-Type), ``Cache-Control`` and ``Pragma: no-cache``,
+    ``Host``, ``Connection: keep-alive`` and, with a body, ``Content-Length``. That is the order
+    the JVM's HttpURLConnection writes (it appends the last five itself), so every SDK sends the
+    same bytes (conformance/vectors/headers.json)."""
+    lines = [("User-Agent", USER_AGENT)]
+    lines += [(k, v) for k, v in (headers or {}).items() if k.lower() not in _FIXED]
+    lines += [("Cache-Control", "no-cache"), ("Pragma", "no-cache"), ("Host", authority), ("Connection", "keep-alive")]
+    if length is not None:
+        lines.append(("Content-Length", str(length)))
+    return lines
+
+
+def authority_of(url: urllib.parse.SplitResult) -> str:
+    """The Host header of ``url``: host, and the port unless it is the scheme's default."""
+    host = url.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    default = 443 if url.scheme == "https" else 80
+    return host if url.port in (None, default) else f"{host}:{url.port}"
 
 
 
@@ -113,15 +144,14 @@ class Transport:
 
     def post_batch(self, body: bytes) -> Response:
         """POST a wire-format batch to /v1/reports."""
-        return self.request("POST", REPORTS_PATH, body, {"Content-Type": MSGPACK})
+        return self.request("POST", REPORTS_PATH, body, REPORT_HEADERS)
 
     def get_registry(self) -> Response:
-        return self.request("GET", REGISTRY_PATH, None, {"Accept": "application/json"})
+        return self.request("GET", REGISTRY_PATH, None, REGISTRY_HEADERS)
 
     def get_domain(self, metric: str) -> Response:
         """GET a file domain's values (``/v1/registry/domains/{metric}``, gzip accepted)."""
-        return self.request("GET", DOMAINS_PATH + urllib.parse.quote(metric, safe=""), None,
-                            {"Accept": "text/plain", "Accept-Encoding": "gzip"})
+        return self.request("GET", DOMAINS_PATH + urllib.parse.quote(metric, safe=""), None, DOMAIN_HEADERS)
 
     def close(self) -> None:
         """Release connections."""
@@ -149,6 +179,7 @@ class HTTPTransport(Transport):
         self.host = url.hostname
         self.port = url.port or (443 if url.scheme == "https" else 80)
         self.prefix = url.path.rstrip("/")
+        self.authority = authority_of(url)
         self.timeout = timeout
         self.ssl_context = ssl_context
         self._conn: http.client.HTTPConnection | None = None
@@ -168,14 +199,18 @@ class HTTPTransport(Transport):
 
     def request(self, method: str, path: str, body: bytes | None = None,
                 headers: Mapping[str, str] | None = None) -> Response:
-        hdrs = {"User-Agent": USER_AGENT, **(headers or {})}
+        lines = wire_headers(headers, self.authority, None if body is None else len(body))
         with self._lock:
             for attempt in (0, 1):
                 reused = self._conn is not None
                 if self._conn is None:
                     self._conn = self._connect()
                 try:
-                    self._conn.request(method, self.prefix + path, body=body, headers=hdrs)
+                    # every line is ours: no Host or Accept-Encoding of http.client's own
+                    self._conn.putrequest(method, self.prefix + path, skip_host=True, skip_accept_encoding=True)
+                    for name, value in lines:
+                        self._conn.putheader(name, value)
+                    self._conn.endheaders(body)
                     resp = self._conn.getresponse()
                     data = resp.read()
                     out = Response(resp.status, {k.lower(): v for k, v in resp.getheaders()}, data)

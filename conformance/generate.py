@@ -1123,6 +1123,28 @@ def outbox_vectors() -> dict[str, Any]:
             "max_age": OUTBOX_MAX_AGE, "cases": out}
 
 
+# --- request headers (client_sdk/transport.py) -------------------------------------------------------------
+def header_vectors() -> dict[str, Any]:
+    """Every request an SDK sends with its exact header lines, as ``wire_headers`` writes them."""
+    from client_sdk import ohttp
+    from client_sdk import transport as tr
+
+    requests = [("report", "POST", tr.REPORTS_PATH, tr.REPORT_HEADERS),
+                ("sealed report", "POST", ohttp.GATEWAY_PATH, ohttp.SEALED_HEADERS),
+                ("registry", "GET", tr.REGISTRY_PATH, tr.REGISTRY_HEADERS),
+                ("key configurations", "GET", ohttp.GATEWAY_PATH, ohttp.KEYS_HEADERS),
+                ("domain", "GET", tr.DOMAINS_PATH + "{metric}", tr.DOMAIN_HEADERS)]
+    return {"description": "The request head of every request an SDK sends (docs/wire-format.md, \"Request "
+                           "headers\"): the request line, then exactly these header lines in this order, names "
+                           "spelled as given; {authority} is the endpoint's host, with its port unless the scheme's "
+                           "default, {length} the body's length in bytes. A sealed report goes to the gateway's "
+                           "path here, or to a relay's or shuffler's URL path with the same lines.",
+            "requests": [{"name": name, "method": method, "path": path,
+                          "headers": [[k, v] for k, v in tr.wire_headers(
+                              own, "{authority}", "{length}" if method == "POST" else None)]}
+                         for name, method, path, own in requests]}
+
+
 # --- sealed batches (Oblivious HTTP) --------------------------------------------------------------------
 def sealed_vectors() -> dict[str, Any]:
     """Sealed batches for given keys and randomness: the gateway's X25519 key and the request's
@@ -1254,6 +1276,7 @@ def build() -> dict[str, dict[str, Any]]:
         "ledger.json": ledger_vectors(),
         "batches.json": batch_vectors(),
         "outbox.json": outbox_vectors(),
+        "headers.json": header_vectors(),
         "sealed.json": sealed_vectors(),
         "domains.json": domain_vectors(),
         "delivery.json": delivery_vectors(),

@@ -101,7 +101,7 @@ def test_wire_bytes_hold_no_true_value_no_secret_no_identifier(tmp_path, registr
         for rep in doc["reports"]:
             assert set(rep) == {"m", "f", "p"}
             assert rep["f"] == registry.get(rep["m"]).fingerprint
-        assert headers == {"User-Agent": "ldpt-sdk", "Content-Type": "application/msgpack"}
+        assert headers == {"User-Agent": "ldpt-sdk", "Accept": "application/json", "Content-Type": "application/msgpack"}
     # Batch ids are fresh random bytes, not a function of the client.
     ids = [decode_body(b)["batch_id"] for _, _, _, b in requests]
     assert ids[0] != ids[1]

@@ -33,7 +33,7 @@ import {
   type DeviceStore, type OutboxLimits, type StoredBatch, DEFAULT_OUTBOX_LIMITS, DeviceLedger, StateError, batchName,
 } from "./state.js";
 import {
-  type RetryPolicy, type Transport, DEFAULT_RETRY, DEFAULT_TIMEOUT, FetchTransport, Response, TransportError,
+  type RetryPolicy, type Transport, DEFAULT_RETRY, DEFAULT_TIMEOUT, Response, TransportError, http,
   DOMAINS_PATH, fromCollector, getRegistry, isRetryable, postBatch, retryDelay,
 } from "./transport.js";
 import { type WireReport, type WireValue, batchReports, newBatchId, packBatch } from "./wire.js";
@@ -192,7 +192,7 @@ export class TelemetryClient {
     this.strict = options.strict ?? false;
     if (this.batchSize < 1) throw new RangeError("batchSize must be >= 1");
     this.transport = options.transport
-      ?? (options.endpoint ? new FetchTransport(options.endpoint, options.timeout ?? DEFAULT_TIMEOUT) : null);
+      ?? (options.endpoint ? http.make(options.endpoint, options.timeout ?? DEFAULT_TIMEOUT) : null);
     if (this.transport === null) throw new TypeError("give endpoint (the collector URL) or transport");
     const limits = options.outboxLimits ?? DEFAULT_OUTBOX_LIMITS;
     this.ready = this.start({ ...options, outboxLimits: limits }, platform);
@@ -278,7 +278,8 @@ export class TelemetryClient {
       const cached = await store.readDomain?.(d.sha256);
       let text = cached;
       if (!cached) {
-        const resp = await (this.transport as Transport).request("GET", DOMAINS_PATH + encodeURIComponent(d.name));
+        const resp = await (this.transport as Transport).request("GET", DOMAINS_PATH + encodeURIComponent(d.name),
+          undefined, { Accept: "text/plain", "Accept-Encoding": "gzip" }); // a browser sets its own Accept-Encoding
         if (resp.status !== 200) throw new TransportError(`domain list of ${d.name}: ${resp.status}`);
         text = new TextDecoder().decode(resp.body);
       }

@@ -9,8 +9,13 @@ import { uptime } from "node:os";
 
 import { type ClientOptions, type Platform, TelemetryClient as Core } from "./client.js";
 import { type Reading, realmElapsed } from "./deviceClock.js";
+import { NodeHttpTransport } from "./httpNode.js";
 import { StateError } from "./state.js";
 import { FileStore } from "./storage/node.js";
+import { http } from "./transport.js";
+
+// every endpoint of a Node app (collector, relay, shuffler) goes through node:http, not fetch
+http.make = (endpoint, timeout) => new NodeHttpTransport(endpoint, timeout);
 
 let bootEpoch: string | null | undefined;
 
@@ -64,6 +69,7 @@ export class TelemetryClient extends Core {
 }
 
 export { FileStore } from "./storage/node.js";
+export { NodeHttpTransport, wireHeaders } from "./httpNode.js";
 export { MemoryStore } from "./storage/memory.js";
 export { summarise } from "./ledger.js";
 export * from "./exports.js";

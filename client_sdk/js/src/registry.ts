@@ -12,7 +12,7 @@ import { dbitflip, lgrr, loloha, losue } from "./protocols/memoised.js";
 import { grr, hr, olh, rr, ss, unary } from "./protocols/frequency.js";
 import { alphaRound, alphaWord, discretise, duchi, hybrid, laplace, memobitmean, piecewise } from "./protocols/numeric.js";
 import { discover, rappor } from "./protocols/strings.js";
-import type { Block, BlockOf, Context, Encoder } from "./protocols/types.js";
+import { type Block, type BlockOf, type Context, type Encoder, SecretCache } from "./protocols/types.js";
 import { type RandomSource, cryptoRandom } from "./random.js";
 import type { WireValue } from "./wire.js";
 
@@ -49,13 +49,10 @@ interface LookupView {
   readonly grid?: number;
 }
 
-const ledgerKeys = new WeakMap<Uint8Array, Uint8Array>();
+const ledgerKeys = new SecretCache<Uint8Array>();
 
-function digestOf(secret: Uint8Array, fingerprint: string, key: string): string {
-  let lkey = ledgerKeys.get(secret);
-  if (lkey === undefined) ledgerKeys.set(secret, (lkey = ledgerKey(secret)));
-  return valueDigest(lkey, fingerprint, key);
-}
+const digestOf = (secret: Uint8Array, fingerprint: string, key: string): string =>
+  valueDigest(ledgerKeys.get(secret, "", () => ledgerKey(secret)), fingerprint, key);
 
 /** An edge as a bucket label writes it (Python's int, or float repr). */
 function edgeText(x: number): string {

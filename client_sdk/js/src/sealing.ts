@@ -27,7 +27,7 @@ import {
 } from "./ohttp.js";
 import type { DeviceStore, Outbox, StoredBatch } from "./state.js";
 import { type SealedRequest, parseStored, storedBytes } from "./stored.js";
-import { DEFAULT_TIMEOUT, FetchTransport, REPORTS_PATH, Response, type Transport, TransportError } from "./transport.js";
+import { DEFAULT_TIMEOUT, REPORTS_PATH, Response, type Transport, TransportError, http } from "./transport.js";
 
 /** Seconds a fetched key configuration is used before it is fetched again. */
 export const KEY_CONFIG_TTL = 86_400;
@@ -121,7 +121,7 @@ export class Sealer implements Transport {
       this.post = settings.transport ?? collector;
       this.path = GATEWAY_PATH;
     } else {
-      this.post = settings.transport ?? new FetchTransport(url as string, settings.timeout ?? DEFAULT_TIMEOUT);
+      this.post = settings.transport ?? http.make(url as string, settings.timeout ?? DEFAULT_TIMEOUT);
       this.path = "";
     }
   }
@@ -215,7 +215,7 @@ export class Sealer implements Transport {
       await persist(sealed);
     }
     for (let attempt = 0; ; attempt++) {
-      const r = await this.post.request("POST", this.path, sealed.envelope, { "Content-Type": REQUEST_TYPE });
+      const r = await this.post.request("POST", this.path, sealed.envelope, { Accept: RESPONSE_TYPE, "Content-Type": REQUEST_TYPE });
       if (attempt === 0 && isKeyProblem(r) && this.given === null) { // the key expired: seal again, once
         sealed = await this.seal(body, await this.config(true));
         this.counters.resealed += 1;

@@ -3,9 +3,11 @@
  * the Python SDK's `client_sdk/transport.py` and `uploader.py`.
  *
  * A transport sends one request and returns the response, or throws `TransportError` when no
- * HTTP response came back. Only fixed headers go on the wire (Content-Type, Accept): no cookie
- * (`credentials: "omit"`), no client identifier. In browsers a batch POST uses
- * `keepalive: true`, so a batch sent while the page is being hidden or closed still arrives.
+ * HTTP response came back. Only fixed headers go on the wire (Accept, Content-Type): no cookie
+ * (`credentials: "omit"`), no referrer, no client identifier. In browsers a batch POST uses
+ * `keepalive: true`, so a batch sent while the page is being hidden or closed still arrives; the
+ * browser adds its own headers, which no page can remove (docs/privacy.md, "What leaves the
+ * device"). Node apps send through node:http instead (httpNode.ts), every line the SDK's.
  */
 
 export const REPORTS_PATH = "/v1/reports";
@@ -63,12 +65,15 @@ export interface Transport {
 }
 
 export function postBatch(t: Transport, body: Uint8Array): Promise<Response> {
-  return t.request("POST", REPORTS_PATH, body, { "Content-Type": MSGPACK });
+  return t.request("POST", REPORTS_PATH, body, { Accept: "application/json", "Content-Type": MSGPACK });
 }
 
 export function getRegistry(t: Transport): Promise<Response> {
   return t.request("GET", REGISTRY_PATH, undefined, { Accept: "application/json" });
 }
+
+/** The transport an `endpoint` gets: `fetch`; the Node entry installs node:http's (httpNode.ts). */
+export const http = { make: (endpoint: string, timeout: number): Transport => new FetchTransport(endpoint, timeout) };
 
 /** HTTP through the platform's `fetch`. */
 export class FetchTransport implements Transport {
@@ -88,12 +93,13 @@ export class FetchTransport implements Transport {
     try {
       const resp = await fetch(this.prefix + path, {
         method, headers, body: body as BodyInit | undefined, signal: controller.signal, credentials: "omit", cache: "no-store",
+        referrerPolicy: "no-referrer", // the page's address is not the collector's business
         redirect: "manual", // a redirect is not the collector's answer: the batch is kept and retried
         keepalive: body !== undefined && body.length <= KEEPALIVE_MAX_BYTES,
       });
       const data = new Uint8Array(await resp.arrayBuffer());
       const hdrs: Record<string, string> = {};
-      resp.headers.forEach((v, k) => { hdrs[k.toLowerCase()] = v; });
+      resp.headers.forEach((v, k) => { hdrs[k] = v; }); // a Headers object's names are lower-case already
       return new Response(resp.status, hdrs, data);
     } catch (exc) {
       throw new TransportError(`${this.endpoint}: ${(exc as Error).name}: ${(exc as Error).message}`);

@@ -172,7 +172,7 @@ test("a sealed client posts only envelopes, the same bytes on every retry, and s
   assert.equal(stats.reports_acked, 1);
   assert.deepEqual(gw.posts.map((p) => p.path), [GATEWAY_PATH, GATEWAY_PATH]);
   assert.deepEqual(toHex(gw.posts[0].body), toHex(gw.posts[1].body));        // the retry: the same envelope
-  assert.deepEqual(gw.posts[0].headers, { "Content-Type": "message/ohttp-req" });
+  assert.deepEqual(gw.posts[0].headers, { Accept: "message/ohttp-res", "Content-Type": "message/ohttp-req" });
   assert.equal(gw.posts[0].body.length, 1024 + 55);
   assert.equal(gw.batches.length, 1);
   await c.close(1);

@@ -51,7 +51,7 @@ function transact<T>(db: IDBDatabase, stores: string[], mode: IDBTransactionMode
   body: (tx: IDBTransaction, done: (value: T) => void) => void): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     const tx = db.transaction(stores, mode);
-    let result: T;
+    let result = null as T; // what a transaction answers unless its body says otherwise
     tx.oncomplete = () => resolve(result);
     // an error aborts the transaction: one rejection, whichever event comes first
     tx.onerror = tx.onabort = () => reject(new StateError(`IndexedDB: ${tx.error?.message ?? "transaction aborted"}`));
@@ -100,7 +100,6 @@ export class IndexedDbOutbox implements Outbox {
 
   claim(now: number): Promise<StoredBatch | null> {
     return transact<StoredBatch | null>(this.db, [OUTBOX], "readwrite", (tx, done) => {
-      done(null);
       const store = tx.objectStore(OUTBOX);
       const req = store.openCursor(range(this.ns));
       let pick: StoredBatch | undefined;
@@ -196,8 +195,8 @@ export class IndexedDbStore implements DeviceStore {
     return secret;
   }
 
-  async readLedger(): Promise<string | null> {
-    return (await this.get("ledger")) as string | null;
+  readLedger(): Promise<string | null> {
+    return this.get("ledger") as Promise<string | null>;
   }
 
   updateLedger<T>(fn: (text: string | null) => [string | null, T]): Promise<T> {
@@ -222,24 +221,24 @@ export class IndexedDbStore implements DeviceStore {
     await this.outbox.clear();
   }
 
-  async optIn(): Promise<void> {
-    await this.put("opted-out", null);
+  optIn(): Promise<void> {
+    return this.put("opted-out", null);
   }
 
-  async readRegistry(): Promise<string | null> {
-    return (await this.get("registry")) as string | null;
+  readRegistry(): Promise<string | null> {
+    return this.get("registry") as Promise<string | null>;
   }
 
-  async writeRegistry(text: string): Promise<void> {
-    await this.put("registry", text);
+  writeRegistry(text: string): Promise<void> {
+    return this.put("registry", text);
   }
 
-  async readDomain(sha256: string): Promise<string | null> {
-    return ((await this.get(`domain-${sha256}`)) as string | undefined) ?? null;
+  readDomain(sha256: string): Promise<string | null> {
+    return this.get(`domain-${sha256}`) as Promise<string | null>; // get() answers null when absent
   }
 
-  async writeDomain(sha256: string, text: string): Promise<void> {
-    await this.put(`domain-${sha256}`, text);
+  writeDomain(sha256: string, text: string): Promise<void> {
+    return this.put(`domain-${sha256}`, text);
   }
 }
 

@@ -13,8 +13,11 @@ import java.security.SecureRandom
  * default (HttpURLConnection: every JVM and Android); an app hands in its own (OkHttp, a test
  * double: dev.ldptelemetry.sdk.testing.MemoryTransport) through [ClientOptions.transport].
  *
- * Only fixed headers go on the wire (Content-Type, Accept, a constant User-Agent): no cookie,
- * no client identifier, no SDK, OS or device version.
+ * Only fixed headers go on the wire, the same lines in the same order as every other SDK's
+ * (docs/wire-format.md, "Request headers"; conformance/vectors/headers.json): a constant
+ * User-Agent, the request's Accept (and Content-Type); HttpURLConnection adds Cache-Control and
+ * Pragma (no caches), Host, Connection and Content-Length. No cookie, no client identifier, no
+ * SDK, OS or device version.
  */
 fun interface Transport {
     /** One request; [headers] are the SDK's fixed ones. Throws [TransportException] without a response. */
@@ -76,17 +79,22 @@ internal object Http {
     /** The same for every client: no version, no platform (as client_sdk/transport.py). */
     const val USER_AGENT = "ldpt-sdk"
 
-    fun postBatch(t: Transport, body: ByteArray): Response =
-        t.request("POST", REPORTS_PATH, body, mapOfPairs("Content-Type" to MSGPACK, "Accept" to "application/json", "User-Agent" to USER_AGENT))
+    /** Each request's own header lines, in order (the transport writes User-Agent before them). */
+    val REPORT_HEADERS: Map<String, String> = mapOfPairs("Accept" to "application/json", "Content-Type" to MSGPACK)
+    val REGISTRY_HEADERS: Map<String, String> = mapOfPairs("Accept" to "application/json")
+    val DOMAIN_HEADERS: Map<String, String> = mapOfPairs("Accept" to "text/plain", "Accept-Encoding" to "gzip")
+    val KEYS_HEADERS: Map<String, String> = mapOfPairs("Accept" to "application/ohttp-keys")
+    val SEALED_HEADERS: Map<String, String> = mapOfPairs("Accept" to "message/ohttp-res", "Content-Type" to "message/ohttp-req")
+
+    fun postBatch(t: Transport, body: ByteArray): Response = t.request("POST", REPORTS_PATH, body, REPORT_HEADERS)
 
     const val DOMAINS_PATH = "/v1/registry/domains/"
 
     /** A file domain's values, one per line (docs/wire-format.md, "Large domains"). */
     fun getDomain(t: Transport, metric: String): Response =
-        t.request("GET", DOMAINS_PATH + java.net.URLEncoder.encode(metric, "UTF-8"), null, mapOfPairs("User-Agent" to USER_AGENT))
+        t.request("GET", DOMAINS_PATH + java.net.URLEncoder.encode(metric, "UTF-8"), null, DOMAIN_HEADERS)
 
-    fun getRegistry(t: Transport): Response =
-        t.request("GET", REGISTRY_PATH, null, mapOfPairs("Accept" to "application/json", "User-Agent" to USER_AGENT))
+    fun getRegistry(t: Transport): Response = t.request("GET", REGISTRY_PATH, null, REGISTRY_HEADERS)
 
     /** Network errors aside: 408, 429 and 5xx are retried; every other status is final. */
     fun isRetryable(status: Int): Boolean = status == 408 || status == 429 || status in 500..599
@@ -129,7 +137,10 @@ class HttpUrlTransport @JvmOverloads constructor(endpoint: String, private val t
             conn.useCaches = false
             conn.connectTimeout = timeoutMs
             conn.readTimeout = timeoutMs
-            for ((k, v) in headers) conn.setRequestProperty(k, v)
+            // User-Agent first, then the request's own lines; useCaches = false adds Cache-Control and
+            // Pragma, and the JVM appends Host, Connection and Content-Length: the vector's order
+            conn.setRequestProperty("User-Agent", Http.USER_AGENT)
+            for ((k, v) in headers) if (!k.equals("User-Agent", ignoreCase = true)) conn.setRequestProperty(k, v)
             if (body != null) {
                 conn.doOutput = true
                 conn.setFixedLengthStreamingMode(body.size)
@@ -137,7 +148,8 @@ class HttpUrlTransport @JvmOverloads constructor(endpoint: String, private val t
             }
             val status = conn.responseCode
             val stream: InputStream? = if (status >= 400) conn.errorStream else conn.inputStream
-            val data = stream?.use { readAll(it) } ?: ByteArray(0)
+            val gzip = conn.contentEncoding.equals("gzip", ignoreCase = true)   // a file domain, as asked
+            val data = stream?.use { readAll(if (gzip) java.util.zip.GZIPInputStream(it) else it) } ?: ByteArray(0)
             val hdrs = HashMap<String, String>()
             for ((k, v) in conn.headerFields) if (k != null && v != null && v.isNotEmpty()) hdrs[k.lowercase()] = v[0]
             return Response(status, hdrs, data)

@@ -1,6 +1,7 @@
 package dev.ldptelemetry.sdk.sealed
 
 import dev.ldptelemetry.sdk.BatchSender
+import dev.ldptelemetry.sdk.Http
 import dev.ldptelemetry.sdk.HttpUrlTransport
 import dev.ldptelemetry.sdk.Json
 import dev.ldptelemetry.sdk.Response
@@ -53,7 +54,7 @@ class Seal private constructor(
         val now = clock.currentTimeMillis()
         fetched?.let { if (!refresh && now - fetchedAt in 0 until KEY_CONFIG_TTL_MS) return it }
         counts[2]++
-        val resp = collector.request("GET", Ohttp.GATEWAY_PATH, null, mapOf("Accept" to Ohttp.KEYS_TYPE, "User-Agent" to USER_AGENT))
+        val resp = collector.request("GET", Ohttp.GATEWAY_PATH, null, Http.KEYS_HEADERS)
         val type = resp.headers["content-type"]?.substringBefore(';')?.trim()?.lowercase()
         if (resp.status != 200 || type != Ohttp.KEYS_TYPE) {
             throw TransportException("the collector answered ${resp.status} (${type ?: "no type"}) to GET ${Ohttp.GATEWAY_PATH}: no key configuration to seal to")
@@ -81,7 +82,7 @@ class Seal private constructor(
         val path = if (post == null) Ohttp.GATEWAY_PATH else ""
         var resealed = false
         while (true) {
-            val resp = target.request("POST", path, sealed.envelope, mapOf("Content-Type" to Ohttp.REQUEST_TYPE, "User-Agent" to USER_AGENT))
+            val resp = target.request("POST", path, sealed.envelope, Http.SEALED_HEADERS)
             if (!resealed && given == null && isKeyProblem(resp)) {   // the key rotated beyond its overlap: once, anew
                 sealed = sealBody(batch.body, config(collector, true), keep)
                 synchronized(this) { counts[1]++ }
@@ -120,7 +121,6 @@ class Seal private constructor(
         private const val GATEWAY = "gateway"
         private const val RELAY = "relay"
         private const val SHUFFLER = "shuffler"
-        private const val USER_AGENT = "ldpt-sdk"
         /** A fetched key configuration is used this long before it is fetched again (client_sdk/sealing.py's KEY_CONFIG_TTL). */
         const val KEY_CONFIG_TTL_MS = 86_400_000L
         private val MAGIC = "\u0000ldpt-sealed-1\n".toByteArray(Charsets.ISO_8859_1)
