@@ -1049,7 +1049,10 @@ def delivery_vectors() -> dict[str, Any]:
                        "whose body it repeats byte for byte, or null: a batch with a new id; any_order: the "
                        "POSTs after the first may come in any order); flush: what "
                        "flush() returns; the stats() counters after it; stale_metrics: refused from then "
-                       "on; min_gap: {POST index: seconds it must come after the previous one at least}.",
+                       "on; min_gap: {POST index: seconds it must come after the previous one at least}. The plain "
+                       "conversations hold unchanged for a batch sealed to a gateway or relay: the answers are "
+                       "the collector's, inside the encapsulated response ('drop': no outer response), and a "
+                       "resend is the same envelope byte for byte.",
         "registry": json.loads(json.dumps(registry.to_json())),
         "reports": DELIVERY_REPORTS,
         "policy": DELIVERY_POLICY,
