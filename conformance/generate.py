@@ -1086,6 +1086,46 @@ def batch_vectors() -> dict[str, Any]:
             "cases": cases}
 
 
+# --- the offline outbox's dates (client_sdk/queue.py) -----------------------------------------------------
+OUTBOX_T = 1_800_000_000     # 2027-01-15T08:00:00Z: a right clock's present in these cases
+OUTBOX_MAX_AGE = 7 * 86_400
+
+
+def outbox_vectors() -> dict[str, Any]:
+    """One batch stored with ``created`` and claimed (then released) at each wall-clock reading:
+    the ``created`` the claim hands out (a future date re-dated to the reading, never later), or
+    null once it is older than max_age (expired, its reports counted)."""
+    from client_sdk.queue import MemoryOutbox, OutboxLimits, StoredBatch
+
+    day, t = 86_400, OUTBOX_T
+    cases = {
+        "built under a clock 30 days ahead, then repaired": (t + 30 * day, [t, t + day, t + 7 * day, t + 7 * day + 1]),
+        "a clock that keeps jumping: re-dated only ever back": (
+            t + 30 * day, [t + 10 * day, t + 14 * day, t + 5 * day, t + 12 * day, t + 12 * day + 1]),
+        "one second ahead": (t + 1, [t, t + 7 * day, t + 7 * day + 1]),
+        "a right clock": (t, [t + 3600, t + 7 * day, t + 7 * day + 1]),
+        "built under a clock 8 days behind: expires at once": (t - 8 * day, [t]),
+    }
+    out = []
+    for name, (created, readings) in cases.items():
+        outbox = MemoryOutbox(OutboxLimits(max_age=OUTBOX_MAX_AGE))
+        outbox.add(StoredBatch(bytes(16), b"\x80", 3, created))
+        steps = []
+        for now in readings:
+            batch = outbox.claim(now)
+            steps.append({"now": now, "created": None if batch is None else int(batch.created)})
+            if batch is not None:
+                outbox.release(batch)
+        out.append({"name": name, "created": created, "reports": 3, "steps": steps,
+                    "expired_reports": outbox.expired_reports})
+    return {"description": "The offline outbox's dates (client_sdk/queue.py; docs/privacy.md, \"Clock errors\"): one "
+                           "batch of `reports` added with `created` (wall-clock seconds), then at each step claimed "
+                           "with the wall clock reading `now` and released: the claim hands out the batch with "
+                           "`created` (a date after `now` is re-dated to `now`, stored, and never moved later) or "
+                           "nothing (null: older than max_age seconds, so dropped and its reports counted expired).",
+            "max_age": OUTBOX_MAX_AGE, "cases": out}
+
+
 # --- sealed batches (Oblivious HTTP) --------------------------------------------------------------------
 def sealed_vectors() -> dict[str, Any]:
     """Sealed batches for given keys and randomness: the gateway's X25519 key and the request's
@@ -1216,6 +1256,7 @@ def build() -> dict[str, dict[str, Any]]:
         "tables.json": table_vectors(),
         "ledger.json": ledger_vectors(),
         "batches.json": batch_vectors(),
+        "outbox.json": outbox_vectors(),
         "sealed.json": sealed_vectors(),
         "domains.json": domain_vectors(),
         "delivery.json": delivery_vectors(),
