@@ -256,10 +256,14 @@ class NodeDevices:
 
     def __init__(self, tmp_path: Path, shuffler_url: str, key_config: bytes, registry: Any, metric: str,
                  values: list[str], concurrency: int = 50, envelopes: bool = True) -> None:
+        n = len(list(tmp_path.glob("node-devices-*.json")))
+        #: written by the driver when one of its POSTs to the shuffler failed (the shuffler was down)
+        self.failed = tmp_path / f"node-devices-{n}.failed"
         spec = {"shuffler": shuffler_url, "keyConfig": base64.b64encode(key_config).decode(),
+                "failedFile": str(self.failed),
                 "registry": json.loads(registry_representation(registry).body),
                 "metric": metric, "values": list(values), "concurrency": concurrency, "envelopes": envelopes}
-        self.spec = tmp_path / f"node-devices-{len(list(tmp_path.glob('node-devices-*.json')))}.json"
+        self.spec = tmp_path / f"node-devices-{n}.json"
         self.spec.write_text(json.dumps(spec), encoding="utf-8")
         self.proc = subprocess.Popen(["node", str(NODE_DRIVER), str(self.spec)], stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)

@@ -235,12 +235,13 @@ def test_sigkill_of_shuffler_and_collector_loses_and_duplicates_nothing(tmp_path
                                                       "max_delay": 3600.0}).start()
             restarting = threading.Lock()
 
-            def restart_later(proc) -> None:  # noqa: ANN001
+            def restart_later(proc, after=lambda: True) -> None:  # noqa: ANN001
                 restarting.acquire()          # held until it serves again: one fault at a time
 
                 def run() -> None:
                     try:
                         time.sleep(0.3)
+                        wait_until(after, 60)
                         proc.start()
                     finally:
                         restarting.release()
@@ -281,12 +282,13 @@ def test_sigkill_of_shuffler_and_collector_loses_and_duplicates_nothing(tmp_path
             shuffler.kill()                                  # devices retry the same envelopes
             nodes.append(NodeDevices(tmp_path, shuffler.url, keys, registry, "theme", node_values[node_n // 2:],
                                      envelopes=False))
-            restart_later(shuffler)
+            restart_later(shuffler, nodes[-1].failed.exists)     # once a Node device found it down
             devices.report(labels[500:python_n])
             assert devices.flush(300)
             assert devices.acked == python_n
             from_node = [n.result() for n in nodes]
             assert [r["acked"] for r in from_node] == [r["flushed"] for r in from_node] == [node_n // 2] * 2, from_node
+            assert nodes[1].failed.exists() and from_node[1]["retries"] >= 1, from_node
             assert wait_until(lambda: not restarting.locked() and drained(shuffler), 180)
             devices.close()
             assert shuffler.stop() == 0

@@ -7,7 +7,8 @@
  * SPEC_JSON is a file: {"shuffler": URL, "keyConfig": the base64 of the application/ohttp-keys
  * document the shuffler serves (the collector's), "registry": the collector's published registry,
  * "metric": name, "values": [one value per device], "concurrency": devices at once (default 50),
- * "envelopes": record each acknowledged envelope (default true)}. Device j is its own Node
+ * "envelopes": record each acknowledged envelope (default true), "failedFile": a file written when
+ * a POST to the shuffler fails (it was down)}. Device j is its own Node
  * `TelemetryClient` (its own `MemoryStore`: secret, ledger and outbox), reports values[j] once,
  * sealed with `Seal.shuffler(URL + "/v1/envelopes")`, and flushes: one envelope per device. The
  * key configuration is pinned (`keyConfig`), as an app built with `ldpt keys config` would have
@@ -19,7 +20,7 @@
  * [wall-clock seconds of the answer, base64 of the envelope's bytes] in the order answered.
  */
 
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 
 import { FetchTransport, MemoryStore, TelemetryClient } from "../dist/node.js";
 import { Seal } from "../dist/sealed.js";
@@ -36,7 +37,13 @@ const latencies = [];
 const transport = {
   async request(method, path, body, headers) {
     const start = performance.now();
-    const r = await post.request(method, path, body, headers);
+    let r;
+    try {
+      r = await post.request(method, path, body, headers);
+    } catch (exc) {
+      if (spec.failedFile) writeFileSync(spec.failedFile, ""); // the test knows a device found the shuffler down
+      throw exc;
+    }
     if (method === "POST") latencies.push((performance.now() - start) / 1000);
     if (record && method === "POST" && r.status === 202 && body !== undefined) {
       acknowledged.push([(performance.timeOrigin + performance.now()) / 1000, Buffer.from(body).toString("base64")]);
