@@ -68,28 +68,39 @@ class Response:
         return doc["type"].rsplit("/", 1)[-1].rsplit("#", 1)[-1]
 
     def retry_after(self, now: float | None = None) -> float | None:
-        """Seconds to wait from ``Retry-After`` (delta-seconds or HTTP-date) or ``retry_after``."""
+        """Seconds to wait from ``Retry-After`` or the problem's ``retry_after`` (None: neither).
+
+        The header is delay-seconds (digits, a decimal fraction allowed) or an HTTP-date (RFC 9110
+        §10.2.3; it starts with a day name, and a date in the past means now); any other value is
+        ignored, as is a ``retry_after`` member that is not a finite number: garbage from a proxy
+        must not turn into "retry at once" (conformance/vectors/delivery.json)."""
         raw = self.headers.get("retry-after")
         if raw is not None:
-            raw = raw.strip()
-            try:
-                return max(0.0, float(raw))
-            except ValueError:
-                import email.utils  # an HTTP-date Retry-After is rare: parse it on demand
+            text = raw.strip()
+            whole, dot, frac = text.partition(".")
+            if whole.isascii() and whole.isdigit() and (not dot or (frac.isascii() and frac.isdigit())):
+                return float(text)
+            if text[:3].isascii() and text[:3].isalpha():
+                import datetime  # an HTTP-date Retry-After is rare: parse it on demand
+                import email.utils
 
                 try:
-                    when = email.utils.parsedate_to_datetime(raw)
+                    when = email.utils.parsedate_to_datetime(text)
                 except (TypeError, ValueError):
                     when = None
                 if when is not None:
+                    if when.tzinfo is None:      # an HTTP-date is always GMT
+                        when = when.replace(tzinfo=datetime.timezone.utc)
                     return max(0.0, when.timestamp() - (time.time() if now is None else now))
         doc = self.json()
-        if isinstance(doc, dict) and isinstance(doc.get("retry_after"), (int, float)) \
-                and not isinstance(doc.get("retry_after"), bool):
+        value = doc.get("retry_after") if isinstance(doc, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
             try:
-                return max(0.0, float(doc["retry_after"]))
-            except OverflowError:  # an integer beyond float range: "very long" (capped by RetryPolicy)
-                return math.inf if doc["retry_after"] > 0 else 0.0
+                seconds = float(value)
+            except OverflowError:        # an integer beyond float range: not a delay
+                return None
+            if math.isfinite(seconds):
+                return max(0.0, seconds)
         return None
 
 

@@ -82,9 +82,13 @@ class RetryPolicy:
     def delay(self, attempt: int, retry_after: float | None, rand: random.Random) -> float:
         if retry_after is not None:
             return min(max(retry_after, 0.0), self.max_retry_after)
-        # the exponent is capped: after ~1,000 failures (days offline at the defaults) a float power
-        # overflows, and the worker would raise on every cycle and never send again
-        nominal = min(self.maximum, self.initial * self.multiplier ** min(max(0, attempt - 1), 64))
+        # after ~1,000 failures (days offline at the defaults) the power overflows: the nominal delay
+        # is then the maximum (the worker must not raise on every cycle and never send again). No cap
+        # on the exponent: with a multiplier near 1 it would stop the growth below the maximum.
+        try:
+            nominal = min(self.maximum, self.initial * float(self.multiplier) ** max(0, attempt - 1))
+        except OverflowError:
+            nominal = self.maximum
         return nominal / 2 + rand.random() * nominal / 2
 
 

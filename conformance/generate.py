@@ -837,6 +837,228 @@ def ledger_vectors() -> dict[str, Any]:
             "migrations": [{"file": v1, "clock": migrated.clock.to_json()}]}
 
 
+
+# --- delivery: retries, Retry-After, which answers settle a batch -----------------------------------------
+DELIVERY_TOML = """
+[metrics.a]
+kind = "categorical"
+categories = ["x", "y", "z"]
+protocol = "grr"
+epsilon = 1.0
+reports_per_window = 1000
+
+[metrics.b]
+kind = "categorical"
+categories = ["x", "y", "z"]
+protocol = "grr"
+epsilon = 1.0
+reports_per_window = 1000
+
+[metrics.c]
+kind = "categorical"
+categories = ["v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7"]
+protocol = "oue"
+epsilon = 1.0
+reports_per_window = 1000
+
+[metrics.d]
+kind = "boolean"
+protocol = "rr"
+epsilon = 1.0
+reports_per_window = 1000
+"""
+#: The reports of every conversation, in this order, in one batch.
+DELIVERY_REPORTS = [["a", "x"], ["b", "y"], ["c", "v3"], ["d", True]]
+#: The retry policy conversations run with: fast retries, so a runner never waits long.
+DELIVERY_POLICY = {"initial": 0.01, "maximum": 0.02, "multiplier": 2.0, "max_retry_after": 3600.0,
+                   "flush_interval": 0.01}
+_PROBLEM = "https://ldp-telemetry.dev/problems/"
+
+
+def _problem(status: int, slug: str, retry_after: str | None = None, **members: Any) -> dict[str, Any]:
+    doc = {"type": _PROBLEM + slug, "title": slug.replace("-", " "), "status": status,
+           "detail": f"{slug} (conformance)", **members}
+    if "retry_after_member" in doc:      # the problem's own retry_after, without the header
+        doc["retry_after"] = doc.pop("retry_after_member")
+    headers = {"content-type": "application/problem+json"}
+    if retry_after is not None:
+        headers["retry-after"] = retry_after
+    return {"status": status, "headers": headers, "body": json.dumps(doc)}
+
+
+def _answer(status: int, body: Any = "", content_type: str = "application/json", **headers: str) -> dict[str, Any]:
+    text = body if isinstance(body, str) else json.dumps(body)
+    return {"status": status, "headers": {"content-type": content_type, **headers}, "body": text}
+
+
+def _posts(*groups: tuple[int | None, list[str]]) -> list[dict[str, Any]]:
+    return [{"same_bytes_as": same, "metrics": metrics} for same, metrics in groups]
+
+
+ALL = ["a", "b", "c", "d"]
+
+
+def _conversations() -> list[dict[str, Any]]:
+    """Scripted answers to a client's POSTs and what it must send next (docs/conformance.md, "Delivery")."""
+    out: list[dict[str, Any]] = []
+
+    def case(name: str, sending: str, answers: list[Any], posts: list[dict[str, Any]], *, flush: bool,
+             acked: int, rejected: int = 0, duplicates: int = 0, stale: tuple[str, ...] = (),
+             min_gap: dict[str, float] | None = None, any_order: bool = False) -> None:
+        out.append({"name": name, "sending": sending, "answers": answers, "posts": posts,
+                    "any_order": any_order, "flush": flush, "reports_acked": acked,
+                    "reports_rejected": rejected, "duplicates": duplicates, "stale_metrics": list(stale),
+                    "min_gap": min_gap or {}})
+
+    once = _posts((None, ALL))
+    again = _posts((None, ALL), (0, ALL))
+    case("the collector's ack settles the batch", "plain", [], once, flush=True, acked=4)
+    case("a duplicate ack settles it too (counted as a duplicate)", "plain",
+         [_answer(200, {"accepted": 4, "duplicate": True})], once, flush=True, acked=4, duplicates=1)
+    case("no response (connection dropped): the same bytes again", "plain", ["drop"], again, flush=True, acked=4)
+    case("503 problem: retried, same bytes", "plain", [_problem(503, "overloaded")], again, flush=True, acked=4)
+    case("500 without a problem document: 5xx is always retried", "plain",
+         [_answer(500, "internal error", "text/plain")], again, flush=True, acked=4)
+    case("408: retried", "plain", [_answer(408, "", "text/plain")], again, flush=True, acked=4)
+    case("429 with Retry-After: 1 — the next attempt waits at least 1 s, even during a flush", "plain",
+         [_problem(429, "rate-limited", retry_after="1")], again, flush=True, acked=4, min_gap={"1": 1.0})
+    case("503 whose problem says retry_after 1 (no header): waits at least 1 s", "plain",
+         [_problem(503, "overloaded", retry_after_member=1)],
+         again, flush=True, acked=4, min_gap={"1": 1.0})
+    case("503 with a Retry-After that is no delay ('soon'): ignored, the client's own back-off", "plain",
+         [_problem(503, "overloaded", retry_after="soon")], again, flush=True, acked=4)
+    for name, answer in [
+        ("an HTML 200 from a captive portal", _answer(200, "<html>login</html>", "text/html")),
+        ("a JSON 200 without 'accepted'", _answer(200, {"ok": True})),
+        ("204 No Content", _answer(204, "", "text/plain")),
+        ("a redirect (302)", _answer(302, "", "text/html", location="https://elsewhere.example/")),
+        ("an HTML 404 of a wrong path or proxy", _answer(404, "<html>not found</html>", "text/html")),
+        ("a 400 that is no problem document", _answer(400, "bad request", "text/plain")),
+        ("the shuffler's 202 sent to a plain client", _answer(202, {"stored": True})),
+    ]:
+        case(f"not the collector's answer ({name}): kept and retried, same bytes", "plain", [answer], again,
+             flush=True, acked=4)
+    case("400 problem (invalid-batch): final, the batch is dropped", "plain", [_problem(400, "invalid-batch")],
+         once, flush=False, acked=0, rejected=4)
+    case("401 problem: final", "plain", [_problem(401, "unauthorized")], once, flush=False, acked=0, rejected=4)
+    case("409 problem (batch-id-conflict): final", "plain", [_problem(409, "batch-id-conflict")], once,
+         flush=False, acked=0, rejected=4)
+    case("422 unknown-metric naming b: b is stale (refused from now on), the rest goes again under a new id",
+         "plain", [_problem(422, "unknown-metric", metric="b", report_index=1)],
+         _posts((None, ALL), (None, ["a", "c", "d"])), flush=False, acked=3, rejected=1, stale=("b",))
+    case("422 fingerprint-mismatch naming c: c is stale, the rest goes again", "plain",
+         [_problem(422, "fingerprint-mismatch", metric="c", report_index=2)],
+         _posts((None, ALL), (None, ["a", "b", "d"])), flush=False, acked=3, rejected=1, stale=("c",))
+    case("422 invalid-report at index 2: that report is dropped, the rest goes again (nothing stale)", "plain",
+         [_problem(422, "invalid-report", metric="c", report_index=2)],
+         _posts((None, ALL), (None, ["a", "b", "d"])), flush=False, acked=3, rejected=1)
+    case("422 invalid-report at an index outside the batch: the whole batch is dropped", "plain",
+         [_problem(422, "invalid-report", metric="c", report_index=9)], once, flush=False, acked=0, rejected=4)
+    case("413: split in halves, each a new batch (sent in either order)", "plain",
+         [_problem(413, "batch-too-large")],
+         _posts((None, ALL), (None, ["a", "b"]), (None, ["c", "d"])), flush=True, acked=4, any_order=True)
+    case("413 from a proxy (no problem document): split all the same", "plain",
+         [_answer(413, "<html>too large</html>", "text/html")],
+         _posts((None, ALL), (None, ["a", "b"]), (None, ["c", "d"])), flush=True, acked=4, any_order=True)
+    case("503, no response, 503: the same bytes every time", "plain",
+         [_problem(503, "overloaded"), "drop", _problem(503, "overloaded")],
+         _posts((None, ALL), (0, ALL), (0, ALL), (0, ALL)), flush=True, acked=4)
+    # shuffler sending (docs/wire-format.md, "Forwarding: shuffled batches"): the shuffler's 202
+    # {"stored": true} settles a batch; its other answers as the collector's
+    case("shuffler: 202 {stored: true} settles the batch", "shuffler", [], once, flush=True, acked=4)
+    case("shuffler: a duplicate 202 settles it (counted as a duplicate)", "shuffler",
+         [_answer(202, {"stored": True, "duplicate": True})], once, flush=True, acked=4, duplicates=1)
+    for name, answer in [
+        ("the collector's 200 ack", _answer(200, {"accepted": 4, "duplicate": False})),
+        ("202 {stored: false}", _answer(202, {"stored": False})),
+        ("202 that is not JSON", _answer(202, "ok", "text/plain")),
+        ("a redirect", _answer(307, "", "text/html", location="https://elsewhere.example/")),
+    ]:
+        case(f"shuffler: {name} is not its acknowledgement: retried, same bytes", "shuffler", [answer], again,
+             flush=True, acked=4)
+    case("shuffler: no response, then 503 with Retry-After: 1", "shuffler",
+         ["drop", _problem(503, "overloaded", retry_after="1")], _posts((None, ALL), (0, ALL), (0, ALL)),
+         flush=True, acked=4, min_gap={"2": 1.0})
+    case("shuffler: 400 problem: final", "shuffler", [_problem(400, "invalid-envelope")], once, flush=False,
+         acked=0, rejected=4)
+    return out
+
+
+class _Words:
+    """``random.Random`` stand-in whose ``random()`` is a given value (the jitter of a vector)."""
+
+    def __init__(self, u: float) -> None:
+        self.u = u
+
+    def random(self) -> float:
+        return self.u
+
+
+def delivery_vectors() -> dict[str, Any]:
+    from client_sdk.transport import Response
+    from client_sdk.uploader import RetryPolicy
+
+    registry = parse_registry(DELIVERY_TOML, "conformance/delivery")
+    delays = []
+    top = 1.0 - 2.0 ** -53
+    policies = [{}, {"initial": 0.5, "maximum": 60.0, "multiplier": 1.5},
+                {"initial": 1.0, "maximum": 300.0, "multiplier": 1.01}]
+    for p in policies:
+        policy = RetryPolicy(**p)
+        for attempt in (1, 2, 3, 4, 5, 9, 10, 64, 65, 66, 600, 1000, 5000):
+            for u in (0.0, 0.5, math.floor(0.3183098861837907 * 2 ** 53) / 2 ** 53, top):   # k/2^53
+                delays.append({"policy": p, "attempt": attempt, "retry_after": None, "u": u,
+                               "delay": policy.delay(attempt, None, _Words(u))})
+        for ra in (0.0, 1.0, 2.5, 3599.0, 3601.0, 1e12):
+            delays.append({"policy": p, "attempt": 3, "retry_after": ra, "u": 0.5,
+                           "delay": policy.delay(3, ra, _Words(0.5))})
+    now = 1_700_000_000.0
+    imf = "Tue, 14 Nov 2023 22:13:50 GMT"       # now + 30 s
+    after_cases: list[tuple[str | None, Any]] = [
+        ("5", None), ("0", None), ("120", None), (" 7 ", None), ("1.5", None), ("99999999999", None),
+        ("-1", None), ("+5", None), ("1e3", None), ("0x10", None), ("inf", None), ("nan", None), ("", None),
+        ("soon", None), ("5.", None), (".5", None), ("1.5.2", None), ("12abc", None), ("2023-11-14", None),
+        ("\u0665", None), (imf, None), ("Tue, 14 Nov 2023 22:12:20 GMT", None),
+        ("Tuesday, 14-Nov-23 22:13:50 GMT", None),
+        (None, {"retry_after": 5}), (None, {"retry_after": 2.5}), (None, {"retry_after": -3}),
+        (None, {"retry_after": True}), (None, {"retry_after": "5"}), (None, {"retry_after": None}),
+        (None, {"other": 1}), (None, [5]), (None, None),
+        ("7", {"retry_after": 5}), ("soon", {"retry_after": 5}), ("-1", {"retry_after": 5}),
+    ]
+    afters = []
+    for header, body in after_cases:
+        headers = {} if header is None else {"retry-after": header}
+        text = "" if body is None else json.dumps(body)
+        seconds = Response(503, headers, text.encode()).retry_after(now)
+        afters.append({"header": header, "body": text, "now": now, "seconds": seconds})
+    # a JSON body the json module writes as 1e999 is not a finite delay either
+    afters.append({"header": None, "body": '{"retry_after": 1e999}', "now": now,
+                   "seconds": Response(503, {}, b'{"retry_after": 1e999}').retry_after(now)})
+    return {
+        "description": "Delivery (docs/conformance.md, \"Delivery\"). retry_delays: RetryPolicy.delay of attempt k "
+                       "(1-based) with jitter u in [0, 1) (k/2^53 exactly): nominal d = min(maximum, "
+                       "initial * multiplier^(k-1)) (the maximum when the power overflows), delay d/2 + u*d/2; "
+                       "with a Retry-After of r seconds: min(max(r, 0), max_retry_after). retry_after: the "
+                       "seconds an answer asks to wait (null: it does not), from the Retry-After header "
+                       "(delay-seconds, or an HTTP-date relative to now) else the body's retry_after. "
+                       "conversations: a client reports `reports` (registry below), flushes, and the "
+                       "collector (or shuffler) answers its POSTs with `answers` in order ('drop': no "
+                       "response), then acknowledges (plain: 200 {\"accepted\": n, \"duplicate\": false}; "
+                       "shuffler: 202 {\"stored\": true}). posts: every POST the client makes, with the "
+                       "metrics of its reports in order and same_bytes_as (the index of an earlier POST "
+                       "whose body it repeats byte for byte, or null: a batch with a new id; any_order: the "
+                       "POSTs after the first may come in any order); flush: what "
+                       "flush() returns; the stats() counters after it; stale_metrics: refused from then "
+                       "on; min_gap: {POST index: seconds it must come after the previous one at least}.",
+        "registry": json.loads(json.dumps(registry.to_json())),
+        "reports": DELIVERY_REPORTS,
+        "policy": DELIVERY_POLICY,
+        "retry_delays": delays,
+        "retry_after": afters,
+        "conversations": _conversations(),
+    }
+
+
 # --- batch bytes --------------------------------------------------------------------------------------
 def batch_vectors() -> dict[str, Any]:
     batch_id = bytes(range(16))
@@ -993,6 +1215,7 @@ def build() -> dict[str, dict[str, Any]]:
         "batches.json": batch_vectors(),
         "sealed.json": sealed_vectors(),
         "domains.json": domain_vectors(),
+        "delivery.json": delivery_vectors(),
     }
     for doc in files.values():
         doc["suite_version"] = SUITE_VERSION

@@ -34,7 +34,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from client_sdk.errors import EstimationError
 from client_sdk.protocols._longitudinal import Memoised
@@ -188,6 +187,8 @@ def poisson_normal_sf(x: np.ndarray, jump: np.ndarray, rate: np.ndarray, sd: np.
     sum alone treats the events as small: with a few of them expected, two or three events of
     J ≈ 1.3 range SDs each are not rare, and Holm's 3.6-SD threshold over 295 values nobody
     held was crossed in 0.35 of 7-day LOLOHA ranges (docs/math.md §10a)."""
+    from scipy import stats  # imported when a memoised range is estimated, not with the module
+
     x, jump, rate, sd = (np.asarray(a, dtype=np.float64) for a in (x, jump, rate, sd))
     total = np.sqrt(sd * sd + jump * jump * rate)       # many events: the sum is normal
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -212,6 +213,8 @@ def _with_bound(df: pd.DataFrame, counts: np.ndarray, variances: np.ndarray, n: 
 
     ``memo`` = (J, μ, fresh variance): the p-values then treat the memoised events as Poisson
     (``poisson_normal_sf``) and the rest of the variance, at least the fresh part, as normal."""
+    from scipy import stats  # imported when a memoised range is estimated, not with the module
+
     out = df.copy()
     std = np.sqrt(np.maximum(variances, 0.0))
     half = z_value(confidence, len(counts) if simultaneous else 1) * std

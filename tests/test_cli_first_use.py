@@ -139,3 +139,30 @@ def test_nan_for_a_bounded_number_is_a_usage_error(run, registry_file, tmp_path,
     result = run(*args)
     assert result.exit_code == 2, result.output
     assert "nan is not a finite number" in result.output
+
+
+@pytest.mark.e2e
+def test_frequency_estimate_does_not_import_scipy_stats(tmp_path):
+    """`ldpt estimate` of a pure protocol's metric (hr, grr, oue) in a fresh process never
+    imports scipy.stats (~0.7 s of CPU, half of such a process: issue 32): z from
+    scipy.special.ndtri, the exact p-values from the Boost binomial ufunc
+    (estimators/intervals.py binom_sf)."""
+    registry = tmp_path / "metrics.toml"
+    registry.write_text("".join(f'[metrics.{p}]\nkind = "categorical"\ncategories = {{ ids = {d} }}\n'
+                                f'protocol = "{p}"\nepsilon = 2.0\n\n'
+                                for p, d in (("hr", 4096), ("grr", 20), ("oue", 300))), encoding="utf-8")
+    db = tmp_path / "store.sqlite"
+    code = ("import sys\nfrom click.testing import CliRunner\nfrom cli.main import main\n"
+            "for m in ('hr', 'grr', 'oue'):\n"
+            f"    r = CliRunner().invoke(main, ['simulate', '--metrics', {str(registry)!r}, '--metric', m, "
+            f"'--clients', '3000', '--db', {str(db)!r}, '--silent', '--seed', '1'])\n"
+            "    assert r.exit_code == 0, r.output\n"
+            "    assert 'scipy.stats' not in sys.modules, 'simulate imported scipy.stats'\n"
+            f"    r = CliRunner().invoke(main, ['estimate', '--metrics', {str(registry)!r}, '--metric', m, "
+            f"'--db', {str(db)!r}, '--silent', '--top', '5', '--format', 'json'])\n"
+            "    assert r.exit_code == 0, r.output\n"
+            "    assert '\"p_value\"' in r.output\n"
+            "    print(m, sorted(x for x in sys.modules if x == 'scipy.stats' or x.startswith('scipy.stats.')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-3:] == ["hr []", "grr []", "oue []"]

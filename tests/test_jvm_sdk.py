@@ -14,7 +14,7 @@ from tests.jvm_runtime_support import CLASSPATH_GOALS, JAR, mvn
 pytestmark = pytest.mark.e2e
 
 #: The library jar's budget beside the Kotlin standard library (docs/benchmarks.md).
-JAR_BUDGET = 204_800   # bytes: "200 KB" read as 200 KiB (decimal 200,000 is 1.3 KB short since the device clock rule; docs/benchmarks.md)
+JAR_BUDGET = 200_000   # bytes: issue 30 says "≤ 200 KB", read as decimal kilobytes (docs/benchmarks.md)
 
 
 @pytest.mark.timeout(900)   # mvn's own limit (tests/jvm_runtime_support.py): the whole JVM suite on a loaded machine
@@ -25,6 +25,8 @@ def test_mvn_verify_passes_and_the_jar_is_within_budget() -> None:
     assert JAR.stat().st_size <= JAR_BUDGET, f"{JAR.name} is {JAR.stat().st_size} bytes (budget {JAR_BUDGET})"
     names = zipfile.ZipFile(JAR).namelist()
     assert "dev/ldptelemetry/sdk/TelemetryClient.class" in names
+    # the build strips debugger-only attributes (build-tools/StripLocals.java) but stack traces keep their lines
+    assert b"LineNumberTable" in zipfile.ZipFile(JAR).read("dev/ldptelemetry/sdk/TelemetryClient.class")
     assert not any(n.startswith(("org/junit", "kotlin/", "dev/ldptelemetry/sdk/testing/")) for n in names), \
         "the library jar bundles a dependency or the test doubles"
     testing = zipfile.ZipFile(JAR.with_name(JAR.stem + "-testing.jar")).namelist()

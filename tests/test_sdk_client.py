@@ -323,17 +323,22 @@ def test_an_answer_that_is_not_the_collectors_keeps_the_batch(response):
     assert batcher.counters["reports_rejected"] == 1 and batcher.idle()   # the collector's own answer
 
 
-def test_an_absurd_retry_after_is_capped_not_a_worker_crash():
-    """A problem body's integer retry_after beyond float range raised OverflowError in handle()."""
-    assert Response(503, {}, b'{"retry_after": 1' + b"0" * 400 + b'}').retry_after() == float("inf")
-    assert Response(503, {}, b'{"retry_after": -1' + b"0" * 400 + b'}').retry_after() == 0.0
+def test_an_absurd_retry_after_is_ignored_not_a_worker_crash():
+    """A problem body's integer retry_after beyond float range raised OverflowError in handle(); it is
+    no finite delay, so it is ignored (conformance/vectors/delivery.json, as the TypeScript SDK's
+    JSON.parse reads it: Infinity) and the client's own back-off applies; a huge header is capped."""
+    assert Response(503, {}, b'{"retry_after": 1' + b"0" * 400 + b'}').retry_after() is None
+    assert Response(503, {}, b'{"retry_after": -1' + b"0" * 400 + b'}').retry_after() is None
     clock = [100.0]
-    batcher = Batcher(batch_size=1, retry=RetryPolicy(max_retry_after=60.0), clock=lambda: clock[0])
+    batcher = Batcher(batch_size=1, retry=RetryPolicy(initial=4.0, max_retry_after=60.0), clock=lambda: clock[0])
     _, body = pack_batch([("m", "f", 1)])
     batcher.outbox.add(StoredBatch(b"i" * 16, body, 1, time.time()))
     batch = batcher.claim(clock[0])
     batcher.handle(batch, Response(503, {}, b'{"retry_after": 1' + b"0" * 400 + b'}'), None, clock[0])
-    assert batcher.backoff_until == 160.0
+    assert 102.0 <= batcher.backoff_until <= 104.0 and not batcher.server_backoff
+    batch = batcher.claim(batcher.backoff_until)
+    batcher.handle(batch, Response(503, {"retry-after": "1" + "0" * 400}, b""), None, clock[0])
+    assert batcher.backoff_until == 160.0 and batcher.server_backoff
 
 
 def test_retry_after_is_honoured_in_real_time_with_the_same_batch(tmp_path, registry, fake):

@@ -130,3 +130,42 @@ def test_spread_out_counts_keep_their_wald_bounds():
     assert support_sd(np.array([10_000.0]), n, p, q)[0] > EXACT_BELOW_SD
     same_low, same_high = exact_small_counts(np.array([1.0]), np.array([2.0]), support, n, p, q, 0.95, False)
     assert (same_low[0], same_high[0]) == (1.0, 2.0)
+
+
+@pytest.mark.parametrize("n", [1, 7, 1000, 1_000_000])
+@pytest.mark.parametrize("q", [0.0, 1e-4, 0.119, 0.5, 0.9, 1.0])
+def test_binom_sf_is_scipy_stats_to_the_bit(n, q):
+    """The exact p-values of pure protocols skip scipy.stats (issue 32's fresh-process cost)
+    but must be its values exactly: every k of a small n, below and beyond the support, and a
+    spread of k for large n (support counts near n·q are where the tests are decided)."""
+    from scipy import stats
+
+    from estimators.intervals import binom_sf
+
+    k = np.arange(-3, n + 3) if n < 5000 else \
+        np.unique(np.concatenate([np.arange(-3, 3000), np.linspace(0, n + 2, 5001).astype(np.int64),
+                                  np.arange(int(n * q) - 2000, int(n * q) + 2000)]))
+    assert np.array_equal(binom_sf(k, n, q), stats.binom.sf(k, n, q), equal_nan=True)
+
+
+def test_zero_count_p_values_match_scipy_stats_binom():
+    from scipy import stats
+
+    from estimators.intervals import zero_count_p_values
+
+    rng = np.random.default_rng(7)
+    for support in (rng.binomial(10_000, 0.2, size=300), rng.binomial(50, 0.1, size=3000)):
+        n = 10_000 if support.max() > 50 else 50
+        assert np.array_equal(zero_count_p_values(support, n, 0.2 if n == 10_000 else 0.1),
+                              stats.binom.sf(support - 1, n, 0.2 if n == 10_000 else 0.1))
+
+
+def test_z_value_is_scipy_stats_norm_isf_to_the_bit():
+    from scipy import stats
+
+    from estimators.intervals import z_value
+
+    for confidence in (0.5, 0.8, 0.9, 0.95, 0.975, 0.99, 0.999, 1 - 1e-9):
+        for family in (1, 2, 10, 295, 1000, 1_000_000):
+            alpha = (1 - confidence) / family
+            assert z_value(confidence, family) == float(stats.norm.isf(alpha / 2))

@@ -360,10 +360,10 @@ function accountFromJson(data: any): MetricAccount {
   }
   const bad: string[] = [];
   for (const f of COUNT_FIELDS) if (!Number.isInteger(a[f])) bad.push(f);
-  for (const f of EPSILON_FIELDS) if (typeof a[f] !== "number" || !Number.isFinite(a[f])) bad.push(f);
+  for (const f of EPSILON_FIELDS) if (!Number.isFinite(a[f])) bad.push(f);   // false for a non-number too
   for (const f of OPTIONAL_EPSILON_FIELDS) {
     const v = a[f];
-    if (v !== null && (typeof v !== "number" || !Number.isFinite(v))) bad.push(f);
+    if (v !== null && !Number.isFinite(v)) bad.push(f);
   }
   for (const f of ["window", "fingerprint", "previous_window"] as const) if (typeof a[f] !== "string") bad.push(f);
   const memo = data.memo ?? {};

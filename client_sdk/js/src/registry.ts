@@ -12,7 +12,7 @@ import { dbitflip, lgrr, loloha, losue } from "./protocols/memoised.js";
 import { grr, hr, olh, rr, ss, unary } from "./protocols/frequency.js";
 import { alphaRound, alphaWord, discretise, duchi, hybrid, laplace, memobitmean, piecewise } from "./protocols/numeric.js";
 import { discover, rappor } from "./protocols/strings.js";
-import type { Block, Context, Encoder } from "./protocols/types.js";
+import type { Block, BlockOf, Context, Encoder } from "./protocols/types.js";
 import { type RandomSource, cryptoRandom } from "./random.js";
 import type { WireValue } from "./wire.js";
 
@@ -23,7 +23,8 @@ export class RegistryError extends Error {
   override name = "RegistryError";
 }
 
-const ENCODERS: Record<string, (b: Block) => Encoder> = {
+/** One encoder per protocol of the schema, each typed by its protocol's block (a missing one does not compile). */
+const ENCODERS: { [P in Block["protocol"]]: (b: BlockOf<P>) => Encoder } = {
   rr, grr, oue: unary, sue: unary, ss, olh, hr, rappor, discover, lgrr, losue, loloha, dbitflip,
   duchi, bitmean: duchi, laplace, piecewise, hybrid, memobitmean,
 };
@@ -33,9 +34,19 @@ export function encoderFor(block: Block): Encoder {
   if (block.version !== ENCODER_VERSION) {
     throw new RegistryError(`encoder version ${block.version} is not known to this SDK; upgrade it`);
   }
-  const make = ENCODERS[block.protocol];
+  const make = ENCODERS[block.protocol] as ((b: Block) => Encoder) | undefined;   // unknown: a newer block
   if (make === undefined) throw new RegistryError(`protocol ${block.protocol} is not known to this SDK; upgrade it`);
   return make(block);
+}
+
+/** The members of a block the value lookup reads, whichever protocol it is of (schema: `max_length`
+ * of discover, `range` and `grid` of mean metrics, `edges` of histograms). */
+interface LookupView {
+  readonly protocol: string;
+  readonly max_length?: number;
+  readonly range?: readonly [number, number];
+  readonly edges?: readonly number[];
+  readonly grid?: number;
 }
 
 const ledgerKeys = new WeakMap<Uint8Array, Uint8Array>();
@@ -95,8 +106,8 @@ function domainOf(name: string, kind: string, c: any, domains?: Record<string, s
 }
 
 function number(v: unknown, what: string): number {
-  if (typeof v !== "number" || !Number.isFinite(v)) throw new RegistryError(`${what} must be a finite number`);
-  return v;
+  if (!Number.isFinite(v)) throw new RegistryError(`${what} must be a finite number`);   // a non-number too
+  return v as number;
 }
 
 class PublishedMetric implements Metric {
@@ -108,13 +119,13 @@ class PublishedMetric implements Metric {
   readonly lifetimeEpsilon: number | null;
   private readonly kind: string;
   private readonly encoder: Encoder;
-  private readonly block: Block;
+  private readonly block: LookupView;
   private readonly domain: Domain;
   private readonly labels: string[] = [];
 
   constructor(entry: Entry, private readonly random: RandomSource, domains?: Record<string, string[]>) {
     this.name = String(entry.name);
-    const block = entry.encoder as Block | undefined;
+    const block = entry.encoder as (Block & LookupView) | undefined;
     if (block === undefined || typeof block !== "object" || block === null) {
       throw new RegistryError(`metric ${this.name}: no encoder object (the collector is older than this SDK)`);
     }
@@ -133,7 +144,7 @@ class PublishedMetric implements Metric {
     this.lifetimeEpsilon = entry.lifetime_epsilon == null ? null : number(entry.lifetime_epsilon, "lifetime_epsilon");
     this.domain = domainOf(this.name, this.kind, entry.categories, domains);
     if (block.edges) {
-      const e = (block.edges as number[]).map(edgeText);
+      const e = block.edges.map(edgeText);
       for (let i = 0; i + 1 < e.length; i++) this.labels.push(`[${e[i]}, ${e[i + 1]}${i === e.length - 2 ? "]" : ")"}`);
     }
   }
@@ -157,7 +168,7 @@ class PublishedMetric implements Metric {
     }
     if (this.kind === "numeric") {
       if (typeof value !== "number" || !Number.isFinite(value)) return null;
-      const [lo, hi] = (b.range ?? [b.edges[0], b.edges[b.edges.length - 1]]) as [number, number];
+      const [lo, hi] = b.range ?? [b.edges![0], b.edges![b.edges!.length - 1]];
       const clipped = value < lo || value > hi;
       const x = value < lo ? lo : value > hi ? hi : value;
       if (b.edges) {
@@ -167,8 +178,8 @@ class PublishedMetric implements Metric {
       }
       const t = (x - lo) * (2.0 / (hi - lo)) - 1.0;
       const j = this.encoder.memoKey
-        ? alphaRound(t, b.grid, alphaWord(this.ctx(secret, day)))
-        : discretise(t, b.grid, this.random);
+        ? alphaRound(t, b.grid!, alphaWord(this.ctx(secret, day)))
+        : discretise(t, b.grid!, this.random);   // a mean metric's block has grid and range
       return this.found("", j, clipped, secret, day);
     }
     let key: string | null = null;

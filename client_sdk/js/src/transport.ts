@@ -42,20 +42,18 @@ export class Response {
     return doc.type.slice(doc.type.lastIndexOf("/") + 1);
   }
 
-  /** Seconds to wait from `Retry-After` (delta-seconds or HTTP-date) or the `retry_after` member. */
-  retryAfter(nowSeconds: number = Date.now() / 1000): number | null {
+  /** Seconds to wait from `Retry-After` (delay-seconds, or an HTTP-date: it starts with a day name)
+   *  or the `retry_after` member; any other value is ignored (conformance/vectors/delivery.json). */
+  retryAfter(nowSeconds: number): number | null {
     const raw = this.headers["retry-after"];
     if (raw !== undefined) {
       const text = raw.trim();
-      if (/^\d+(\.\d+)?$/.test(text)) return Math.max(0, Number(text));
-      const when = Date.parse(text);
+      if (/^\d+(\.\d+)?$/.test(text)) return Number(text);
+      const when = /^[a-z]{3}/i.test(text) ? Date.parse(text) : NaN;   // Date.parse alone reads "-1" as 2001
       if (Number.isFinite(when)) return Math.max(0, when / 1000 - nowSeconds);
     }
-    const doc = this.json() as { retry_after?: unknown } | undefined;
-    if (doc !== null && typeof doc === "object" && typeof doc.retry_after === "number" && Number.isFinite(doc.retry_after)) {
-      return Math.max(0, doc.retry_after);
-    }
-    return null;
+    const after = (this.json() as { retry_after?: number } | null | undefined)?.retry_after;
+    return Number.isFinite(after) ? Math.max(0, after as number) : null;   // isFinite: numbers only
   }
 }
 

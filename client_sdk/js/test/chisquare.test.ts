@@ -22,7 +22,7 @@ import { type Coins, memoBits, memoGrr } from "../src/protocols/memoised.js";
 import { memoBit } from "../src/protocols/numeric.js";
 import { prrBits } from "../src/protocols/strings.js";
 import { encoderFor } from "../src/registry.js";
-import type { Block, Context } from "../src/protocols/types.js";
+import type { Block, BlockOf, Context } from "../src/protocols/types.js";
 import { type RandomSource, TWO32, words32 } from "../src/random.js";
 import { vectors } from "./support.js";
 
@@ -101,7 +101,8 @@ function chiSquareP(observed: number[], row: string[], den: string): number {
 
 // --- sampling --------------------------------------------------------------------------------------
 const results: Array<{ label: string; p: number }> = [];
-const configs: Array<{ label: string; protocol: string; encoder: Block; tables: Record<string, any> }> =
+// each configuration's members are read by protocol below: the union's members, any of them
+const configs: Array<{ label: string; protocol: string; encoder: Block & Record<string, any>; tables: Record<string, any> }> =
   vectors("tables.json").configs;
 
 /** Output index of a payload (docs/conformance.md, "Output index of a payload"). */
@@ -218,7 +219,7 @@ for (const cfg of configs) {
       const z = (m: Coins, x: number): number => {
         if (cfg.protocol === "lgrr") return memoGrr(m, x, b.d, b.p1_threshold);
         if (cfg.protocol === "loloha") return memoGrr(m, x, b.g, b.p1_threshold);
-        if (cfg.protocol === "memobitmean") return memoBit(b, x, m);
+        if (cfg.protocol === "memobitmean") return memoBit(b as BlockOf<"memobitmean">, x, m);
         const one = cfg.protocol === "losue" ? (i: number) => (i === x ? b.p1_threshold : b.q1_threshold)
           : (i: number) => (i === x ? b.p1_threshold : TWO32 - b.p1_threshold);
         return memoBits(m, cfg.protocol === "losue" ? b.d : b.sampled, one).reduce((a, on, i) => a + (on ? 2 ** i : 0), 0);

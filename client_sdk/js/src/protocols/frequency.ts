@@ -6,7 +6,8 @@
 
 import { deriveCohort, olhHash } from "../hashing.js";
 import { type RandomSource, below, reduce64, word32, words32 } from "../random.js";
-import { type Block, type Encoder, SecretCache, packBits } from "./types.js";
+import type { GrrBlock, HrBlock, OlhBlock, OueBlock, RrBlock, SsBlock, SueBlock } from "./block.js";
+import { type Encoder, SecretCache, packBits } from "./types.js";
 
 /** GRR on [d] in the SDK's single-report form: u = W32; keep, else BELOW(d−1) shifted past x. */
 export function grrOne(rnd: RandomSource, x: number, d: number, keep: number): number {
@@ -15,16 +16,16 @@ export function grrOne(rnd: RandomSource, x: number, d: number, keep: number): n
   return o + (o >= x ? 1 : 0);
 }
 
-export const rr = (b: Block): Encoder => ({
+export const rr = (b: RrBlock): Encoder => ({
   encode: (x, _k, c) => (word32(c.random) < b.keep_threshold ? x : 1 - x),
 });
 
-export const grr = (b: Block): Encoder => ({
+export const grr = (b: GrrBlock): Encoder => ({
   encode: (x, _k, c) => grrOne(c.random, x, b.d, b.keep_threshold),
 });
 
 /** Unary encoding (OUE, SUE): d words, bit i = u_i < (i = x ? p : q). */
-export const unary = (b: Block): Encoder => ({
+export const unary = (b: OueBlock | SueBlock): Encoder => ({
   encode(x, _k, c) {
     const u = words32(c.random, b.d);
     return packBits(Array.from(u, (w, i) => w < (i === x ? b.p_threshold : b.q_threshold)));
@@ -32,7 +33,7 @@ export const unary = (b: Block): Encoder => ({
 });
 
 /** Subset selection: s+1 W64 words at once, rejected ones redrawn in order, then Floyd. */
-export function ss(b: Block): Encoder {
+export function ss(b: SsBlock): Encoder {
   const d: number = b.d, s: number = b.s;
   return {
     encode(x, _k, c) {
@@ -81,9 +82,9 @@ export function inner(u: number, x: number, g: number): number {
 const cohorts = new SecretCache<number>();
 
 /** OLH: the cohort of the metric and UTC day from the secret; GRR on [g] of H_s(x). */
-export function olh(b: Block): Encoder {
+export function olh(b: OlhBlock): Encoder {
   const hash = b.family === "linear"
-    ? (s: number, x: number) => inner(directionCode(s, b.g, b.t), x, b.g)
+    ? (s: number, x: number) => inner(directionCode(s, b.g, b.t!), x, b.g)   // t: the linear family's (schema)
     : (s: number, x: number) => olhHash(s, x, b.g);
   return {
     encode(x, _k, c) {
@@ -95,7 +96,7 @@ export function olh(b: Block): Encoder {
 }
 
 /** Hadamard response over F_g: a fresh direction s = BELOW(m), GRR on [g] of ⟨a_s, x⟩. */
-export const hr = (b: Block): Encoder => ({
+export const hr = (b: HrBlock): Encoder => ({
   encode(x, _k, c) {
     const s = below(c.random, b.m);
     return s * b.g + grrOne(c.random, inner(directionCode(s, b.g, b.t), x, b.g), b.g, b.keep_threshold);

@@ -7,7 +7,8 @@
 
 import { MemoStream, deriveCohort, olhHash } from "../hashing.js";
 import { type RandomSource, TWO32, below, word32, words32 } from "../random.js";
-import { type Block, type Context, type Encoder, SecretCache, packBits } from "./types.js";
+import type { DbitflipBlock, LgrrBlock, LolohaBlock, LosueBlock } from "./block.js";
+import { type Context, type Encoder, SecretCache, packBits } from "./types.js";
 
 const memos = new SecretCache<number | boolean[]>();
 const cohorts = new SecretCache<number>();
@@ -51,7 +52,7 @@ function freshGrr(rnd: RandomSource, z: number, k: number, keep: number): number
 const flipRound = (u: ArrayLike<number>, bits: boolean[], p: number): boolean[] =>
   bits.map((one, i) => u[i] < (one ? p : TWO32 - p));
 
-export const lgrr = (b: Block): Encoder => ({
+export const lgrr = (b: LgrrBlock): Encoder => ({
   memoKey: (x) => `lgrr:${x}`,
   encode(x, _k, c) {
     const z = memo(c, `lgrr:${x}`, (m) => memoGrr(m, x, b.d, b.p1_threshold));
@@ -59,7 +60,7 @@ export const lgrr = (b: Block): Encoder => ({
   },
 });
 
-export const losue = (b: Block): Encoder => ({
+export const losue = (b: LosueBlock): Encoder => ({
   memoKey: (x) => `losue:${x}`,
   encode(x, _k, c) {
     const z = memo(c, `losue:${x}`, (m) => memoBits(m, b.d, (i) => (i === x ? b.p1_threshold : b.q1_threshold)));
@@ -67,7 +68,7 @@ export const losue = (b: Block): Encoder => ({
   },
 });
 
-export function loloha(b: Block): Encoder {
+export function loloha(b: LolohaBlock): Encoder {
   const hashed = (x: number, c: Context): number => olhHash(permanent(c, "loloha\u0000", b.m), x, b.g);
   return {
     memoKey: (x, c) => `loloha:${hashed(x, c)}`,
@@ -79,7 +80,7 @@ export function loloha(b: Block): Encoder {
   };
 }
 
-export function dbitflip(b: Block): Encoder {
+export function dbitflip(b: DbitflipBlock): Encoder {
   const position = (x: number, c: Context): number => {
     const pos = (((x - permanent(c, "dbitflip\u0000", b.d)) % b.d) + b.d) % b.d;
     return pos < b.sampled ? pos : b.sampled;

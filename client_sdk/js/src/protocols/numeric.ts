@@ -7,7 +7,8 @@
 
 import { MemoStream } from "../hashing.js";
 import { TWO32, type RandomSource, word32, word64 } from "../random.js";
-import { type Block, type Context, type Encoder, SecretCache } from "./types.js";
+import type { DuchiParams, HybridBlock, LaplaceBlock, MemobitmeanBlock, PiecewiseParams } from "./block.js";
+import { type Context, type Encoder, SecretCache } from "./types.js";
 
 /** pos = (clip(t) + 1)·(K/2): the grid index below it and the threshold of rounding up. */
 function position(t: number, grid: number): [number, number] {
@@ -28,12 +29,12 @@ export function alphaRound(t: number, grid: number, alpha: number): number {
   return Math.min(low + (alpha < up ? 1 : 0), grid);
 }
 
-const duchiBit = (b: Block, j: number, u: bigint): number => (u < BigInt(b.low) + BigInt(b.step) * BigInt(j) ? 1 : 0);
+const duchiBit = (b: DuchiParams, j: number, u: bigint): number => (u < BigInt(b.low) + BigInt(b.step) * BigInt(j) ? 1 : 0);
 
-export const duchi = (b: Block): Encoder => ({ encode: (j, _k, c) => duchiBit(b, j, word64(c.random)) });
+export const duchi = (b: DuchiParams): Encoder => ({ encode: (j, _k, c) => duchiBit(b, j, word64(c.random)) });
 
-export function laplace(b: Block): Encoder {
-  const bounds = (b.bounds as string[]).map(BigInt);
+export function laplace(b: LaplaceBlock): Encoder {
+  const bounds = b.bounds.map(BigInt);
   const cells = b.grid + 2 * b.window + 1;
   return {
     encode(j, _k, c) {
@@ -50,7 +51,7 @@ export function laplace(b: Block): Encoder {
 }
 
 /** The Piecewise cell of grid index j: r uniform on [0, T) by rejection on W32 words. */
-function piecewiseCell(b: Block, j: number, rnd: RandomSource): number {
+function piecewiseCell(b: PiecewiseParams, j: number, rnd: RandomSource): number {
   const total = b.window * b.a + b.grid * b.b;
   const accept = Math.floor(TWO32 / total) * total;
   let u = word32(rnd);
@@ -62,9 +63,9 @@ function piecewiseCell(b: Block, j: number, rnd: RandomSource): number {
   return rest >= j ? rest + b.window : rest;
 }
 
-export const piecewise = (b: Block): Encoder => ({ encode: (j, _k, c) => piecewiseCell(b, j, c.random) });
+export const piecewise = (b: PiecewiseParams): Encoder => ({ encode: (j, _k, c) => piecewiseCell(b, j, c.random) });
 
-export function hybrid(b: Block): Encoder {
+export function hybrid(b: HybridBlock): Encoder {
   const cells = b.piecewise.grid + b.piecewise.window;
   return {
     encode: (j, _k, c) => (word32(c.random) < b.h
@@ -80,13 +81,13 @@ export const alphaWord = (c: Context): number =>
   bits.get(c.secret, `alpha\u0000${c.metric}`, () => new MemoStream(c.secret, c.metric, "alpha").word());
 
 /** Round 1 of memobitmean: Duchi's bit at ε∞ from two memo words (the first the low half). */
-export function memoBit(b: Block, j: number, m: { word(): number }): number {
+export function memoBit(b: DuchiParams, j: number, m: { word(): number }): number {
   const lo = m.word();
   return duchiBit(b, j, BigInt(lo) | (BigInt(m.word()) << 32n));
 }
 
 /** memobitmean: the memoised 1BitMean bit of grid index j (two memo words, low first), flipped w.p. γ. */
-export const memobitmean = (b: Block): Encoder => ({
+export const memobitmean = (b: MemobitmeanBlock): Encoder => ({
   memoKey: (j) => `memobitmean:${j}`,
   encode(j, _k, c) {
     const bit = bits.get(c.secret, `${c.metric}\u0000memobitmean:${j}`,

@@ -6,7 +6,8 @@
 
 import { bloomBits, deriveCohort, discoverBucket, discoverFingerprint, prrWords, utf8 } from "../hashing.js";
 import { below, word32, words32 } from "../random.js";
-import { type Block, type Encoder, SecretCache, packBits } from "./types.js";
+import type { DiscoverBlock, RapporBlock } from "./block.js";
+import { type Encoder, SecretCache, packBits } from "./types.js";
 
 const derived = new SecretCache<number>();
 const prrs = new SecretCache<boolean[]>();
@@ -16,9 +17,9 @@ export const prrBits = (words: ArrayLike<number>, bloom: boolean[], half: number
   Array.from(words, (u, i) => (u < 2 * half ? u < half : bloom[i]));
 
 /** RAPPOR: [cohort, IRR bits]; B'ᵢ = uᵢ < 2T ? uᵢ < T : Bᵢ from the PRR words, Sᵢ = wᵢ < (B'ᵢ ? q : p). */
-export function rappor(b: Block): Encoder {
-  const { k, h, m } = b as { k: number; h: number; m: number };
-  const half: number = b.half_f_threshold;
+export function rappor(b: RapporBlock): Encoder {
+  const { k, h, m } = b;
+  const half = b.half_f_threshold;
   return {
     encode(_x, value, c) {
       const cohort = derived.get(c.secret, `rappor\u0000${m}`, () => deriveCohort(c.secret, "rappor", m));
@@ -40,8 +41,8 @@ export const truncate = (value: string, maxLength: number): Uint8Array => utf8(v
 const fingerprints = new Map<string, bigint>();
 
 /** discover: [group, seed, y], the group from the secret, key = 0x01 ‖ b[:ℓ] or 0x02 ‖ b. */
-export function discover(b: Block): Encoder {
-  const L: number = b.max_length;
+export function discover(b: DiscoverBlock): Encoder {
+  const L = b.max_length;
   return {
     encode(_x, value, c) {
       const group = derived.get(c.secret, `discover\u0000${c.metric}\u0000${b.groups}`,

@@ -18,9 +18,9 @@ export interface Encoder {
   encode(index: number, key: string, ctx: Context): WireValue;
 }
 
-/** The published `encoder` object of a metric (docs/conformance.md, "The encoder object"). */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export type Block = Record<string, any>;
+/** The published `encoder` object of a metric: the union of conformance/encoder-block.schema.json's
+ * blocks (generated into block.ts; docs/conformance.md, "The encoder object"). */
+export type { Block, BlockOf } from "./block.js";
 
 /** Bounded per-secret caches of values derived from the secret (deterministic, memory only). */
 export class SecretCache<T> {
