@@ -61,17 +61,15 @@ def compare(metrics_file: str | None, metric: str, db: str | None, postgres: str
         spec = load_metric(metrics_file, metric)[1] if metrics_file else None
         check_served_fingerprint(df, url, metric, metrics_file, spec)
     else:
-        from estimators.compare import compare_frame
+        from collector.estimates import CompareQuery, Side, run_compare
+
+        from .store_rules import StoreRules
 
         spec = load_metric(require_registry(metrics_file), metric)[1]
+        query = CompareQuery(*(Side(*_load_args(side), _label(side)) for side in (a, b)), confidence=confidence,
+                             alpha=alpha, control=control, simultaneous=simultaneous)
         with StoreReader(source, where) as reader:
-            sketch_a, sketch_b = (reader.load(spec, *_load_args(side)) for side in (a, b))
-            wins_a, wins_b = (_range_windows(reader, spec, side) for side in (a, b))
-        df = compare_frame(spec, sketch_a, sketch_b, label_a=_label(a), label_b=_label(b),
-                           confidence=confidence, simultaneous=simultaneous, alpha=alpha, control=control,
-                           windows_a=wins_a, windows_b=wins_b)
-        if spec.unit:
-            df.attrs["unit"] = spec.unit
+            df = reader.run(run_compare(spec, reader.reads, query, StoreRules(reader.label)))
     emit(format_compare(df, fmt), output)
 
 
@@ -79,20 +77,6 @@ def _side(window: str | None, rng: tuple[str, str] | None, w_opt: str, r_opt: st
     if (window is None) == (rng is None):
         raise click.UsageError(f"give {w_opt} DAY or {r_opt} D1..D2 (one of them)")
     return window if window is not None else rng  # type: ignore[return-value]
-
-
-def _range_windows(reader, spec, side: str | tuple[str, str]):
-    """The per-window sketches of a range side (None for one window): a memoised metric's range
-    is estimated with its permanent-noise bound (estimators.memo_range)."""
-    if isinstance(side, str):
-        return None
-    from collector.storage.base import date_filter_ok
-    from estimators.memo_range import is_memoised
-
-    if not is_memoised(spec):
-        return None
-    stored = sorted({w.window for w in reader.stored_windows(spec) if date_filter_ok(w.window, side[0], side[1])})
-    return [(w, reader.load(spec, [w], None, None, allow_empty=True)) for w in stored]
 
 
 def _load_args(side: str | tuple[str, str]) -> tuple[list[str] | None, str | None, str | None]:

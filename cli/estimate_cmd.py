@@ -6,7 +6,8 @@ inside the command), so `ldpt estimate --help` answers as fast as `ldpt --help` 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
     from client_sdk.protocols.base import Sketch
     from client_sdk.registry import MetricSpec
     from collector.storage.base import WindowInfo
+
+T = TypeVar("T")
 
 #: A terminal table of a million rows helps nobody: larger results show the largest estimates.
 TABLE_MAX_ROWS = 1000
@@ -101,7 +104,10 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
              plot_path: str | None, log_scale: bool, top: int | None, all_rows: bool, raw_csv: bool,
              silent: bool, fmt: str, output: str | None) -> None:
     """Estimate METRIC's frequencies with confidence intervals."""
+    from collector.estimates import EstimateQuery, run_estimate
+
     from .output import format_frame
+    from .store_rules import StoreRules
 
     if plot_path:  # before any work: a missing extra must not cost a long estimate first
         from .plot import require_matplotlib
@@ -127,16 +133,22 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
         else:
             registry, spec = load_metric(require_registry(metrics_file), metric)
             string_metric = spec.kind.value == "string"
+            if spec.parts is not None and by is None and (simultaneous or consistent):
+                raise click.UsageError(f"metric {spec.name!r} is a joint metric: --simultaneous and --consistent "
+                                       "apply to frequency estimates; its breakdown has neither")
+            breakdown = by not in (None, "window")
+            query = EstimateQuery(windows=[window] if window else None, since=since, until=until, by=by,
+                                  confidence=confidence, simultaneous=simultaneous, consistent=consistent,
+                                  candidates=None if breakdown else read_candidates(candidates, spec),
+                                  top=None if breakdown else top,
+                                  rows=default_page(spec, top, fmt, all_rows, by, truth, plot_path))
             with StoreReader(source, where) as reader:
-                reader.min_reports_of = registry.segment_min_reports
-                df = local_estimate(reader, spec, window, since, until, by, confidence, simultaneous,
-                                    consistent, read_candidates(candidates, spec), top, progress,
-                                    rows_wanted=default_page(spec, top, fmt, all_rows, by, truth, plot_path))
-                privacy = reader.privacy(spec, [window] if window else None, since, until)
+                df = reader.run(run_estimate(spec, reader.reads, query,
+                                             StoreRules(reader.label, registry.segment_min_reports(spec)),
+                                             progress.step))
+                privacy = reader.privacy(spec, query.windows, since, until)
                 if privacy is not None:
                     df.attrs["privacy"] = privacy
-            if spec.unit:
-                df.attrs["unit"] = spec.unit
     numeric = str(df.attrs.get("kind", "")).startswith("numeric")
     if top is not None and numeric:
         raise click.UsageError(f"--top ranks the values of a frequency estimate; metric {metric!r} is "
@@ -237,74 +249,6 @@ def default_page(spec: MetricSpec, top: int | None, fmt: str, all_rows: bool, by
     return None
 
 
-def local_estimate(reader: StoreReader, spec: MetricSpec, window: str | None, since: str | None,
-                   until: str | None, by: str | None, confidence: float, simultaneous: bool,
-                   consistent: bool, candidates: list[str] | None, top: int | None = None,
-                   progress: Working | None = None, rows_wanted: tuple[int, int] | None = None):
-    """The estimate (or with ``by`` the series) from a store, as the query API computes it
-    (``top``: how many strings a discover metric discovers; ``progress``: says which step runs;
-    ``rows_wanted``: only that page of the rows ranked by estimate, ``default_page``)."""
-    from client_sdk.registry import Kind
-    from collector.storage.base import date_filter_ok
-    from estimators.frequency import estimate_frame  # scipy and pandas: only when estimating
-    from estimators.memo_range import is_memoised, range_frame, with_rappor_range_warning
-    from estimators.series import series_frame, window_span, windows_in_range
-
-    step = progress.step if progress is not None else (lambda _: None)
-    if by and by != "window":
-        step(f"estimating {spec.name} by {by}")
-        return reader.breakdown(spec, by, [window] if window else None, since, until, confidence,
-                                simultaneous, consistent)
-    if by:
-        stored = reader.stored_windows(spec)
-        grid = windows_in_range([w.window for w in stored], since, until)
-        sketches = []
-        for i, w in enumerate(grid, start=1):
-            step(f"loading {spec.name}: window {i:,} of {len(grid):,}")
-            sketches.append((w, reader.load(spec, [w], None, None, allow_empty=True)))
-        step(f"estimating {spec.name} in {len(grid):,} window{'' if len(grid) == 1 else 's'}")
-        return series_frame(spec, sketches, confidence=confidence, simultaneous=simultaneous,
-                            candidates=candidates)
-    step(f"loading {spec.name}")
-    sketch = reader.load(spec, [window] if window else None, since, until)
-    if spec.parts is not None:   # a joint metric: its breakdown (estimators/joint.py)
-        from estimators.joint import joint_frame
-
-        if simultaneous or consistent:
-            raise click.UsageError(f"metric {spec.name!r} is a joint metric: --simultaneous and --consistent "
-                                   "apply to frequency estimates; its breakdown has neither")
-        step(f"estimating {spec.name}'s breakdown from {sketch.total_reports:,} reports")
-        return window_span(joint_frame(spec, sketch, confidence=confidence),
-                           _summed_windows(reader, spec, window, since, until))
-    if window is None and is_memoised(spec) and spec.kind is not Kind.STRING:
-        # permanent noise repeats across windows: not one sketch of independent reports
-        stored = sorted({w.window for w in reader.stored_windows(spec) if date_filter_ok(w.window, since, until)})
-        step(f"estimating {spec.name} over {len(stored):,} window{'' if len(stored) == 1 else 's'} "
-             "(memoised: range bound)")
-        return window_span(range_frame(spec, [(w, reader.load(spec, [w], None, None, allow_empty=True))
-                                              for w in stored],
-                                       confidence=confidence, simultaneous=simultaneous, consistent=consistent),
-                           stored)
-    step(f"estimating {spec.name} from {sketch.total_reports:,} reports"
-         + (" (discovering strings)" if spec.protocol == "discover" and not candidates else ""))
-    df = estimate_frame(spec, sketch, confidence=confidence, simultaneous=simultaneous,
-                        consistent=consistent, candidates=candidates, top=top, rows_wanted=rows_wanted)
-    labels = _summed_windows(reader, spec, window, since, until)
-    if window is None and spec.protocol == "rappor":
-        df = with_rappor_range_warning(df, len(labels))
-    return window_span(df, labels)
-
-
-def _summed_windows(reader: StoreReader, spec: MetricSpec, window: str | None, since: str | None,
-                    until: str | None) -> list[str]:
-    """The stored windows one estimate sums: ``window``, or those of the range (all by default)."""
-    from collector.storage.base import date_filter_ok
-
-    if window:
-        return [window]
-    return sorted({w.window for w in reader.stored_windows(spec) if date_filter_ok(w.window, since, until)})
-
-
 def top_series(df, top: int):
     """Rows of the ``top`` values with the largest estimate summed over the windows (attrs kept)."""
     keep = top_values(df, top)
@@ -374,133 +318,80 @@ def _read_lines(path: str | None) -> list[str] | None:
 class StoreReader:
     """Read-only access to a SQLite file (``--db``) or a PostgreSQL store (``--postgres``).
 
-    The analysts' commands read the same sums the collector's query API reads; errors name
-    the store and say what to do.
+    The analysts' commands read the same sums the collector's query API reads, through the same
+    query layer (``reads``, run by ``run``: collector/estimates.py); errors name the store and
+    say what to do (``StoreRules``).
     """
 
     def __init__(self, kind: str, where: str) -> None:
-        self.kind, self.where = kind, where
-        self._loop = None
-        if kind == "postgres":
-            import asyncio
+        import asyncio
 
+        self.kind, self.where = kind, where
+        self._loop = asyncio.new_event_loop()
+        if kind == "postgres":
             from collector.storage.postgres import PostgresStore
 
             self.label = "PostgreSQL store"
-            self._loop = asyncio.new_event_loop()
-            self._store = self._loop.run_until_complete(
-                PostgresStore.open(where, create=False, min_size=1, max_size=2))
+            try:
+                self._store = self.reads = self._loop.run_until_complete(
+                    PostgresStore.open(where, create=False, min_size=1, max_size=2))
+            except BaseException:
+                self._loop.close()
+                raise
         else:
+            from collector.storage.aio import SyncReads
             from collector.storage.sqlite import open_store
 
             self.label = where
-            self._store = open_store(where, create=False)
+            try:
+                self._store = open_store(where, create=False)
+            except BaseException:
+                self._loop.close()
+                raise
+            self.reads = SyncReads(self._store)
 
     def __enter__(self) -> StoreReader:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._loop is not None:
+        if self.kind == "postgres":
             self._loop.run_until_complete(self._store.aclose())
-            self._loop.close()
         else:
             self._store.close()
+        self._loop.close()
 
-    def _windows(self, metric: str) -> list[WindowInfo]:
-        if self._loop is not None:
-            return self._loop.run_until_complete(self._store.awindows(metric))
-        return self._store.windows(metric)
+    def run(self, query: Coroutine[Any, Any, T]) -> T:
+        """Run a query of the layer (or any coroutine over ``reads``) to its end."""
+        return self._loop.run_until_complete(query)
 
     def stored_windows(self, spec: MetricSpec) -> list[WindowInfo]:
         """The metric's stored windows under the registry's parameters (errors when there are none)."""
-        from client_sdk.errors import EstimationError, StoreError
+        from .store_rules import registry_windows
 
-        stored = self._windows(spec.name)
-        if not stored:
-            raise EstimationError(f"{self.label}: no data for metric {spec.name!r}")
-        mine = [w for w in stored if w.fingerprint == spec.fingerprint]
-        if not mine:
-            other = sorted({w.fingerprint[:12] for w in stored})
-            raise StoreError(f"{self.label}: metric {spec.name!r} was stored under other parameters "
-                             f"(fingerprint {', '.join(other)}; the registry now gives "
-                             f"{spec.fingerprint[:12]}); estimates cannot mix them. Estimate with the "
-                             "registry file the data was collected under (its version from your "
-                             "version control; `ldpt metrics check FILE` prints each metric's "
-                             "fingerprint), or keep the new parameters under a new metric name")
-        return mine
+        return registry_windows(self.label, spec, self.run(self.reads.awindows(spec.name)))
 
     def privacy(self, spec: MetricSpec, windows: list[str] | None, since: str | None,
                 until: str | None) -> dict | None:
         """``meta.privacy``: the local ε and each window's central claim from the store's records of
         shuffled batches (collector/claims.py), as the query API states it (None: nothing to state)."""
-        from collector.claims import stated_privacy, windows_in_query
+        from collector.estimates import privacy
 
-        if self._loop is not None:
-            records = self._loop.run_until_complete(
-                self._store.ashuffle_records(spec.name, spec.fingerprint, windows, since, until))
-        else:
-            records = self._store.shuffle_records(spec.name, spec.fingerprint, windows, since, until)
-        stored = windows_in_query(self._windows(spec.name), spec.fingerprint, windows, since, until)
-        return stated_privacy(spec, stored, records)
-
-    def breakdown(self, spec: MetricSpec, by: str, windows: list[str] | None, since: str | None,
-                  until: str | None, confidence: float, simultaneous: bool, consistent: bool):  # noqa: ANN201
-        """Estimates per segment of public dimensions ``by`` (estimators/breakdown.py)."""
-        from client_sdk.errors import EstimationError
-        from estimators.breakdown import breakdown_frame, group_sketches, parse_by, segment_keys
-        from estimators.memo_range import is_memoised
-
-        names = parse_by(spec, by)
-        self.stored_windows(spec)
-        if is_memoised(spec) and windows is None:
-            raise EstimationError(f"metric {spec.name!r} is memoised: its windows' sketches repeat each "
-                                  "device's noise and cannot be summed per segment; give --window")
-        all_windows = self._loop.run_until_complete(self._store.awindows()) if self._loop is not None \
-            else self._store.windows()
-        template = spec.protocol_impl.new_sketch()
-        segments = []
-        for key in segment_keys(spec, all_windows):
-            if self._loop is not None:
-                sketch = self._loop.run_until_complete(
-                    self._store.aload(key, spec.fingerprint, template, windows, since, until))
-            else:
-                sketch = self._store.load(key, spec.fingerprint, template, windows, since, until)
-            segments.append((key, sketch))
-        total = self.load(spec, windows, since, until, allow_empty=True)
-        return breakdown_frame(spec, group_sketches(spec, segments, names), names,
-                               self.min_reports(spec), confidence=confidence,
-                               simultaneous=simultaneous, consistent=consistent,
-                               total_reports=int(total.total_reports))
-
-    #: the registry's ``segment_min_reports`` (set by the caller, which loaded the registry)
-    min_reports_of = None
-
-    def min_reports(self, spec: MetricSpec) -> int:
-        """Fewest reports a segment needs to be shown (the metric's, else the registry's default)."""
-        from client_sdk.dimensions import DEFAULT_MIN_REPORTS
-
-        if self.min_reports_of is not None:
-            return self.min_reports_of(spec)
-        return spec.min_reports if spec.min_reports is not None else DEFAULT_MIN_REPORTS
+        return self.run(privacy(spec, self.reads, windows, since, until))
 
     def load(self, spec: MetricSpec, windows: list[str] | None, since: str | None, until: str | None,
              *, allow_empty: bool = False) -> Sketch:
         """Merged sketch of the metric over the chosen windows (an error when it holds no reports,
-        unless ``allow_empty``: a series shows empty windows as n = 0)."""
-        from client_sdk.errors import EstimationError
+        unless ``allow_empty``)."""
+        from collector.estimates import Side
+
+        from .store_rules import StoreRules
 
         if not allow_empty:
             self.stored_windows(spec)
-        template = spec.protocol_impl.new_sketch()
-        if self._loop is not None:
-            sketch = self._loop.run_until_complete(
-                self._store.aload(spec.name, spec.fingerprint, template, windows, since, until))
-        else:
-            sketch = self._store.load(spec.name, spec.fingerprint, template, windows, since, until)
+        sketch = self.run(self.reads.aload(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch(), windows,
+                                           since, until))
         if sketch.total_reports == 0 and not allow_empty:
-            what = f"window {windows[0]}" if windows else \
-                f"range {since or '...'} to {until or '...'}" if (since or until) else "the store"
-            raise EstimationError(f"{self.label}: no reports of {spec.name!r} in {what}")
+            raise StoreRules(self.label).empty(spec, Side(windows, since, until, ""))
         return sketch
 
 

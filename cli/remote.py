@@ -1,9 +1,13 @@
 """The HTTP client side of `ldpt simulate --url` and `ldpt estimate --url`.
 
-``send_batches`` is the load generator: msgpack batches (wire format v1) posted over a few
-keep-alive connections; a batch is retried with the *same* batch id and bytes on network
-errors, 429 and 5xx (honouring Retry-After, exponential back-off with jitter), so the
-collector counts it exactly once; any other 4xx stops the run with the collector's detail.
+``send_batches`` is the load generator: batches written by the SDK's wire writer
+(``client_sdk.uploader.pack_batch``) posted through the SDK's transport
+(``client_sdk.aio.AsyncHTTPTransport``) over a few keep-alive connections; a batch is retried
+with the *same* batch id and bytes on network errors and on the answers the SDK retries (408,
+429, 5xx), after the SDK's back-off or the collector's Retry-After (delta-seconds, an HTTP-date
+or the problem's ``retry_after``: ``RetryPolicy``), so the collector counts it exactly once;
+an acknowledgement is what the SDK takes for one (``is_ack``); any other answer stops the run
+with the collector's detail.
 ``fetch_estimates`` queries the estimates API with a bearer token and rebuilds the DataFrame,
 so the CLI formats it exactly as it formats a local estimate.
 """
@@ -13,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import os
 import random
 import ssl
 import urllib.error
@@ -23,10 +26,9 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import pandas as pd
 
-from client_sdk.errors import LdptError
+from client_sdk.errors import LdptError, TransportError
 from client_sdk.protocols.base import Payloads
 from client_sdk.registry import MetricSpec
 
@@ -36,6 +38,7 @@ REMOTE_BATCH = 500
 REMOTE_CONCURRENCY = 4
 #: Give up on one batch after retrying this long (seconds).
 RETRY_DEADLINE = 300.0
+#: The SDK's back-off (client_sdk.uploader.RetryPolicy) from BACKOFF_BASE, at most BACKOFF_CAP seconds.
 BACKOFF_BASE, BACKOFF_CAP = 0.1, 10.0
 REQUEST_TIMEOUT = 60.0
 #: Say the collector is not answering once retries have gone on this long without an ack (s),
@@ -64,8 +67,9 @@ class SendStats:
 
 def encode_batch(spec: MetricSpec, wire: list[Any], batch_id: bytes | None = None) -> bytes:
     """One wire-format v1 body for one metric's wire payloads (fresh random id by default)."""
-    reports = [{"m": spec.name, "f": spec.fingerprint, "p": w} for w in wire]
-    return msgpack.packb({"v": 1, "batch_id": batch_id or os.urandom(16), "reports": reports})
+    from client_sdk.uploader import pack_batch
+
+    return pack_batch([(spec.name, spec.fingerprint, w) for w in wire], batch_id)[1]
 
 
 def batch_bodies(spec: MetricSpec, chunks: Iterable[tuple[int, Payloads]],
@@ -85,19 +89,6 @@ def _problem_detail(status: int, body: bytes) -> str:
         return f"{doc.get('detail') or doc.get('title')} [{doc.get('type', '').rsplit('/', 1)[-1]}]"
     except (ValueError, AttributeError):
         return body[:200].decode("utf-8", "replace") or f"HTTP {status}"
-
-
-def _retry_after(headers: Any) -> float | None:
-    value = headers.get("Retry-After") if headers is not None else None
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None
-
-
-def _backoff(attempt: int, retry_after: float | None) -> float:
-    delay = random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** attempt))  # full jitter
-    return max(delay, retry_after or 0.0)
 
 
 def ssl_context(cacert: str | None) -> ssl.SSLContext | None:
@@ -137,54 +128,54 @@ async def send_batches(url: str, bodies: Iterable[tuple[int, bytes]], *,
     minutes looked like a hang), again every ``notice_repeat`` seconds, and when batches are
     acknowledged again. ``stats`` (filled as it goes) lets a caller that is interrupted say how
     much was acknowledged. Times are the event loop's clock."""
-    import aiohttp
+    from client_sdk.aio import AsyncHTTPTransport
+    from client_sdk.transport import REPORTS_PATH
+    from client_sdk.uploader import RetryPolicy, from_collector, is_ack, is_retryable
 
-    endpoint = url.rstrip("/") + "/v1/reports"
+    endpoint = url.rstrip("/") + REPORTS_PATH
     stats = stats if stats is not None else SendStats()
     queue: asyncio.Queue[tuple[int, bytes] | None] = asyncio.Queue(maxsize=2 * concurrency)
-    timeout = aiohttp.ClientTimeout(total=request_timeout)
+    transport = AsyncHTTPTransport(url, timeout=request_timeout, ssl_context=ssl_context)
+    policy = RetryPolicy(initial=BACKOFF_BASE, maximum=backoff_cap, max_retry_after=retry_deadline)
+    rand = random.Random()   # back-off jitter of a load generator: no secret in it
     loop = asyncio.get_running_loop()
     last_ack = loop.time()
 
-    async def post_one(session: aiohttp.ClientSession, n: int, body: bytes) -> None:
+    async def post_one(n: int, body: bytes) -> None:
         nonlocal last_ack
         deadline = loop.time() + retry_deadline
         attempt = 0
         while True:
             retry_after = None
             try:
-                async with session.post(endpoint, data=body,
-                                        headers={"Content-Type": "application/msgpack"}) as resp:
-                    payload = await resp.read()
-                    if resp.status == 200:
-                        doc = json.loads(payload)
-                        last_ack, stats.failing = loop.time(), None
-                        stats.batches += 1
-                        stats.reports += n
-                        stats.duplicates += bool(doc.get("duplicate"))
-                        if on_ack is not None:
-                            on_ack(body, doc)
-                        if progress is not None:
-                            progress(n)
-                        return
-                    if resp.status != 429 and resp.status < 500:
-                        raise RemoteError(f"{endpoint}: HTTP {resp.status}: "
-                                          f"{_problem_detail(resp.status, payload)}")
-                    retry_after = _retry_after(resp.headers)
-                    reason = f"the collector answers HTTP {resp.status} ({_problem_detail(resp.status, payload)})"
-            except aiohttp.ClientConnectorCertificateError as exc:  # retrying cannot fix trust
-                raise _unreachable(url, exc.certificate_error) from None
-            except asyncio.TimeoutError:
-                reason = f"the collector is unreachable (no answer within {request_timeout:g} s)"
-            except (aiohttp.ClientError, OSError) as exc:
-                reason = f"the collector is unreachable ({type(exc).__name__}: {exc})"
+                resp = await transport.apost_batch(body)
+            except TransportError as exc:
+                reason = _transport_failure(url, exc, request_timeout)
+            else:
+                if is_ack(resp):
+                    doc = resp.json()
+                    last_ack, stats.failing = loop.time(), None
+                    stats.batches += 1
+                    stats.reports += n
+                    stats.duplicates += bool(doc.get("duplicate"))
+                    if on_ack is not None:
+                        on_ack(body, doc)
+                    if progress is not None:
+                        progress(n)
+                    return
+                detail = _problem_detail(resp.status, resp.body)
+                if not is_retryable(resp.status):
+                    raise RemoteError(f"{endpoint}: HTTP {resp.status}: {detail}" + (
+                        "" if from_collector(resp) else " (not an ldpt collector's answer: is this its address?)"))
+                retry_after = resp.retry_after()
+                reason = f"the collector answers HTTP {resp.status} ({detail})"
             stats.failing = reason
             if loop.time() >= deadline:
                 raise RemoteError(f"{endpoint}: gave up on a batch after {retry_deadline:g} s of "
                                   f"retries (last: {reason})")
             stats.retries += 1
-            await asyncio.sleep(min(_backoff(attempt, retry_after), max(backoff_cap, retry_after or 0.0)))
             attempt += 1
+            await asyncio.sleep(policy.delay(attempt, retry_after, rand))
 
     async def watch() -> None:
         """One line when acks stop while attempts fail, repeated while it lasts; one when they resume."""
@@ -201,13 +192,12 @@ async def send_batches(url: str, bodies: Iterable[tuple[int, bytes]], *,
                 notice(f"{url}: the collector acknowledges batches again ({stats.reports:,} reports so far)")
                 told = None
 
-    async def worker(session: aiohttp.ClientSession) -> None:
+    async def worker() -> None:
         while (item := await queue.get()) is not None:
-            await post_one(session, *item)
+            await post_one(*item)
 
-    connector = aiohttp.TCPConnector(ssl=ssl_context) if ssl_context is not None else None
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        workers = [asyncio.create_task(worker(session)) for _ in range(concurrency)]
+    try:
+        workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
         watcher = asyncio.create_task(watch()) if notice is not None else None
         try:
             for item in bodies:
@@ -228,7 +218,24 @@ async def send_batches(url: str, bodies: Iterable[tuple[int, bytes]], *,
                 w.cancel()
             if watcher is not None:
                 watcher.cancel()
+    finally:
+        await transport.aclose()
     return stats
+
+
+def _transport_failure(url: str, exc: TransportError, request_timeout: float) -> str:
+    """Why no answer came back, for the notice; a certificate the system does not trust is
+    raised at once (``_unreachable`` says what to do): retrying cannot fix trust."""
+    import aiohttp
+
+    cause = exc.__context__   # the transport's own error, raised "from None"
+    if isinstance(cause, aiohttp.ClientConnectorCertificateError):
+        raise _unreachable(url, cause.certificate_error) from None
+    if isinstance(cause, asyncio.TimeoutError):
+        return f"the collector is unreachable (no answer within {request_timeout:g} s)"
+    if cause is not None:
+        return f"the collector is unreachable ({type(cause).__name__}: {cause})"
+    return f"the collector is unreachable ({exc})"
 
 
 def read_token(path: str | Path) -> str:

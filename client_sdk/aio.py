@@ -26,7 +26,7 @@ import threading
 import time
 import urllib.parse
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .client import DEFAULT_RETRY, ClientCore, _make_outbox
@@ -135,11 +135,12 @@ class AsyncUploader:
     def __init__(self, transport: AsyncTransport, outbox: Any = None, *,
                  batch_size: int = DEFAULT_BATCH_SIZE, max_batch_age: float = DEFAULT_MAX_BATCH_AGE,
                  queue_size: int = DEFAULT_QUEUE_SIZE, drop_policy: DropPolicy = DropPolicy.DROP_NEWEST,
-                 retry: RetryPolicy = DEFAULT_RETRY, sealer: Any = None) -> None:
+                 retry: RetryPolicy = DEFAULT_RETRY, sealer: Any = None,
+                 wall: Callable[[], float] = time.time) -> None:
         self.transport = transport
         self.batcher = Batcher(outbox, batch_size=batch_size, max_batch_age=max_batch_age,
                                queue_size=queue_size, drop_policy=drop_policy, retry=retry,
-                               wake=self._wake)
+                               wake=self._wake, wall=wall)
         self.batcher.sealer = sealer
         self._disk = isinstance(self.batcher.outbox, DiskOutbox)
         self._loop: asyncio.AbstractEventLoop | None = None

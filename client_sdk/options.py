@@ -64,4 +64,6 @@ class ClientOptions:
     def uploader_kwargs(self) -> dict[str, Any]:
         """The arguments an Uploader / AsyncUploader takes from these options."""
         return {"batch_size": self.batch_size, "max_batch_age": self.max_batch_age,
-                "queue_size": self.queue_size, "drop_policy": self.drop_policy, "retry": self.retry}
+                "queue_size": self.queue_size, "drop_policy": self.drop_policy, "retry": self.retry,
+                # batches are dated and aged by the client's wall clock (a simulated one moves them too)
+                **({"wall": self.clock} if self.clock is not None else {})}

@@ -18,6 +18,15 @@ same body, so the collector counts the batch once. Caps: ``max_batches``, ``max_
 ``max_age``; when a new batch would exceed a cap the oldest batches are dropped (counted in
 ``dropped``), and batches older than ``max_age`` are dropped (counted in ``expired``).
 
+A batch's age is measured from its ``created`` wall-clock time. A ``created`` later than the
+present (the batch was built under a clock that ran ahead, and the clock has been set right
+since) is **re-dated to the present** the first time the outbox sees it, and the new date is
+stored (the disk outbox renames the file, whose name carries ``created``): without that the
+batch would never expire, would sort as the newest (so the caps drop honest batches first) and
+would be sent weeks later, after the collector forgot its batch id. Dates only ever move back,
+so the batch expires at most ``max_age`` after the clock was repaired (docs/privacy.md, "Clock
+errors"; the rule is pinned for every SDK by conformance/vectors/outbox.json).
+
 Files in the outbox that the SDK did not write (a name it cannot parse, a body it cannot
 read) are moved to ``outbox/quarantine/`` and logged once: they never count as pending, so
 they cannot keep ``flush()`` waiting. Temporary files of a write a kill interrupted are
@@ -270,15 +279,18 @@ class MemoryOutbox(Outbox):
     def add(self, batch: StoredBatch) -> None:
         with self._lock:
             self._batches.append(batch)
-            self._enforce(time.time())
+            self._enforce(batch.created)     # built now (the uploader's wall clock)
 
     def _enforce(self, now: float) -> None:
         lim = self.limits
-        while self._batches and now - self._batches[0].created > lim.max_age \
-                and id(self._batches[0]) not in self._claimed:
-            old = self._batches.popleft()
-            self.expired_batches += 1
-            self.expired_reports += old.reports
+        for batch in list(self._batches):
+            if id(batch) in self._claimed:
+                continue
+            batch.created = min(batch.created, now)     # a future date is re-dated to now
+            if now - batch.created > lim.max_age:
+                self._batches.remove(batch)
+                self.expired_batches += 1
+                self.expired_reports += batch.reports
         while len(self._batches) > lim.max_batches or \
                 sum(len(b.body) for b in self._batches) > lim.max_bytes:
             victim = next((b for b in self._batches if id(b) not in self._claimed), None)
@@ -349,6 +361,11 @@ class DiskOutbox(Outbox):
         return f"{int(batch.created * 1e9):020d}-{batch.reports}-{batch.batch_id.hex()}{BATCH_SUFFIX}"
 
     @staticmethod
+    def _redated(name: str, now: float) -> str:
+        """``name`` with its ``created`` replaced by ``now`` (a future date re-dated; names keep 20 digits)."""
+        return f"{int(now * 1e9):020d}{name[20:]}"
+
+    @staticmethod
     def _parse(name: str) -> tuple[float, int, bytes] | None:
         stem = name[:-len(BATCH_SUFFIX)] if name.endswith(BATCH_SUFFIX) else None
         if stem is None:
@@ -398,33 +415,50 @@ class DiskOutbox(Outbox):
         with self._lock:
             self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             atomic_write(self.dir / self._name(batch), stored_bytes(batch), durable=self.durable)
-            self._enforce(self.clock())
+            self._enforce(batch.created)     # built now (the uploader's wall clock)
 
     def _enforce(self, now: float) -> None:
         waiting, _ = self._scan()
-        sizes = []
-        for entry in waiting:
-            meta = self._parse(entry.name)
-            with contextlib.suppress(FileNotFoundError):
-                sizes.append((entry, meta, entry.stat().st_size))
         lim = self.limits
         keep = []
-        for entry, meta, size in sizes:
+        for entry in waiting:
+            meta = self._parse(entry.name)
             if meta is None:
                 continue
+            path = entry.path
+            if meta[0] > now:                       # dated in the future: re-date it, on disk
+                path = str(self.dir / self._redated(entry.name, now))
+                try:
+                    os.rename(entry.path, path)
+                except FileNotFoundError:
+                    continue                        # claimed or re-dated by another process
+                meta = (now, *meta[1:])
             if now - meta[0] > lim.max_age:
-                if self._unlink(entry.path):
-                    self.expired_batches += 1
-                    self.expired_reports += meta[1]
-            else:
-                keep.append((entry, meta, size))
+                self._expire(path, meta[1])
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                keep.append((path, meta, os.stat(path).st_size))
+        keep.sort(key=lambda k: Path(k[0]).name)    # oldest first, re-dated ones where they now belong
         total = sum(s for _, _, s in keep)
         while keep and (len(keep) > lim.max_batches or total > lim.max_bytes):
-            entry, meta, size = keep.pop(0)
-            if self._unlink(entry.path):
+            path, meta, size = keep.pop(0)
+            if self._unlink(path):
                 self.dropped_batches += 1
                 self.dropped_reports += meta[1]
             total -= size
+
+    def _expire(self, path: str | Path, reports: int) -> None:
+        """Drop a batch older than max_age; an entry that cannot be removed (a directory with a
+        batch's name) is quarantined instead, so it never stops a sweep or a claim."""
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            self._quarantine(path, f"it cannot be removed: {exc.strerror or exc}")
+            return
+        self.expired_batches += 1
+        self.expired_reports += reports
 
     @staticmethod
     def _unlink(path: str | Path) -> bool:
@@ -440,13 +474,19 @@ class DiskOutbox(Outbox):
             if wall - self._last_sweep >= self.sweep_interval:   # caps and stale claims: now and then
                 self._last_sweep = wall
                 self._recover_claims(now)
-                self._enforce(wall)
+                self._enforce(now)
             waiting, _ = self._scan()
             for entry in waiting:
                 meta = self._parse(entry.name)
                 if meta is None:
                     continue
-                claimed = self.dir / f"{entry.name}.{os.getpid()}.{os.urandom(3).hex()}{CLAIM_SUFFIX}"
+                name = entry.name
+                if meta[0] > now:                   # re-dated by the claim's rename (release keeps it)
+                    name, meta = self._redated(name, now), (now, *meta[1:])
+                elif now - meta[0] > self.limits.max_age:
+                    self._expire(entry.path, meta[1])
+                    continue
+                claimed = self.dir / f"{name}.{os.getpid()}.{os.urandom(3).hex()}{CLAIM_SUFFIX}"
                 try:
                     os.rename(entry.path, claimed)
                 except FileNotFoundError:

@@ -568,11 +568,12 @@ class Uploader:
     def __init__(self, transport: Transport, outbox: Outbox | None = None, *,
                  batch_size: int = DEFAULT_BATCH_SIZE, max_batch_age: float = DEFAULT_MAX_BATCH_AGE,
                  queue_size: int = DEFAULT_QUEUE_SIZE, drop_policy: DropPolicy = DropPolicy.DROP_NEWEST,
-                 retry: RetryPolicy = RetryPolicy(), sealer: Any = None) -> None:
+                 retry: RetryPolicy = RetryPolicy(), sealer: Any = None,
+                 wall: Callable[[], float] = time.time) -> None:
         self.transport = transport
         self.batcher = Batcher(outbox, batch_size=batch_size, max_batch_age=max_batch_age,
                                queue_size=queue_size, drop_policy=drop_policy, retry=retry,
-                               wake=self._wake)
+                               wake=self._wake, wall=wall)
         self.batcher.sealer = sealer
         self._event = threading.Event()
         self._progress = threading.Condition()

@@ -22,19 +22,23 @@ from typing import Any
 import numpy as np
 from aiohttp import web
 
-from client_sdk.dimensions import DEFAULT_MIN_REPORTS
 from client_sdk.errors import EstimationError, LdptError
-from client_sdk.registry import Kind, Registry
+from client_sdk.registry import Registry
 from collector.storage.aio import AsyncSketchStore
-from collector.storage.base import canonical_window, date_filter_ok
-from estimators.breakdown import breakdown_frame, group_sketches, parse_by, segment_keys
-from estimators.compare import compare_frame
+from collector.storage.base import canonical_window
 from estimators.discovery import MAX_TOP as DISCOVER_MAX_TOP
 from estimators.formats import frame_to_csv, frame_to_json, iter_csv, iter_json
-from estimators.frequency import estimate_frame
-from estimators.memo_range import is_memoised, range_frame, with_rappor_range_warning
-from estimators.series import series_frame, window_span, windows_in_range
 
+from .estimates import (
+    CompareQuery,
+    EstimateQuery,
+    QueryRefused,
+    Rules,
+    Side,
+    privacy,
+    run_compare,
+    run_estimate,
+)
 from .problems import Problem
 
 QUERY_FIELDS = ("window", "since", "until", "by", "confidence", "simultaneous", "consistent", "candidates",
@@ -321,24 +325,6 @@ async def read_query_body(request: web.Request) -> bytes:
     return bytes(body)
 
 
-async def _other_parameters(store: AsyncSketchStore, fingerprint: str, metric: str,
-                            q: Mapping[str, Any]) -> str:
-    """A hint when the windows asked hold reports encoded under an older registry entry."""
-    try:
-        stored = await store.awindows(metric)
-    except LdptError:
-        return ""
-    other = [w for w in stored if w.fingerprint != fingerprint
-             and (q["windows"] is None or w.window in q["windows"])
-             and date_filter_ok(w.window, q["since"], q["until"])]
-    if not other:
-        return ""
-    fps = ", ".join(sorted({w.fingerprint[:12] for w in other}))
-    return (f" under the registry's parameters (fingerprint {fingerprint[:12]}); "
-            f"{sum(w.reports for w in other)} reports there were encoded under other parameters "
-            f"(fingerprint {fps}) and are never mixed in")
-
-
 async def estimates(request: web.Request, registry: Registry, store: AsyncSketchStore,
                     tokens: Sequence[bytes], min_reports: int,
                     gate: HeavyQueryGate | None = None) -> web.StreamResponse:
@@ -357,99 +343,43 @@ async def estimates(request: web.Request, registry: Registry, store: AsyncSketch
 
 
 async def privacy_of(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``meta.privacy`` of an estimate over the query's windows (collector/claims.py): the local ε
-    and each window's central claim from what the store recorded of shuffled batches (None when
-    no report of the range met a shuffler and the metric does not require one)."""
-    from .claims import stated_privacy, windows_in_query
-
+    """``meta.privacy`` of an estimate over the query's windows (collector/estimates.py ``privacy``)."""
     try:
-        records = await store.ashuffle_records(spec.name, spec.fingerprint, q["windows"], q["since"], q["until"])
-        stored = windows_in_query(await store.awindows(spec.name), spec.fingerprint, q["windows"],
-                                  q["since"], q["until"])
+        return await privacy(spec, store, q["windows"], q["since"], q["until"])
     except LdptError as exc:
         raise Problem.from_error(exc) from None
-    return stated_privacy(spec, stored, records)
+
+
+class ApiRules(Rules):
+    """The query API's policy: nothing published from fewer than ``min_reports`` reports, the
+    CPU-bound work off the event loop (``_off_loop``, looked up when it runs)."""
+
+    async def compute(self, fn: Any, metric: str) -> Any:
+        return await _off_loop(fn, metric)
+
+
+def estimate_query(spec: Any, q: Mapping[str, Any], lazy: bool = False) -> EstimateQuery:
+    """The layer's query of parsed query fields ``q`` (``parse_query``)."""
+    return EstimateQuery(windows=q["windows"], since=q["since"], until=q["until"], by=q["by"],
+                         confidence=q["confidence"], simultaneous=q["simultaneous"], consistent=q["consistent"],
+                         candidates=q["candidates"], top=q["top"], rows=page_of(spec, q), lazy=lazy)
 
 
 async def estimate_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], min_reports: int,
                       segment_min: int | None = None, lazy: bool = False) -> Any:
     """The estimate (with ``by=window`` the series, with ``by=DIMENSION`` the breakdown)
-    DataFrame of parsed query ``q``; ``segment_min``: fewest reports a segment is shown with;
-    ``lazy``: every row of a frequency estimate as a LazyFrame, built as it is written
-    (estimators/lazy_frame.py)."""
-    if q["candidates"] is not None and spec.kind is not Kind.STRING:
-        raise Problem("invalid-query", "candidates are only for string metrics", field="candidates")
-    proto = spec.protocol_impl
-    if q["by"] and q["by"] != "window":
-        if segment_min is None:
-            segment_min = max(min_reports, spec.min_reports or DEFAULT_MIN_REPORTS)
-        return _with_unit(spec, await _breakdown(spec, store, q, segment_min))
-    if q["by"]:
-        return _with_unit(spec, await _series(spec, store, q, min_reports))
+    DataFrame of parsed query ``q`` (collector/estimates.py ``run_estimate``); ``segment_min``:
+    fewest reports a segment is shown with; ``lazy``: every row of a frequency estimate as a
+    LazyFrame, built as it is written (estimators/lazy_frame.py)."""
+    return await _answer(run_estimate(spec, store, estimate_query(spec, q, lazy), ApiRules(min_reports, segment_min)))
+
+
+async def _answer(query: Any) -> Any:
+    """Await a query of the layer; its refusals and the store's errors become problems."""
     try:
-        sketch = await store.aload(spec.name, spec.fingerprint, proto.new_sketch(), q["windows"],
-                                   q["since"], q["until"])
-    except LdptError as exc:
-        raise Problem.from_error(exc) from None
-    n = sketch.total_reports
-    what = f"window {q['windows'][0]}" if q["windows"] else \
-        f"{q['since'] or '...'} to {q['until'] or '...'}" if (q["since"] or q["until"]) else "all windows"
-    if n == 0:
-        raise Problem("no-data", f"no reports of {spec.name!r} in {what}"
-                      f"{await _other_parameters(store, spec.fingerprint, spec.name, q)}",
-                      metric=spec.name)
-    if n < min_reports:
-        raise Problem("too-few-reports", f"{n} reports of {spec.name!r} in {what}; this collector "
-                      f"publishes estimates only from {min_reports} reports (widen the window)",
-                      metric=spec.name, reports=n, min_reports=min_reports)
-    if q["windows"] is None and is_memoised(spec) and spec.kind is not Kind.STRING:
-        # a memoised device repeats its permanent noise every day: the windows' sketches cannot
-        # simply be summed and estimated as independent reports (estimators.memo_range)
-        run = functools.partial(range_frame, spec, await _range_sketches(spec, store, q),
-                                confidence=q["confidence"], simultaneous=q["simultaneous"],
-                                consistent=q["consistent"])
-    else:
-        run = functools.partial(estimate_frame, spec, sketch, confidence=q["confidence"],
-                                simultaneous=q["simultaneous"], consistent=q["consistent"],
-                                candidates=q["candidates"], top=q["top"], rows_wanted=page_of(spec, q),
-                                lazy=lazy)
-    if getattr(spec, "parts", None) is not None:   # a joint metric: its breakdown (estimators/joint.py)
-        from estimators.joint import joint_frame
-
-        for flag in ("simultaneous", "consistent"):
-            if q[flag]:
-                raise Problem("invalid-query", f"{flag} applies to frequency estimates; {spec.name!r} is a "
-                              "joint metric, whose breakdown has no such option", field=flag)
-        run = functools.partial(joint_frame, spec, sketch, confidence=q["confidence"])
-    df = await _off_loop(run, spec.name)  # CPU-bound (RAPPOR decoding may take seconds)
-    labels = q["windows"] or await _range_labels(spec, store, q)
-    if q["windows"] is None and spec.protocol == "rappor":
-        df = with_rappor_range_warning(df, len(labels))
-    return _with_unit(spec, window_span(df, labels))
-
-
-def _with_unit(spec: Any, df: Any) -> Any:
-    """A numeric metric's frame says its values' unit (registry ``unit``) in ``meta.unit``."""
-    if getattr(spec, "unit", ""):
-        df.attrs["unit"] = spec.unit
-    return df
-
-
-async def _range_labels(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any]) -> list[str]:
-    """The stored windows of the range under the registry's parameters, oldest first."""
-    try:
-        return sorted({w.window for w in await store.awindows(spec.name)
-                       if w.fingerprint == spec.fingerprint and date_filter_ok(w.window, q["since"], q["until"])})
-    except LdptError as exc:
-        raise Problem.from_error(exc) from None
-
-
-async def _range_sketches(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any]) -> list[Any]:
-    """(window, sketch) of every stored window of the range under the registry's parameters."""
-    labels = await _range_labels(spec, store, q)
-    try:
-        return [(w, await store.aload(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch(), [w]))
-                for w in labels]
+        return await query
+    except QueryRefused as exc:
+        raise Problem(exc.type, str(exc), **exc.extra) from None
     except LdptError as exc:
         raise Problem.from_error(exc) from None
 
@@ -492,65 +422,6 @@ async def _off_loop(fn: Any, metric: str) -> Any:
         raise Problem("estimation-error", str(exc), metric=metric) from None
 
 
-async def _breakdown(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], segment_min: int) -> Any:
-    """``by=os`` (or ``by=os,channel``): estimates per segment, small ones suppressed
-    (estimators/breakdown.py)."""
-    try:
-        names = parse_by(spec, q["by"])
-    except EstimationError as exc:
-        raise Problem("invalid-query", str(exc), field="by", metric=spec.name) from None
-    if q["windows"] is None and is_memoised(spec):
-        raise Problem("invalid-query", f"metric {spec.name!r} is memoised: its windows' sketches repeat "
-                      "each device's noise and cannot be summed per segment; give window", field="by")
-    if q["candidates"] is not None or q["top"] is not None:
-        raise Problem("invalid-query", "candidates and top apply to one estimate, not a breakdown",
-                      field="by")
-    try:
-        keys = segment_keys(spec, await store.awindows())
-        segments = [(k, await store.aload(k, spec.fingerprint, spec.protocol_impl.new_sketch(), q["windows"],
-                                          q["since"], q["until"])) for k in keys]
-        total = await store.aload(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch(), q["windows"],
-                                  q["since"], q["until"])
-    except LdptError as exc:
-        raise Problem.from_error(exc) from None
-    run = functools.partial(breakdown_frame, spec, group_sketches(spec, segments, names), names, segment_min,
-                            confidence=q["confidence"], simultaneous=q["simultaneous"],
-                            consistent=q["consistent"], total_reports=int(total.total_reports))
-    return await _off_loop(run, spec.name)
-
-
-async def _series(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], min_reports: int) -> Any:
-    """``by=window``: every window of the range, each estimated alone (estimators.series).
-
-    A window with fewer than ``min_reports`` reports (but some) is refused like a single
-    estimate would be: publishing its estimate would undercut the threshold."""
-    try:
-        stored = [w.window for w in await store.awindows(spec.name) if w.fingerprint == spec.fingerprint]
-    except LdptError as exc:
-        raise Problem.from_error(exc) from None
-    if not stored:
-        raise Problem("no-data", f"no reports of {spec.name!r} under the registry's parameters",
-                      metric=spec.name)
-    try:
-        grid = windows_in_range(stored, q["since"], q["until"])
-    except EstimationError as exc:
-        raise Problem("invalid-query", str(exc), field="since") from None
-    try:
-        sketches = [(w, await store.aload(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch(), [w]))
-                    for w in grid]
-    except LdptError as exc:
-        raise Problem.from_error(exc) from None
-    small = [(w, s.total_reports) for w, s in sketches if 0 < s.total_reports < min_reports]
-    if small:
-        raise Problem("too-few-reports", f"{small[0][1]} reports of {spec.name!r} in window {small[0][0]}; "
-                      f"this collector publishes estimates only from {min_reports} reports per window "
-                      "(a series shows each window)", metric=spec.name, reports=small[0][1],
-                      min_reports=min_reports)
-    run = functools.partial(series_frame, spec, sketches, confidence=q["confidence"],
-                            simultaneous=q["simultaneous"], candidates=q["candidates"])
-    return await _off_loop(run, spec.name)
-
-
 async def compare(request: web.Request, registry: Registry, store: AsyncSketchStore,
                   tokens: Sequence[bytes], min_reports: int,
                   gate: HeavyQueryGate | None = None) -> web.StreamResponse:
@@ -563,26 +434,9 @@ async def compare(request: web.Request, registry: Registry, store: AsyncSketchSt
 
 
 async def compare_df(spec: Any, store: AsyncSketchStore, q: Mapping[str, Any], min_reports: int) -> Any:
-    """The comparison DataFrame of parsed compare query ``q`` (both sides checked like estimates)."""
-    sketches = []
-    for side in ("a", "b"):
-        s = q[side]
-        try:
-            sketch = await store.aload(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch(),
-                                       s["windows"], s["since"], s["until"])
-        except LdptError as exc:
-            raise Problem.from_error(exc) from None
-        if sketch.total_reports == 0:
-            raise Problem("no-data", f"no reports of {spec.name!r} in {s['label']}", metric=spec.name)
-        if sketch.total_reports < min_reports:
-            raise Problem("too-few-reports", f"{sketch.total_reports} reports of {spec.name!r} in "
-                          f"{s['label']}; this collector publishes estimates only from {min_reports} "
-                          "reports", metric=spec.name, reports=sketch.total_reports, min_reports=min_reports)
-        sketches.append(sketch)
-    ranges = [await _range_sketches(spec, store, q[side])
-              if q[side]["windows"] is None and is_memoised(spec) else None for side in ("a", "b")]
-    run = functools.partial(compare_frame, spec, sketches[0], sketches[1], label_a=q["a"]["label"],
-                            label_b=q["b"]["label"], confidence=q["confidence"],
-                            simultaneous=q["simultaneous"], alpha=q["alpha"], control=q["control"],
-                            windows_a=ranges[0], windows_b=ranges[1])
-    return _with_unit(spec, await _off_loop(run, spec.name))
+    """The comparison DataFrame of parsed compare query ``q`` (collector/estimates.py ``run_compare``)."""
+    sides = [Side(q[k]["windows"], q[k]["since"], q[k]["until"], q[k]["label"]) for k in ("a", "b")]
+    return await _answer(run_compare(spec, store, CompareQuery(*sides, confidence=q["confidence"], alpha=q["alpha"],
+                                                               control=q["control"],
+                                                               simultaneous=q["simultaneous"]),
+                                     ApiRules(min_reports)))

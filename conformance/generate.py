@@ -1049,7 +1049,10 @@ def delivery_vectors() -> dict[str, Any]:
                        "whose body it repeats byte for byte, or null: a batch with a new id; any_order: the "
                        "POSTs after the first may come in any order); flush: what "
                        "flush() returns; the stats() counters after it; stale_metrics: refused from then "
-                       "on; min_gap: {POST index: seconds it must come after the previous one at least}.",
+                       "on; min_gap: {POST index: seconds it must come after the previous one at least}. The plain "
+                       "conversations hold unchanged for a batch sealed to a gateway or relay: the answers are "
+                       "the collector's, inside the encapsulated response ('drop': no outer response), and a "
+                       "resend is the same envelope byte for byte.",
         "registry": json.loads(json.dumps(registry.to_json())),
         "reports": DELIVERY_REPORTS,
         "policy": DELIVERY_POLICY,
@@ -1081,6 +1084,46 @@ def batch_vectors() -> dict[str, Any]:
     return {"description": "pack_batch: the msgpack body of a batch of (metric, fingerprint, payload) reports "
                            "with a given batch id ({\"bin\": hex} payloads are msgpack bin).",
             "cases": cases}
+
+
+# --- the offline outbox's dates (client_sdk/queue.py) -----------------------------------------------------
+OUTBOX_T = 1_800_000_000     # 2027-01-15T08:00:00Z: a right clock's present in these cases
+OUTBOX_MAX_AGE = 7 * 86_400
+
+
+def outbox_vectors() -> dict[str, Any]:
+    """One batch stored with ``created`` and claimed (then released) at each wall-clock reading:
+    the ``created`` the claim hands out (a future date re-dated to the reading, never later), or
+    null once it is older than max_age (expired, its reports counted)."""
+    from client_sdk.queue import MemoryOutbox, OutboxLimits, StoredBatch
+
+    day, t = 86_400, OUTBOX_T
+    cases = {
+        "built under a clock 30 days ahead, then repaired": (t + 30 * day, [t, t + day, t + 7 * day, t + 7 * day + 1]),
+        "a clock that keeps jumping: re-dated only ever back": (
+            t + 30 * day, [t + 10 * day, t + 14 * day, t + 5 * day, t + 12 * day, t + 12 * day + 1]),
+        "one second ahead": (t + 1, [t, t + 7 * day, t + 7 * day + 1]),
+        "a right clock": (t, [t + 3600, t + 7 * day, t + 7 * day + 1]),
+        "built under a clock 8 days behind: expires at once": (t - 8 * day, [t]),
+    }
+    out = []
+    for name, (created, readings) in cases.items():
+        outbox = MemoryOutbox(OutboxLimits(max_age=OUTBOX_MAX_AGE))
+        outbox.add(StoredBatch(bytes(16), b"\x80", 3, created))
+        steps = []
+        for now in readings:
+            batch = outbox.claim(now)
+            steps.append({"now": now, "created": None if batch is None else int(batch.created)})
+            if batch is not None:
+                outbox.release(batch)
+        out.append({"name": name, "created": created, "reports": 3, "steps": steps,
+                    "expired_reports": outbox.expired_reports})
+    return {"description": "The offline outbox's dates (client_sdk/queue.py; docs/privacy.md, \"Clock errors\"): one "
+                           "batch of `reports` added with `created` (wall-clock seconds), then at each step claimed "
+                           "with the wall clock reading `now` and released: the claim hands out the batch with "
+                           "`created` (a date after `now` is re-dated to `now`, stored, and never moved later) or "
+                           "nothing (null: older than max_age seconds, so dropped and its reports counted expired).",
+            "max_age": OUTBOX_MAX_AGE, "cases": out}
 
 
 # --- sealed batches (Oblivious HTTP) --------------------------------------------------------------------
@@ -1213,6 +1256,7 @@ def build() -> dict[str, dict[str, Any]]:
         "tables.json": table_vectors(),
         "ledger.json": ledger_vectors(),
         "batches.json": batch_vectors(),
+        "outbox.json": outbox_vectors(),
         "sealed.json": sealed_vectors(),
         "domains.json": domain_vectors(),
         "delivery.json": delivery_vectors(),

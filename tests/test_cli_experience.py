@@ -94,6 +94,7 @@ def test_progress_only_on_a_terminal_and_never_with_silent(monkeypatch):
     assert tty.parts == []
 
 
+@pytest.mark.e2e
 def test_estimate_and_simulate_print_no_progress_when_not_a_terminal(tmp_path, registry_file):
     env = {k: v for k, v in os.environ.items() if not k.startswith("LDPT_")}
     run = [sys.executable, "-c", "from cli.main import main; main()"]

@@ -46,6 +46,7 @@ def test_lazy_command_table_matches_the_commands():
     assert main.get_command(ctx, "no-such-command") is None
 
 
+@pytest.mark.e2e
 def test_help_of_every_command_loads_no_heavy_package():
     code = ("from click.testing import CliRunner\nfrom cli.main import main\n"
             "import click\n"

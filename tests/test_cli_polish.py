@@ -30,6 +30,7 @@ def serve(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.e2e
 def test_a_store_in_a_missing_directory_says_the_directory_is_missing(tmp_path):
     missing = tmp_path / "no" / "such"
     db = str(missing / "ldpt.sqlite")
@@ -85,6 +86,7 @@ def test_a_registry_field_that_is_no_misspelling_gets_none(tmp_path):
     assert r.exit_code == 1 and "field 'zzz': unknown field" in r.output and "did you mean" not in r.output
 
 
+@pytest.mark.e2e
 def test_config_file_errors_name_the_file_and_the_key(tmp_path):
     conf = tmp_path / "serve.toml"
     conf.write_text('metrics_file = "nope.toml"\n', encoding="utf-8")

@@ -314,6 +314,7 @@ def kill_in_the_merge(script: str, marker: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["hr", "olh"])
+@pytest.mark.e2e
 def test_sigkill_in_a_merge_loses_and_duplicates_nothing_on_sqlite(tmp_path, name):
     proto = build_protocol(name, 20_000, 2.0, {})
     batches = distinct_batches(proto, 4 * TIER_FANOUT, 30, seed=6)
@@ -338,6 +339,7 @@ def test_sigkill_in_a_merge_loses_and_duplicates_nothing_on_sqlite(tmp_path, nam
 
 @pytest.mark.postgres
 @pytest.mark.skipif(not DSN, reason="LDPT_TEST_POSTGRES_DSN is not set; PostgreSQL compaction test skipped")
+@pytest.mark.e2e
 def test_sigkill_in_a_merge_loses_and_duplicates_nothing_on_postgres(tmp_path):
     asyncpg = pytest.importorskip("asyncpg")
     from collector.storage.postgres import PostgresStore

@@ -235,6 +235,7 @@ def test_simulated_total_equals_the_sum_of_segments(store):
 
 
 @pytest.mark.parametrize("fmt", ["table", "csv", "json"])
+@pytest.mark.e2e
 def test_cli_never_shows_a_suppressed_segment(store, fmt):
     # os=other holds ~400 devices (< min_reports = 1000): suppressed in both groupings
     for by in ("os", "os,app_version"):
@@ -249,12 +250,14 @@ def test_cli_never_shows_a_suppressed_segment(store, fmt):
             assert meta["suppressed"] == want and meta["segments"] == (2 if by == "os" else 4)
 
 
+@pytest.mark.e2e
 def test_cli_by_refuses_unknown_dimension(store):
     done = _ldpt("estimate", "--metrics", "metrics.toml", "--metric", "theme", "--db", "s.sqlite",
                  "--by", "country", cwd=store)
     assert done.returncode != 0 and "no dimension 'country'" in done.stderr
 
 
+@pytest.mark.e2e
 def test_api_breakdown_ingest_and_suppression(tmp_path):
     """Over HTTP: batches with d are accepted (bad ones 422 with the field), by=os and
     by=os,app_version answer per segment, the small segment is absent from JSON and CSV and
@@ -357,6 +360,7 @@ def test_segment_estimates_reach_their_variance_and_coverage():
         assert cover >= 0.93, (s, cover)
 
 
+@pytest.mark.e2e
 def test_metrics_check_states_the_bits_and_refuses_above_max_bits(tmp_path):
     ok = tmp_path / "ok.toml"
     ok.write_text(REGISTRY_FILE, encoding="utf-8")

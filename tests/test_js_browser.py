@@ -226,4 +226,5 @@ def test_indexeddb_state_outbox_caps_claims_and_the_locked_ledger(page, browser)
     browser.get(f"{page.origin}/storage.html")
     result = wait_result(browser, 60)
     assert result == {"pending": 3, "dropped": 1, "claimed": [1, 2], "reclaimed": True, "afterDone": 2,
-                      "sameSecret": True, "charged": 10, "windowReports": 10}, result
+                      "sameSecret": True, "charged": 10, "windowReports": 10, "outboxVector": [],
+                      "redatedElsewhere": True}, result

@@ -194,6 +194,7 @@ print(sent)
 """
 
 
+@pytest.mark.e2e
 def test_a_device_reports_every_metric_kind_without_numpy(tmp_path):
     """docs/examples' registries (auto included) and every protocol by name: building the client
     and reporting never imports numpy, scipy, pandas, aiohttp or click (docs/design.md)."""
@@ -233,6 +234,7 @@ def test_importing_the_sdk_loads_no_server_package():
 LOADED_ON_FIRST_USE = ("json", "logging", "msgpack", "tomllib", "shutil", "datetime")
 
 
+@pytest.mark.e2e
 def test_importing_the_sdk_defers_what_it_needs_later():
     """``from client_sdk import TelemetryClient`` in a fresh interpreter loads none of
     LOADED_ON_FIRST_USE; a client's messages still reach the 'client_sdk' logger."""

@@ -240,6 +240,7 @@ def test_seal_options_are_checked_when_the_app_starts(tmp_path):
         Sealer(Seal.relay("https://relay.example/x"), None)
 
 
+@pytest.mark.e2e
 def test_the_sdk_loads_no_hpke_until_a_batch_is_sealed():
     code = ("import sys\n"
             "from client_sdk import Seal, TelemetryClient, ohttp\n"

@@ -450,6 +450,59 @@ def test_api_series_and_compare_give_the_cli_bytes(registry_path, store_path, tm
     assert token.exists()
 
 
+#: (API query, the same ldpt estimate flags): every kind of query the one query layer
+#: (collector/estimates.py) dispatches, asked both ways.
+SAME_QUERIES = [
+    ("page", "", []),
+    ("page", f"window={DAYS[1]}", ["--window", DAYS[1]]),
+    ("page", f"since={DAYS[1]}&until={DAYS[2]}", ["--since", DAYS[1], "--until", DAYS[2]]),
+    ("page", "simultaneous=true&consistent=true&confidence=0.9",
+     ["--simultaneous", "--consistent", "--confidence", "0.9"]),
+    ("minutes", f"until={DAYS[1]}", ["--until", DAYS[1]]),
+    ("minutes", f"by=window&since={DAYS[0]}&until={DAYS[2]}", ["--by", "window", "--since", DAYS[0], "--until", DAYS[2]]),
+]
+
+
+def test_every_kind_of_query_gives_the_api_and_the_cli_the_same_bytes(registry_path, store_path, tmp_path):
+    """The query API and `ldpt estimate` on the store run one query layer: the same document,
+    refusals aside, whatever the query (one window, a range, all windows, options, a numeric
+    metric, a series), and `ldpt compare` the same comparison."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+
+    async def scenario():
+        async with TestClient(TestServer(_serve(registry_path, store_path, tmp_path), host="127.0.0.1")) as client:
+            out = []
+            for metric, query, _ in SAME_QUERIES:
+                resp = await client.get(f"/v1/metrics/{metric}/estimates?format=json&{query}", headers=auth)
+                assert resp.status == 200, (metric, query, await resp.text())
+                out.append(await resp.text())
+            resp = await client.get(f"/v1/metrics/page/compare?a={DAYS[0]}..{DAYS[1]}&b={DAYS[2]}&format=json"
+                                    "&control=fdr&alpha=0.1", headers=auth)
+            out.append(await resp.text())
+            resp = await client.get(f"/v1/metrics/page/estimates?window={DAYS[2]}T07", headers=auth)
+            out.append(await resp.json())
+            return out
+    *estimates, compared, empty = asyncio.run(scenario())
+    for (metric, query, flags), body in zip(SAME_QUERIES, estimates, strict=True):
+        r = ldpt("estimate", "--metrics", str(registry_path), "--metric", metric, "--db", str(store_path),
+                 "--format", "json", "--silent", *flags)
+        assert r.exit_code == 0, r.output
+        assert r.output == body, (metric, query)
+    r = ldpt("compare", "--metrics", str(registry_path), "--metric", "page", "--db", str(store_path),
+             "--range", f"{DAYS[0]}..{DAYS[1]}", "--window", DAYS[2], "--format", "json", "--control", "fdr",
+             "--alpha", "0.1")
+    assert r.exit_code == 2   # --range and --window name the same side: the CLI says so
+    r = ldpt("compare", "--metrics", str(registry_path), "--metric", "page", "--db", str(store_path),
+             "--range", f"{DAYS[0]}..{DAYS[1]}", "--against", DAYS[2], "--format", "json", "--control", "fdr",
+             "--alpha", "0.1")
+    assert r.exit_code == 0 and r.output == compared
+    # an empty window: each says so in its own words (a problem document; the store's name)
+    assert empty["type"].endswith("/no-data") and empty["metric"] == "page"
+    r = CliRunner().invoke(main, ["estimate", "--metrics", str(registry_path), "--metric", "page", "--db",
+                                  str(store_path), "--window", f"{DAYS[2]}T07", "--silent"])
+    assert r.exit_code == 1 and f"{store_path}: no reports of 'page' in window {DAYS[2]}T07" in r.output
+
+
 def test_api_series_refuses_a_small_window(registry_path, store_path, tmp_path):
     async def scenario():
         app = _serve(registry_path, store_path, tmp_path, min_reports=4200)

@@ -65,6 +65,7 @@ def test_simulated_sketch_counts_every_client():
     assert sketch.total_reports == 12_345 and sketch.counts.sum() == 12_345
 
 
+@pytest.mark.statistical
 def test_million_value_domain_estimates(tmp_path):
     from estimators.frequency import estimate_frame
 

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.e2e
 def test_the_summary_groups_skips_by_reason_and_counts_skipped_modules(tmp_path):
     (tmp_path / "test_whole.py").write_text(
         "import pytest\n"
@@ -37,6 +40,7 @@ def test_the_summary_groups_skips_by_reason_and_counts_skipped_modules(tmp_path)
     assert out.rstrip().splitlines()[-1].startswith("=") and "passed" in out.rstrip().splitlines()[-1]
 
 
+@pytest.mark.e2e
 def test_a_client_a_test_leaves_open_logs_nothing_after_the_summary(tmp_path):
     """The SDK's interpreter-exit hook closed such a client after pytest's last line and printed
     "closed with reports that were not delivered" there; the conftest closes it in the test's

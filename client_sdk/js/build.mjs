@@ -16,7 +16,7 @@ export const MANGLED = ["attempts", "backoffUntil", "batchDue", "disabledReason"
   "flushing", "hurry", "logged", "mirror", "notReporting", "pump", "rebuildMirror", "reportOne", "schedule",
   "sendNow", "serverBackoff", "timerAt", "uncommitted", "unhide", "wake", "mono", "timer", "refusals",
   "queue", "fail", "cycle", "buildOne", "chargeQueued", "store_", "resolveRegistry", "domainLists", "recordRefusals",
-  "bySecret", "written", "room", "upClock"];
+  "bySecret", "written", "room", "upClock", "disabledCounter", "handle", "disable", "found", "ctx", "labels"];
 
 async function bundle(entry, outfile) {
   const result = await build({

@@ -199,8 +199,11 @@ function compress(h: bigint[], block: Uint8Array, t: number, last: boolean): voi
   };
   for (let r = 0; r < 12; r++) {
     const s = SIGMA.slice(16 * (r % 10), 16 * (r % 10) + 16).map((i) => m[i]);
-    g(0, 4, 8, 12, s[0], s[1]); g(1, 5, 9, 13, s[2], s[3]); g(2, 6, 10, 14, s[4], s[5]); g(3, 7, 11, 15, s[6], s[7]);
-    g(0, 5, 10, 15, s[8], s[9]); g(1, 6, 11, 12, s[10], s[11]); g(2, 7, 8, 13, s[12], s[13]); g(3, 4, 9, 14, s[14], s[15]);
+    // G on the four columns (j = 0), then on the four diagonals (j = 1) of the 4×4 state (RFC 7693 §3.2)
+    for (let i = 0; i < 8; i++) {
+      const a = i & 3, j = i >> 2;
+      g(a, 4 + ((a + j) & 3), 8 + ((a + 2 * j) & 3), 12 + ((a + 3 * j) & 3), s[2 * i], s[2 * i + 1]);
+    }
   }
   for (let i = 0; i < 8; i++) h[i] ^= v[i] ^ v[i + 8];
 }

@@ -152,10 +152,21 @@ export function overCaps(batches: ReadonlyArray<{ created: number; size: number;
   return { expired, dropped };
 }
 
+const stamp = (t: number): string => String(Math.round(t * 1e6)).padStart(17, "0");
+
 /** Outbox entry names: `<created µs, 17 digits>-<reports>-<batch id hex>`, sorting oldest first. */
 export function batchName(created: number, reports: number, batchId: Uint8Array): string {
-  return `${String(Math.round(created * 1e6)).padStart(17, "0")}-${reports}-${hexOf(batchId)}`;
+  return `${stamp(created)}-${reports}-${hexOf(batchId)}`;
 }
+
+/**
+ * A waiting batch seen by a claim at wall time `now`: its name and date — a date after `now`
+ * (built under a clock that ran ahead, since set right) re-dated to `now`, which the outbox
+ * stores, so dates only move back — or null when it is older than `maxAge` (expired).
+ * conformance/vectors/outbox.json; docs/privacy.md, "Clock errors".
+ */
+export const redate = (name: string, created: number, now: number, maxAge: number): [string, number] | null =>
+  now - created > maxAge ? null : created > now ? [stamp(now) + name.slice(17), now] : [name, created];
 
 export function parseBatchName(name: string): { created: number; reports: number } | null {
   const m = /^(\d{17})-(\d+)-([0-9a-f]{32})$/.exec(name);

@@ -177,30 +177,23 @@ export function unpack(data: Uint8Array): WireValue {
     if ((b & 0xf0) === 0x80) return map(b & 0x0f);
     if ((b & 0xf0) === 0x90) return arr(b & 0x0f);
     if ((b & 0xe0) === 0xa0) return str(b & 0x1f);
-    switch (b) {
-      case 0xc0: return null;
-      case 0xc2: return false;
-      case 0xc3: return true;
-      case 0xc4: return bytes(uint(1));
-      case 0xc5: return bytes(uint(2));
-      case 0xc6: return bytes(uint(4));
-      case 0xcc: return uint(1);
-      case 0xcd: return uint(2);
-      case 0xce: return uint(4);
-      case 0xcf: return uint(8);
-      case 0xd0: need(1); pos += 1; return view.getInt8(pos - 1);
-      case 0xd1: need(2); pos += 2; return view.getInt16(pos - 2);
-      case 0xd2: need(4); pos += 4; return view.getInt32(pos - 4);
-      case 0xd3: need(8); pos += 8; return Number(view.getBigInt64(pos - 8));
-      case 0xd9: return str(uint(1));
-      case 0xda: return str(uint(2));
-      case 0xdb: return str(uint(4));
-      case 0xdc: return arr(uint(2));
-      case 0xdd: return arr(uint(4));
-      case 0xde: return map(uint(2));
-      case 0xdf: return map(uint(4));
-      default: throw new TypeError(`msgpack: type byte 0x${b.toString(16)} is not used by wire format v1`);
+    // the sized families: 2^k-byte lengths (bin 8/16/32, str 8/16/32, array and map 16/32) and values
+    const k = b & 3;
+    if (b >= 0xc4 && b <= 0xc6) return bytes(uint(1 << k));
+    if (b >= 0xcc && b <= 0xcf) return uint(1 << k);
+    if (b >= 0xd0 && b <= 0xd2) {
+      const v = uint(1 << k); // int 8/16/32, two's complement
+      return v >= 2 ** (8 << k) / 2 ? v - 2 ** (8 << k) : v;
     }
+    if (b === 0xd3) {
+      need(8);
+      pos += 8;
+      return Number(view.getBigInt64(pos - 8));
+    }
+    if (b >= 0xd9 && b <= 0xdb) return str(uint(1 << (b - 0xd9)));
+    if (b >= 0xdc && b <= 0xdf) return (b < 0xde ? arr : map)(uint(2 << (b & 1)));
+    if (b === 0xc0 || b === 0xc2 || b === 0xc3) return b === 0xc0 ? null : b === 0xc3;
+    throw new TypeError(`msgpack: type byte 0x${b.toString(16)} is not used by wire format v1`);
   };
   const out = read();
   if (pos !== data.length) throw new RangeError("msgpack: trailing bytes");

@@ -10,9 +10,15 @@ import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+
 import { loadRegistry } from "../src/registry.js";
+import { MemoryOutbox } from "../src/storage/memory.js";
+import { FileOutbox } from "../src/storage/node.js";
+import { DEFAULT_OUTBOX_LIMITS } from "../src/state.js";
 import {
-  checkAll, checkBatches, checkDerivations, checkLedger, checkMemo, checkReports, checkRoundings,
+  checkAll, checkBatches, checkDerivations, checkLedger, checkMemo, checkOutbox, checkReports, checkRoundings,
 } from "./conformance_check.js";
 import { repoRoot, vectors } from "./support.js";
 
@@ -45,6 +51,36 @@ test("ledger charges and batch bytes, by the same checks a browser page runs", (
   batches.cases[0].body = batches.cases[0].body.slice(0, -2) + "00";
   assert.equal(checkLedger(ledger).length, 1);
   assert.equal(checkBatches(batches).length, 1);
+});
+
+test("the outbox's dates (outbox.json): future dates re-dated to the claim's clock, stored, expired on schedule", async () => {
+  const doc = vectors("outbox.json");
+  const limits = (maxAge: number) => ({ ...DEFAULT_OUTBOX_LIMITS, maxAge });
+  assert.deepEqual(await checkOutbox(doc, (maxAge) => new MemoryOutbox(limits(maxAge))), []);
+  const dir = mkdtempSync(join(tmpdir(), "ldpt-outbox-"));
+  try {
+    assert.deepEqual(await checkOutbox(doc, (maxAge, i) => new FileOutbox(join(dir, String(i)), limits(maxAge))), []);
+    // the new date is in the file's name: another process (a restart) sees it
+    const t = 1_800_000_000;
+    const first = new FileOutbox(join(dir, "restart"), limits(7 * 86_400));
+    await first.add(new Uint8Array(16).fill(1), Uint8Array.of(0x80), 2, t + 30 * 86_400);
+    const batch = await first.claim(t);
+    assert.equal(batch?.created, t);
+    await first.release(batch!);
+    assert.deepEqual(readdirSync(join(dir, "restart")), [`${String(t * 1e6).padStart(17, "0")}-2-${"01".repeat(16)}.ldpb`]);
+    const second = new FileOutbox(join(dir, "restart"), limits(7 * 86_400));
+    const again = await second.claim(t + 7 * 86_400);
+    assert.equal(again?.created, t);
+    await second.release(again!);
+    assert.equal(await second.claim(t + 7 * 86_400 + 1), null);
+    assert.equal(second.counters.expiredReports, 2);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  // the check can fail: an outbox that never re-dates is caught
+  const wrong = structuredClone(doc);
+  wrong.cases[0].steps[0].created = wrong.cases[0].created;
+  assert.equal((await checkOutbox(wrong, (maxAge) => new MemoryOutbox(limits(maxAge)))).length, 1);
 });
 
 test("the checks can fail: one wrong byte or one wrong expectation is reported", () => {

@@ -297,3 +297,29 @@ export async function checkSealed(doc: Doc): Promise<string[]> {
   }
   return failures;
 }
+
+/** What checkOutbox drives: an outbox made for one case (its limits: max_age from the vectors). */
+export interface OutboxUnderTest {
+  readonly counters: { expiredReports: number };
+  add(batchId: Uint8Array, body: Uint8Array, reports: number, created: number): Promise<void>;
+  claim(now: number): Promise<{ created: number } | null>;
+  release(batch: never): Promise<void>;
+  pending(): Promise<number>;
+}
+
+/** outbox.json: one batch added with `created`, then claimed (and released) at each wall reading. */
+export async function checkOutbox(doc: Doc, make: (maxAge: number, i: number) => Promise<OutboxUnderTest> | OutboxUnderTest): Promise<string[]> {
+  const f = new Failures();
+  for (const [i, c] of (doc.cases as Doc[]).entries()) {
+    const outbox = await make(doc.max_age, i);
+    await outbox.add(new Uint8Array(16), Uint8Array.of(0x80), c.reports, c.created);
+    for (const step of c.steps) {
+      const batch = await outbox.claim(step.now);
+      f.eq(batch === null ? null : batch.created, step.created, `outbox "${c.name}" at ${step.now}`);
+      if (batch !== null) await outbox.release(batch as never);
+    }
+    f.eq(outbox.counters.expiredReports, c.expired_reports, `outbox "${c.name}" expired reports`);
+    f.eq(await outbox.pending(), 0, `outbox "${c.name}" pending at the end`);
+  }
+  return f.list;
+}

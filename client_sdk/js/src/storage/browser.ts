@@ -14,7 +14,7 @@
 
 import {
   type DeviceStore, type Outbox, type OutboxCounters, type OutboxLimits, type StoredBatch,
-  CLAIM_TIMEOUT, DEFAULT_OUTBOX_LIMITS, SECRET_BYTES, StateError, batchName, overCaps,
+  CLAIM_TIMEOUT, DEFAULT_OUTBOX_LIMITS, SECRET_BYTES, StateError, batchName, overCaps, redate,
 } from "../state.js";
 import { withWebLock } from "../lock.browser.js";
 
@@ -36,8 +36,7 @@ function openDb(): Promise<IDBDatabase> {
     const req = indexedDB.open(DB_NAME, DB_VERSION);
     req.onupgradeneeded = () => {
       const db = req.result;
-      if (!db.objectStoreNames.contains(KV)) db.createObjectStore(KV);
-      if (!db.objectStoreNames.contains(OUTBOX)) db.createObjectStore(OUTBOX);
+      for (const name of [KV, OUTBOX]) if (!db.objectStoreNames.contains(name)) db.createObjectStore(name);
     };
     req.onsuccess = () => resolve(req.result);
     req.onerror = () => reject(new StateError(`IndexedDB cannot be opened: ${req.error?.message ?? "unknown error"}`));
@@ -54,8 +53,8 @@ function transact<T>(db: IDBDatabase, stores: string[], mode: IDBTransactionMode
     const tx = db.transaction(stores, mode);
     let result: T;
     tx.oncomplete = () => resolve(result);
-    tx.onerror = () => reject(new StateError(`IndexedDB: ${tx.error?.message ?? "transaction failed"}`));
-    tx.onabort = () => reject(new StateError(`IndexedDB: ${tx.error?.message ?? "transaction aborted"}`));
+    // an error aborts the transaction: one rejection, whichever event comes first
+    tx.onerror = tx.onabort = () => reject(new StateError(`IndexedDB: ${tx.error?.message ?? "transaction aborted"}`));
     try {
       body(tx, (value) => { result = value; });
     } catch (exc) {
@@ -90,9 +89,11 @@ export class IndexedDbOutbox implements Outbox {
           cursor.continue();
           return;
         }
-        const { expired, dropped } = overCaps(rows, this.limits, created);
-        for (const i of expired) { store.delete(rows[i].key); this.counters.expiredReports += rows[i].reports; }
-        for (const i of dropped) { store.delete(rows[i].key); this.counters.droppedReports += rows[i].reports; }
+        // expired batches are left to the claim that follows (it expires and re-dates every batch)
+        for (const i of overCaps(rows, this.limits, created).dropped) {
+          store.delete(rows[i].key);
+          this.counters.droppedReports += rows[i].reports;
+        }
       };
     });
   }
@@ -102,16 +103,22 @@ export class IndexedDbOutbox implements Outbox {
       done(null);
       const store = tx.objectStore(OUTBOX);
       const req = store.openCursor(range(this.ns));
-      req.onsuccess = () => {
+      let pick: StoredBatch | undefined;
+      req.onsuccess = () => { // every waiting batch: re-dated or expired (state.ts redate); the first is claimed
         const cursor = req.result;
         if (!cursor) return;
         const v = cursor.value as OutboxRecord;
-        if (v.claimedAt !== null && now - v.claimedAt <= CLAIM_TIMEOUT) {
-          cursor.continue();
-          return;
+        const name = (cursor.primaryKey as string[])[1];
+        const r = v.claimedAt !== null && now - v.claimedAt <= CLAIM_TIMEOUT ? 0 : redate(name, v.created, now, this.limits.maxAge);
+        if (r === null) {
+          cursor.delete();
+          this.counters.expiredReports += v.reports;
+        } else if (r && (r[0] !== name || !pick)) {
+          cursor.delete(); // a re-dated key sorts later: the cursor meets it again, claimed or unchanged
+          store.put({ ...v, created: r[1], claimedAt: pick ? v.claimedAt : now } satisfies OutboxRecord, [this.ns, r[0]]);
+          if (!pick) done(pick = { name: r[0], body: v.body, reports: v.reports, created: r[1] });
         }
-        cursor.update({ ...v, claimedAt: now });
-        done({ name: (cursor.primaryKey as string[])[1], body: v.body, reports: v.reports, created: v.created });
+        cursor.continue();
       };
     });
   }

@@ -6,7 +6,7 @@
 
 import {
   type DeviceStore, type Outbox, type OutboxCounters, type OutboxLimits, type StoredBatch,
-  CLAIM_TIMEOUT, DEFAULT_OUTBOX_LIMITS, SECRET_BYTES, batchName, overCaps,
+  CLAIM_TIMEOUT, DEFAULT_OUTBOX_LIMITS, SECRET_BYTES, batchName, overCaps, redate,
 } from "../state.js";
 
 interface Entry { batch: StoredBatch; claimedAt: number | null }
@@ -30,13 +30,21 @@ export class MemoryOutbox implements Outbox {
   }
 
   async claim(now: number): Promise<StoredBatch | null> {
-    for (const e of this.entries) {
-      if (e.claimedAt === null || now - e.claimedAt > CLAIM_TIMEOUT) {
-        e.claimedAt = now;
-        return e.batch;
+    let pick: Entry | undefined;
+    for (const e of [...this.entries]) { // every waiting batch: re-dated or expired (state.ts redate)
+      if (e.claimedAt !== null && now - e.claimedAt <= CLAIM_TIMEOUT) continue;
+      const r = redate(e.batch.name, e.batch.created, now, this.limits.maxAge);
+      if (r) {
+        e.batch = { ...e.batch, name: r[0], created: r[1] };
+        pick ??= e;
+      } else {
+        this.counters.expiredReports += e.batch.reports;
+        this.entries.splice(this.entries.indexOf(e), 1);
       }
     }
-    return null;
+    if (!pick) return null;
+    pick.claimedAt = now;
+    return pick.batch;
   }
 
   async update(batch: StoredBatch, body: Uint8Array): Promise<void> {

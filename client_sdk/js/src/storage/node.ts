@@ -23,7 +23,7 @@ import { join } from "node:path";
 import { withFileLock } from "../lock.node.js";
 import {
   type DeviceStore, type Outbox, type OutboxCounters, type OutboxLimits, type StoredBatch,
-  CLAIM_TIMEOUT, DEFAULT_OUTBOX_LIMITS, SECRET_BYTES, StateError, batchName, overCaps, parseBatchName,
+  CLAIM_TIMEOUT, DEFAULT_OUTBOX_LIMITS, SECRET_BYTES, StateError, batchName, overCaps, parseBatchName, redate,
 } from "../state.js";
 
 const BATCH_SUFFIX = ".ldpb";
@@ -129,7 +129,16 @@ export class FileOutbox implements Outbox {
         await fs.rename(join(this.dir, c), join(this.dir, c.split(BATCH_SUFFIX)[0] + BATCH_SUFFIX)).catch(() => undefined);
       }
     }
-    for (const n of waiting) {
+    const ready: Array<[string, number, number]> = [];
+    for (const n of waiting) { // every waiting batch: re-dated (renamed) or expired (state.ts redate)
+      const meta = parseBatchName(n.slice(0, -BATCH_SUFFIX.length)) as { created: number; reports: number };
+      const r = redate(n, meta.created, now, this.limits.maxAge);
+      const moved = r === null ? fs.rm(join(this.dir, n)) : r[0] === n ? null : fs.rename(join(this.dir, n), join(this.dir, r[0]));
+      if (moved && !(await moved.then(() => true, () => false))) continue; // another process took it first
+      if (r) ready.push([r[0], r[1], meta.reports]);
+      else this.counters.expiredReports += meta.reports;
+    }
+    for (const [n, created, reports] of ready) {
       const claimed = join(this.dir, `${n}.${process.pid}.${randomBytes(3).toString("hex")}${CLAIM_SUFFIX}`);
       try {
         await fs.rename(join(this.dir, n), claimed);
@@ -138,10 +147,8 @@ export class FileOutbox implements Outbox {
       }
       const t = new Date();
       await fs.utimes(claimed, t, t).catch(() => undefined); // the claim's age starts now
-      const stem = n.slice(0, -BATCH_SUFFIX.length);
-      const meta = parseBatchName(stem) as { created: number; reports: number };
       const body = new Uint8Array(await fs.readFile(claimed));
-      return { name: claimed, body, reports: meta.reports, created: meta.created };
+      return { name: claimed, body, reports, created };
     }
     return null;
   }

@@ -128,6 +128,18 @@ internal fun overCaps(created: LongArray, sizes: LongArray, limits: OutboxLimits
     return expired to dropped
 }
 
+/**
+ * A waiting batch seen by a claim at wall time [now] (ms): its name and date, a date after [now]
+ * (built under a clock that ran ahead, since set right) re-dated to [now] — the outbox stores the
+ * new name, so dates only move back — or null when it is older than [maxAge] (expired).
+ * conformance/vectors/outbox.json; docs/privacy.md, "Clock errors".
+ */
+internal fun redate(name: String, created: Long, now: Long, maxAge: Long): Pair<String, Long>? = when {
+    now - created > maxAge -> null
+    created > now -> (Json.pad((now * 1000).toString(), 17) + name.substring(17)) to now
+    else -> name to created
+}
+
 /** Outbox entry names: `<created µs, 17 digits>-<reports>-<batch id hex>`, sorting oldest first. */
 internal fun batchName(created: Long, reports: Int, batchId: ByteArray): String =
     Json.pad((created * 1000).toString(), 17) + "-" + reports + "-" + Hashing.hex(batchId)
@@ -413,11 +425,18 @@ class FileOutbox(val dir: File, private val limits: OutboxLimits = OutboxLimits(
             val f = File(dir, c)
             if (now - f.lastModified() > CLAIM_TIMEOUT) f.renameTo(File(dir, c.before(SUFFIX) + SUFFIX))
         }
-        for (n in waiting()) {
+        val ready = ArrayList<Triple<String, Long, Int>>()
+        for (n in waiting()) {   // every waiting batch: re-dated (renamed) or expired (redate)
+            val (created, reports) = parseBatchName(n.dropSuffix(SUFFIX))!!
+            val r = redate(n, created, now, limits.maxAge)
+            if (r == null) { if (File(dir, n).delete()) expiredReports += reports; continue }
+            if (r.first != n && !File(dir, n).renameTo(File(dir, r.first))) continue   // another process took it
+            ready.add(Triple(r.first, r.second, reports))
+        }
+        for ((n, created, reports) in ready) {
             val claimed = File(dir, "$n.${Hashing.hex(ByteArray(3).also { random.nextBytes(it) })}$CLAIMED")
             if (!File(dir, n).renameTo(claimed)) continue   // another process claimed (or finished) it first
             claimed.setLastModified(now)                   // the claim's age starts now
-            val (created, reports) = parseBatchName(n.dropSuffix(SUFFIX))!!
             val raw = Files.readOrNull(claimed) ?: continue
             return storedBatch(claimed.path, raw, reports, created)
         }

@@ -79,14 +79,17 @@ class MemoryOutbox(private val limits: OutboxLimits = OutboxLimits()) : Outbox {
     }
 
     @Synchronized override fun claim(now: Long): StoredBatch? {
-        for (e in entries) {
+        var pick: Entry? = null
+        for (e in entries.toList()) {   // every waiting batch: re-dated or expired (as FileOutbox)
             val at = e.claimedAt
-            if (at == null || now - at > 120_000) {
-                e.claimedAt = now
-                return e.batch
-            }
+            if (at != null && now - at <= 120_000) continue
+            val b = e.batch
+            val r = dev.ldptelemetry.sdk.redate(b.name, b.created, now, limits.maxAge)
+            if (r == null) { expiredReports += b.reports; entries.remove(e); continue }
+            if (r.first != b.name) entries[entries.indexOf(e)] = Entry(StoredBatch(r.first, b.body, b.reports, r.second).also { it.sealed = b.sealed }, at)
+            if (pick == null) pick = entries.first { it.batch.name == r.first }
         }
-        return null
+        return pick?.also { it.claimedAt = now }?.batch
     }
 
     @Synchronized override fun release(batch: StoredBatch) {
