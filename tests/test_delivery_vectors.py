@@ -3,7 +3,7 @@
 reports, flushes, and a scripted collector or shuffler answers its POSTs; which answers settle a
 batch, what is sent again (the same bytes, or the survivors under a new id, never re-randomised),
 what flush() returns and what is counted. The TypeScript SDK runs the same file
-(client_sdk/js/test/delivery.test.ts); the Kotlin SDK is to follow."""
+(client_sdk/js/test/delivery.test.ts), the Kotlin SDK's DeliveryTest (tests/test_jvm_sdk.py)."""
 
 from __future__ import annotations
 
