@@ -3,7 +3,7 @@
 reports, flushes, and a scripted collector or shuffler answers its POSTs; which answers settle a
 batch, what is sent again (the same bytes, or the survivors under a new id, never re-randomised),
 what flush() returns and what is counted. The TypeScript SDK runs the same file
-(client_sdk/js/test/delivery.test.ts); the Kotlin SDK is to follow."""
+(client_sdk/js/test/delivery.test.ts), the Kotlin SDK's DeliveryTest (tests/test_jvm_sdk.py)."""
 
 from __future__ import annotations
 
@@ -101,18 +101,14 @@ class ShufflerSending:
         """Nothing to release."""
 
 
-@pytest.mark.parametrize("case", VECTORS["conversations"], ids=lambda c: c["name"][:60])
-def test_conversation(case: dict, tmp_path: Path) -> None:
-    registry = parse_registry(generate.DELIVERY_TOML, "conformance/delivery")
-    assert json.loads(json.dumps(registry.to_json())) == VECTORS["registry"]
-    scripted = Scripted(case["answers"], case["sending"] == "shuffler")
-    client = TelemetryClient(registry=registry, state_dir=tmp_path, transport=scripted,
-                             retry=RetryPolicy(**VECTORS["policy"]), batch_size=100, max_batch_age=3600)
+def converse(case: dict, client: TelemetryClient, sender: Any = None) -> None:
+    """Report the vectors' values, flush, and check flush(), the counters and the stale metrics;
+    ``sender`` replaces the uploader's sealer (shuffler sending) before anything is sent."""
     try:
         for metric, value in VECTORS["reports"]:
             assert client.report(metric, value)
-        if case["sending"] == "shuffler":
-            client._uploader.batcher.sealer = ShufflerSending(scripted)
+        if sender is not None:
+            client._uploader.batcher.sealer = sender
         assert client.flush(timeout=30) is case["flush"]
         stats = client.stats()
         for name in ("reports_acked", "reports_rejected", "duplicates"):
@@ -121,12 +117,63 @@ def test_conversation(case: dict, tmp_path: Path) -> None:
             assert client.report(metric, value) is (metric not in case["stale_metrics"]), metric
     finally:
         client.close(timeout=0.5)
+
+
+@pytest.mark.parametrize("case", VECTORS["conversations"], ids=lambda c: c["name"][:60])
+def test_conversation(case: dict, tmp_path: Path) -> None:
+    registry = parse_registry(generate.DELIVERY_TOML, "conformance/delivery")
+    assert json.loads(json.dumps(registry.to_json())) == VECTORS["registry"]
+    scripted = Scripted(case["answers"], case["sending"] == "shuffler")
+    converse(case, TelemetryClient(registry=registry, state_dir=tmp_path, transport=scripted,
+                                   retry=RetryPolicy(**VECTORS["policy"]), batch_size=100, max_batch_age=3600),
+             ShufflerSending(scripted) if case["sending"] == "shuffler" else None)
     check_posts(case, [body for _, body in scripted.posts[:len(case["posts"])]])
     assert len(scripted.posts) >= len(case["posts"])
     times = [t for t, _ in scripted.posts]
     for index, gap in case["min_gap"].items():
         i = int(index)
         assert times[i] - times[i - 1] >= gap - 0.01, f"POST {i} came {times[i] - times[i - 1]:.3f} s after"
+
+
+SEALABLE = [c for c in VECTORS["conversations"] if c["sending"] == "plain"]
+
+
+@pytest.mark.parametrize("case", SEALABLE, ids=lambda c: c["name"][:60])
+def test_conversation_sealed(case: dict, tmp_path: Path) -> None:
+    """The same conversation sealed to a gateway (Seal.gateway()): each answer is the collector's
+    answer inside the encapsulated response ('drop': no outer response), so the same rules hold,
+    and a resend is the same envelope byte for byte."""
+    from client_sdk import Seal, ohttp
+    from client_sdk.testing import FakeCollector, MemoryTransport
+
+    registry = parse_registry(generate.DELIVERY_TOML, "conformance/delivery")
+    gateway = FakeCollector(registry, gateway_keys=[ohttp.PrivateKey.generate(3)])
+    answers = list(case["answers"])
+    inner: list[tuple[float, bytes]] = []
+
+    def respond(batch: bytes) -> Response | None:
+        inner.append((time.monotonic(), batch))
+        answer = answers.pop(0) if answers else None
+        if answer == "drop":
+            raise TransportError("connection dropped (scripted)")
+        return None if answer is None else Response(answer["status"], answer["headers"], answer["body"].encode())
+
+    gateway.respond = respond
+    converse(case, TelemetryClient(registry=registry, state_dir=tmp_path, transport=MemoryTransport(gateway),
+                                   retry=RetryPolicy(**VECTORS["policy"]), batch_size=100, max_batch_age=3600,
+                                   seal=Seal.gateway()))
+    n = len(case["posts"])
+    assert len(gateway.envelopes) >= n and len(inner) >= n
+    envelopes = gateway.envelopes[:n]
+    check_posts(case, [batch for _, batch in inner[:n]])
+    for i, post in enumerate(case["posts"]):   # posts are in arrival order: any_order cases have no repeats
+        if post["same_bytes_as"] is not None:
+            assert envelopes[i] == envelopes[post["same_bytes_as"]], f"POST {i}: a resend is the same envelope"
+        else:
+            assert all(envelopes[i] != e for e in envelopes[:i]), f"POST {i}: a new batch, a new envelope"
+    for index, gap in case["min_gap"].items():
+        i = int(index)
+        assert inner[i][0] - inner[i - 1][0] >= gap - 0.01
 
 
 def check_posts(case: dict, bodies: list[bytes]) -> None:

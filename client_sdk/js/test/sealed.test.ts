@@ -8,8 +8,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { Aes128Gcm, CipherSuite, DhkemX25519HkdfSha256, HkdfSha256 } from "@hpke/core";
-
 import { TelemetryClient } from "../src/node.js";
 import {
   GATEWAY_PATH, KEYS_TYPE, KEY_PROBLEM_TYPE, type KeyConfig, aeadSeal, decodeKeyConfigs, decodeResponse, exportSecret,
@@ -21,10 +19,9 @@ import { parseStored } from "../src/stored.js";
 import { Response, type Transport } from "../src/transport.js";
 import { unpack } from "../src/wire.js";
 import { checkSealed, fromHex, toHex } from "./conformance_check.js";
+import { bhttpResponse, cat, extractContent, gatewayKey, keysDoc, sealAnswer, suite, te } from "./gateway.js";
 import { toyRegistry, vectors } from "./support.js";
 
-const te = new TextEncoder();
-const cat = (...p: Uint8Array[]) => Uint8Array.from(p.flatMap((x) => [...x]));
 
 test("HPKE base mode reproduces RFC 9180 A.1.1 (X25519, HKDF-SHA256, AES-128-GCM)", async () => {
   const ctx = await setupBaseS(fromHex("3948cfe0ad1ddb695d780e59077195da6c56506b027329794ab02bca80815c4d"),
@@ -61,39 +58,7 @@ test("the sealed conformance vectors (the checks a browser page runs too)", asyn
   assert.deepEqual(await checkSealed(vectors("sealed.json")), []);
 });
 
-// --- a gateway in the test, on @hpke/core (an independent HPKE implementation) -----------------------------
-const suite = new CipherSuite({ kem: new DhkemX25519HkdfSha256(), kdf: new HkdfSha256(), aead: new Aes128Gcm() });
-
-async function gatewayKey(keyId: number): Promise<{ config: KeyConfig; priv: CryptoKey }> {
-  const kp = await suite.kem.generateKeyPair();
-  const pub = new Uint8Array(await suite.kem.serializePublicKey(kp.publicKey));
-  return { config: { keyId, kemId: 32, publicKey: pub, suites: [[1, 1]] }, priv: kp.privateKey };
-}
-
-function keysDoc(configs: KeyConfig[]): Uint8Array {
-  return cat(...configs.map((c) => {
-    const raw = cat(new Uint8Array([c.keyId, 0, 32]), c.publicKey, new Uint8Array([0, 4, 0, 1, 0, 1]));
-    return cat(new Uint8Array([raw.length >> 8, raw.length & 255]), raw);
-  }));
-}
-
-async function sealAnswer(secret: Uint8Array, enc: Uint8Array, message: Uint8Array): Promise<Uint8Array> {
-  const nonce = crypto.getRandomValues(new Uint8Array(16));
-  const { hmacSha256 } = await import("../src/hashing.js");
-  const prk = hmacSha256(cat(enc, nonce), secret);
-  const key = await crypto.subtle.importKey("raw", hmacSha256(prk, cat(te.encode("key"), new Uint8Array([1]))).slice(0, 16),
-    "AES-GCM", false, ["encrypt"]);
-  const iv = hmacSha256(prk, cat(te.encode("nonce"), new Uint8Array([1]))).slice(0, 12);
-  return cat(nonce, new Uint8Array(await crypto.subtle.encrypt({ name: "AES-GCM", iv }, key, message as unknown as BufferSource)));
-}
-
-/** Known-length Binary HTTP response (status, one content-type, body). */
-function bhttpResponse(status: number, ctype: string, body: Uint8Array): Uint8Array {
-  const lv = (b: Uint8Array) => cat(b.length < 64 ? new Uint8Array([b.length]) : new Uint8Array([0x40 | (b.length >> 8), b.length & 255]), b);
-  const field = cat(lv(te.encode("content-type")), lv(te.encode(ctype)));
-  return cat(new Uint8Array([1, 0x40 | (status >> 8), status & 255]), lv(field), lv(body), new Uint8Array([0]));
-}
-
+// --- a gateway in the test, on @hpke/core (its helpers: test/gateway.ts) ----------------------------------
 class FakeGateway implements Transport {
   keys: Array<{ config: KeyConfig; priv: CryptoKey }> = [];
   posts: Array<{ path: string; headers: Record<string, string>; body: Uint8Array }> = [];
@@ -120,17 +85,6 @@ class FakeGateway implements Transport {
     const ack = te.encode(JSON.stringify({ accepted: (unpack(batch) as { reports: unknown[] }).reports.length, duplicate: false }));
     return new Response(200, { "content-type": "message/ohttp-res" }, await sealAnswer(secret, enc, bhttpResponse(200, "application/json", ack)));
   }
-}
-
-function extractContent(m: Uint8Array): Uint8Array {
-  let pos = 0;
-  const int = () => { const size = 1 << (m[pos] >> 6); let v = m[pos] & 0x3f; for (let i = 1; i < size; i++) v = v * 256 + m[pos + i]; pos += size; return v; };
-  const skip = () => { const len = int(); pos += len; };
-  int();                                // framing
-  for (let i = 0; i < 4; i++) skip();   // method, scheme, authority, path
-  skip();                               // header section
-  const n = int();
-  return m.slice(pos, pos + n);
 }
 
 const REGISTRY = toyRegistry([{ name: "crash", reportsPerWindow: 9 }]);

@@ -34,26 +34,35 @@ public final class StripLocals {
 
     static byte[] strip(byte[] data) throws IOException {
         DataInputStream in = new DataInputStream(new java.io.ByteArrayInputStream(data));
-        ByteArrayOutputStream bytes = new ByteArrayOutputStream(data.length);
-        DataOutputStream out = new DataOutputStream(bytes);
-        out.writeInt(in.readInt());              // magic
-        out.writeInt(in.readInt());              // minor, major
+        int magic = in.readInt();
+        int version = in.readInt();              // minor, major
         int count = in.readUnsignedShort();
-        out.writeShort(count);
         String[] utf8 = new String[count];
+        int[] tags = new int[count];
+        byte[][] entries = new byte[count][];    // each entry's bytes after its tag
+        boolean[] used = new boolean[count];     // UTF-8 entries something kept refers to
         for (int i = 1; i < count; i++) {
             int tag = in.readUnsignedByte();
-            out.writeByte(tag);
+            tags[i] = tag;
+            int size;
             switch (tag) {
-                case 1: { String s = in.readUTF(); utf8[i] = s; out.writeUTF(s); break; }
-                case 3: case 4: out.writeInt(in.readInt()); break;
-                case 5: case 6: out.writeLong(in.readLong()); i++; break;
-                case 7: case 8: case 16: case 19: case 20: out.writeShort(in.readUnsignedShort()); break;
-                case 9: case 10: case 11: case 12: case 17: case 18: out.writeInt(in.readInt()); break;
-                case 15: out.writeByte(in.readUnsignedByte()); out.writeShort(in.readUnsignedShort()); break;
+                case 1: { utf8[i] = in.readUTF(); continue; }
+                case 3: case 4: size = 4; break;
+                case 5: case 6: size = 8; break;
+                case 7: case 8: case 16: case 19: case 20: size = 2; break;
+                case 9: case 10: case 11: case 12: case 17: case 18: size = 4; break;
+                case 15: size = 3; break;
                 default: throw new IOException("constant pool tag " + tag);
             }
+            entries[i] = new byte[size];
+            in.readFully(entries[i]);
+            if (tag == 7 || tag == 8 || tag == 16 || tag == 19 || tag == 20) used[u2(entries[i], 0)] = true;
+            if (tag == 12) { used[u2(entries[i], 0)] = true; used[u2(entries[i], 2)] = true; }
+            if (tag == 5 || tag == 6) i++;
         }
+        ByteArrayOutputStream rest = new ByteArrayOutputStream(data.length);
+        DataOutputStream out = new DataOutputStream(rest);
+        Refs refs = new Refs(used);
         out.writeShort(in.readUnsignedShort());  // access
         out.writeShort(in.readUnsignedShort());  // this
         out.writeShort(in.readUnsignedShort());  // super
@@ -66,18 +75,113 @@ public final class StripLocals {
             for (int i = 0; i < n; i++) {
                 int access = in.readUnsignedShort();
                 out.writeShort(access);
-                out.writeShort(in.readUnsignedShort());
-                out.writeShort(in.readUnsignedShort());
+                int name = in.readUnsignedShort();
+                int descriptor = in.readUnsignedShort();
+                used[name] = used[descriptor] = true;
+                out.writeShort(name);
+                out.writeShort(descriptor);
                 // nullability hints (@NotNull, CLASS retention) serve callers: kept on public and protected members
-                attributes(in, out, utf8, (access & 0x0005) == 0 || (access & 0x1000) != 0);
+                attributes(in, out, utf8, (access & 0x0005) == 0 || (access & 0x1000) != 0, refs);
             }
         }
-        attributes(in, out, utf8, false);
+        attributes(in, out, utf8, false, refs);
         if (in.read() != -1) throw new IOException("trailing bytes");
+        // the names and descriptors only the dropped tables used are left as empty strings (indices stay)
+        ByteArrayOutputStream bytes = new ByteArrayOutputStream(data.length);
+        DataOutputStream head = new DataOutputStream(bytes);
+        head.writeInt(magic);
+        head.writeInt(version);
+        head.writeShort(count);
+        for (int i = 1; i < count; i++) {
+            if (tags[i] == 0) continue;           // the second slot of a long or double
+            head.writeByte(tags[i]);
+            if (tags[i] == 1) head.writeUTF(used[i] || refs.unknown ? utf8[i] : "");
+            else head.write(entries[i]);
+        }
+        head.write(rest.toByteArray());
         return bytes.toByteArray();
     }
 
-    private static void attributes(DataInputStream in, DataOutputStream out, String[] utf8, boolean hidden) throws IOException {
+    private static int u2(byte[] b, int at) {
+        return (b[at] & 0xff) << 8 | (b[at + 1] & 0xff);
+    }
+
+    /** The UTF-8 constants the kept attributes refer to (JVMS §4.7); [unknown]: an attribute this step cannot read was kept. */
+    private static final class Refs {
+        final boolean[] used;
+        boolean unknown;
+
+        Refs(boolean[] used) {
+            this.used = used;
+        }
+
+        void attribute(String name, byte[] body) throws IOException {
+            DataInputStream in = new DataInputStream(new java.io.ByteArrayInputStream(body));
+            switch (name) {
+                case "Signature": case "SourceFile": used[in.readUnsignedShort()] = true; break;
+                case "RuntimeVisibleAnnotations": case "RuntimeInvisibleAnnotations": {
+                    int n = in.readUnsignedShort();
+                    for (int i = 0; i < n; i++) annotation(in);
+                    break;
+                }
+                case "RuntimeVisibleParameterAnnotations": case "RuntimeInvisibleParameterAnnotations": {
+                    int params = in.readUnsignedByte();
+                    for (int p = 0; p < params; p++) {
+                        int n = in.readUnsignedShort();
+                        for (int i = 0; i < n; i++) annotation(in);
+                    }
+                    break;
+                }
+                case "AnnotationDefault": value(in); break;
+                case "InnerClasses": {
+                    int n = in.readUnsignedShort();
+                    for (int i = 0; i < n; i++) {
+                        in.readUnsignedShort();
+                        in.readUnsignedShort();
+                        used[in.readUnsignedShort()] = true;   // the simple name (0: anonymous)
+                        in.readUnsignedShort();
+                    }
+                    break;
+                }
+                case "MethodParameters": {
+                    int n = in.readUnsignedByte();
+                    for (int i = 0; i < n; i++) {
+                        used[in.readUnsignedShort()] = true;
+                        in.readUnsignedShort();
+                    }
+                    break;
+                }
+                // these refer to class, name-and-type, method-handle or loadable entries, never to UTF-8 ones
+                case "Code": case "LineNumberTable": case "StackMapTable": case "BootstrapMethods": case "ConstantValue":
+                case "Exceptions": case "EnclosingMethod": case "NestHost": case "NestMembers": case "PermittedSubclasses":
+                case "Deprecated": case "Synthetic":
+                    break;
+                default: unknown = true;
+            }
+        }
+
+        private void annotation(DataInputStream in) throws IOException {
+            used[in.readUnsignedShort()] = true;     // type
+            int pairs = in.readUnsignedShort();
+            for (int i = 0; i < pairs; i++) {
+                used[in.readUnsignedShort()] = true; // element name
+                value(in);
+            }
+        }
+
+        private void value(DataInputStream in) throws IOException {
+            int tag = in.readUnsignedByte();
+            switch (tag) {
+                case 'e': used[in.readUnsignedShort()] = true; used[in.readUnsignedShort()] = true; break;
+                case '@': annotation(in); break;
+                case '[': { int n = in.readUnsignedShort(); for (int i = 0; i < n; i++) value(in); break; }
+                case 'c': case 's': used[in.readUnsignedShort()] = true; break;
+                default: in.readUnsignedShort();      // B C D F I J S Z: a numeric constant entry
+            }
+        }
+    }
+
+    private static void attributes(DataInputStream in, DataOutputStream out, String[] utf8, boolean hidden, Refs refs) throws IOException {
         int n = in.readUnsignedShort();
         ByteArrayOutputStream kept = new ByteArrayOutputStream();
         DataOutputStream k = new DataOutputStream(kept);
@@ -89,7 +193,9 @@ public final class StripLocals {
             String s = utf8[name];
             if (hidden && ("RuntimeInvisibleAnnotations".equals(s) || "RuntimeInvisibleParameterAnnotations".equals(s))) continue;
             if ("SourceDebugExtension".equals(s)) continue;
-            if ("Code".equals(s)) body = code(body, utf8);
+            if ("Code".equals(s)) body = code(body, utf8, refs);
+            refs.used[name] = true;
+            refs.attribute(s, body);
             k.writeShort(name);
             k.writeInt(body.length);
             k.write(body);
@@ -99,7 +205,7 @@ public final class StripLocals {
         out.write(kept.toByteArray());
     }
 
-    private static byte[] code(byte[] body, String[] utf8) throws IOException {
+    private static byte[] code(byte[] body, String[] utf8, Refs refs) throws IOException {
         DataInputStream in = new DataInputStream(new java.io.ByteArrayInputStream(body));
         ByteArrayOutputStream bytes = new ByteArrayOutputStream(body.length);
         DataOutputStream out = new DataOutputStream(bytes);
@@ -121,6 +227,8 @@ public final class StripLocals {
             in.readFully(a);
             String s = utf8[name];
             if ("LocalVariableTable".equals(s) || "LocalVariableTypeTable".equals(s)) continue;
+            refs.used[name] = true;
+            refs.attribute(s, a);
             k.writeShort(name);
             k.writeInt(a.length);
             k.write(a);

@@ -58,7 +58,7 @@ object Json {
         return sb.append(s).toString()
     }
 
-    private fun <T> container(sb: StringBuilder, open: Char, close: Char, items: List<T>, indent: Int, depth: Int, each: (T) -> Unit) {
+    private inline fun <T> container(sb: StringBuilder, open: Char, close: Char, items: List<T>, indent: Int, depth: Int, each: (T) -> Unit) {
         sb.append(open)
         if (items.isEmpty()) {
             sb.append(close)

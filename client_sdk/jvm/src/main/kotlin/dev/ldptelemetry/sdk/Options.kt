@@ -16,6 +16,12 @@ fun interface Ticker {
     fun nanoTime(): Long
 }
 
+/** The system's clocks, the default [ClientOptions.clock] and [ClientOptions.ticker]: one class, not two lambdas, each of which costs HotSpot a generated class at start-up. */
+internal object SystemClocks : WallClock, Ticker {
+    override fun currentTimeMillis(): Long = System.currentTimeMillis()
+    override fun nanoTime(): Long = System.nanoTime()
+}
+
 /**
  * Every tuning knob of [TelemetryClient], declared once (as client_sdk/options.py). Kotlin:
  * `ClientOptions { endpoint = "https://…"; stateDir = context.filesDir.resolve("ldpt") }`;
@@ -78,8 +84,8 @@ class ClientOptions private constructor(b: Builder) {
         var retry: RetryPolicy = RetryPolicy()
         var outboxLimits: OutboxLimits = OutboxLimits()
         var timeoutMs: Int = 10_000
-        var clock: WallClock = WallClock { System.currentTimeMillis() }
-        var ticker: Ticker = Ticker { System.nanoTime() }
+        var clock: WallClock = SystemClocks
+        var ticker: Ticker = SystemClocks
         var strict: Boolean = false
         var pins: Map<String, String> = noMap()
         var dimensions: Map<String, String> = noMap()

@@ -29,7 +29,10 @@ internal class Context(val device: Device, val metric: String, val day: Long, va
  */
 internal class Device(val secret: ByteArray) {
     private val cache = HashMap<String, Any>()
-    val ledgerKey: ByteArray by lazy { Hashing.ledgerKey(secret) }
+    @Volatile private var derivedKey: ByteArray? = null
+
+    /** The key of the ledger's digests of memoised values (derived on first use; no Lazy: start-up). */
+    val ledgerKey: ByteArray get() = derivedKey ?: Hashing.ledgerKey(secret).also { derivedKey = it }
 
     @Suppress("UNCHECKED_CAST")
     fun <T : Any> cached(key: String, make: () -> T): T {

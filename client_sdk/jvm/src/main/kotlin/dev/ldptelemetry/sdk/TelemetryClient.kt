@@ -36,7 +36,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
     private val csprng = Csprng.random
     private val random: RandomSource = options.random ?: SecureRandomSource(csprng)
     private val transport: Transport = options.transport ?: HttpUrlTransport(options.endpoint!!, options.timeoutMs)
-    private val logger by lazy { Logger.getLogger("dev.ldptelemetry.sdk") }   // java.util.logging loads on the first message
+    @Volatile private var logger: Logger? = null   // java.util.logging loads on the first message
     private val logged = HashSet<String>()
 
     private var store: DeviceStore? = null
@@ -162,7 +162,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
         synchronized(logged) {
             if (logged.size > 100 || !logged.add(message)) return
         }
-        logger.log(Level.WARNING, message)
+        (logger ?: Logger.getLogger("dev.ldptelemetry.sdk").also { logger = it }).log(Level.WARNING, message)
     }
 
     // --- the worker --------------------------------------------------------------------------------------
@@ -819,6 +819,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
             epsilonLongitudinal = rt.epsilonLongitudinal, digest = if (rt.epsilonLongitudinal == null) null else digest,
             reportsPerWindow = rt.reportsPerWindow, lifetimeBudget = rt.lifetimeEpsilon,
             deviceWindowBudget = reg.device?.epsilonPerWindow, deviceLifetimeBudget = reg.device?.lifetimeEpsilon,
+            windowCharges = rt.windowCharges,
         )
     }
 }

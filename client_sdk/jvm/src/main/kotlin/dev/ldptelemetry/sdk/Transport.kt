@@ -54,21 +54,53 @@ class Response(val status: Int, headers: Map<String, String>, val body: ByteArra
     val problemType: String?
         get() = ((json() as? Map<*, *>)?.get("type") as? String)?.substringAfterLast('/')
 
-    /** Seconds to wait from `Retry-After` (delta-seconds or HTTP-date) or the `retry_after` member. */
+    /**
+     * Seconds to wait from `Retry-After` or the problem's `retry_after` member (null: neither). The
+     * header is delay-seconds (ASCII digits, a decimal fraction allowed) or an HTTP-date (RFC 9110
+     * §10.2.3: IMF-fixdate, RFC 850 or asctime; it starts with a day name, and a date in the past
+     * means now); any other value is ignored, as is a member that is not a finite number: garbage
+     * from a proxy must not turn into "retry at once" (conformance/vectors/delivery.json).
+     */
     fun retryAfter(nowMillis: Long): Double? {
-        val raw = headers["retry-after"]?.trim()
+        val raw = headers["retry-after"]
         if (raw != null) {
-            raw.toDoubleOrNull()?.let { if (it.isFinite()) return maxOf(0.0, it) }
-            try {
-                val format = java.text.SimpleDateFormat("EEE, dd MMM yyyy HH:mm:ss zzz", java.util.Locale.US)
-                format.timeZone = java.util.TimeZone.getTimeZone("GMT")
-                return maxOf(0.0, (format.parse(raw).time - nowMillis) / 1000.0)
-            } catch (e: java.text.ParseException) {
-                // not an HTTP-date either: ignored
+            val text = raw.trim()
+            delaySeconds(text)?.let { return it }
+            if (text.length >= 3 && asciiLetter(text[0]) && asciiLetter(text[1]) && asciiLetter(text[2])) {
+                httpDate(text)?.let { return maxOf(0.0, (it - nowMillis) / 1000.0) }
             }
         }
         val member = (json() as? Map<*, *>)?.get("retry_after")
-        return if (member is Number && member !is Boolean && member.toDouble().isFinite()) maxOf(0.0, member.toDouble()) else null
+        return if (member is Number && member.toDouble().isFinite()) maxOf(0.0, member.toDouble()) else null
+    }
+
+    private fun asciiLetter(c: Char): Boolean = c in 'a'..'z' || c in 'A'..'Z'
+
+    private fun digits(s: String, from: Int, to: Int): Boolean {
+        if (from >= to) return false
+        for (i in from until to) if (s[i] !in '0'..'9') return false
+        return true
+    }
+
+    /** "120" or "1.5": digits, then optionally a dot and digits (no sign, exponent, or bare dot). */
+    private fun delaySeconds(text: String): Double? {
+        val dot = text.indexOf('.')
+        val ok = if (dot < 0) digits(text, 0, text.length) else digits(text, 0, dot) && digits(text, dot + 1, text.length)
+        return if (ok) text.toDouble() else null
+    }
+
+    /** Milliseconds since the epoch of an HTTP-date in any of its three forms (always GMT), or null. */
+    private fun httpDate(text: String): Long? {
+        // RFC 9110 §5.6.7: IMF-fixdate, the obsolete RFC 850 form, and ANSI C's asctime()
+        for (pattern in arrayOf("EEE, dd MMM yyyy HH:mm:ss zzz", "EEEE, dd-MMM-yy HH:mm:ss zzz", "EEE MMM d HH:mm:ss yyyy")) {
+            val format = java.text.SimpleDateFormat(pattern, java.util.Locale.US)
+            format.timeZone = java.util.TimeZone.getTimeZone("GMT")
+            format.isLenient = false
+            val at = java.text.ParsePosition(0)
+            val date = format.parse(text, at)
+            if (date != null && at.index == text.length) return date.time
+        }
+        return null
     }
 }
 
@@ -95,6 +127,23 @@ internal object Http {
         t.request("GET", DOMAINS_PATH + java.net.URLEncoder.encode(metric, "UTF-8"), null, DOMAIN_HEADERS)
 
     fun getRegistry(t: Transport): Response = t.request("GET", REGISTRY_PATH, null, REGISTRY_HEADERS)
+
+    /**
+     * A shuffler's answer to a batch as the client settles it (Seal.shuffler): its acknowledgement,
+     * 202 `{"stored": true}`, as the collector's ack of the batch's [reports] (a duplicate counted as
+     * one); any other 2xx — a collector's 200 ack included, which says nothing of the shuffler — as
+     * an answer that is not the collector's (kept, retried with the same bytes); problems and
+     * errors as they are (docs/wire-format.md, "Forwarding: shuffled batches").
+     */
+    fun fromShuffler(resp: Response, reports: Int): Response {
+        val doc = resp.json() as? Map<*, *>
+        if (resp.status == 202 && doc?.get("stored") == true) {
+            val ack = "{\"accepted\": $reports, \"duplicate\": ${doc["duplicate"] == true}, \"shuffled\": true}"
+            return Response(200, mapOfPairs("content-type" to "application/json"), ack.toByteArray(Charsets.UTF_8))
+        }
+        if (resp.status in 200..299) return Response(200, mapOfPairs("content-type" to "text/plain"), "not the shuffler's acknowledgement".toByteArray(Charsets.UTF_8))
+        return resp
+    }
 
     /** Network errors aside: 408, 429 and 5xx are retried; every other status is final. */
     fun isRetryable(status: Int): Boolean = status == 408 || status == 429 || status in 500..599
@@ -190,9 +239,15 @@ class RetryPolicy @JvmOverloads constructor(
     val flushInterval: Double = 1.0,
 ) {
     /** Seconds before attempt [attempt] + 1 (jitter from the CSPRNG, like every SDK draw). */
-    fun delay(attempt: Int, retryAfter: Double?, random: SecureRandom): Double {
+    fun delay(attempt: Int, retryAfter: Double?, random: SecureRandom): Double = delay(attempt, retryAfter, random.nextDouble())
+
+    /** The delay for the jitter draw [u] in [0, 1) (conformance/vectors/delivery.json's retry_delays). */
+    internal fun delay(attempt: Int, retryAfter: Double?, u: Double): Double {
         if (retryAfter != null) return minOf(maxOf(retryAfter, 0.0), maxRetryAfter)
-        val nominal = minOf(maximum, initial * Math.pow(multiplier, maxOf(0, attempt - 1).toDouble()))
-        return nominal / 2 + random.nextDouble() * nominal / 2
+        // after ~1,000 failures (days offline at the defaults) the power overflows: the nominal delay is then
+        // the maximum, and no cap on the exponent (with a multiplier near 1 it would stop the growth early)
+        val power = Math.pow(multiplier, maxOf(0, attempt - 1).toDouble())
+        val nominal = if (power.isInfinite()) maximum else minOf(maximum, initial * power)
+        return nominal / 2 + u * nominal / 2
     }
 }

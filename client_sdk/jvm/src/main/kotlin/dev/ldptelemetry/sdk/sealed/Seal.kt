@@ -89,7 +89,7 @@ class Seal private constructor(
                 resealed = true
                 continue
             }
-            return if (mode == SHUFFLER) shufflerAnswer(resp, batch) else inner(sealed, resp)
+            return if (mode == SHUFFLER) Http.fromShuffler(resp, batch.reports) else inner(sealed, resp)
         }
     }
 
@@ -106,15 +106,6 @@ class Seal private constructor(
         val headers = LinkedHashMap<String, String>()
         for ((k, v) in inner.headers) if (k !in headers) headers[k] = String(v, Charsets.ISO_8859_1)
         return Response(inner.status, headers, inner.content)
-    }
-
-    /** The shuffler's acknowledgement (202 `{"stored": true}`) as the collector's ack of the batch's reports. */
-    private fun shufflerAnswer(resp: Response, batch: StoredBatch): Response {
-        if (resp.status == 202 && (resp.json() as? Map<*, *>)?.get("stored") == true) {
-            val ack = Json.write(linkedMapOf("accepted" to batch.reports.toLong(), "duplicate" to false, "shuffled" to true))
-            return Response(200, mapOf("content-type" to "application/json"), ack.toByteArray(Charsets.UTF_8))
-        }
-        return resp
     }
 
     companion object {
