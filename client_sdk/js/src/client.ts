@@ -33,7 +33,7 @@ import {
   type DeviceStore, type OutboxLimits, type StoredBatch, DEFAULT_OUTBOX_LIMITS, DeviceLedger, StateError, batchName,
 } from "./state.js";
 import {
-  type RetryPolicy, type Transport, DEFAULT_RETRY, DEFAULT_TIMEOUT, Response, TransportError, http,
+  type RetryPolicy, type Transport, DEFAULT_RETRY, DEFAULT_TIMEOUT, FetchTransport, Response, TransportError,
   DOMAINS_PATH, fromCollector, getRegistry, isRetryable, postBatch, retryDelay,
 } from "./transport.js";
 import { type WireReport, type WireValue, batchReports, newBatchId, packBatch } from "./wire.js";
@@ -74,6 +74,8 @@ export interface Platform {
   chargeEarly?: boolean;
   /** The platform's elapsed clock for the ledger's window rule (default: this realm's). */
   elapsed?: ElapsedClock;
+  /** The HTTP transport an `endpoint` gets (default: `fetch`'s; Node: node:http's, httpNode.ts). */
+  http?: new (endpoint: string, timeout: number) => Transport;
 }
 
 export interface ClientOptions {
@@ -192,7 +194,7 @@ export class TelemetryClient {
     this.strict = options.strict ?? false;
     if (this.batchSize < 1) throw new RangeError("batchSize must be >= 1");
     this.transport = options.transport
-      ?? (options.endpoint ? http.make(options.endpoint, options.timeout ?? DEFAULT_TIMEOUT) : null);
+      ?? (options.endpoint ? new (platform.http ?? FetchTransport)(options.endpoint, options.timeout ?? DEFAULT_TIMEOUT) : null);
     if (this.transport === null) throw new TypeError("give endpoint (the collector URL) or transport");
     const limits = options.outboxLimits ?? DEFAULT_OUTBOX_LIMITS;
     this.ready = this.start({ ...options, outboxLimits: limits }, platform);

@@ -10,7 +10,7 @@ import { openBrowserStore } from "./storage/browser.js";
 
 export const browserPlatform: Platform = {
   chargeEarly: true,
-  openStore: (options) => openBrowserStore(options.namespace ?? "default", options.outboxLimits),
+  openStore: (options) => openBrowserStore(options.namespace, options.outboxLimits), // namespace: "default" unless given
   onHide(flush) {
     if (typeof addEventListener !== "function" || typeof document === "undefined") return () => undefined;
     const onVisibility = () => { if (document.visibilityState === "hidden") flush(); };

@@ -14,7 +14,8 @@ import { StateError } from "./state.js";
 import { FileStore } from "./storage/node.js";
 import { http } from "./transport.js";
 
-// every endpoint of a Node app (collector, relay, shuffler) goes through node:http, not fetch
+// every endpoint of a Node app goes through node:http, not fetch: the collector's (nodePlatform.http)
+// and a relay's or shuffler's (sealed delivery builds it with http.make)
 http.make = (endpoint, timeout) => new NodeHttpTransport(endpoint, timeout);
 
 let bootEpoch: string | null | undefined;
@@ -46,6 +47,7 @@ const flushAll = () => { for (const flush of exitHooks) flush(); };
 
 export const nodePlatform: Platform = {
   elapsed: nodeElapsed,
+  http: NodeHttpTransport,
   async openStore(options) {
     const dir = options.stateDir ?? process.env.LDPT_STATE_DIR;
     if (!dir) throw new StateError("give stateDir (where the client secret and privacy ledger live), or store");

@@ -38,7 +38,8 @@ export interface OutboxLimits {
   maxAge: number;
 }
 
-export const DEFAULT_OUTBOX_LIMITS: OutboxLimits = { maxBatches: 1000, maxBytes: 16 * 1024 * 1024, maxAge: 7 * 86_400 };
+/** 1,000 batches, 16 MiB, 7 days (client_sdk/queue.py). */
+export const DEFAULT_OUTBOX_LIMITS: OutboxLimits = { maxBatches: 1000, maxBytes: 16_777_216, maxAge: 604_800 };
 /** A claim older than this (seconds) was abandoned by a tab or process that died: sent again. */
 export const CLAIM_TIMEOUT = 120;
 

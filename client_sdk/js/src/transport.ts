@@ -72,7 +72,8 @@ export function getRegistry(t: Transport): Promise<Response> {
   return t.request("GET", REGISTRY_PATH, undefined, { Accept: "application/json" });
 }
 
-/** The transport an `endpoint` gets: `fetch`; the Node entry installs node:http's (httpNode.ts). */
+/** The transport sealed delivery gives a relay's or shuffler's URL: `fetch`'s; the Node entry
+ *  installs node:http's (httpNode.ts), as its platform's `http` for the collector. */
 export const http = { make: (endpoint: string, timeout: number): Transport => new FetchTransport(endpoint, timeout) };
 
 /** HTTP through the platform's `fetch`. */
