@@ -919,7 +919,8 @@ def _conversations() -> list[dict[str, Any]]:
     case("503 problem: retried, same bytes", "plain", [_problem(503, "overloaded")], again, flush=True, acked=4)
     case("500 without a problem document: 5xx is always retried", "plain",
          [_answer(500, "internal error", "text/plain")], again, flush=True, acked=4)
-    case("408: retried", "plain", [_answer(408, "", "text/plain")], again, flush=True, acked=4)
+    case("408 problem (request-timeout): retried", "plain", [_problem(408, "request-timeout")], again,
+         flush=True, acked=4)
     case("429 with Retry-After: 1 — the next attempt waits at least 1 s, even during a flush", "plain",
          [_problem(429, "rate-limited", retry_after="1")], again, flush=True, acked=4, min_gap={"1": 1.0})
     case("503 whose problem says retry_after 1 (no header): waits at least 1 s", "plain",

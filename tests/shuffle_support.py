@@ -1,27 +1,36 @@
 """Helpers of the shuffler's end-to-end tests and bench: a real `ldpt shuffle` subprocess, a
 collector set up to take shuffled batches, a recording and fault-injecting HTTP proxy between the
-two, and the SDK side (devices in shuffler mode, each envelope recorded as it is acknowledged)."""
+two, and the SDK side (devices in shuffler mode, each envelope recorded as it is acknowledged):
+Python devices through ``RecordingTransport``, Node devices of the built JavaScript SDK in a
+``NodeDevices`` process (client_sdk/js/e2e/node-shuffle.mjs)."""
 
 from __future__ import annotations
 
+import base64
 import http.client
 import http.server
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from collector import ohttp_keys
+from collector.registry_http import registry_representation
 
 from .sdk_support import Collector, wait_until
 
 TOKEN = "shuffler-e2e-token-0123456789abcdef"
+#: The Node driver of shuffler-mode devices (on the built package: `npm run build` in client_sdk/js).
+NODE_DRIVER = Path(__file__).resolve().parent.parent / "client_sdk" / "js" / "e2e" / "node-shuffle.mjs"
 LISTEN = re.compile(r"listening on (http://[^\s/]+)")
 
 
@@ -197,11 +206,13 @@ class Proxy:
 
 
 class RecordingTransport:
-    """Wraps the SDK's transport to the shuffler: the envelopes it acknowledged, in order."""
+    """Wraps the SDK's transport to the shuffler: the envelopes it acknowledged, in order, and the
+    wall-clock time of each acknowledgement (``times``: merged with the Node devices' by time)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.acknowledged: list[bytes] = []
+        self.times: list[float] = []
         self.lock = threading.Lock()
 
     def request(self, method: str, path: str, body: bytes | None = None,
@@ -210,6 +221,7 @@ class RecordingTransport:
         if method == "POST" and resp.status == 202 and body is not None:
             with self.lock:
                 self.acknowledged.append(body)
+                self.times.append(time.time())
         return resp
 
     def close(self) -> None:
@@ -217,3 +229,54 @@ class RecordingTransport:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+def shuffler_keys(shuffler_url: str) -> bytes:
+    """The key configuration the shuffler serves (the collector's), once it has fetched it."""
+    got: list[bytes] = []
+
+    def fetch() -> bool:
+        try:
+            with urllib.request.urlopen(shuffler_url + "/.well-known/ohttp-gateway", timeout=10) as resp:
+                got.append(resp.read())
+                return True
+        except OSError:
+            return False
+    if not wait_until(fetch, 60):
+        raise RuntimeError("the shuffler never served the collector's key configuration")
+    return got[0]
+
+
+class NodeDevices:
+    """Node devices of the real JavaScript SDK in shuffler mode, many in one `node` process
+    (client_sdk/js/e2e/node-shuffle.mjs): device j reports ``values[j]`` of ``metric`` once, sealed
+    to the shuffler at ``shuffler_url``, to the pinned key configuration ``key_config`` (the
+    ``application/ohttp-keys`` bytes the shuffler serves: ``shuffler_keys``); ``result()`` is the
+    driver's JSON document, with ``envelopes`` as (time, bytes) pairs."""
+
+    def __init__(self, tmp_path: Path, shuffler_url: str, key_config: bytes, registry: Any, metric: str,
+                 values: list[str], concurrency: int = 50, envelopes: bool = True) -> None:
+        n = len(list(tmp_path.glob("node-devices-*.json")))
+        #: written by the driver when one of its POSTs to the shuffler failed (the shuffler was down)
+        self.failed = tmp_path / f"node-devices-{n}.failed"
+        spec = {"shuffler": shuffler_url, "keyConfig": base64.b64encode(key_config).decode(),
+                "failedFile": str(self.failed),
+                "registry": json.loads(registry_representation(registry).body),
+                "metric": metric, "values": list(values), "concurrency": concurrency, "envelopes": envelopes}
+        self.spec = tmp_path / f"node-devices-{n}.json"
+        self.spec.write_text(json.dumps(spec), encoding="utf-8")
+        self.proc = subprocess.Popen(["node", str(NODE_DRIVER), str(self.spec)], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+
+    def result(self, timeout: float = 900.0) -> dict[str, Any]:
+        out, err = self.proc.communicate(timeout=timeout)
+        if self.proc.returncode != 0:
+            raise RuntimeError(f"node-shuffle.mjs exited {self.proc.returncode}: {err.strip()[-2000:]}")
+        doc = json.loads(out)
+        doc["envelopes"] = [(t, base64.b64decode(e)) for t, e in doc.get("envelopes", [])]
+        return doc
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()

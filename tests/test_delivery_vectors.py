@@ -101,18 +101,14 @@ class ShufflerSending:
         """Nothing to release."""
 
 
-@pytest.mark.parametrize("case", VECTORS["conversations"], ids=lambda c: c["name"][:60])
-def test_conversation(case: dict, tmp_path: Path) -> None:
-    registry = parse_registry(generate.DELIVERY_TOML, "conformance/delivery")
-    assert json.loads(json.dumps(registry.to_json())) == VECTORS["registry"]
-    scripted = Scripted(case["answers"], case["sending"] == "shuffler")
-    client = TelemetryClient(registry=registry, state_dir=tmp_path, transport=scripted,
-                             retry=RetryPolicy(**VECTORS["policy"]), batch_size=100, max_batch_age=3600)
+def converse(case: dict, client: TelemetryClient, sender: Any = None) -> None:
+    """Report the vectors' values, flush, and check flush(), the counters and the stale metrics;
+    ``sender`` replaces the uploader's sealer (shuffler sending) before anything is sent."""
     try:
         for metric, value in VECTORS["reports"]:
             assert client.report(metric, value)
-        if case["sending"] == "shuffler":
-            client._uploader.batcher.sealer = ShufflerSending(scripted)
+        if sender is not None:
+            client._uploader.batcher.sealer = sender
         assert client.flush(timeout=30) is case["flush"]
         stats = client.stats()
         for name in ("reports_acked", "reports_rejected", "duplicates"):
@@ -121,6 +117,16 @@ def test_conversation(case: dict, tmp_path: Path) -> None:
             assert client.report(metric, value) is (metric not in case["stale_metrics"]), metric
     finally:
         client.close(timeout=0.5)
+
+
+@pytest.mark.parametrize("case", VECTORS["conversations"], ids=lambda c: c["name"][:60])
+def test_conversation(case: dict, tmp_path: Path) -> None:
+    registry = parse_registry(generate.DELIVERY_TOML, "conformance/delivery")
+    assert json.loads(json.dumps(registry.to_json())) == VECTORS["registry"]
+    scripted = Scripted(case["answers"], case["sending"] == "shuffler")
+    converse(case, TelemetryClient(registry=registry, state_dir=tmp_path, transport=scripted,
+                                   retry=RetryPolicy(**VECTORS["policy"]), batch_size=100, max_batch_age=3600),
+             ShufflerSending(scripted) if case["sending"] == "shuffler" else None)
     check_posts(case, [body for _, body in scripted.posts[:len(case["posts"])]])
     assert len(scripted.posts) >= len(case["posts"])
     times = [t for t, _ in scripted.posts]
@@ -153,20 +159,9 @@ def test_conversation_sealed(case: dict, tmp_path: Path) -> None:
         return None if answer is None else Response(answer["status"], answer["headers"], answer["body"].encode())
 
     gateway.respond = respond
-    client = TelemetryClient(registry=registry, state_dir=tmp_path, transport=MemoryTransport(gateway),
-                             retry=RetryPolicy(**VECTORS["policy"]), batch_size=100, max_batch_age=3600,
-                             seal=Seal.gateway())
-    try:
-        for metric, value in VECTORS["reports"]:
-            assert client.report(metric, value)
-        assert client.flush(timeout=30) is case["flush"]
-        stats = client.stats()
-        for name in ("reports_acked", "reports_rejected", "duplicates"):
-            assert stats[name] == case[name], name
-        for metric, value in VECTORS["reports"]:
-            assert client.report(metric, value) is (metric not in case["stale_metrics"]), metric
-    finally:
-        client.close(timeout=0.5)
+    converse(case, TelemetryClient(registry=registry, state_dir=tmp_path, transport=MemoryTransport(gateway),
+                                   retry=RetryPolicy(**VECTORS["policy"]), batch_size=100, max_batch_age=3600,
+                                   seal=Seal.gateway()))
     n = len(case["posts"])
     assert len(gateway.envelopes) >= n and len(inner) >= n
     envelopes = gateway.envelopes[:n]

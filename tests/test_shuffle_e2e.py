@@ -1,11 +1,13 @@
-"""End to end (issue 28's bars, at CI size): devices of the real Python SDK in shuffler mode →
-`ldpt shuffle` → `ldpt serve`. The collector's request records hold only the shuffler's address;
-the order it forwards is independent of the order envelopes arrived (a permutation test); the
-estimates cover the truth; and SIGKILLs of shuffler and collector at several points lose and
-duplicate nothing — the stored totals equal the acknowledged envelopes exactly.
+"""End to end (issue 28's bars, at CI size): devices of the real Python SDK and of the real
+JavaScript SDK in Node (client_sdk/js/e2e/node-shuffle.mjs, many devices in one process), both in
+shuffler mode and at the same time → `ldpt shuffle` → `ldpt serve`. The collector's request
+records hold only the shuffler's address; the order it forwards is independent of the order
+envelopes arrived from either SDK (a permutation test); the estimates cover the truth of both
+populations; and SIGKILLs of shuffler and collector at several points, while devices of both SDKs
+send, lose and duplicate nothing — the stored totals equal the acknowledged envelopes exactly.
 
-(bench/shuffle_e2e.py runs the same chain with 20,000 Python devices and prints the figures of
-docs/benchmarks.md. The Node SDK's sealed shuffler mode is not driven through this chain yet.)
+(bench/shuffle_e2e.py runs the same chain with 20,000 devices of the two SDKs and prints the
+figures of docs/benchmarks.md.)
 """
 
 from __future__ import annotations
@@ -27,8 +29,16 @@ from client_sdk.transport import HTTPTransport
 from collector.storage.sqlite import SQLiteStore
 from estimators.frequency import estimate_frame
 
+from .js_runtime_support import built_sdk
 from .sdk_support import wait_until
-from .shuffle_support import Proxy, RecordingTransport, Shuffler, collector_for_shuffling
+from .shuffle_support import (
+    NodeDevices,
+    Proxy,
+    RecordingTransport,
+    Shuffler,
+    collector_for_shuffling,
+    shuffler_keys,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -138,24 +148,33 @@ def forwarded_batches(proxy: Proxy) -> list[list[bytes]]:
     return out
 
 
-def test_python_devices_through_the_shuffler_hide_address_and_order_and_estimates_cover_the_truth(tmp_path):
-    devices_n, batch = 2000, 400
+def test_python_and_node_devices_through_the_shuffler_hide_address_and_order_and_estimates_cover_the_truth(tmp_path):
+    built_sdk()
+    devices_n, node_n, batch = 2000, 800, 400          # devices [0, node_n) are Node's, the rest Python's
     rng = np.random.default_rng(28)
     labels = rng.choice(3, size=devices_n, p=[0.55, 0.3, 0.15])
     registry = parse_registry(REGISTRY)
     collector = collector_for_shuffling(tmp_path, REGISTRY).start()
+    node = None
     try:
         with Proxy(lambda: collector.url) as proxy:       # the shuffler's egress, from 127.0.0.3
             shuffler = Shuffler(tmp_path, proxy.url, {"min_batch": batch // 2, "max_batch": batch,
                                                       "max_delay": 3600.0}).start()
             try:
+                node = NodeDevices(tmp_path, shuffler.url, shuffler_keys(shuffler.url), registry, "theme",
+                                   [THEMES[i] for i in labels[:node_n]])
                 devices = Devices(shuffler, registry)
-                devices.report(labels)
+                devices.report(labels[node_n:])
                 assert devices.flush(300)
-                assert devices.acked == devices_n
+                from_node = node.result()
+                assert from_node["devices"] == from_node["flushed"] == from_node["acked"] == node_n, from_node
+                assert from_node["disabled"] == [] and len(from_node["envelopes"]) == node_n
+                assert devices.acked == devices_n - node_n
                 assert wait_until(lambda: drained(shuffler), 120)
                 devices.close()
             finally:
+                if node is not None:
+                    node.kill()
                 assert shuffler.stop() == 0
     finally:
         collector.stop()
@@ -176,42 +195,53 @@ def test_python_devices_through_the_shuffler_hide_address_and_order_and_estimate
     assert {(m, p) for _, m, p in requests} <= {("POST", "/v1/shuffled-batches"), ("GET", "/.well-known/ohttp-gateway")}
     logged = [line for line in shuffler.log.read_text(errors="replace").splitlines() if "listening on" not in line]
     assert logged and not any("127.0.0.1" in line for line in logged)      # no device address logged
-    # order: independent of arrival within each batch (size α = 0.01); the identity order is rejected
+    # order: independent of arrival within each batch (size α = 0.01); the identity order is rejected.
+    # Arrival: both SDKs' acknowledgements merged by their wall-clock times
+    answered = sorted([*zip(devices.recording.times, devices.recording.acknowledged), *from_node["envelopes"]])
     arrival: dict[bytes, int] = {}
-    for envelope in devices.recording.acknowledged:
+    for _, envelope in answered:
         arrival.setdefault(envelope, len(arrival))
+    assert len(arrival) == devices_n
     batches = forwarded_batches(proxy)
-    assert sorted(e for b in batches for e in b) == sorted(arrival)
+    assert sorted(e for b in batches for e in b) == sorted(arrival)     # every Node and Python envelope
+    node_envelopes = {e for _, e in from_node["envelopes"]}
+    assert sum(e in node_envelopes for b in batches for e in b) == node_n
     p_shuffled = permutation_test(batches, arrival, np.random.default_rng(1))
     p_identity = permutation_test([sorted(b, key=arrival.get) for b in batches], arrival, np.random.default_rng(2))
     assert p_shuffled > ALPHA, p_shuffled
     assert p_identity <= 1.0 / (1 + PERMUTATIONS) + 1e-12
     assert all(b"secret-theme" not in body for body in proxy.forwarded)
-    # the estimates cover the truth
+    # the estimates cover the truth (both SDKs' devices)
     df = estimate_frame(spec, load_sketch(spec, str(collector.db), None, None, None), confidence=0.9999)
     truth = {THEMES[i]: int((labels == i).sum()) for i in range(3)}
     assert all(lo <= truth[v] <= hi for v, lo, hi in zip(df["value"], df["ci_low"], df["ci_high"])), df
 
 
 def test_sigkill_of_shuffler_and_collector_loses_and_duplicates_nothing(tmp_path):
-    devices_n, batch = 1200, 200
+    built_sdk()
+    # Python devices [0, 1200); Node devices: 300 sending beside the first Python ones, and 300
+    # more started the moment the shuffler is killed (they find it down and retry)
+    python_n, node_n, batch = 1200, 600, 200
+    devices_n = python_n + node_n
     rng = np.random.default_rng(29)
     labels = rng.choice(3, size=devices_n)
     registry = parse_registry(REGISTRY)
     collector = collector_for_shuffling(tmp_path, REGISTRY).start()
     kills: list[str] = []
+    nodes: list[NodeDevices] = []
     try:
         with Proxy(lambda: collector.url) as proxy:
             shuffler = Shuffler(tmp_path, proxy.url, {"min_batch": batch, "max_batch": batch,
                                                       "max_delay": 3600.0}).start()
             restarting = threading.Lock()
 
-            def restart_later(proc) -> None:  # noqa: ANN001
+            def restart_later(proc, after=lambda: True) -> None:  # noqa: ANN001
                 restarting.acquire()          # held until it serves again: one fault at a time
 
                 def run() -> None:
                     try:
                         time.sleep(0.3)
+                        wait_until(after, 60)
                         proc.start()
                     finally:
                         restarting.release()
@@ -241,25 +271,37 @@ def test_sigkill_of_shuffler_and_collector_loses_and_duplicates_nothing(tmp_path
                 return False
 
             proxy.fault = fault
+            keys = shuffler_keys(shuffler.url)
+            node_values = [THEMES[i] for i in labels[python_n:]]
+            nodes.append(NodeDevices(tmp_path, shuffler.url, keys, registry, "theme", node_values[:node_n // 2],
+                                     concurrency=10, envelopes=False))
             devices = Devices(shuffler, registry)
             devices.report(labels[:500])
             assert wait_until(lambda: devices.acked >= 300, 120)
             kills.append("shuffler-while-devices-send")
             shuffler.kill()                                  # devices retry the same envelopes
-            restart_later(shuffler)
-            devices.report(labels[500:])
+            nodes.append(NodeDevices(tmp_path, shuffler.url, keys, registry, "theme", node_values[node_n // 2:],
+                                     envelopes=False))
+            restart_later(shuffler, nodes[-1].failed.exists)     # once a Node device found it down
+            devices.report(labels[500:python_n])
             assert devices.flush(300)
-            assert devices.acked == devices_n
+            assert devices.acked == python_n
+            from_node = [n.result() for n in nodes]
+            assert [r["acked"] for r in from_node] == [r["flushed"] for r in from_node] == [node_n // 2] * 2, from_node
+            assert nodes[1].failed.exists() and from_node[1]["retries"] >= 1, from_node
             assert wait_until(lambda: not restarting.locked() and drained(shuffler), 180)
             devices.close()
             assert shuffler.stop() == 0
     finally:
+        for n in nodes:
+            n.kill()
         collector.stop()
     assert sorted(kills) == ["collector-down", "collector-mid-batch", "shuffler-after-commit",
                              "shuffler-while-devices-send"], kills
     spec = registry.get("theme")
     sketch, ids, forwarded, records = store_state(collector.db, spec)
-    assert int(sketch.reports.sum()) == devices.acked == devices_n     # nothing lost, nothing twice
+    acked = devices.acked + sum(r["acked"] for r in from_node)
+    assert int(sketch.reports.sum()) == acked == devices_n             # nothing lost, nothing twice
     assert ids == devices_n and forwarded == devices_n // batch
     (record,) = records
     assert (record.reports, record.envelopes, record.batches, record.smallest_batch) == \

@@ -285,6 +285,8 @@ async function metricSections(view, ctx) {
   let est = { estimates: [] };
   try {
     est = await apiJson(`${base}/estimates?${qs({ window: latest, format: "json" })}`, body ? { window: latest, ...body } : undefined);
+    const claim = centralClaim(est.meta.privacy);
+    if (claim) latestTable.append(claim);
     if (joint) jointSections(view, latestTable, est, ctx); else latestTable.append(estimateTable(est, metric));
   } catch (err) {
     if (err instanceof ApiError && err.status === 401) throw err;
@@ -398,6 +400,20 @@ function valuePicker(rows, noun = "value") {
     for (const b of boxes) b.disabled = !b.checked && ticked.length >= SERIES_MAX;
   });
   return { node, chosen: () => boxes.filter((b) => b.checked).map((b) => b.value) };
+}
+
+// The window's central (ε, δ) next to the local ε (meta.privacy, collector/claims.py), where the
+// estimate states one: its reports came through a shuffler, or the metric requires one. Absent
+// otherwise: the header's ε is then the only claim.
+function centralClaim(privacy) {
+  const row = privacy && privacy.windows && privacy.windows[0];
+  if (!row) return null;
+  const local = `each report's local ε = ${row.local_epsilon.toPrecision(3)}`;
+  const text = row.amplified
+    ? `central (ε, δ) = (${row.epsilon.toPrecision(3)}, ${row.delta.toExponential(0)}) for this window by ${row.theorem}; ` +
+      `${row.reason}; ${local}, all that holds if the shuffler and the collector collude`
+    : `central ε: none for this window (${row.reason}); ${local} stands`;
+  return el("p", { class: "meta", id: "central-claim", "data-amplified": row.amplified ? "1" : "0", text });
 }
 
 function estimateTable(doc, metric) {
