@@ -54,7 +54,7 @@ def check(file: str, max_segments: int | None) -> None:
             g = spec.protocol_impl.params.g
             click.echo(f"{spec.name}: loloha memoises per hashed value: at most g = {g} x eps inf = "
                        f"{g * spec.protocol_impl.epsilon_longitudinal:.4f} over the lifetime")
-    for line in device_warnings(registry) + memo_window_warnings(registry):
+    for line in device_warnings(registry) + memo_window_notes(registry):
         click.echo(line, err=True)
     check_dimensions(registry, file)
     check_segment_cap(registry, max_segments)
@@ -146,7 +146,8 @@ def device_warnings(registry) -> list[str]:
     """Warn when the metrics' per-window sum exceeds the [device] cap, naming what goes unsent.
     (A cap below one report of some metric is refused by the registry itself.)
 
-    Each metric may charge eps/report x reports_per_window in a window; the ledger refuses the
+    Each metric may charge its window charge of reports_per_window reports in a window
+    (``window_charge``); the ledger refuses the
     reports that would exceed ``epsilon_per_window``, first come first served. Listed in file
     order: which metrics fit if they report in that order, and which are then refused.
     """
@@ -155,7 +156,7 @@ def device_warnings(registry) -> list[str]:
     if device is None:
         return out
     cap = device.epsilon_per_window
-    demand = [(spec.name, spec.protocol_impl.epsilon * spec.reports_per_window) for spec in registry]
+    demand = [(spec.name, window_charge(spec)) for spec in registry]
     total = sum(e for _, e in demand)
     if cap is not None:
         out.append(f"[device] epsilon_per_window = {cap:g}; the metrics may charge {total:.4g} per window")
@@ -175,23 +176,26 @@ def device_warnings(registry) -> list[str]:
     return out
 
 
-def memo_window_warnings(registry) -> list[str]:  # noqa: ANN001 - a Registry
-    """Warn where a memoised metric's reports_per_window reports in one window reveal more than
-    the r·ε₁ the ledger charges for them: they share the memoised response, so they do not
-    compose (estimators/window_epsilon.py; docs/privacy.md, "Memoisation")."""
-    from estimators.window_epsilon import window_epsilon
+def window_charge(spec) -> float:  # noqa: ANN001 - a MetricSpec
+    """What the ledger charges reports_per_window reports of ``spec`` in one window: r·ε₁, or
+    C(r) where reports sharing a memoised response reveal more (client_sdk.window_charge)."""
+    r, charges = int(spec.reports_per_window), spec.window_charges
+    return spec.protocol_impl.epsilon * r if charges is None else charges.total(r)
 
+
+def memo_window_notes(registry) -> list[str]:  # noqa: ANN001 - a Registry
+    """Say where a memoised metric's reports_per_window reports in one window reveal more than
+    r·ε₁ (they share the memoised response, so they do not compose) and what the ledger charges
+    for them instead (client_sdk.window_charge; docs/privacy.md, "Memoisation")."""
     out = []
     for spec in registry:
-        r, proto = int(spec.reports_per_window), spec.protocol_impl
-        if r < 2 or proto.name not in ("lgrr", "loloha", "losue", "dbitflip"):
+        r, charges = int(spec.reports_per_window), spec.window_charges
+        if charges is None:
             continue
-        exact, charged = window_epsilon(proto, r), r * proto.epsilon
-        if exact > charged * (1 + 1e-6):
-            out.append(f"warning: {spec.name}: {r} reports in one window share the memoised response and "
-                       f"reveal up to eps {exact:.4g}, more than the {charged:.4g} (r x eps/report) the "
-                       "ledger charges; use reports_per_window = 1, or plan the [device] caps with eps "
-                       f"{exact:.4g} per window (docs/privacy.md, \"Memoisation\")")
+        out.append(f"note: {spec.name}: {r} reports in one window share the memoised response and "
+                   f"reveal up to eps {charges.total(r):.4g}, more than {r} x eps/report "
+                   f"({r * spec.protocol_impl.epsilon:.4g}); the ledger charges eps {charges.total(r):.4g} "
+                   "per window for them (docs/privacy.md, \"Memoisation\")")
     return out
 
 

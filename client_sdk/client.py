@@ -134,7 +134,7 @@ class _Metric:
 
     __slots__ = ("name", "spec", "proto", "kind", "fingerprint", "index", "string", "max_bytes", "eps", "eps_inf",
                  "memoised", "rpw", "budget", "uses_cohorts", "m", "numeric", "lo", "hi", "scale",
-                 "inner_edges", "labels", "two_round", "dev_window", "dev_lifetime")
+                 "inner_edges", "labels", "two_round", "dev_window", "dev_lifetime", "window_charges")
 
     def __init__(self, spec: MetricSpec, device: DeviceBudget | None = None) -> None:
         proto = spec.protocol_impl
@@ -147,6 +147,7 @@ class _Metric:
         self.eps_inf = proto.epsilon_longitudinal
         self.memoised = self.eps_inf is not None
         self.rpw = spec.reports_per_window
+        self.window_charges = spec.window_charges   # None but for a GRR memo at r > 1
         self.budget = spec.lifetime_epsilon
         self.uses_cohorts = bool(getattr(proto, "uses_cohorts", False)) and not self.string
         self.m = proto.cohorts
@@ -531,7 +532,7 @@ class ClientCore:
             key = rt.proto.memo_key(idx, self._secret, rt.name)  # type: ignore[attr-defined]
         charge = Charge(rt.name, rt.fingerprint, day_of(now), rt.eps, rt.eps_inf,
                         value_digest(self._lkey, rt.fingerprint, key) if rt.memoised else None,  # type: ignore[arg-type]
-                        rt.rpw, rt.budget, rt.dev_window, rt.dev_lifetime)
+                        rt.rpw, rt.budget, rt.dev_window, rt.dev_lifetime, rt.window_charges)
         with self._lock:
             refusal = apply(self._mirror, charge, self._elapsed())   # reserve in the mirror of the ledger
             if refusal is None:

@@ -96,6 +96,9 @@ def encoder_block(spec: Any) -> dict[str, Any]:
         block["edges"] = [float(e) for e in spec.edges]
     if spec.is_mean:
         block["range"] = list(spec.bounds)
+    charges = getattr(spec, "window_charges", None)
+    if charges is not None:   # a GRR memo (lgrr, loloha) at reports_per_window > 1 (client_sdk.window_charge)
+        block["window_charges"] = charges.to_json()
     return block
 
 

@@ -10,7 +10,10 @@ What a report costs (docs/math.md §10):
 - a protocol without memoisation (rr, grr, oue, ...): ε per report, in the window and over
   the lifetime — T reports compose to T·ε;
 - a memoised protocol (RAPPOR: the permanent randomised response is a deterministic function
-  of secret, metric and value): ε₁ per report in the window, and ε∞ over the lifetime the
+  of secret, metric and value): in the window, what its reports there reveal together — ε₁ per
+  report where that composes (a symmetric memo, one report per window), else the window charges
+  C(k) of k reports (client_sdk.window_charge: r reports sharing a GRR memo reveal more
+  than r·ε₁); and ε∞ over the lifetime the
   first time a *distinct* value is reported — any number of reports of one value cost at most
   ε∞, so the lifetime spend is (number of distinct values) × ε∞. Distinct values are
   recognised by a keyed digest HMAC(secret, fingerprint‖value) (client_sdk.state), never by
@@ -66,6 +69,7 @@ from .device_clock import (
     system_elapsed,
 )
 from .errors import LedgerError
+from .window_charge import WindowCharges, next_charge
 
 LEDGER_FILE = "ledger.json"
 LOCK_FILE = "ledger.lock"
@@ -133,6 +137,7 @@ class Charge(NamedTuple):
     lifetime_budget: float | None = None
     device_window_budget: float | None = None     # [device] epsilon_per_window
     device_lifetime_budget: float | None = None   # [device] lifetime_epsilon
+    window_charges: WindowCharges | None = None   # memoised, r reports > r·ε₁: C(k) (window_charge)
 
     @property
     def memoised(self) -> bool:
@@ -269,6 +274,16 @@ def lifetime_cost(account: MetricAccount | None, charge: Charge) -> float:
     return 0.0 if seen else float(charge.epsilon_longitudinal)  # type: ignore[arg-type]
 
 
+def window_cost(account: MetricAccount | None, charge: Charge) -> float:
+    """Window epsilon this report adds: ε, or with ``window_charges`` what brings the window's
+    spend of n reports to C(n + 1) (client_sdk.window_charge.next_charge)."""
+    if charge.window_charges is None:
+        return charge.epsilon
+    if account is None or window_name(charge.day) > account.window:
+        return next_charge(charge.window_charges, charge.epsilon, 0, 0.0)
+    return next_charge(charge.window_charges, charge.epsilon, account.window_reports, account.window_epsilon)
+
+
 def device_totals(accounts: Mapping[str, MetricAccount], window: str) -> tuple[float, float]:
     """(epsilon charged in ``window``, lifetime epsilon) summed over every metric of the device."""
     in_window = sum(a.window_epsilon for a in accounts.values() if a.window == window)
@@ -314,7 +329,8 @@ def decide_device(accounts: Mapping[str, MetricAccount], charge: Charge) -> Refu
         return None
     window_spent, lifetime_spent = device_totals(accounts, window_name(charge.day))
     if charge.device_window_budget is not None \
-            and window_spent + charge.epsilon > charge.device_window_budget * (1 + BUDGET_SLACK):
+            and window_spent + window_cost(accounts.get(charge.metric), charge) \
+            > charge.device_window_budget * (1 + BUDGET_SLACK):
         return Refusal.DEVICE_WINDOW
     if charge.device_lifetime_budget is not None:
         cost = lifetime_cost(accounts.get(charge.metric), charge)
@@ -353,8 +369,8 @@ def apply(book: Book, charge: Charge, reading: Reading) -> Refusal | None:
         count_refusal(account, refusal)
         return refusal
     cost = lifetime_cost(account, charge)
+    account.window_epsilon += window_cost(account, charge)
     account.window_reports += 1
-    account.window_epsilon += charge.epsilon
     account.lifetime_reports += 1
     account.lifetime_epsilon += cost
     if charge.memoised and cost > 0:

@@ -73,6 +73,7 @@ from .protocols.factory import (
     report_bytes,
 )
 from .protocols.numeric import NUMERIC_PROTOCOL_NAMES, linspace_list
+from .window_charge import WindowCharges, cumulative_charges
 
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,99}$")
 COMMON_KEYS = ("kind", "protocol", "epsilon", "categories", "description",
@@ -290,6 +291,12 @@ class MetricSpec:
     def protocol_impl(self) -> Protocol:
         """The protocol object (params resolved) shared by SDK, collector and estimators."""
         return build_protocol(self.protocol, self.domain_size, self.epsilon, self.options_dict)
+
+    @functools.cached_property
+    def window_charges(self) -> WindowCharges | None:
+        """What the ledger charges k reports of this metric in one window where that is more
+        than k·ε₁ (L-GRR, LOLOHA: a GRR memo, reports_per_window > 1), else None (client_sdk.window_charge)."""
+        return cumulative_charges(self.protocol_impl, self.reports_per_window)
 
     @functools.cached_property
     def fingerprint(self) -> str:

@@ -53,6 +53,7 @@ from client_sdk.protocols.numeric import NumericProtocol
 from client_sdk.registry import canonical_value, parse_registry
 from client_sdk.state import MemoryState, ledger_key, value_digest
 from client_sdk.uploader import pack_batch
+from client_sdk.window_charge import WindowCharges
 
 from . import exact
 
@@ -698,7 +699,9 @@ def table_vectors() -> dict[str, Any]:
 
 # --- ledger charges ----------------------------------------------------------------------------------
 def _charge_json(c: Charge) -> dict[str, Any]:
-    return dict(c._asdict())
+    out = dict(c._asdict())
+    out["window_charges"] = None if c.window_charges is None else c.window_charges.to_json()
+    return out
 
 
 BOOT = "boot:conformance"
@@ -777,6 +780,33 @@ def ledger_vectors() -> dict[str, Any]:
         at(_noon(DAY), [Charge(day=DAY, **x), Charge(day=DAY + ten_years, digest="v1", **y), Charge(day=DAY, **x),
                         Charge(day=DAY + ten_years, digest="v2", **y), Charge(day=DAY + 1, digest="v1", **y),
                         Charge(day=DAY + 1, **x)]))
+    # memoised windows that reveal more than r·ε₁ (client_sdk.window_charge): the published charges
+    lgrr = parse_registry({"metrics": {"w": {
+        "kind": "categorical", "categories": [f"v{i}" for i in range(64)], "protocol": "lgrr", "epsilon": 0.01,
+        "epsilon_inf": 0.5, "reports_per_window": 10}}}).get("w")
+    wide = parse_registry({"metrics": {"w": {
+        "kind": "categorical", "categories": [f"v{i}" for i in range(64)], "protocol": "lgrr", "epsilon": 0.01,
+        "epsilon_inf": 0.5, "reports_per_window": 70}}}).get("w")
+    window = dict(metric="w", fingerprint=fp_c, epsilon=lgrr.protocol_impl.epsilon, epsilon_longitudinal=0.5,
+                  reports_per_window=10, lifetime_budget=None, window_charges=lgrr.window_charges)
+    run("memoised window charges: ten L-GRR reports of one value spend C(10) = W(10), not 10 x eps1; "
+        "the eleventh is refused; a new window starts at C(1)",
+        honest([Charge(day=DAY, digest="d1", **window) for _ in range(11)] + [Charge(day=DAY + 1, digest="d2", **window)]))
+    short = WindowCharges(lgrr.window_charges.cumulative[:4], wide.window_charges.slope)
+    run("memoised window charges beyond the table: C(k) = k x slope past its last entry (a table of 4 here; "
+        "the registry's hold min(reports_per_window, 64))",
+        at(_noon(DAY), [Charge(day=DAY, digest=f"d{i % 3}", **{**window, "window_charges": short})
+                        for i in range(8)], every=10))
+    run("memoised window charges under a [device] epsilon_per_window: the cap refuses on C(n + 1) - C(n)",
+        honest([Charge(day=DAY, digest="d1", **window, device_window_budget=0.12, device_lifetime_budget=None)
+                for _ in range(6)]))
+    run("memoised window charges: a window re-dated onto a day it had spent in pays up to C(n + 1) at once; "
+        "a new fingerprint in the window pays C(n + 1) - C(n)",
+        at(_noon(DAY), [Charge(day=DAY, digest="d1", **window), Charge(day=DAY, digest="d1", **window),
+                        Charge(day=DAY + ten_years, digest="d1", **window),
+                        Charge(day=DAY + ten_years, digest="d1", **window), Charge(day=DAY, digest="d1", **window),
+                        Charge(day=DAY, digest="d1", **{**window, "fingerprint": fp_a}),
+                        Charge(day=DAY, digest="d1", **{**window, "window_charges": None})]))
     tenth = dict(metric="t", fingerprint=fp_a, epsilon=0.1, epsilon_longitudinal=None, digest=None,
                  reports_per_window=100, lifetime_budget=1.0)
     run("float sums: ten charges of 0.1 fit a budget of 1.0 (relative slack 1e-9), the eleventh does not",

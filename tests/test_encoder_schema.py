@@ -27,7 +27,8 @@ VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 PROTOCOLS = [ref["$ref"].rsplit("/", 1)[1] for ref in SCHEMA["oneOf"]]
 
 #: Histograms over every frequency protocol (rr has two buckets) and the extremes of the numeric
-#: searches: a Hybrid mixture of 0 (pure Duchi at ε 0.01), a one-cell Piecewise window (ε 20).
+#: searches: a Hybrid mixture of 0 (pure Duchi at ε 0.01), a one-cell Piecewise window (ε 20); memoised
+#: metrics whose window charges are published (lgrr, loloha at reports_per_window 5: window_charges).
 EDGE_TOML = """
 [metrics.h_rr]
 kind = "numeric"
@@ -62,6 +63,23 @@ kind = "numeric"
 range = [-1e100, 1e100]
 protocol = "piecewise"
 epsilon = 20.0
+
+[metrics.lgrr_window]
+kind = "categorical"
+categories = ["a", "b", "c", "d", "e", "f", "g", "h"]
+protocol = "lgrr"
+epsilon = 0.1
+epsilon_inf = 2.0
+reports_per_window = 5
+
+[metrics.loloha_window]
+kind = "categorical"
+categories = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q", "r", "s", "t"]
+protocol = "loloha"
+hash_range = 8
+epsilon = 0.1
+epsilon_inf = 2.0
+reports_per_window = 5
 """
 
 

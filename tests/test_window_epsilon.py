@@ -1,7 +1,7 @@
 """The ε of r reports of a memoised metric in one window, against the exact joint law.
 
 The r reports share the memoised response, so r·ε₁ (composition) is not a bound in general;
-estimators.window_epsilon computes the exact worst-case log-likelihood ratio on a sufficient
+client_sdk.window_charge computes the exact worst-case log-likelihood ratio on a sufficient
 statistic. Here every output sequence is enumerated for small cases, from the protocols' own
 round probabilities, and the maximum log-ratio over pairs of values compared with it.
 """
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from client_sdk.registry import parse_registry
-from estimators.window_epsilon import joint_epsilon, window_epsilon
+from client_sdk.window_charge import joint_epsilon, window_epsilon
 
 
 def protocol(name: str, d: int, epsilon: float, epsilon_inf: float, **extra):
@@ -115,7 +115,7 @@ def test_window_epsilon_takes_the_worst_split_of_keys():
     assert window_epsilon(pr, 6) >= 6 * pr.epsilon - 1e-12
 
 
-def test_metrics_check_warns_where_the_ledger_undercharges_a_window(tmp_path):
+def test_metrics_check_says_what_the_ledger_charges_a_window(tmp_path):
     from click.testing import CliRunner
 
     from cli.main import main
@@ -125,9 +125,12 @@ def test_metrics_check_warns_where_the_ledger_undercharges_a_window(tmp_path):
     reg.write_text(f'[metrics.page]\nkind = "categorical"\ncategories = [{cats}]\nprotocol = "lgrr"\n'
                    'epsilon = 0.01\nepsilon_inf = 0.5\nreports_per_window = 10\n'
                    f'[metrics.flip]\nkind = "categorical"\ncategories = [{cats}]\nprotocol = "dbitflip"\n'
-                   'epsilon = 1.0\nepsilon_inf = 3.0\nreports_per_window = 10\n')
+                   'epsilon = 1.0\nepsilon_inf = 3.0\nreports_per_window = 10\n'
+                   '[device]\nepsilon_per_window = 20.0\n')
     result = CliRunner().invoke(main, ["metrics", "check", str(reg)])
     assert result.exit_code == 0, result.output
-    assert "warning: page: 10 reports in one window share the memoised response and reveal up to eps 0.4782" \
+    assert "note: page: 10 reports in one window share the memoised response and reveal up to eps 0.4782" \
         in result.output
-    assert "warning: flip" not in result.output                  # r·ε₁ holds for dBitFlipPM
+    assert "the ledger charges eps 0.4782 per window" in result.output
+    assert "note: flip" not in result.output                  # r·ε₁ holds for dBitFlipPM
+    assert "the metrics may charge 10.48 per window" in result.output    # 0.4782 + 10 x 1.0

@@ -726,6 +726,6 @@ function chargeOf(rt: Metric, registry: Registry, day: number, digest: string | 
     epsilonLongitudinal: rt.epsilonLongitudinal, digest: rt.epsilonLongitudinal === null ? null : digest,
     reportsPerWindow: rt.reportsPerWindow, lifetimeBudget: rt.lifetimeEpsilon,
     deviceWindowBudget: registry.device?.epsilonPerWindow ?? null,
-    deviceLifetimeBudget: registry.device?.lifetimeEpsilon ?? null,
+    deviceLifetimeBudget: registry.device?.lifetimeEpsilon ?? null, windowCharges: rt.windowCharges,
   };
 }

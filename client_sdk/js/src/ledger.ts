@@ -5,8 +5,10 @@
  *
  * What a report costs (docs/math.md §10):
  * - without memoisation: ε per report, in the window (a UTC day) and over the lifetime;
- * - memoised (RAPPOR, `epsilon_inf`): ε₁ per report in the window, and ε∞ over the lifetime the
- *   first time a *distinct* value is reported (recognised by a keyed digest, never the value).
+ * - memoised (RAPPOR, `epsilon_inf`): ε₁ per report in the window — or, where reports sharing a
+ *   GRR or OUE memo reveal more (`windowCharges`, from the registry's encoder block), what brings
+ *   the window to C(n + 1) (`windowCost`) — and ε∞ over the lifetime the first time a *distinct*
+ *   value is reported (recognised by a keyed digest, never the value).
  * A report beyond `reports_per_window`, the metric's `lifetime_epsilon`, or the registry's
  * `[device]` caps (sums over all metrics) is refused, counted, and never sent.
  *
@@ -52,6 +54,17 @@ export interface Charge {
   lifetimeBudget: number | null;
   deviceWindowBudget: number | null;
   deviceLifetimeBudget: number | null;
+  /** Memoised, r reports > r·ε₁: the window charges C(1) … C(J) then the slope s, the encoder
+   *  block's `window_charges` as one list (C(k) = k·s for k > J), else null/absent. */
+  windowCharges?: number[] | null;
+}
+
+/** Window epsilon this report adds: ε, or max(C(n+1) − C(n), C(n+1) − spent) for the n reports
+ *  already spending `spent` in the charge's window (window_charge.next_charge). */
+export function windowCost(a: MetricAccount | undefined, c: Charge): number {
+  const w = c.windowCharges, n = a && windowName(c.day) <= a.window ? a.window_reports : 0;
+  const total = (k: number) => (k < w!.length ? w![k - 1] : k * w![w!.length - 1]);
+  return w ? total(n + 1) - (n && Math.min(total(n), a!.window_epsilon)) : c.epsilon;   // max(C − C(n), C − spent)
 }
 
 /** What one metric has spent on this device (field names as in ledger.json). */
@@ -220,7 +233,7 @@ export function deviceTotals(accounts: Accounts, window: string): [number, numbe
 export function decideDevice(accounts: Accounts, c: Charge): Refusal | null {
   if (c.deviceWindowBudget === null && c.deviceLifetimeBudget === null) return null;
   const [windowSpent, lifetimeSpent] = deviceTotals(accounts, windowName(c.day));
-  if (c.deviceWindowBudget !== null && windowSpent + c.epsilon > c.deviceWindowBudget * (1 + BUDGET_SLACK)) {
+  if (c.deviceWindowBudget !== null && windowSpent + windowCost(accounts.get(c.metric), c) > c.deviceWindowBudget * (1 + BUDGET_SLACK)) {
     return "device_window";
   }
   if (c.deviceLifetimeBudget !== null) {
@@ -270,8 +283,8 @@ export function apply(book: Book, charge: Charge, reading: Reading): Refusal | n
     return refusal;
   }
   const cost = lifetimeCost(a, c);
+  a.window_epsilon += windowCost(a, c);
   a.window_reports += 1;
-  a.window_epsilon += c.epsilon;
   a.lifetime_reports += 1;
   a.lifetime_epsilon += cost;
   if (isMemoised(c) && cost > 0) (a.memo[c.fingerprint] ??= []).push(c.digest as string);
@@ -341,30 +354,27 @@ export function parseLedger(text: string | null, where = "ledger"): { accounts: 
   try {
     doc = JSON.parse(text);
     if (doc === null || typeof doc !== "object" || doc.format !== LEDGER_FORMAT) throw new Error("not an ldp-telemetry ledger");
-    if (Number(doc.version ?? 0) > LEDGER_VERSION) throw new Error(`written by a newer SDK (version ${doc.version})`);
-    if (doc.metrics === null || typeof doc.metrics !== "object") throw new Error("no metrics");
+    if (Number(doc.version ?? 0) > LEDGER_VERSION) throw new Error(`from a newer SDK (version ${doc.version})`);
+    // (metrics null or missing: Object.keys throws, a TypeError caught below like every other fault)
     for (const name of Object.keys(doc.metrics)) accounts.set(name, accountFromJson(doc.metrics[name]));
     if ("clock" in doc) accounts.clock = clockFromJson(doc.clock); // (a version-1 book: a new clock)
   } catch (exc) {
-    throw new LedgerError(`${where}: the privacy ledger is unreadable (${(exc as Error).message}); the SDK ` +
-      "refuses to report until it is repaired or removed (removing it forgets past spend)");
+    throw new LedgerError(`${where}: the privacy ledger is unreadable (${(exc as Error).message}); no reports ` +
+      "until it is repaired or removed");
   }
   return { accounts, generation: typeof doc.generation === "string" ? doc.generation : null };
 }
 
 function accountFromJson(data: any): MetricAccount {
-  if (data === null || typeof data !== "object") throw new Error("an account is not an object");
+  // (null: reading a field throws a TypeError, which parseLedger turns into a LedgerError)
   const a: MetricAccount = { ...ACCOUNT_DEFAULTS, window: data.window, memo: {} };
   for (const k of Object.keys(ACCOUNT_DEFAULTS) as Array<keyof typeof ACCOUNT_DEFAULTS>) {
     (a as any)[k] = data[k] ?? ACCOUNT_DEFAULTS[k]; // eslint-disable-line @typescript-eslint/no-explicit-any
   }
   const bad: string[] = [];
   for (const f of COUNT_FIELDS) if (!Number.isInteger(a[f])) bad.push(f);
-  for (const f of EPSILON_FIELDS) if (!Number.isFinite(a[f])) bad.push(f);   // false for a non-number too
-  for (const f of OPTIONAL_EPSILON_FIELDS) {
-    const v = a[f];
-    if (v !== null && !Number.isFinite(v)) bad.push(f);
-  }
+  // finite numbers (isFinite is false for a non-number); a null read above is already the default
+  for (const f of [...EPSILON_FIELDS, ...OPTIONAL_EPSILON_FIELDS]) if (!Number.isFinite(a[f] ?? 0)) bad.push(f);
   for (const f of ["window", "fingerprint", "previous_window"] as const) if (typeof a[f] !== "string") bad.push(f);
   const memo = data.memo ?? {};
   if (memo === null || typeof memo !== "object" || Array.isArray(memo)) bad.push("memo");
@@ -375,7 +385,7 @@ function accountFromJson(data: any): MetricAccount {
       else a.memo[fp] = digests.slice();
     }
   }
-  if (bad.length) throw new Error(`field(s) ${[...new Set(bad)].join(", ")} have the wrong type`);
+  if (bad.length) throw new Error(`field(s) ${bad}: wrong type`);
   return a;
 }
 

@@ -28,6 +28,8 @@ export interface Metric {
   readonly epsilonLongitudinal: number | null;
   readonly reportsPerWindow: number;
   readonly lifetimeEpsilon: number | null;
+  /** What k reports in a window cost where that exceeds k·ε₁ (the encoder block's), else null. */
+  readonly windowCharges: number[] | null;
   /** The value in this metric's domain, or null when it cannot be reported. */
   lookup(value: unknown, secret: Uint8Array, day: number): Found | null;
   /** The randomised wire payload of a found value (CSPRNG; memoised parts from the secret). */

@@ -32,10 +32,10 @@ const ENCODERS: { [P in Block["protocol"]]: (b: BlockOf<P>) => Encoder } = {
 /** The one-report encoder of a published encoder object (RegistryError if unknown). */
 export function encoderFor(block: Block): Encoder {
   if (block.version !== ENCODER_VERSION) {
-    throw new RegistryError(`encoder version ${block.version} is not known to this SDK; upgrade it`);
+    throw new RegistryError(`encoder version ${block.version} is unknown: upgrade this SDK`);
   }
   const make = ENCODERS[block.protocol] as ((b: Block) => Encoder) | undefined;   // unknown: a newer block
-  if (make === undefined) throw new RegistryError(`protocol ${block.protocol} is not known to this SDK; upgrade it`);
+  if (make === undefined) throw new RegistryError(`protocol ${block.protocol} is unknown: upgrade this SDK`);
   return make(block);
 }
 
@@ -47,6 +47,8 @@ interface LookupView {
   readonly range?: readonly [number, number];
   readonly edges?: readonly number[];
   readonly grid?: number;
+  /** lgrr, loloha: what k reports cost in one window (the ledger's, not the lookup's) */
+  readonly window_charges?: { readonly cumulative: readonly number[]; readonly slope: number };
 }
 
 const ledgerKeys = new WeakMap<Uint8Array, Uint8Array>();
@@ -117,6 +119,7 @@ class PublishedMetric implements Metric {
   readonly epsilonLongitudinal: number | null;
   readonly reportsPerWindow: number;
   readonly lifetimeEpsilon: number | null;
+  readonly windowCharges: number[] | null;
   private readonly kind: string;
   private readonly encoder: Encoder;
   private readonly block: LookupView;
@@ -127,7 +130,7 @@ class PublishedMetric implements Metric {
     this.name = String(entry.name);
     const block = entry.encoder as (Block & LookupView) | undefined;
     if (block === undefined || typeof block !== "object" || block === null) {
-      throw new RegistryError(`metric ${this.name}: no encoder object (the collector is older than this SDK)`);
+      throw new RegistryError(`metric ${this.name}: no encoder object (an older collector)`);
     }
     try {
       this.encoder = encoderFor(block);
@@ -142,6 +145,8 @@ class PublishedMetric implements Metric {
       : number(entry.epsilon_longitudinal, `metric ${this.name}: epsilon_longitudinal`);
     this.reportsPerWindow = entry.reports_per_window == null ? 1 : number(entry.reports_per_window, "reports_per_window");
     this.lifetimeEpsilon = entry.lifetime_epsilon == null ? null : number(entry.lifetime_epsilon, "lifetime_epsilon");
+    const w = block.window_charges;   // finite numbers or refused (a NaN would pass every budget check)
+    this.windowCharges = w ? [...w.cumulative, w.slope].map((x) => number(x, "window_charges")) : null;
     this.domain = domainOf(this.name, this.kind, entry.categories, domains);
     if (block.edges) {
       const e = block.edges.map(edgeText);
@@ -212,14 +217,14 @@ export function loadRegistry(doc: unknown, pins?: Record<string, string>, random
                              domains?: Record<string, string[]>): Registry {
   const parsed = (typeof doc === "string" ? JSON.parse(doc) : doc) as { metrics?: Entry[]; device?: Entry | null };
   if (parsed === null || typeof parsed !== "object" || !Array.isArray(parsed.metrics) || parsed.metrics.length === 0) {
-    throw new RegistryError('expected {"metrics": [...]} with at least one metric');
+    throw new RegistryError('expected {"metrics": [...]}, not empty');
   }
   const metrics = new Map<string, Metric>();
   for (const entry of parsed.metrics) {
     const metric = new PublishedMetric(entry, random, domains);
     const pin = pins?.[metric.name];
     if (pin !== undefined && pin !== metric.fingerprint) {
-      throw new RegistryError(`metric ${metric.name} changed: fingerprint ${metric.fingerprint}, the app is pinned to ${pin}`);
+      throw new RegistryError(`metric ${metric.name}: fingerprint ${metric.fingerprint}, pinned ${pin}`);
     }
     metrics.set(metric.name, metric);
   }

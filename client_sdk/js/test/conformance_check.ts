@@ -187,7 +187,7 @@ export function chargeFromJson(c: Doc): Charge {
     metric: c.metric, fingerprint: c.fingerprint, day: c.day, epsilon: c.epsilon,
     epsilonLongitudinal: c.epsilon_longitudinal, digest: c.digest, reportsPerWindow: c.reports_per_window,
     lifetimeBudget: c.lifetime_budget, deviceWindowBudget: c.device_window_budget ?? null,
-    deviceLifetimeBudget: c.device_lifetime_budget ?? null,
+    deviceLifetimeBudget: c.device_lifetime_budget ?? null, windowCharges: c.window_charges ? [...c.window_charges.cumulative, c.window_charges.slope] : null,
   };
 }
 

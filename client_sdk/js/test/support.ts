@@ -57,6 +57,7 @@ export function toyRegistry(specs: Array<Partial<Metric> & { name: string; domai
       name: s.name, fingerprint: s.fingerprint ?? "f".repeat(32), epsilon: s.epsilon ?? 1,
       epsilonLongitudinal: s.memo ? (s.epsilonLongitudinal ?? 2) : null,
       reportsPerWindow: s.reportsPerWindow ?? 1, lifetimeEpsilon: s.lifetimeEpsilon ?? null,
+      windowCharges: s.windowCharges ?? null,
       lookup(value: unknown): Found | null {
         const index = domain.indexOf(value as string);
         return index < 0 ? null : { key: value as string, index, clipped: false, digest: s.memo ? `d-${value}` : null };

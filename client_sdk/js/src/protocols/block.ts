@@ -26,6 +26,14 @@ export interface PiecewiseParams {
   readonly b: number;
 }
 
+/** What k reports of a memoised metric cost in one window where that exceeds k·ε₁ (client_sdk/window_charge.py; docs/privacy.md, "Memoisation"): C(k) = cumulative[k − 1] for k ≤ its length, else k·slope. */
+export interface WindowChargesParams {
+  /** C(1) … C(J), J = min(reports_per_window, 64), binary64 */
+  readonly cumulative: readonly number[];
+  /** s: C(k) = k·s for k > J */
+  readonly slope: number;
+}
+
 /** Randomised response over {0, 1}. */
 export interface RrBlock {
   /** the block's layout version */
@@ -185,6 +193,8 @@ export interface LgrrBlock {
   readonly p2_threshold: number;
   /** histogram metrics: bucket edges e_0 = lo … e_B = hi (binary64); bucket i is [e_i, e_{i+1}) */
   readonly edges?: readonly number[];
+  /** memoised, reports_per_window > 1, when k reports in a window reveal more than k·ε₁ */
+  readonly window_charges?: WindowChargesParams;
 }
 
 /** Longitudinal OUE/SUE. */
@@ -221,6 +231,8 @@ export interface LolohaBlock {
   readonly p2_threshold: number;
   /** histogram metrics: bucket edges e_0 = lo … e_B = hi (binary64); bucket i is [e_i, e_{i+1}) */
   readonly edges?: readonly number[];
+  /** memoised, reports_per_window > 1, when k reports in a window reveal more than k·ε₁ */
+  readonly window_charges?: WindowChargesParams;
 }
 
 /** dBitFlipPM (Ding, Kulkarni and Yekhanin 2017) over sampled buckets. */

@@ -220,6 +220,15 @@ object Ledger {
         return if (seen) 0.0 else eInf
     }
 
+    /** Window epsilon this report adds: ε, or max(C(n+1) − C(n), C(n+1) − spent) for the n reports
+     *  already spending `spent` in the charge's window (window_charge.next_charge). */
+    internal fun windowCost(a: MetricAccount?, c: Charge): Double {
+        val w = c.windowCharges ?: return c.epsilon
+        val n = if (a != null && windowName(c.day) <= a.window) a.windowReports else 0L
+        val after = w.total(n + 1)
+        return if (n == 0L) after else maxOf(after - w.total(n), after - a!!.windowEpsilon)
+    }
+
     private fun decideDevice(accounts: Accounts, c: Charge): Refusal? {
         if (!deviceCapped(c)) return null
         val window = windowName(c.day)
@@ -228,7 +237,7 @@ object Ledger {
         for (a in accounts.values) if (a.window == window) inWindow += a.windowEpsilon
         for (a in accounts.values) lifetime += a.lifetimeEpsilon
         val w = c.deviceWindowBudget
-        if (w != null && inWindow + c.epsilon > w * (1 + BUDGET_SLACK)) return Refusal.DEVICE_WINDOW
+        if (w != null && inWindow + windowCost(accounts[c.metric], c) > w * (1 + BUDGET_SLACK)) return Refusal.DEVICE_WINDOW
         val l = c.deviceLifetimeBudget
         if (l != null && lifetime + lifetimeCost(accounts[c.metric], c) > l * (1 + BUDGET_SLACK)) return Refusal.DEVICE_LIFETIME
         return null
@@ -270,8 +279,8 @@ object Ledger {
             return refusal
         }
         val cost = lifetimeCost(a, c)
+        a.windowEpsilon += windowCost(a, c)
         a.windowReports += 1
-        a.windowEpsilon += c.epsilon
         a.lifetimeReports += 1
         a.lifetimeEpsilon += cost
         if (c.epsilonLongitudinal != null && cost > 0) a.memo.getOrPut(c.fingerprint) { LinkedHashSet() }.add(c.digest!!)
@@ -402,10 +411,21 @@ class Charge(
     val lifetimeBudget: Double? = null,
     val deviceWindowBudget: Double? = null,
     val deviceLifetimeBudget: Double? = null,
+    /** Memoised, r reports > r·ε₁: the charge C(k) of k reports in one window (else null). */
+    val windowCharges: WindowCharges? = null,
 ) {
     /** The same charge dated [day]. */
     fun on(day: Long) = Charge(metric, fingerprint, day, epsilon, epsilonLongitudinal, digest, reportsPerWindow,
-        lifetimeBudget, deviceWindowBudget, deviceLifetimeBudget)
+        lifetimeBudget, deviceWindowBudget, deviceLifetimeBudget, windowCharges)
+}
+
+/**
+ * What k reports of a memoised metric cost in one window where they reveal more than k·ε₁ (a GRR
+ * or OUE memo: client_sdk/window_charge.py, published in the encoder block): C(k) =
+ * [cumulative][k − 1] up to its size, else k·[slope].
+ */
+class WindowCharges(val cumulative: DoubleArray, val slope: Double) {
+    fun total(k: Long): Double = if (k > cumulative.size) k * slope else cumulative[(k - 1).toInt()]
 }
 
 /** Refusals decided on the app's side (against the in-memory mirror), recorded in the book. */

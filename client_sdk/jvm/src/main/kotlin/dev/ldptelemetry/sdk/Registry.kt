@@ -157,6 +157,11 @@ class Metric internal constructor(entry: Map<String, Any?>, domains: Map<String,
     } catch (e: RuntimeException) {
         throw RegistryException("metric $name: the encoder object is malformed (${e.message})", e)
     }
+    /** What k reports cost in one window where that exceeds k·ε₁ (the encoder block's `window_charges`). */
+    val windowCharges: WindowCharges? = (block["window_charges"] as? Map<*, *>)?.let { w ->
+        val c = w["cumulative"] as? List<*> ?: throw RegistryException("metric $name: window_charges has no cumulative list")
+        WindowCharges(DoubleArray(c.size) { number(c[it], "window_charges") }, number(w["slope"], "window_charges"))
+    }
     /** The published protocol of the encoder (rr, grr, …, memobitmean). */
     val protocol: String = block["protocol"] as String
     private val index = HashMap<String, Int>()

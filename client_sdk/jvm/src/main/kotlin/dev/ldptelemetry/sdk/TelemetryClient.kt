@@ -819,6 +819,7 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
             epsilonLongitudinal = rt.epsilonLongitudinal, digest = if (rt.epsilonLongitudinal == null) null else digest,
             reportsPerWindow = rt.reportsPerWindow, lifetimeBudget = rt.lifetimeEpsilon,
             deviceWindowBudget = reg.device?.epsilonPerWindow, deviceLifetimeBudget = reg.device?.lifetimeEpsilon,
+            windowCharges = rt.windowCharges,
         )
     }
 }

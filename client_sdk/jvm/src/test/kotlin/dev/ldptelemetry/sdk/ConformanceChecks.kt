@@ -189,6 +189,10 @@ object ConformanceChecks {
         digest = c["digest"] as String?, reportsPerWindow = c["reports_per_window"].n().toInt(),
         lifetimeBudget = c["lifetime_budget"]?.asDouble("lb"), deviceWindowBudget = c["device_window_budget"]?.asDouble("dw"),
         deviceLifetimeBudget = c["device_lifetime_budget"]?.asDouble("dl"),
+        windowCharges = c["window_charges"]?.m()?.let { w ->
+            val cum = w["cumulative"].l()
+            WindowCharges(DoubleArray(cum.size) { cum[it].asDouble("cumulative") }, w["slope"].asDouble("slope"))
+        },
     )
 
     /** JSON with every object's keys sorted (the clock objects of the vectors and of the SDK). */

@@ -1,0 +1,184 @@
+"""What r reports of a memoised metric in one window reveal, and what the ledger charges for them.
+
+r reports of one value in a window share its memoised response b and differ only by the fresh
+second round: P(y₁…y_r | x) = Σ_b P(b | x)·Π_i P(y_i | b). They are not independent given x, so
+sequential composition (r·ε₁) is not a bound: with L-GRR at d = 64, ε₁ = 0.01, ε∞ = 0.5, ten
+reports that all name the same value reveal ε = 0.478, not 0.1 (docs/privacy.md, "Memoisation").
+Two bounds hold for r reports of one memo key: ε∞ (every report is a randomised function of b
+whose law given x is ε∞-LDP: post-processing, Dwork and Roth 2014, Prop. 2.1), and the exact
+worst-case log-likelihood ratio L_r of the r-report law, computed here on a sufficient statistic:
+
+- L-GRR, LOLOHA (GRR over [d], or over the g hashed cells): the counts of each reported value.
+  With ρ = p₂/q₂ and counts a, b of x and x′, P(· | x) ∝ q₁·S + (p₁ − q₁)·ρ^a with
+  S = Σ_u ρ^{k_u}, decreasing in S, so the rest of the reports is spread evenly over the other
+  values (S is convex in the counts) and L_r is a maximum over (a, b): O(r²).
+- L-OSUE, dBitFlipPM: the bits are independent given the value and a change of value moves two
+  of them (one of dBitFlipPM's if its window holds only one of the values): per bit the count k
+  of ones in r reports, with log-ratio f(k) = log[(p₁A_k + (1 − p₁)B_k)/(q₁A_k + (1 − q₁)B_k)],
+  A_k = p₂^k(1 − p₂)^{r−k}, B_k = q₂^k(1 − q₂)^{r−k}; L_r = max f − min f (two bits).
+
+Reports of different memo keys draw independent memos and compose (Dwork and Roth 2014,
+Thm. 3.16), so the window's ε of r reports is W(r) = max over splits r = r₁ + r₂ + … of Σ L_{r_j}
+(a small dynamic programme), never less than r·ε₁ (all in different keys) nor than L_r. Where the
+memoised round is symmetric (dBitFlipPM; RAPPOR's PRR; memobitmean's 1BitMean bit) the per-bit
+f is odd and concave in the log-odds of the count, so L_r ≤ r·ε₁ and W(r) = r·ε₁: the ledger's
+per-report ε₁ is exact. L-OSUE's memoised round is OUE's (asymmetric), yet r·ε₁ held in every case
+computed; L-GRR's and LOLOHA's are GRR's: there r·ε₁ can be exceeded, and the ledger charges
+``cumulative_charges``'s figures.
+
+The SDK's ledger needs the figure for every r up to ``reports_per_window``: this module computes
+it exactly for r ≤ ``EXACT_REPORTS`` (pure Python, no numpy: it runs on the device and in the
+registry's encoder block, which SDKs in other languages charge from), and beyond it the bound
+W(r) ≤ r·s with s = max_j L_j/j ≤ max(max_{j ≤ J} L_j/j, ε∞/(J + 1)) (each key's L_j ≤ ε∞).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, NamedTuple
+
+__all__ = ["EXACT_REPORTS", "WindowCharges", "cumulative_charges", "joint_epsilon", "next_charge",
+           "window_epsilon"]
+
+#: Reports per window up to which the charge is the exact W(r); beyond, the linear bound r·s.
+EXACT_REPORTS = 64
+#: Relative margin under which W(r) counts as r·ε₁ (float noise of the exact figure).
+_SAME = 1e-9
+
+
+def _logaddexp(x: float, y: float) -> float:
+    top = max(x, y)
+    if top == -math.inf:
+        return top
+    return top + math.log1p(math.exp(-abs(x - y)))
+
+
+def _grr_joint(k: int, p1: float, q1: float, p2: float, q2: float, r: int) -> float:
+    """L_r of a GRR memo over [k] then a GRR second round (counts a, b of the two values)."""
+    log_rho = math.log(p2 / q2)
+    # every power relative to the largest one present, ρ^{e − top} ≤ 1 (no overflow at large ε)
+    down = [math.exp(-i * log_rho) for i in range(r + 2)]
+    lift = p1 / q1 - 1.0
+    best = 1.0
+    for a in range(r + 1):
+        for b in range(r + 1 - a):
+            m = r - a - b
+            if k == 2 and m:
+                continue
+            base, extra = divmod(m, k - 2) if k > 2 else (0, 0)
+            top = max(a, b, base + 1 if extra else base)
+            s = down[top - a] + down[top - b]
+            if k > 2:
+                s += (k - 2 - extra) * down[top - base] + (extra * down[top - base - 1] if extra else 0.0)
+            ratio = (s + lift * down[top - a]) / (s + lift * down[top - b])
+            best = max(best, ratio)
+    return math.log(best)
+
+
+def _bit_joint(p1: float, q1: float, p2: float, q2: float, r: int, bits: int) -> float:
+    """L_r of independent memo bits (one or two moved by a change of value) and fresh flips."""
+    lp1, lnp1, lq1, lnq1 = math.log(p1), math.log1p(-p1), math.log(q1), math.log1p(-q1)
+    f = []
+    for k in range(r + 1):
+        log_a = k * math.log(p2) + (r - k) * math.log1p(-p2)
+        log_b = k * math.log(q2) + (r - k) * math.log1p(-q2)
+        f.append(_logaddexp(lp1 + log_a, lnp1 + log_b) - _logaddexp(lq1 + log_a, lnq1 + log_b))
+    return max(f) - min(f) if bits == 2 else max(max(f), -min(f))
+
+
+#: Protocols whose W(r) can exceed r·ε₁ (a GRR memo). L-OSUE's OUE memo is asymmetric too, but
+#: r·ε₁ held in every case computed (tests/test_window_charge.py scans a grid), so it is charged so.
+CHAINS = ("lgrr", "loloha")
+
+
+
+
+def _law(protocol: Any) -> tuple[Any, ...]:
+    """(kind, k or bits, p1, q1, p2, q2): what the r-report law of one memo key depends on."""
+    par, name = protocol.params, protocol.name
+    if name == "lgrr":
+        return ("grr", int(par.d), par.p1, par.q1, par.p2, par.q2)
+    if name == "loloha":
+        return ("grr", int(par.g), par.p1, par.q1, par.p2, par.q2)
+    if name == "losue":
+        return ("bit", 2, par.p1, par.q1, par.p2, par.q2)
+    if name == "dbitflip":
+        return ("bit", 2 if par.sampled > 1 else 1, par.p1, par.q1, par.p2, par.q2)
+    raise ValueError(f"no exact window law for protocol {name!r}")
+
+
+def _joint(law: tuple[Any, ...], eps_inf: float, r: int) -> float:
+    kind, k, p1, q1, p2, q2 = law
+    value = _grr_joint(k, p1, q1, p2, q2, r) if kind == "grr" else _bit_joint(p1, q1, p2, q2, r, k)
+    return min(value, eps_inf)
+
+
+def joint_epsilon(protocol: Any, r: int) -> float:
+    """L_r: the exact ε of r reports of one value (one memo key) in a window, at most ε∞."""
+    law = _law(protocol)
+    return _joint(law, float(protocol.epsilon_longitudinal), r) if r > 0 else 0.0
+
+
+def _best_splits(joint: list[float]) -> list[float]:
+    """W(0..J) from L_1..L_J (``joint[0]`` = 0): the largest Σ L_{r_j} over splits of r."""
+    best = [0.0] * len(joint)
+    for total in range(1, len(joint)):
+        best[total] = max(joint[j] + best[total - j] for j in range(1, total + 1))
+    return best
+
+
+def window_epsilon(protocol: Any, r: int) -> float:
+    """W(r): the ε of r reports in one window whatever their values (memo keys), exactly."""
+    return _best_splits([0.0] + [joint_epsilon(protocol, j) for j in range(1, r + 1)])[r]
+
+
+class WindowCharges(NamedTuple):
+    """What the ledger charges in one window: the cumulative charge C(k) of k reports is
+    ``cumulative[k − 1]`` for k ≤ len(cumulative), else k·``slope``; C(k) ≥ W(k) for every k."""
+
+    cumulative: tuple[float, ...]
+    slope: float
+
+    def total(self, k: int) -> float:
+        """C(k), the charge of k reports in one window (C(0) = 0)."""
+        if k <= 0:
+            return 0.0
+        return self.cumulative[k - 1] if k <= len(self.cumulative) else k * self.slope
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cumulative": list(self.cumulative), "slope": self.slope}
+
+
+@functools.lru_cache(maxsize=64)
+def _charges(law: tuple[Any, ...], eps1: float, eps_inf: float, reports: int) -> WindowCharges | None:
+    top = min(reports, EXACT_REPORTS)
+    joint = [0.0] + [_joint(law, eps_inf, j) for j in range(1, top + 1)]
+    best = _best_splits(joint)
+    cumulative = tuple(max(k * eps1, best[k]) for k in range(1, top + 1))
+    slope = max(eps1, max(joint[j] / j for j in range(1, top + 1)), eps_inf / (top + 1))
+    exceeds = any(c > k * eps1 * (1 + _SAME) for k, c in enumerate(cumulative, start=1))
+    if not exceeds and (reports <= top or slope <= eps1 * (1 + _SAME)):
+        return None
+    return WindowCharges(cumulative, slope)
+
+
+def cumulative_charges(protocol: Any, reports_per_window: int) -> WindowCharges | None:
+    """The window charges of a metric whose r reports can reveal more than r·ε₁, else None
+    (the ledger charges ε₁ per report: not memoised, one report per window, or a symmetric memo)."""
+    if reports_per_window < 2 or getattr(protocol, "epsilon_longitudinal", None) is None \
+            or protocol.name not in CHAINS:
+        return None
+    return _charges(_law(protocol), float(protocol.epsilon), float(protocol.epsilon_longitudinal),
+                    int(reports_per_window))
+
+
+def next_charge(charges: WindowCharges | None, epsilon: float, reports: int, spent: float) -> float:
+    """The window epsilon the next report adds: ε₁ without ``charges``; else
+    max(C(n + 1) − C(n), C(n + 1) − spent) for n reports already spending ``spent`` in the window,
+    so the window's spend is never below C(n + 1) (a re-dated window sums two days' spends), and a
+    window that started under other parameters still pays C(n + 1) − C(n) (W is superadditive)."""
+    if charges is None:
+        return epsilon
+    after = charges.total(reports + 1)
+    return max(after - charges.total(reports), after - spent)
