@@ -157,8 +157,11 @@ class LOLOHA(GRRChainRounds, OLH):
         output y. Empty cells have zero columns in B and drop out."""
         _, row_of, row_cohort, cohort_start = self._design
         m, d = self.params.m, self.params.d
-        shares = np.clip(np.nan_to_num(c), 0.0, None)
-        shares = shares / shares.sum() if shares.sum() > 0 else np.full(d, 1.0 / d)
+        # linear in the shares, so the unbiased ĉ over the n reports, unclipped, estimates it without
+        # bias; clipped and renormalised, the positive noise of the values nobody holds took ~70 % of
+        # the mass at d = 300, n = 500 and held values' memoised variance came out ~0.7x (coverage 0.92)
+        total = float(n_s.sum())
+        shares = np.nan_to_num(c) / total if total > 0 else np.full(d, 1.0 / d)
         mass = np.bincount(row_of.ravel(), weights=np.broadcast_to(shares, (m, d)).ravel(),
                            minlength=B.shape[1])
         pi = small + (big - small) * mass                          # P(y) in the cell's cohort

@@ -1,5 +1,8 @@
 package dev.ldptelemetry.sdk
 
+import dev.ldptelemetry.sdk.sealed.Seal
+import dev.ldptelemetry.sdk.sealed.TestGateway
+import dev.ldptelemetry.sdk.testing.RecordingCollector
 import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.Test
@@ -84,23 +87,30 @@ class DeliveryTest {
             Http.fromShuffler(Http.postBatch(collector, batch.body), batch.reports)
     }
 
-    private fun conversation(case: Map<String, Any?>, dir: File): List<String> {
+    /**
+     * One conversation; [sealed]: a plain one replayed with the batch sealed to an in-memory gateway
+     * (Seal.gateway()), the scripted answers being the collector's inside the encapsulated response
+     * ("drop": no outer response), and a resend the same envelope, a new batch a new one.
+     */
+    private fun conversation(case: Map<String, Any?>, dir: File, sealed: Boolean = false): List<String> {
         val failures = ArrayList<String>()
-        val name = case["name"]
+        val name = (if (sealed) "sealed: " else "") + case["name"]
         fun eq(got: Any?, want: Any?, what: String) {
             if (got != want) failures.add("$name: $what: got $got, want $want")
         }
         val shuffler = case["sending"] == "shuffler"
         val scripted = Scripted(case["answers"].l(), shuffler)
+        val gateway = if (sealed) TestGateway(RecordingCollector()).also { g -> g.inner = { body -> scripted.request("POST", Http.REPORTS_PATH, body, noMap()) } } else null
         val reports = doc["reports"].l().map { it.l() }
         val client = TelemetryClient(ClientOptions {
             registryJson = Json.write(doc["registry"])
             store = FileStore(dir)
-            transport = scripted
+            transport = gateway ?: scripted
             retry = policy(doc["policy"].m())
             batchSize = 100
             maxBatchAgeMs = 3_600_000
             if (shuffler) seal = toShuffler
+            if (sealed) seal = Seal.gateway()
         })
         val stale = case["stale_metrics"].l()
         try {
@@ -123,14 +133,21 @@ class DeliveryTest {
             val order = metrics.drop(1)
             expected = listOf(want[0]) + want.drop(1).sortedBy { p -> order.indexOf(p["metrics"]).let { if (it < 0) order.size else it } }
         }
+        val envelopes = gateway?.let { synchronized(it) { ArrayList(it.envelopes) } }
+        if (envelopes != null && envelopes.size != posts.size) failures.add("$name: ${envelopes.size} envelopes for ${posts.size} batches")
         val first = decoded[0].second.associateBy { it["m"] }
         for ((i, post) in expected.withIndex()) {
             eq(metrics[i], post["metrics"], "POST $i's metrics")
             val same = post["same_bytes_as"]
             if (same != null) {
                 if (!bodies[i].contentEquals(bodies[same.n().toInt()])) failures.add("$name: POST $i must repeat POST $same byte for byte")
+                if (envelopes != null && envelopes.size == posts.size && !envelopes[i].contentEquals(envelopes[same.n().toInt()])) {
+                    failures.add("$name: POST $i must resend the envelope of POST $same")
+                }
             } else if ((0 until i).any { decoded[it].first == decoded[i].first }) {
                 failures.add("$name: POST $i needs a new batch id")
+            } else if (envelopes != null && envelopes.size == posts.size && (0 until i).any { envelopes[it].contentEquals(envelopes[i]) }) {
+                failures.add("$name: POST $i needs a new envelope")
             }
             for (r in decoded[i].second) if (show(r) != show(first[r["m"]])) failures.add("$name: POST $i randomised ${r["m"]} again")
         }
@@ -148,6 +165,20 @@ class DeliveryTest {
         try {
             val failures = ArrayList<String>()
             for ((i, case) in doc["conversations"].l().withIndex()) failures.addAll(conversation(case.m(), File(root, "c$i")))
+            assertNone(failures)
+        } finally {
+            root.deleteRecursively()
+        }
+    }
+
+    @Test
+    fun `sealed conversations - every plain one with the batch sealed to a gateway, the same envelope on every resend`() {
+        val root = File.createTempFile("ldpt-delivery", "").also { it.delete(); it.mkdirs() }
+        try {
+            val failures = ArrayList<String>()
+            val plain = doc["conversations"].l().map { it.m() }.filter { it["sending"] == "plain" }
+            assertTrue(plain.size >= 20, "${plain.size} plain conversations")
+            for ((i, case) in plain.withIndex()) failures.addAll(conversation(case, File(root, "s$i"), sealed = true))
             assertNone(failures)
         } finally {
             root.deleteRecursively()

@@ -40,6 +40,8 @@ class TestGateway(private val collector: RecordingCollector) : Transport {
     var garbleAnswers = false
     /** Every POST to the gateway fails without an answer (after the [outer] script). */
     var down = false
+    /** Answers the opened inner batch instead of the collector (DeliveryTest's scripted collector; a TransportException: no outer answer). */
+    var inner: ((ByteArray) -> Response)? = null
 
     fun rotate() {
         keyId += 1
@@ -70,7 +72,8 @@ class TestGateway(private val collector: RecordingCollector) : Transport {
         val enc = body.copyOfRange(7, 39)
         val ctx = HpkeContext.setupBaseR(enc, sk, Ohttp.requestInfo(body.copyOfRange(0, 7)))
         val message = ctx.open(ByteArray(0), body.copyOfRange(39, body.size)) ?: return keyProblem
-        val answer = collector.handle("POST", "/v1/reports", innerContent(message))
+        val content = innerContent(message)
+        val answer = inner?.invoke(content) ?: collector.handle("POST", "/v1/reports", content)
         val nonceR = ByteArray(16).also { random.nextBytes(it) }
         val (key, nonce) = Ohttp.responseKeys(enc, ctx.export(Ohttp.responseLabel, 16), nonceR)
         var sealed = AesGcm.seal(key, nonce, ByteArray(0), innerResponse(answer))
