@@ -42,8 +42,10 @@ export const DEFAULT_BATCH_SIZE = 100;
 /** Reports wait on the device up to this long before a batch goes out (hides when the app reported). */
 export const DEFAULT_MAX_BATCH_AGE = 30;
 export const DEFAULT_QUEUE_SIZE = 10_000;
-/** 422 problem types that name one metric the collector no longer accepts. */
-const STALE_METRIC_PROBLEMS = new Set(["unknown-metric", "fingerprint-mismatch"]);
+// Problems that refuse a metric's reports from now on (the rest of the batch goes again): a
+// registry the collector no longer shares (422), or a metric it takes only through an
+// authenticated shuffler (403 shuffle-required: the client sends it in plain or sealed direct).
+const STALE_METRIC_PROBLEMS = new Set(["unknown-metric", "fingerprint-mismatch", "shuffle-required"]);
 
 /**
  * What `stats()` counts: the Python SDK's counters, every one of them by the same name
@@ -597,20 +599,20 @@ export class TelemetryClient {
       reports = batchReports(batch.body);
     } catch { /* our own bytes: cannot really fail */ }
     let keep: WireReport[] | null = null;
-    if (response.status === 422 && STALE_METRIC_PROBLEMS.has(slug) && metric !== null) {
+    if (STALE_METRIC_PROBLEMS.has(slug) && metric !== null) {
       this.stale.add(metric);
       keep = reports.filter((r) => r.m !== metric);
-      this.log(`ldpt: the collector rejects metric ${JSON.stringify(metric)} (${slug}); its reports are refused from now on`);
+      this.log(`ldpt: metric ${JSON.stringify(metric)} refused from now on (${slug})`);
     } else if (response.status === 422 && slug === "invalid-report" && Number.isInteger(index) && index >= 0 && index < reports.length) {
       keep = reports.filter((_, i) => i !== index);
-      this.log(`ldpt: the collector rejects a report of ${JSON.stringify(metric)} as invalid (${String(doc.detail)})`);
+      this.log(`ldpt: the collector refuses a report of ${JSON.stringify(metric)} as invalid (${String(doc.detail)})`);
     } else if (response.status === 413 && reports.length > 1) {
       const half = reports.length >> 1;
       await this.store_(reports.slice(0, half), batch.created);
       await this.store_(reports.slice(half), batch.created);
       return;
     } else {
-      this.log(`ldpt: the collector rejected a batch with HTTP ${response.status} (${slug}: ${String(doc.detail ?? "")}); it is not retried`);
+      this.log(`ldpt: the collector rejected a batch with HTTP ${response.status} (${slug}: ${String(doc.detail ?? "")}), not retried`);
     }
     this.counters.batches_rejected += 1;
     this.counters.reports_rejected += reports.length ? reports.length - (keep?.length ?? 0) : batch.reports;

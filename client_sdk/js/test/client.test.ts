@@ -161,6 +161,34 @@ test("final rejections: a stale metric is refused from then on, the rest is rese
   assert.equal((await c.stats()).reports_acked, 3);
 });
 
+test("403 shuffle-required: the metric is refused from then on, the rest of the batch is resent", async () => {
+  // what the Python SDK does (client_sdk/uploader.py): a metric the collector takes only through
+  // an authenticated shuffler is dropped from now on; the other metrics' reports go again
+  const { c, collector } = await client();
+  collector.script = [problem(403, "shuffle-required", { metric: "page" })];
+  c.report("theme", "a");
+  c.report("page", "a");
+  assert.equal(await c.flush(5), false);
+  const s = await c.stats();
+  assert.deepEqual([s.reports_rejected, s.reports_acked, s.batches_rejected], [1, 1, 1]);
+  const resent = unpack(collector.bodies[1]) as any;
+  assert.deepEqual(resent.reports.map((r: any) => r.m), ["theme"]);
+  assert.equal(c.report("page", "b"), false);
+  assert.equal((await c.stats()).stale_metric, 1);
+});
+
+test("a 403 other than shuffle-required drops the batch without retiring the metric", async () => {
+  const { c, collector } = await client();
+  collector.script = [problem(403, "forbidden", { metric: "page" })];
+  c.report("theme", "a");
+  c.report("page", "a");
+  assert.equal(await c.flush(5), false);
+  const s = await c.stats();
+  assert.deepEqual([s.reports_rejected, s.reports_acked], [2, 0]);
+  assert.equal(collector.bodies.length, 1);
+  assert.ok(c.report("page", "b"));
+});
+
 test("two clients on one state directory (two processes' worth) never overspend", async () => {
   const dir = mkdtempSync(join(tmpdir(), "ldpt-js-client-"));
   const registry = toyRegistry([{ name: "x", reportsPerWindow: 3 }]);
