@@ -582,7 +582,10 @@ class TelemetryClient(options: ClientOptions) : AppLifecycle, Closeable {
             return
         }
         var keep: List<WireReport>? = null
-        if (response.status == 422 && (slug == "unknown-metric" || slug == "fingerprint-mismatch") && metric != null) {
+        // a stale metric, or one the collector takes only through an authenticated shuffler
+        // (403 shuffle-required): refused from now on, the rest of the batch goes again
+        if (metric != null && (if (response.status == 422) slug == "unknown-metric" || slug == "fingerprint-mismatch"
+                               else response.status == 403 && slug == "shuffle-required")) {
             lock.lock()
             try {
                 stale.add(metric)

@@ -98,6 +98,21 @@ class ClientTest {
     }
 
     @Test
+    fun `a 403 shuffle-required retires its metric and resends the rest, as the other SDKs do`() {
+        val collector = RecordingCollector()
+        collector.fail(Fault.problem(403, "shuffle-required", mapOf("metric" to "crash")))
+        val c = client(collector, registry("theme", "crash", perWindow = 3))
+        c.awaitReady(10_000)
+        assertTrue(c.report("theme", "dark")); assertTrue(c.report("crash", true))
+        assertFalse(c.flush(20_000), "a rejected report is a failure of the flush")
+        assertEquals(1, collector.reports().size, "theme's report went again, crash's did not")
+        val s = c.stats()
+        assertEquals(1L, s["reports_rejected"]); assertEquals(1L, s["reports_acked"])
+        assertFalse(c.report("crash", true), "crash is refused from now on")
+        c.close(1_000)
+    }
+
+    @Test
     fun `the ledger refuses beyond reports_per_window and the device cap, refused reports are never sent`() {
         val collector = RecordingCollector()
         val dir = File(tmp, "state")
