@@ -201,15 +201,18 @@ async def send_batches(url: str, bodies: Iterable[tuple[int, bytes]], *,
         watcher = asyncio.create_task(watch()) if notice is not None else None
         try:
             for item in bodies:
-                while True:  # put without blocking forever if a worker has failed
-                    failed = next((w for w in workers if w.done()), None)
-                    if failed is not None:
-                        failed.result()
-                    try:
-                        await asyncio.wait_for(queue.put(item), 1.0)
-                        break
-                    except asyncio.TimeoutError:
-                        continue
+                # put without blocking forever if a worker has failed. asyncio.wait, not a polling
+                # loop of wait_for(put, 1 s): Python 3.11's wait_for can lose a cancellation that
+                # races its timeout (CPython gh-86296), and asyncio.run's Ctrl-C is a cancellation
+                put = asyncio.ensure_future(queue.put(item))
+                try:
+                    while not put.done():
+                        await asyncio.wait([put, *workers], return_when=asyncio.FIRST_COMPLETED)
+                        failed = next((w for w in workers if w.done()), None)
+                        if failed is not None:
+                            failed.result()
+                finally:
+                    put.cancel()
             for _ in workers:
                 await queue.put(None)
             await asyncio.gather(*workers)
