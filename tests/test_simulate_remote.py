@@ -71,7 +71,10 @@ def simulate_against(server_url: str, tmp_path, *extra: str) -> subprocess.Popen
     cmd = [sys.executable, "-c", "from cli.main import main; main()", "simulate", "--metrics", "metrics.toml",
            "--metric", "theme", "--clients", "400000", "--batch-size", "100", "--seed", "2", "--url", server_url,
            *extra]
-    return subprocess.Popen(cmd, cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    # Ctrl-C as a terminal delivers it: a shell that runs the suite in the background (`.ci/run &`)
+    # starts it with SIGINT ignored, which children inherit and Python then leaves ignored
+    return subprocess.Popen(cmd, cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def lines_of(proc: subprocess.Popen):
