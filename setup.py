@@ -33,7 +33,7 @@ ANALYSIS_REQUIRES = [
     *SDK["optional-dependencies"]["sealed"],
 ]
 
-SERVER_PACKAGES = ["collector", "collector.*", "shuffler", "shuffler.*", "estimators", "estimators.*", "cli", "cli.*"]  # ("cli*" would match client_sdk)
+SERVER_PACKAGES = ["sketches", "sketches.*", "collector", "collector.*", "shuffler", "shuffler.*", "estimators", "estimators.*", "cli", "cli.*"]  # ("cli*" would match client_sdk)
 
 if os.environ.get("LDPT_BUILD_MODE", "develop") == "release":
     packages = find_packages(include=SERVER_PACKAGES)

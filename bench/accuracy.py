@@ -24,7 +24,8 @@ import numpy as np
 from _common import print_table
 
 from client_sdk.errors import EstimationError
-from client_sdk.protocols.factory import AUTO_CANDIDATES, applicable, build_protocol, choose_protocol
+from client_sdk.protocols.factory import AUTO_CANDIDATES, applicable, choose_protocol
+from sketches import build_server
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
 DOMAINS = (2, 16, 128, 1024)
@@ -44,7 +45,7 @@ def plain_olh_variance(n: int, counts: np.ndarray, eps: float) -> np.ndarray:
 
 def run_point(name: str, d: int, eps: float, n: int, runs: int, seed: int) -> tuple[float, float, float]:
     """(empirical MSE of f̂, its ratio to theory, theoretical MSE) for one protocol at one point."""
-    proto = build_protocol(name, d, eps, {})
+    proto = build_server(name, d, eps, {})
     rng = np.random.default_rng(seed)
     weights = np.arange(1, d + 1, dtype=float) ** -1.1
     truth = rng.multinomial(n, weights / weights.sum())
@@ -82,7 +83,7 @@ def large_rows(seed: int = 14) -> list[tuple]:
             for name in dict.fromkeys((auto, "hr", "olh")):
                 label = f"{name} (auto, {MOBILE_BUDGET} B)" if name == auto else name
                 try:
-                    proto = build_protocol(name, d, eps, {})
+                    proto = build_server(name, d, eps, {})
                     start = time.perf_counter()
                     sketch = proto.new_sketch()
                     proto.accumulate(sketch, proto.encode(labels, rng))

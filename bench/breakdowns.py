@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import os
 
+from sketches import server_half
+
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")  # one core
 
@@ -39,10 +41,10 @@ import numpy as np  # noqa: E402
 from _common import print_table  # noqa: E402
 from scipy import stats  # noqa: E402
 
-from client_sdk.protocols.factory import build_protocol  # noqa: E402
 from client_sdk.registry import parse_registry  # noqa: E402
 from estimators.exact_sketch import draw_sketch  # noqa: E402
 from estimators.joint import JointEstimate, count_covariance, estimate_joint, sampling_covariance  # noqa: E402
+from sketches import build_server  # noqa: E402
 
 N = 1_000_000
 EPSILON = 2.0
@@ -82,7 +84,7 @@ def _truth(spec, counts: np.ndarray, proto=None) -> JointEstimate:
     """The population's cell shares (as counts of N) with the covariance of an estimate from N
     devices drawn from it: randomisation plus sampling."""
     c = counts.astype(np.float64)
-    return JointEstimate(spec.joint, c, count_covariance(proto or spec.protocol_impl, N, c), N,
+    return JointEstimate(spec.joint, c, count_covariance(proto or server_half(spec), N, c), N,
                          sampling=sampling_covariance(c, N))
 
 
@@ -93,7 +95,7 @@ def _drawn(counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 def share_runs(runs: int, seed: int) -> tuple[list[list[object]], dict[str, float]]:
     spec = parse_registry(CRASH).get("crash_by_os")
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     counts = crash_counts(RATES)
     truth = _truth(spec, counts)
     z = stats.norm.isf(0.025)
@@ -141,7 +143,7 @@ def protocol_z() -> list[list[object]]:
     counts = crash_counts(RATES).astype(np.float64)
     rows = []
     for name in ("grr", "oue", "ss"):
-        proto = build_protocol(name, 20, EPSILON, {})
+        proto = build_server(name, 20, EPSILON, {})
         je = _truth(spec, counts, proto)
         _, se, _ = je.share_difference(1, 1, 0, 0, 1)
         zz = 0.05 / se
@@ -153,7 +155,7 @@ def protocol_z() -> list[list[object]]:
 
 def independence_runs(runs: int, seed: int) -> list[list[object]]:
     spec = parse_registry(CRASH).get("crash_by_os")
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     rng = np.random.default_rng(seed)
     rows = []
     for label, rates in (("independent (every rate 18 %)", np.full(10, 0.18)), ("the rates above", RATES)):
@@ -178,7 +180,7 @@ def size_grid(runs: int, seed: int) -> list[list[object]]:
     for eps in SIZE_EPSILONS:
         spec = parse_registry(CRASH.replace(f"epsilon = {EPSILON}", f'epsilon = {eps}\nprotocol = "grr"')
                               ).get("crash_by_os")
-        proto = spec.protocol_impl
+        proto = server_half(spec)
         rng = np.random.default_rng(seed + int(eps * 10))
         counts = np.zeros(4, dtype=np.int64)    # rejections: independence, gap, former independence, former gap
         for _ in range(runs):
@@ -192,7 +194,7 @@ def size_grid(runs: int, seed: int) -> list[list[object]]:
 
 def mean_runs(runs: int, seed: int) -> list[list[object]]:
     spec = parse_registry(STARTUP).get("startup_by_os")
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     counts = startup_counts()
     truth = _truth(spec, counts)
     z = stats.norm.isf(0.025)

@@ -30,10 +30,11 @@ import numpy as np
 from _common import print_table
 
 from client_sdk.dimensions import combination_bits, combination_count
-from client_sdk.protocols.base import Sketch
 from client_sdk.registry import load_registry, parse_registry
 from estimators.breakdown import breakdown_frame
 from estimators.dimension_sim import grr_count_variance, grr_sketches_exact, rare_combination_share
+from sketches import server_half
+from sketches.base import Sketch
 
 REGISTRY = """
 [dimensions.os]
@@ -54,7 +55,7 @@ MIN_REPORTS = 1000
 
 def run(reps: int, seed: int = 2026) -> tuple[list[list[object]], bool]:
     spec = parse_registry(REGISTRY).get("theme")
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     rng = np.random.default_rng(seed)
     truth = {s: np.asarray(c, dtype=np.int64) for s, c in SEGMENTS.items()}
     draws = {s: grr_sketches_exact(proto, c, reps, rng) for s, c in truth.items()}

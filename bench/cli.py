@@ -25,6 +25,7 @@ from _common import ROOT, print_table
 
 from client_sdk.ledger import Charge, Ledger, day_of
 from client_sdk.registry import load_registry
+from sketches import server_half
 
 EXAMPLE = ROOT / "docs" / "examples" / "metrics.toml"
 
@@ -41,8 +42,8 @@ def make_state_dir(path: Path) -> Path:
     """A device state directory whose ledger has charged every example metric a few times."""
     registry = load_registry(EXAMPLE)
     day = day_of(time.time())
-    charges = [Charge(spec.name, spec.fingerprint, day, spec.protocol_impl.epsilon,
-                      spec.protocol_impl.epsilon_longitudinal, None, 10)
+    charges = [Charge(spec.name, spec.fingerprint, day, server_half(spec).epsilon,
+                      server_half(spec).epsilon_longitudinal, None, 10)
                for spec in registry for _ in range(3)]
     path.mkdir(parents=True)
     Ledger(path).commit(charges)

@@ -28,8 +28,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from client_sdk.protocols.factory import build_protocol  # noqa: E402
 from collector.storage.base import PendingBatch, SketchKey  # noqa: E402
+from sketches import build_server  # noqa: E402
 
 PROTOCOLS = {"olh": ("olh", 1_000_000, 2.0), "hr": ("hr", 1_000_000, 2.0),
              "discover": ("discover", None, 4.0)}
@@ -115,7 +115,7 @@ def cpu() -> float:
 def run(kind: str, target: str, name: str, total: int, batch: int, slices: int,
         max_seconds: float) -> list[tuple]:
     pname, d, eps = PROTOCOLS[name]
-    proto = build_protocol(pname, d, eps, {})
+    proto = build_server(pname, d, eps, {})
     store = SyncStore(kind, target)
     rows_out = []
     try:

@@ -23,13 +23,13 @@ import numpy as np
 from _common import print_table
 from scipy import stats
 
-from client_sdk.protocols.base import pure_estimate
-from client_sdk.protocols.factory import build_protocol
 from client_sdk.registry import parse_registry
 from estimators.frequency import estimate_frame
 from estimators.intervals import zero_count_p_values
 from estimators.multiple_testing import benjamini_hochberg, holm
 from estimators.simulation import Population, simulate_sketch
+from sketches import build_server
+from sketches.base import pure_estimate
 
 HELD = 5
 ALPHA = 0.05
@@ -67,7 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for name, d, eps, n in CELLS:
-        proto = build_protocol(name, d, eps, {})
+        proto = build_server(name, d, eps, {})
         rng = np.random.default_rng(17)
         exact, normal = [], []
         for _ in range(args.runs):

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import os
 
+from sketches import server_half
+
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
@@ -91,7 +93,7 @@ def run_setting(n: int, epsilon: float, seeds: int, with_rappor: bool) -> list[l
         "home": {"kind": "string", "protocol": "discover", "epsilon": epsilon},
         "home_rappor": rappor_options(epsilon)}})
     spec, rspec = reg.get("home"), reg.get("home_rappor")
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     rows = []
     results: dict[str, list[dict]] = {"discover": [], "rappor": []}
     times: dict[str, list[float]] = {"discover": [], "rappor": []}
@@ -113,16 +115,16 @@ def run_setting(n: int, epsilon: float, seeds: int, with_rappor: bool) -> list[l
 
             rsketch = simulate_sketch(rspec, pop, rng)
             start = time.perf_counter()
-            rdf = decode(rsketch, rspec.protocol_impl, pop.values)
+            rdf = decode(rsketch, server_half(rspec), pop.values)
             times["rappor"].append(time.perf_counter() - start)
             top = rdf.nlargest(TOP, "estimate")
             results["rappor"].append(score(top, truth, n, ranked))
             if seed == 0:
-                peaks["rappor"] = peak_mib(decode, rsketch, rspec.protocol_impl, pop.values)
+                peaks["rappor"] = peak_mib(decode, rsketch, server_half(rspec), pop.values)
     for name, res in results.items():
         if not res:
             continue
-        p = spec.protocol_impl if name == "discover" else rspec.protocol_impl
+        p = server_half(spec) if name == "discover" else server_half(rspec)
         cells = p.new_sketch().counts.size
         mean = {k: float(np.nanmean([r[k] for r in res])) for k in res[0]}
         rows.append([f"{n:,}", epsilon, name, round(p.epsilon, 3), mean["recall10"], mean["recall20"],

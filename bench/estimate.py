@@ -30,6 +30,8 @@ from pathlib import Path
 import numpy as np
 from _common import ROOT, print_table
 
+from sketches import server_half
+
 REGISTRY = """
 [metrics.hr1m]
 kind = "categorical"
@@ -149,7 +151,7 @@ def steps(reg: Path, db: Path, protocols: list[str], repeat: int) -> list[tuple]
         metric = f"{proto}1m"
         t_reg = cpu(lambda metric=metric: load_registry(reg).get(metric).fingerprint, repeat)
         spec = load_registry(reg).get(metric)
-        impl = spec.protocol_impl
+        impl = server_half(spec)
         store = open_store(db)
         t_load = cpu(lambda s=store, m=metric, f=spec.fingerprint, i=impl: s.load(m, f, i.new_sketch()), repeat)
         sketch = store.load(metric, spec.fingerprint, impl.new_sketch())

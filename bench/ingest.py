@@ -61,6 +61,8 @@ from pathlib import Path
 import msgpack
 import numpy as np
 
+from sketches import server_half
+
 try:  # the collector's peak RSS and CPU time are read through psutil (in the [dev] extra)
     import psutil
 except ModuleNotFoundError:
@@ -158,7 +160,7 @@ def template_body(registry_path: Path, protocol: str, seed: int = 1) -> tuple[by
     if protocol == "trivial":  # any valid body: the grr one
         protocol = "grr"
     spec = load_registry(registry_path).get(METRIC_OF[protocol])
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     rng = np.random.default_rng(seed)
     if protocol in ("rappor", "discover"):  # string metrics
         values = np.asarray([f"value-{i % 100}" for i in rng.integers(0, 10**6, BATCH)], dtype=object)
@@ -392,7 +394,7 @@ class ReplaySource:
     def __init__(self, spec, batch: int, seed: int, chunk: int = 2_000, depth: int = 400) -> None:
         import queue
 
-        self.spec, self.proto, self.batch, self.chunk = spec, spec.protocol_impl, batch, chunk
+        self.spec, self.proto, self.batch, self.chunk = spec, server_half(spec), batch, chunk
         self.rng = np.random.default_rng(seed)
         self.bodies: queue.Queue[bytes] = queue.Queue(depth)
         self.stopped = threading.Event()

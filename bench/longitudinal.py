@@ -22,11 +22,11 @@ import time
 import numpy as np
 from _common import print_table
 
-from client_sdk.protocols.factory import build_protocol
 from client_sdk.protocols.losue import l_sue_rates
 from client_sdk.registry import parse_registry
 from estimators.audit import distinguish
 from estimators.longitudinal import simulate_days, window_monte_carlo
+from sketches import build_server, server_half
 
 COUNTS = np.array([12_000, 5_000, 2_000, 800, 200, 0])
 
@@ -65,10 +65,10 @@ def variance_table() -> None:
         for e1, ei in ((0.5, 2.0), (1.0, 4.0), (2.0, 4.0)):
             big, small = l_sue_rates(e1, ei)
             l_sue = small * (1 - small) / (big - small) ** 2
-            v = {n: float(build_protocol(n, d, e1, {"epsilon_inf": ei}).variance(1, 0.0))
+            v = {n: float(build_server(n, d, e1, {"epsilon_inf": ei}).variance(1, 0.0))
                  for n in ("lgrr", "losue")}
-            lol = build_protocol("loloha", d, e1, {"epsilon_inf": ei})
-            bilol = build_protocol("loloha", d, e1, {"epsilon_inf": ei, "hash_range": 2})
+            lol = build_server("loloha", d, e1, {"epsilon_inf": ei})
+            bilol = build_server("loloha", d, e1, {"epsilon_inf": ei, "hash_range": 2})
             q = 1 / lol.params.g
             lol_v = q * (1 - q) / (lol.p - q) ** 2
             bilol_v = 0.25 / (bilol.p - 0.5) ** 2
@@ -98,7 +98,7 @@ def lifetime_table() -> None:
     for name, extra in (("grr", {}), ("lgrr", {}), ("losue", {}), ("loloha", {}), ("loloha", {"hash_range": 2}),
                         ("dbitflip", {"sampled_buckets": 2})):
         ei = None if name == "grr" else 4.0
-        p = spec(name, 8, 1.0, ei, **extra).protocol_impl
+        p = server_half(spec(name, 8, 1.0, ei, **extra))
         unchanged = 365 * p.epsilon if ei is None else p.epsilon_longitudinal
         keys = {"loloha": min(8, getattr(p.params, "g", 8)), "dbitflip": min(8, getattr(p.params, "sampled", 0) + 1)}
         daily = 365 * p.epsilon if ei is None else keys.get(name, 8) * p.epsilon_longitudinal

@@ -27,10 +27,11 @@ import numpy as np
 from _common import print_table
 from scipy import stats
 
-from client_sdk.protocols.base import Sketch
-from client_sdk.protocols.factory import build_protocol, choose_numeric_protocol
+from client_sdk.protocols.factory import choose_numeric_protocol
 from estimators.intervals import z_value
 from estimators.mean_intervals import mean_interval
+from sketches import build_server
+from sketches.base import Sketch
 
 SCENARIOS = {"end": ((-1.0, 1.0),), "0.1 of 100": ((-0.998, 1.0),), "1% from end": ((-0.98, 1.0),),
              "away": ((0.3, 1.0),), "both ends": ((-1.0, 0.5), (1.0, 0.5))}
@@ -100,7 +101,7 @@ def main() -> None:
         auto = choose_numeric_protocol(eps)
         for name in MECHANISMS:
             options = {"epsilon_inf": 2 * eps} if name == "memobitmean" else {}
-            proto = build_protocol(name, None, eps, options)
+            proto = build_server(name, None, eps, options)
             label = f"{name} (auto)" if name == auto else name
             lows = []
             for n in sizes:

@@ -26,6 +26,7 @@ from client_sdk.registry import parse_registry
 from estimators.frequency import estimate_frame
 from estimators.longitudinal import simulate_days
 from estimators.memo_range import range_frame
+from sketches import server_half
 
 PROTOCOLS = (("lgrr", {}), ("losue", {}), ("loloha", {}), ("loloha", {"hash_range": 2}),
              ("dbitflip", {"sampled_buckets": 2}))
@@ -45,7 +46,7 @@ def cell(sp, rate: float, runs: int, clients: int) -> dict[int, tuple[float, flo
         days = list(simulate_days(sp, clients, "zipf:1.1", max(LENGTHS), rate, np.random.default_rng(r)))
         for n in LENGTHS:
             truth = np.sum([d.true_counts for d in days[:n]], axis=0)
-            total = sp.protocol_impl.new_sketch()
+            total = server_half(sp).new_sketch()
             for d in days[:n]:
                 total = total.merge(d.sketch)
             old = estimate_frame(sp, total)

@@ -22,8 +22,9 @@ import zlib
 import numpy as np
 from _common import median_time, print_table
 
-from client_sdk.protocols.factory import build_protocol, choose_numeric_protocol
+from client_sdk.protocols.factory import choose_numeric_protocol
 from client_sdk.protocols.numeric import NUMERIC_PROTOCOL_NAMES
+from sketches import build_server
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
 THROUGHPUT_BATCH = 2_000_000
@@ -71,7 +72,7 @@ def main() -> None:
     for eps in EPSILONS:
         variances = {}
         for name in NUMERIC_PROTOCOL_NAMES:
-            proto = build_protocol(name, None, eps, {})
+            proto = build_server(name, None, eps, {})
             variances[name] = proto.worst_case_variance()
             rng = np.random.default_rng(zlib.crc32(f"{name}/{eps}".encode()))
             ratios = {label: mse_ratio(proto, t, args.runs, rng)

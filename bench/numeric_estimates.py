@@ -22,6 +22,7 @@ from client_sdk.registry import parse_registry
 from estimators.frequency import estimate_frame
 from estimators.numeric import QUANTILES
 from estimators.simulation import NumericPopulation, numeric_truth, simulate_sketch
+from sketches import server_half
 
 MEAN = '[metrics.m]\nkind = "numeric"\nrange = [0, 100]\nprotocol = "{p}"\nepsilon = 1.0\n'
 HIST = '[metrics.h]\nkind = "numeric"\nrange = [0, 100]\nbuckets = {b}\nprotocol = "{p}"\nepsilon = 1.0\n'
@@ -31,7 +32,7 @@ def sketch_of(spec, n: int, rng: np.random.Generator):
     """A sketch of n reports without encoding n values: a mean metric's cells drawn from the
     mechanism's exact output distribution; a histogram's counters those of 10,000 encoded
     uniform values scaled to n (every counter grows in proportion to the reports)."""
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     sketch = proto.new_sketch()
     if spec.is_mean:
         probs = proto.probability_table()[proto.grid // 3]

@@ -16,13 +16,14 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from client_sdk.protocols.factory import build_protocol, choose_protocol  # noqa: E402
+from client_sdk.protocols.factory import choose_protocol  # noqa: E402
+from sketches import build_server  # noqa: E402
 
 
 def _pair(name_of):
     """(encode_population, estimate) for the protocol ``name_of(d, eps)`` names."""
     def encode(values: np.ndarray, eps: float, d: int, rng: np.random.Generator):
-        proto = build_protocol(name_of(d, eps), d, eps, {})
+        proto = build_server(name_of(d, eps), d, eps, {})
         return proto, proto.encode(np.asarray(values, dtype=np.int64), rng)
 
     def estimate(reports, eps: float, d: int) -> np.ndarray:

@@ -29,6 +29,8 @@ import numpy as np
 import psutil
 from _common import ROOT, print_table
 
+from sketches import server_half
+
 sys.path.insert(0, str(ROOT / "bench"))
 from ingest import collector  # noqa: E402
 
@@ -137,7 +139,7 @@ def main() -> None:
         rng = np.random.default_rng(2)
 
         def body() -> bytes:
-            wire = spec.protocol_impl.to_wire(spec.protocol_impl.encode(rng.integers(0, 3, 10), rng))
+            wire = server_half(spec).to_wire(server_half(spec).encode(rng.integers(0, 3, 10), rng))
             return msgpack.packb({"v": 1, "batch_id": os.urandom(16),
                                   "reports": [{"m": "probe", "f": spec.fingerprint, "p": w} for w in wire]})
 

@@ -40,8 +40,8 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 from _common import median_time, print_table  # noqa: E402
 
-from client_sdk.protocols.factory import build_protocol  # noqa: E402
 from estimators.rappor import CandidateMap, decode, sample_sketch  # noqa: E402
+from sketches import build_server  # noqa: E402
 
 N_TRUE = 100
 #: Parameter sets beside the default (docs/rappor.md's table).
@@ -76,7 +76,7 @@ def truth_vector(n_decoys: int, name: str = "zipf:1") -> np.ndarray:
 def scenario(n: int, seeds: int, name: str = "zipf:1", n_decoys: int = 100,
              setting: str = "default") -> dict[str, dict[str, float]]:
     """Mean TV, TV range, true reported, false per 100 decoys and coverage, per method."""
-    proto = build_protocol("rappor", None, None, PARAMS[setting])
+    proto = build_server("rappor", None, None, PARAMS[setting])
     values = candidates(n_decoys)
     cmap = CandidateMap.from_strings(values, proto.params)
     truth = truth_vector(n_decoys, name)
@@ -135,7 +135,7 @@ def generality(seeds: int) -> list[list[object]]:
 
 def outside_calibration(seeds: int) -> list[list[object]]:
     """Share of runs whose outside-the-list interval covers 0 when every true string is listed."""
-    proto = build_protocol("rappor", None, None, {})
+    proto = build_server("rappor", None, None, {})
     rows = []
     for n_true, scale in ((200, 20), (1_000, 100)):
         values = [f"s{i}.example" for i in range(n_true)]
@@ -161,7 +161,7 @@ def outside_calibration(seeds: int) -> list[list[object]]:
 
 
 def decode_times(repeat: int) -> list[list[object]]:
-    proto = build_protocol("rappor", None, None, {})
+    proto = build_server("rappor", None, None, {})
     rows = []
     for n_decoys in (1_000, 10_000):
         values = candidates(n_decoys)
@@ -176,7 +176,7 @@ def decode_times(repeat: int) -> list[list[object]]:
 
 
 def encode_rate(reports: int) -> list[list[object]]:
-    proto = build_protocol("rappor", None, None, {})
+    proto = build_server("rappor", None, None, {})
     secret = os.urandom(32)
     rows = []
     for label, values in (("one value (Bloom row cached)", ["www.example.com"] * reports),

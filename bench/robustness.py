@@ -55,6 +55,8 @@ from pathlib import Path
 import msgpack
 import numpy as np
 
+from sketches import server_half
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -110,7 +112,7 @@ def collector(workdir: Path, env: dict[str, str], *args: str):
 
 
 def valid_bodies(spec, n: int, size: int, rng: np.random.Generator) -> list[bytes]:
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     out = []
     for _ in range(n):
         wire = proto.to_wire(proto.encode(rng.integers(0, proto.domain_size, size), rng))
@@ -428,7 +430,7 @@ def forged_groups(quick: bool) -> list[list]:
     length = 8 if quick else 16
     spec = parse_registry({"metrics": {"home": {"kind": "string", "protocol": "discover", "epsilon": 4.0,
                                                 "max_length": length}}}).get("home")
-    proto, par = spec.protocol_impl, spec.protocol_impl.params
+    proto, par = server_half(spec), server_half(spec).params
     w = np.arange(1, 301) ** -1.1
     pop = Population(host_names(300), np.round(HONEST * w / w.sum()).astype(np.int64))
     honest = simulate_sketch(spec, pop, np.random.default_rng(18))
@@ -561,7 +563,7 @@ def storage_failures(runs: int) -> None:
         workdir = Path(tempfile.mkdtemp(prefix="ldpt-state-"))
         (workdir / "metrics.toml").write_text(DEVICE_REGISTRY)
         registry = load_registry(workdir / "metrics.toml")
-        eps = {spec.name: float(spec.protocol_impl.epsilon) for spec in registry}
+        eps = {spec.name: float(server_half(spec).epsilon) for spec in registry}
         state = workdir / "state"
         state.mkdir(mode=0o700)
         if case.startswith("secret"):
@@ -616,7 +618,7 @@ def stored_totals(db: Path, registry, names: list[str]) -> tuple[dict[str, int],
             for name in names:
                 spec = registry.get(name)
                 totals[name] = (await store.aload(name, spec.fingerprint,
-                                                  spec.protocol_impl.new_sketch())).total_reports
+                                                  server_half(spec).new_sketch())).total_reports
             segments = len({w.metric for w in await store.awindows() if w.metric.startswith("crashed@")})
             return totals, segments
         finally:
@@ -700,7 +702,7 @@ def discover_deflation(quick: bool) -> list:
     length = 8 if quick else 16
     spec = parse_registry({"metrics": {"home": {"kind": "string", "protocol": "discover", "epsilon": 4.0,
                                                 "max_length": length}}}).get("home")
-    proto, par = spec.protocol_impl, spec.protocol_impl.params
+    proto, par = server_half(spec), server_half(spec).params
     values = host_names(300)
     w = np.arange(1, 301) ** -1.1
     honest = simulate_sketch(spec, Population(values, np.round(50_000 * w / w.sum()).astype(np.int64)),
@@ -986,7 +988,7 @@ def main() -> None:
                   f"{stored_reports:,} vs {sketch_reports:,}"]], "4. SIGKILL during ingest")
 
     # 5. poisoning bounds: one source, limits applied to loopback (no relay)
-    bound = poisoning_bound(spec.protocol_impl)
+    bound = poisoning_bound(server_half(spec))
     shift = lambda m: 100 * m * bound.gain / (HONEST + m)  # noqa: E731 - points, target share 0
     lim_env = {"LDPT_RELAY_SOURCES": ""}
     from collector.config import SETTINGS_BY_NAME

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import os
 
+from sketches import server_half
+
 # The in-process column runs with one BLAS thread, as the test-suite does (tests/conftest.py):
 # on a busy 2-core machine a multi-threaded BLAS makes OLH's small solves ~10x slower. The CLI
 # and the collector are measured as users run them, with the environment they inherit.
@@ -58,7 +60,7 @@ def registry_text(protocol: str) -> str:
 def fill(db: Path, spec, rng: np.random.Generator) -> list[str]:
     weights = 1.0 / np.arange(1, VALUES + 1) ** 1.1
     weights /= weights.sum()
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     days = window_grid(FIRST.isoformat(), (FIRST + dt.timedelta(days=WINDOWS - 1)).isoformat(), False)
     store = SQLiteStore(db, create=True)
     try:
@@ -77,7 +79,7 @@ def library_time(db: Path, spec, days: list[str]) -> float:
     def run() -> str:
         store = SQLiteStore(db, create=False)
         try:
-            sketches = [(d, store.load(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch(), [d]))
+            sketches = [(d, store.load(spec.name, spec.fingerprint, server_half(spec).new_sketch(), [d]))
                         for d in days]
         finally:
             store.close()

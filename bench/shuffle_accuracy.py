@@ -20,9 +20,10 @@ import time
 import numpy as np
 from _common import print_table
 
-from client_sdk.protocols.factory import build_protocol, choose_protocol
+from client_sdk.protocols.factory import choose_protocol
 from estimators.amplification import central_epsilon, krr_size, largest_epsilon0
 from estimators.shuffle_plan import inverse_plan, round_up
+from sketches import build_server
 
 DOMAIN = 16
 TARGET = 0.5
@@ -66,7 +67,7 @@ def measure(runs: int = 100, clients: int = CLIENTS, seed: int = 28) -> list[dic
     ]
     rows = []
     for label, name, eps0 in settings:
-        proto = build_protocol(name, DOMAIN, eps0, {})
+        proto = build_server(name, DOMAIN, eps0, {})
         start = time.process_time()
         mse, theory = simulate(proto, truth, runs, rng)
         cpu = time.process_time() - start

@@ -26,9 +26,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from client_sdk.protocols.factory import build_protocol  # noqa: E402
 from collector.storage.base import PendingBatch, SketchKey  # noqa: E402
 from collector.storage.sqlite import SQLiteStore  # noqa: E402
+from sketches import build_server  # noqa: E402
 
 D = 1_000_000
 BATCH = 1_000
@@ -102,7 +102,7 @@ def main() -> None:
     print(f"{'protocol':8s} {'reports':>10s} {'dense MB':>9s} {'SQLite MB':>10s} {'PostgreSQL MB':>14s} "
           f"{'year of daily windows, SQLite':>30s}")
     for name in ("hr", "olh"):
-        proto = build_protocol(name, D, 2.0, {})
+        proto = build_server(name, D, 2.0, {})
         dense = 8 * (proto.new_sketch().counts.size + proto.cohorts) / 1e6
         for n in args.reports:
             lite = sqlite_bytes(proto, n, args.windows, rng) / 1e6

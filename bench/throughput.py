@@ -22,7 +22,7 @@ import time
 import numpy as np
 from _common import median_time, print_table
 
-from client_sdk.protocols.factory import build_protocol
+from sketches import build_server
 
 PEERS = {"grr": 3.3e6, "oue": 0.68e6, "ss": 0.63e6, "olh": 0.37e6, "hr": 0.26e6}
 PROTOCOLS = ("rr", "grr", "oue", "sue", "olh", "hr", "ss")
@@ -32,7 +32,7 @@ LARGE_PROTOCOLS = ("hr", "olh")
 
 
 def vectorised(name: str, d: int, eps: float, n: int) -> float:
-    proto = build_protocol(name, d, eps, {})
+    proto = build_server(name, d, eps, {})
     rng = np.random.default_rng(1)
     values = rng.integers(0, d, n)
     proto.encode(values[:1000], rng)  # warm caches
@@ -41,7 +41,7 @@ def vectorised(name: str, d: int, eps: float, n: int) -> float:
 
 def one_at_a_time(name: str, d: int, eps: float, count: int) -> tuple[float, float]:
     """(median, p99) µs per single-report encode with the OS CSPRNG."""
-    proto = build_protocol(name, d, eps, {})
+    proto = build_server(name, d, eps, {})
     value = np.array([d // 3])
     proto.encode(value)
     samples = []
@@ -67,7 +67,7 @@ def sdk_report_us(proto, index: int, count: int) -> tuple[float, float]:
 
 def estimate_seconds(name: str, d: int, eps: float, n: int) -> float | str:
     try:
-        proto = build_protocol(name, d, eps, {})
+        proto = build_server(name, d, eps, {})
     except ValueError as exc:
         return f"n/a ({str(exc)[:30]}...)"
     rng = np.random.default_rng(2)
@@ -143,7 +143,7 @@ def large_rows(clients: int, single: int) -> list[tuple]:
     for d in LARGE_DOMAINS:
         for eps in LARGE_EPSILONS:
             for name in LARGE_PROTOCOLS:
-                proto = build_protocol(name, d, eps, {})
+                proto = build_server(name, d, eps, {})
                 rate = vectorised(name, d, eps, clients)
                 med, p99 = sdk_report_us(proto, d // 3, single)
                 rng = np.random.default_rng(3)

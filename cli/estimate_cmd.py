@@ -15,9 +15,9 @@ from .common import FiniteFloatRange, Working, emit, load_metric, output_options
 from .dates import validate_date, validate_day
 
 if TYPE_CHECKING:
-    from client_sdk.protocols.base import Sketch
     from client_sdk.registry import MetricSpec
     from collector.storage.base import WindowInfo
+    from sketches.base import Sketch
 
 T = TypeVar("T")
 
@@ -383,12 +383,13 @@ class StoreReader:
         """Merged sketch of the metric over the chosen windows (an error when it holds no reports,
         unless ``allow_empty``)."""
         from collector.estimates import Side
+        from sketches import server_half
 
         from .store_rules import StoreRules
 
         if not allow_empty:
             self.stored_windows(spec)
-        sketch = self.run(self.reads.aload(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch(), windows,
+        sketch = self.run(self.reads.aload(spec.name, spec.fingerprint, server_half(spec).new_sketch(), windows,
                                            since, until))
         if sketch.total_reports == 0 and not allow_empty:
             raise StoreRules(self.label).empty(spec, Side(windows, since, until, ""))

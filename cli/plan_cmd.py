@@ -189,9 +189,10 @@ def joint_plan_rows(spec, clients: int, max_report_bytes: int = DEFAULT_MAX_REPO
     reports") against a separate metric of that part at the same ε (its own `auto` protocol,
     each value n/k), and against separate metrics sharing the joint's ε (ε/parts each)."""
     from estimators.joint import count_covariance
+    from sketches import server_half
 
     joint = spec.joint
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     d = joint.size
     cov = count_covariance(proto, clients, [clients / d] * d)
     eps = float(spec.epsilon)

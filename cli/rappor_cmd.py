@@ -135,6 +135,7 @@ def export_cmd(metrics_file: str, metric: str, db: str, candidates: str, out_dir
     """Write a RAPPOR metric's sketch as google/rappor params.csv, counts.csv and map.csv."""
     from estimators import rappor_io
     from estimators.rappor import CandidateMap
+    from sketches import server_half
 
     from .estimate_cmd import load_sketch, read_candidates
 
@@ -145,7 +146,7 @@ def export_cmd(metrics_file: str, metric: str, db: str, candidates: str, out_dir
         raise click.UsageError("use either --window or --since/--until, not both")
     sketch = load_sketch(spec, db, [window] if window else None, since, until)
     values = read_candidates(candidates, spec) or []
-    params = spec.protocol_impl.params
+    params = server_half(spec).params
     try:
         cmap = CandidateMap.from_strings(values, params)
     except EstimationError as exc:

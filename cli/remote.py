@@ -75,7 +75,8 @@ def encode_batch(spec: MetricSpec, wire: list[Any], batch_id: bytes | None = Non
 def batch_bodies(spec: MetricSpec, chunks: Iterable[tuple[int, Payloads]],
                  batch_size: int = REMOTE_BATCH) -> Iterator[tuple[int, bytes]]:
     """(reports, body) for every batch of ``batch_size`` reports of the encoded chunks."""
-    proto = spec.protocol_impl
+    from sketches import server_half
+    proto = server_half(spec)
     for _, payloads in chunks:
         wire = proto.to_wire(payloads)
         for start in range(0, len(wire), batch_size):

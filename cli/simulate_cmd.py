@@ -76,6 +76,7 @@ def simulate(metrics_file: str, metric: str, clients: int, distribution: str | N
              days: int | None, change_rate: float, joint_counts: str | None, dimensions: tuple[str, ...],
              silent: bool) -> None:
     """Simulate CLIENTS devices reporting METRIC once each into a sketch store (or a collector)."""
+    from sketches import server_half
     if dimensions and (days is not None or url is not None):
         raise click.UsageError("--dimension writes segments into --db (not with --url or --days)")
     if days is not None:
@@ -122,7 +123,7 @@ def simulate(metrics_file: str, metric: str, clients: int, distribution: str | N
         send_population(spec, population, rng, url, batch_size, silent, cacert, retry_for)
         if not silent:
             click.echo(f"{plural(clients, 'simulated report')} of {metric} ({spec.protocol}, epsilon "
-                       f"{spec.protocol_impl.epsilon:.4g}) -> {url} (seed {seed})", err=True)
+                       f"{server_half(spec).epsilon:.4g}) -> {url} (seed {seed})", err=True)
         return
     store = open_store(db, create=True)  # opened before the long work: a bad store fails fast
     try:
@@ -141,7 +142,7 @@ def simulate(metrics_file: str, metric: str, clients: int, distribution: str | N
         store.close()
     if not silent:
         click.echo(f"{plural(clients, 'simulated report')} of {metric} ({spec.protocol}, epsilon "
-                   f"{spec.protocol_impl.epsilon:.4g}) -> {db} window {window} (seed {seed})", err=True)
+                   f"{server_half(spec).epsilon:.4g}) -> {db} window {window} (seed {seed})", err=True)
     say_added(db, metric, held, clients, truth)
 
 
@@ -170,12 +171,13 @@ def store_segments(store: Any, spec: MetricSpec, population: Population | Numeri
     """Randomise each segment's devices and store every segment and their sum (the total)."""
     from estimators.dimension_sim import parse_dimension_option, segment_probabilities, split_population
     from estimators.simulation import DistributionError
+    from sketches import server_half
 
     try:
         probs = segment_probabilities(spec, [parse_dimension_option(o, spec) for o in options])
     except DistributionError as exc:
         raise click.UsageError(str(exc)) from None
-    total = spec.protocol_impl.new_sketch()
+    total = server_half(spec).new_sketch()
     for key, part in split_population(population, probs, rng).items():
         if part.size == 0:
             continue
@@ -242,6 +244,7 @@ def simulate_days_cmd(metrics_file: str, metric: str, clients: int, distribution
                       silent: bool) -> None:
     """`ldpt simulate --days`: one window per day (estimators.longitudinal), vectorised."""
     from estimators.longitudinal import LongitudinalError, check_metric, simulate_days
+    from sketches import server_half
 
     _, spec = load_metric(metrics_file, metric)
     try:
@@ -273,7 +276,7 @@ def simulate_days_cmd(metrics_file: str, metric: str, clients: int, distribution
             truth_fh.close()
     if not silent:
         click.echo(f"{plural(clients, 'simulated device')} x {plural(days, 'day')} of {metric} ({spec.protocol}, epsilon "
-                   f"{spec.protocol_impl.epsilon:.4g}) -> {db} windows {labels[0]}..{labels[-1]} "
+                   f"{server_half(spec).epsilon:.4g}) -> {db} windows {labels[0]}..{labels[-1]} "
                    f"(seed {seed})", err=True)
     say_added(db, metric, held, clients, truth)
 

@@ -57,6 +57,7 @@ from .hashing import encode_text
 from .ledger import Book, Charge, Refusal, RefusalCounts, apply, day_of
 from .options import ClientOptions
 from .protocols._longitudinal import Memoised
+from .protocols.device import Context, DeviceHalf
 from .queue import DiskOutbox, MemoryOutbox, OutboxLimits
 from .registry import DeviceBudget, Kind, MetricSpec, Registry, canonical_value, load_registry
 from .remote import cached_domains, check_pins, fetch_registry, registry_from_json
@@ -134,7 +135,7 @@ class _Metric:
 
     __slots__ = ("name", "spec", "proto", "kind", "fingerprint", "index", "string", "max_bytes", "eps", "eps_inf",
                  "memoised", "rpw", "budget", "uses_cohorts", "m", "numeric", "lo", "hi", "scale",
-                 "inner_edges", "labels", "two_round", "dev_window", "dev_lifetime", "window_charges")
+                 "inner_edges", "labels", "two_round", "dev_window", "dev_lifetime", "window_charges", "split")
 
     def __init__(self, spec: MetricSpec, device: DeviceBudget | None = None) -> None:
         proto = spec.protocol_impl
@@ -153,6 +154,8 @@ class _Metric:
         self.m = proto.cohorts
         # L-GRR, L-OSUE, LOLOHA: memoised first round from the secret, fresh second round
         self.two_round = isinstance(proto, Memoised)
+        # a split protocol (client_sdk.protocols.device): its one uniform encoder takes a Context
+        self.split = isinstance(proto, DeviceHalf)
         self.dev_window = device.epsilon_per_window if device is not None else None
         self.dev_lifetime = device.lifetime_epsilon if device is not None else None
         self.numeric = spec.kind is Kind.NUMERIC
@@ -530,7 +533,8 @@ class ClientCore:
         now = self._clock()
         if rt.two_round:  # one ε∞ per distinct memo key (LOLOHA: per distinct hashed value)
             key = rt.proto.memo_key(idx, self._secret, rt.name)  # type: ignore[attr-defined]
-        charge = Charge(rt.name, rt.fingerprint, day_of(now), rt.eps, rt.eps_inf,
+        day = day_of(now)
+        charge = Charge(rt.name, rt.fingerprint, day, rt.eps, rt.eps_inf,
                         value_digest(self._lkey, rt.fingerprint, key) if rt.memoised else None,  # type: ignore[arg-type]
                         rt.rpw, rt.budget, rt.dev_window, rt.dev_lifetime, rt.window_charges)
         with self._lock:
@@ -542,7 +546,7 @@ class ClientCore:
         if refusal is not None:
             return False
         try:
-            payload = self._encode(rt, key, idx)
+            payload = self._encode(rt, key, idx, day)
             ok = self._uploader.submit(QueuedReport(self, charge, rt.name, rt.fingerprint, payload),
                                        time.monotonic())
         except BaseException:
@@ -558,9 +562,13 @@ class ClientCore:
         self._counters["reported"] += 1
         return True
 
-    def _encode(self, rt: _Metric, key: str, idx: int) -> Any:
-        """The randomised wire payload of one value (the true value goes no further)."""
+    def _encode(self, rt: _Metric, key: str, idx: int, day: int | None = None) -> Any:
+        """The randomised wire payload of one value (the true value goes no further); ``day``:
+        the report's UTC day (default: the clock's)."""
         proto = rt.proto
+        if rt.split:
+            ctx = Context(self._secret, rt.name, day_of(self._clock()) if day is None else day)  # type: ignore[arg-type]
+            return proto.encode_one(idx, key, ctx)
         if rt.string:
             return proto.encode_secret_one(key, self._secret, rt.name)
         if rt.two_round:

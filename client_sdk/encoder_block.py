@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from .protocols.base import Protocol
+from .protocols.device import DeviceHalf
 
 #: Version of the block's layout; an SDK refuses a version it does not know.
 ENCODER_VERSION = 1
@@ -52,8 +53,11 @@ def _numeric(name: str, proto: Any) -> dict[str, Any]:
     raise KeyError(name)
 
 
-def protocol_block(name: str, proto: Protocol) -> dict[str, Any]:
+def protocol_block(name: str, proto: Protocol | DeviceHalf) -> dict[str, Any]:
     """The resolved integers of protocol ``name`` (docs/conformance.md, "The encoder block")."""
+    own = getattr(proto, "encoder_block", None)   # a split protocol's device half says it itself
+    if own is not None:
+        return own()
     par: Any = proto.params
     if name in ("rr", "grr"):
         return {"d": par.d, "keep_threshold": par.keep_threshold}

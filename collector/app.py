@@ -42,6 +42,7 @@ from client_sdk.errors import LdptError, StoreError
 from client_sdk.registry import Registry
 from collector.storage.aio import AsyncSketchStore, ThreadedStore
 from collector.storage.base import SCHEMA_VERSION, BatchOutcome, batch_id_cutoff
+from sketches import server_half
 
 from . import cors, query, registry_http
 from .committer import GroupCommitter
@@ -187,9 +188,9 @@ def create_app(config: ServeConfig, registry: Registry, *, telemetry: Telemetry 
         shuffler_tokens=read_tokens(config.shuffler_token_file, what="shuffler token",
                                     allow_insecure=config.allow_insecure_token_file),
         shuffle_required=frozenset(spec.name for spec in registry if spec.shuffle_required),
-        metric_epsilons={spec.name: (float(spec.protocol_impl.epsilon),
-                                     None if spec.protocol_impl.epsilon_longitudinal is None
-                                     else float(spec.protocol_impl.epsilon_longitudinal)) for spec in registry})
+        metric_epsilons={spec.name: (float(server_half(spec).epsilon),
+                                     None if server_half(spec).epsilon_longitudinal is None
+                                     else float(server_half(spec).epsilon_longitudinal)) for spec in registry})
     state.inflight = InflightBudget(
         config.max_inflight_bytes, config.max_inflight_bytes_per_source,
         on_change=state.telemetry.add_inflight,

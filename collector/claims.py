@@ -35,6 +35,7 @@ from collector.storage.base import WindowInfo, date_filter_ok
 from collector.storage.shuffled import ShuffleRecord
 from estimators.amplification import DEFAULT_DELTA, CentralClaim, ShuffledWindow, central_claim, krr_size
 from estimators.shuffle_plan import PERMANENT_COHORT_PROTOCOLS
+from sketches import server_half
 
 __all__ = ["privacy_meta", "privacy_note", "shuffled_window", "stated_privacy", "window_claim", "windows_in_query"]
 
@@ -48,7 +49,7 @@ def shuffled_window(spec: Any, record: ShuffleRecord | None, window_reports: int
     """The claim policy's input for one window of ``spec`` (module docstring); ``record``: what
     came shuffled (None: nothing), ``window_reports``: every report of the window under the
     metric's fingerprint."""
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     r = max(1, int(spec.reports_per_window))
     memo = None if proto.epsilon_longitudinal is None else float(proto.epsilon_longitudinal)
     m = _cohorts(proto)
@@ -92,7 +93,7 @@ def privacy_meta(spec: Any, window_reports: dict[str, int], records: Iterable[Sh
     theorem, crowd n, the envelope's ε₀, the reason it falls back or what limits it) with the
     inputs it was computed from; ``central_epsilon``: the weakest window's ε (a device that
     reported in several windows composes them: this is per window, not for the range)."""
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     by_window = {r.window: r for r in records}
     rows = []
     for window, reports in window_reports.items():

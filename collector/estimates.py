@@ -31,6 +31,7 @@ from estimators.breakdown import breakdown_frame, group_sketches, parse_by, segm
 from estimators.frequency import estimate_frame
 from estimators.memo_range import is_memoised, range_frame, with_rappor_range_warning
 from estimators.series import series_frame, window_span, windows_in_range
+from sketches import server_half
 
 __all__ = ["CompareQuery", "EstimateQuery", "QueryRefused", "Rules", "Side", "privacy", "run_compare",
            "run_estimate"]
@@ -240,13 +241,13 @@ async def range_labels(spec: MetricSpec, store: Any, side: Side) -> list[str]:
 
 async def range_sketches(spec: MetricSpec, store: Any, side: Side) -> list[tuple[str, Any]]:
     """(window, sketch) of every stored window of a range under the registry's parameters."""
-    return [(w, await store.aload(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch(), [w]))
+    return [(w, await store.aload(spec.name, spec.fingerprint, server_half(spec).new_sketch(), [w]))
             for w in await range_labels(spec, store, side)]
 
 
 async def _load_checked(spec: MetricSpec, store: Any, side: Side, rules: Rules, comparing: bool) -> Any:
     """The merged sketch of a side's windows, refused when it holds no report or too few."""
-    sketch = await store.aload(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch(), side.windows,
+    sketch = await store.aload(spec.name, spec.fingerprint, server_half(spec).new_sketch(), side.windows,
                                side.since, side.until)
     n = sketch.total_reports
     if n == 0:
@@ -278,10 +279,10 @@ async def _breakdown(spec: MetricSpec, store: Any, q: EstimateQuery, rules: Rule
     if q.candidates is not None or q.top is not None:
         raise QueryRefused("invalid-query", "candidates and top apply to one estimate, not a breakdown",
                            field="by")
-    segments = [(k, await store.aload(k, spec.fingerprint, spec.protocol_impl.new_sketch(), q.windows,
+    segments = [(k, await store.aload(k, spec.fingerprint, server_half(spec).new_sketch(), q.windows,
                                       q.since, q.until))
                 for k in segment_keys(spec, await store.awindows())]
-    total = await store.aload(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch(), q.windows,
+    total = await store.aload(spec.name, spec.fingerprint, server_half(spec).new_sketch(), q.windows,
                               q.since, q.until)
     segment_min = rules.segment_min if rules.segment_min is not None else \
         max(rules.min_reports, spec.min_reports or DEFAULT_MIN_REPORTS)
@@ -308,7 +309,7 @@ async def _series(spec: MetricSpec, store: Any, q: EstimateQuery, rules: Rules, 
     sketches = []
     for i, w in enumerate(grid, start=1):
         step(f"loading {spec.name}: window {i:,} of {len(grid):,}")
-        sketches.append((w, await store.aload(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch(), [w])))
+        sketches.append((w, await store.aload(spec.name, spec.fingerprint, server_half(spec).new_sketch(), [w])))
     small = [(w, s.total_reports) for w, s in sketches if 0 < s.total_reports < rules.min_reports]
     if small:
         raise QueryRefused("too-few-reports", f"{small[0][1]} reports of {spec.name!r} in window {small[0][0]}; "

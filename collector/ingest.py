@@ -28,9 +28,10 @@ import msgpack
 
 from client_sdk.dimensions import RESERVED_VALUES, SEGMENT_SEP, UNKNOWN, segment_key
 from client_sdk.errors import InvalidPayload, LdptError
-from client_sdk.protocols.base import Payloads, Protocol, Sketch
 from client_sdk.registry import MetricSpec, Registry
 from collector.storage.base import PendingBatch, SketchKey, sum_deltas
+from sketches import server_half
+from sketches.base import Payloads, ServerHalf, Sketch
 
 from .problems import Problem
 
@@ -49,7 +50,7 @@ class MetricEntry:
     """What ingestion needs of one registry metric, resolved once at startup."""
 
     spec: MetricSpec
-    proto: Protocol
+    proto: ServerHalf
     fingerprint: str
 
 
@@ -63,7 +64,7 @@ class BatchDeltas:
 
     __slots__ = ("payload_groups", "per_metric", "dims", "unsegmented")
 
-    def __init__(self, payload_groups: list[tuple[SketchKey, Protocol, Payloads]],
+    def __init__(self, payload_groups: list[tuple[SketchKey, ServerHalf, Payloads]],
                  per_metric: dict[str, int] | None = None, dims: dict[str, str] | None = None) -> None:
         self.payload_groups = payload_groups
         self.per_metric = per_metric or {}  # reports per metric (telemetry)
@@ -94,7 +95,7 @@ class BatchDecoder:
 
     def __init__(self, registry: Registry, *, max_reports: int = 10_000) -> None:
         self.max_reports = max_reports
-        self.entries = {spec.name: MetricEntry(spec, spec.protocol_impl, spec.fingerprint)
+        self.entries = {spec.name: MetricEntry(spec, server_half(spec), spec.fingerprint)
                         for spec in registry}
         table = getattr(registry, "dimension_table", None)
         self.dimensions = {} if table is None else dict(table.dimensions)
@@ -316,7 +317,7 @@ class DuplicateKey(ValueError):
     """A msgpack map repeats a key (internal to ``_decode_checking_duplicates``)."""
 
 
-def _first_unreadable(proto: Protocol, objs: list[Any]) -> int | None:
+def _first_unreadable(proto: ServerHalf, objs: list[Any]) -> int | None:
     """Slow path for unexpected errors: the first payload that fails on its own."""
     for i, obj in enumerate(objs):
         try:

@@ -28,6 +28,7 @@ from collector.storage.aio import AsyncSketchStore
 from collector.storage.base import canonical_window
 from estimators.discovery import MAX_TOP as DISCOVER_MAX_TOP
 from estimators.formats import frame_to_csv, frame_to_json, iter_csv, iter_json
+from sketches import server_half
 
 from .estimates import (
     CompareQuery,
@@ -194,7 +195,7 @@ def page_of(spec: Any, q: Mapping[str, Any]) -> tuple[int, int] | None:
 
 def is_heavy(spec: Any, q: Mapping[str, Any]) -> bool:
     """Whether a query of ``spec`` counts against ``max_heavy_queries`` (a large sketch, or full)."""
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     cells = proto.cohorts * int(np.prod(proto.cell_shape)) if proto.cell_shape else proto.cohorts
     return bool(q.get("full")) or cells >= HEAVY_CELLS
 

@@ -154,6 +154,7 @@ def _width(text: str | None) -> int | None:
 async def _overview(state: Any) -> dict[str, Any]:
     """Metrics with their stored windows (under the registry's parameters) and report counts."""
     from client_sdk.errors import LdptError
+    from sketches import server_half
 
     try:
         stored = await state.store.awindows()
@@ -167,7 +168,7 @@ async def _overview(state: Any) -> dict[str, Any]:
     metrics = []
     for spec in state.registry:
         windows = sorted(per.get(spec.name, []))
-        proto = spec.protocol_impl
+        proto = server_half(spec)
         metrics.append({"name": spec.name, "kind": spec.kind.value, "description": spec.description,
                         "protocol": proto.name, "epsilon": proto.epsilon, "unit": spec.unit,
                         "n_reports": sum(n for _, n in windows), "windows": windows,

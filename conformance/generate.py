@@ -48,12 +48,12 @@ from client_sdk.options import ClientOptions
 from client_sdk.protocols import _projective as proj
 from client_sdk.protocols import discover as disc
 from client_sdk.protocols import olh as olh_mod
-from client_sdk.protocols.factory import build_protocol
 from client_sdk.protocols.numeric import NumericProtocol
 from client_sdk.registry import canonical_value, parse_registry
 from client_sdk.state import MemoryState, ledger_key, value_digest
 from client_sdk.uploader import pack_batch
 from client_sdk.window_charge import WindowCharges
+from sketches import build_server, server_half
 
 from . import exact
 
@@ -432,7 +432,7 @@ def memo_vectors(registry: Any) -> dict[str, Any]:
     responses = []
     for name, indices in (("plan", (0, 1, 3)), ("crash_memo", (0, 1)), ("tags", (0, 21, 39)), ("model", (0, 11, 29)),
                           ("latency_memo", (0, 2, 5)), ("load_memo", (0, 16, 32))):
-        proto = registry.get(name).protocol_impl
+        proto = server_half(registry.get(name))
         for i, secret in enumerate(SECRETS[:2]):
             for idx in indices:
                 key = proto.memo_key(idx, secret, name)
@@ -443,7 +443,7 @@ def memo_vectors(registry: Any) -> dict[str, Any]:
                                   "memo_input": int(memo_in), "response": response})
     prr = []
     spec = registry.get("url")
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     for i, secret in enumerate(SECRETS[:2]):
         cohort = proto.cohort_of(secret, "url")
         for value in ("example.com", "", "héllo wörld", "\ud800x"):
@@ -464,7 +464,7 @@ def rounding_vectors(registry: Any) -> dict[str, Any]:
     cases = []
     for name in ("load", "load_low", "load_bitmean", "load_pw", "load_laplace"):
         spec = registry.get(name)
-        proto: NumericProtocol = spec.protocol_impl   # type: ignore[assignment]
+        proto: NumericProtocol = server_half(spec)   # type: ignore[assignment]
         lo, hi = spec.bounds
         scale = 2.0 / (hi - lo)
         for x in (lo, hi, (lo + hi) / 2, lo + (hi - lo) / 3, lo + 1e-9 * (hi - lo), hi - 1e-12, lo - 1, hi + 1):
@@ -478,7 +478,7 @@ def rounding_vectors(registry: Any) -> dict[str, Any]:
                 cases.append({"metric": name, "value": x, "t": t, "word": word, "index": j})
     alpha = []
     spec = registry.get("load_memo")
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     lo, hi = spec.bounds
     for i, s in enumerate(SECRETS):
         word = int(memo.MemoRandom(s, "load_memo", "alpha").words(1)[0])
@@ -505,7 +505,7 @@ def table_vectors() -> dict[str, Any]:
 
     def add(label: str, name: str, d: int | None, eps: float | None, options: dict[str, Any],
             tables: Callable[[Any, dict[str, Any]], dict[str, Any]], note: str = "") -> None:
-        proto = build_protocol(name, d, eps, options)
+        proto = build_server(name, d, eps, options)
         block = {"version": 1, "protocol": name, **protocol_block(name, proto)}
         configs.append({"label": label, "protocol": name, "encoder": block,
                         "epsilon": proto.epsilon, "epsilon_longitudinal": proto.epsilon_longitudinal,
@@ -787,7 +787,7 @@ def ledger_vectors() -> dict[str, Any]:
     wide = parse_registry({"metrics": {"w": {
         "kind": "categorical", "categories": [f"v{i}" for i in range(64)], "protocol": "lgrr", "epsilon": 0.01,
         "epsilon_inf": 0.5, "reports_per_window": 70}}}).get("w")
-    window = dict(metric="w", fingerprint=fp_c, epsilon=lgrr.protocol_impl.epsilon, epsilon_longitudinal=0.5,
+    window = dict(metric="w", fingerprint=fp_c, epsilon=server_half(lgrr).epsilon, epsilon_longitudinal=0.5,
                   reports_per_window=10, lifetime_budget=None, window_charges=lgrr.window_charges)
     run("memoised window charges: ten L-GRR reports of one value spend C(10) = W(10), not 10 x eps1; "
         "the eleventh is refused; a new window starts at C(1)",

@@ -63,6 +63,7 @@ import numpy as np  # noqa: E402
 
 from client_sdk.registry import Kind, MetricSpec, Registry, parse_registry  # noqa: E402
 from client_sdk.uploader import pack_batch  # noqa: E402
+from sketches import server_half  # noqa: E402
 
 from .generate import registry_text, wire_json  # noqa: E402
 
@@ -169,7 +170,7 @@ def simulate(spec: MetricSpec, seed: int) -> tuple[dict[str, Any], list[Any]]:
 
     rng = np.random.default_rng(seed)
     population = _population(spec, rng)
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     sketch = proto.new_sketch()
     wire = hashlib.sha256()
     honest: list[Any] = []
@@ -227,7 +228,7 @@ def verdicts(registry: Registry, spec: MetricSpec, honest: list[Any]) -> list[li
 
 def metric_entry(registry: Registry, spec: MetricSpec, seed: int) -> dict[str, Any]:
     published = json.loads(json.dumps(spec.to_json()))
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     sim, honest = simulate(spec, seed)
     return {"fingerprint": spec.fingerprint, "protocol": spec.protocol,
             "epsilon": repr(float(proto.epsilon)),

@@ -51,6 +51,7 @@ from client_sdk.protocols.memobitmean import MemoBitMean
 from client_sdk.protocols.olh import OLH, hash_one
 from client_sdk.protocols.rappor import Rappor
 from client_sdk.registry import Kind, MetricSpec
+from sketches import server_half
 
 #: Protocols the attacker has a likelihood for.
 SUPPORTED = ("rr", "grr", "olh", "oue", "sue", "rappor", "lgrr", "losue", "loloha", "dbitflip", "memobitmean")
@@ -78,7 +79,7 @@ def check_supported(spec: MetricSpec) -> None:
 def sdk_reports(spec: MetricSpec, secret: bytes, value: Any, count: int) -> list[Any]:
     """``count`` wire payloads of one device (``secret``) reporting ``value`` on consecutive days,
     encoded as ``client_sdk.client.ClientCore._encode`` does."""
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     if spec.kind is Kind.STRING:
         return [proto.encode_secret_one(value, secret, spec.name) for _ in range(count)]  # type: ignore[attr-defined]
     if isinstance(proto, MemoBitMean):   # the device's α-point rounding, then the memoised bit
@@ -103,7 +104,7 @@ def normalised(spec: MetricSpec, value: Any) -> float:
 def grid_mixture(spec: MetricSpec, value: Any) -> list[tuple[float, int]]:
     """memobitmean: (probability, grid point) a device holding ``value`` rounds to. Its α is a
     secret uniform 32-bit word, unknown to the attacker: it rounds up w.p. ⌊frac·2^32⌋/2^32."""
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     pos = (normalised(spec, value) + 1.0) * (proto.grid / 2)
     low = math.floor(pos)
     up = math.floor((pos - low) * (1 << 32)) / (1 << 32)
@@ -130,7 +131,7 @@ def _cat_first(k: int, target: int, p: float, q: float) -> np.ndarray:
 
 def chain_for(spec: MetricSpec, value: Any, cohort: int | None) -> Chain:
     """The chain of one device (its cohort, if any) holding ``value``."""
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     pr = proto.params
     name = proto.name
     if name == "rappor":
@@ -182,7 +183,7 @@ def chain_loglik(chain: Chain, stats_: np.ndarray, total: int | np.ndarray) -> n
 
 def report_stats(spec: MetricSpec, wires: list[Any]) -> tuple[np.ndarray, np.ndarray | None]:
     """(per-report sufficient statistics (n, k) — one-hot y or the bit vector — and cohorts)."""
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     payloads = proto.from_wire(wires)
     cohorts = payloads.get("cohort")
     if proto.name == "memobitmean":   # y is the reported bit
@@ -212,7 +213,7 @@ class DistinguishRow:
 
 def ledger_epsilon(spec: MetricSpec, reports: int) -> float:
     """ε the ledger accounts for ``reports`` reports of one value: T·ε₁, or min(T·ε₁, ε∞) memoised."""
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     eps_inf = proto.epsilon_longitudinal
     total = reports * proto.epsilon
     return total if eps_inf is None else min(total, eps_inf)
@@ -226,7 +227,7 @@ def accuracy_interval(correct: int, trials: int) -> tuple[float, float]:
 
 def _loglik_of_device(spec: MetricSpec, value: Any, wires: list[Any]) -> float:
     counts, cohorts = report_stats(spec, wires)
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     if isinstance(proto, OLH) and not isinstance(proto, Memoised):
         # a fresh cohort each day: independent reports, each with its own hashed value
         return float(sum(chain_loglik(chain_for(spec, value, int(s)), c, 1) for c, s in zip(counts, cohorts)))
@@ -237,7 +238,7 @@ def _loglik_of_device(spec: MetricSpec, value: Any, wires: list[Any]) -> float:
 def likelihood(spec: MetricSpec, value: Any, cohorts: set[int | None]):
     """``ll(cohort, stats, total)``: log P(reports of one device holding ``value``) — its cohort's
     chain, or for memobitmean the mixture over the grid points its secret α may round to."""
-    if isinstance(spec.protocol_impl, MemoBitMean):
+    if isinstance(server_half(spec), MemoBitMean):
         mixture = grid_mixture(spec, value)
         grid_chains = {j: chain_for(spec, j, None) for _, j in mixture}
 
@@ -296,7 +297,7 @@ def link(spec: MetricSpec, value: Any, history: int, devices: int) -> LinkRow:
     """Play the linkability game: ``devices`` devices share ``value``; each sends ``history``
     earlier reports and one later one (SDK path). Scores every (earlier, later) pair."""
     check_supported(spec)
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     if isinstance(proto, OLH) and not isinstance(proto, Memoised):
         raise AuditError("olh re-derives its cohort daily: its reports carry nothing to link by")
     hist, later, cohorts = [], [], []

@@ -27,8 +27,8 @@ from typing import Any
 
 from client_sdk.dimensions import split_segment_key
 from client_sdk.errors import EstimationError
-from client_sdk.protocols.base import Sketch
 from client_sdk.registry import MetricSpec
+from sketches.base import Sketch
 
 from .frequency import estimate_frame
 

@@ -45,8 +45,9 @@ import pandas as pd
 from scipy import stats
 
 from client_sdk.errors import EstimationError
-from client_sdk.protocols.base import Sketch
 from client_sdk.registry import Kind, MetricSpec
+from sketches import server_half
+from sketches.base import Sketch
 
 from .frequency import estimate_frame
 from .intervals import EXACT_BELOW_SD, z_value
@@ -82,10 +83,10 @@ def _exact_p_values(spec: MetricSpec, sketch_a: Sketch, sketch_b: Sketch, fa: pd
     P(≥ S_A)) is valid at every n (a normal test is not: a 300-report window's support counts of
     rare values are skewed, and Holm's family-wise rate over 20 values reached 0.065–0.071 with hr
     at ε = 3 against 30,000 reports)."""
-    from client_sdk.protocols.base import PureProtocol
+    from sketches.base import PureServer
 
-    proto = spec.protocol_impl
-    if not isinstance(proto, PureProtocol) or spec.is_mean or "bias_bounds" in fa.attrs or "bias_bounds" in fb.attrs:
+    proto = server_half(spec)
+    if not isinstance(proto, PureServer) or spec.is_mean or "bias_bounds" in fa.attrs or "bias_bounds" in fb.attrs:
         return None
     for windows in (windows_a, windows_b):
         if windows is not None and is_memoised(spec) and sum(s.total_reports > 0 for _, s in windows) > 1:
@@ -116,14 +117,14 @@ def _null_variance(spec: MetricSpec, fa: pd.DataFrame, fb: pd.DataFrame, a: np.n
     so the test's variance is evaluated there (a score test). For pure protocols the randomisation
     variance is recomputed at the pooled count; other protocols, and memoised ranges, keep each
     side's own (their variance is not a known function of the count alone)."""
-    from client_sdk.protocols.base import PureProtocol, pure_variance
+    from sketches.base import PureServer, pure_variance
 
     pooled = np.clip((n_a * a + n_b * b) / (n_a + n_b), 0.0, 1.0)
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     ranged = "range_variance" in fa.attrs or "range_variance" in fb.attrs
     out = np.zeros(pooled.shape)
     for n_w, frame in ((n_a, fa), (n_b, fb)):
-        if isinstance(proto, PureProtocol) and not ranged and "bias_bounds" not in frame.attrs:
+        if isinstance(proto, PureServer) and not ranged and "bias_bounds" not in frame.attrs:
             rand = pure_variance(n_w, pooled * n_w, proto.p, proto.q) / (n_w * n_w)
         else:
             rand = (frame["std_err"].to_numpy(float) / n_w) ** 2
@@ -187,8 +188,8 @@ def compare_frame(spec: MetricSpec, sketch_a: Sketch, sketch_b: Sketch, *, label
         "ci_low": diff - half, "ci_high": diff + half, "p_value": p_value,
         "changed": detect(p_value, alpha, control),
     }, columns=COLUMNS)
-    df.attrs.update(metric=spec.name, fingerprint=spec.fingerprint, protocol=spec.protocol_impl.name,
-                    epsilon=spec.protocol_impl.epsilon, a=label_a, b=label_b, n_a=n_a, n_b=n_b,
+    df.attrs.update(metric=spec.name, fingerprint=spec.fingerprint, protocol=server_half(spec).name,
+                    epsilon=server_half(spec).epsilon, a=label_a, b=label_b, n_a=n_a, n_b=n_b,
                     confidence=confidence, simultaneous=simultaneous, alpha=alpha, control=control,
                     scale=scale, kind="compare")
     return df

@@ -37,7 +37,6 @@ import pandas as pd
 from scipy import sparse, stats
 
 from client_sdk.errors import EstimationError
-from client_sdk.protocols.base import Sketch
 from client_sdk.protocols.discover import (
     FLAG_END,
     FLAG_OPEN,
@@ -46,6 +45,7 @@ from client_sdk.protocols.discover import (
     fingerprints,
     truncate,
 )
+from sketches.base import Sketch
 
 from .intervals import z_value
 from .multiple_testing import detect

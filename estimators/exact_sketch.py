@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from client_sdk.protocols.base import Protocol, Sketch
+from sketches.base import ServerHalf, Sketch
 
 __all__ = ["draw_sketch"]
 
 
-def draw_sketch(proto: Protocol, counts: np.ndarray, rng: np.random.Generator) -> Sketch:
+def draw_sketch(proto: ServerHalf, counts: np.ndarray, rng: np.random.Generator) -> Sketch:
     """A sketch of ``counts.sum()`` reports of the true counts ``counts`` (int, shape (d,))."""
     c = np.asarray(counts, dtype=np.int64)
     d = proto.domain_size

@@ -20,8 +20,9 @@ import numpy as np
 import pandas as pd
 
 from client_sdk.errors import EstimationError
-from client_sdk.protocols.base import PureProtocol, Sketch
 from client_sdk.registry import Kind, MetricSpec
+from sketches import server_half
+from sketches.base import PureServer, Sketch
 
 from .consistency import norm_sub
 from .intervals import (
@@ -62,7 +63,7 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
     check_control(control)
     if not 0 < alpha < 1:
         raise EstimationError(f"alpha must be between 0 and 1 (exclusive), got {alpha}")
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     if spec.is_mean:
         if consistent:
             raise EstimationError(f"metric {spec.name!r} is a numeric mean metric: --consistent "
@@ -128,7 +129,7 @@ class FrequencyRows:
 
     def __init__(self, spec: MetricSpec, sketch: Sketch, confidence: float, simultaneous: bool,
                  alpha: float, control: str) -> None:
-        proto = spec.protocol_impl
+        proto = server_half(spec)
         self.spec, self.proto, self.confidence, self.simultaneous = spec, proto, confidence, simultaneous
         self.n = n = sketch.total_reports
         est = proto.estimate(sketch)
@@ -139,7 +140,7 @@ class FrequencyRows:
         self.empty = (est.extra or {}).get("empty_cohorts")
         support = est.extra.get("support") if est.extra else None
         self.model = (proto.support_counts(sketch) if support is None else support, proto.p, proto.q) \
-            if isinstance(proto, PureProtocol) \
+            if isinstance(proto, PureServer) \
             else getattr(proto, "small_count_model", lambda _: None)(sketch)  # one-cohort OLH is GRR
         del est, support
         self.sampled = self.ones = None

@@ -49,8 +49,9 @@ from scipy import stats
 
 from client_sdk.errors import EstimationError
 from client_sdk.joint import SEPARATOR, JointDomain, JointPart
-from client_sdk.protocols.base import Protocol, Sketch
 from client_sdk.registry import MetricSpec
+from sketches import server_half
+from sketches.base import ServerHalf, Sketch
 
 from .intervals import count_intervals, z_value, zero_count_p_values
 from .multiple_testing import detect
@@ -61,7 +62,7 @@ __all__ = ["JOINT_COLUMNS", "JointEstimate", "count_covariance", "estimate_joint
            "joint_frame", "joint_truth", "pair_probabilities"]
 
 
-def pair_probabilities(proto: Protocol) -> tuple[float, float, float, float]:
+def pair_probabilities(proto: ServerHalf) -> tuple[float, float, float, float]:
     """(p*, q*, r₁, r₂) of a protocol a joint metric may use (module docstring)."""
     name, d = proto.name, proto.domain_size
     p, q = float(proto.p), float(proto.q)  # type: ignore[attr-defined]
@@ -78,7 +79,7 @@ def pair_probabilities(proto: Protocol) -> tuple[float, float, float, float]:
                           "joint metric uses grr, oue, sue or ss")
 
 
-def count_covariance(proto: Protocol, n: int, counts: np.ndarray,
+def count_covariance(proto: ServerHalf, n: int, counts: np.ndarray,
                      diagonal: np.ndarray | None = None) -> np.ndarray:
     """Cov(ĉ) (d × d) at true counts ``counts`` (a plug-in when given estimates, clipped to
     [0, n]); ``diagonal`` replaces the diagonal (the protocol's own variance estimates)."""
@@ -116,7 +117,7 @@ def sampling_covariance(counts: np.ndarray, n: int) -> np.ndarray:
     return n * (np.diag(pi) - np.outer(pi, pi))
 
 
-def marginal_model(proto: Protocol, cells: int, n: int) -> tuple[float, float, int] | None:
+def marginal_model(proto: ServerHalf, cells: int, n: int) -> tuple[float, float, int] | None:
     """(p*, q*, N) making a sum of ``cells`` cells' support counts S ~ Bin(c, p*) + Bin(N − c, q*)
     exactly, c the marginal count: GRR (and SS with s = 1) supports one cell a report, so the sum
     is the support of the merged value (p* + (k−1)q*, k·q*); unary encodings' bits are independent,
@@ -141,7 +142,7 @@ class JointEstimate:
     sampling: np.ndarray | None = None
     #: Σᵢ 1[v ∈ S(yᵢ)] per cell and the protocol, for the exact intervals and tests of counts
     support: np.ndarray | None = None
-    protocol: Protocol | None = None
+    protocol: ServerHalf | None = None
 
     @functools.cached_property
     def population_cov(self) -> np.ndarray:
@@ -271,7 +272,7 @@ def estimate_joint(spec: MetricSpec, sketch: Sketch) -> JointEstimate:
     n = sketch.total_reports
     if n <= 0:
         raise EstimationError(f"metric {spec.name!r}: no reports in the selected window(s)")
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     est = proto.estimate(sketch)
     counts = np.asarray(est.counts, dtype=np.float64)
     cov = count_covariance(proto, n, counts, diagonal=est.variances)
@@ -388,7 +389,7 @@ def joint_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95) -
     df["detected"] = detected
     ratio = df["statistic"].str.startswith(("P(", "mean ")).to_numpy()
     df["ci_unbounded"] = [bool(u) if r else None for u, r in zip(df["ci_unbounded"], ratio)]
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     df.attrs.update(metric=spec.name, fingerprint=spec.fingerprint, protocol=proto.name,
                     epsilon=proto.epsilon, n_reports=je.n, confidence=confidence, kind="joint",
                     joint_parts=[p.to_toml() for p in spec.parts or ()],

@@ -46,11 +46,12 @@ class LinkingNumber:
 def linking_numbers(registry: Iterable) -> list[LinkingNumber]:
     """The numbers the registry's metrics make a device repeat, in registry order (RAPPOR's one
     shared cohort where its first metric is)."""
+    from sketches import server_half
     out: list[LinkingNumber] = []
     rappor: list[tuple[str, int]] = []
     rappor_at = None
     for spec in registry:
-        proto = spec.protocol_impl
+        proto = server_half(spec)
         name = proto.name
         if name == "rappor":
             rappor.append((spec.name, int(proto.params.m)))

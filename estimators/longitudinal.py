@@ -25,9 +25,10 @@ import numpy as np
 
 from client_sdk.errors import LdptError
 from client_sdk.protocols._longitudinal import Memoised
-from client_sdk.protocols.base import Payloads, Sketch
 from client_sdk.randomness import as_random_source
 from client_sdk.registry import Kind, MetricSpec
+from sketches import server_half
+from sketches.base import Payloads, Sketch
 
 from .simulation import CHUNK, Population, draw_numeric, draw_population, parse_weights
 
@@ -119,7 +120,7 @@ def simulate_days(spec: MetricSpec, clients: int, distribution: str, days: int, 
     Histogram metrics draw numbers (``distribution`` as for numeric metrics) and report buckets."""
     check_arguments(days, change_rate)
     check_metric(spec)
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     x, d, redraw = _initial_values(spec, clients, distribution, rng)
     memoised = isinstance(proto, Memoised)
     cohorts = rng.integers(0, proto.cohorts, size=clients) if proto.cohorts > 1 else None
@@ -185,7 +186,7 @@ def window_monte_carlo(spec: MetricSpec, counts: np.ndarray, runs: int,
     estimate each with ``estimators.frequency.estimate_frame`` (intervals at 95 %)."""
     from .frequency import estimate_frame
 
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     n, d = int(counts.sum()), counts.shape[0]
     x = np.repeat(np.arange(d), counts)
     out = {k: np.empty((runs, d)) for k in ("estimate", "std_err", "ci_low", "ci_high")}

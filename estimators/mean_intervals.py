@@ -32,8 +32,8 @@ import math
 import numpy as np
 from scipy import stats
 
-from client_sdk.protocols.base import Sketch
 from client_sdk.protocols.numeric import NumericProtocol
+from sketches.base import Sketch
 
 #: Points of the fine input grid on which the variance envelope is built, per grid step.
 ENVELOPE_POINTS_PER_STEP = 8

@@ -37,8 +37,9 @@ import pandas as pd
 
 from client_sdk.errors import EstimationError
 from client_sdk.protocols._longitudinal import Memoised
-from client_sdk.protocols.base import Sketch
 from client_sdk.registry import Kind, MetricSpec
+from sketches import server_half
+from sketches.base import Sketch
 
 from .frequency import _apply_consistency, estimate_frame
 from .intervals import z_value
@@ -52,7 +53,7 @@ __all__ = ["RANGE_VARIANCE", "is_memoised", "range_frame", "range_variance", "wi
 
 def is_memoised(spec: MetricSpec) -> bool:
     """Whether ``spec``'s reports repeat permanent noise across windows (a memoised protocol)."""
-    return isinstance(spec.protocol_impl, Memoised)
+    return isinstance(server_half(spec), Memoised)
 
 
 def range_variance(permanent: Sequence[np.ndarray], total: Sequence[np.ndarray]) -> np.ndarray:
@@ -68,7 +69,7 @@ def range_variance(permanent: Sequence[np.ndarray], total: Sequence[np.ndarray])
 
 
 def _merged(spec: MetricSpec, sketches: Sequence[Sketch]) -> Sketch:
-    total = spec.protocol_impl.new_sketch()
+    total = server_half(spec).new_sketch()
     for s in sketches:
         total = total.merge(s)
     return total
@@ -82,7 +83,7 @@ def range_frame(spec: MetricSpec, sketches: Sequence[tuple[str, Sketch]], *, con
     Columns and attrs as ``estimate_frame``'s, plus ``attrs["windows"]`` (the windows with
     reports) and ``attrs["range_variance"]``. With one window of reports it *is* that
     window's ``estimate_frame``."""
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     if not isinstance(proto, Memoised):
         raise EstimationError(f"metric {spec.name!r} is not memoised: estimate its merged sketch")
     if spec.kind is Kind.STRING:

@@ -52,8 +52,9 @@ import pandas as pd
 
 from client_sdk.errors import EstimationError
 from client_sdk.protocols._unary import UnaryEncoding
-from client_sdk.protocols.base import PureProtocol, Sketch
 from client_sdk.registry import MetricSpec
+from sketches import server_half
+from sketches.base import PureServer, Sketch
 
 from .consistency import norm_sub
 from .intervals import z_value
@@ -67,7 +68,7 @@ QUANTILES = (("p10", 0.10), ("p25", 0.25), ("p50", 0.50), ("p75", 0.75), ("p90",
 
 def mean_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95) -> pd.DataFrame:
     """Rows mean, sum and n of a mean metric, in the metric's units, with intervals valid at every n."""
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     est = proto.estimate(sketch)
     n = est.n
     if n <= 0:
@@ -95,8 +96,8 @@ def mean_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95) ->
 def _oracle_structure(spec: MetricSpec) -> str:
     """How the oracle's bucket estimates co-vary: "one" (GRR/RR: one supported bucket per
     report), "independent" (unary encodings: independent bits), or "any" (bound only)."""
-    proto = spec.protocol_impl
-    if isinstance(proto, PureProtocol) and proto.name in ("grr", "rr"):
+    proto = server_half(spec)
+    if isinstance(proto, PureServer) and proto.name in ("grr", "rr"):
         return "one"
     return "independent" if isinstance(proto, UnaryEncoding) else "any"
 
@@ -107,7 +108,7 @@ def linear_variance(spec: MetricSpec, sketch: Sketch, variances: np.ndarray,
     a = np.asarray(weights, dtype=np.float64)
     structure = _oracle_structure(spec)
     if structure == "one":
-        proto = spec.protocol_impl
+        proto = server_half(spec)
         n = sketch.total_reports
         share = np.asarray(proto.support_counts(sketch), dtype=np.float64) / n   # π̂_v, sums to 1
         spread = max(float((a * a) @ share - (a @ share) ** 2), 0.0)
@@ -121,7 +122,7 @@ def cumulative_variance(spec: MetricSpec, sketch: Sketch, variances: np.ndarray)
     """``linear_variance`` of every prefix sum Σ_{i<=k} ĉ_i at once, in O(d) (d up to 10,000)."""
     structure = _oracle_structure(spec)
     if structure == "one":
-        proto = spec.protocol_impl
+        proto = server_half(spec)
         n = sketch.total_reports
         share = np.cumsum(np.asarray(proto.support_counts(sketch), dtype=np.float64) / n)
         return n * np.maximum(share - share * share, 0.0) / (proto.p - proto.q) ** 2

@@ -50,7 +50,7 @@ import math
 
 import numpy as np
 
-from client_sdk.protocols.base import Protocol, PureProtocol
+from sketches.base import PureServer, ServerHalf
 
 #: One percentage point of a share, or 1% of a numeric metric's range.
 POINT = 0.01
@@ -72,9 +72,9 @@ class PoisoningBound:
         return math.ceil(self.per_point_share * n)
 
 
-def support_probabilities(proto: Protocol) -> tuple[float, float] | None:
+def support_probabilities(proto: ServerHalf) -> tuple[float, float] | None:
     """(p*, q*) of a frequency protocol, or None for protocols without them."""
-    if isinstance(proto, PureProtocol):
+    if isinstance(proto, PureServer):
         return float(proto.p), float(proto.q)
     name = proto.name
     if name in ("olh", "loloha", "discover"):
@@ -89,7 +89,7 @@ def support_probabilities(proto: Protocol) -> tuple[float, float] | None:
     return None
 
 
-def values_supported(proto: Protocol) -> int:
+def values_supported(proto: ServerHalf) -> int:
     """Values one forged report supports at once (each by the full gain): all d for an
     all-ones unary report, the s chosen ones for subset selection, the values whose Hadamard
     row agrees with the output for HR (K/2, at most d); one for RR, GRR and OLH (an OLH report
@@ -105,14 +105,14 @@ def values_supported(proto: Protocol) -> int:
     return 1
 
 
-def dbitflip_gain(proto: Protocol) -> float:
+def dbitflip_gain(proto: ServerHalf) -> float:
     """One forged dBitFlipPM report whose window holds v, v's bit set: ĉ_v = n(C_v/n_v − Q)/(P − Q)
     moves by (k/d)(1 − Q)/(P − Q) (n_v ≈ n·d/k reports see v; at f_v = 0, to first order)."""
     par = proto.params
     return (par.d / par.sampled) * (1.0 - par.q) / (par.p - par.q)
 
 
-def poisoning_bound(proto: Protocol) -> PoisoningBound:
+def poisoning_bound(proto: ServerHalf) -> PoisoningBound:
     """The per-report gain and deflation, and the forged share that moves an estimate by one point."""
     pq = support_probabilities(proto)
     if proto.name == "dbitflip":

@@ -74,8 +74,8 @@ from scipy import sparse, stats
 
 from client_sdk.errors import EstimationError
 from client_sdk.hashing import bloom_positions
-from client_sdk.protocols.base import Sketch
 from client_sdk.protocols.rappor import Rappor, RapporParams
+from sketches.base import Sketch
 
 from .intervals import wald_interval, z_value
 from .multiple_testing import check_control, detect, last_step_level

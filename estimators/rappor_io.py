@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from client_sdk.errors import EstimationError
-from client_sdk.protocols.base import Sketch
 from client_sdk.protocols.rappor import RapporParams
+from sketches.base import Sketch
 
 from .rappor import CandidateMap
 

@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from client_sdk.errors import EstimationError
-from client_sdk.protocols.base import Sketch
 from client_sdk.registry import MetricSpec
+from sketches.base import Sketch
 
 from .frequency import estimate_frame
 

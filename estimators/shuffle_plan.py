@@ -145,7 +145,8 @@ def metric_window(spec, batch: int, *, bundled: bool = False) -> ShuffledWindow:
     public dimensions, ``batch`` is taken as the smallest segment; with a permanent cohort
     number in clear, the smallest cohort is taken as batch/m − 3√(batch/m) (a typical smallest of
     m multinomial cells; the collector records the real one)."""
-    proto = spec.protocol_impl
+    from sketches import server_half
+    proto = server_half(spec)
     r = int(spec.reports_per_window)
     # discover's seed is fresh per report: only its group is a cohort in clear
     m = int(proto.params.groups if proto.name == "discover" else getattr(proto, "cohorts", 1) or 1)

@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from client_sdk.errors import DomainError, LdptError
-from client_sdk.protocols.base import Payloads, Sketch
 from client_sdk.registry import Kind, MetricSpec
+from sketches import server_half
+from sketches.base import Payloads, Sketch
 
 CHUNK = 250_000
 #: Size of the synthetic domain ("value-0001", ...) for string metrics without a CSV.
@@ -299,7 +300,7 @@ def encode_population(spec: MetricSpec, population: Population | NumericPopulati
     Yields (number of reports, payloads). ``simulate_sketch`` accumulates them; `ldpt
     simulate --url` sends them to a collector — the same draws for the same seed.
     """
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     if isinstance(population, NumericPopulation):
         for start in range(0, population.size, CHUNK):
             chunk = population.values[start:start + CHUNK]
@@ -325,7 +326,7 @@ def encode_population(spec: MetricSpec, population: Population | NumericPopulati
 def simulate_sketch(spec: MetricSpec, population: Population | NumericPopulation, rng: np.random.Generator,
                     progress: Callable[[int], None] | None = None) -> Sketch:
     """Encode every client's value once with the real protocol code and accumulate a sketch."""
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     sketch = proto.new_sketch()
     for n, payloads in encode_population(spec, population, rng):
         proto.accumulate(sketch, payloads)

@@ -23,6 +23,7 @@ from aiohttp.test_utils import TestServer
 from client_sdk.registry import MetricSpec, Registry, load_registry
 from collector.app import STATE
 from collector.connections import CollectorRunner
+from sketches import server_half
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "test-token-0123456789abcdef"
@@ -57,7 +58,7 @@ def write_token(path: Path) -> Path:
 
 
 def wire_reports(spec: MetricSpec, indices: Sequence[int], rng: np.random.Generator) -> list[dict]:
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     wire = proto.to_wire(proto.encode(np.asarray(indices, dtype=np.int64), rng))
     return [{"m": spec.name, "f": spec.fingerprint, "p": w} for w in wire]
 
@@ -70,7 +71,7 @@ def make_body(reports: list[dict], batch_id: bytes | None = None, **envelope: An
 
 def expected_sketch(spec: MetricSpec, bodies: Sequence[bytes]):
     """The sketch a collector must hold after committing each body exactly once."""
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     sketch = proto.new_sketch()
     for body in bodies:
         objs = [r["p"] for r in msgpack.unpackb(body)["reports"] if r["m"] == spec.name]

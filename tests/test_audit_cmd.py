@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from cli.main import main
 from client_sdk.registry import parse_registry
 from estimators.audit import accuracy_interval, auc_from_scores, distinguish, link
+from sketches import server_half
 
 REGISTRY = """
 [metrics.flag]
@@ -76,7 +77,7 @@ def test_one_report_is_tight_at_the_epsilon_one_bound(registry, metric):
     """Binary mechanisms attain e^ε₁/(1+e^ε₁) with one report: the interval contains it."""
     spec = registry.get(metric)
     row = distinguish(spec, ("false", "true"), 1, 4000, np.random.default_rng(1))
-    eps1 = spec.protocol_impl.epsilon
+    eps1 = server_half(spec).epsilon
     assert row.epsilon == pytest.approx(eps1)
     low, high = wider(row)
     assert low <= math.exp(eps1) / (1 + math.exp(eps1)) <= high, row
@@ -150,7 +151,7 @@ def test_memoisation_flattens_the_attacker_at_the_epsilon_inf_bound(registry):
     rng = np.random.default_rng(3)
     memo = distinguish(registry.get("lflag"), ("false", "true"), 40, 1500, rng)
     plain = distinguish(registry.get("flag"), ("false", "true"), 40, 1500, rng)
-    eps_inf = registry.get("lflag").protocol_impl.epsilon_longitudinal
+    eps_inf = server_half(registry.get("lflag")).epsilon_longitudinal
     assert memo.epsilon == pytest.approx(eps_inf)
     assert wider(memo)[0] <= math.exp(eps_inf) / (1 + math.exp(eps_inf))
     assert plain.accuracy > 0.99                       # without memoisation: towards 1
@@ -193,7 +194,7 @@ def test_cli_prints_both_tables_in_every_format(tmp_path):
     doc = json.loads(runner.invoke(main, [*base, "--format", "json"]).output)
     assert [r["reports"] for r in doc["distinguishing"]] == [1, 4]
     assert doc["distinguishing"][1]["epsilon"] == pytest.approx(
-        parse_registry(REGISTRY).get("lflag").protocol_impl.epsilon_longitudinal)
+        server_half(parse_registry(REGISTRY).get("lflag")).epsilon_longitudinal)
     assert {r["protocol"] for r in doc["linkability"]} == {"lgrr", "losue", "loloha", "dbitflip", "rappor"}
     csv_out = runner.invoke(main, [*base, "--format", "csv", "--no-link"]).output
     assert csv_out.splitlines()[0] == "reports,epsilon,bound,accuracy,ci_low,ci_high,epsilon_lower_bound,trials"
@@ -247,7 +248,7 @@ def test_memoised_mean_is_tight_at_one_report_and_flattens_at_the_epsilon_inf_bo
     low, high = wider(one)
     assert low <= one.bound <= high, one
     many = distinguish(spec, (0.0, 10.0), 40, 3000, rng)
-    assert many.epsilon == pytest.approx(spec.protocol_impl.epsilon_longitudinal)
+    assert many.epsilon == pytest.approx(server_half(spec).epsilon_longitudinal)
     low, high = wider(many)
     assert low <= many.bound, many
     assert high >= many.bound - 0.02                    # flattens just below e^ε∞/(1+e^ε∞)

@@ -19,6 +19,7 @@ from client_sdk.registry import parse_registry
 from collector.claims import privacy_meta, privacy_note, shuffled_window
 from collector.storage.shuffled import ShuffleRecord
 from estimators.amplification import ShuffledWindow, central_claim
+from sketches import server_half
 
 from .collector_support import TOKEN, write_token
 from .test_shuffled_batches import collector, device_body, forward, forwarded, key_config
@@ -78,7 +79,7 @@ def test_the_policy_inputs_are_what_was_recorded():
     # reports that came plain are counted against the window
     assert shuffled_window(GRR, record(), 530).unshuffled_reports == 30
     # nothing shuffled: the window's reports are all unshuffled, one envelope per report allowed
-    assert shuffled_window(OLH, None, 90) == ShuffledWindow(None, OLH.protocol_impl.epsilon, envelopes_per_device=3,
+    assert shuffled_window(OLH, None, 90) == ShuffledWindow(None, server_half(OLH).epsilon, envelopes_per_device=3,
                                                             unshuffled_reports=90)
     # three reports per window: separate envelopes compose 3 parts; bundled ones are one
     sep = shuffled_window(OLH, record("pages", min_reports=1, max_reports=1, smallest_cohort=50), 500)
@@ -104,7 +105,7 @@ def test_meta_states_each_windows_claim_from_the_policy():
     assert "30 reports" in rows["2026-12-02"]["reason"]
     assert rows["2026-12-03"]["amplified"] is False and "40 reports" in rows["2026-12-03"]["reason"]
     assert meta["central_epsilon"] == pytest.approx(1.0) and meta["amplified_windows"] == 1
-    e = GRR.protocol_impl.epsilon
+    e = server_half(GRR).epsilon
     assert (meta["epsilon_per_report"], meta["local_epsilon"], meta["delta"]) == (e, e, 1e-8)
     json.dumps(meta)   # plain JSON
     note = privacy_note(meta)

@@ -28,6 +28,7 @@ from collector.storage.sqlite import SQLiteStore
 from collector.telemetry import Telemetry
 from estimators.frequency import estimate_frame
 from estimators.series import window_span
+from sketches import server_half
 
 from .collector_support import (
     TOKEN,
@@ -72,7 +73,7 @@ def bodies_for(registry, n, seed=0, size=50):
 def stored(db: Path, spec):
     store = SQLiteStore(db, create=False)
     try:
-        sketch = store.load(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch())
+        sketch = store.load(spec.name, spec.fingerprint, server_half(spec).new_sketch())
         batches = store._conn.execute("SELECT count(*) FROM batches").fetchone()[0]
         return sketch, batches
     finally:
@@ -405,7 +406,7 @@ def test_string_metric_query_with_candidates_in_a_post_body(tmp_path):
                              'hashes = 2\ncohorts = 4\n', encoding="utf-8")
     registry = load_registry(registry_path)
     spec = registry.get("home")
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     rng = np.random.default_rng(9)
     truth = np.asarray(["a.com"] * 600 + ["b.org"] * 300 + ["c.net"] * 100, dtype=object)
     wire = proto.to_wire(proto.encode(truth, rng))
@@ -580,7 +581,7 @@ def test_dates_are_zero_padded_before_they_are_compared(setup):
     """2026-9-1 parses as a date; compared unpadded with stored '2026-11-30' it selected nothing."""
     spec = setup[1].get("theme")
     store = SQLiteStore(setup[3], create=True)
-    sketch = spec.protocol_impl.new_sketch()
+    sketch = server_half(spec).new_sketch()
     sketch.reports[0] = 10
     store.add_sketch(SketchKey("theme", spec.fingerprint, "2026-11-30"), sketch)
     store.close()
@@ -601,7 +602,7 @@ def test_dates_are_zero_padded_before_they_are_compared(setup):
 def test_no_data_says_when_the_reports_are_under_other_parameters(setup):
     spec = setup[1].get("theme")
     store = SQLiteStore(setup[3], create=True)
-    sketch = spec.protocol_impl.new_sketch()
+    sketch = server_half(spec).new_sketch()
     sketch.reports[0] = 1234
     store.add_sketch(SketchKey("theme", "0" * 32, "2026-11-30"), sketch)  # an older registry
     store.close()
@@ -626,7 +627,7 @@ def test_long_candidate_lists_are_not_bound_by_the_ingestion_body_limit(tmp_path
                              'hashes = 2\ncohorts = 4\n', encoding="utf-8")
     registry = load_registry(registry_path)
     spec = registry.get("home")
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     wire = proto.to_wire(proto.encode(np.asarray(["a.com"] * 50, dtype=object), np.random.default_rng(1)))
     body = make_body([{"m": "home", "f": spec.fingerprint, "p": w} for w in wire])
     candidates = [f"candidate-{i}.example" for i in range(2000)]  # ~50 KB of JSON

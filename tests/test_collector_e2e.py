@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from cli.main import main
 from collector.storage.sqlite import SQLiteStore
+from sketches import server_half
 
 from .collector_support import (
     Http,
@@ -43,7 +44,7 @@ def store_state(db: Path, spec):
     """(sketch of spec, set of batch ids) of a store (the server may be dead or running)."""
     store = SQLiteStore(db, create=False)
     try:
-        sketch = store.load(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch())
+        sketch = store.load(spec.name, spec.fingerprint, server_half(spec).new_sketch())
         ids = {bytes(r[0]) for r in store._conn.execute("SELECT batch_id FROM batches")}
         return sketch, ids
     finally:

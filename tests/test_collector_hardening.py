@@ -17,6 +17,7 @@ from client_sdk.errors import StoreError
 from collector.app import STATE
 from collector.storage.aio import AsyncSketchStore, ThreadedStore
 from collector.storage.base import BatchOutcome, CommitOutcomeUnknown, PendingBatch, SketchKey
+from sketches import server_half
 
 from .collector_support import write_registry, write_token
 from .test_collector_app import MSGPACK, assert_problem, bodies_for, post, running
@@ -151,8 +152,8 @@ def test_a_full_sqlite_store_truncates_its_wal_after_a_failed_commit(tmp_path, s
     rng = np.random.default_rng(3)
 
     def batch(i, n=200):
-        sketch = spec.protocol_impl.new_sketch()
-        spec.protocol_impl.accumulate(sketch, spec.protocol_impl.encode(rng.integers(0, 20, n), rng))
+        sketch = server_half(spec).new_sketch()
+        server_half(spec).accumulate(sketch, server_half(spec).encode(rng.integers(0, 20, n), rng))
         return PendingBatch(i.to_bytes(16, "big"), bytes(32), {SketchKey("page", spec.fingerprint, f"2026-01-{i:02d}"): sketch}, n)
 
     for i in range(1, 4):
@@ -247,7 +248,7 @@ def test_postgres_maps_a_lost_connection_mid_commit_to_outcome_unknown(setup):
     from collector.storage.postgres import PostgresStore
 
     spec = setup[1].get("page")
-    sketch = spec.protocol_impl.new_sketch()
+    sketch = server_half(spec).new_sketch()
     batch = PendingBatch(b"\x01" * 16, bytes(32), {SketchKey("page", spec.fingerprint, "2026-01-01"): sketch}, 1)
 
     def commit(error, at_acquire=False):

@@ -22,12 +22,13 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import main
-from client_sdk.protocols.base import Sketch
 from collector.admin import AdminServer
 from collector.app import STATE, apply_retention, retention_cutoff
 from collector.config import SETTINGS, ConfigError, ServeConfig, make_config
 from collector.storage.base import SketchKey
 from collector.storage.sqlite import SQLiteStore
+from sketches import server_half
+from sketches.base import Sketch
 
 from .collector_support import Http, Server, make_body, serving, wait_until, wire_reports, write_registry
 from .test_collector_app import post, running
@@ -297,7 +298,7 @@ def fill(db, registry, days: list[str]) -> None:
     spec = registry.get("theme")
     with SQLiteStore(db, create=True) as store:
         for day in days:
-            sketch: Sketch = spec.protocol_impl.new_sketch()
+            sketch: Sketch = server_half(spec).new_sketch()
             sketch.counts[0] += 1
             sketch.reports[0] += 3
             store.add_sketch(SketchKey("theme", spec.fingerprint, day), sketch)
@@ -370,7 +371,7 @@ def test_retention_days_while_serving(setup):
     assert windows(db) == [today.isoformat()]
     with SQLiteStore(db, create=False) as store:
         spec = setup[1].get("theme")
-        sketch = store.load("theme", spec.fingerprint, spec.protocol_impl.new_sketch())
+        sketch = store.load("theme", spec.fingerprint, server_half(spec).new_sketch())
         assert sketch.total_reports == 3 + 200  # the kept window and every new batch
 
 
@@ -389,7 +390,7 @@ def test_prune_on_postgres(setup, monkeypatch):
         store = await PostgresStore.open(dsn_schema)
         try:
             for day in ("2026-01-01", "2026-01-02T03", "2026-02-01"):
-                sketch = spec.protocol_impl.new_sketch()
+                sketch = server_half(spec).new_sketch()
                 sketch.reports[0] += 1
                 await store.add_sketch(SketchKey("theme", spec.fingerprint, day), sketch)
         finally:

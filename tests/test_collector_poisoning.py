@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from client_sdk.protocols.factory import build_protocol
 from client_sdk.protocols.olh import hash_values
 from estimators.poisoning import POINT, poisoning_bound
+from sketches import build_server
 
 N_HONEST = 20_000
 
@@ -34,7 +34,7 @@ def best_payloads(proto, target: int, m: int) -> dict:
 @pytest.mark.parametrize("name,d,epsilon", [("rr", 2, 1.0), ("grr", 3, 1.0), ("grr", 16, 2.0),
                                             ("oue", 20, 2.0), ("sue", 8, 1.0), ("olh", 64, 1.0)])
 def test_forged_reports_move_the_count_by_exactly_the_gain(name, d, epsilon):
-    proto = build_protocol(name, d, epsilon, {})
+    proto = build_server(name, d, epsilon, {})
     rng = np.random.default_rng(11)
     honest = proto.encode(rng.integers(1, d, N_HONEST), rng)  # nobody holds value 0
     sketch = proto.new_sketch()
@@ -63,7 +63,7 @@ def test_forged_reports_move_the_count_by_exactly_the_gain(name, d, epsilon):
 def test_forged_reports_lower_a_count_by_exactly_the_deflation(name, d, epsilon):
     """Downwards (issue 26 §4): a report that supports nothing of the target leaves its support
     alone and grows N, so m of them lower its count by exactly m·q*/(p* − q*)."""
-    proto = build_protocol(name, d, epsilon, {})
+    proto = build_server(name, d, epsilon, {})
     rng = np.random.default_rng(12)
     sketch = proto.new_sketch()
     proto.accumulate(sketch, proto.encode(rng.integers(0, d, N_HONEST), rng))
@@ -81,7 +81,7 @@ def test_forged_reports_lower_a_count_by_exactly_the_deflation(name, d, epsilon)
 
 
 def test_numeric_mean_bound_is_the_largest_debiased_output():
-    proto = build_protocol("duchi", None, 1.0, {}) if _has("duchi") else None
+    proto = build_server("duchi", None, 1.0, {}) if _has("duchi") else None
     if proto is None:
         pytest.skip("no numeric mechanism in this checkout")
     bound = poisoning_bound(proto)
@@ -95,7 +95,7 @@ def test_numeric_mean_bound_is_the_largest_debiased_output():
 
 def _has(name: str) -> bool:
     try:
-        build_protocol(name, None, 1.0, {})
+        build_server(name, None, 1.0, {})
         return True
     except Exception:
         return False
@@ -106,7 +106,7 @@ def test_rappor_gain_is_positive_and_equals_a_direct_simulation():
     P(1 | Bloom bit 1)); read the other way round the gain was printed as −2.5 (issue 18).
     m all-ones reports in cohort 0 must move every bit estimate of cohort 0 by m·g, g = 3.5
     at the defaults, and leave the other cohorts alone."""
-    proto = build_protocol("rappor", None, 2.0, {})
+    proto = build_server("rappor", None, 2.0, {})
     bound = poisoning_bound(proto)
     assert bound.gain == pytest.approx(3.5)
     rng = np.random.default_rng(5)
@@ -129,7 +129,7 @@ def test_loloha_and_dbitflip_have_bounds_that_match_a_direct_simulation():
     (first order at f_v = 0: the growth of n_v, (n + m)/(n + m·k/d) = 0.993 here, and the
     honest bits' own noise, C_v/n_v − Q of sd √(Q(1 − Q)/n_v) ≈ 1% of 1 − Q, move it by a few
     percent: 5% tolerance)."""
-    lol = build_protocol("loloha", 64, 1.0, {"epsilon_inf": 4.0})
+    lol = build_server("loloha", 64, 1.0, {"epsilon_inf": 4.0})
     rng = np.random.default_rng(7)
     sketch = lol.new_sketch()
     lol.accumulate(sketch, lol.encode(rng.integers(1, 64, N_HONEST), rng))
@@ -143,7 +143,7 @@ def test_loloha_and_dbitflip_have_bounds_that_match_a_direct_simulation():
     assert lol.estimate(sketch).counts[0] - before[0] == pytest.approx(m * bound.gain, rel=0.05)
 
     k, d = 16, 4
-    dbf = build_protocol("dbitflip", k, 1.0, {"epsilon_inf": 4.0, "sampled_buckets": d})
+    dbf = build_server("dbitflip", k, 1.0, {"epsilon_inf": 4.0, "sampled_buckets": d})
     sketch = dbf.new_sketch()
     dbf.accumulate(sketch, dbf.encode(rng.integers(1, k, N_HONEST), rng))
     before = dbf.estimate(sketch).counts.copy()

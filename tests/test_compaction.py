@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from client_sdk.protocols.factory import build_protocol
 from collector.storage.base import (
     DENSE_ABSORB_SHARE,
     SPARSE_CELL_BYTES,
@@ -33,6 +32,7 @@ from collector.storage.base import (
     tier_of,
 )
 from collector.storage.sqlite import SQLiteStore
+from sketches import build_server
 
 ROOT = Path(__file__).resolve().parent.parent
 DSN = os.environ.get("LDPT_TEST_POSTGRES_DSN")
@@ -95,7 +95,7 @@ def test_tiers_and_plan():
 def test_merge_is_exact_in_either_form(seed):
     """merge_flat sums sparse and dense rows exactly, sparse while that is the smaller form."""
     rng = np.random.default_rng(seed)
-    proto = build_protocol("olh", 20_000, 2.0, {})
+    proto = build_server("olh", 20_000, 2.0, {})
     sketches = []
     for size in (5, 50, 500, 5_000, 50_000):
         sk = proto.new_sketch()
@@ -171,7 +171,7 @@ def check_fill(proto, commit, shape, load, stats, batches, dense_rows) -> None:
 
 @pytest.mark.parametrize("name,d,eps,opts,n,size", FILLS, ids=FILL_IDS)
 def test_filling_a_window_in_small_commits_stays_flat_on_sqlite(tmp_path, name, d, eps, opts, n, size):
-    proto = build_protocol(name, d, eps, opts)
+    proto = build_server(name, d, eps, opts)
     batches = distinct_batches(proto, n, size, seed=3)
     with SQLiteStore(tmp_path / "s.sqlite") as store:
         def shape():
@@ -189,7 +189,7 @@ def test_the_collectors_store_compacts_after_the_acknowledgement(tmp_path):
     queued on the writer thread), and they run before the next commit."""
     from collector.storage.aio import ThreadedStore
 
-    proto = build_protocol("hr", 20_000, 2.0, {})
+    proto = build_server("hr", 20_000, 2.0, {})
     batches = distinct_batches(proto, 3 * TIER_FANOUT, 20, seed=4)
 
     async def run():
@@ -222,7 +222,7 @@ def test_filling_a_window_in_small_commits_stays_flat_on_postgres(name, d, eps, 
     asyncpg = pytest.importorskip("asyncpg")
     from collector.storage.postgres import PostgresStore
 
-    proto = build_protocol(name, d, eps, opts)
+    proto = build_server(name, d, eps, opts)
     batches = distinct_batches(proto, n, size, seed=5)
     schema = f"ldpt_test_{uuid.uuid4().hex[:12]}"
     sep = "&" if "?" in DSN else "?"
@@ -316,7 +316,7 @@ def kill_in_the_merge(script: str, marker: Path) -> None:
 @pytest.mark.parametrize("name", ["hr", "olh"])
 @pytest.mark.e2e
 def test_sigkill_in_a_merge_loses_and_duplicates_nothing_on_sqlite(tmp_path, name):
-    proto = build_protocol(name, 20_000, 2.0, {})
+    proto = build_server(name, 20_000, 2.0, {})
     batches = distinct_batches(proto, 4 * TIER_FANOUT, 30, seed=6)
     db = tmp_path / "s.sqlite"
     with SQLiteStore(db) as store:
@@ -344,7 +344,7 @@ def test_sigkill_in_a_merge_loses_and_duplicates_nothing_on_postgres(tmp_path):
     asyncpg = pytest.importorskip("asyncpg")
     from collector.storage.postgres import PostgresStore
 
-    proto = build_protocol("olh", 20_000, 2.0, {})
+    proto = build_server("olh", 20_000, 2.0, {})
     batches = distinct_batches(proto, 2 * TIER_FANOUT, 30, seed=7)
     schema = f"ldpt_test_{uuid.uuid4().hex[:12]}"
     sep = "&" if "?" in DSN else "?"

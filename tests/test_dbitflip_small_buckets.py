@@ -19,6 +19,7 @@ from client_sdk.registry import parse_registry
 from estimators.frequency import estimate_frame
 from estimators.intervals import sampled_exact_counts
 from estimators.simulation import Population, simulate_sketch
+from sketches import server_half
 
 K = 50
 
@@ -31,7 +32,7 @@ def spec_of(sampled: int = 1):
 
 def held_coverage(spec, per_bucket: int, shares: list[float], runs: int, seed: int) -> tuple[float, float]:
     """(coverage of the held values' true counts, runs flagging any value nobody holds)."""
-    n = per_bucket * K // spec.protocol_impl.params.sampled
+    n = per_bucket * K // server_half(spec).params.sampled
     truth = np.zeros(K, dtype=np.int64)
     truth[:len(shares)] = np.round(np.array(shares) * n).astype(np.int64)
     rng = np.random.default_rng(seed)

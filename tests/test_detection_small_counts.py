@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from client_sdk.protocols.base import pure_estimate
-from client_sdk.protocols.factory import build_protocol
 from client_sdk.registry import parse_registry
 from estimators.frequency import estimate_frame
 from estimators.intervals import zero_count_p_values
 from estimators.multiple_testing import benjamini_hochberg, holm
 from estimators.simulation import Population, simulate_sketch
+from sketches import build_server, server_half
+from sketches.base import pure_estimate
 
 R = 500
 ALPHA = 0.05
@@ -71,7 +71,7 @@ CELLS = [("grr", 200, 8.0, 500, True), ("grr", 200, 8.0, 2000, True), ("grr", 10
 @pytest.mark.statistical
 @pytest.mark.parametrize("name, d, eps, n, normal_fails", CELLS)
 def test_false_detections_hold_alpha_at_tiny_counts(name, d, eps, n, normal_fails):
-    proto = build_protocol(name, d, eps, {})
+    proto = build_server(name, d, eps, {})
     rng = np.random.default_rng(17)
     draw = _grr_sketches if name == "grr" else _oue_sketches
     exact, normal = [], []
@@ -104,7 +104,7 @@ def test_frame_p_values_are_the_exact_tail(protocol, options):
     reg = parse_registry(f'[metrics.m]\nkind = "categorical"\ncategories = [{categories}]\n'
                          f'protocol = "{protocol}"\nepsilon = 5.0\n{options}')
     spec = reg.get("m")
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     rng = np.random.default_rng(1)
     counts = np.zeros(200, dtype=np.int64)
     counts[:HELD] = 60

@@ -21,6 +21,7 @@ from collector.ingest import BatchDecoder
 from collector.problems import Problem
 from collector.segments import SegmentCap
 from collector.storage.base import SketchKey, WindowInfo, sum_deltas
+from sketches import server_half
 
 from .collector_support import wire_reports
 
@@ -169,7 +170,7 @@ def test_total_is_exactly_the_sum_of_segments_including_older_sdks():
         "theme@os=android;app_version=3", "theme@os=ios;app_version=unknown",
         "theme@os=unknown;app_version=unknown", "theme@os=other;app_version=4"}
     assert total.total_reports == 200
-    acc = spec.protocol_impl.new_sketch()
+    acc = server_half(spec).new_sketch()
     for sketch in summed.values():
         acc = acc.merge(sketch)
     np.testing.assert_array_equal(acc.counts, total.counts)
@@ -226,8 +227,8 @@ def test_simulated_total_equals_the_sum_of_segments(store):
     try:
         keys = sorted({w.metric for w in db.windows() if w.metric.startswith("theme@")})
         assert len(keys) == 6
-        total = db.load("theme", spec.fingerprint, spec.protocol_impl.new_sketch())
-        parts = [db.load(k, spec.fingerprint, spec.protocol_impl.new_sketch()) for k in keys]
+        total = db.load("theme", spec.fingerprint, server_half(spec).new_sketch())
+        parts = [db.load(k, spec.fingerprint, server_half(spec).new_sketch()) for k in keys]
     finally:
         db.close()
     assert total.total_reports == 40000
@@ -333,14 +334,14 @@ def test_segment_estimates_reach_their_variance_and_coverage():
     (estimators.dimension_sim): a segment's MSE/theory pooled over its 4 values has a standard
     error of about √(2/(4R)) ≈ 0.018, so [0.9, 1.1] is over 5 of them; a segment's pooled
     coverage has SE √(0.95·0.05/(4R)) ≈ 0.003, so 0.93 is 6 below the nominal 0.95."""
-    from client_sdk.protocols.base import Sketch
     from estimators.breakdown import breakdown_frame
     from estimators.dimension_sim import grr_count_variance, grr_sketches_exact
+    from sketches.base import Sketch
 
     reg = parse_registry(DIMS.replace('["android", "ios"]', '["android", "ios", "web"]') + THEME.replace(
         '"system"]', '"system", "contrast"]') + 'dimensions = ["os"]\n')
     spec = reg.get("theme")
-    proto, reps = spec.protocol_impl, 1500
+    proto, reps = server_half(spec), 1500
     truth = {"android": np.array([12_000, 5_000, 2_500, 500]), "ios": np.array([3_000, 3_000, 1_500, 500]),
              "web": np.array([400, 300, 150, 50])}           # web: 900 reports < 1,000, suppressed
     rng = np.random.default_rng(22)

@@ -32,6 +32,7 @@ from client_sdk.protocols.discover import (
 from client_sdk.registry import parse_registry
 from estimators.discovery import children, decode_candidates, discover, key_text
 from estimators.simulation import DistributionError, Population, draw_population, host_names, simulate_sketch
+from sketches import server_half
 
 SECRET = bytes(range(32))
 
@@ -47,7 +48,7 @@ def spec_of(**fields):
 
 # --- parameters and registry -------------------------------------------------------------------------
 def test_defaults_and_epsilon():
-    proto = spec_of().protocol_impl
+    proto = server_half(spec_of())
     par = proto.params
     assert (par.max_length, par.seeds, par.g, par.groups) == (16, 1024, round(math.exp(4)) + 1, 17)
     assert proto.epsilon <= 4.0 and proto.epsilon == pytest.approx(4.0, abs=1e-6)
@@ -74,7 +75,7 @@ def test_bad_options_are_refused(fields, words):
 def test_defaults_fit_the_sketch_limit_at_every_registry_epsilon(epsilon, fields):
     """Regression: at ε >= 12 the default hash_range round(e^ε)+1 made the default sketch exceed
     MAX_CELLS, so a metric with no hash_range/seeds was refused with "lower seeds or hash_range"."""
-    proto = spec_of(epsilon=epsilon, **fields).protocol_impl
+    proto = server_half(spec_of(epsilon=epsilon, **fields))
     par = proto.params
     assert par.groups * par.seeds * par.g <= MAX_CELLS
     assert 0 < proto.epsilon <= epsilon and proto.epsilon == pytest.approx(epsilon, rel=1e-3)
@@ -204,7 +205,7 @@ def test_bad_reports_are_refused(obj, field):
 def test_candidate_estimates_are_unbiased_with_honest_standard_errors():
     """Known candidates: mean z within 4 SE of 0, Var(z) within 1 ± 3·√(2/(R−1)) per family."""
     spec = spec_of(max_length=6, seeds=64)
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     values = host_names(300)
     counts = np.round(20_000 * np.arange(1, 301) ** -1.1 / np.sum(np.arange(1, 301) ** -1.1)).astype(np.int64)
     pop = Population(values, counts)
@@ -241,13 +242,13 @@ def test_long_candidate_lists_are_decoded_in_bounded_blocks(monkeypatch):
     counts = np.round(20_000 * np.arange(1, 301) ** -1.1 / np.sum(np.arange(1, 301) ** -1.1)).astype(np.int64)
     sketch = simulate_sketch(spec, Population(values, counts), np.random.default_rng(8))
     cands = values[:12] + [f"absent-{i}.example" for i in range(8)]
-    whole = decode_candidates(spec.protocol_impl, sketch, cands)
+    whole = decode_candidates(server_half(spec), sketch, cands)
     sizes = []
     held_out = discovery._held_out
     monkeypatch.setattr(discovery, "_held_out", lambda p, sk, keys, bound: sizes.append(len(keys)) or
                         held_out(p, sk, keys, bound))
     monkeypatch.setattr(discovery, "JOINT_MAX", 5)
-    blocks = decode_candidates(spec.protocol_impl, sketch, cands)
+    blocks = decode_candidates(server_half(spec), sketch, cands)
     assert max(sizes) <= 5 + 40 and len(sizes) == -(-len(whole) // 5) >= 2  # keys merge after truncation
     assert list(blocks.value) == list(whole.value)
     assert np.all(np.abs(blocks.estimate - whole.estimate)[:12] < 0.5 * whole.std_err[:12])
@@ -264,7 +265,7 @@ def discovered():
         key = truncate(value, 8).decode("utf-8", "replace")
         truth[key] = truth.get(key, 0) + int(count)
     pop = Population(list(truth), np.array(list(truth.values()), dtype=np.int64))
-    runs = [discover(spec.protocol_impl, simulate_sketch(spec, drawn, rng), top=10) for _ in range(4)]
+    runs = [discover(server_half(spec), simulate_sketch(spec, drawn, rng), top=10) for _ in range(4)]
     return pop, truth, runs
 
 
@@ -293,7 +294,7 @@ def test_held_out_intervals_cover():
     for value, count in zip(drawn.values, drawn.counts):
         key = truncate(value, 4).decode("utf-8", "replace")
         truth[key] = truth.get(key, 0) + int(count)
-    runs = [discover(spec.protocol_impl, simulate_sketch(spec, drawn, rng), top=20) for _ in range(30)]
+    runs = [discover(server_half(spec), simulate_sketch(spec, drawn, rng), top=20) for _ in range(30)]
     hits = [(r.ci_low <= truth.get(r.value, 0) <= r.ci_high) for df in runs for r in df.itertuples()]
     se = math.sqrt(0.95 * 0.05 / len(hits))
     assert len(hits) >= 250 and np.mean(hits) >= 0.95 - 2.5 * se, (len(hits), np.mean(hits))
@@ -310,7 +311,7 @@ def test_top_lists_only_found_strings_with_unambiguous_keys():
     and two keys whose bytes decode to the same text printed identical ``value`` rows."""
     spec = spec_of(max_length=4)
     pop = Population(["ab", "cd"], np.array([30_000, 20_000]))
-    df = discover(spec.protocol_impl, simulate_sketch(spec, pop, np.random.default_rng(5)), top=10)
+    df = discover(server_half(spec), simulate_sketch(spec, pop, np.random.default_rng(5)), top=10)
     assert list(df.value) == ["ab", "cd"] and df.detected.all() and df.attrs["tested"] == 10
     assert list(df.key) == ["ab", "cd"]
     assert key_text((b"\xd0", True)) != key_text((b"\xd1", True))   # both decode to U+FFFD
@@ -395,7 +396,7 @@ def test_sdk_report_goes_through_the_collectors_validation(tmp_path):
 
     registry = parse_registry('[metrics.home_page]\nkind = "string"\nprotocol = "discover"\n'
                               'epsilon = 4.0\nmax_length = 8\nseeds = 64\n')
-    proto = registry.get("home_page").protocol_impl
+    proto = server_half(registry.get("home_page"))
     fake = FakeCollector(registry)
     client = TelemetryClient(registry=registry, transport=MemoryTransport(fake), state_dir=tmp_path / "s",
                              retry=RetryPolicy(initial=0.01, maximum=0.05))
@@ -425,7 +426,7 @@ def test_collector_ingests_validates_and_serves_discovery(tmp_path):
     registry_path.write_text('[metrics.home]\nkind = "string"\nprotocol = "discover"\nepsilon = 4.0\n'
                              'max_length = 3\nseeds = 32\n', encoding="utf-8")
     spec = load_registry(registry_path).get("home")
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     truth = np.asarray(["abc"] * 6000 + ["xy"] * 3000 + [f"{i:03d}" for i in range(1000)], dtype=object)
     wire = proto.to_wire(proto.encode(truth, np.random.default_rng(3)))
     bodies = [make_body([{"m": "home", "f": spec.fingerprint, "p": w} for w in wire[i:i + 1000]])
@@ -454,7 +455,7 @@ def test_tiny_seed_sets_do_not_crash_the_decoder():
     """seeds = 1, hash_range = 2: far more candidates than cells; the search still answers."""
     spec = spec_of(max_length=2, seeds=1, hash_range=2)
     pop = Population(["ab", "cd"], np.array([300, 200]))
-    df = discover(spec.protocol_impl, simulate_sketch(spec, pop, np.random.default_rng(0)), top=3)
+    df = discover(server_half(spec), simulate_sketch(spec, pop, np.random.default_rng(0)), top=3)
     assert df.attrs["tested"] == 3 and len(df) <= 3   # nothing need be found at one seed
     assert np.isfinite(df.estimate).all() and np.isfinite(df.std_err).all()
 
@@ -512,7 +513,7 @@ def forged_runs():
     import copy
 
     spec = spec_of(max_length=8, seeds=64)
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     values = host_names(300)
     w = np.arange(1, 301) ** -1.1
     pop = Population(values, np.round(50_000 * w / w.sum()).astype(np.int64))
@@ -578,7 +579,7 @@ def test_a_planted_string_is_not_made_top_by_the_held_out_group():
     from estimators.poisoning import poisoning_bound
 
     spec = spec_of(max_length=8, seeds=64)
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     par = proto.params
     values = host_names(300)
     w = np.arange(1, 301) ** -1.1
@@ -606,7 +607,7 @@ def test_cli_warns_when_the_group_sizes_betray_forged_reports(tmp_path):
                    'max_length = 3\nseeds = 16\n')
     spec = parse_registry({"metrics": {"home": {"kind": "string", "protocol": "discover", "epsilon": 4.0,
                                                 "max_length": 3, "seeds": 16}}}).get("home")
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     rng = np.random.default_rng(3)
     honest = proto.new_sketch()
     proto.accumulate(honest, proto.encode(["abc"] * 3000 + ["xyz"] * 1000, rng))
@@ -636,7 +637,7 @@ def deflation_runs():
     import copy
 
     spec = spec_of(max_length=8, seeds=64)
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     par = proto.params
     values = host_names(300)
     w = np.arange(1, 301) ** -1.1
@@ -737,7 +738,7 @@ def test_expected_share_scaling_is_unbiased_with_honest_variance_for_a_heavy_str
     mean z within 4/√R, Var(z) within 1 ± 3·√(2/(R − 1)) (±0.35), coverage of the 95 % intervals
     within 2.5 binomial SE."""
     spec = spec_of(max_length=3, seeds=64)
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     values = ["abc", "xyz", "q"] + [f"{i:02d}x" for i in range(20)]
     counts = np.array([8000, 400, 100] + [75] * 20, dtype=np.int64)
     pop = Population(values, counts)

@@ -13,6 +13,7 @@ from estimators.consistency import norm_sub
 from estimators.frequency import COLUMNS, estimate_frame
 from estimators.intervals import wald_interval, z_value
 from estimators.simulation import draw_population, simulate_sketch
+from sketches import server_half
 
 REG = parse_registry('[metrics.m]\nkind = "categorical"\ncategories = ["a", "b", "c", "d"]\n'
                      'protocol = "grr"\nepsilon = 2.0\n')
@@ -64,7 +65,7 @@ def test_interval_clipped_to_zero_and_n():
 def test_empty_sketch_is_an_error():
     spec = REG.get("m")
     with pytest.raises(EstimationError, match="no reports"):
-        estimate_frame(spec, spec.protocol_impl.new_sketch())
+        estimate_frame(spec, server_half(spec).new_sketch())
 
 
 @settings(max_examples=200, deadline=None)
@@ -136,7 +137,7 @@ def test_consistent_rappor_frame_with_unidentifiable_candidates():
     from estimators.rappor import CandidateMap, sample_sketch
 
     spec = parse_registry('[metrics.s]\nkind = "string"\nbloom_bits = 8\nhashes = 2\ncohorts = 1\n').get("s")
-    params = spec.protocol_impl.params
+    params = server_half(spec).params
     cands = [f"c{i}" for i in range(40)]  # 40 strings in 8 bits: many share a Bloom pattern
     sketch = sample_sketch(params, CandidateMap.from_strings(cands, params), np.r_[0.5, 0.3, np.zeros(38)],
                            20_000, np.random.default_rng(0))

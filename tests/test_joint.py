@@ -22,6 +22,7 @@ from estimators.joint import (
     joint_frame,
     joint_truth,
 )
+from sketches import server_half
 
 N = 1_000_000
 OS = [f"os{i}" for i in range(10)]
@@ -48,14 +49,14 @@ def test_a_report_supporting_a_fixed_number_of_values_makes_the_total_exact(prot
     # Σ_v S(v) = n·|S(y)| is fixed for GRR (1) and SS (s), so Σ ĉ = n exactly: 1ᵀΣ1 must be 0.
     spec = _registry(protocol, epsilon=0.5)
     c = np.arange(1, 21) * 1000.0
-    cov = count_covariance(spec.protocol_impl, int(c.sum()), c)
+    cov = count_covariance(server_half(spec), int(c.sum()), c)
     assert abs(cov.sum()) < 1e-6 * np.trace(cov)
     assert (cov[~np.eye(20, dtype=bool)] < 0).all()
 
 
 def test_unary_encoding_cells_are_uncorrelated():
     spec = _registry("oue")
-    cov = count_covariance(spec.protocol_impl, 1000, np.full(20, 50.0))
+    cov = count_covariance(server_half(spec), 1000, np.full(20, 50.0))
     assert np.allclose(cov[~np.eye(20, dtype=bool)], 0.0)
 
 
@@ -63,7 +64,7 @@ def test_unary_encoding_cells_are_uncorrelated():
 @pytest.mark.parametrize(("protocol", "epsilon"), [("grr", 2.0), ("oue", 2.0), ("sue", 1.0), ("ss", 0.5)])
 def test_covariance_and_exact_sampler_match_the_encoder(protocol, epsilon):
     spec = _registry(protocol, epsilon, first=["x", "y", "z"])
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     assert protocol != "ss" or proto.s >= 2          # exercise SS's pair term
     c = np.array([50, 10, 30, 5, 80, 25])
     n, reps = int(c.sum()), 1500
@@ -112,7 +113,7 @@ def test_marginals_shares_means_and_truth_from_exact_counts():
 @pytest.mark.statistical
 def test_every_conditional_share_covers_and_a_five_point_gap_is_detected():
     spec = _registry()
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     counts = _crash_counts(RATES)
     truth = JointEstimate(spec.joint, counts.astype(float), np.zeros((20, 20)), N)
     shares = [(t, a, g, b) for t, g in ((1, 0), (0, 1)) for b in range(spec.joint.shape[g])
@@ -135,7 +136,7 @@ def test_every_conditional_share_covers_and_a_five_point_gap_is_detected():
 @pytest.mark.statistical
 def test_no_gap_no_dependence_rejects_at_the_nominal_rate():
     spec = _registry()
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     counts = _crash_counts(np.full(10, 0.18))
     runs = 300
     rng = np.random.default_rng(5)
@@ -154,7 +155,7 @@ def test_no_gap_no_dependence_rejects_at_the_nominal_rate():
 def test_mean_per_category_intervals_cover():
     spec = _registry(second='{ name = "ms", kind = "numeric", range = [0, 5000], '
                             'buckets = [0, 250, 500, 1000, 2000, 5000] }')
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     per = N // 10
     rows = []
     for i in range(10):
@@ -179,7 +180,7 @@ def test_mean_per_category_intervals_cover():
 def test_joint_frame_has_every_statistic():
     spec = _registry(first=["a", "b", "c"])
     counts = np.array([9000, 1000, 8000, 2000, 5000, 5000])
-    df = joint_frame(spec, draw_sketch(spec.protocol_impl, counts, np.random.default_rng(1)))
+    df = joint_frame(spec, draw_sketch(server_half(spec), counts, np.random.default_rng(1)))
     stats_ = set(df["statistic"])
     assert {"count", "count os", "count crashed", "P(crashed | os)", "P(os | crashed)",
             "independence os, crashed"} <= stats_
@@ -195,7 +196,7 @@ def test_dashboard_draws_a_joint_metrics_cells():
     from collector.ui_svg import estimates_svg
 
     spec = _registry(first=["a", "b", "c"])
-    df = joint_frame(spec, draw_sketch(spec.protocol_impl, np.array([9000, 1000, 8000, 2000, 5000, 5000]),
+    df = joint_frame(spec, draw_sketch(server_half(spec), np.array([9000, 1000, 8000, 2000, 5000, 5000]),
                                        np.random.default_rng(2)))
     assert df["detected"][df["statistic"] == "count"].all() and df["detected"][df["statistic"] != "count"].isna().all()
     svg = estimates_svg(df)
@@ -209,7 +210,7 @@ def test_three_parts_give_every_pair_its_breakdown():
                           '{ name = "ms", kind = "numeric", range = [0, 30], buckets = 3 }]\n').get("j")
     assert spec.joint.shape == (2, 2, 3) and spec.domain[1] == "a|false|[10, 20)"
     counts = np.arange(1, 13) * 2000
-    df = joint_frame(spec, draw_sketch(spec.protocol_impl, counts, np.random.default_rng(4)))
+    df = joint_frame(spec, draw_sketch(server_half(spec), counts, np.random.default_rng(4)))
     stats_ = set(df["statistic"])
     assert {"P(crashed | os)", "P(os | ms)", "mean ms | os", "mean ms | crashed", "independence crashed, ms"} <= stats_
     truth = joint_truth([p.to_toml() for p in spec.parts], dict(zip(spec.domain, counts.astype(float))),

@@ -34,6 +34,7 @@ from estimators.formats import frame_to_csv, frame_to_json
 from estimators.joint import _cell_rows, estimate_joint, joint_frame
 from estimators.joint_population import example_weights
 from estimators.multiple_testing import holm
+from sketches import server_half
 
 Z = stats.norm.isf(0.025)
 
@@ -59,7 +60,7 @@ def _independent_weights(k1: int, k2: int) -> np.ndarray:
 @pytest.mark.statistical
 def test_cells_nobody_holds_are_not_flagged_and_small_cells_cover():
     spec = _joint(40, 5, 8.0)
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     assert proto.name == "grr"
     w = example_weights(spec)
     w = w / w.sum()
@@ -126,7 +127,7 @@ def test_independence_and_share_difference_keep_their_size_for_an_independent_po
     runs = 300
     for eps in (2.0, 4.0, 8.0, 20.0):
         spec = _joint(10, 2, eps, protocol)
-        proto = spec.protocol_impl
+        proto = server_half(spec)
         w = _independent_weights(10, 2)
         rng = np.random.default_rng(int(eps * 10))
         indep = gap = old_indep = 0
@@ -146,7 +147,7 @@ def test_shares_cover_the_population_share_at_large_epsilon():
     """At ε = 8 the randomisation's noise is small against the devices' sampling: intervals for
     the realised table's shares covered the population's in ~0.6 of runs."""
     spec = _joint(10, 2, 8.0, "grr")
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     rates = np.array([0.20, 0.25, 0.10, 0.15, 0.30, 0.05, 0.12, 0.18, 0.22, 0.08])
     w = np.column_stack([1 - rates, rates]).reshape(-1) / 10
     runs, rng = 300, np.random.default_rng(8)
@@ -171,7 +172,7 @@ def test_means_per_category_cover_the_actual_mean(eps):
     edges = [0, 250, 500, 1000, 2000, 5000]
     spec = _joint(4, 0, eps, second='{ name = "ms", kind = "numeric", range = [0, 5000], '
                                      'buckets = [0, 250, 500, 1000, 2000, 5000] }')
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     value = np.array(edges[:-1]) + 0.95 * np.diff(edges)          # every device's value in bucket k
     probs = np.array([[4, 3, 2, 1, 0.5], [2, 3, 3, 1, 1], [1, 2, 3, 3, 1], [0.5, 1, 2, 4, 3]], dtype=float)
     probs /= probs.sum(axis=1, keepdims=True)
@@ -199,7 +200,7 @@ def test_means_per_category_cover_the_actual_mean(eps):
 def test_untested_rows_have_no_detected_and_an_unbounded_fieller_set_is_marked():
     spec = _joint(3, 2, 1.0, "grr")
     counts = np.array([5000, 5000, 4000, 6000, 0, 0])     # category a2 is empty: its shares say nothing
-    df = joint_frame(spec, draw_sketch(spec.protocol_impl, counts, np.random.default_rng(3)))
+    df = joint_frame(spec, draw_sketch(server_half(spec), counts, np.random.default_rng(3)))
     cells = df["statistic"] == "count"
     assert df.loc[cells, "detected"].map(type).eq(bool).all()
     assert df.loc[~cells, "detected"].isna().all()

@@ -7,6 +7,7 @@ import pytest
 
 from client_sdk.errors import DomainError, RegistryError
 from client_sdk.registry import Kind, parse_registry
+from sketches import server_half
 
 JOINT = """
 [metrics.crash_by_os]
@@ -36,7 +37,7 @@ def test_joint_metric_is_a_categorical_metric_over_the_product():
     assert spec.domain == ("android|false", "android|true", "ios|false", "ios|true",
                            "windows|false", "windows|true")
     assert spec.protocol in ("grr", "oue", "sue", "ss")
-    assert spec.protocol_impl.domain_size == 6
+    assert server_half(spec).domain_size == 6
     # tuple, list, dict by name, label; booleans in any accepted spelling
     assert spec.index_of([("ios", True), ["windows", 0], {"crashed": "true", "os": "android"},
                           "ios|false"]).tolist() == [3, 4, 1, 2]
@@ -129,7 +130,7 @@ def test_sdk_reports_a_tuple_as_one_value_for_one_epsilon(tmp_path):
     assert client.report("startup_by_os", ("ios", 1234.5))
     assert client.flush(5.0)
     assert fake.accepted_reports == 3
-    eps = reg.get("crash_by_os").protocol_impl.epsilon
+    eps = server_half(reg.get("crash_by_os")).epsilon
     acct = client.ledger_snapshot()["crash_by_os"]
     assert acct.window_epsilon == pytest.approx(2 * eps)           # one ε per tuple, not per part
     assert fake.sketch("crash_by_os").total_reports == 2

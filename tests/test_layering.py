@@ -1,4 +1,4 @@
-"""Dependency direction (docs/design.md): cli -> collector, estimators -> client_sdk."""
+"""Dependency direction (docs/design.md): cli -> collector, estimators -> sketches -> client_sdk."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN = {
-    "client_sdk": {"collector", "estimators", "cli"},
+    "client_sdk": {"sketches", "collector", "estimators", "cli"},
+    "sketches": {"collector", "estimators", "cli", "shuffler"},
     "estimators": {"collector", "cli"},
     "collector": {"cli"},
 }

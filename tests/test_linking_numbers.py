@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from cli.main import main
 from client_sdk.registry import parse_registry
 from estimators.linking import DAILY, PERMANENT, linking_numbers, permanent_bits
+from sketches import server_half
 
 METRICS = {
     "home": {"kind": "string", "protocol": "discover", "epsilon": 4.0},                 # L = 16
@@ -37,18 +38,18 @@ def test_every_repeated_number_with_its_range_and_bits():
     # one RAPPOR cohort per device for all its RAPPOR metrics: the HMAC word mod 64 and mod 24
     # together are that word mod lcm(64, 24) = 192
     assert found["RAPPOR cohort:page,page2"].values == 192
-    assert found["LOLOHA cohort:mood"].values == registry.get("mood").protocol_impl.params.m
+    assert found["LOLOHA cohort:mood"].values == server_half(registry.get("mood")).params.m
     assert found["dBitFlipPM window:hist"].values == 12
     assert found["OLH cohort:theme"].lasts == DAILY
     assert len(found) == 6                                   # the boolean metric repeats nothing
-    expected = sum(math.log2(v) for v in (17, 9, 192, registry.get("mood").protocol_impl.params.m, 12))
+    expected = sum(math.log2(v) for v in (17, 9, 192, server_half(registry.get("mood")).params.m, 12))
     assert math.isclose(permanent_bits(linking_numbers(registry)), expected)
 
 
 def test_the_group_really_is_the_same_in_every_report_of_a_device():
     """What the count rests on: the SDK path sends the secret's group as the first field of
     each report, whatever the value and the report."""
-    proto = parse_registry({"metrics": {"home": METRICS["home"]}}).get("home").protocol_impl
+    proto = server_half(parse_registry({"metrics": {"home": METRICS["home"]}}).get("home"))
     secrets = [bytes([i]) * 32 for i in range(40)]
     for secret in secrets:
         firsts = {proto.encode_secret_one(v, secret, "home")[0] for v in ("a.example", "b.example", "c") * 3}

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from client_sdk.protocols.factory import build_protocol
 from client_sdk.protocols.lgrr import LGRR, LGRRParams
+from sketches import build_server
 from tests.test_privacy_audit import RELATIVE_SLACK, output_matrix, worst_ratio
 
 NAMES = ("lgrr", "losue", "loloha", "dbitflip")
@@ -34,7 +34,7 @@ GRID = [(n, d, e1, ei) for n in NAMES for d in DOMAINS for e1, ei in PAIRS]
 
 
 def build(name: str, d: int, e1: float, ei: float, **options):
-    return build_protocol(name, d, e1, {"epsilon_inf": ei, **options})
+    return build_server(name, d, e1, {"epsilon_inf": ei, **options})
 
 
 def memo_matrix(protocol) -> np.ndarray:

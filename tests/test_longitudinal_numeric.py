@@ -8,12 +8,12 @@ import os
 import numpy as np
 import pytest
 
-from client_sdk.protocols.factory import build_protocol
+from sketches import build_server
 from tests.test_privacy_audit import RELATIVE_SLACK, worst_ratio
 
 
 def build(e1: float = 1.0, ei: float = 3.0, grid: int = 8):
-    return build_protocol("memobitmean", None, e1, {"epsilon_inf": ei, "grid": grid})
+    return build_server("memobitmean", None, e1, {"epsilon_inf": ei, "grid": grid})
 
 
 @pytest.mark.parametrize("e1,ei,grid", [(0.5, 2.0, 8), (1.0, 3.0, 32), (2.0, 4.0, 16), (0.1, 1.0, 2)])

@@ -22,12 +22,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from client_sdk.protocols.factory import build_protocol, choose_longitudinal_protocol, per_item_variance
+from client_sdk.protocols.factory import choose_longitudinal_protocol, per_item_variance
 from client_sdk.protocols.loloha import formula_hash_range, optimal_hash_range, random_hash_variance
 from client_sdk.protocols.losue import l_sue_rates
 from client_sdk.randomness import as_random_source
 from client_sdk.registry import parse_registry
 from estimators.longitudinal import MemoTable, simulate_days, window_monte_carlo
+from sketches import build_server, server_half
 
 R = 1500
 FAMILY_ALPHA = 0.0027
@@ -60,7 +61,7 @@ def test_unbiased_mse_at_theory_and_nominal_coverage(name, e1, ei):
 
 @pytest.mark.parametrize("name", ["lgrr", "losue"])
 def test_pure_estimator_is_the_two_round_estimator(name):
-    proto = build_protocol(name, 5, 1.0, {"epsilon_inf": 3.0})
+    proto = build_server(name, 5, 1.0, {"epsilon_inf": 3.0})
     pr = proto.params
     n = 10_000
     support = np.array([3000.0, 2000.0, 1500.0, 1000.0, 900.0])
@@ -79,18 +80,18 @@ def test_pure_estimator_is_the_two_round_estimator(name):
 def test_l_osue_beats_l_sue(e1, ei):
     big, small = l_sue_rates(e1, ei)
     l_sue = small * (1 - small) / (big - small) ** 2        # n·Var[f̂] at f = 0
-    losue = build_protocol("losue", 16, e1, {"epsilon_inf": ei})
+    losue = build_server("losue", 16, e1, {"epsilon_inf": ei})
     assert float(losue.variance(1, 0.0)) < l_sue
 
 
 @pytest.mark.parametrize("e1,ei", [(0.5, 2.0), (1.0, 4.0), (2.0, 4.0)])
 def test_l_grr_is_best_at_small_d_and_auto_follows_the_variance(e1, ei):
     for d in (2, 3):
-        var = {n: per_item_variance(build_protocol(n, d, e1, {"epsilon_inf": ei}))
+        var = {n: per_item_variance(build_server(n, d, e1, {"epsilon_inf": ei}))
                for n in ("lgrr", "losue", "loloha")}
         assert var["lgrr"] == min(var.values()), (d, var)
         assert choose_longitudinal_protocol(d, e1, ei) == "lgrr"
-    big = {n: per_item_variance(build_protocol(n, 200, e1, {"epsilon_inf": ei})) for n in ("lgrr", "losue")}
+    big = {n: per_item_variance(build_server(n, 200, e1, {"epsilon_inf": ei})) for n in ("lgrr", "losue")}
     assert big["losue"] < big["lgrr"]
 
 
@@ -103,7 +104,7 @@ def test_optimal_hash_range_formula_matches_a_search(e1, ei):
 
 
 def test_memo_table_reuses_each_devices_first_round():
-    proto = build_protocol("lgrr", 4, 1.0, {"epsilon_inf": 2.0})
+    proto = build_server("lgrr", 4, 1.0, {"epsilon_inf": 2.0})
     table = MemoTable(proto, 4)
     source = as_random_source(np.random.default_rng(5))
     devices = np.arange(1000)
@@ -127,7 +128,7 @@ def test_days_simulation_is_unbiased_on_the_last_day(name):
     rng = np.random.default_rng(99)
     for _ in range(runs):
         result = list(simulate_days(spec, n, "zipf:1.1", days, 0.3, rng))[-1]
-        est = spec.protocol_impl.estimate(result.sketch)
+        est = server_half(spec).estimate(result.sketch)
         last.append((est.counts - result.true_counts, est.variances))
     err = np.array([e for e, _ in last])
     var = np.array([v for _, v in last]).mean(axis=0)

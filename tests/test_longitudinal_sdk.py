@@ -22,6 +22,7 @@ from client_sdk import RetryPolicy, TelemetryClient
 from client_sdk.ledger import read_ledger
 from client_sdk.state import MemoryState
 from client_sdk.testing import FakeCollector, MemoryTransport
+from sketches import server_half
 
 from .sdk_support import make_registry
 
@@ -121,11 +122,11 @@ def test_a_year_of_one_unchanged_value_costs_at_most_epsilon_inf():
     book = client.ledger_snapshot()
     client.close()
     for metric in ("theme", "bars"):
-        eps_inf = registry.get(metric).protocol_impl.epsilon_longitudinal
+        eps_inf = server_half(registry.get(metric)).epsilon_longitudinal
         assert book[metric].lifetime_reports == 365
         assert book[metric].lifetime_epsilon <= eps_inf * (1 + 1e-9)
         assert book[metric].distinct_values == 1
-    assert book["plain"].lifetime_epsilon == pytest.approx(365 * registry.get("plain").protocol_impl.epsilon)
+    assert book["plain"].lifetime_epsilon == pytest.approx(365 * server_half(registry.get("plain")).epsilon)
     assert fake.accepted_reports == 3 * 365      # every report still sent
 
 
@@ -142,16 +143,16 @@ def test_loloha_spends_at_most_g_epsilon_inf_however_often_the_value_changes():
     assert client.flush(10.0)
     book = client.ledger_snapshot()
     client.close()
-    proto = registry.get("city").protocol_impl
+    proto = server_half(registry.get("city"))
     assert proto.params.g == 2
     assert book["city"].lifetime_reports == 365
     assert book["city"].distinct_values <= 2
     assert book["city"].lifetime_epsilon <= 2 * proto.epsilon_longitudinal * (1 + 1e-9)
     # L-GRR: one ε∞ per distinct value (3 values), not per report
-    theme_inf = registry.get("theme").protocol_impl.epsilon_longitudinal
+    theme_inf = server_half(registry.get("theme")).epsilon_longitudinal
     assert book["theme"].lifetime_epsilon == pytest.approx(3 * theme_inf)
     # dBitFlipPM: one ε∞ per sampled bucket holding the value, or none: at most (d+1)·ε∞
-    hist = registry.get("hist").protocol_impl
+    hist = server_half(registry.get("hist"))
     assert book["hist"].distinct_values <= 3
     assert book["hist"].lifetime_epsilon <= 3 * hist.epsilon_longitudinal * (1 + 1e-9)
     assert fake.accepted_reports == 3 * 365
@@ -288,7 +289,7 @@ def test_numeric_mean_with_epsilon_inf_is_memoised_and_charged_once_per_grid_poi
     client.close()
     assert book["minutes"].lifetime_reports == 365
     assert book["minutes"].distinct_values == 1
-    assert book["minutes"].lifetime_epsilon <= spec.protocol_impl.epsilon_longitudinal * (1 + 1e-9)
+    assert book["minutes"].lifetime_epsilon <= server_half(spec).epsilon_longitudinal * (1 + 1e-9)
 
     # many devices (one client each: its own secret, so its own α and memoised bit), one report each
     fake = FakeCollector(registry)

@@ -23,11 +23,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from client_sdk.protocols.base import Sketch
-from client_sdk.protocols.factory import build_protocol
 from client_sdk.registry import parse_registry
 from estimators.frequency import estimate_frame
 from estimators.mean_intervals import lower_convex_envelope, mean_interval, variance_envelope
+from sketches import build_server, server_half
+from sketches.base import Sketch
 
 EPSILONS = (2.0, 4.0, 8.0)
 #: Populations on the normalised scale [−1, 1] as (value, share): at the end, 0.1 on [0, 100],
@@ -62,7 +62,7 @@ def _ones_law(proto, scenario, n: int) -> np.ndarray:
 
 def _exact_coverage(spec, scenario, n: int) -> float:
     """Σ_k P(k ones)·1[the frame's mean interval holds the true mean], over k with P(k) > 1e-15."""
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     law = _ones_law(proto, scenario, n)
     truth = sum(spec.denormalise(t) * share for t, share in scenario)
     covered = 0.0
@@ -108,7 +108,7 @@ def test_mean_coverage_grid_from_n_100(protocol):
     rng = np.random.default_rng(101)
     pooled, cells = 0, 0
     for eps in EPSILONS:
-        proto = build_protocol(protocol, None, eps, {})
+        proto = build_server(protocol, None, eps, {})
         for n in (100, 1000):
             for name, scenario in SCENARIOS.items():
                 groups = [(_cell_law(proto, t), round(share * n)) for t, share in scenario]
@@ -127,7 +127,7 @@ def test_mean_coverage_grid_from_n_100(protocol):
 def test_variance_envelope_is_below_the_exact_variance_and_convex():
     """V₋ never exceeds Var[v | t] (so it is a valid floor) and touches it at the ends."""
     for name in ("piecewise", "hybrid", "laplace"):
-        proto = build_protocol(name, None, 4.0, {})
+        proto = build_server(name, None, 4.0, {})
         knots, env = variance_envelope(proto)
         t = np.linspace(-1, 1, 4001)
         assert (np.interp(t, knots, env) <= proto.value_variance(t) + 1e-12).all()
@@ -139,7 +139,7 @@ def test_variance_envelope_is_below_the_exact_variance_and_convex():
 
 def test_score_interval_matches_wald_at_large_n_and_keeps_the_floor():
     """At 10⁶ reports the interval is Wald's; with every report in one cell it is not empty."""
-    proto = build_protocol("piecewise", None, 8.0, {})
+    proto = build_server("piecewise", None, 8.0, {})
     rng = np.random.default_rng(4)
     n = 1_000_000
     counts = rng.multinomial(n, _cell_law(proto, 0.2))

@@ -20,6 +20,7 @@ from client_sdk.registry import parse_registry
 from estimators.frequency import estimate_frame
 from estimators.longitudinal import simulate_days
 from estimators.memo_range import RANGE_VARIANCE, range_frame, range_variance
+from sketches import server_half
 
 #: ε₁ = 2 of ε∞ = 3: most of a report's noise is memoised (the regime where summing failed worst).
 EPSILON, EPSILON_INF = 2.0, 3.0
@@ -41,7 +42,7 @@ def coverage(spec, rate: float, runs: int, clients: int = 2000, old: bool = Fals
             truth = np.sum([day.true_counts for day in days[:length]], axis=0)
             sketches = [(str(day.day), day.sketch) for day in days[:length]]
             if old:   # the summed sketch as if its reports were independent (before the fix)
-                total = spec.protocol_impl.new_sketch()
+                total = server_half(spec).new_sketch()
                 for _, s in sketches:
                     total = total.merge(s)
                 df = estimate_frame(spec, total)
@@ -151,7 +152,7 @@ def test_compare_of_memoised_ranges_holds_its_level(protocol, extra):
         sides = [[(str(d.day), d.sketch) for d in days[:30]], [(str(d.day), d.sketch) for d in days[30:]]]
         merged = []
         for side in sides:
-            total = spec.protocol_impl.new_sketch()
+            total = server_half(spec).new_sketch()
             for _, s in side:
                 total = total.merge(s)
             merged.append(total)
@@ -209,8 +210,8 @@ def test_query_api_gives_the_cli_bytes_for_memoised_ranges(tmp_path):
     spec = load_registry(path).get("theme")
     from estimators.compare import compare_frame
     with open_store(str(db)) as store:
-        a = store.load("theme", spec.fingerprint, spec.protocol_impl.new_sketch(), None, "2026-03-01", "2026-03-02")
-        b = store.load("theme", spec.fingerprint, spec.protocol_impl.new_sketch(), None, "2026-03-03", "2026-03-04")
+        a = store.load("theme", spec.fingerprint, server_half(spec).new_sketch(), None, "2026-03-01", "2026-03-02")
+        b = store.load("theme", spec.fingerprint, server_half(spec).new_sketch(), None, "2026-03-03", "2026-03-04")
     summed = compare_frame(spec, a, b, label_a="a", label_b="b")
     served = json.loads(api["compare"])["estimates"]
     assert all(row["std_err"] > se for row, se in zip(served, summed.std_err))
@@ -221,7 +222,7 @@ def memo_mean_days(spec, values: np.ndarray, days: int, rng: np.random.Generator
     drawn once per device (as the SDK derives them from its secret), the flip fresh each day."""
     from client_sdk.randomness import as_random_source
 
-    proto, source = spec.protocol_impl, as_random_source(rng)
+    proto, source = server_half(spec), as_random_source(rng)
     pos = (spec.normalise(values) + 1.0) * proto.grid / 2
     low = np.floor(pos)
     j = np.minimum(low + (rng.random(values.shape[0]) < pos - low), proto.grid).astype(np.int64)
@@ -250,7 +251,7 @@ def test_memoised_mean_range_covers_the_device_day_mean():
         df = range_frame(spec, windows).set_index("statistic")
         truth = values.mean()
         hits.append(df.at["mean", "ci_low"] <= truth <= df.at["mean", "ci_high"])
-        total = spec.protocol_impl.new_sketch()
+        total = server_half(spec).new_sketch()
         for _, s in windows:
             total = total.merge(s)
         plain = estimate_frame(spec, total).set_index("statistic")

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from cli.main import main
 from client_sdk.registry import load_registry
+from sketches import server_half
 
 from .collector_support import Http, make_body, serving, write_token
 
@@ -90,7 +91,7 @@ def test_numeric_metrics_ingest_dedupe_refuse_and_query(tmp_path, store_args):
 
         http = Http(server.url)
         spec = registry.get("session_minutes")
-        cells = spec.protocol_impl.cells
+        cells = server_half(spec).cells
         good = make_body([{"m": spec.name, "f": spec.fingerprint, "p": 0},
                           {"m": spec.name, "f": spec.fingerprint, "p": cells - 1}])
         status, _, data = http.post_batch(good)
@@ -124,7 +125,7 @@ def test_wire_payload_of_a_numeric_report_is_one_integer(tmp_path):
     registry = load_registry(reg)
     for name in ("session_minutes", "startup_ms"):
         spec = registry.get(name)
-        proto = spec.protocol_impl
+        proto = server_half(spec)
         wire = proto.to_wire(proto.encode(np.arange(3) % proto.domain_size, np.random.default_rng(0)))
         packed = msgpack.unpackb(make_body([{"m": name, "f": spec.fingerprint, "p": w} for w in wire]))
         assert all(type(r["p"]) is int for r in packed["reports"])

@@ -16,18 +16,19 @@ import pytest
 from scipy import stats
 
 from client_sdk.errors import InvalidPayload
-from client_sdk.protocols.factory import build_protocol, choose_numeric_protocol
+from client_sdk.protocols.factory import choose_numeric_protocol
 from client_sdk.protocols.hybrid import Hybrid, HybridParams, paper_alpha
 from client_sdk.protocols.laplace import TAIL_MASS, Laplace, LaplaceParams
 from client_sdk.protocols.numeric import NUMERIC_PROTOCOL_NAMES
 from client_sdk.protocols.piecewise import Piecewise, PiecewiseParams, paper_window
+from sketches import build_server
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
 NAMES = NUMERIC_PROTOCOL_NAMES
 
 
 def build(name: str, eps: float):
-    return build_protocol(name, None, eps, {})
+    return build_server(name, None, eps, {})
 
 
 # --- exact sampling --------------------------------------------------------------------------------
@@ -288,11 +289,11 @@ def test_grid_option_is_checked(name):
     """Odd, tiny or huge grids are refused with the protocol's name (tables stay small)."""
     for grid in (3, 0, 1 << 17, "64", True):
         with pytest.raises(ValueError, match=name if name != "bitmean" else "duchi"):
-            build_protocol(name, None, 1.0, {"grid": grid})
-    assert build_protocol(name, None, 1.0, {"grid": 64}).grid == 64
+            build_server(name, None, 1.0, {"grid": grid})
+    assert build_server(name, None, 1.0, {"grid": 64}).grid == 64
     if name in ("laplace", "piecewise", "hybrid"):  # (K+1) × cells tables: capped
         with pytest.raises(ValueError, match=name):
-            build_protocol(name, None, 1.0, {"grid": 2048})
+            build_server(name, None, 1.0, {"grid": 2048})
 
 
 def test_hybrid_without_piecewise_rejects_piecewise_cells():

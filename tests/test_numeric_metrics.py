@@ -25,6 +25,7 @@ from client_sdk.testing import AsyncMemoryTransport, FakeCollector, MemoryTransp
 from estimators.frequency import estimate_frame
 from estimators.numeric import QUANTILES
 from estimators.simulation import NumericPopulation, draw_population, numeric_truth, simulate_sketch
+from sketches import server_half
 
 REGISTRY = """
 [metrics.session_minutes]
@@ -237,7 +238,7 @@ def test_mean_frame_is_the_protocol_estimate_in_the_metric_units(registry):
     spec = registry.get("session_minutes")
     rng = np.random.default_rng(1)
     sketch = simulate_sketch(spec, draw_population(spec, 20_000, "normal:30,10", rng), rng)
-    est = spec.protocol_impl.estimate(sketch)
+    est = server_half(spec).estimate(sketch)
     df = estimate_frame(spec, sketch, confidence=0.9)
     assert list(df.columns) == ["statistic", "estimate", "std_err", "ci_low", "ci_high"]
     rows = df.set_index("statistic")
@@ -275,7 +276,7 @@ def test_histogram_frame_has_bucket_rows_then_mean_and_quantiles(registry):
 
 def test_mean_metric_refuses_consistent():
     spec = parse_registry(MEAN).get("m")
-    sketch = spec.protocol_impl.new_sketch()
+    sketch = server_half(spec).new_sketch()
     sketch.counts[0] += [10, 10]
     sketch.reports[0] += 20
     from client_sdk.errors import EstimationError
@@ -289,7 +290,7 @@ def test_estimating_a_huge_sketch_reads_only_the_sketch(n):
     """The estimate of 10^7 (or 10^12: no scan could finish) reports is arithmetic on the
     sketch's few cells: exact against the cell probabilities of a known input."""
     spec = parse_registry(MEAN).get("m")
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     j = proto.grid // 4                                   # every report's value is t_j = −0.5: x = 30
     probs = proto.probability_table()[j]
     sketch = proto.new_sketch()
@@ -465,7 +466,7 @@ def test_cumulative_variance_is_the_linear_variance_of_each_prefix(protocol):
                           ).get("m")
     rng = np.random.default_rng(6)
     sketch = simulate_sketch(spec, draw_population(spec, 20_000, "normal:40,20", rng), rng)
-    variances = spec.protocol_impl.estimate(sketch).variances
+    variances = server_half(spec).estimate(sketch).variances
     fast = cumulative_variance(spec, sketch, variances)
     slow = [linear_variance(spec, sketch, variances, np.arange(12) <= k) for k in range(12)]
     np.testing.assert_allclose(fast, slow, rtol=1e-9)

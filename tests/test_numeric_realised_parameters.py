@@ -16,15 +16,16 @@ import hashlib
 
 import pytest
 
-from client_sdk.protocols.factory import build_protocol, choose_numeric_protocol
+from client_sdk.protocols.factory import choose_numeric_protocol
 from client_sdk.protocols.numeric import NUMERIC_PROTOCOL_NAMES, fine_grid
+from sketches import build_server
 
 
 def fingerprint(name: str, epsilon: float, grid: int | None) -> str:
     """SHA-256 prefix of everything mechanism ``name`` realises at (ε, grid), or its refusal."""
     options = {} if grid is None else {"grid": grid}
     try:
-        proto = build_protocol(name, None, epsilon, options)
+        proto = build_server(name, None, epsilon, options)
     except ValueError as exc:
         return f"refused: {exc}"
     parts: list[object] = [proto.cells, repr(proto.epsilon), repr(proto.worst_case_variance()),
@@ -93,7 +94,7 @@ def test_realised_parameters_are_unchanged(epsilon, grid):
 @pytest.mark.parametrize("grid", [4, 32, 256])
 @pytest.mark.parametrize("name", NUMERIC_PROTOCOL_NAMES)
 def test_cached_variance_curve_is_value_variances_on_the_fine_grid(name, grid):
-    proto = build_protocol(name, None, 1.5, {"grid": grid})
+    proto = build_server(name, None, 1.5, {"grid": grid})
     fine = fine_grid(grid)
     assert list(proto.variance_curve()) == proto.value_variances(fine, proto.second_moments())
     assert proto.variance_curve() is proto.variance_curve()   # computed once per (law, params)

@@ -16,6 +16,7 @@ from client_sdk.errors import RegistryError
 from client_sdk.registry import MAX_NUMERIC_MAGNITUDE, parse_registry
 from estimators.frequency import estimate_frame
 from estimators.simulation import NumericPopulation, numeric_truth, simulate_sketch
+from sketches import server_half
 
 
 def numeric(range_text: str, extra: str = "") -> str:
@@ -264,12 +265,12 @@ def test_laplace_realises_every_ordinary_epsilon():
     correction, proportional to that gap, moved the internal ε by one ulp per rebuild. Now a
     step down is at least a quarter of EPSILON_TOLERANCE. Every ε on a 0.05 grid up to 5 (and
     a few odd ones) must build, with target − 1e-6 <= ε' <= target."""
-    from client_sdk.protocols.factory import build_protocol
     from client_sdk.protocols.laplace import EPSILON_TOLERANCE
+    from sketches import build_server
 
     targets = [round(0.05 * i, 2) for i in range(1, 101)] + [0.123456789, 1 / 3, 2.718281828, 7.77]
     for eps in targets:
-        proto = build_protocol("laplace", None, eps, {})
+        proto = build_server("laplace", None, eps, {})
         assert eps - EPSILON_TOLERANCE <= proto.epsilon <= eps, (eps, proto.epsilon)
 
 
@@ -278,7 +279,7 @@ def test_consistent_on_a_mean_metric_names_the_query_parameter_too():
     from client_sdk.errors import EstimationError
 
     spec = parse_registry(numeric("[0, 10]", 'protocol = "duchi"\n')).get("m")
-    sketch = spec.protocol_impl.new_sketch()
+    sketch = server_half(spec).new_sketch()
     sketch.counts[0] += [5, 5]
     sketch.reports[0] += 10
     with pytest.raises(EstimationError, match="consistent=true"):

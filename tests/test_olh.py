@@ -21,11 +21,12 @@ from scipy import stats
 
 from client_sdk.errors import DomainError, EstimationError, InvalidPayload
 from client_sdk.protocols import olh
-from client_sdk.protocols.base import Sketch, pure_variance
-from client_sdk.protocols.factory import build_protocol, per_item_variance
+from client_sdk.protocols.factory import per_item_variance
 from client_sdk.protocols.olh import OLH, OLHParams, from_options, hash_one, hash_values
 from client_sdk.randomness import SCALE
 from estimators.intervals import wald_interval, z_value
+from sketches import build_server, server_half
+from sketches.base import Sketch, pure_variance
 
 
 def small() -> OLH:
@@ -624,7 +625,7 @@ def test_linear_family_with_empty_cohorts_bounds_what_they_leave_unidentified() 
 def test_linear_default_field_fits_its_own_sketch_limit(d, epsilon):
     """Regression: the linear family took HR's default field (sized for HR's 2^25-cell limit), so
     e.g. d = 10⁶ at ε = 8 was refused with "leave hash_range unset" although it was unset."""
-    proto = build_protocol("olh", d, epsilon, {})
+    proto = build_server("olh", d, epsilon, {})
     assert proto.params.family == "linear"
     assert proto.params.m * proto.params.g <= olh.MAX_LINEAR_CELLS
     assert proto.epsilon == pytest.approx(epsilon, rel=1e-6)
@@ -634,7 +635,7 @@ def test_linear_default_field_fits_its_own_sketch_limit(d, epsilon):
 def test_domains_beyond_the_sketch_limit_say_so(name, d):
     """Above the cell limit the error names the domain, not a too-small epsilon or an unset option."""
     with pytest.raises(ValueError, match="sketch cells") as info:
-        build_protocol(name, d, 4.0, {})
+        build_server(name, d, 4.0, {})
     assert "hash_range unset" not in str(info.value) and "epsilon" not in str(info.value)
 
 
@@ -650,7 +651,7 @@ def test_one_cohort_linear_family_keeps_small_count_coverage():
     d, n, reps = 1100, 6000, 200
     spec = parse_registry({"metrics": {"m": {"kind": "categorical", "protocol": "olh", "epsilon": 8.0,
                                              "categories": [f"c{i}" for i in range(d)]}}}).get("m")
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     assert proto.linear and proto.params.m == 1
     rng = np.random.default_rng(41)
     weights = np.arange(1, d + 1) ** -1.1

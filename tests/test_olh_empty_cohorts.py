@@ -9,6 +9,7 @@ import pytest
 
 from client_sdk.registry import parse_registry
 from estimators.frequency import estimate_frame
+from sketches import server_half
 
 D = 200
 REGISTRY = f"""
@@ -32,7 +33,7 @@ def population(n: int) -> np.ndarray:
 
 def test_empty_cohorts_give_an_estimate_with_a_bias_bound():
     spec = parse_registry(REGISTRY).get("m")
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     assert proto.cohorts == 156   # F_5^4: 156 directions
     c = population(300)
     sketch = proto.new_sketch()
@@ -59,7 +60,7 @@ def test_intervals_with_empty_cohorts_reach_their_coverage():
     the test of "count = 0" keeps its level on the values nobody holds, and intervals without
     the bias bound would miss the heavy values (so this test can fail on that defect)."""
     spec = parse_registry(REGISTRY).get("m")
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     c = population(400)
     values = np.repeat(np.arange(D), c)
     rng = np.random.default_rng(20261201)

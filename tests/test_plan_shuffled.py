@@ -10,9 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import main
-from client_sdk.protocols.factory import build_protocol, choose_protocol, per_item_variance
+from client_sdk.protocols.factory import choose_protocol, per_item_variance
 from estimators.amplification import Theorem, central_epsilon, fmt21_numerical, krr_clones
 from estimators.shuffle_plan import central_rows, inverse_plan, metric_claims, round_up
+from sketches import build_server, server_half
 
 
 def run(*args: str) -> str:
@@ -61,7 +62,7 @@ def test_inverse_question_categorical():
     assert plan["protocol"] == "grr" and plan["chosen_by"] == "auto"
     assert plan["central_epsilon"] <= 0.5
     assert plan["epsilon0"] > plan["generic_epsilon0"] > 5          # k-RR's clones allow more
-    local = build_protocol(choose_protocol(16, 0.5), 16, 0.5, {})
+    local = build_server(choose_protocol(16, 0.5), 16, 0.5, {})
     assert plan["variance_ratio"] == pytest.approx(per_item_variance(local) / plan["variance"])
     assert plan["variance_ratio"] > 1000
     # the next ε₀ up is not certified for either reduction
@@ -136,7 +137,7 @@ def test_metric_window_cohorts_and_memoised_bundles(tmp_path):
     claims = metric_claims(theme, 100_000)
     assert not claims["separate"].amplified and claims["claim"] is claims["separate"]
     page = metric_window(load_metric(str(path), "page")[1], 100_000)
-    groups = load_metric(str(path), "page")[1].protocol_impl.params.groups
+    groups = server_half(load_metric(str(path), "page")[1]).params.groups
     assert page.cohorts_permanent and page.smallest_cohort < 100_000 / groups
     assert central_claim_n(page) == page.smallest_cohort
 

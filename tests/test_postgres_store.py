@@ -19,6 +19,7 @@ import pytest
 from client_sdk.errors import StoreError
 from collector.ingest import BatchDecoder
 from collector.storage.base import BatchOutcome, SketchKey
+from sketches import server_half
 
 from .collector_support import Http, Server, expected_sketch, make_body, wire_reports, write_registry
 
@@ -62,7 +63,7 @@ def batches_of(registry, n, seed, size=20):
 
 
 async def load(store, spec, **kw):
-    return await store.aload(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch(), **kw)
+    return await store.aload(spec.name, spec.fingerprint, server_half(spec).new_sketch(), **kw)
 
 
 def test_commit_dedupes_globally_and_sums_exactly(schema_dsn, registry):
@@ -119,7 +120,7 @@ def test_compaction_keeps_every_sum(schema_dsn, registry):
                 np.testing.assert_array_equal((await load(store, spec)).counts,
                                               expected_sketch(spec, bodies).counts)
             await store.add_sketch(SketchKey("theme", registry.get("theme").fingerprint, WINDOW),
-                                   registry.get("theme").protocol_impl.new_sketch())
+                                   server_half(registry.get("theme")).new_sketch())
         finally:
             await store.aclose()
     asyncio.run(scenario())

@@ -32,9 +32,9 @@ import pytest
 
 from client_sdk.protocols import PROTOCOL_NAMES
 from client_sdk.protocols._unary import UnaryEncoding, check_thresholds
-from client_sdk.protocols.factory import build_protocol
 from client_sdk.protocols.numeric import NUMERIC_PROTOCOL_NAMES
 from client_sdk.randomness import SCALE, threshold_ceil
+from sketches import build_server
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0)
 DOMAINS = (2, 3, 5, 8, 12)
@@ -82,7 +82,7 @@ GRID = [(name, d, eps) for name in PROTOCOL_NAMES if name not in ("rappor", "dis
 
 @pytest.mark.parametrize("name,d,eps", GRID, ids=[f"{n}-d{d}-e{e}" for n, d, e in GRID])
 def test_exact_privacy_audit(name, d, eps):
-    protocol = build_protocol(name, d, eps, {})
+    protocol = build_server(name, d, eps, {})
     ratio, bound = audit(protocol, eps)
     if name in PURE:
         assert math.isclose(ratio, bound, rel_tol=RELATIVE_SLACK), f"bound not tight: {ratio} vs {bound}"
@@ -94,7 +94,7 @@ def test_quoted_epsilon_is_realised_and_close_to_target(name):
     for d in ((2,) if name == "rr" else (2, 7, 64, 1000)):
         for eps in (0.05, 0.3, 0.5, 1.0, math.log(3), 2.0, 4.0, 6.5, 8.0):
             try:
-                protocol = build_protocol(name, d, eps, {})
+                protocol = build_server(name, d, eps, {})
             except ValueError:
                 continue  # e.g. a domain the protocol does not support
             assert protocol.epsilon <= eps * (1 + 1e-12), (d, eps, protocol.epsilon)
@@ -145,7 +145,7 @@ def test_audit_catches_a_broken_mechanism():
 
 def test_audit_catches_an_understated_epsilon():
     """A correct mechanism quoting less than its real epsilon fails the ratio bound."""
-    honest = build_protocol("grr", 5, 2.0, {})
+    honest = build_server("grr", 5, 2.0, {})
 
     class Understated(type(honest)):
         @property
@@ -166,7 +166,7 @@ def test_tiny_epsilon_is_refused_or_realised_safely(name):
     for d in ((2,) if name == "rr" else (2, 3, 5, 16, 33, 1000, 1_000_000)):
         for eps in (1e-300, 1e-12, 1e-10, 1e-9, 3e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4):
             try:
-                protocol = build_protocol(name, d, eps, {})
+                protocol = build_server(name, d, eps, {})
             except ValueError:
                 continue
             assert 0 < protocol.epsilon <= eps * (1 + 1e-12), (d, eps, protocol.epsilon)
@@ -191,7 +191,7 @@ NUMERIC_GRID = [(name, eps) for name in NUMERIC_PROTOCOL_NAMES for eps in EPSILO
 
 @pytest.mark.parametrize("name,eps", NUMERIC_GRID, ids=[f"{n}-e{e}" for n, e in NUMERIC_GRID])
 def test_exact_privacy_audit_numeric(name, eps):
-    protocol = build_protocol(name, None, eps, {})
+    protocol = build_server(name, None, eps, {})
     ratio, bound = audit(protocol, eps)
     assert math.isclose(ratio, bound, rel_tol=RELATIVE_SLACK), f"bound not tight: {ratio} vs {bound}"
     assert protocol.epsilon >= eps - 1e-6, (protocol.epsilon, eps)
@@ -202,7 +202,7 @@ def test_numeric_epsilon_is_realised_over_the_registry_range(name):
     """ε ∈ (0, 20]: each mechanism realises 0 < ε' <= ε (close to ε) or refuses with ValueError."""
     for eps in (1e-9, 1e-6, 1e-3, 0.02, 0.3, 0.61, math.log(3), 3.0, 6.5, 12.0, 20.0):
         try:
-            protocol = build_protocol(name, None, eps, {})
+            protocol = build_server(name, None, eps, {})
         except ValueError:
             continue
         assert 0 < protocol.epsilon <= eps * (1 + 1e-12), (eps, protocol.epsilon)
@@ -252,7 +252,7 @@ def test_audit_flags_a_floating_point_laplace_sampler():
     with pytest.raises(AssertionError):
         audit(broken, 1.0)
     # the discrete mechanism on the same budget passes the same audit
-    audit(build_protocol("laplace", None, 1.0, {}), 1.0)
+    audit(build_server("laplace", None, 1.0, {}), 1.0)
 
 
 # --- exact ε of the numeric samplers ----------------------------------------------------------------
@@ -271,7 +271,7 @@ def test_quoted_epsilon_bounds_the_exact_table(name, eps, options):
     from client_sdk.protocols._epsilon import exp_at_least
     from client_sdk.protocols.numeric import max_column_ratio
 
-    protocol = build_protocol(name, None, eps, options)
+    protocol = build_server(name, None, eps, options)
     weights, total = protocol.integer_table()
     assert all(sum(row) == total for row in weights) and (weights >= 0).all()   # a law, exactly
     # the float table the estimators and the audit above read is this law, to a few roundings
@@ -298,7 +298,7 @@ def test_integer_table_is_the_samplers_law(name):
     """Each input's output is monotone in the sampler's 64-bit word u, so the first u of every
     output cell (found by bisection through ``encode`` itself) gives the number of words out of
     2^64 mapping to each cell: exactly ``integer_table`` — down to the 1e-14 cells."""
-    protocol = build_protocol(name, None, 1.0, {"grid": 4})
+    protocol = build_server(name, None, 1.0, {"grid": 4})
     weights, total = protocol.integer_table()
     assert total == 1 << 64
     k1, cells = weights.shape
@@ -344,7 +344,7 @@ def test_quoted_epsilon_is_an_exact_upper_bound(name, d, eps):
     quote is the ratio's logarithm rounded up (client_sdk/protocols/_epsilon.py)."""
     from client_sdk.protocols._epsilon import exp_at_least
 
-    protocol = build_protocol(name, d, eps, {})
+    protocol = build_server(name, d, eps, {})
     if isinstance(protocol, UnaryEncoding):
         if d > 5:
             pytest.skip("the exact product table is enumerated for d <= 5")

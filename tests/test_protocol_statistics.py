@@ -32,8 +32,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from client_sdk.protocols.factory import build_protocol
 from estimators.intervals import wald_interval
+from sketches import build_server
 
 pytestmark = pytest.mark.statistical
 
@@ -60,7 +60,7 @@ def zipf_counts(d: int, n: int) -> np.ndarray:
 
 def run(name: str, d: int, eps: float, seed: int = 20240601):
     """Estimates and plug-in variances of R seeded runs: arrays of shape (R, d)."""
-    protocol = build_protocol(name, d, eps, {})
+    protocol = build_server(name, d, eps, {})
     counts = zipf_counts(d, N)
     x = np.repeat(np.arange(d), counts)
     rng = np.random.default_rng(seed)

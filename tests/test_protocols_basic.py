@@ -20,8 +20,8 @@ import pytest
 from scipy import stats
 
 from client_sdk.errors import DomainError, InvalidPayload
-from client_sdk.protocols.base import Sketch
-from client_sdk.protocols.factory import build_protocol
+from sketches import build_server
+from sketches.base import Sketch
 
 #: (protocol, d, epsilon) for the round-trip and contract tests.
 CASES = [("rr", 2, 1.0), ("grr", 5, 1.0), ("oue", 10, 1.0), ("sue", 13, 2.0), ("ss", 10, 1.0),
@@ -31,7 +31,7 @@ IDS = [f"{name}-d{d}" for name, d, _ in CASES]
 
 def build(name: str, d: int, epsilon: float):
     """The protocol via the factory, with default options."""
-    return build_protocol(name, d, epsilon, {})
+    return build_server(name, d, epsilon, {})
 
 
 def batch(d: int, n: int, seed: int = 0) -> np.ndarray:
@@ -140,7 +140,7 @@ def test_constructors_do_no_per_value_work_for_a_million_values():
     for name in ("grr", "oue", "sue", "ss", "hr", "olh"):
         tracemalloc.start()
         try:
-            proto = build_protocol(name, 1_000_000, 1.0, {})
+            proto = build_server(name, 1_000_000, 1.0, {})
             proto.variance(1000, 0.0)
             _ = proto.payload_bits, proto.epsilon
         except ValueError:
@@ -171,7 +171,7 @@ def test_rr_malformed():
     expect_invalid(lambda: proto.validate({"y": np.array([True, False])}), None)
     expect_invalid(lambda: proto.validate({}), None)
     with pytest.raises(ValueError, match="boolean"):
-        build_protocol("rr", 3, 1.0, {})
+        build_server("rr", 3, 1.0, {})
 
 
 def test_grr_malformed():
@@ -281,7 +281,7 @@ def test_hr_estimates_a_million_values_by_one_transform():
 def test_tiny_epsilon_is_rejected_not_silently_zero():
     for name in ("rr", "oue", "sue", "ss", "hr"):
         with pytest.raises(ValueError, match="too small"):
-            build_protocol(name, 2, 1e-12, {})
+            build_server(name, 2, 1e-12, {})
 
 
 # --- encode samples exactly the audited distribution -------------------------------------------
@@ -405,9 +405,9 @@ def test_sources_draw_uniform_words_and_bounded_integers(source):
 def test_from_wire_rejects_huge_integers_with_the_report_index(name):
     """msgpack can carry integers up to 2^64; they must be an InvalidPayload, not an OverflowError."""
     from client_sdk.errors import InvalidPayload
-    from client_sdk.protocols.factory import build_protocol
+    from sketches import build_server
 
-    proto = build_protocol(name, 2 if name == "rr" else 16, 1.0, {})
+    proto = build_server(name, 2 if name == "rr" else 16, 1.0, {})
     for huge in (2**63, 2**64 - 1, -(2**63) - 1):
         with pytest.raises(InvalidPayload, match="report 1"):
             proto.from_wire([0, huge])
@@ -417,7 +417,7 @@ def test_from_wire_rejects_huge_integers_with_the_report_index(name):
 def test_encode_one_samples_the_exact_mechanism(name, d):
     """The SDK's single-report path (OS CSPRNG, plain integers where overridden) has the output
     distribution of ``output_probabilities`` (chi-square per true value)."""
-    proto = build_protocol(name, d, 1.0, {})
+    proto = build_server(name, d, 1.0, {})
     draws = 20_000 if name in ("rr", "grr", "hr") else 3_000
     cohort = 0 if proto.uses_cohorts else None
     for x in (0, d - 1):
@@ -440,7 +440,7 @@ def test_encode_one_rejects_values_outside_the_domain():
     from client_sdk.errors import DomainError
 
     for name in ("rr", "grr", "hr", "oue"):
-        proto = build_protocol(name, 2 if name == "rr" else 5, 1.0, {})
+        proto = build_server(name, 2 if name == "rr" else 5, 1.0, {})
         for bad in (-1, proto.domain_size):
             with pytest.raises(DomainError):
                 proto.encode_one(bad)

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from client_sdk.protocols.factory import build_protocol
 from client_sdk.randomness import SeededWords
+from sketches import build_server
 
 from .exact_words import exact_law
 
@@ -66,7 +66,7 @@ CASES = [
 
 
 def _setup(name, d, eps, options, x, cohort, key):
-    proto = build_protocol(name, d, eps, options)
+    proto = build_server(name, d, eps, options)
     key = _ss_key(proto) if key == "ss" else key
     probs = np.asarray(proto.output_probabilities(x), dtype=np.float64)
     if cohort is not None:
@@ -89,7 +89,7 @@ def test_exact_law_of_encode_one_is_the_output_table(name, d, eps, options, x, c
 
 
 def test_exact_law_of_rappor_reports_is_the_output_table():
-    proto = build_protocol("rappor", None, None, {"bloom_bits": 4, "hashes": 1, "cohorts": 1})
+    proto = build_server("rappor", None, None, {"bloom_bits": 4, "hashes": 1, "cohorts": 1})
     for pattern in (0b0000, 0b0101, 0b1111):
         bloom = {i for i in range(4) if pattern >> i & 1}
         law = exact_law(lambda src, b=bloom: _bits(proto.irr_one(proto.prr_one(b, src.words(4)), src)))
@@ -170,7 +170,7 @@ def test_memoised_first_rounds_are_the_same_words_on_both_paths(name, d, options
     """A device's memoised response (MemoWords, plain Python) is the batch path's (MemoRandom)."""
     from client_sdk.memo import MemoRandom, MemoWords
 
-    proto = build_protocol(name, d, 1.0, options)
+    proto = build_server(name, d, 1.0, options)
     for secret in SECRETS:
         for memo_in in range(proto.memo_key_space):
             key = f"{name}:{memo_in}"
@@ -182,7 +182,7 @@ def test_memoised_first_rounds_are_the_same_words_on_both_paths(name, d, options
 def test_rappor_prr_and_bloom_bits_are_the_same_on_both_paths():
     from client_sdk import hashing
 
-    proto = build_protocol("rappor", None, None, {})
+    proto = build_server("rappor", None, None, {})
     k, h, m = proto.params.k, proto.params.h, proto.params.m
     for secret in SECRETS:
         for value in ("", "a", "www.example.org", "\udcff surrogate", "x" * 300):

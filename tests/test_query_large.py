@@ -19,6 +19,7 @@ from collector.storage.sqlite import SQLiteStore
 from estimators.formats import frame_to_csv, frame_to_json
 from estimators.frequency import estimate_frame, ranked_rows
 from estimators.series import window_span
+from sketches import server_half
 
 from .collector_support import TOKEN, CollectorTestServer, write_token
 
@@ -48,12 +49,12 @@ def served(tmp_path):
     with SQLiteStore(tmp_path / "s.sqlite") as store:
         for name, d, n in (("big", D, 60_000), ("small", 3, 2_000)):
             spec = registry.get(name)
-            proto = spec.protocol_impl
+            proto = server_half(spec)
             w = 1 / np.arange(1, d + 1) ** 1.1
             sketch = proto.new_sketch()
             proto.accumulate(sketch, proto.encode(rng.choice(d, n, p=w / w.sum()), rng))
             store.commit([PendingBatch(rng.bytes(16), b"d", {SketchKey(name, spec.fingerprint, WINDOW): sketch}, n)])
-        sketches = {name: store.load(name, registry.get(name).fingerprint, registry.get(name).protocol_impl.new_sketch())
+        sketches = {name: store.load(name, registry.get(name).fingerprint, server_half(registry.get(name)).new_sketch())
                     for name in ("big", "small")}
     return tmp_path, registry, sketches
 

@@ -23,10 +23,10 @@ from scipy import stats
 from client_sdk import hashing
 from client_sdk.errors import DomainError, InvalidPayload
 from client_sdk.protocols import rappor as rp
-from client_sdk.protocols.factory import build_protocol
 from client_sdk.protocols.rappor import Rappor, RapporParams, from_options, worst_case_epsilon
 from client_sdk.randomness import SCALE
 from client_sdk.registry import parse_registry
+from sketches import build_server, server_half
 
 SECRET = bytes(range(32))
 RELATIVE_SLACK = 1e-9
@@ -39,7 +39,7 @@ def small(k: int = 4, h: int = 2, m: int = 1, f: float = 0.5, p: float = 0.5, q:
 # --- parameters and epsilons ---------------------------------------------------------------------
 
 def test_defaults_and_their_epsilons():
-    proto = build_protocol("rappor", None, None, {})
+    proto = build_server("rappor", None, None, {})
     p = proto.params
     assert (p.k, p.h, p.m, p.f, p.p, p.q) == (128, 2, 64, 0.5, 0.5, 0.75)
     assert p.p_star == 0.5625 and p.q_star == 0.6875  # exact on the 2^-32 grid
@@ -97,7 +97,7 @@ def test_registry_string_metric_without_epsilon():
     reg = parse_registry('[metrics.home]\nkind = "string"\nbloom_bits = 64\nhashes = 2\ncohorts = 32\n'
                          'prob_f = 0.5\nprob_p = 0.25\nprob_q = 0.75\n')
     spec = reg.get("home")
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     assert spec.protocol == "rappor" and spec.epsilon is None
     assert (proto.params.k, proto.params.m) == (64, 32)
     assert spec.to_json()["epsilon_longitudinal"] == pytest.approx(4 * math.log(3))
@@ -228,7 +228,7 @@ def test_worst_case_epsilon_when_filters_cannot_be_disjoint():
 
 def test_enumeration_is_refused_for_large_k():
     with pytest.raises(ValueError, match="refusing"):
-        build_protocol("rappor", None, None, {}).output_probabilities(1)
+        build_server("rappor", None, None, {}).output_probabilities(1)
     with pytest.raises(ValueError, match="mask"):
         small(k=4).output_probabilities(16)
 
@@ -308,13 +308,13 @@ def test_secret_must_be_bytes_of_reasonable_length():
     with pytest.raises(ValueError, match="at least"):
         hashing.derive_cohort(b"short", "m", 8)
     with pytest.raises(ValueError, match="bytes"):
-        build_protocol("rappor", None, None, {}).encode(["x"], secret="not bytes")
+        build_server("rappor", None, None, {}).encode(["x"], secret="not bytes")
 
 
 # --- PRR and IRR ----------------------------------------------------------------------------------------
 
 def test_prr_is_stable_and_differs_across_values_metrics_and_secrets():
-    proto = build_protocol("rappor", None, None, {})
+    proto = build_server("rappor", None, None, {})
     other = bytes(range(1, 33))
     c = proto.cohort_of(SECRET, "home")
     base = proto._prr(SECRET, "home", "google.com", c)
@@ -323,14 +323,14 @@ def test_prr_is_stable_and_differs_across_values_metrics_and_secrets():
     assert not np.array_equal(base, proto._prr(SECRET, "other", "google.com", c))
     assert not np.array_equal(base, proto._prr(other, "home", "google.com", c))
     # a fresh object (nothing memoised) derives the same PRR and cohort
-    again = build_protocol("rappor", None, None, {})
+    again = build_server("rappor", None, None, {})
     assert again.cohort_of(SECRET, "home") == c
     assert np.array_equal(again._prr(SECRET, "home", "google.com", c), base)
 
 
 @pytest.mark.statistical
 def test_reports_of_one_value_share_the_prr_and_have_fresh_irr():
-    proto = build_protocol("rappor", None, None, {})
+    proto = build_server("rappor", None, None, {})
     rng = np.random.default_rng(2)
     R = 4000
     payloads = proto.encode(["google.com"] * R, rng, secret=SECRET, metric="home")
@@ -351,7 +351,7 @@ def test_reports_of_one_value_share_the_prr_and_have_fresh_irr():
 
 
 def test_secret_path_refuses_other_cohorts_and_batches_work():
-    proto = build_protocol("rappor", None, None, {})
+    proto = build_server("rappor", None, None, {})
     c = proto.cohort_of(SECRET, "home")
     batch = proto.encode(["a", "b", "c"], np.random.default_rng(0), secret=SECRET, metric="home",
                          cohorts=np.full(3, c))
@@ -363,7 +363,7 @@ def test_secret_path_refuses_other_cohorts_and_batches_work():
 
 
 def test_values_must_be_strings():
-    proto = build_protocol("rappor", None, None, {})
+    proto = build_server("rappor", None, None, {})
     with pytest.raises(DomainError, match="position 1"):
         proto.encode(["a", 3, "b"], np.random.default_rng(0))
     with pytest.raises(DomainError, match="sequence"):
@@ -466,7 +466,7 @@ def test_bit_count_estimator_is_unbiased_with_the_stated_variance():
 
 
 def test_estimate_shape_and_variance_formula():
-    proto = build_protocol("rappor", None, None, {})
+    proto = build_server("rappor", None, None, {})
     sk = proto.new_sketch()
     sk.reports[:] = 100
     sk.counts[:] = 60
@@ -503,13 +503,13 @@ def test_parameter_table_in_the_docs_matches_the_code():
 def test_sdk_single_report_path_matches_encode_with_a_secret():
     """encode_secret_one (the SDK path, with its PRR cache) has the same cohort and PRR as
     encode(secret=...): with the IRR switched off (p=0, q=1) both return the PRR itself."""
-    from client_sdk.protocols.factory import build_protocol
+    from sketches import build_server
 
     options = {"bloom_bits": 24, "hashes": 2, "cohorts": 8, "prob_f": 0.5, "prob_p": 0.0, "prob_q": 1.0}
-    proto = build_protocol("rappor", None, None, options)
+    proto = build_server("rappor", None, None, options)
     for value in ("a.example", "b.example", "a.example"):
         fast = proto.encode_secret_one(value, SECRET, "home")
         slow = proto.to_wire(proto.encode([value], secret=SECRET, metric="home"))[0]
         assert fast == slow
-    other = build_protocol("rappor", None, None, options).encode_secret_one("a.example", SECRET, "process")
+    other = build_server("rappor", None, None, options).encode_secret_one("a.example", SECRET, "process")
     assert other[0] == fast[0]  # one cohort per client across metrics

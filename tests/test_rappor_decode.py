@@ -15,15 +15,15 @@ import pytest
 from scipy import stats
 
 from client_sdk.errors import EstimationError
-from client_sdk.protocols.base import Sketch
-from client_sdk.protocols.factory import build_protocol
 from client_sdk.protocols.rappor import RapporParams
 from client_sdk.registry import parse_registry
 from estimators.frequency import COLUMNS, estimate_frame
 from estimators.rappor import CandidateMap, decode, sample_sketch
 from estimators.simulation import Population, simulate_sketch
+from sketches import build_server
+from sketches.base import Sketch
 
-DEFAULT = build_protocol("rappor", None, None, {})
+DEFAULT = build_server("rappor", None, None, {})
 
 
 def zipf(n_true: int) -> np.ndarray:

@@ -17,6 +17,7 @@ from collector.storage.base import SketchKey
 from collector.storage.sqlite import open_store
 from estimators import rappor_io
 from estimators.rappor import CandidateMap, decode, sample_sketch
+from sketches import server_half
 
 PARAMS = RapporParams(k=16, h=2, m=8, f=0.5, p=0.25, q=0.75)
 VALUES = [f"v{i}" for i in range(12)] + ["with,comma", 'with "quote"', "ünïcode", ""]
@@ -169,7 +170,7 @@ def test_export_then_decode_equals_direct_decode(tmp_path):
     reg_path = tmp_path / "metrics.toml"
     reg_path.write_text(REGISTRY)
     spec = parse_registry(REGISTRY).get("home")
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     cmap = CandidateMap.from_strings(VALUES, proto.params)
     sketch = sample_sketch(proto.params, cmap, zipf_truth(len(VALUES)), 200_000, np.random.default_rng(3))
     db = tmp_path / "store.sqlite"

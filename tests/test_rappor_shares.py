@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from client_sdk.protocols.factory import build_protocol
 from estimators import rappor_shares as rs
 from estimators.rappor import CandidateMap, decode, sample_sketch
+from sketches import build_server
 
-DEFAULT = build_protocol("rappor", None, None, {})
+DEFAULT = build_server("rappor", None, None, {})
 
 
 def population(law: str, n_true: int = 100, n_decoys: int = 100):

@@ -10,6 +10,7 @@ import pytest
 from client_sdk.errors import DomainError, RegistryError, UnknownMetricError
 from client_sdk.protocols.factory import choose_protocol
 from client_sdk.registry import Kind, load_registry, parse_registry
+from sketches import server_half
 
 BASE = '[metrics.theme]\nkind = "categorical"\ncategories = ["light", "dark", "system"]\nepsilon = 1.0\n'
 
@@ -128,10 +129,10 @@ def test_fingerprint_covers_resolved_defaults(monkeypatch):
 
     text = BASE + 'protocol = "olh"\n'
     before = parse_registry(text).get("theme")
-    assert before.canonical()["resolved"]["m"] == olh.tight_cohorts(3, before.protocol_impl.params.g)
+    assert before.canonical()["resolved"]["m"] == olh.tight_cohorts(3, server_half(before).params.g)
     monkeypatch.setattr(olh, "TIGHT_DOF_FACTOR", olh.TIGHT_DOF_FACTOR + 1)
     after = parse_registry(text).get("theme")
-    assert after.protocol_impl.params.m != before.protocol_impl.params.m
+    assert server_half(after).params.m != server_half(before).params.m
     assert after.fingerprint != before.fingerprint
 
 

@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 from client_sdk.errors import RegistryError
-from client_sdk.protocols.factory import build_protocol, choose_protocol, per_item_variance, report_bytes
+from client_sdk.protocols.factory import choose_protocol, per_item_variance, report_bytes
 from client_sdk.registry import parse_registry
+from sketches import build_server, server_half
 
 
 def optimum(eps: float) -> float:
@@ -38,7 +39,7 @@ def registry(d: int, eps: float, **fields) -> str:
 @pytest.mark.parametrize("eps", [1.0, 2.0, 4.0])
 def test_auto_within_64_bytes_is_near_the_optimum_for_large_domains(d, eps):
     name = choose_protocol(d, eps, max_report_bytes=64)
-    proto = build_protocol(name, d, eps, {})
+    proto = build_server(name, d, eps, {})
     assert report_bytes(proto) <= 64
     assert per_item_variance(proto) <= 1.25 * optimum(eps), name
 
@@ -47,14 +48,14 @@ def test_auto_within_64_bytes_is_near_the_optimum_for_large_domains(d, eps):
 @pytest.mark.parametrize("eps", [0.1, 0.5, 1.0, 2.0, 4.0, 8.0])
 def test_auto_within_64_bytes_is_near_the_optimum_for_small_domains(d, eps):
     name = choose_protocol(d, eps, max_report_bytes=64)
-    proto = build_protocol(name, d, eps, {})
+    proto = build_server(name, d, eps, {})
     assert report_bytes(proto) <= 64
     assert per_item_variance(proto) <= 1.1 * optimum(eps), name
 
 
 def test_the_budget_is_parsed_respected_and_round_trips():
     spec = parse_registry(registry(1000, 1.0, max_report_bytes=64)).get("m")
-    assert spec.max_report_bytes == 64 and report_bytes(spec.protocol_impl) <= 64
+    assert spec.max_report_bytes == 64 and report_bytes(server_half(spec)) <= 64
     assert spec.to_toml_table()["max_report_bytes"] == 64
     again = parse_registry({"metrics": {"m": spec.to_toml_table()}}).get("m")
     assert again == spec and again.fingerprint == spec.fingerprint
@@ -81,7 +82,7 @@ def test_bad_budgets_name_the_field(fields, fragment):
 @pytest.mark.statistical
 def test_measured_mse_of_auto_at_a_large_domain_matches_its_variance():
     d, eps, n = 100_000, 2.0, 200_000
-    proto = parse_registry(registry(d, eps, max_report_bytes=64)).get("m").protocol_impl
+    proto = server_half(parse_registry(registry(d, eps, max_report_bytes=64)).get("m"))
     rng = np.random.default_rng(14)
     w = 1.0 / np.arange(1, d + 1) ** 1.1
     c = rng.multinomial(n, w / w.sum())

@@ -13,6 +13,7 @@ import client_sdk
 from client_sdk import AsyncTelemetryClient, TelemetryClient
 from client_sdk.errors import FingerprintMismatch, RegistryError
 from client_sdk.remote import registry_from_json
+from sketches import server_half
 
 from .sdk_support import REGISTRY_TOML, file_lock, make_registry  # noqa: F401 - file_lock: autouse
 
@@ -97,7 +98,7 @@ def test_registry_from_json_round_trips_every_field():
         for field in dataclasses.fields(spec):
             assert getattr(other, field.name) == getattr(spec, field.name), (name, field.name)
         assert other.fingerprint == spec.fingerprint
-        assert other.protocol_impl.epsilon == spec.protocol_impl.epsilon
+        assert server_half(other).epsilon == server_half(spec).epsilon
 
 
 def test_auto_is_rebuilt_as_the_collector_resolved_it():

@@ -18,6 +18,7 @@ from client_sdk.registry import parse_registry
 from client_sdk.testing import FakeCollector, Fault, MemoryTransport
 from client_sdk.transport import Response
 from client_sdk.uploader import Batcher, QueuedReport, pack_batch
+from sketches import server_half
 
 from .sdk_support import REGISTRY_TOML, decode_body, file_lock, make_registry, wait_until  # noqa: F401 - file_lock: autouse
 
@@ -111,7 +112,7 @@ def test_wire_bytes_hold_no_true_value_no_secret_no_identifier(tmp_path, registr
     for _, _, _, body in requests:
         cohorts = {(r["m"], r["p"][0]) for r in decode_body(body)["reports"] if r["m"] in ("app", "site")}
         assert len(cohorts) == 2
-        assert all(0 <= c < registry.get(m).protocol_impl.cohorts <= 1024 for m, c in cohorts)
+        assert all(0 <= c < server_half(registry.get(m)).cohorts <= 1024 for m, c in cohorts)
 
 
 def test_two_reports_of_one_value_differ(tmp_path, registry, fake):
@@ -191,7 +192,7 @@ def test_strict_mode_and_validate_raise(tmp_path, registry, fake):
 
 def test_an_internal_error_is_counted_not_raised(tmp_path, registry, fake, monkeypatch, caplog):
     client = client_for(tmp_path, registry, fake)
-    proto = registry.get("country").protocol_impl
+    proto = server_half(registry.get("country"))
 
     def broken(*a, **k):
         raise RuntimeError("encoder bug")
@@ -579,10 +580,10 @@ def test_queued_report_holds_no_true_value(tmp_path, registry, fake):
 # --- cohorts: no fingerprint across metrics or windows ---------------------------------------------
 
 def test_rappor_cohort_is_one_per_client_across_metrics():
-    from client_sdk.protocols.factory import build_protocol
+    from sketches import build_server
 
     options = {"bloom_bits": 32, "hashes": 2, "cohorts": 64, "prob_f": 0.5, "prob_p": 0.5, "prob_q": 0.75}
-    proto = build_protocol("rappor", None, None, options)
+    proto = build_server("rappor", None, None, options)
     secrets = [os.urandom(32) for _ in range(50)]
     for secret in secrets:
         a = proto.encode(["x"], secret=secret, metric="home_page")["cohort"][0]

@@ -16,6 +16,7 @@ import pytest
 from client_sdk import RetryPolicy, TelemetryClient
 from client_sdk.testing import ManualClock
 from collector.storage.sqlite import open_store
+from sketches import server_half
 
 from .sdk_support import collector, file_lock, make_registry  # noqa: F401 - file_lock: autouse
 
@@ -61,7 +62,7 @@ def stored(tmp_path) -> int:
     spec = make_registry(ATTACK_TOML).get("vote")
     store = open_store(tmp_path / "store.sqlite")
     try:
-        return store.load(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch()).total_reports  # all windows
+        return store.load(spec.name, spec.fingerprint, server_half(spec).new_sketch()).total_reports  # all windows
     finally:
         store.close()
 

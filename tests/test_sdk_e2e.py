@@ -19,6 +19,7 @@ from cli.main import main
 from client_sdk import MemoryState, RetryPolicy, TelemetryClient, Uploader
 from client_sdk.transport import HTTPTransport
 from collector.storage.sqlite import open_store
+from sketches import server_half
 
 from .sdk_support import REGISTRY_TOML, Collector, collector, file_lock, make_registry  # noqa: F401 - file_lock: autouse
 
@@ -143,7 +144,7 @@ def test_a_collector_crash_and_restart_loses_and_doubles_nothing(tmp_path):
     spec = make_registry().get("country")
     store = open_store(tmp_path / "store.sqlite")
     try:
-        stored = store.load(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch()).total_reports
+        stored = store.load(spec.name, spec.fingerprint, server_half(spec).new_sketch()).total_reports
     finally:
         store.close()
     assert stored == charged                                        # none lost, none doubled

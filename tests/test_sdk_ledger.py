@@ -28,6 +28,7 @@ from client_sdk.ledger import (
     window_name,
 )
 from client_sdk.testing import FakeCollector, MemoryTransport
+from sketches import server_half
 
 from .sdk_support import REGISTRY_TOML, file_lock, make_registry, wait_until  # noqa: F401 - file_lock: autouse
 
@@ -143,7 +144,7 @@ def test_client_accounting_with_memoisation_matches_the_ledger(tmp_path):
               "beta.example", "alpha.example", "delta.example", "epsilon.example"]
     outcomes = [client.report("site", v) for v in values]
     assert client.flush(5.0)
-    proto = registry.get("site").protocol_impl
+    proto = server_half(registry.get("site"))
     eps_inf, eps1 = proto.epsilon_longitudinal, proto.epsilon
     # lifetime_epsilon = 20 = 4.55 ε∞: the 5th distinct value ("epsilon.example") is refused.
     assert outcomes == [True] * 8 + [False]
@@ -212,7 +213,7 @@ def test_processes_sharing_a_state_dir_never_overspend(tmp_path):
     # crash: 3 per window across every process, whatever the interleaving.
     assert sum(s["crash"] for s in sent) == 3 == acct["crash"].window_reports
     # site: lifetime budget 20 with ε∞ = 4.39 allows 4 distinct values across all processes.
-    eps_inf = registry.get("site").protocol_impl.epsilon_longitudinal
+    eps_inf = server_half(registry.get("site")).epsilon_longitudinal
     assert acct["site"].distinct_values == 4
     assert acct["site"].lifetime_epsilon == pytest.approx(4 * eps_inf)
     assert acct["site"].lifetime_epsilon <= 20.0
@@ -283,7 +284,7 @@ def test_ldpt_ledger_prints_the_book(tmp_path):
     rows = {r["metric"]: r for r in json.loads(as_json.output)["metrics"]}
     assert rows["theme"]["refused_window"] == 1
     assert rows["site"]["distinct_values"] == 1
-    assert rows["site"]["lifetime_epsilon"] == pytest.approx(registry.get("site").protocol_impl.epsilon_longitudinal)
+    assert rows["site"]["lifetime_epsilon"] == pytest.approx(server_half(registry.get("site")).epsilon_longitudinal)
     as_csv = runner.invoke(main, ["ledger", "--state-dir", str(tmp_path / "s"), "--format", "csv"])
     assert as_csv.output.splitlines()[0].startswith("metric,window,window_reports")
     (tmp_path / "empty").mkdir()

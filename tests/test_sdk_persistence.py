@@ -24,6 +24,7 @@ from client_sdk.registry import parse_registry
 from client_sdk.state import UnusableState
 from client_sdk.testing import FakeCollector, MemoryTransport
 from client_sdk.uploader import RetryPolicy
+from sketches import server_half
 
 from .sdk_support import file_lock  # noqa: F401 - autouse: both lock implementations
 
@@ -113,7 +114,7 @@ def run(state: Path, fake: FakeCollector, values=(("crash", True), ("theme", "da
 def epsilon_sent(fake: FakeCollector) -> float:
     """ε the collector received from this device (one window here), to 6 decimals: the realised
     epsilons are quantised floats (1 - 7e-10 for rr at ε = 1)."""
-    eps = {name: float(spec.protocol_impl.epsilon) for name, spec in REGISTRY.metrics.items()}
+    eps = {name: float(server_half(spec).epsilon) for name, spec in REGISTRY.metrics.items()}
     return round(sum(eps[r["m"]] for batch in fake.batches for r in batch["reports"]), 6)
 
 

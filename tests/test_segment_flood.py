@@ -28,6 +28,7 @@ from click.testing import CliRunner
 from cli.main import main
 from client_sdk import RetryPolicy, TelemetryClient
 from client_sdk.registry import load_registry
+from sketches import server_half
 
 from .collector_support import TOKEN, Http, serving, wire_reports, write_token
 
@@ -169,7 +170,7 @@ def test_a_segment_flood_costs_no_honest_report(tmp_path, store_args):
             out = {}
             for name in ("crashed", "plain"):
                 spec = registry.get(name)
-                out[name] = (await store.aload(name, spec.fingerprint, spec.protocol_impl.new_sketch())).total_reports
+                out[name] = (await store.aload(name, spec.fingerprint, server_half(spec).new_sketch())).total_reports
             windows = await store.awindows()
             out["segments"] = len({w.metric for w in windows if w.metric.startswith("crashed@")})
             return out

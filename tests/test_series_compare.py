@@ -34,6 +34,7 @@ from estimators.formats import frame_to_csv, frame_to_json
 from estimators.frequency import estimate_frame
 from estimators.series import MAX_WINDOWS, series_frame, window_grid, windows_in_range
 from estimators.simulation import Population, simulate_sketch
+from sketches import server_half
 
 TOKEN = "series-token-0123456789abcdef"
 REGISTRY = """
@@ -105,7 +106,7 @@ def store_path(tmp_path_factory, registry):
 def load_day(path, spec, day):
     store = SQLiteStore(path, create=False)
     try:
-        return store.load(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch(), [day])
+        return store.load(spec.name, spec.fingerprint, server_half(spec).new_sketch(), [day])
     finally:
         store.close()
 
@@ -232,7 +233,7 @@ def _shift_of(spec, weights: np.ndarray, n: int, index: int, k: float) -> float:
     plus sampling of the devices in each of two windows of n reports, B's at the shifted weights
     (the SE an analyst reads; it grows with the shifted share, hence the fixed point)."""
     def var(w: np.ndarray) -> float:
-        return spec.protocol_impl.variance(n, w * n)[index] / n ** 2 + w[index] * (1 - w[index]) / n
+        return server_half(spec).variance(n, w * n)[index] / n ** 2 + w[index] * (1 - w[index]) / n
 
     delta = 0.0
     for _ in range(30):
@@ -563,7 +564,7 @@ def test_dashboard_svgs_are_well_formed_and_escape_labels(registry, metric):
     make = (lambda: sketch_of(spec, zipf(20), 3000, rng)) if metric == "page" else \
         (lambda: numeric_sketch(spec, 300 if metric == "latency" else 40, 3000, rng))
     a, b = make(), make()
-    empty = spec.protocol_impl.new_sketch()
+    empty = server_half(spec).new_sketch()
     series = series_frame(spec, [("2026-03-01", a), ("2026-03-02", empty), ("2026-03-03", b)])
     one = estimate_frame(spec, a)
     if metric == "page":  # markup, and control bytes XML cannot hold (issue 18: a raw ESC broke the SVG)

@@ -28,6 +28,7 @@ from client_sdk.registry import parse_registry
 from client_sdk.transport import HTTPTransport
 from collector.storage.sqlite import SQLiteStore
 from estimators.frequency import estimate_frame
+from sketches import server_half
 
 from .js_runtime_support import built_sdk
 from .sdk_support import wait_until
@@ -113,7 +114,7 @@ def drained(shuffler: Shuffler) -> bool:
 
 def store_state(db, spec):  # noqa: ANN001, ANN201
     with SQLiteStore(db, create=False) as store:
-        sketch = store.load(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch())
+        sketch = store.load(spec.name, spec.fingerprint, server_half(spec).new_sketch())
         batches = store._conn.execute("SELECT count(*) FROM batches").fetchone()[0]
         forwarded = store._conn.execute("SELECT count(*) FROM shuffled_batches").fetchone()[0]
         return sketch, batches, forwarded, store.shuffle_records(spec.name, spec.fingerprint)
@@ -187,7 +188,7 @@ def test_python_and_node_devices_through_the_shuffler_hide_address_and_order_and
     # the central claim ldpt estimate states: from that record, a crowd of one batch
     with StoreReader("db", str(collector.db)) as reader:
         (window,) = reader.privacy(spec, None, None, None)["windows"]
-    assert window["amplified"] and window["n"] == batch and window["epsilon"] < spec.protocol_impl.epsilon / 2
+    assert window["amplified"] and window["n"] == batch and window["epsilon"] < server_half(spec).epsilon / 2
     assert window["inputs"]["unshuffled_reports"] == 0 and window["shuffled_reports"] == devices_n
     # the collector's request records: the shuffler's egress address only, and only its routes
     requests = ACCESS.findall(collector.log.read_text(errors="replace"))

@@ -25,6 +25,7 @@ from collector.shuffled import SHUFFLED_PATH, SHUFFLED_TYPE, forwarded_digest
 from collector.storage.base import BatchOutcome, PendingBatch, SketchKey
 from collector.storage.shuffled import EnvelopeView, ShuffledBatch, ShuffledOutcome, batch_records
 from collector.storage.sqlite import SQLiteStore
+from sketches import server_half
 
 from .collector_support import CollectorTestServer, expected_sketch, make_body, wire_reports
 from .test_collector_app import assert_problem, post, stored
@@ -295,7 +296,7 @@ def test_a_v3_store_is_migrated_and_keeps_its_data(tmp_path):
     with SQLiteStore(db, create=False) as store:
         assert store._conn.execute("SELECT value FROM ldpt_meta WHERE key='schema_version'").fetchone() == ("4",)
         assert store.shuffle_records("app", spec.fingerprint) == []
-        assert store.load("app", spec.fingerprint, spec.protocol_impl.new_sketch()).total_reports == 5
+        assert store.load("app", spec.fingerprint, server_half(spec).new_sketch()).total_reports == 5
 
 
 def test_prune_drops_old_windows_records_and_forwarded_ids(tmp_path):

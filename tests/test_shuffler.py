@@ -31,6 +31,7 @@ from shuffler.app import ENVELOPE_PATH, ROUTES, STATE, create_app
 from shuffler.config import SETTINGS, make_config
 from shuffler.forwarder import batch_due
 from shuffler.pool import Pool, PoolCounts, fisher_yates
+from sketches import server_half
 
 from .collector_support import CollectorTestServer, make_body, wire_reports
 from .test_collector_app import ROOT, openapi_operations
@@ -281,7 +282,7 @@ def stored_reports(db, registry):
 
     spec = registry.get("theme")
     with SQLiteStore(db, create=False) as store:
-        return store.load(spec.name, spec.fingerprint, spec.protocol_impl.new_sketch()).total_reports, \
+        return store.load(spec.name, spec.fingerprint, server_half(spec).new_sketch()).total_reports, \
             store.shuffle_records(spec.name, spec.fingerprint)
 
 

@@ -18,8 +18,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from client_sdk.protocols.base import pure_estimate
-from client_sdk.protocols.factory import build_protocol
 from estimators.intervals import (
     EXACT_BELOW_SD,
     _two_binomial_cdf,
@@ -29,6 +27,8 @@ from estimators.intervals import (
     support_sd,
     wald_interval,
 )
+from sketches import build_server
+from sketches.base import pure_estimate
 
 R = 3000
 
@@ -60,7 +60,7 @@ def exact_coverage(c: int, n: int, p: float, q: float, wald_only: bool = False) 
 def test_every_count_covers_at_extreme_epsilon(name, d, eps):
     """Each value's interval covers ≥ 95 % where it is exact and ≥ 94 % where it is Wald
     (against the bar "≥ 93 % for every value"), for counts from 0 to n, n from 100 to 10⁵."""
-    proto = build_protocol(name, d, eps, {})
+    proto = build_server(name, d, eps, {})
     p, q = float(proto.p), float(proto.q)
     for n in (100, 1000, 100_000):
         for c in sorted({0, 1, 3, 10, 31, 60, 100, 300, 1000, n // 2, n} - set(range(n + 1, 10**6))):
@@ -74,7 +74,7 @@ def test_every_count_covers_at_extreme_epsilon(name, d, eps):
 def test_wald_fails_where_the_count_is_nearly_deterministic():
     """GRR ε = 10, d = 50: the cases of the issue (count 60 covered 0.861, 31 covered 0.917); the
     former switch (exact below a support count of 30) left both to Wald."""
-    proto = build_protocol("grr", 50, 10.0, {})
+    proto = build_server("grr", 50, 10.0, {})
     p, q = float(proto.p), float(proto.q)
     for c in (31, 60):
         assert exact_coverage(c, 1000, p, q, wald_only=True) < 0.93
@@ -84,7 +84,7 @@ def test_wald_fails_where_the_count_is_nearly_deterministic():
 @pytest.mark.statistical
 @pytest.mark.parametrize("name, d, eps, n", [("grr", 1000, 8.0, 2000), ("oue", 200, 8.0, 2000)])
 def test_tiny_support_counts_keep_nominal_coverage(name, d, eps, n):
-    proto = build_protocol(name, d, eps, {})
+    proto = build_server(name, d, eps, {})
     rng = np.random.default_rng(5)
     weights = np.arange(1, d + 1) ** -1.1
     truth = rng.multinomial(n, weights / weights.sum())

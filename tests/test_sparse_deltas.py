@@ -12,7 +12,6 @@ import uuid
 import numpy as np
 import pytest
 
-from client_sdk.protocols.factory import build_protocol
 from collector.storage.base import (
     SCHEMA_VERSION,
     PendingBatch,
@@ -21,6 +20,7 @@ from collector.storage.base import (
     worth_sparse,
 )
 from collector.storage.sqlite import SQLiteStore
+from sketches import build_server
 
 WINDOWS = ("2026-11-01", "2026-11-02")
 
@@ -70,7 +70,7 @@ def sparse_rows(store) -> int:
 
 @pytest.mark.parametrize("name,d,eps,opts,big", CASES, ids=[c[0] for c in CASES])
 def test_sparse_and_dense_stores_hold_the_same_sketches(tmp_path, name, d, eps, opts, big):
-    proto = build_protocol(name, d, eps, opts)
+    proto = build_server(name, d, eps, opts)
     rng = np.random.default_rng(7)
     batches = batches_for(proto, rng, 40, 25)
     sparse, dense = sqlite_pair(tmp_path, name)
@@ -102,7 +102,7 @@ def test_sparse_and_dense_stores_hold_the_same_sketches(tmp_path, name, d, eps, 
 def test_commit_writes_cells_proportional_to_the_batch(tmp_path):
     """b reports into a d = 10^6 HR sketch: one sparse row of at most b + 1 cells (12 bytes each),
     not the 8 MB dense blob; the dense table is untouched until compaction."""
-    proto = build_protocol("hr", 1_000_000, 2.0, {})
+    proto = build_server("hr", 1_000_000, 2.0, {})
     rng = np.random.default_rng(3)
     with SQLiteStore(tmp_path / "s.sqlite") as store:
         for b in (1, 10, 1_000):
@@ -120,7 +120,7 @@ def test_crowded_key_is_merged_after_the_commit_that_crowds_it(tmp_path):
     the sum exact after every commit."""
     from collector.storage.base import TIER_FANOUT, dense_flat_bytes
 
-    proto = build_protocol("hr", 2_000, 2.0, {})  # small dense size: folds after a few commits
+    proto = build_server("hr", 2_000, 2.0, {})  # small dense size: folds after a few commits
     rng = np.random.default_rng(5)
     dense_bytes = dense_flat_bytes(1, proto.new_sketch().counts.size)
     with SQLiteStore(tmp_path / "s.sqlite") as store:
@@ -144,7 +144,7 @@ def test_crowded_key_is_merged_after_the_commit_that_crowds_it(tmp_path):
 
 
 def test_worth_sparse_only_when_it_saves_bytes():
-    proto = build_protocol("hr", 1_000, 1.0, {})
+    proto = build_server("hr", 1_000, 1.0, {})
     rng = np.random.default_rng(0)
     small, large = proto.new_sketch(), proto.new_sketch()
     proto.accumulate(small, proto.encode(rng.integers(0, 1_000, 5), rng))
@@ -167,7 +167,7 @@ def test_v1_store_is_migrated_and_keeps_its_data(tmp_path):
             received TEXT NOT NULL);
         INSERT INTO ldpt_meta VALUES ('application', 'ldp-telemetry'), ('schema_version', '1');
     """)
-    proto = build_protocol("hr", 5_000, 2.0, {})
+    proto = build_server("hr", 5_000, 2.0, {})
     old = proto.new_sketch()
     proto.accumulate(old, proto.encode(np.arange(3_000) % 5_000, np.random.default_rng(1)))
     conn.execute("INSERT INTO sketches VALUES ('m', 'fp', ?, 0, ?, ?)",
@@ -189,7 +189,7 @@ def test_v1_store_is_migrated_and_keeps_its_data(tmp_path):
 def test_a_full_window_folds_dense_and_a_thin_one_stays_sparse(tmp_path):
     """Compaction writes whichever form is smaller: a year of thin daily windows of a d = 10^6
     metric costs ~12 bytes per distinct cell hit, not 16 MB per window; a full window is dense."""
-    proto = build_protocol("hr", 2_000, 2.0, {})
+    proto = build_server("hr", 2_000, 2.0, {})
     rng = np.random.default_rng(9)
     with SQLiteStore(tmp_path / "s.sqlite") as store:
         for batch in batches_for(proto, rng, 4, 20):   # thin: 80 reports into 2,800 cells
@@ -209,7 +209,7 @@ def test_a_full_window_folds_dense_and_a_thin_one_stays_sparse(tmp_path):
 
 
 def test_prune_deletes_sparse_rows_too(tmp_path):
-    proto = build_protocol("hr", 100_000, 2.0, {})
+    proto = build_server("hr", 100_000, 2.0, {})
     with SQLiteStore(tmp_path / "s.sqlite") as store:
         store.commit(batches_for(proto, np.random.default_rng(4), 4, 10))
         result = store.prune("2026-11-02")
@@ -219,14 +219,14 @@ def test_prune_deletes_sparse_rows_too(tmp_path):
 
 def test_corrupt_sparse_row_is_a_store_error(tmp_path):
     from client_sdk.errors import StoreError
-    proto = build_protocol("hr", 100_000, 2.0, {})
+    proto = build_server("hr", 100_000, 2.0, {})
     with SQLiteStore(tmp_path / "s.sqlite") as store:
         store.commit(batches_for(proto, np.random.default_rng(4), 1, 10))
         store._conn.execute("UPDATE sketch_deltas SET cells = zeroblob(8)")
         with pytest.raises(StoreError, match="corrupt sparse delta|other parameters"):
             store.load("m", "fp", proto.new_sketch())
         with pytest.raises(StoreError):  # another registry's shape
-            store.load("m", "fp", build_protocol("hr", 1_000, 2.0, {}).new_sketch())
+            store.load("m", "fp", build_server("hr", 1_000, 2.0, {}).new_sketch())
 
 
 # --- PostgreSQL ---------------------------------------------------------------------------------------
@@ -240,7 +240,7 @@ def test_postgres_sparse_equals_dense_and_folds(name, d, eps, opts, big):
     asyncpg = pytest.importorskip("asyncpg")
     from collector.storage.postgres import PostgresStore
 
-    proto = build_protocol(name, d, eps, opts)
+    proto = build_server(name, d, eps, opts)
     batches = batches_for(proto, np.random.default_rng(11), 30, 20)
     schemas = [f"ldpt_test_{uuid.uuid4().hex[:12]}" for _ in range(2)]
     sep = "&" if "?" in DSN else "?"
@@ -293,7 +293,7 @@ def test_batch_ids_are_kept_within_the_retry_horizon_and_deleted_after(tmp_path)
     assert batch_id_cutoff("2026-02-01", today) == "2026-02-01"
     assert batch_id_cutoff("9999-12-31", today, 14) == "2026-11-17"
     assert batch_id_cutoff("9999-12-31", today, 3) == "2026-11-23"  # raised to the minimum
-    proto = build_protocol("grr", 4, 1.0, {})
+    proto = build_server("grr", 4, 1.0, {})
     (fresh,) = batches_for(proto, np.random.default_rng(1), 1, 3)
     (old,) = batches_for(proto, np.random.default_rng(2), 1, 3)
     path = tmp_path / "s.sqlite"
@@ -348,7 +348,7 @@ def test_payload_groups_go_sparse_without_a_dense_temporary(tmp_path, name, d, e
     counts equal a dense store's and the protocol's own accumulate, to the unit."""
     from collector.storage.base import sparse_from_payloads, sum_deltas
 
-    proto = build_protocol(name, d, eps, opts)
+    proto = build_server(name, d, eps, opts)
     rng = np.random.default_rng(13)
     key = SketchKey("m", "fp", WINDOWS[0])
     payloads = [proto.encode(values_for(proto, rng, 30), rng) for _ in range(12)]
@@ -381,7 +381,7 @@ def test_a_full_window_of_many_narrow_cohorts_is_one_dense_row(tmp_path):
     one dense flat row (8 bytes a cell), a thin window one sparse row."""
     from collector.storage.base import dense_flat_bytes, folded_form
 
-    proto = build_protocol("olh", 1_000_000, 2.0, {})
+    proto = build_server("olh", 1_000_000, 2.0, {})
     sketch = proto.new_sketch()
     sketch.counts += 1
     sketch.reports += 11

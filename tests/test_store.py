@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from client_sdk.errors import StoreError
-from client_sdk.protocols.base import Sketch
 from collector.storage.base import BatchOutcome, PendingBatch, SketchKey
 from collector.storage.sqlite import SQLiteStore, open_store
+from sketches.base import Sketch
 
 
 def sketch(counts, reports):

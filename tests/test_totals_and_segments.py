@@ -17,6 +17,7 @@ import pytest
 
 from client_sdk.registry import parse_registry
 from estimators.frequency import estimate_frame
+from sketches import server_half
 
 
 def spec_of(protocol: str, d: int, epsilon: float):
@@ -27,7 +28,7 @@ def spec_of(protocol: str, d: int, epsilon: float):
 
 def segments(spec, sizes: list[int], rng: np.random.Generator, weights: np.ndarray):
     """One sketch per segment (values drawn from ``weights``) and their merged total."""
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     parts = []
     for size in sizes:
         sketch = proto.new_sketch()

@@ -22,6 +22,7 @@ from client_sdk.window_charge import (
     next_charge,
     window_epsilon,
 )
+from sketches import server_half
 
 DAY = 20_000
 
@@ -33,7 +34,7 @@ def spec(name: str, d: int, epsilon: float, epsilon_inf: float, rpw: int, **extr
 
 
 def charge_of(s, digest: str, day: int = DAY, device_window: float | None = None) -> Charge:
-    pr = s.protocol_impl
+    pr = server_half(s)
     return Charge(s.name, s.fingerprint, day, pr.epsilon, pr.epsilon_longitudinal, digest, s.reports_per_window,
                   None, device_window, None, s.window_charges)
 
@@ -52,7 +53,7 @@ def test_the_charges_bound_the_exact_window_epsilon_for_every_count(name, d, eps
     rpw = EXACT_REPORTS + 16            # past the exact table: the linear tail must still bound W(k)
     s = spec(name, d, eps, eps_inf, rpw, **({"hash_range": g} if g else {}))
     charges = s.window_charges
-    pr = s.protocol_impl
+    pr = server_half(s)
     if charges is None:              # then r·ε₁ must be the figure: checked against the exact law
         exact = _best_splits([0.0] + [joint_epsilon(pr, j) for j in range(1, 12)])[1:]
         assert all(w <= k * pr.epsilon * (1 + 1e-9) for k, w in enumerate(exact, start=1))
@@ -73,7 +74,7 @@ def test_losue_keeps_epsilon_one_per_report_over_a_grid(d):
     charges ε₁ per report (client_sdk.window_charge.CHAINS leaves it out on this evidence)."""
     for eps, eps_inf in [(0.01, 0.5), (0.1, 2.0), (0.3, 6.0), (1.0, 3.0), (0.5, 10.0), (2.0, 3.0), (0.9, 1.0),
                          (4.0, 5.0), (0.2, 0.3)]:
-        pr = spec("losue", d, eps, eps_inf, 1).protocol_impl
+        pr = server_half(spec("losue", d, eps, eps_inf, 1))
         joint = [0.0] + [joint_epsilon(pr, j) for j in range(1, 21)]
         assert all(w <= k * pr.epsilon * (1 + 1e-9) for k, w in enumerate(_best_splits(joint)[1:], start=1)), \
             (d, eps, eps_inf)
@@ -96,17 +97,17 @@ def test_ten_lgrr_reports_in_a_window_are_charged_what_they_reveal():
     for i in range(12):
         assert apply(book, charge_of(s, "same"), noon(DAY, i)) is (None if i < 10 else Refusal.WINDOW)
         spends.append(book["m"].window_epsilon)
-    exact = [window_epsilon(s.protocol_impl, k) for k in range(1, 11)]
+    exact = [window_epsilon(server_half(s), k) for k in range(1, 11)]
     assert spends[:10] == pytest.approx(exact, rel=1e-12)
     assert spends[9] == pytest.approx(0.4782, abs=5e-4) and spends[10] == spends[9]
     assert book["m"].lifetime_epsilon == pytest.approx(0.5)          # one value: ε∞ once
     apply(book, charge_of(s, "same", DAY + 1), noon(DAY + 1))        # a new window starts at C(1)
-    assert book["m"].window_epsilon == pytest.approx(s.protocol_impl.epsilon)
+    assert book["m"].window_epsilon == pytest.approx(server_half(s).epsilon)
 
 
 def test_the_device_window_cap_refuses_on_the_window_charge():
     s = spec("lgrr", 64, 0.01, 0.5, 10)
-    cap = window_epsilon(s.protocol_impl, 5) * (1 + 1e-12)           # room for 5 reports, not 10 × ε₁
+    cap = window_epsilon(server_half(s), 5) * (1 + 1e-12)           # room for 5 reports, not 10 × ε₁
     book = Book()
     outcomes = [apply(book, charge_of(s, "v", device_window=cap), noon(DAY, i)) for i in range(7)]
     assert outcomes == [None] * 5 + [Refusal.DEVICE_WINDOW] * 2
@@ -138,7 +139,7 @@ def test_the_sdk_charges_its_window_through_the_client(tmp_path):
     finally:
         client.close()
     assert sent == [True] * 10 + [False]
-    assert acct.window_epsilon == pytest.approx(window_epsilon(reg.get("page").protocol_impl, 10), rel=1e-12)
+    assert acct.window_epsilon == pytest.approx(window_epsilon(server_half(reg.get("page")), 10), rel=1e-12)
 
 
 def test_the_encoder_block_publishes_the_charges_another_sdk_applies():
@@ -147,4 +148,4 @@ def test_the_encoder_block_publishes_the_charges_another_sdk_applies():
     assert block == {"cumulative": list(s.window_charges.cumulative), "slope": s.window_charges.slope}
     assert len(block["cumulative"]) == 10
     assert "window_charges" not in spec("lgrr", 64, 0.01, 0.5, 1).to_json()["encoder"]
-    assert cumulative_charges(s.protocol_impl, 10) is s.window_charges     # computed once per parameters
+    assert cumulative_charges(server_half(s), 10) is s.window_charges     # computed once per parameters

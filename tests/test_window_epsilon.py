@@ -16,12 +16,13 @@ import pytest
 
 from client_sdk.registry import parse_registry
 from client_sdk.window_charge import joint_epsilon, window_epsilon
+from sketches import server_half
 
 
 def protocol(name: str, d: int, epsilon: float, epsilon_inf: float, **extra):
     table = {"kind": "categorical", "categories": [f"v{i}" for i in range(d)], "protocol": name,
              "epsilon": epsilon, "epsilon_inf": epsilon_inf, **extra}
-    return parse_registry({"metrics": {"m": table}}).get("m").protocol_impl
+    return server_half(parse_registry({"metrics": {"m": table}}).get("m"))
 
 
 def brute_grr(k: int, p1: float, q1: float, p2: float, q2: float, r: int) -> float:

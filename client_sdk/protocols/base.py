@@ -28,6 +28,7 @@ from .._lazy import np
 from ..errors import DomainError, InvalidPayload
 from ..randomness import RandomLike
 from ._epsilon import log_up
+from .device import check_domain_and_epsilon  # noqa: F401 - the legacy protocols' import
 
 Payloads = dict[str, "np.ndarray"]
 """A batch of randomised reports: named arrays sharing the leading (batch) dimension."""
@@ -134,6 +135,11 @@ class Protocol(abc.ABC):
         cohorts = None if cohort is None else np.array([cohort], dtype=np.int64)
         return self.to_wire(self.encode(np.array([index], dtype=np.int64), None, cohorts))[0]
 
+    def randomise(self, index: int, cohort: int | None = None, source: Any = None) -> Any:
+        """The one-report mechanism given its cohort, from ``source`` (the OS CSPRNG by default):
+        the name a split protocol's device half gives it (client_sdk.protocols.device)."""
+        return self.encode_one(index, cohort) if source is None else self.encode_one(index, cohort, source)  # type: ignore[call-arg]
+
     def _check_index(self, index: int) -> int:
         """Device-side check of one true index (DomainError when outside the domain)."""
         if type(index) is not int:
@@ -224,14 +230,6 @@ def add_cells(sketch: Sketch, cells: np.ndarray, cohorts: np.ndarray) -> None:
             target += np.bincount(idx, minlength=target.shape[0])
         else:
             np.add.at(target, idx, 1)
-
-
-def check_domain_and_epsilon(d: int, epsilon: float, protocol: str) -> None:
-    """The checks every params class starts with: a real domain and a finite positive budget."""
-    if d < 2:
-        raise ValueError(f"{protocol} needs a domain of at least 2 values")
-    if not (epsilon > 0 and math.isfinite(epsilon)):
-        raise ValueError("epsilon must be a positive finite number")
 
 
 class PureProtocol(Protocol):

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from client_sdk.protocols.base import Sketch
+from sketches.base import Sketch
 
 from .base import BatchOutcome, PendingBatch, PruneResult, WindowInfo
 from .shuffled import ShuffleRecord

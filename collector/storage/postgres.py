@@ -57,7 +57,7 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 
 from client_sdk.errors import StoreError
-from client_sdk.protocols.base import Sketch
+from sketches.base import Sketch
 
 from .aio import AsyncSketchStore
 from .base import (

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from client_sdk.errors import StoreError
-from client_sdk.protocols.base import Sketch
+from sketches.base import Sketch
 
 from .base import (
     APPLICATION_ID,
