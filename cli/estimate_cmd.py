@@ -141,7 +141,8 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
                                   confidence=confidence, simultaneous=simultaneous, consistent=consistent,
                                   candidates=None if breakdown else read_candidates(candidates, spec),
                                   top=None if breakdown else top,
-                                  rows=default_page(spec, top, fmt, all_rows, by, truth, plot_path))
+                                  rows=default_page(spec, top, fmt, all_rows, by, truth, plot_path),
+                                  columns=by is None and not truth and not plot_path)
             with StoreReader(source, where) as reader:
                 df = reader.run(run_estimate(spec, reader.reads, query,
                                              StoreRules(reader.label, registry.segment_min_reports(spec)),
@@ -265,6 +266,12 @@ def top_values(df, top: int) -> list:
 
 def largest(df, top: int):
     """The ``top`` rows with the largest estimates, largest first (attrs kept)."""
+    from estimators.columns import Columns
+
+    if isinstance(df, Columns):   # a page is ranked already; more rows than asked: as a DataFrame
+        if len(df) <= top:
+            return df.sorted_descending("estimate")
+        df = df.to_frame()
     out = df.nlargest(top, "estimate") if len(df) > top else \
         df.sort_values("estimate", ascending=False, kind="stable")
     out.attrs = dict(df.attrs)

@@ -1,13 +1,24 @@
-"""Format estimate DataFrames as a table, CSV or JSON (columns fixed by estimators.frequency)."""
+"""Format estimate DataFrames as a table, CSV or JSON (columns fixed by estimators.frequency).
+
+A frequency estimate may come as ``estimators.columns.Columns`` (numpy arrays, no pandas: a
+fresh `ldpt estimate` of a large domain, issue 32): its table is written from the columns by
+``columns_to_table``, the bytes ``frame_to_table`` writes from the DataFrame (pandas'
+``to_string`` layout: tests/test_columns_output.py); CSV and JSON go through the DataFrame.
+"""
 
 from __future__ import annotations
 
 import math
+import sys
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
+from estimators.columns import Columns
 from estimators.formats import frame_to_csv, frame_to_json, printable
+
+if TYPE_CHECKING:  # pandas loads for DataFrames only (a Columns table needs none)
+    import pandas as pd
 
 __all__ = ["compare_to_table", "format_compare", "format_frame", "format_number", "format_p", "frame_to_csv",
            "frame_to_json", "frame_to_table"]
@@ -17,10 +28,22 @@ __all__ = ["compare_to_table", "format_compare", "format_frame", "format_number"
 P_FLOOR = 1e-300
 
 
+def _isna(v: object) -> bool:
+    """``pandas.isna`` of one cell, without importing pandas for floats and None."""
+    if v is None:
+        return True
+    if isinstance(v, (float, np.floating)):
+        return bool(np.isnan(v))
+    if isinstance(v, (int, str, bool, np.integer, np.bool_)):
+        return False
+    pd = sys.modules.get("pandas")
+    return bool(pd.isna(v)) if pd is not None else False
+
+
 def format_p(v: object) -> str:
     """A p-value, every one in the same notation (2 significant digits, scientific): ``4.8e-02``,
     ``2.6e-16``, ``<1e-300`` for one too small for a float (never "0": no p-value is 0)."""
-    if v is None or pd.isna(v):  # type: ignore[arg-type]
+    if _isna(v):
         return ""
     x = float(v)  # type: ignore[arg-type]
     return f"<{P_FLOOR:.0e}" if x < P_FLOOR else f"{x:.1e}"
@@ -28,22 +51,10 @@ def format_p(v: object) -> str:
 
 def frame_to_table(df: pd.DataFrame) -> str:
     """Human table with a one-line header describing the estimate."""
-    a = df.attrs
-    head = []
-    if a:
-        eps = a.get("epsilon")
-        head.append(
-            f"metric {a.get('metric')}  protocol {a.get('protocol')}  "
-            f"epsilon {eps:.4g}  reports {_count(a.get('n_reports'))}  "
-            f"confidence {a.get('confidence'):.3g}{' (simultaneous)' if a.get('simultaneous') else ''}"
-            + (f"  post-processed: {a['post_processed']}" if a.get("post_processed") else "")
-            + _window_note(a)
-            + (f"  unit {a['unit']}" if a.get("unit") else "")
-            if eps is not None else f"metric {a.get('metric')}")
-        if a.get("privacy") and head:
-            from collector.claims import privacy_note
+    import pandas as pd
 
-            head[0] += privacy_note(a["privacy"])
+    a = df.attrs
+    head = _header(a)
     shown = _terminal_safe(df)
     if str(a.get("kind", "")).startswith("numeric"):
         return "\n".join(head + [_numeric_table(shown)]) + "\n"
@@ -67,6 +78,76 @@ def frame_to_table(df: pd.DataFrame) -> str:
     return "\n".join(head + [body] + notes) + "\n"
 
 
+#: The columns ``columns_to_table`` writes, and how each cell is shown (as ``frame_to_table``).
+_CELL_TEXT = {
+    "estimate": lambda v: f"{v:,.1f}", "std_err": lambda v: f"{v:,.1f}", "ci_low": lambda v: f"{v:,.1f}",
+    "ci_high": lambda v: f"{v:,.1f}", "proportion": lambda v: f"{v:.4f}",
+}
+
+
+def columns_to_table(cols: Columns) -> str:
+    """``frame_to_table(cols.to_frame())`` written from the columns, without pandas: the same
+    bytes for a frequency estimate's columns (value, estimate, proportion, std_err, ci_low,
+    ci_high, p_value, detected); anything else (other columns, an empty frame, a value
+    column mixing types) goes through the DataFrame."""
+    values = cols["value"] if "value" in cols else None
+    ints = values is not None and all(type(v) is int for v in values)
+    strs = values is not None and all(type(v) is str for v in values)
+    if cols.columns != _FREQUENCY_COLUMNS or not len(cols) or not (ints or strs) \
+            or str(cols.attrs.get("kind", "")) in ("joint",) or str(cols.attrs.get("kind", "")).startswith("numeric"):
+        return frame_to_table(cols.to_frame())
+    table: list[tuple[str, list[str], bool]] = []   # (header, cells, numeric dtype: pandas pads it)
+    if ints:
+        table.append(("value", [f"{v: d}" for v in values], True))
+    else:
+        table.append(("value", [printable(v) for v in values], False))
+    for name in _FREQUENCY_COLUMNS[1:-2]:
+        show = _CELL_TEXT[name]
+        table.append((name, [("" if x != x else show(x)) for x in np.asarray(cols[name], dtype=np.float64).tolist()],
+                      False))
+    table.append(("p_value", [format_p(x) for x in np.asarray(cols["p_value"], dtype=np.float64).tolist()], False))
+    detected = cols["detected"]
+    table.append(("detected", [str(bool(v)) for v in np.asarray(detected).tolist()],
+                  np.asarray(detected).dtype.kind in "biuf"))
+    body = _to_string(table)
+    return "\n".join(_header(cols.attrs) + [body] + _negative_note(cols)) + "\n"
+
+
+_FREQUENCY_COLUMNS = ["value", "estimate", "proportion", "std_err", "ci_low", "ci_high", "p_value", "detected"]
+
+
+def _to_string(table: list[tuple[str, list[str], bool]]) -> str:
+    """``DataFrame.to_string(index=False)`` of columns already formatted as text: each column
+    right-justified to its widest cell or header (a numeric column's header gets a leading
+    space, as pandas writes it), columns joined by one space."""
+    out = []
+    for header, cells, numeric in table:
+        head = " " + header if numeric else header
+        width = max(len(head), *(len(c) for c in cells))
+        out.append([head.rjust(width)] + [c.rjust(width) for c in cells])
+    return "\n".join(" ".join(row) for row in zip(*out))
+
+
+def _header(a: dict[str, Any]) -> list[str]:
+    """The one-line header describing the estimate (none without attrs)."""
+    head = []
+    if a:
+        eps = a.get("epsilon")
+        head.append(
+            f"metric {a.get('metric')}  protocol {a.get('protocol')}  "
+            f"epsilon {eps:.4g}  reports {_count(a.get('n_reports'))}  "
+            f"confidence {a.get('confidence'):.3g}{' (simultaneous)' if a.get('simultaneous') else ''}"
+            + (f"  post-processed: {a['post_processed']}" if a.get("post_processed") else "")
+            + _window_note(a)
+            + (f"  unit {a['unit']}" if a.get("unit") else "")
+            if eps is not None else f"metric {a.get('metric')}")
+        if a.get("privacy") and head:
+            from collector.claims import privacy_note
+
+            head[0] += privacy_note(a["privacy"])
+    return head
+
+
 def _window_note(attrs: dict) -> str:
     """``  window D`` or ``  windows D1..D2 (N, summed)``: what one estimate counts."""
     span = attrs.get("window_range")
@@ -79,6 +160,8 @@ def _window_note(attrs: dict) -> str:
 
 def _joint_table(shown: pd.DataFrame) -> str:
     """Rows of a joint metric's breakdown: counts to 0.1, shares to 4 decimals, means as numbers."""
+    import pandas as pd
+
     def fmt(stat: str, v: object) -> str:
         if v is None or pd.isna(v):  # type: ignore[arg-type]
             return ""
@@ -108,6 +191,8 @@ def _count(n: object) -> str:
 def _terminal_safe(df: pd.DataFrame) -> pd.DataFrame:
     """A copy whose text cells print as text: control characters (a discovered string may hold
     ESC sequences that retitle or redraw the terminal) are shown as escapes (``\\x1b``)."""
+    import pandas as pd
+
     shown = df.copy()
     for col in shown.columns:
         if shown[col].dtype == object or pd.api.types.is_string_dtype(shown[col]):
@@ -115,15 +200,15 @@ def _terminal_safe(df: pd.DataFrame) -> pd.DataFrame:
     return shown
 
 
-def _negative_note(df: pd.DataFrame) -> list[str]:
+def _negative_note(df: pd.DataFrame | Columns) -> list[str]:
     """A line saying why some estimates are below zero (and below their interval), when they are."""
     if "estimate" not in df:
         return []
-    est = df["estimate"].to_numpy(float)
+    est = np.asarray(df["estimate"], dtype=float)
     negative = int(np.count_nonzero(est < 0))
     if not negative:
         return []
-    clipped = "ci_low" in df and bool(np.any(est < df["ci_low"].to_numpy(float)))
+    clipped = "ci_low" in df and bool(np.any(est < np.asarray(df["ci_low"], dtype=float)))
     return [f"note: {negative:,} estimate{'s are' if negative > 1 else ' is'} below 0: an unbiased "
             "estimate of a count near 0 falls on either side of it by noise"
             + ("; intervals are clipped at 0, since a count never is negative" if clipped else "")]
@@ -148,6 +233,8 @@ def format_number(v: object) -> str:
 
 def _numeric_table(shown: pd.DataFrame) -> str:
     """Rows of a numeric metric's frame (mean/sum/n, or buckets then mean and quantiles)."""
+    import pandas as pd
+
     for col in ("estimate", "raw_estimate", "std_err", "ci_low", "ci_high", "truth"):
         if col in shown:
             shown[col] = shown[col].map(format_number)
@@ -180,13 +267,18 @@ def compare_to_table(df: pd.DataFrame) -> str:
 
 
 def format_compare(df: pd.DataFrame, fmt: str, raw_csv: bool = False) -> str:
+    """`ldpt compare`'s frame as a table, CSV or JSON."""
     if fmt == "csv":
         return frame_to_csv(df, raw=raw_csv)
     return {"table": compare_to_table, "json": frame_to_json}[fmt](df)
 
 
-def format_frame(df: pd.DataFrame, fmt: str, raw_csv: bool = False) -> str:
+def format_frame(df: pd.DataFrame | Columns, fmt: str, raw_csv: bool = False) -> str:
     """``df`` as a terminal table, CSV (spreadsheet-safe unless ``raw_csv``) or JSON."""
+    if isinstance(df, Columns):
+        if fmt == "table":
+            return columns_to_table(df)
+        df = df.to_frame()
     if fmt == "csv":
         return frame_to_csv(df, raw=raw_csv)
     return {"table": frame_to_table, "json": frame_to_json}[fmt](df)

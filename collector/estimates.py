@@ -27,7 +27,6 @@ from client_sdk.dimensions import DEFAULT_MIN_REPORTS
 from client_sdk.errors import EstimationError, LdptError
 from client_sdk.registry import Kind, MetricSpec
 from collector.storage.base import date_filter_ok
-from estimators.breakdown import breakdown_frame, group_sketches, parse_by, segment_keys
 from estimators.frequency import estimate_frame
 from estimators.memo_range import is_memoised, range_frame, with_rappor_range_warning
 from estimators.series import series_frame, window_span, windows_in_range
@@ -46,7 +45,9 @@ class EstimateQuery:
     window (a series) or one or two public dimensions (a breakdown); the intervals; a string
     metric's candidates; ``top``: how many strings a discover metric discovers; ``rows``:
     (offset, limit) of the rows ranked by estimate, or None for all; ``lazy``: a large
-    frequency estimate as a LazyFrame built as it is written (estimators/lazy_frame.py)."""
+    frequency estimate as a LazyFrame built as it is written (estimators/lazy_frame.py);
+    ``columns``: a frequency estimate as Columns, numpy arrays without pandas
+    (estimators/columns.py), as `ldpt estimate` prints its table."""
 
     windows: Sequence[str] | None = None
     since: str | None = None
@@ -59,6 +60,7 @@ class EstimateQuery:
     top: int | None = None
     rows: tuple[int, int] | None = None
     lazy: bool = False
+    columns: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,7 +200,7 @@ async def run_estimate(spec: MetricSpec, store: Any, q: EstimateQuery, rules: Ru
         run = functools.partial(estimate_frame, spec, sketch, confidence=q.confidence,
                                 simultaneous=q.simultaneous, consistent=q.consistent,
                                 candidates=None if q.candidates is None else list(q.candidates), top=q.top,
-                                rows_wanted=q.rows, lazy=q.lazy)
+                                rows_wanted=q.rows, lazy=q.lazy, columns=q.columns)
     df = await rules.compute(run, spec.name)
     labels = list(q.windows) if q.windows else await range_labels(spec, store, side)
     if q.windows is None and spec.protocol == "rappor":
@@ -267,6 +269,8 @@ def _with_unit(spec: MetricSpec, df: Any) -> Any:
 async def _breakdown(spec: MetricSpec, store: Any, q: EstimateQuery, rules: Rules) -> Any:
     """``by=os`` (or ``by=os,channel``): estimates per segment, small ones suppressed
     (estimators/breakdown.py)."""
+    from estimators.breakdown import breakdown_frame, group_sketches, parse_by, segment_keys
+
     try:
         names = parse_by(spec, q.by)
     except EstimationError as exc:

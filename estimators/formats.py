@@ -6,12 +6,14 @@ import json
 import math
 from collections.abc import Iterator
 from json.encoder import encode_basestring_ascii as _encode_string
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from .lazy_frame import LazyFrame, pieces_of
+
+if TYPE_CHECKING:  # pandas loads when a frame is written, not for printable() and the escapes
+    import pandas as pd
 
 
 def _jsonable(value: Any) -> Any:
@@ -112,6 +114,8 @@ def frame_to_csv(df: pd.DataFrame | LazyFrame, raw: bool = False) -> str:
     piece by piece (``iter_csv``)."""
     if isinstance(df, LazyFrame):
         return "".join(iter_csv(df, raw))
+    import pandas as pd
+
     out = _series_detected(df)
     if not raw:
         text = [c for c in out.columns if out[c].dtype == object or pd.api.types.is_string_dtype(out[c])]

@@ -15,15 +15,16 @@ confidence, simultaneous and post_processed.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from client_sdk.errors import EstimationError
 from client_sdk.registry import Kind, MetricSpec
 from sketches import server_half
 from sketches.base import PureServer, Sketch
 
+from .columns import Columns
 from .consistency import norm_sub
 from .intervals import (
     exact_small_counts,
@@ -36,6 +37,9 @@ from .intervals import (
 from .lazy_frame import LazyFrame
 from .multiple_testing import CONTROLS, check_control, detect
 
+if TYPE_CHECKING:  # pandas loads when a caller asks for a DataFrame (estimators/columns.py)
+    import pandas as pd
+
 COLUMNS = ["value", "estimate", "proportion", "std_err", "ci_low", "ci_high", "p_value", "detected"]
 __all__ = ["COLUMNS", "CONTROLS", "estimate_frame"]
 
@@ -45,7 +49,7 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
                    candidates: Sequence[str] | None = None, alpha: float = 0.05,
                    control: str = "fwer", top: int | None = None,
                    rows_wanted: tuple[int, int] | None = None,
-                   lazy: bool = False) -> pd.DataFrame | LazyFrame:
+                   lazy: bool = False, columns: bool = False) -> pd.DataFrame | LazyFrame | Columns:
     """Debiased estimates with intervals for one metric's (merged) sketch.
 
     ``top``: how many strings a ``discover`` metric reports (other metrics ignore it; callers
@@ -57,7 +61,10 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
     ``consistent`` (Norm-Sub needs every value) and for histograms (a few buckets). ``lazy``
     (with no ``rows_wanted``): a categorical estimate as a ``LazyFrame`` whose rows are built
     piece by piece as they are written (the collector's streamed ``full=true`` answers), the
-    same rows as the DataFrame; other frames are DataFrames either way."""
+    same rows as the DataFrame; ``columns``: a categorical estimate (not ``consistent``) as
+    ``Columns``, numpy arrays without pandas (``to_frame`` gives the DataFrame; `ldpt
+    estimate` prints its table from them, estimators/columns.py); other frames are DataFrames
+    either way."""
     if not 0 < confidence < 1:
         raise EstimationError(f"confidence must be between 0 and 1 (exclusive), got {confidence}")
     check_control(control)
@@ -110,6 +117,10 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
     rows = None
     if rows_wanted is not None and not consistent and not spec.is_histogram:
         rows = ranked_rows(rows_of.counts, *rows_wanted)   # the page asked for, largest first
+    if columns and not consistent and not spec.is_histogram:
+        out = rows_of.columns(rows)
+        out.attrs.update(rows_of.attrs(rows_wanted if rows is not None else None))
+        return out
     df = rows_of.frame(rows)
     df.attrs.update(rows_of.attrs(rows_wanted if rows is not None else None))
     if consistent:
@@ -161,6 +172,10 @@ class FrequencyRows:
         self.detected = detect(self.p_value, alpha, control)  # Holm or Benjamini–Hochberg: over all d
 
     def frame(self, rows: np.ndarray | slice | None) -> pd.DataFrame:
+        """The rows ``rows`` (indices, a slice, or None for all) as a DataFrame."""
+        return self.columns(rows).to_frame()
+
+    def columns(self, rows: np.ndarray | slice | None) -> Columns:
         """The rows ``rows`` (indices, a slice, or None for all), intervals computed for them only."""
         d, n, model = self.d, self.n, self.model
         pick = (lambda a: a) if rows is None else (lambda a: np.asarray(a)[rows])
@@ -186,7 +201,7 @@ class FrequencyRows:
             "p_value": pick(self.p_value),
             "detected": pick(self.detected),
         }
-        return pd.DataFrame({"value": self.values(rows), **columns})
+        return Columns({"value": self.values(rows), **columns})
 
     def values(self, rows: np.ndarray | slice | None) -> list:
         """The ``value`` column of ``rows``: the domain's labels (or the indices without one)."""

@@ -28,13 +28,14 @@ n·q* is a few units (docs/math.md §8).
 from __future__ import annotations
 
 import numpy as np
-from scipy import special
 
 
 def z_value(confidence: float, family_size: int = 1) -> float:
     """Two-sided normal quantile for the confidence level, Bonferroni-split over ``family_size``."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    from scipy import special
+
     alpha = (1.0 - confidence) / max(1, family_size)
     return float(-special.ndtri(alpha / 2))   # scipy.stats.norm.isf's own formula, without scipy.stats
 
@@ -54,6 +55,8 @@ def support_sd(counts: np.ndarray, n: int, p_star: float, q_star: float, trials:
 
 def _log_pmf(k: np.ndarray, size: np.ndarray, prob: float) -> np.ndarray:
     """log P(Bin(size, prob) = k), −inf outside [0, size]."""
+    from scipy import special
+
     inside = (k >= 0) & (k <= size)
     kk = np.where(inside, k, 0.0)
     size = np.where(inside, size, kk)
@@ -64,6 +67,8 @@ def _log_pmf(k: np.ndarray, size: np.ndarray, prob: float) -> np.ndarray:
 
 def _binom_cdf(k: np.ndarray, size: np.ndarray, prob: float) -> np.ndarray:
     """P(Bin(size, prob) <= k) for float arrays (0 below 0, 1 from size on)."""
+    from scipy import special
+
     inside = (k >= 0) & (k < size)
     cdf = special.betainc(np.where(inside, size - k, 1.0), np.where(inside, k + 1, 1.0), 1.0 - prob)
     return np.where(k < 0, 0.0, np.where(k >= size, 1.0, cdf))

@@ -11,9 +11,10 @@ A ``LazyFrame`` keeps the arrays and builds the DataFrame of rows ``start .. sto
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class LazyFrame:

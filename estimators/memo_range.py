@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from client_sdk.errors import EstimationError
 from client_sdk.protocols._longitudinal import Memoised
@@ -44,6 +44,9 @@ from sketches.base import Sketch
 from .frequency import _apply_consistency, estimate_frame
 from .intervals import z_value
 from .multiple_testing import check_control, detect
+
+if TYPE_CHECKING:  # the frames come from estimate_frame: this module needs no pandas of its own
+    import pandas as pd
 
 #: ``attrs["range_variance"]`` of a memoised range: how its standard errors were computed.
 RANGE_VARIANCE = "memoised: sum of per-window permanent SDs, squared, plus fresh variances"

@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from client_sdk.errors import EstimationError
 from client_sdk.registry import MetricSpec
 from sketches.base import Sketch
 
 from .frequency import estimate_frame
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: A series longer than this is refused (a year of hours is 8,784 windows).
 MAX_WINDOWS = 10_000
@@ -93,6 +96,8 @@ def series_frame(spec: MetricSpec, sketches: Sequence[tuple[str, Sketch]], *, co
         part.insert(0, "window", window)
         part["n"] = int(sketch.total_reports)
         parts.append(part)
+    import pandas as pd
+
     out = pd.concat(parts, ignore_index=True)
     out.attrs = dict(template.attrs, n_reports=int(sum(s.total_reports for _, s in sketches)),
                      by="window", windows=[w for w, _ in sketches])

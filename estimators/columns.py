@@ -1,0 +1,68 @@
+"""A small column table: a frame's columns as numpy arrays, a DataFrame only when asked.
+
+A fresh ``ldpt estimate`` of a 10⁶-value metric prints a page of a few rows; importing pandas to
+hold them costs ~0.4 s of CPU, several times the decoding's own floor (issue 32). ``Columns``
+holds what ``estimators.frequency`` computes — ``value`` (a list), the numeric columns (numpy
+arrays) — with a DataFrame's ``attrs``, and builds the very DataFrame the frequency path builds
+(``to_frame``) for any caller that needs one (CSV and JSON writers, the query API, plots).
+cli/output.py formats its table from the columns, the same bytes as from the DataFrame.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+class Columns:
+    """Named columns of equal length, in order, with ``attrs`` (as a DataFrame's)."""
+
+    def __init__(self, data: dict[str, Any], attrs: dict[str, Any] | None = None) -> None:
+        self.data = dict(data)
+        lengths = {len(v) for v in self.data.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"columns of different lengths: {sorted(lengths)}")
+        self.length = lengths.pop() if lengths else 0
+        self.attrs: dict[str, Any] = dict(attrs or {})
+
+    @property
+    def columns(self) -> list[str]:
+        """The column names, in order."""
+        return list(self.data)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.data
+
+    def __getitem__(self, name: str) -> Any:
+        return self.data[name]
+
+    def take(self, rows: np.ndarray) -> Columns:
+        """The rows at the indices ``rows``, in that order (``attrs`` kept)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        picked = {k: (np.asarray(v)[rows] if isinstance(v, np.ndarray) else [v[i] for i in rows.tolist()])
+                  for k, v in self.data.items()}
+        return Columns(picked, self.attrs)
+
+    def sorted_descending(self, name: str) -> Columns:
+        """Rows by column ``name``, largest first, ties in their order, NaN last: what
+        ``DataFrame.sort_values(name, ascending=False, kind="stable")`` orders."""
+        key = np.asarray(self.data[name], dtype=np.float64)
+        nan = np.isnan(key)
+        kept = np.flatnonzero(~nan)
+        order = kept[np.argsort(-key[kept], kind="stable")]
+        return self.take(np.concatenate([order, np.flatnonzero(nan)]))
+
+    def to_frame(self) -> pd.DataFrame:
+        """The DataFrame of these columns (``attrs`` copied): what the frequency path builds."""
+        import pandas as pd
+
+        df = pd.DataFrame(self.data)
+        df.attrs = dict(self.attrs)
+        return df

@@ -1,0 +1,103 @@
+"""A frequency estimate as Columns (numpy, no pandas) prints what the DataFrame path prints.
+
+`ldpt estimate` builds its frequency estimates as ``estimators.columns.Columns`` and writes the
+table from the arrays (cli/output.py ``columns_to_table``), CSV and JSON through ``to_frame``
+(issue 32). The bytes must be the DataFrame path's: checked here for every metric of the
+conformance registry and of the docs/examples registries (every protocol), with pages, --top,
+simultaneous intervals and every format, and on hand-made columns that stress the layout
+(labels of every width, control characters, NaN, negative estimates).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cli.estimate_cmd import largest
+from cli.output import columns_to_table, format_frame, frame_to_table
+from client_sdk.registry import Kind
+from conformance import golden
+from estimators.columns import Columns
+from estimators.frequency import estimate_frame
+from estimators.simulation import draw_population, encode_population
+
+
+def _metrics() -> list:
+    out = []
+    for name, registry in golden.registries().items():
+        for spec in registry:
+            if spec.kind is Kind.JOINT or spec.protocol in ("discover", "rappor"):
+                continue   # their frames are DataFrames either way (no Columns path)
+            out.append(pytest.param(spec, id=f"{name.rsplit('/', 1)[-1]}:{spec.name}"))
+    return out
+
+
+def _sketch(spec, clients: int, seed: int):  # noqa: ANN001, ANN202
+    rng = np.random.default_rng(seed)
+    law = "uniform" if spec.kind is Kind.NUMERIC else "zipf:1.1"
+    population = draw_population(spec, clients, law, rng)
+    proto = spec.protocol_impl
+    sketch = proto.new_sketch()
+    for _, payloads in encode_population(spec, population, rng):
+        proto.accumulate(sketch, payloads)
+    return sketch
+
+
+@pytest.mark.parametrize("spec", _metrics())
+def test_columns_print_the_dataframe_bytes_for_every_protocol(spec) -> None:  # noqa: ANN001
+    sketch = _sketch(spec, 1500, 32)
+    d = spec.domain_size or 0
+    for options in ({}, {"rows_wanted": (0, 5)}, {"rows_wanted": (0, max(1, d + 3))},
+                    {"simultaneous": True, "confidence": 0.9}):
+        frame = estimate_frame(spec, sketch, **options)
+        cols = estimate_frame(spec, sketch, columns=True, **options)
+        if not isinstance(cols, Columns):   # means and histograms stay DataFrames
+            assert isinstance(cols, pd.DataFrame)
+            continue
+        pd.testing.assert_frame_equal(cols.to_frame(), frame)
+        assert cols.to_frame().attrs == frame.attrs
+        for top in (None, 3):
+            a = frame if top is None else largest(frame, top)
+            b = cols if top is None else largest(cols, top)
+            for fmt in ("table", "csv", "json"):
+                assert format_frame(b, fmt) == format_frame(a, fmt), (spec.name, options, top, fmt)
+
+
+def _random_columns(rng: np.random.Generator, n: int, labels: bool) -> Columns:
+    alphabet = ["a", "Zz", "é", "中文", "\x1b[2J", "tab\there", "=cmd", " lead", "x" * 60, "", "0"]
+    values = [str(rng.choice(alphabet)) + str(i) for i in range(n)] if labels else list(range(n))
+    est = rng.normal(0, 10 ** rng.uniform(0, 7), n)
+    est[rng.random(n) < 0.1] = np.nan
+    half = np.abs(rng.normal(0, 500, n))
+    p = 10.0 ** -rng.uniform(0, 320, n)
+    p[rng.random(n) < 0.05] = np.nan
+    return Columns({"value": values, "estimate": est, "proportion": est / 1e6, "std_err": half,
+                    "ci_low": np.maximum(est - half, 0), "ci_high": est + half, "p_value": p,
+                    "detected": rng.random(n) < 0.3},
+                   {"metric": "m", "protocol": "hr", "epsilon": 2.0, "n_reports": 10 ** 6, "confidence": 0.95,
+                    "simultaneous": bool(rng.random() < 0.5), "window_range": {"first": "2026-01-01",
+                                                                               "last": "2026-01-02", "windows": 2}})
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_columns_table_layout_is_pandas_to_string(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for labels in (True, False):
+        for n in (1, 2, 7, 40):
+            cols = _random_columns(rng, n, labels)
+            assert columns_to_table(cols) == frame_to_table(cols.to_frame())
+            ranked = largest(cols, n)
+            assert columns_to_table(ranked) == frame_to_table(largest(cols.to_frame(), n))
+
+
+def test_columns_sort_like_pandas_with_ties_and_nan() -> None:
+    est = np.array([3.0, np.nan, 5.0, 3.0, -0.0, 0.0, np.nan, 5.0])
+    cols = Columns({"value": list("abcdefgh"), "estimate": est})
+    expected = cols.to_frame().sort_values("estimate", ascending=False, kind="stable")
+    assert cols.sorted_descending("estimate")["value"] == list(expected["value"])
+
+
+def test_columns_refuse_ragged_data() -> None:
+    with pytest.raises(ValueError, match="different lengths"):
+        Columns({"value": [1, 2], "estimate": np.zeros(3)})
