@@ -142,7 +142,8 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
                                   candidates=None if breakdown else read_candidates(candidates, spec),
                                   top=None if breakdown else top,
                                   rows=default_page(spec, top, fmt, all_rows, by, truth, plot_path),
-                                  columns=by is None and not truth and not plot_path)
+                                  columns=by is None and not truth and not plot_path,
+                                  digits="table" if fmt == "table" else "exact")
             with StoreReader(source, where) as reader:
                 df = reader.run(run_estimate(spec, reader.reads, query,
                                              StoreRules(reader.label, registry.segment_min_reports(spec)),

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from estimators.columns import Columns
+from estimators.columns import Columns, count_text, p_text
 from estimators.formats import frame_to_csv, frame_to_json, printable
 
 if TYPE_CHECKING:  # pandas loads for DataFrames only (a Columns table needs none)
@@ -22,10 +22,6 @@ if TYPE_CHECKING:  # pandas loads for DataFrames only (a Columns table needs non
 
 __all__ = ["compare_to_table", "format_compare", "format_frame", "format_number", "format_p", "frame_to_csv",
            "frame_to_json", "frame_to_table"]
-
-#: The smallest p-value a table prints as a number; below it (a tail the float underflowed, the
-#: exports' 0.0) it says "<1e-300".
-P_FLOOR = 1e-300
 
 
 def _isna(v: object) -> bool:
@@ -43,10 +39,7 @@ def _isna(v: object) -> bool:
 def format_p(v: object) -> str:
     """A p-value, every one in the same notation (2 significant digits, scientific): ``4.8e-02``,
     ``2.6e-16``, ``<1e-300`` for one too small for a float (never "0": no p-value is 0)."""
-    if _isna(v):
-        return ""
-    x = float(v)  # type: ignore[arg-type]
-    return f"<{P_FLOOR:.0e}" if x < P_FLOOR else f"{x:.1e}"
+    return "" if _isna(v) else p_text(float(v))  # type: ignore[arg-type]
 
 
 def frame_to_table(df: pd.DataFrame) -> str:
@@ -79,10 +72,8 @@ def frame_to_table(df: pd.DataFrame) -> str:
 
 
 #: The columns ``columns_to_table`` writes, and how each cell is shown (as ``frame_to_table``).
-_CELL_TEXT = {
-    "estimate": lambda v: f"{v:,.1f}", "std_err": lambda v: f"{v:,.1f}", "ci_low": lambda v: f"{v:,.1f}",
-    "ci_high": lambda v: f"{v:,.1f}", "proportion": lambda v: f"{v:.4f}",
-}
+_CELL_TEXT = {"estimate": count_text, "std_err": count_text, "ci_low": count_text, "ci_high": count_text,
+              "proportion": lambda v: "" if v != v else f"{v:.4f}"}
 
 
 def columns_to_table(cols: Columns) -> str:
@@ -103,9 +94,8 @@ def columns_to_table(cols: Columns) -> str:
         table.append(("value", [printable(v) for v in values], False))
     for name in _FREQUENCY_COLUMNS[1:-2]:
         show = _CELL_TEXT[name]
-        table.append((name, [("" if x != x else show(x)) for x in np.asarray(cols[name], dtype=np.float64).tolist()],
-                      False))
-    table.append(("p_value", [format_p(x) for x in np.asarray(cols["p_value"], dtype=np.float64).tolist()], False))
+        table.append((name, list(map(show, np.asarray(cols[name], dtype=np.float64).tolist())), False))
+    table.append(("p_value", list(map(p_text, np.asarray(cols["p_value"], dtype=np.float64).tolist())), False))
     detected = cols["detected"]
     table.append(("detected", [str(bool(v)) for v in np.asarray(detected).tolist()],
                   np.asarray(detected).dtype.kind in "biuf"))

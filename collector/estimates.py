@@ -47,7 +47,8 @@ class EstimateQuery:
     (offset, limit) of the rows ranked by estimate, or None for all; ``lazy``: a large
     frequency estimate as a LazyFrame built as it is written (estimators/lazy_frame.py);
     ``columns``: a frequency estimate as Columns, numpy arrays without pandas
-    (estimators/columns.py), as `ldpt estimate` prints its table."""
+    (estimators/columns.py), as `ldpt estimate` prints its table; ``digits``: "table" for
+    Columns exact to a table's digits only (estimators/tails.py), else "exact"."""
 
     windows: Sequence[str] | None = None
     since: str | None = None
@@ -61,6 +62,7 @@ class EstimateQuery:
     rows: tuple[int, int] | None = None
     lazy: bool = False
     columns: bool = False
+    digits: str = "exact"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,7 +202,8 @@ async def run_estimate(spec: MetricSpec, store: Any, q: EstimateQuery, rules: Ru
         run = functools.partial(estimate_frame, spec, sketch, confidence=q.confidence,
                                 simultaneous=q.simultaneous, consistent=q.consistent,
                                 candidates=None if q.candidates is None else list(q.candidates), top=q.top,
-                                rows_wanted=q.rows, lazy=q.lazy, columns=q.columns)
+                                rows_wanted=q.rows, lazy=q.lazy, columns=q.columns,
+                                digits=q.digits)
     df = await rules.compute(run, spec.name)
     labels = list(q.windows) if q.windows else await range_labels(spec, store, side)
     if q.windows is None and spec.protocol == "rappor":

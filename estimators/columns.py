@@ -17,6 +17,23 @@ import numpy as np
 if TYPE_CHECKING:
     import pandas as pd
 
+#: The smallest p-value a table prints as a number; below it (a tail the float underflowed, the
+#: exports' 0.0) it says "<1e-300".
+P_FLOOR = 1e-300
+
+
+def count_text(v: float) -> str:
+    """A count as a table shows it: ``12,345.6``; empty for NaN."""
+    return "" if v != v else f"{v:,.1f}"
+
+
+def p_text(v: float) -> str:
+    """A p-value as a table shows it (2 significant digits, scientific): ``4.8e-02``, ``<1e-300``
+    for one too small for a float (never "0": no p-value is 0); empty for NaN."""
+    if v != v:
+        return ""
+    return f"<{P_FLOOR:.0e}" if v < P_FLOOR else f"{v:.1e}"
+
 
 class Columns:
     """Named columns of equal length, in order, with ``attrs`` (as a DataFrame's)."""

@@ -49,7 +49,8 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
                    candidates: Sequence[str] | None = None, alpha: float = 0.05,
                    control: str = "fwer", top: int | None = None,
                    rows_wanted: tuple[int, int] | None = None,
-                   lazy: bool = False, columns: bool = False) -> pd.DataFrame | LazyFrame | Columns:
+                   lazy: bool = False, columns: bool = False,
+                   digits: str = "exact") -> pd.DataFrame | LazyFrame | Columns:
     """Debiased estimates with intervals for one metric's (merged) sketch.
 
     ``top``: how many strings a ``discover`` metric reports (other metrics ignore it; callers
@@ -63,8 +64,10 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
     piece by piece as they are written (the collector's streamed ``full=true`` answers), the
     same rows as the DataFrame; ``columns``: a categorical estimate (not ``consistent``) as
     ``Columns``, numpy arrays without pandas (``to_frame`` gives the DataFrame; `ldpt
-    estimate` prints its table from them, estimators/columns.py); other frames are DataFrames
-    either way."""
+    estimate` prints its table from them, estimators/columns.py), with ``digits="table"``
+    exact to the digits a table prints rather than to the bit (z and the binomial tails of pure
+    protocols without scipy, estimators/tails.py; scipy decides any cell their error bounds
+    leave open); other frames are DataFrames either way."""
     if not 0 < confidence < 1:
         raise EstimationError(f"confidence must be between 0 and 1 (exclusive), got {confidence}")
     check_control(control)
@@ -110,7 +113,8 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
     n = sketch.total_reports
     if n <= 0:
         raise EstimationError(f"metric {spec.name!r}: no reports in the selected window(s)")
-    rows_of = FrequencyRows(spec, sketch, confidence, simultaneous, alpha, control)
+    rows_of = FrequencyRows(spec, sketch, confidence, simultaneous, alpha, control,
+                            digits if columns else "exact")
     if lazy and rows_wanted is None and not consistent and not spec.is_histogram:
         return LazyFrame(rows_of.d, COLUMNS, lambda start, stop: rows_of.frame(slice(start, stop)),
                          rows_of.attrs())
@@ -139,9 +143,10 @@ class FrequencyRows:
     are built (``frame``): a page, a piece of a streamed answer, or all of them."""
 
     def __init__(self, spec: MetricSpec, sketch: Sketch, confidence: float, simultaneous: bool,
-                 alpha: float, control: str) -> None:
+                 alpha: float, control: str, digits: str = "exact") -> None:
         proto = server_half(spec)
         self.spec, self.proto, self.confidence, self.simultaneous = spec, proto, confidence, simultaneous
+        self.table = digits == "table"   # to the table's digits only: z and tails without scipy
         self.n = n = sketch.total_reports
         est = proto.estimate(sketch)
         self.d = len(est.counts)
@@ -155,12 +160,16 @@ class FrequencyRows:
             else getattr(proto, "small_count_model", lambda _: None)(sketch)  # one-cohort OLH is GRR
         del est, support
         self.sampled = self.ones = None
+        self.p_value = self.p_bounds = self.detected = None
         if proto.name == "dbitflip":  # buckets seen by a random subset of devices (docs/math.md §8)
             self.sampled, self.ones = proto.bucket_totals(sketch)  # type: ignore[attr-defined]
             self.p_value = sampled_zero_count_p_values(self.ones, self.sampled,
                                                        proto.params.q)  # type: ignore[attr-defined]
         elif self.model is not None:  # the exact law of the support count (intervals.py, docs/math.md §8)
-            self.p_value = zero_count_p_values(self.model[0], n, self.model[2])
+            if self.table:
+                self.p_value, self.p_bounds, self.detected = self._table_tests(alpha, control)
+            if self.p_value is None:
+                self.p_value = zero_count_p_values(self.model[0], n, self.model[2])
         else:
             std_all = np.sqrt(np.maximum(self.variances, 0.0))
             shifted = self.counts - self.b_hi   # under "c(v) = 0" the estimate is at most b_hi plus noise
@@ -169,7 +178,26 @@ class FrequencyRows:
             del std_all, shifted
             self.p_value = normal_sf(z)
             del z
-        self.detected = detect(self.p_value, alpha, control)  # Holm or Benjamini–Hochberg: over all d
+        if self.detected is None:
+            self.detected = detect(self.p_value, alpha, control)  # Holm or Benjamini–Hochberg: over all d
+
+    def _table_tests(self, alpha: float, control: str) -> tuple:
+        """(p-values, their (low, high) bounds, detected) from the scipy-free tails
+        (estimators/tails.py) when the detections are the same at both ends of the bounds —
+        then they are the exact p-values' — else (None, None, None): the exact path decides."""
+        from .tails import TAIL_ABS_ERROR, binomial_upper_tails
+
+        support, q = self.model[0], self.model[2]   # type: ignore[index]
+        s = np.rint(np.asarray(support, dtype=np.float64)).astype(np.int64)
+        approx = binomial_upper_tails(s, self.n, q)
+        if approx is None:
+            return None, None, None
+        p, rel = approx
+        low, high = p * (1.0 - rel), np.minimum(p * (1.0 + rel) + TAIL_ABS_ERROR, 1.0)
+        detected = detect(low, alpha, control)   # both procedures reject more as p-values fall
+        if not np.array_equal(detected, detect(high, alpha, control)):
+            return None, None, None
+        return p, (low, high), detected
 
     def frame(self, rows: np.ndarray | slice | None) -> pd.DataFrame:
         """The rows ``rows`` (indices, a slice, or None for all) as a DataFrame."""
@@ -181,8 +209,9 @@ class FrequencyRows:
         pick = (lambda a: a) if rows is None else (lambda a: np.asarray(a)[rows])
         counts, variances = pick(self.counts), pick(self.variances)
         std = np.sqrt(np.maximum(variances, 0.0))
-        low = wald_interval(counts - self.b_hi, variances, n, self.confidence, self.simultaneous, family_size=d)[0]
-        high = wald_interval(counts - self.b_lo, variances, n, self.confidence, self.simultaneous, family_size=d)[1]
+        low, high = self._wald(counts, variances, self.z_value())
+        if self.table and not self._same_cells(low, high, counts, variances):
+            low, high = self._wald(counts, variances, self.z_value(exact=True))
         if self.sampled is not None:  # Wald, exact where the bucket's bit count is too concentrated for it
             p, q = self.proto.params.p, self.proto.params.q  # type: ignore[attr-defined]
             low, high = sampled_count_intervals(counts, variances, pick(self.ones), pick(self.sampled), n, p, q,
@@ -198,10 +227,55 @@ class FrequencyRows:
             "std_err": std,
             "ci_low": low,
             "ci_high": high,
-            "p_value": pick(self.p_value),
+            "p_value": self._p_values(rows, pick),
             "detected": pick(self.detected),
         }
         return Columns({"value": self.values(rows), **columns})
+
+    def z_value(self, exact: bool = False) -> float:
+        """The intervals' z: scipy's, or for a table its scipy-free value (tails.Z_REL_ERROR)."""
+        family = self.d if self.simultaneous else 1
+        if self.table and not exact:
+            from .tails import normal_upper_quantile
+
+            return normal_upper_quantile((1.0 - self.confidence) / max(1, family) / 2)
+        return z_value(self.confidence, family)
+
+    def _wald(self, counts: np.ndarray, variances: np.ndarray, z: float) -> tuple[np.ndarray, np.ndarray]:
+        """Wald bounds of the rows at ``z``, shifted by the bias bounds."""
+        low = wald_interval(counts - self.b_hi, variances, self.n, z=z)[0]
+        high = wald_interval(counts - self.b_lo, variances, self.n, z=z)[1]
+        return low, high
+
+    def _same_cells(self, low: np.ndarray, high: np.ndarray, counts: np.ndarray, variances: np.ndarray) -> bool:
+        """Whether the table shows the same bounds at both ends of z's error (then they are the
+        exact z's)."""
+        from .columns import count_text
+        from .tails import Z_REL_ERROR
+
+        z = self.z_value()
+        for zz in (z * (1.0 - Z_REL_ERROR), z * (1.0 + Z_REL_ERROR)):
+            lo, hi = self._wald(counts, variances, zz)
+            if list(map(count_text, lo.tolist())) != list(map(count_text, low.tolist())) or \
+                    list(map(count_text, hi.tolist())) != list(map(count_text, high.tolist())):
+                return False
+        return True
+
+    def _p_values(self, rows: np.ndarray | slice | None, pick) -> np.ndarray:  # noqa: ANN001
+        """The rows' p-values; for a table, the exact ones where the bounds of the scipy-free
+        tails would print differently."""
+        p = pick(self.p_value)
+        if self.p_bounds is None:
+            return p
+        from .columns import p_text
+
+        low, high = pick(self.p_bounds[0]), pick(self.p_bounds[1])
+        unsure = np.flatnonzero([p_text(a) != p_text(b) for a, b in zip(low.tolist(), high.tolist())])
+        if unsure.size:
+            support = np.asarray(pick(self.model[0]), dtype=np.float64)[unsure]   # type: ignore[index]
+            p = np.array(p, dtype=np.float64)
+            p[unsure] = zero_count_p_values(support, self.n, self.model[2])   # type: ignore[index]
+        return p
 
     def values(self, rows: np.ndarray | slice | None) -> list:
         """The ``value`` column of ``rows``: the domain's labels (or the indices without one)."""
@@ -220,7 +294,7 @@ class FrequencyRows:
         out = dict(metric=self.spec.name, fingerprint=self.spec.fingerprint, protocol=proto.name,
                    epsilon=proto.epsilon, n_reports=self.n, confidence=self.confidence,
                    simultaneous=self.simultaneous, post_processed=None,
-                   z=z_value(self.confidence, self.d if self.simultaneous else 1))
+                   z=self.z_value())
         if page is not None:
             out.update(rows_total=self.d, offset=page[0], limit=page[1], order="estimate")
         if self.empty:

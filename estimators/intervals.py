@@ -318,9 +318,12 @@ def binom_sf(k: np.ndarray, n: int, prob: float) -> np.ndarray:
 
 
 def wald_interval(counts: np.ndarray, variances: np.ndarray, n: int, confidence: float = 0.95,
-                  simultaneous: bool = False, family_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(low, high) count bounds, clipped to [0, n] (``family_size`` as in ``exact_small_counts``)."""
+                  simultaneous: bool = False, family_size: int | None = None,
+                  z: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) count bounds, clipped to [0, n] (``family_size`` as in ``exact_small_counts``;
+    ``z``: the quantile to use, by default ``z_value`` of the level)."""
     counts = np.asarray(counts, dtype=np.float64)
-    z = z_value(confidence, (counts.shape[0] if family_size is None else family_size) if simultaneous else 1)
+    if z is None:
+        z = z_value(confidence, (counts.shape[0] if family_size is None else family_size) if simultaneous else 1)
     half = z * np.sqrt(np.maximum(np.asarray(variances, dtype=np.float64), 0.0))
     return np.clip(counts - half, 0, n), np.clip(counts + half, 0, n)

@@ -57,11 +57,30 @@ def test_columns_print_the_dataframe_bytes_for_every_protocol(spec) -> None:  # 
             continue
         pd.testing.assert_frame_equal(cols.to_frame(), frame)
         assert cols.to_frame().attrs == frame.attrs
+        table = estimate_frame(spec, sketch, columns=True, digits="table", **options)
         for top in (None, 3):
             a = frame if top is None else largest(frame, top)
             b = cols if top is None else largest(cols, top)
             for fmt in ("table", "csv", "json"):
                 assert format_frame(b, fmt) == format_frame(a, fmt), (spec.name, options, top, fmt)
+            shown = table if top is None else largest(table, top)
+            assert format_frame(shown, "table") == format_frame(a, "table"), (spec.name, options, top)
+
+
+@pytest.mark.parametrize("error", ["tail", "z"])
+def test_table_digits_fall_back_to_scipy_where_the_bounds_leave_a_cell_open(error: str, monkeypatch) -> None:
+    """With error bounds too wide to decide anything, every cell (and every detection) comes
+    from the exact path, so the table is still the DataFrame's."""
+    from estimators import tails
+
+    monkeypatch.setattr(tails, "TAIL_REL_ERROR" if error == "tail" else "Z_REL_ERROR", 0.5)
+    spec = next(p.values[0] for p in _metrics() if p.values[0].protocol == "hr")
+    sketch = _sketch(spec, 3000, 7)
+    frame = estimate_frame(spec, sketch, rows_wanted=(0, 10))
+    table = estimate_frame(spec, sketch, rows_wanted=(0, 10), columns=True, digits="table")
+    assert format_frame(table, "table") == format_frame(frame, "table")
+    if error == "tail":   # the exact p-values were used for every row shown
+        np.testing.assert_array_equal(table["p_value"], frame["p_value"].to_numpy())
 
 
 def _random_columns(rng: np.random.Generator, n: int, labels: bool) -> Columns:
