@@ -113,8 +113,9 @@ def binomial_upper_tails(s: np.ndarray, n: int, q: float) -> tuple[np.ndarray, f
         return None
     k = np.arange(lo, hi + 1)
     pmf = np.exp(_log_pmf(k, n, q))
-    tail = np.minimum(np.cumsum(pmf[::-1])[::-1], 1.0)     # P(X ≥ k) over the band
-    inside = np.clip(s - lo, 0, tail.shape[0] - 1)
-    out = np.where(s <= lo, 1.0, np.where(s > hi, 0.0, tail[inside]))
+    # P(X ≥ k) over the band, then 0 past it; 1 at the band's start and below (one gather)
+    tail = np.append(np.minimum(np.cumsum(pmf[::-1])[::-1], 1.0), 0.0)
+    tail[0] = 1.0
+    out = tail[np.clip(s - lo, 0, tail.shape[0] - 1)]
     # Loader's terms and scipy's answer, plus the summation: at most (band) additions of ε each
     return out, TAIL_REL_ERROR + 4.0 * tail.shape[0] * np.finfo(np.float64).eps
