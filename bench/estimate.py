@@ -80,7 +80,8 @@ mark("import the command (click, cli, query layer, stores)")
 from client_sdk.registry import load_registry
 spec = load_registry(sys.argv[1]).get(sys.argv[2])
 spec.fingerprint
-impl = spec.protocol_impl
+from sketches import server_half
+impl = server_half(spec)
 mark("registry load (numbered domain), protocol")
 from collector.storage.sqlite import open_store
 store = open_store(sys.argv[3], create=False)

@@ -21,6 +21,7 @@ from conformance import golden
 from estimators.columns import Columns
 from estimators.frequency import estimate_frame
 from estimators.simulation import draw_population, encode_population
+from sketches import server_half
 
 
 def _metrics() -> list:
@@ -37,7 +38,7 @@ def _sketch(spec, clients: int, seed: int):  # noqa: ANN001, ANN202
     rng = np.random.default_rng(seed)
     law = "uniform" if spec.kind is Kind.NUMERIC else "zipf:1.1"
     population = draw_population(spec, clients, law, rng)
-    proto = spec.protocol_impl
+    proto = server_half(spec)
     sketch = proto.new_sketch()
     for _, payloads in encode_population(spec, population, rng):
         proto.accumulate(sketch, payloads)
