@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Sequence
 
 __all__ = ["BinaryHTTPError", "Request", "Response", "decode_request", "decode_response",
-           "encode_request", "encode_response", "encode_varint"]
+           "encode_request", "encode_response", "encode_varint", "request_head"]
 
 KNOWN_LENGTH_REQUEST = 0
 KNOWN_LENGTH_RESPONSE = 1
@@ -155,13 +155,19 @@ def _check_padding(reader: _Reader) -> None:
 
 
 # --- requests ----------------------------------------------------------------------------------------
-def encode_request(request: Request, padded_length: int | None = None) -> bytes:
-    """Known-length encoding of ``request``, zero-padded to ``padded_length`` bytes if given."""
+def request_head(request: Request) -> bytes:
+    """The encoding of ``request`` before its content: framing indicator, control data, header section."""
     out = bytearray(encode_varint(KNOWN_LENGTH_REQUEST))
     for part in (request.method, request.scheme, request.authority, request.path):
         raw = part.encode("ascii")
         out += encode_varint(len(raw)) + raw
     out += _fields(request.headers)
+    return bytes(out)
+
+
+def encode_request(request: Request, padded_length: int | None = None) -> bytes:
+    """Known-length encoding of ``request``, zero-padded to ``padded_length`` bytes if given."""
+    out = bytearray(request_head(request))
     out += encode_varint(len(request.content)) + request.content
     out += encode_varint(0)  # no trailers
     return _pad(bytes(out), padded_length)

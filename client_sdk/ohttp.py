@@ -221,32 +221,44 @@ def seal_request(config: KeyConfig, message: bytes, *, ephemeral_key: bytes | No
     ``ephemeral_key`` (the 32-byte X25519 private key skE) is for test vectors only; in
     production it is None and pyhpke draws a fresh key from the OS CSPRNG per request.
     """
-    if not config.supported:
-        raise OhttpError(f"key configuration {config.key_id} is not DHKEM(X25519)/HKDF-SHA256/AES-128-GCM")
+    recipient = _recipient(config)
     suite = _suite()
-    pkr = _public_key(config.public_key)
-    header = _header(config.key_id)
     eks = None
     if ephemeral_key is not None:
         h = _hpke()
         sk = suite.kem.deserialize_private_key(ephemeral_key)
         eks = h.KEMKeyPair(sk, suite.kem.deserialize_public_key(_x25519_public(ephemeral_key)))
-    enc, ctx = suite.create_sender_context(pkr, _info(header), eks=eks)
+    enc, ctx = suite.create_sender_context(recipient.public_key, recipient.info, eks=eks)
     ct = ctx.seal(message)
     secret = ctx.export(RESPONSE_LABEL, RESPONSE_NONCE_BYTES)
-    return SealedRequest(header + enc + ct, enc, secret, config.key_id)
+    return SealedRequest(b"".join((recipient.header, enc, ct)), enc, secret, config.key_id)
 
 
-_PK_CACHE: dict[bytes, Any] = {}
+@dataclasses.dataclass(frozen=True)
+class _Recipient:
+    """What sealing to one key configuration needs that no batch changes: pyhpke's
+    deserialised public key, the request header (hdr) and the HPKE info built from it."""
+
+    public_key: Any
+    header: bytes
+    info: bytes
 
 
-def _public_key(raw: bytes) -> Any:
-    key = _PK_CACHE.get(raw)
-    if key is None:
-        if len(_PK_CACHE) > 16:
-            _PK_CACHE.clear()
-        key = _PK_CACHE[raw] = _suite().kem.deserialize_public_key(raw)
-    return key
+_RECIPIENTS: dict[KeyConfig, _Recipient] = {}
+
+
+def _recipient(config: KeyConfig) -> _Recipient:
+    """The cached ``_Recipient`` of ``config`` (OhttpError for a suite this SDK cannot seal to)."""
+    recipient = _RECIPIENTS.get(config)
+    if recipient is None:
+        if not config.supported:
+            raise OhttpError(f"key configuration {config.key_id} is not DHKEM(X25519)/HKDF-SHA256/AES-128-GCM")
+        if len(_RECIPIENTS) > 16:       # a few keys live at once (rotation with overlap)
+            _RECIPIENTS.clear()
+        header = _header(config.key_id)
+        recipient = _RECIPIENTS[config] = _Recipient(
+            _suite().kem.deserialize_public_key(config.public_key), header, _info(header))
+    return recipient
 
 
 def _x25519_public(private: bytes) -> bytes:
@@ -375,9 +387,17 @@ def seal_response(opened: OpenedRequest | SealedRequest, message: bytes, *,
 # --- ldp-telemetry's inner request ----------------------------------------------------------------------
 def inner_request(batch: bytes) -> bytes:
     """The padded Binary HTTP request that carries a wire-format batch (docs/wire-format.md)."""
-    req = bhttp.Request("POST", "https", "", INNER_PATH, (("content-type", INNER_CONTENT_TYPE),), batch)
-    raw = bhttp.encode_request(req)
-    return bhttp.encode_request(req, padded_length(len(raw)))
+    # bhttp.encode_request(req, padded_length(...)) byte for byte (tests/test_sealed_wire.py):
+    # the head (framing, control data, the one header) never changes, then the content's
+    # length and the content, then the empty trailer section (one zero byte) and the zero
+    # padding — one run of zeros.
+    length = bhttp.encode_varint(len(batch))
+    size = len(_INNER_HEAD) + len(length) + len(batch)
+    return b"".join((_INNER_HEAD, length, batch, bytes(padded_length(size + 1) - size)))
+
+
+_INNER_HEAD = bhttp.request_head(bhttp.Request("POST", "https", "", INNER_PATH,
+                                               (("content-type", INNER_CONTENT_TYPE),)))
 
 
 def inner_response(status: int, headers: Sequence[tuple[str, str]], body: bytes) -> bytes:

@@ -3,6 +3,7 @@ HTTP (RFC 9292), key configurations, padding classes, and the outbox's sealed co
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -198,6 +199,22 @@ def test_padding_classes_and_envelope_lengths():
     ack = ohttp.inner_response(200, [("content-type", "application/json")], b'{"accepted": 5, "duplicate": false}')
     prob = ohttp.inner_response(422, [("content-type", "application/problem+json")], b"{" + b"x" * 400 + b"}")
     assert len(ack) == len(prob) == ohttp.RESPONSE_PAD
+
+
+def test_inner_request_is_the_padded_binary_http_encoding_of_the_batch_request():
+    # ohttp.inner_request writes a cached head and one run of zeros; it must stay byte for byte
+    # bhttp.encode_request padded to the class, across every varint length and class boundary
+    req = bhttp.Request("POST", "https", "", ohttp.INNER_PATH, (("content-type", ohttp.INNER_CONTENT_TYPE),))
+    head = len(bhttp.request_head(req))
+    sizes = {0, 1, 63, 64, 16383, 16384, 70_000}
+    for cls in ohttp.PAD_CLASSES[:4]:
+        for framing in (head + 1 + 1, head + 2 + 1, head + 4 + 1):   # head, length varint, trailer byte
+            sizes |= {cls - framing - 1, cls - framing, cls - framing + 1}
+    for size in sorted(n for n in sizes if n >= 0):
+        batch = os.urandom(size)
+        raw = bhttp.encode_request(dataclasses.replace(req, content=batch))
+        assert ohttp.inner_request(batch) == bhttp.encode_request(
+            dataclasses.replace(req, content=batch), ohttp.padded_length(len(raw))), size
 
 
 # --- the outbox keeps the envelope ----------------------------------------------------------------------------
