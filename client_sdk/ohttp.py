@@ -275,13 +275,18 @@ def _response_keys(secret: bytes, enc: bytes, response_nonce: bytes) -> tuple[by
     return key, nonce
 
 
+_AESGCM: list[Any] = []
+
+
 def _aesgcm(key: bytes) -> Any:
-    try:
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-    except ImportError:
-        _hpke()   # the same one-line install message
-        raise
-    return AESGCM(key)
+    if not _AESGCM:           # imported on the first open, kept (an import statement per call costs ~1 µs)
+        try:
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        except ImportError:
+            _hpke()   # the same one-line install message
+            raise
+        _AESGCM.append(AESGCM)
+    return _AESGCM[0](key)
 
 
 def open_response(sealed: SealedRequest, enc_response: bytes) -> bytes:
