@@ -463,6 +463,7 @@ def test_the_admin_port_binds_to_loopback_unless_admin_host_says_otherwise(tmp_p
     assert ServeConfig(metrics_file=tmp_path / "m.toml", host="0.0.0.0").admin_host == "127.0.0.1"
 
 
+@pytest.mark.e2e
 def test_serve_reads_its_config_file_and_names_bad_keys(tmp_path):
     write_registry(tmp_path / "metrics.toml")
     conf = tmp_path / "serve.toml"

@@ -270,6 +270,7 @@ epsilon_inf = 3.0
 """
 
 
+@pytest.mark.statistical
 def test_numeric_mean_with_epsilon_inf_is_memoised_and_charged_once_per_grid_point():
     """kind = "numeric" + epsilon_inf resolves to memoised 1BitMean: a year of a value that
     stays inside one grid step costs ε∞ once; the estimate of many devices is unbiased."""

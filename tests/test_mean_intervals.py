@@ -73,6 +73,7 @@ def _exact_coverage(spec, scenario, n: int) -> float:
     return covered
 
 
+@pytest.mark.statistical
 @pytest.mark.parametrize("protocol", ["duchi", "bitmean", "memobitmean"])
 def test_two_cell_intervals_cover_at_least_nominally(protocol):
     """Clopper–Pearson on the count of ones: exact coverage >= 0.95 in every cell (Hoeffding's

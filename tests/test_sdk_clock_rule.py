@@ -209,6 +209,7 @@ def assert_privacy_bound(charged, inserted):
 SETTINGS = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+@pytest.mark.statistical
 @SETTINGS
 @given(events)
 def test_any_clock_sequence_matches_the_model_and_keeps_the_bound(seq):
@@ -216,6 +217,7 @@ def test_any_clock_sequence_matches_the_model_and_keeps_the_bound(seq):
     assert_privacy_bound(charged, inserted)
 
 
+@pytest.mark.statistical
 @SETTINGS
 @given(st.lists(st.one_of(
     st.tuples(st.just("advance"), st.floats(0, 4 * 3600)),
@@ -230,6 +232,7 @@ def test_one_boot_gets_at_most_three_windows_a_day(seq):
             assert sum(1 for s, m in charged if m == metric and start <= s < start + DAY_SECONDS) <= 3 * rpw
 
 
+@pytest.mark.statistical
 @SETTINGS
 @given(st.lists(st.tuples(st.floats(0, 2 * DAY_SECONDS), st.sampled_from(sorted(METRICS))), max_size=60))
 def test_an_honest_clock_is_never_held_back(steps):

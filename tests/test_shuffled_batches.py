@@ -380,6 +380,7 @@ def test_sqlite_has_upsert():
     assert sqlite3.sqlite_version_info >= (3, 24)   # INSERT ... ON CONFLICT DO UPDATE
 
 
+@pytest.mark.e2e
 def test_the_sdk_drops_a_metric_refused_for_want_of_a_shuffler_and_sends_the_rest(tmp_path, caplog):
     """Plain SDK → real `ldpt serve` whose registry requires shuffling for theme: theme's reports
     are refused (403 shuffle-required), logged once, refused from then on; app's go through."""
