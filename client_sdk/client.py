@@ -41,7 +41,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ._files import atomic_write
 from ._lazy import LazyLogger, logging, numpy_types
 from .device_clock import ElapsedClock, system_elapsed
 from .errors import (
@@ -53,11 +52,12 @@ from .errors import (
     StateError,
     UnknownMetricError,
 )
+from .files import atomic_write
 from .hashing import encode_text
 from .ledger import Book, Charge, Refusal, RefusalCounts, apply, day_of
 from .options import ClientOptions
-from .protocols._longitudinal import Memoised
 from .protocols.device import Context, DeviceHalf
+from .protocols.longitudinal import Memoised
 from .queue import DiskOutbox, MemoryOutbox, OutboxLimits
 from .registry import DeviceBudget, Kind, MetricSpec, Registry, canonical_value, load_registry
 from .remote import cached_domains, check_pins, fetch_registry, registry_from_json

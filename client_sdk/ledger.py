@@ -34,7 +34,7 @@ window counts in it, or, more than ``MAX_WINDOW_AHEAD_DAYS`` before, re-dates it
 spend kept (client_sdk.device_clock; docs/privacy.md, "Clock errors").
 
 The file ``ledger.json`` holds no true value. Every update is a read-modify-write under an
-exclusive lock on ``ledger.lock`` (flock(2), or msvcrt.locking on Windows: client_sdk._files),
+exclusive lock on ``ledger.lock`` (flock(2), or msvcrt.locking on Windows: client_sdk.files),
 written by write-temp-fsync-rename, so several processes sharing the state directory never
 overspend and a crash never tears the file (a killed write's temporary file is removed when
 the ledger is next opened).
@@ -58,7 +58,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ._files import atomic_write, flocked, remove_stale_temps
 from .device_clock import (
     MAX_WINDOW_AHEAD_DAYS,  # noqa: F401 - re-exported (the ledger's rule)
     DeviceClock,
@@ -69,6 +68,7 @@ from .device_clock import (
     system_elapsed,
 )
 from .errors import LedgerError
+from .files import atomic_write, flocked, remove_stale_temps
 from .window_charge import WindowCharges, next_charge
 
 LEDGER_FILE = "ledger.json"

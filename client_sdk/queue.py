@@ -53,8 +53,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._files import atomic_write, remove_stale_temps
 from ._lazy import LazyLogger
+from .files import atomic_write, remove_stale_temps
 
 if TYPE_CHECKING:
     from .ohttp import SealedRequest

@@ -145,7 +145,7 @@ def cached_domains(cache_dir: Path | None, transport: Any = None) -> DomainResol
         values = checked_domain(metric, published, values, "GET /v1/registry")
         if path is not None and not path.exists():
             try:
-                from ._files import atomic_write
+                from .files import atomic_write
 
                 atomic_write(path, text.encode("utf-8"))
             except OSError:

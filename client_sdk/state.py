@@ -4,7 +4,7 @@ A state directory holds (mode 0700)::
 
     secret          32 random bytes, mode 0600, created atomically (never overwritten)
     ledger.json     epsilon spent per metric (client_sdk.ledger), no true value
-    ledger.lock     lock file shared by every process of the app (client_sdk._files)
+    ledger.lock     lock file shared by every process of the app (client_sdk.files)
     outbox/         randomised batches waiting for the collector (client_sdk.queue)
     opted-out       present after opt_out(): nothing is reported any more
 
@@ -30,11 +30,11 @@ import threading
 import time
 from pathlib import Path
 
-from ._files import OPEN_FLAGS, remove_stale_temps, temp_name
-from ._files import atomic_write as _atomic_write
-from ._files import fsync_dir as _fsync_dir
 from ._lazy import LazyLogger
 from .errors import LedgerError, OptedOutError, StateError
+from .files import OPEN_FLAGS, remove_stale_temps, temp_name
+from .files import atomic_write as _atomic_write
+from .files import fsync_dir as _fsync_dir
 from .hashing import derive_cohort  # noqa: F401 - re-exported: cohorts for every protocol
 from .ledger import Ledger, LedgerBase, MemoryLedger, read_ledger
 

@@ -28,7 +28,7 @@ spoofed time server can set: ``set_wall``) and the elapsed clock (real time: ``a
 ``reboot`` / ``restart`` start a new epoch) — for ``ClientOptions(clock=c, elapsed_clock=c.elapsed)``.
 Tests never sleep.
 
-``FlockMsvcrt`` gives ``client_sdk._files.ByteRangeLock`` (the Windows lock) msvcrt's
+``FlockMsvcrt`` gives ``client_sdk.files.ByteRangeLock`` (the Windows lock) msvcrt's
 contract on POSIX, so the SDK tests run the Windows locking code here as well.
 """
 

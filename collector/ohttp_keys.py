@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from client_sdk import ohttp
-from client_sdk._files import atomic_write
+from client_sdk.files import atomic_write
 
 from .config import ConfigError
 

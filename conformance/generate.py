@@ -45,9 +45,9 @@ from client_sdk.ledger import (
     window_name,
 )
 from client_sdk.options import ClientOptions
-from client_sdk.protocols import _projective as proj
 from client_sdk.protocols import discover as disc
 from client_sdk.protocols import olh as olh_mod
+from client_sdk.protocols import projective as proj
 from client_sdk.protocols.numeric import NumericProtocol
 from client_sdk.registry import canonical_value, parse_registry
 from client_sdk.state import MemoryState, ledger_key, value_digest

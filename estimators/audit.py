@@ -46,7 +46,7 @@ from scipy.special import logsumexp
 
 from client_sdk.errors import LdptError
 from client_sdk.hashing import derive_cohort
-from client_sdk.protocols._longitudinal import Memoised
+from client_sdk.protocols.longitudinal import Memoised
 from client_sdk.protocols.memobitmean import MemoBitMean
 from client_sdk.protocols.olh import OLH, hash_one
 from client_sdk.protocols.rappor import Rappor

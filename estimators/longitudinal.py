@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from client_sdk.errors import LdptError
-from client_sdk.protocols._longitudinal import Memoised
+from client_sdk.protocols.longitudinal import Memoised
 from client_sdk.randomness import as_random_source
 from client_sdk.registry import Kind, MetricSpec
 from sketches import server_half

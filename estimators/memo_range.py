@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from client_sdk.errors import EstimationError
-from client_sdk.protocols._longitudinal import Memoised
+from client_sdk.protocols.longitudinal import Memoised
 from client_sdk.registry import Kind, MetricSpec
 from sketches import server_half
 from sketches.base import Sketch

@@ -51,7 +51,7 @@ import numpy as np
 import pandas as pd
 
 from client_sdk.errors import EstimationError
-from client_sdk.protocols._unary import UnaryEncoding
+from client_sdk.protocols.unary import UnaryEncoding
 from client_sdk.registry import MetricSpec
 from sketches import server_half
 from sketches.base import PureServer, Sketch

@@ -24,7 +24,7 @@ import msgpack
 import pytest
 from aiohttp import web
 
-from client_sdk import _files
+from client_sdk import files
 from client_sdk.registry import Registry, parse_registry
 from client_sdk.testing import FakeCollector, FlockMsvcrt
 
@@ -76,8 +76,8 @@ lifetime_epsilon = 20.0
 def file_lock(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
     """Run the test with flock(2), then with msvcrt-style byte-range locking (as on Windows)."""
     if request.param == "portable":
-        monkeypatch.setattr(_files, "LOCK", _files.ByteRangeLock(FlockMsvcrt()))
-    return _files.LOCK
+        monkeypatch.setattr(files, "LOCK", files.ByteRangeLock(FlockMsvcrt()))
+    return files.LOCK
 
 
 def make_registry(text: str = REGISTRY_TOML) -> Registry:

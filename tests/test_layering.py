@@ -254,3 +254,49 @@ def test_importing_the_sdk_defers_what_it_needs_later():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split("\n")[:2] == ["client_sdk WARNING hello", "client_sdk True"]
+
+
+#: The packages of the repository: none reaches into another's private modules or names.
+PACKAGES = ("cli", "client_sdk", "collector", "conformance", "estimators", "shuffler", "sketches")
+
+
+def private_imports(path: Path, own: str, packages: tuple[str, ...] = PACKAGES) -> list[str]:
+    """``import``s in ``path`` of another package's underscore module (``pkg._mod``, ``from pkg
+    import _mod``) or underscore name (``from pkg.mod import _name``); dunders are public."""
+    def private(part: str) -> bool:
+        return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] in packages and parts[0] != own and any(map(private, parts[1:])):
+                    found.append(f"{node.lineno}: import {alias.name}")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            parts = node.module.split(".")
+            if parts[0] in packages and parts[0] != own:
+                names = [a.name for a in node.names if private(a.name)]
+                if any(map(private, parts[1:])) or names:
+                    found.append(f"{node.lineno}: from {node.module} import {', '.join(a.name for a in node.names)}")
+    return found
+
+
+def test_the_private_import_check_sees_every_form(tmp_path):
+    """Each way of naming another package's private module or name is found; one's own, dunders
+    and public names are not."""
+    (tmp_path / "m.py").write_text(
+        "import pkg._mod\nimport pkg.mod\nfrom pkg._mod import x\nfrom pkg import _mod\n"
+        "from pkg.mod import _name, y\nfrom pkg import __version__\nfrom own._mod import z\n"
+        "from .x import _y\ndef f():\n    from pkg.a._b import c\n", encoding="utf-8")
+    found = private_imports(tmp_path / "m.py", "own", ("pkg", "own"))
+    assert [f.split(":")[0] for f in found] == ["1", "3", "4", "5", "10"], found
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_package_imports_another_packages_private_names(package):
+    """A module's underscore names are its package's own (issue 29: estimators imported
+    client_sdk.protocols._longitudinal.Memoised); what another package needs has a public home."""
+    offenders = [f"{path.relative_to(ROOT).as_posix()}:{hit}" for path in package_modules(package)
+                 for hit in private_imports(path, package)]
+    assert not offenders, offenders

@@ -31,8 +31,8 @@ import numpy as np
 import pytest
 
 from client_sdk.protocols import PROTOCOL_NAMES
-from client_sdk.protocols._unary import UnaryEncoding, check_thresholds
 from client_sdk.protocols.numeric import NUMERIC_PROTOCOL_NAMES
+from client_sdk.protocols.unary import UnaryEncoding, check_thresholds
 from client_sdk.randomness import SCALE, threshold_ceil
 from sketches import build_server
 

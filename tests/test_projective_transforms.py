@@ -1,7 +1,7 @@
 """The projective transforms behind hr and OLH's linear family against their definitions.
 
 ``line_sums`` and ``line_masses`` compute, by half-spectrum DFTs over Z_g^t, what the module
-docstring of client_sdk/protocols/_projective.py defines as sums over lines; here both are
+docstring of client_sdk/protocols/projective.py defines as sums over lines; here both are
 computed the slow way, directly from the definitions, for every prime g a domain can get
 (g = 2 too, where the half spectrum is the whole of the last axis) and for domains shorter
 than g^t."""
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from client_sdk.protocols._projective import direction_codes, directions, inner, line_masses, line_sums
+from client_sdk.protocols.projective import direction_codes, directions, inner, line_masses, line_sums
 
 CASES = [(2, 5, 32), (2, 4, 11), (3, 4, 80), (3, 3, 20), (5, 3, 125), (7, 2, 40), (11, 3, 1_000), (13, 2, 169),
          (17, 2, 100)]

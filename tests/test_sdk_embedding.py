@@ -17,7 +17,7 @@ import time
 import msgpack
 import pytest
 
-from client_sdk import AsyncTelemetryClient, ClientOptions, MemoryState, RetryPolicy, TelemetryClient, _files
+from client_sdk import AsyncTelemetryClient, ClientOptions, MemoryState, RetryPolicy, TelemetryClient, files
 from client_sdk.errors import RegistryError, StateError
 from client_sdk.ledger import LEDGER_FILE
 from client_sdk.queue import MemoryOutbox, StoredBatch
@@ -67,9 +67,9 @@ sys.modules["fcntl"] = None          # import fcntl raises ImportError, as on Wi
 calls = []
 sys.modules["msvcrt"] = types.SimpleNamespace(LK_UNLCK=0, LK_NBLCK=2,
                                               locking=lambda fd, mode, n: calls.append(mode))
-from client_sdk import TelemetryClient, _files
+from client_sdk import TelemetryClient, files
 from client_sdk.registry import parse_registry
-assert _files.LOCK.name == "portable", _files.LOCK
+assert files.LOCK.name == "portable", files.LOCK
 reg = parse_registry('[metrics.crash]\\nkind = "boolean"\\nprotocol = "rr"\\nepsilon = 1.0\\n')
 class Ok:
     def post_batch(self, body):
@@ -89,11 +89,11 @@ print("ok")
 
 
 def test_default_lock_is_flock_here_and_msvcrt_without_fcntl(monkeypatch):
-    assert isinstance(_files.default_lock(), _files.FlockLock)
+    assert isinstance(files.default_lock(), files.FlockLock)
     shim = FlockMsvcrt()
     monkeypatch.setitem(sys.modules, "fcntl", None)
     monkeypatch.setitem(sys.modules, "msvcrt", shim)
-    assert isinstance(_files.default_lock(), _files.ByteRangeLock)
+    assert isinstance(files.default_lock(), files.ByteRangeLock)
 
 
 def test_byte_range_lock_excludes_a_second_handle_until_released(tmp_path):
@@ -101,7 +101,7 @@ def test_byte_range_lock_excludes_a_second_handle_until_released(tmp_path):
     waits: list[float] = []
     fake = FlockMsvcrt()
     held = os.open(path, os.O_RDWR | os.O_CREAT)
-    first = _files.ByteRangeLock(fake)
+    first = files.ByteRangeLock(fake)
     first.acquire(held)
 
     def sleep(delay: float) -> None:        # the second handle polls; the holder lets go meanwhile
@@ -109,7 +109,7 @@ def test_byte_range_lock_excludes_a_second_handle_until_released(tmp_path):
         if len(waits) == 3:
             first.release(held)
 
-    second = _files.ByteRangeLock(fake, poll=0.001, max_poll=0.004, sleep=sleep)
+    second = files.ByteRangeLock(fake, poll=0.001, max_poll=0.004, sleep=sleep)
     fd = os.open(path, os.O_RDWR)
     second.acquire(fd)                      # same process, another handle: excluded, as on Windows
     assert waits == [0.001, 0.002, 0.004]   # exponential back-off, capped
@@ -125,7 +125,7 @@ def test_byte_range_lock_raises_errors_other_than_busy(tmp_path):
             raise OSError(9, "bad file descriptor")
 
     with pytest.raises(OSError, match="bad file"):
-        _files.ByteRangeLock(Broken()).acquire(0)
+        files.ByteRangeLock(Broken()).acquire(0)
 
 
 def test_replace_retries_sharing_violations_then_gives_up(tmp_path, monkeypatch):
@@ -139,23 +139,23 @@ def test_replace_retries_sharing_violations_then_gives_up(tmp_path, monkeypatch)
             raise PermissionError(13, "sharing violation")
         real(a, b)
 
-    monkeypatch.setattr(_files.os, "replace", flaky)
+    monkeypatch.setattr(files.os, "replace", flaky)
     slept: list[float] = []
-    _files.replace(src, dst, retries=3, sleep=slept.append)
+    files.replace(src, dst, retries=3, sleep=slept.append)
     assert dst.read_bytes() == b"new" and len(slept) == 2
     failures.clear()
     src.write_bytes(b"x")
     with pytest.raises(PermissionError):
-        _files.replace(src, dst, retries=1, sleep=slept.append)
+        files.replace(src, dst, retries=1, sleep=slept.append)
 
 
 def test_atomic_write_leaves_no_temporary_when_the_replace_fails(tmp_path, monkeypatch):
     def refuse(a, b, **kw):
         raise PermissionError(13, "denied")
 
-    monkeypatch.setattr(_files, "replace", refuse)
+    monkeypatch.setattr(files, "replace", refuse)
     with pytest.raises(PermissionError):
-        _files.atomic_write(tmp_path / "f", b"data")
+        files.atomic_write(tmp_path / "f", b"data")
     assert list(tmp_path.iterdir()) == []
 
 

@@ -37,8 +37,8 @@ from .._lazy import np
 from ..errors import InvalidPayload
 from ..memo import MemoCache
 from ..randomness import SCALE, RandomLike, as_random_source, realised, threshold_floor
-from ._longitudinal import Memoised, SymmetricSecondRound, chain, check_epsilon_pair, log_ratio
 from .base import CountEstimate, Payloads, Protocol, Sketch, check_domain_and_epsilon, first_bad, require_1d
+from .longitudinal import Memoised, SymmetricSecondRound, chain, check_epsilon_pair, log_ratio
 
 #: Largest number of sampled buckets (a report is d bits in one integer).
 MAX_SAMPLED = 32

@@ -12,8 +12,8 @@ from types import ModuleType
 from typing import Any
 
 from . import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
-from ._longitudinal import check_epsilon_pair
 from .base import Protocol
+from .longitudinal import check_epsilon_pair
 from .numeric import NUMERIC_PROTOCOL_NAMES
 
 #: Protocols `auto` chooses among for a fixed categorical domain (RAPPOR needs candidates).

@@ -53,18 +53,6 @@ from ..randomness import (
     bernoulli,
 )
 from ._epsilon import log_up
-from ._projective import (
-    dimension,
-    direction_code_one,
-    direction_codes,
-    directions,
-    hyperplane,
-    inner,
-    inner_one,
-    is_prime,
-    line_sums,
-    primes,
-)
 from .base import (
     CountEstimate,
     Payloads,
@@ -79,6 +67,18 @@ from .base import (
     require_1d,
 )
 from .grr import GRROnRange
+from .projective import (
+    dimension,
+    direction_code_one,
+    direction_codes,
+    directions,
+    hyperplane,
+    inner,
+    inner_one,
+    is_prime,
+    line_sums,
+    primes,
+)
 
 #: When p*+q* > 1 (g = 2), Var[ĉ] = n q*(1−q*)/(p*−q*)² − c·(p*+q*−1)/(p*−q*) *decreases* in c,
 #: so the usual plug-in at ĉ narrows the interval exactly when ĉ overshoots. The plug-in is then

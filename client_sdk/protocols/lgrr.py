@@ -12,7 +12,7 @@ so it costs ln(P/Q). Solving P/Q = e^{ε₁} for p₂ gives
 exactly ε₁ per report; the formula published with the protocol solves
 (p₁p₂+q₁q₂)/(p₁q₂+q₁p₂) = e^{ε₁} instead, which is looser (≈ 0.92 realised for a target of 1
 at k = 10, ε∞ = 4) and wastes utility. We take the largest p₂ threshold whose realised ε is
-at most ε₁ (``_longitudinal.largest_threshold``), which agrees with the closed form to 2^-32.
+at most ε₁ (``longitudinal.largest_threshold``), which agrees with the closed form to 2^-32.
 
 Sketch, estimator, wire and validation are GRR's with p* = P, q* = Q (pure protocol).
 """
@@ -29,7 +29,10 @@ from .._lazy import np
 from ..memo import MemoCache
 from ..randomness import RandomLike, as_random_source, realised
 from ._epsilon import log_up
-from ._longitudinal import (
+from .base import Payloads, check_domain_and_epsilon
+from .grr import GRR
+from .grr import keep_threshold as grr_keep_threshold
+from .longitudinal import (
     Memoised,
     TwoRoundChain,
     chain,
@@ -40,9 +43,6 @@ from ._longitudinal import (
     log_ratio,
     pure_chain_permanent_variance,
 )
-from .base import Payloads, check_domain_and_epsilon
-from .grr import GRR
-from .grr import keep_threshold as grr_keep_threshold
 
 
 def closed_form_p2(epsilon: float, p1: float, q1: float, k: int) -> float:
@@ -162,7 +162,7 @@ class LGRR(GRRChainRounds, GRR):
         return probs
 
     def permanent_variance(self, sketch: Any, estimate: Any) -> np.ndarray:
-        """Exact for a pure chain (``_longitudinal.pure_chain_permanent_variance``)."""
+        """Exact for a pure chain (``longitudinal.pure_chain_permanent_variance``)."""
         return pure_chain_permanent_variance(self.params, estimate.n, estimate.counts)
 
     def encode(self, indices: np.ndarray, rng: RandomLike = None,

@@ -31,9 +31,9 @@ from typing import Any
 
 from .._lazy import np
 from ..randomness import RandomLike, as_random_source
-from ._longitudinal import chain, check_epsilon_pair
 from .base import Payloads
 from .lgrr import GRRChain, GRRChainRounds, closed_form_p2
+from .longitudinal import chain, check_epsilon_pair
 from .olh import (
     EAGER_CHECK_MAX_DOMAIN,
     MAX_DOMAIN,

@@ -24,15 +24,15 @@ from .._lazy import np
 from ..memo import MemoCache
 from ..randomness import SCALE, RandomLike, as_random_source, realised, threshold_ceil
 from ._epsilon import log_up
-from ._longitudinal import (
+from .base import Payloads
+from .longitudinal import (
     Memoised,
     SymmetricSecondRound,
     chain,
     check_epsilon_pair,
     pure_chain_permanent_variance,
 )
-from ._unary import MAX_ENUMERATED_D, UnaryEncoding, check_thresholds, pack_bits
-from .base import Payloads
+from .unary import MAX_ENUMERATED_D, UnaryEncoding, check_thresholds, pack_bits
 
 
 def closed_form_p2(epsilon: float, epsilon_inf: float) -> float:
@@ -121,7 +121,7 @@ class LOSUE(Memoised, UnaryEncoding):
         return np.where(bits == 1, one, 1.0 - one).prod(axis=1)
 
     def permanent_variance(self, sketch: Any, estimate: Any) -> np.ndarray:
-        """Exact for a pure chain (``_longitudinal.pure_chain_permanent_variance``)."""
+        """Exact for a pure chain (``longitudinal.pure_chain_permanent_variance``)."""
         return pure_chain_permanent_variance(self.params, estimate.n, estimate.counts)
 
     def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:

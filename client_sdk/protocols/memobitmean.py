@@ -33,9 +33,9 @@ from ..hashing import check_secret
 from ..memo import MemoCache, MemoWords
 from ..randomness import SCALE, RandomLike, as_random_source
 from ._epsilon import log_up
-from ._longitudinal import Memoised, check_epsilon_pair, largest_threshold
 from .base import Payloads
 from .duchi import DuchiParams
+from .longitudinal import Memoised, check_epsilon_pair, largest_threshold
 from .numeric import SCALE64, NumericProtocol, check_grid_and_epsilon, words64
 
 #: Grid steps by default: fewer grid points, fewer distinct memoised responses (lifetime charge).

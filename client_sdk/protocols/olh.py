@@ -54,7 +54,7 @@ O(m·g·d²) and limits this ("random") family to d <= MAX_DOMAIN.
 
 Linear family (``hash_family = "linear"``, the default above MAX_DOMAIN). With g prime and
 t = ⌈log_g d⌉, cohort s hashes by H_s(v) = ⟨a_s, v⟩ mod g, a_s the s-th projective point of
-F_g^t (client_sdk.protocols._projective), so m = (g^t−1)/(g−1) is fixed by (d, g) and the
+F_g^t (client_sdk.protocols.projective), so m = (g^t−1)/(g−1) is fixed by (d, g) and the
 sketch has about g^t cells. Then Φ is a convolution over the group Z_g^t whose eigenvalues are
 g^(t−1)·(n_s/n) (one per cohort, each for the g−1 characters on its line) and g^(t−1) for the
 trivial one, and the same weighted least squares solves in closed form (docs/protocols-olh.md):
@@ -85,7 +85,7 @@ from ..randomness import (
     as_random_source,
     bernoulli,
 )
-from . import _projective as proj
+from . import projective as proj
 from ._epsilon import log_up
 from .base import (
     CountEstimate,

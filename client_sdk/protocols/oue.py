@@ -1,13 +1,13 @@
 """Optimised unary encoding, Wang et al. USENIX Security 2017 (docs/math.md §4).
 
-p = ½ and q = 1/(e^ε+1): one of the two variants implemented in ``_unary``.
+p = ½ and q = 1/(e^ε+1): one of the two variants implemented in ``unary``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ._unary import OUE, OUEParams
+from .unary import OUE, OUEParams
 
 __all__ = ["OUE", "OUEParams", "OPTION_KEYS", "from_options"]
 

@@ -74,8 +74,8 @@ from ..randomness import (
     threshold_floor,
 )
 from ._epsilon import log_up
-from ._unary import pack_bits
 from .base import CountEstimate, Payloads, Protocol, Sketch, first_bad, require_1d
+from .unary import pack_bits
 
 #: Registry options and their defaults (docs/rappor.md): Google's demo noise at Chrome's k.
 DEFAULT_OPTIONS: dict[str, Any] = {"bloom_bits": 128, "hashes": 2, "cohorts": 64,

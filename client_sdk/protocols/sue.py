@@ -1,13 +1,13 @@
 """Symmetric unary encoding = basic one-time RAPPOR (docs/math.md §4).
 
-p = e^{ε/2}/(e^{ε/2}+1) and q = 1−p: one of the two variants implemented in ``_unary``.
+p = e^{ε/2}/(e^{ε/2}+1) and q = 1−p: one of the two variants implemented in ``unary``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ._unary import SUE, SUEParams
+from .unary import SUE, SUEParams
 
 __all__ = ["SUE", "SUEParams", "OPTION_KEYS", "from_options"]
 
