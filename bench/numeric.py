@@ -57,7 +57,7 @@ def encode_one_latency(proto, draws: int = 20_000) -> tuple[float, float]:
     clock = time.perf_counter_ns
     for i in range(draws):
         start = clock()
-        proto.encode_one(proto.discretise_one(0.37))
+        proto.randomise(proto.discretise_one(0.37))
         times[i] = clock() - start
     return float(np.percentile(times, 50)) / 1e3, float(np.percentile(times, 99)) / 1e3
 

@@ -12,7 +12,6 @@ from client_sdk.protocols.factory import (
     AUTO_CANDIDATES,
     DEFAULT_MAX_REPORT_BYTES,
     applicable,
-    build_protocol,
     choose_numeric_protocol,
     choose_protocol,
     report_bytes,
@@ -22,6 +21,7 @@ from client_sdk.registry import MAX_NUMERIC_MAGNITUDE, MIN_NUMERIC_WIDTH
 from estimators.amplification import DEFAULT_DELTA
 from estimators.poisoning import poisoning_bound
 from estimators.shuffle_plan import DEFAULT_EPSILONS
+from sketches import build_server
 
 from .common import FiniteFloatRange, emit, output_options
 
@@ -36,7 +36,7 @@ def numeric_rows(epsilon: float, lo: float, hi: float, clients: int,
     rows = []
     for name in NUMERIC_PROTOCOL_NAMES:
         try:
-            proto = build_protocol(name, None, epsilon, dict(options or {}))
+            proto = build_server(name, None, epsilon, dict(options or {}))
         except ValueError as exc:
             rows.append({"protocol": name, "available": False, "note": str(exc)})
             continue
@@ -73,7 +73,7 @@ def plan_rows(epsilon: float, domain: int, clients: int,
         if not applicable(name, domain):
             continue
         try:
-            proto = build_protocol(name, domain, epsilon, {})
+            proto = build_server(name, domain, epsilon, {})
         except ValueError as exc:
             rows.append({"protocol": name, "available": False, "note": str(exc)})
             continue
@@ -140,7 +140,7 @@ def parse_range(ctx: click.Context, param: click.Parameter, value: str | None) -
 def discover_plan(epsilon: float, clients: int, max_length: int) -> dict:
     """Resolved defaults of a ``protocol = "discover"`` metric and its expected errors
     (docs/discovery.md): each of the L+1 groups holds clients/(L+1) reports."""
-    proto = build_protocol("discover", None, epsilon, {"max_length": max_length})
+    proto = build_server("discover", None, epsilon, {"max_length": max_length})
     par = proto.params
     from estimators.discovery import CAP_Z  # pandas/scipy: not on `ldpt --help`'s path
 
@@ -206,9 +206,9 @@ def joint_plan_rows(spec, clients: int, max_report_bytes: int = DEFAULT_MAX_REPO
 
         wv = np.asarray(w)
         var_joint = float(wv @ cov @ wv)
-        own = build_protocol(choose_protocol(size, eps, max_report_bytes), size, eps, {})
+        own = build_server(choose_protocol(size, eps, max_report_bytes), size, eps, {})
         split_eps = eps / len(joint.parts)
-        split = build_protocol(choose_protocol(size, split_eps, max_report_bytes), size, split_eps, {})
+        split = build_server(choose_protocol(size, split_eps, max_report_bytes), size, split_eps, {})
         var_own = float(own.variance(clients, clients / size))
         var_split = float(split.variance(clients, clients / size))
         rows.append({"part": part.name, "values": size, "joint_protocol": proto.name, "cells": d,

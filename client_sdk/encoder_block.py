@@ -59,7 +59,7 @@ def protocol_block(name: str, proto: Protocol | DeviceHalf) -> dict[str, Any]:
     if own is not None:
         return own()
     par: Any = proto.params
-    if name in ("rr", "grr"):
+    if name == "grr":
         return {"d": par.d, "keep_threshold": par.keep_threshold}
     if name in ("oue", "sue"):
         return {"d": par.d, "p_threshold": par.p_threshold, "q_threshold": par.q_threshold}
@@ -70,8 +70,6 @@ def protocol_block(name: str, proto: Protocol | DeviceHalf) -> dict[str, Any]:
         if par.family == "linear":
             out["t"] = par.t
         return out
-    if name == "hr":
-        return {"d": par.d, "g": par.g, "t": par.t, "m": par.m, "keep_threshold": par.keep_threshold}
     if name == "rappor":
         return {"k": par.k, "h": par.h, "m": par.m, "half_f_threshold": par.half_f_threshold,
                 "p_threshold": par.p_threshold, "q_threshold": par.q_threshold}

@@ -89,9 +89,9 @@ def sdk_reports(spec: MetricSpec, secret: bytes, value: Any, count: int) -> list
     if isinstance(proto, Memoised):
         return [proto.encode_secret_one(idx, secret, spec.name) for _ in range(count)]
     if isinstance(proto, OLH):   # the client's cohort: HMAC(secret, metric, day), new every day
-        return [proto.encode_one(idx, derive_cohort(secret, f"olh\x00{spec.name}\x00{day}", proto.cohorts))
+        return [proto.randomise(idx, derive_cohort(secret, f"olh\x00{spec.name}\x00{day}", proto.cohorts))
                 for day in range(count)]
-    return [proto.encode_one(idx) for _ in range(count)]
+    return [proto.randomise(idx) for _ in range(count)]
 
 
 def normalised(spec: MetricSpec, value: Any) -> float:

@@ -12,7 +12,6 @@ import importlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from client_sdk.protocols.base import Protocol as _Whole
 from client_sdk.protocols.device import DeviceHalf
 from client_sdk.protocols.factory import build_protocol
 
@@ -35,10 +34,10 @@ def register(device_type: type[DeviceHalf]) -> Callable[[S], S]:
 
 def server_half(of: Any) -> Any:
     """The server half of a metric (a ``MetricSpec``: its ``protocol_impl``) or of a device half,
-    built once per device half and cached on it."""
+    built once per device half and cached on it; a server half is its own."""
     device = getattr(of, "protocol_impl", of)
-    if isinstance(device, _Whole):   # not yet split: one object is both halves
-        return device
+    if isinstance(device, ServerHalf):   # a server half already (or a protocol not yet split,
+        return device                   # one object that is both halves)
     half = device.server_half_cache
     if half is None:
         kind = type(device)

@@ -69,7 +69,7 @@ def test_encode_one_samples_the_table(name):
     proto = build(name, 2.0)
     table = proto.probability_table()
     for j in (1, proto.grid - 1):
-        got = np.bincount([proto.encode_one(j) for _ in range(20_000)], minlength=proto.cells)
+        got = np.bincount([proto.randomise(j) for _ in range(20_000)], minlength=proto.cells)
         assert chi_square_p(got, table[j]) > 1e-6, (name, j)
 
 

@@ -536,7 +536,7 @@ def test_linear_family_exact_epsilon_and_collisions(d: int, eps: float) -> None:
     g, t = proto.params.g, proto.params.t
     assert (same[~np.eye(d, dtype=bool)] == (g ** (t - 1) - 1) // (g - 1)).all()
     s = proto.cohorts - 1
-    ys = [proto.encode_one(3, cohort=s)[1] for _ in range(2000)]
+    ys = [proto.randomise(3, cohort=s)[1] for _ in range(2000)]
     assert abs(np.mean(np.array(ys) == hashes[3, s]) - proto.p) < 4 * math.sqrt(proto.p * (1 - proto.p) / 2000)
 
 

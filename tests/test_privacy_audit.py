@@ -350,7 +350,7 @@ def test_quoted_epsilon_is_an_exact_upper_bound(name, d, eps):
             pytest.skip("the exact product table is enumerated for d <= 5")
         ratio = exact_worst_ratio(exact_unary_table(protocol))
     elif name == "hr":   # its float table divides p' and q' by m, a rounding the law does not have
-        ratio = Fraction(protocol.params.p) / Fraction(protocol._q_prime)
+        ratio = Fraction(protocol.params.p) / Fraction(protocol.q_prime)
     else:   # every entry is one realised probability (a multiple of 2^-32 or its exact complement)
         ratio = exact_worst_ratio(output_matrix(protocol))
     assert ratio != math.inf and exp_at_least(protocol.epsilon, ratio), (protocol.epsilon, ratio)

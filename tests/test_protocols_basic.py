@@ -421,7 +421,7 @@ def test_encode_one_samples_the_exact_mechanism(name, d):
     draws = 20_000 if name in ("rr", "grr", "hr") else 3_000
     cohort = 0 if proto.uses_cohorts else None
     for x in (0, d - 1):
-        decoded = proto.from_wire([proto.encode_one(x, cohort) for _ in range(draws)])
+        decoded = proto.from_wire([proto.randomise(x, cohort) for _ in range(draws)])
         proto.validate(decoded)
         probs = np.asarray(proto.output_probabilities(x))
         if name == "olh":  # per-cohort distribution over y
@@ -443,4 +443,4 @@ def test_encode_one_rejects_values_outside_the_domain():
         proto = build_server(name, 2 if name == "rr" else 5, 1.0, {})
         for bad in (-1, proto.domain_size):
             with pytest.raises(DomainError):
-                proto.encode_one(bad)
+                proto.randomise(bad)

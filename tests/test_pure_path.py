@@ -75,7 +75,7 @@ def _setup(name, d, eps, options, x, cohort, key):
 
 
 def _exact(proto, x, cohort, key):
-    return exact_law(lambda src: key(proto.encode_one(x, cohort, src)))
+    return exact_law(lambda src: key(proto.randomise(x, cohort, src)))
 
 
 @pytest.mark.parametrize("name, d, eps, options, x, cohort, key, table, batch", CASES)
@@ -126,7 +126,7 @@ def test_seeded_samples_of_both_paths_fit_the_exact_law(name, d, eps, options, x
     src = SeededWords(19)
     pure: dict = {}
     for _ in range(N):
-        y = key(proto.encode_one(x, cohort, src))
+        y = key(proto.randomise(x, cohort, src))
         pure[y] = pure.get(y, 0) + 1
     _chi_square(pure, law, f"{name} encode_one")
     vec: dict = {}

@@ -43,48 +43,13 @@ import math
 from fractions import Fraction
 from typing import Any
 
-from .._lazy import np, numpy_types
-from ..errors import InvalidPayload
-from ..randomness import (
-    OS_WORDS,
-    RandomLike,
-    WordSource,
-    as_random_source,
-    bernoulli,
-)
+from .._lazy import numpy_types
+from ..randomness import OS_WORDS, WordSource
 from ._epsilon import log_up
-from .base import (
-    CountEstimate,
-    Payloads,
-    PureProtocol,
-    Sketch,
-    add_cells,
-    check_domain_and_epsilon,
-    first_bad,
-    integers_from_wire,
-    pure_estimate,
-    pure_variance,
-    require_1d,
-)
+from .device import Context, DeviceHalf, check_domain_and_epsilon, pure_variance_one
 from .grr import GRROnRange
-from .projective import (
-    dimension,
-    direction_code_one,
-    direction_codes,
-    directions,
-    hyperplane,
-    inner,
-    inner_one,
-    is_prime,
-    line_sums,
-    primes,
-)
+from .projective import dimension, direction_code_one, directions, hyperplane, inner_one, is_prime, primes
 
-#: When p*+q* > 1 (g = 2), Var[ĉ] = n q*(1−q*)/(p*−q*)² − c·(p*+q*−1)/(p*−q*) *decreases* in c,
-#: so the usual plug-in at ĉ narrows the interval exactly when ĉ overshoots. The plug-in is then
-#: taken at ĉ − 3·sd₀ (sd₀ = √Var at c=0), clipped to [0, n] (it restored 95 % Bonferroni coverage
-#: for basic HR at d=64, ε=2, n=2000); for g > 2 the usual plug-in is conservative already.
-VARIANCE_SHIFT_SD = 3.0
 #: Largest output alphabet K = m·g (the sketch has K int64 counters: d = 10⁷ fits, 256 MiB).
 MAX_CELLS = 1 << 25
 #: Largest field size considered: g ≈ e^ε+1 stops mattering long before (e^ε ≈ 8,000).
@@ -169,99 +134,48 @@ def default_params(d: int, epsilon: float, max_cells: int = MAX_CELLS) -> HRPara
     return min((f for f in found if f[0] <= FIELD_TIE * best), key=lambda f: (f[1], f[0]))[2]
 
 
-class HR(PureProtocol):
+class HR(DeviceHalf):
+    """Hadamard response's device half (its server half: sketches.hr)."""
+
     name = "hr"
 
     def __init__(self, params: HRParams) -> None:
         super().__init__(params)
         self.g, self.t, self.m, self.k = params.g, params.t, params.m, params.k
         self.p, self.q = params.p, params.q_star          # p*, q* of the pure protocol
-        self._q_prime = params.q
-        self._threshold = params.keep_threshold
-
-    @property
-    def cell_shape(self) -> tuple[int, ...]:
-        return (self.k,)
+        self.q_prime = params.q                            # q': P(another residue) of the GRR step
+        self.keep_threshold = params.keep_threshold
 
     @property
     def epsilon(self) -> float:
         # Q(y|x)/Q(y|x') is at most (p'/m)/(q'/m).
-        return log_up(Fraction(self.params.p) / Fraction(self._q_prime))
+        return log_up(Fraction(self.params.p) / Fraction(self.q_prime))
 
     @property
     def payload_bits(self) -> int:
         return max(1, math.ceil(math.log2(self.k)))
 
-    def output_probabilities(self, index: int) -> np.ndarray:
-        """Q(y | x) over y = s·g + b: p'/m where b = ⟨a_s, x⟩, q'/m elsewhere."""
-        s = np.arange(self.m, dtype=np.int64)
-        h = inner(direction_codes(s, self.g, self.t), np.int64(index), self.g, self.t)
-        probs = np.full((self.m, self.g), self._q_prime / self.m)
-        probs[s, h] = self.params.p / self.m
-        return probs.ravel()
+    def encoder_block(self) -> dict[str, Any]:
+        par = self.params
+        return {"d": par.d, "g": par.g, "t": par.t, "m": par.m, "keep_threshold": par.keep_threshold}
 
-    def encode(self, indices: np.ndarray, rng: RandomLike = None,
-               cohorts: np.ndarray | None = None) -> Payloads:
-        x = self.check_indices(indices)
-        source = as_random_source(rng)
-        n, g = x.shape[0], self.g
-        s = source.below(self.m, n)                                 # direction, fresh per report
-        h = inner(direction_codes(s, g, self.t), x, g, self.t)      # ⟨a, x⟩: true residue
-        keep = bernoulli(source, self._threshold, n)
-        other = source.below(g - 1, n)
-        other += other >= h                                         # uniform over residues != h
-        return {"y": s * g + np.where(keep, h, other)}
-
-    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
-        """One report in Python integers: the same draws as ``encode``."""
-        x = self._check_index(index)
+    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
+        """One report in Python integers: the same draws as the server's vectorised ``encode``."""
+        x = self.check_index(index)
         g = self.g
         src = source or OS_WORDS
         s = src.below(self.m)
         h = inner_one(direction_code_one(s, g, self.t), x, g)
-        if src.word() < self._threshold:
+        if src.word() < self.keep_threshold:
             return s * g + h
         other = src.below(g - 1)
         return s * g + other + (other >= h)
 
-    def validate(self, payloads: Payloads) -> None:
-        y = require_1d(payloads, "y")
-        if y.ndim != 1 or (y.size and y.dtype.kind not in "iu"):
-            raise InvalidPayload("HR report must be an integer", field="y")
-        bad = (y < 0) | (y >= self.k)
-        if bad.any():
-            i = first_bad(bad)
-            raise InvalidPayload(f"value {int(y[i])} outside [0, {self.k})", index=i, field="y")
+    def encode_one(self, index: int, key: str, ctx: Context) -> int:
+        return self.randomise(index, None, ctx.words)
 
-    def accumulate(self, sketch: Sketch, payloads: Payloads) -> None:
-        add_cells(sketch, *self.flat_cells(payloads))
-
-    def flat_cells(self, payloads: Payloads) -> tuple[np.ndarray, np.ndarray]:
-        y = np.asarray(payloads["y"], dtype=np.int64)
-        return y, np.zeros(y.shape[0], dtype=np.int64)
-
-    def support_counts(self, sketch: Sketch) -> np.ndarray:
-        """S(x) = Σ_a h[a, ⟨a,x⟩] for every x by one DFT over Z_g^t (module docstring)."""
-        h = sketch.counts.sum(axis=0).reshape(self.m, self.g)
-        return np.rint(line_sums(h, self.g, self.t, self.params.d))
-
-    def estimate(self, sketch: Sketch) -> CountEstimate:
-        """Pure estimator; when p*+q* > 1 the variance is plugged in at ĉ − 3·sd₀."""
-        n = sketch.total_reports
-        support = self.support_counts(sketch)
-        counts, variances = pure_estimate(support, n, self.p, self.q)
-        if self.p + self.q > 1:
-            sd0 = math.sqrt(float(pure_variance(n, 0.0, self.p, self.q)))
-            variances = pure_variance(n, np.clip(counts - VARIANCE_SHIFT_SD * sd0, 0, n), self.p, self.q)
-        # the support counts go along: the exact small-count law needs them (one DFT, not two)
-        return CountEstimate(counts, variances, n, {"hash_range": self.g, "dimension": self.t,
-                                                    "support": support})
-
-    def to_wire(self, payloads: Payloads) -> list[Any]:
-        return np.asarray(payloads["y"], dtype=np.int64).tolist()
-
-    def from_wire(self, objects: list[Any]) -> Payloads:
-        return {"y": integers_from_wire(objects, self.k, "y")}
+    def variance(self, n: int, true_count: float) -> float:
+        return pure_variance_one(n, true_count, self.p, self.q)
 
 
 OPTION_KEYS: frozenset[str] = frozenset({"hash_range"})

@@ -15,27 +15,8 @@ import dataclasses
 import math
 from typing import Any
 
-from .._lazy import np
-from ..errors import InvalidPayload
-from ..randomness import (
-    OS_WORDS,
-    SCALE,
-    RandomLike,
-    WordSource,
-    as_random_source,
-    bernoulli,
-    realised,
-    threshold_ceil,
-)
-from .base import (
-    DirectResponse,
-    Payloads,
-    Sketch,
-    check_domain_and_epsilon,
-    first_bad,
-    integers_from_wire,
-    require_1d,
-)
+from ..randomness import OS_WORDS, SCALE, WordSource, realised, threshold_ceil
+from .device import DirectDevice, check_domain_and_epsilon
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,42 +47,15 @@ class RRParams:
         return realised(SCALE - self.keep_threshold)
 
 
-class RR(DirectResponse):
+class RR(DirectDevice):
+    """Binary RR's device half (its server half: sketches.rr)."""
+
     name = "rr"
 
-    def encode(self, indices: np.ndarray, rng: RandomLike = None,
-               cohorts: np.ndarray | None = None) -> Payloads:
-        x = self.check_indices(indices)
-        keep = bernoulli(as_random_source(rng), self._threshold, x.shape[0])
-        return {"y": np.where(keep, x, 1 - x)}
-
-    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
+    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
         """Binary RR for one value in Python integers: truthful iff u < T."""
-        x = self._check_index(index)
-        return x if (source or OS_WORDS).word() < self._threshold else 1 - x
-
-    def validate(self, payloads: Payloads) -> None:
-        y = require_1d(payloads, "y")
-        if y.ndim != 1 or y.dtype.kind not in "iu":
-            raise InvalidPayload("RR report must be the integer 0 or 1", field="y")
-        bad = (y != 0) & (y != 1)
-        if bad.any():
-            i = first_bad(bad)
-            raise InvalidPayload(f"value {int(y[i])} is not 0 or 1", index=i, field="y")
-
-    def accumulate(self, sketch: Sketch, payloads: Payloads) -> None:
-        y = np.asarray(payloads["y"], dtype=np.int64)
-        ones = int(np.count_nonzero(y))
-        sketch.counts[0] += (y.shape[0] - ones, ones)
-        sketch.reports[0] += y.shape[0]
-
-
-
-    def to_wire(self, payloads: Payloads) -> list[Any]:
-        return np.asarray(payloads["y"], dtype=np.int64).tolist()
-
-    def from_wire(self, objects: list[Any]) -> Payloads:
-        return {"y": integers_from_wire(objects, 2, "y")}
+        x = self.check_index(index)
+        return x if (source or OS_WORDS).word() < self.keep_threshold else 1 - x
 
 
 OPTION_KEYS: frozenset[str] = frozenset()
