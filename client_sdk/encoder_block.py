@@ -63,8 +63,6 @@ def protocol_block(name: str, proto: Protocol | DeviceHalf) -> dict[str, Any]:
         return {"d": par.d, "keep_threshold": par.keep_threshold}
     if name in ("oue", "sue"):
         return {"d": par.d, "p_threshold": par.p_threshold, "q_threshold": par.q_threshold}
-    if name == "ss":
-        return {"d": par.d, "s": par.s, "include_threshold": par.include_threshold}
     if name == "olh":
         out = {"d": par.d, "m": par.m, "g": par.g, "family": par.family, "keep_threshold": par.keep_threshold}
         if par.family == "linear":

@@ -333,7 +333,7 @@ def test_ss_floyd_samplers_agree_on_the_same_draws(d, eps):
     draws = np.stack([source.below(d - proto.s + i, x.size) for i in range(proto.s)])
     dense = proto._floyd_dense(x, include, draws)
     np.testing.assert_array_equal(dense, proto._floyd_sparse(x, include, draws))
-    one = [proto._floyd_one(int(x[r]), bool(include[r]), draws[:, r].tolist()) for r in range(50)]
+    one = [proto.floyd_one(int(x[r]), bool(include[r]), draws[:, r].tolist()) for r in range(50)]
     np.testing.assert_array_equal(np.stack(one), dense[:50])
 
 
@@ -342,7 +342,7 @@ def test_ss_floyd_samplers_agree_on_the_same_draws(d, eps):
 @pytest.mark.parametrize("d,eps", [(7, 1.0), (8, 0.5), (10, 1.0), (9, 2.0)])
 def test_both_ss_floyd_paths_match_output_probabilities(monkeypatch, path, d, eps):
     """SS has two batch samplers (domain bitmap / sort-based); force each on small params."""
-    from client_sdk.protocols import ss as ss_module
+    from sketches import ss as ss_module
 
     monkeypatch.setattr(ss_module, "SPARSE_RATIO", 0 if path == "sparse" else 10**9)
     proto = build("ss", d, eps)

@@ -42,7 +42,7 @@ def _case(name, d, eps, options=None, x=1, cohort=None, key=lambda w: w, table=N
 
 def _ss_key(proto):
     order = {c: i for i, c in enumerate(itertools.combinations(range(proto.params.d), proto.s))}
-    return lambda w: order[struct.unpack(f"<{proto.s}{proto._wire_char}", w)]
+    return lambda w: order[struct.unpack(f"<{proto.s}{proto.wire_char}", w)]
 
 
 CASES = [
