@@ -48,6 +48,7 @@ from .uploader import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MAX_BATCH_AGE,
     Batcher,
+    Owner,
     QueuedReport,
     RetryPolicy,
     send_batch,
@@ -160,7 +161,7 @@ class AsyncUploader:
             self._maybe_start()
         return ok
 
-    def note_refusal(self, owner: Any) -> None:
+    def note_refusal(self, owner: Owner) -> None:
         self.batcher.note_refusal(owner)
 
     def _maybe_start(self) -> None:

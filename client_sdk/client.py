@@ -645,12 +645,19 @@ class ClientCore:
             self._logged.add(key)
             log.log(level, message)
 
-    # --- the worker's callbacks (client_sdk.uploader.Owner) -----------------------------------------
+    # --- the uploader's view of the client (client_sdk.uploader.Owner): called by its worker --------
     @property
     def ledger(self) -> Any:
+        """The device's privacy ledger (the state's), charged by the uploader as it builds batches."""
         return self.state.ledger
 
-    def _drain_refusals(self) -> RefusalCounts:
+    @property
+    def elapsed_clock(self) -> ElapsedClock:
+        """The device's elapsed clock (``ClientOptions.elapsed_clock``), read by the ledger."""
+        return self._elapsed
+
+    def drain_refusals(self) -> RefusalCounts:
+        """Refusals counted on the app's threads since the last call, for the ledger (then cleared)."""
         with self._lock:
             out = [(c, reason, n) for (_, reason), (c, n) in self._refusals.items()]
             self._refusals.clear()
@@ -669,7 +676,7 @@ class ClientCore:
         with self._lock:
             self._dimensions = {k: str(v) for k, v in values.items()}
 
-    def _wire_dimensions(self) -> dict[str, str]:
+    def wire_dimensions(self) -> dict[str, str]:
         """The dimensions this device sends: the registry's declared ones, bucketed."""
         registry = self.registry
         table = None if registry is None else registry.dimension_table
@@ -678,7 +685,8 @@ class ClientCore:
         return {name: table.dimensions[name].bucket(raw) for name, raw in sorted(self._dimensions.items())
                 if name in table.dimensions}
 
-    def _accepting(self) -> bool:
+    def accepts_reports(self) -> bool:
+        """False once the app, or another process sharing its state, opted out."""
         if self._opted_out:
             return False
         if self.state.opted_out:   # another process of the app opted out
@@ -686,8 +694,8 @@ class ClientCore:
             return False
         return True
 
-    def _committed(self, items: Any, outcomes: Any, accounts: Book | None,
-                   foreign: bool = True) -> None:
+    def note_committed(self, items: Any, outcomes: Any, accounts: Book | None,
+                       foreign: bool = True) -> None:
         """The worker charged (or dropped) queued reports: update counters and the mirror.
 
         The mirror is the committed book plus the reports still queued. When every report was

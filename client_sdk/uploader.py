@@ -126,18 +126,29 @@ def from_collector(response: Response, shuffler: bool = False) -> bool:
 
 
 class Owner(TypingProtocol):
-    """What the uploader needs from a client whose reports it carries."""
+    """What the uploader needs from a client whose reports it carries (``ClientCore`` is one):
+    the only members of a client the uploader uses."""
 
-    ledger: LedgerBase
-    _elapsed: ElapsedClock            # the device's elapsed clock, read by the ledger under its lock
+    @property
+    def ledger(self) -> LedgerBase:
+        """The device's privacy ledger, charged by the uploader when it builds a batch."""
 
-    def _drain_refusals(self) -> RefusalCounts: ...
+    @property
+    def elapsed_clock(self) -> ElapsedClock:
+        """The device's elapsed clock, read by the ledger under its lock."""
 
-    def _committed(self, items: Sequence[QueuedReport], outcomes: Sequence[Refusal | str | None],
-                   accounts: Book | None, foreign: bool = True) -> None:
+    def drain_refusals(self) -> RefusalCounts:
+        """Refusals counted on the app's threads since the last call (then forgotten)."""
+
+    def note_committed(self, items: Sequence[QueuedReport], outcomes: Sequence[Refusal | str | None],
+                       accounts: Book | None, foreign: bool = True) -> None:
         """Outcome per report: None = charged (will be sent), a Refusal, or a drop reason."""
 
-    def _accepting(self) -> bool: ...
+    def accepts_reports(self) -> bool:
+        """False once the app (or another process of it) opted out: queued reports are dropped."""
+
+    def wire_dimensions(self) -> dict[str, str]:
+        """The public dimensions a batch of this owner's reports carries (``d``; none: {})."""
 
 
 class QueuedReport:
@@ -145,7 +156,7 @@ class QueuedReport:
 
     __slots__ = ("owner", "charge", "metric", "fingerprint", "payload")
 
-    def __init__(self, owner: Any, charge: Charge, metric: str, fingerprint: str, payload: Any) -> None:
+    def __init__(self, owner: Owner, charge: Charge, metric: str, fingerprint: str, payload: Any) -> None:
         self.owner = owner
         self.charge = charge
         self.metric = metric
@@ -209,7 +220,7 @@ class Batcher:
             "retries", "network_errors", "batches_rejected", "reports_rejected",
             "reports_refused_at_commit", "reports_dropped_opted_out", "ledger_errors",
             "outbox_write_errors", "queue_evicted"), 0)
-        self._dirty: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._dirty: weakref.WeakSet[Owner] = weakref.WeakSet()
         self._logged: set[Any] = set()
         self.sealer: Any = None             # client_sdk.sealing.Sealer when batches go sealed
 
@@ -221,9 +232,9 @@ class Batcher:
 
     def _evicted(self, item: QueuedReport) -> None:
         self.counters["queue_evicted"] += 1
-        item.owner._committed([item], ["evicted"], None)
+        item.owner.note_committed([item], ["evicted"], None)
 
-    def note_refusal(self, owner: Any) -> None:
+    def note_refusal(self, owner: Owner) -> None:
         """A client counted a refusal on the app's thread: write it to its ledger next cycle."""
         self._dirty.add(owner)
 
@@ -299,10 +310,10 @@ class Batcher:
         """Write refusals counted on app threads into the ledgers."""
         for owner in list(self._dirty):
             self._dirty.discard(owner)
-            refusals = owner._drain_refusals()
+            refusals = owner.drain_refusals()
             if refusals:
                 try:
-                    owner.ledger.commit([], refusals, owner._elapsed)
+                    owner.ledger.commit([], refusals, owner.elapsed_clock)
                 except (LdptError, OSError) as exc:
                     self.log_once(("ledger", type(exc)), logging.ERROR,
                                   f"ldpt: cannot write the privacy ledger: {exc}")
@@ -325,30 +336,30 @@ class Batcher:
         if not items:
             return False
         outcome: dict[int, Refusal | None | str] = {}
-        groups: dict[int, tuple[Any, list[QueuedReport]]] = {}
+        groups: dict[int, tuple[Owner, list[QueuedReport]]] = {}
         for it in items:
             groups.setdefault(id(it.owner), (it.owner, []))[1].append(it)
         for owner, its in groups.values():
-            if not owner._accepting():
+            if not owner.accepts_reports():
                 self.counters["reports_dropped_opted_out"] += len(its)
-                owner._committed(its, ["opted-out"] * len(its), None)
+                owner.note_committed(its, ["opted-out"] * len(its), None)
                 for it in its:
                     outcome[id(it)] = "opted-out"
                 continue
             self._dirty.discard(owner)
             try:
-                result = owner.ledger.commit([it.charge for it in its], owner._drain_refusals(), owner._elapsed)
+                result = owner.ledger.commit([it.charge for it in its], owner.drain_refusals(), owner.elapsed_clock)
             except (LdptError, OSError) as exc:
                 # Never send what could not be charged: drop, count, log once.
                 self.counters["ledger_errors"] += len(its)
                 self.log_once(("ledger", type(exc)), logging.ERROR,
                               f"ldpt: cannot update the privacy ledger, reports dropped: {exc}")
-                owner._committed(its, ["ledger-error"] * len(its), None)
+                owner.note_committed(its, ["ledger-error"] * len(its), None)
                 for it in its:
                     outcome[id(it)] = "ledger-error"
                 continue
             try:
-                owner._committed(its, result.outcomes, result.accounts, result.foreign)
+                owner.note_committed(its, result.outcomes, result.accounts, result.foreign)
             except Exception as exc:  # noqa: BLE001 - the charges are on disk: send what was charged
                 self.log_once(("committed", type(exc)), logging.ERROR,
                               f"ldpt: updating the client after a ledger commit failed: {exc!r}")
@@ -362,8 +373,7 @@ class Batcher:
             return False
         by_dims: dict[tuple[tuple[str, str], ...], list[QueuedReport]] = {}
         for it in accepted:  # one batch per set of public dimensions (a batch carries one `d`)
-            wire = getattr(it.owner, "_wire_dimensions", None)
-            by_dims.setdefault(tuple(wire().items()) if wire else (), []).append(it)
+            by_dims.setdefault(tuple(it.owner.wire_dimensions().items()), []).append(it)
         for dims, its in by_dims.items():
             batch_id, body = pack_batch([(it.metric, it.fingerprint, it.payload) for it in its],
                                         dimensions=dict(dims))
@@ -518,7 +528,7 @@ class Batcher:
         self._store(StoredBatch(batch_id, body, len(reports), original.created))
 
     # --- opt-out and fork -------------------------------------------------------------------------------
-    def purge(self, owner: Any, outbox_too: bool) -> int:
+    def purge(self, owner: Owner, outbox_too: bool) -> int:
         """Remove an owner's queued reports (and the whole outbox when it is the owner's)."""
         with self.lock:
             removed = self.queue.remove_if(lambda it: it.owner is owner)
@@ -591,7 +601,7 @@ class Uploader:
             self.start()
         return ok
 
-    def note_refusal(self, owner: Any) -> None:
+    def note_refusal(self, owner: Owner) -> None:
         self.batcher.note_refusal(owner)
 
     def start(self) -> None:

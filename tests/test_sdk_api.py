@@ -125,3 +125,33 @@ def test_a_disagreeing_fingerprint_or_pin_is_a_clear_error():
     newer = make_registry().to_json()
     newer["metrics"][0]["a_future_member"] = 1                   # newer collectors may add members
     assert registry_from_json(newer).get("theme")
+
+
+def test_the_uploader_uses_only_the_owner_protocol_and_the_client_implements_it():
+    """client_sdk.uploader reaches a client only through ``Owner``'s public members (no private
+    method of the client), and ``ClientCore`` implements every one with the same parameters."""
+    import ast
+    import inspect
+    from pathlib import Path
+
+    import client_sdk.uploader as uploader
+    from client_sdk.client import ClientCore
+
+    members = {n for n in vars(uploader.Owner) if not n.startswith("_")}
+    assert members == {"ledger", "elapsed_clock", "drain_refusals", "note_committed", "accepts_reports",
+                       "wire_dimensions"}
+    for name in members:
+        ours, theirs = getattr(uploader.Owner, name), getattr(ClientCore, name)
+        assert isinstance(theirs, property) == isinstance(ours, property), name
+        if not isinstance(ours, property):
+            assert list(inspect.signature(theirs).parameters) == list(inspect.signature(ours).parameters), name
+
+    def owner_expr(node: ast.AST) -> bool:   # owner, it.owner, item.owner
+        return (isinstance(node, ast.Name) and node.id == "owner") or \
+            (isinstance(node, ast.Attribute) and node.attr == "owner")
+
+    tree = ast.parse(Path(uploader.__file__).read_text(encoding="utf-8"))
+    used = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute) and owner_expr(node.value)}
+    assert used and used <= members, used - members
+    assert not any(isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+                   and node.args and owner_expr(node.args[0]) for node in ast.walk(tree))
