@@ -422,10 +422,11 @@ def forged_groups(quick: bool) -> list[list]:
     1,000 forged reports claim to be (100,000 honest reports, ε = 4, default seeds)."""
     import copy
 
-    from client_sdk.protocols.discover import bucket, fingerprint, key_bytes, truncate
+    from client_sdk.protocols.discover import fingerprint, key_bytes, truncate
     from client_sdk.registry import parse_registry
     from estimators.discovery import decode_candidates
     from estimators.simulation import Population, host_names, simulate_sketch
+    from sketches.discover import bucket
 
     length = 8 if quick else 16
     spec = parse_registry({"metrics": {"home": {"kind": "string", "protocol": "discover", "epsilon": 4.0,
@@ -694,10 +695,11 @@ def discover_deflation(quick: bool) -> list:
     import copy
 
     import estimators.discovery as discovery
-    from client_sdk.protocols.discover import bucket, fingerprint, key_bytes, truncate
+    from client_sdk.protocols.discover import fingerprint, key_bytes, truncate
     from client_sdk.registry import parse_registry
     from estimators.discovery import decode_candidates
     from estimators.simulation import Population, host_names, simulate_sketch
+    from sketches.discover import bucket
 
     length = 8 if quick else 16
     spec = parse_registry({"metrics": {"home": {"kind": "string", "protocol": "discover", "epsilon": 4.0,

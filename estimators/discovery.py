@@ -37,15 +37,9 @@ import pandas as pd
 from scipy import sparse, stats
 
 from client_sdk.errors import EstimationError
-from client_sdk.protocols.discover import (
-    FLAG_END,
-    FLAG_OPEN,
-    Discover,
-    bucket,
-    fingerprints,
-    truncate,
-)
+from client_sdk.protocols.discover import FLAG_END, FLAG_OPEN, truncate
 from sketches.base import Sketch
+from sketches.discover import DiscoverServer, bucket, fingerprints
 
 from .intervals import z_value
 from .multiple_testing import detect
@@ -89,7 +83,7 @@ def children(kept: list[Key]) -> list[Key]:
 class _Group:
     """One group's sketch rows as Z_s[y] (debiased bucket counts) and its report count."""
 
-    def __init__(self, proto: Discover, counts: np.ndarray, reports: np.ndarray) -> None:
+    def __init__(self, proto: DiscoverServer, counts: np.ndarray, reports: np.ndarray) -> None:
         par = proto.params
         self.proto = proto
         self.g, self.m = par.g, par.seeds
@@ -172,7 +166,7 @@ class _Level:
         self.group, self.fps, self.joint, self.outside_max = group, fps, joint, outside_max
 
 
-def search(proto: Discover, sketch: Sketch, *, keep: int, screen: int,
+def search(proto: DiscoverServer, sketch: Sketch, *, keep: int, screen: int,
            levels: list[_Level] | None = None) -> tuple[list[Key], np.ndarray, float]:
     """Levels 1..L (module docstring): the kept keys of level L, their level-L estimates and the
     standard error of a zero count at level L. ``levels``, when given, receives each level's
@@ -247,7 +241,7 @@ def _level_estimates(level: _Level, fps: np.ndarray) -> tuple[np.ndarray, np.nda
     return np.concatenate(out_c), np.concatenate(out_v)
 
 
-def chain_caps(proto: Discover, sketch: Sketch, levels: list[_Level], keys: list[Key]) -> np.ndarray:
+def chain_caps(proto: DiscoverServer, sketch: Sketch, levels: list[_Level], keys: list[Key]) -> np.ndarray:
     """Population-scale upper bounds on the counts of level-L ``keys`` from the selection groups.
 
     A string's count is at most that of each of its prefixes, and group ℓ−1 estimates the
@@ -274,7 +268,7 @@ def chain_caps(proto: Discover, sketch: Sketch, levels: list[_Level], keys: list
     return caps
 
 
-def group_size_test(proto: Discover, sketch: Sketch) -> tuple[float, float]:
+def group_size_test(proto: DiscoverServer, sketch: Sketch) -> tuple[float, float]:
     """(p-value of Pearson's chi-square that the group sizes are multinomial with equal
     probabilities, z of the held-out group's excess). Honest devices' groups are uniform
     (HMAC of their secret); a forger chooses its group, and an excess in the held-out group is
@@ -290,14 +284,14 @@ def group_size_test(proto: Discover, sketch: Sketch) -> tuple[float, float]:
     return float(stats.chi2.sf(chi2, par.groups - 1)), z
 
 
-def _held_group(proto: Discover, sketch: Sketch) -> _Group:
+def _held_group(proto: DiscoverServer, sketch: Sketch) -> _Group:
     """The held-out group (the last) of a sketch."""
     par = proto.params
     return _Group(proto, sketch.counts.reshape(par.groups, par.seeds, par.g)[-1],
                   sketch.reports.reshape(par.groups, par.seeds)[-1])
 
 
-def _held_out(proto: Discover, sketch: Sketch, keys: list[Key], outside_max: float) -> tuple[np.ndarray, np.ndarray, int]:
+def _held_out(proto: DiscoverServer, sketch: Sketch, keys: list[Key], outside_max: float) -> tuple[np.ndarray, np.ndarray, int]:
     """Joint estimates of ``keys`` on the held-out group and their variances.
 
     The variance adds the residual bias of the mass outside ``keys`` over the public seed set,
@@ -315,7 +309,7 @@ def _held_out(proto: Discover, sketch: Sketch, keys: list[Key], outside_max: flo
     return counts, np.diag(cov) + residual, held.n
 
 
-def discover(proto: Discover, sketch: Sketch, *, top: int | None = None, keep: int | None = None,
+def discover(proto: DiscoverServer, sketch: Sketch, *, top: int | None = None, keep: int | None = None,
              screen: int | None = None, confidence: float = 0.95, alpha: float = 0.05,
              control: str = "fwer", simultaneous: bool = False) -> pd.DataFrame:
     """The ``top`` discovered strings with held-out estimates (columns of estimators.frequency).
@@ -356,7 +350,7 @@ def key_text(key: Key) -> str:
     return text if ended else text + "\\…"
 
 
-def _search_and_hold_out(proto: Discover, sketch: Sketch, *, kept_extra: list[Key], keep: int, screen: int,
+def _search_and_hold_out(proto: DiscoverServer, sketch: Sketch, *, kept_extra: list[Key], keep: int, screen: int,
                          levels: list[_Level] | None = None, reach_rows: int = 0
                          ) -> tuple[list[Key], np.ndarray, np.ndarray, int, np.ndarray]:
     """Search, then held-out estimates of ``kept_extra`` + the kept keys (not repeated); a
@@ -391,7 +385,7 @@ def _search_and_hold_out(proto: Discover, sketch: Sketch, *, kept_extra: list[Ke
             np.concatenate(reaches) if reaches else np.zeros(0))
 
 
-def decode_candidates(proto: Discover, sketch: Sketch, candidates: list[str], *, confidence: float = 0.95,
+def decode_candidates(proto: DiscoverServer, sketch: Sketch, candidates: list[str], *, confidence: float = 0.95,
                       alpha: float = 0.05, control: str = "fwer", simultaneous: bool = False) -> pd.DataFrame:
     """Estimate a given list of strings (``--candidates``) on the held-out group.
 
@@ -440,7 +434,7 @@ def scale_to_population(counts_h: np.ndarray, var_h: np.ndarray, groups: int, n:
     return counts, var_h * groups * groups + c * (groups - 1)
 
 
-def _frame(proto: Discover, sketch: Sketch, final: list[Key], counts_h: np.ndarray, var_h: np.ndarray, n_h: int,
+def _frame(proto: DiscoverServer, sketch: Sketch, final: list[Key], counts_h: np.ndarray, var_h: np.ndarray, n_h: int,
            n: int, caps: np.ndarray, reach: np.ndarray, *, confidence: float, alpha: float, control: str,
            simultaneous: bool) -> pd.DataFrame:
     counts, variances = scale_to_population(counts_h, var_h, proto.params.groups, n)

@@ -23,7 +23,6 @@ from client_sdk.protocols.discover import (
     MAX_CELLS,
     Discover,
     DiscoverParams,
-    bucket,
     bucket_one,
     fingerprint,
     key_bytes,
@@ -33,12 +32,13 @@ from client_sdk.registry import parse_registry
 from estimators.discovery import children, decode_candidates, discover, key_text
 from estimators.simulation import DistributionError, Population, draw_population, host_names, simulate_sketch
 from sketches import server_half
+from sketches.discover import DiscoverServer, bucket
 
 SECRET = bytes(range(32))
 
 
-def small(max_length: int = 2, seeds: int = 4, g: int = 3, epsilon: float = 1.0) -> Discover:
-    return Discover(DiscoverParams(epsilon=epsilon, max_length=max_length, seeds=seeds, g=g))
+def small(max_length: int = 2, seeds: int = 4, g: int = 3, epsilon: float = 1.0) -> DiscoverServer:
+    return server_half(Discover(DiscoverParams(epsilon=epsilon, max_length=max_length, seeds=seeds, g=g)))
 
 
 def spec_of(**fields):
@@ -116,7 +116,7 @@ def test_hash_scalar_and_vector_agree_and_look_uniform():
 
 
 # --- exact audit ----------------------------------------------------------------------------------------
-def enumerated_epsilon(proto: Discover, values: list[str]) -> float:
+def enumerated_epsilon(proto: DiscoverServer, values: list[str]) -> float:
     """max over groups, outputs and value pairs of ln P(out | v) / P(out | v')."""
     dists = np.stack([proto.output_distribution(v) for v in values])  # (values, groups, outputs)
     assert np.allclose(dists.sum(axis=2), 1.0)
@@ -133,7 +133,7 @@ def test_exact_audit_matches_quoted_epsilon(epsilon, g):
     assert proto.epsilon <= epsilon
 
 
-class SeedLeak(Discover):
+class SeedLeak(DiscoverServer):
     """Negative control: the seed is chosen from the value (a per-value hash would do this)."""
 
     def output_distribution(self, value: str) -> np.ndarray:
@@ -144,7 +144,7 @@ class SeedLeak(Discover):
 
 
 def test_negative_control_fails_the_audit():
-    leak = SeedLeak(DiscoverParams(epsilon=1.0, max_length=2, seeds=4, g=3))
+    leak = SeedLeak(Discover(DiscoverParams(epsilon=1.0, max_length=2, seeds=4, g=3)))
     assert enumerated_epsilon(leak, VALUES) > leak.epsilon + 0.1
 
 
@@ -492,7 +492,7 @@ def test_consistent_is_refused_with_a_reason():
 
 
 # --- forged groups (issue 18) ----------------------------------------------------------------------------
-def _forge(proto: Discover, value: str, groups: np.ndarray) -> dict:
+def _forge(proto: DiscoverServer, value: str, groups: np.ndarray) -> dict:
     """Forged reports for ``value``, one per entry of ``groups`` (the group each claims): the
     best payload, y = H_s(key) of the group's level, seeds in turn. Each passes validation."""
     par = proto.params
