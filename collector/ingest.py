@@ -29,9 +29,10 @@ import msgpack
 from client_sdk.dimensions import RESERVED_VALUES, SEGMENT_SEP, UNKNOWN, segment_key
 from client_sdk.errors import InvalidPayload, LdptError
 from client_sdk.registry import MetricSpec, Registry
-from collector.storage.base import PendingBatch, SketchKey, sum_deltas
+from collector.storage.base import PendingBatch, SketchKey
 from sketches import server_half
 from sketches.base import Payloads, ServerHalf, Sketch
+from sketches.deltas import sum_deltas
 
 from .problems import Problem
 

@@ -199,7 +199,7 @@ def _dimensions(registry: Registry) -> dict[str, str] | None:
 def verdict(decoder: Any, body: bytes) -> str:
     """What the collector makes of one body: 'accepted N: <delta digests>' or the problem."""
     from collector.problems import Problem
-    from collector.storage.base import sum_deltas
+    from sketches.deltas import sum_deltas
 
     try:
         batch = decoder.decode(body, WINDOW)

@@ -10,7 +10,8 @@ import pytest
 
 from collector.ingest import BatchDecoder, BatchDeltas
 from collector.problems import PROBLEM_BASE, Problem
-from collector.storage.base import SketchKey, merge_deltas, sum_deltas
+from collector.storage.base import SketchKey
+from sketches.deltas import merge_deltas, sum_deltas
 
 from .collector_support import expected_sketch, make_body, wire_reports, write_registry
 

@@ -20,19 +20,16 @@ import pytest
 
 from collector.storage.base import (
     DENSE_ABSORB_SHARE,
-    SPARSE_CELL_BYTES,
     TIER_FANOUT,
     FlatRowInfo,
     PendingBatch,
     SketchKey,
-    dense_flat_bytes,
-    merge_flat,
     plan_merge,
-    sparse_delta,
     tier_of,
 )
 from collector.storage.sqlite import SQLiteStore
 from sketches import build_server
+from sketches.deltas import SPARSE_CELL_BYTES, dense_flat_bytes, merge_flat, sparse_delta
 
 ROOT = Path(__file__).resolve().parent.parent
 DSN = os.environ.get("LDPT_TEST_POSTGRES_DSN")
@@ -110,7 +107,7 @@ def test_merge_is_exact_in_either_form(seed):
     for chosen, dense_above in ((parts[:3], None), (parts[:4], 0.0), (parts, None)):
         rm, rw, cells, values = merge_flat(chosen, "test", dense_above)
         got = proto.new_sketch()
-        from collector.storage.base import add_flat
+        from sketches.deltas import add_flat
         add_flat(got, rm, rw, cells, values, "test")
         expect = proto.new_sketch()
         for _, _, c, v in chosen:

@@ -20,8 +20,9 @@ from client_sdk.uploader import pack_batch
 from collector.ingest import BatchDecoder
 from collector.problems import Problem
 from collector.segments import SegmentCap
-from collector.storage.base import SketchKey, WindowInfo, sum_deltas
+from collector.storage.base import SketchKey, WindowInfo
 from sketches import server_half
+from sketches.deltas import sum_deltas
 
 from .collector_support import wire_reports
 

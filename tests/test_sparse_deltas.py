@@ -12,15 +12,10 @@ import uuid
 import numpy as np
 import pytest
 
-from collector.storage.base import (
-    SCHEMA_VERSION,
-    PendingBatch,
-    SketchKey,
-    sparse_delta,
-    worth_sparse,
-)
+from collector.storage.base import SCHEMA_VERSION, PendingBatch, SketchKey
 from collector.storage.sqlite import SQLiteStore
 from sketches import build_server
+from sketches.deltas import sparse_delta, worth_sparse
 
 WINDOWS = ("2026-11-01", "2026-11-02")
 
@@ -118,7 +113,8 @@ def test_crowded_key_is_merged_after_the_commit_that_crowds_it(tmp_path):
     """A key's flat rows are merged right after the commit that crowds them: at most one dense
     row plus sparse rows weighing less than it (and one commit), a bounded number of rows, and
     the sum exact after every commit."""
-    from collector.storage.base import TIER_FANOUT, dense_flat_bytes
+    from collector.storage.base import TIER_FANOUT
+    from sketches.deltas import dense_flat_bytes
 
     proto = build_server("hr", 2_000, 2.0, {})  # small dense size: folds after a few commits
     rng = np.random.default_rng(5)
@@ -346,7 +342,7 @@ def test_payload_groups_go_sparse_without_a_dense_temporary(tmp_path, name, d, e
     """The collector's path: payloads summed per key at commit time. Protocols with flat cells
     build their sparse delta from the reports' cell indices (sparse_from_payloads); the stored
     counts equal a dense store's and the protocol's own accumulate, to the unit."""
-    from collector.storage.base import sparse_from_payloads, sum_deltas
+    from sketches.deltas import sparse_from_payloads, sum_deltas
 
     proto = build_server(name, d, eps, opts)
     rng = np.random.default_rng(13)
@@ -379,7 +375,7 @@ def test_a_full_window_of_many_narrow_cohorts_is_one_dense_row(tmp_path):
     """OLH at d = 10^6 has 177,156 cohorts of 11 cells: per-cohort dense rows would cost a row
     (key columns and headers) per cohort, and its full sparse form 12 bytes a cell; its sum is
     one dense flat row (8 bytes a cell), a thin window one sparse row."""
-    from collector.storage.base import dense_flat_bytes, folded_form
+    from sketches.deltas import dense_flat_bytes, folded_form
 
     proto = build_server("olh", 1_000_000, 2.0, {})
     sketch = proto.new_sketch()

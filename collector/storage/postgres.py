@@ -58,6 +58,17 @@ import numpy as np
 
 from client_sdk.errors import StoreError
 from sketches.base import Sketch
+from sketches.deltas import (
+    SparseDelta,
+    add_flat,
+    blob_to_counts,
+    counts_to_blob,
+    dense_flat_blob,
+    dense_flat_bytes,
+    merge_flat,
+    sum_deltas,
+    worth_sparse,
+)
 
 from .aio import AsyncSketchStore
 from .base import (
@@ -71,18 +82,9 @@ from .base import (
     PendingBatch,
     PruneResult,
     SketchKey,
-    SparseDelta,
     WindowInfo,
-    add_flat,
-    blob_to_counts,
-    counts_to_blob,
-    dense_flat_blob,
-    dense_flat_bytes,
-    merge_flat,
     plan_merge,
-    sum_deltas,
     wants_flat,
-    worth_sparse,
 )
 from .shuffled import (
     ShuffledBatch,

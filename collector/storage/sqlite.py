@@ -36,6 +36,17 @@ import numpy as np
 
 from client_sdk.errors import StoreError
 from sketches.base import Sketch
+from sketches.deltas import (
+    SparseDelta,
+    add_flat,
+    blob_to_counts,
+    counts_to_blob,
+    dense_flat_blob,
+    dense_flat_bytes,
+    merge_flat,
+    sum_deltas,
+    worth_sparse,
+)
 
 from .base import (
     APPLICATION_ID,
@@ -48,18 +59,9 @@ from .base import (
     PruneResult,
     SketchKey,
     SketchStore,
-    SparseDelta,
     WindowInfo,
-    add_flat,
-    blob_to_counts,
-    counts_to_blob,
-    dense_flat_blob,
-    dense_flat_bytes,
-    merge_flat,
     plan_merge,
-    sum_deltas,
     wants_flat,
-    worth_sparse,
 )
 from .shuffled import (
     ShuffledBatch,
