@@ -413,11 +413,11 @@ def load_sketch(spec: MetricSpec, db: str, windows: list[str] | None, since: str
 
 def read_candidates(path: str | None, spec: MetricSpec) -> list[str] | None:
     """Candidate strings, one per line (blank lines ignored); also accepts value,count CSV."""
+    if path is None:
+        return None
     from client_sdk.registry import Kind
     from estimators.simulation import DistributionError, read_weights_csv
 
-    if path is None:
-        return None
     if spec.kind is not Kind.STRING:
         raise click.UsageError("--candidates is only for string metrics")
     if path.endswith(".csv"):
