@@ -21,6 +21,7 @@ the machine is shared, and CPU time grows with contention.
     python bench/estimate.py                     # hr and olh, 10^6 reports, --top 20 and the default table
     python bench/estimate.py --protocols hr --profile   # the bar's command and where its CPU goes
     python bench/estimate.py --reports 3000000   # olh needs ~3 reports per cohort to fill its 177,156 cohorts
+    git archive 3f792d4 | tar -x -C /tmp/base && python bench/estimate.py --protocols hr --baseline /tmp/base
 """
 
 from __future__ import annotations
@@ -150,6 +151,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--protocols", nargs="+", default=["hr", "olh"])
     ap.add_argument("--profile", action="store_true", help="where a fresh process's CPU goes, step by step")
+    ap.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+                    help="a checkout of an older revision (git archive REV | tar -x -C DIR): its fresh "
+                         "`ldpt estimate` runs interleaved with this one's, the same command and store")
     args = ap.parse_args()
     if args.repeat < 5:
         print(f"note: --repeat {args.repeat}: the bar's median wants at least 5 runs", file=sys.stderr)
@@ -158,7 +162,7 @@ def main() -> None:
     from cli.main import main as ldpt
 
     floor = cpu(lambda: fwht(np.random.default_rng(0).standard_normal(1 << 20)), args.repeat)
-    rows = []
+    rows, compared = [], []
     with tempfile.TemporaryDirectory(prefix="ldpt-estimate-") as tmp:
         reg, db = Path(tmp) / "metrics.toml", Path(tmp) / "store.sqlite"
         reg.write_text(REGISTRY.format(d=args.d), encoding="utf-8")
@@ -181,6 +185,8 @@ def main() -> None:
                 rows.append((metric, " ".join(extra) or "(table: 1,000 rows)", f"{fresh:.3f}",
                              f"{fresh / floor:.1f}x", "met" if fresh <= 5 * floor else "not met",
                              f"{inproc:.3f}", f"{inproc / floor:.1f}x"))
+            if args.baseline is not None:
+                compared.append((metric, *interleaved(args.baseline, reg, db, metric, args.repeat)))
         parts = steps(reg, db, args.protocols, args.repeat)
         profiles = [(f"{proto}1m", profile(reg, db, f"{proto}1m", args.repeat)) for proto in args.protocols] \
             if args.profile else []
@@ -195,6 +201,9 @@ def main() -> None:
                 "\nWhat a fresh process costs before it estimates (CPU seconds, median)")
     print_table(["metric", "registry s", "store load s", "decode s", "frame (top 20) s"], parts,
                 "\nIn-process parts (CPU seconds, median)")
+    if compared:
+        print_table(["metric", f"{args.baseline} s", "this checkout s", "same output"], compared,
+                    f"\nFresh `ldpt estimate` (table), interleaved, median of {args.repeat}; {load_average()}")
     for metric, (table, imports) in profiles:
         print_table(["step", "CPU ms", "vs floor"],
                     [(step, f"{t * 1e3:.1f}", f"{t / floor:.2f}x") for step, t in table],
@@ -202,6 +211,28 @@ def main() -> None:
                     f"{args.repeat} children; {load_average()}")
         print_table(["import (python -X importtime, cumulative)", "ms"], imports,
                     "\nIts largest imports, one run (wall clock of each import, children included)")
+
+
+def interleaved(baseline: Path, reg: Path, db: Path, metric: str, repeat: int) -> tuple[str, str, str]:
+    """Median CPU seconds of a fresh table estimate from ``baseline``'s code and from this
+    checkout's, run alternately (the same contention for both), and whether they print the same."""
+    code = "import sys; from cli.main import main; sys.argv = ['ldpt'] + sys.argv[1:]; main()"
+    argv = [sys.executable, "-c", code, "estimate", "--metrics", str(reg), "--metric", metric, "--db", str(db),
+            "--silent"]
+    times: dict[Path, list[float]] = {baseline: [], ROOT: []}
+    printed: dict[Path, str] = {}
+    for _ in range(repeat):
+        for root in (baseline, ROOT):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            done = subprocess.run(argv, capture_output=True, text=True, cwd=tempfile.gettempdir(),
+                                  env=dict(os.environ, PYTHONPATH=str(root)))
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if done.returncode != 0:
+                sys.exit(f"{root}: {done.stderr.strip()[-500:]}")
+            times[root].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+            printed.setdefault(root, done.stdout)
+    return (f"{statistics.median(times[baseline]):.3f}", f"{statistics.median(times[ROOT]):.3f}",
+            "yes" if printed[baseline] == printed[ROOT] else "NO")
 
 
 def load_average() -> str:
