@@ -160,7 +160,7 @@ class FrequencyRows:
             else getattr(proto, "small_count_model", lambda _: None)(sketch)  # one-cohort OLH is GRR
         del est, support
         self.sampled = self.ones = None
-        self.p_value = self.p_bounds = self.detected = None
+        self.p_value = self.p_bounds = self.detected = self.z_scores = None
         if proto.name == "dbitflip":  # buckets seen by a random subset of devices (docs/math.md §8)
             self.sampled, self.ones = proto.bucket_totals(sketch)  # type: ignore[attr-defined]
             self.p_value = sampled_zero_count_p_values(self.ones, self.sampled,
@@ -176,7 +176,10 @@ class FrequencyRows:
             with np.errstate(divide="ignore", invalid="ignore"):
                 z = np.where(std_all > 0, shifted / std_all, np.inf * np.sign(shifted))
             del std_all, shifted
-            self.p_value = normal_sf(z)
+            if self.table:
+                self.p_value, self.p_bounds, self.detected = self._table_normal_tests(z, alpha, control)
+            if self.p_value is None:
+                self.p_value = normal_sf(z)
             del z
         if self.detected is None:
             self.detected = detect(self.p_value, alpha, control)  # Holm or Benjamini–Hochberg: over all d
@@ -197,6 +200,23 @@ class FrequencyRows:
         detected = detect(low, alpha, control)   # both procedures reject more as p-values fall
         if not np.array_equal(detected, detect(high, alpha, control)):
             return None, None, None
+        return p, (low, high), detected
+
+    def _table_normal_tests(self, z: np.ndarray, alpha: float, control: str) -> tuple:
+        """``_table_tests`` for the normal test: P(Z > z) by ``math.erfc`` where it can be at most
+        about α (only those p-values can be rejected, by Holm and Benjamini–Hochberg alike), 1
+        elsewhere until a row is shown (``_p_values`` computes the shown rows' own)."""
+        from .tails import NORMAL_ABS_ERROR, NORMAL_REL_ERROR, normal_upper_quantile, normal_upper_tails
+
+        z_alpha = normal_upper_quantile(alpha)
+        near = np.flatnonzero(~(z < z_alpha - 1e-6 * (1.0 + abs(z_alpha))))   # NaN too: P(Z > z) may be <= α
+        p = np.ones(z.shape[0])
+        p[near] = normal_upper_tails(z[near])
+        low, high = p * (1.0 - NORMAL_REL_ERROR), np.minimum(p * (1.0 + NORMAL_REL_ERROR) + NORMAL_ABS_ERROR, 1.0)
+        detected = detect(low, alpha, control)
+        if not np.array_equal(detected, detect(high, alpha, control)):
+            return None, None, None
+        self.z_scores = z            # the shown rows' p-values are computed from these
         return p, (low, high), detected
 
     def frame(self, rows: np.ndarray | slice | None) -> pd.DataFrame:
@@ -270,6 +290,15 @@ class FrequencyRows:
         from .columns import p_text
 
         low, high = pick(self.p_bounds[0]), pick(self.p_bounds[1])
+        if self.z_scores is not None:   # the normal test: the shown rows' tails, and their bounds
+            from .tails import NORMAL_ABS_ERROR, NORMAL_REL_ERROR, normal_upper_tails
+
+            p = normal_upper_tails(pick(self.z_scores))
+            low, high = p * (1.0 - NORMAL_REL_ERROR), p * (1.0 + NORMAL_REL_ERROR) + NORMAL_ABS_ERROR
+            unsure = np.flatnonzero([p_text(a) != p_text(b) for a, b in zip(low.tolist(), high.tolist())])
+            if unsure.size:
+                p[unsure] = normal_sf(pick(self.z_scores)[unsure])
+            return p
         unsure = np.flatnonzero([p_text(a) != p_text(b) for a, b in zip(low.tolist(), high.tolist())])
         if unsure.size:
             support = np.asarray(pick(self.model[0]), dtype=np.float64)[unsure]   # type: ignore[index]

@@ -68,19 +68,22 @@ def test_columns_print_the_dataframe_bytes_for_every_protocol(spec) -> None:  # 
             assert format_frame(shown, "table") == format_frame(a, "table"), (spec.name, options, top)
 
 
-@pytest.mark.parametrize("error", ["tail", "z"])
+@pytest.mark.parametrize("error", ["tail", "z", "normal"])
 def test_table_digits_fall_back_to_scipy_where_the_bounds_leave_a_cell_open(error: str, monkeypatch) -> None:
     """With error bounds too wide to decide anything, every cell (and every detection) comes
     from the exact path, so the table is still the DataFrame's."""
     from estimators import tails
 
-    monkeypatch.setattr(tails, "TAIL_REL_ERROR" if error == "tail" else "Z_REL_ERROR", 0.5)
-    spec = next(p.values[0] for p in _metrics() if p.values[0].protocol == "hr")
+    monkeypatch.setattr(tails, {"tail": "TAIL_REL_ERROR", "z": "Z_REL_ERROR", "normal": "NORMAL_REL_ERROR"}[error],
+                        0.5)
+    protocol = "olh" if error == "normal" else "hr"   # olh with cohorts: the normal test
+    spec = next(p.values[0] for p in _metrics() if p.values[0].protocol == protocol
+                and server_half(p.values[0]).params.m > (1 if protocol == "olh" else 0))
     sketch = _sketch(spec, 3000, 7)
     frame = estimate_frame(spec, sketch, rows_wanted=(0, 10))
     table = estimate_frame(spec, sketch, rows_wanted=(0, 10), columns=True, digits="table")
     assert format_frame(table, "table") == format_frame(frame, "table")
-    if error == "tail":   # the exact p-values were used for every row shown
+    if error != "z":   # the exact p-values were used for every row shown
         np.testing.assert_array_equal(table["p_value"], frame["p_value"].to_numpy())
 
 

@@ -14,12 +14,15 @@ from scipy import special
 
 from estimators.intervals import binom_sf
 from estimators.tails import (
+    NORMAL_ABS_ERROR,
+    NORMAL_REL_ERROR,
     TAIL_ABS_ERROR,
     Z_REL_ERROR,
     _bd0,
     _stirlerr,
     binomial_upper_tails,
     normal_upper_quantile,
+    normal_upper_tails,
 )
 
 
@@ -31,6 +34,14 @@ def test_normal_quantile_is_within_its_bound_of_ndtri() -> None:
             z = float(-special.ndtri(a))
             worst = max(worst, abs(normal_upper_quantile(a) - z) / z)
     assert worst <= Z_REL_ERROR / 10   # the bound has a tenfold margin over the grid's worst
+
+
+def test_normal_tails_are_within_their_bound_of_ndtr() -> None:
+    z = np.r_[np.linspace(-40, 40, 20001), -0.70710678, 0.70710678, 0.0, np.inf, -np.inf, np.nan]
+    p, ref = normal_upper_tails(z), special.ndtr(-z)
+    np.testing.assert_array_equal(np.isnan(p), np.isnan(ref))
+    ok = ~np.isnan(ref)
+    assert np.all(np.abs(p - ref)[ok] <= NORMAL_REL_ERROR / 100 * ref[ok] + NORMAL_ABS_ERROR)
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 17, 100, 1_500, 12_345, 10 ** 5, 10 ** 6, 3 * 10 ** 6])
