@@ -131,12 +131,31 @@ def cpu(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
+#: The environment of every measured child: bytecode cached (in a directory of the bench's own,
+#: warmed by a first unmeasured run), as an installed `ldpt` runs — pip compiles a package's
+#: modules when it installs them. A shell with PYTHONDONTWRITEBYTECODE=1 (as this project's
+#: sessions run) otherwise compiles every project module from source at each start, 0.1–0.3 s
+#: more of CPU; ``--compile-each-run`` measures that way.
+CHILD_ENV = dict(os.environ)
+
+
+def child_env(compile_each_run: bool, cache_dir: Path) -> None:
+    """Set ``CHILD_ENV`` for the run: cached bytecode under ``cache_dir`` unless ``compile_each_run``."""
+    CHILD_ENV.clear()
+    CHILD_ENV.update(os.environ)
+    if not compile_each_run:
+        CHILD_ENV.pop("PYTHONDONTWRITEBYTECODE", None)
+        CHILD_ENV["PYTHONPYCACHEPREFIX"] = str(cache_dir)
+
+
 def child_cpu(argv: list[str], repeat: int) -> float:
-    """Median CPU seconds (user + system) of ``argv`` run as a fresh process."""
+    """Median CPU seconds (user + system) of ``argv`` run as a fresh process (after one
+    unmeasured run that writes its bytecode caches)."""
+    subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=CHILD_ENV)
     times = []
     for _ in range(repeat):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+        done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=CHILD_ENV)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if done.returncode != 0:
             sys.exit(f"{' '.join(argv)} failed: {done.stderr.strip()[-500:]}")
@@ -151,6 +170,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--protocols", nargs="+", default=["hr", "olh"])
     ap.add_argument("--profile", action="store_true", help="where a fresh process's CPU goes, step by step")
+    ap.add_argument("--compile-each-run", action="store_true",
+                    help="children without bytecode caches (as under PYTHONDONTWRITEBYTECODE=1): every "
+                         "project module compiled from source at each start")
     ap.add_argument("--baseline", type=Path, default=None, metavar="DIR",
                     help="a checkout of an older revision (git archive REV | tar -x -C DIR): its fresh "
                          "`ldpt estimate` runs interleaved with this one's, the same command and store")
@@ -164,6 +186,7 @@ def main() -> None:
     floor = cpu(lambda: fwht(np.random.default_rng(0).standard_normal(1 << 20)), args.repeat)
     rows, compared = [], []
     with tempfile.TemporaryDirectory(prefix="ldpt-estimate-") as tmp:
+        child_env(args.compile_each_run, Path(tmp) / "pycache")
         reg, db = Path(tmp) / "metrics.toml", Path(tmp) / "store.sqlite"
         reg.write_text(REGISTRY.format(d=args.d), encoding="utf-8")
         runner = CliRunner()
@@ -190,10 +213,12 @@ def main() -> None:
         parts = steps(reg, db, args.protocols, args.repeat)
         profiles = [(f"{proto}1m", profile(reg, db, f"{proto}1m", args.repeat)) for proto in args.protocols] \
             if args.profile else []
+        imports = [(what, child_cpu([sys.executable, "-c", code], args.repeat)) for what, code in IMPORT_FLOORS]
     # what a fresh process pays before any work: the interpreter and the imports an estimate needs
-    imports = [(what, child_cpu([sys.executable, "-c", code], args.repeat)) for what, code in IMPORT_FLOORS]
     print(f"\n`ldpt estimate`, d = {args.d:,}, {args.reports:,} reports per metric, SQLite; CPU seconds, median of "
-          f"{args.repeat}; floor: numpy FWHT of 2^20 = {floor * 1e3:.1f} ms; {load_average()}")
+          f"{args.repeat}; floor: numpy FWHT of 2^20 = {floor * 1e3:.1f} ms; {load_average()}; children "
+          + ("compile every module at each start (--compile-each-run)" if args.compile_each_run
+             else "with bytecode caches, as an installed ldpt"))
     print_table(["metric", "output", "fresh process s", "vs floor (bar <= 5x)", "bar", "in process s",
                  "vs floor"], rows)
     print_table(["fresh process", "CPU s", "vs floor"],
@@ -221,11 +246,13 @@ def interleaved(baseline: Path, reg: Path, db: Path, metric: str, repeat: int) -
             "--silent"]
     times: dict[Path, list[float]] = {baseline: [], ROOT: []}
     printed: dict[Path, str] = {}
+    for root in (baseline, ROOT):   # bytecode caches written, unmeasured
+        subprocess.run(argv, capture_output=True, cwd=tempfile.gettempdir(), env=dict(CHILD_ENV, PYTHONPATH=str(root)))
     for _ in range(repeat):
         for root in (baseline, ROOT):
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             done = subprocess.run(argv, capture_output=True, text=True, cwd=tempfile.gettempdir(),
-                                  env=dict(os.environ, PYTHONPATH=str(root)))
+                                  env=dict(CHILD_ENV, PYTHONPATH=str(root)))
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             if done.returncode != 0:
                 sys.exit(f"{root}: {done.stderr.strip()[-500:]}")
@@ -246,9 +273,11 @@ def profile(reg: Path, db: Path, metric: str, repeat: int) -> tuple[list[tuple[s
     interpreter's start measured as ``python -c pass``), and the largest top-level imports of
     the real command by ``-X importtime``."""
     runs = []
-    for _ in range(repeat):
+    for i in range(repeat + 1):   # the first writes the bytecode caches, unmeasured
         done = subprocess.run([sys.executable, "-c", PROFILE_CHILD, str(reg), metric, str(db)], capture_output=True,
-                              text=True, cwd=ROOT, check=True)
+                              text=True, cwd=ROOT, check=True, env=CHILD_ENV)
+        if not i:
+            continue
         out = json.loads(done.stdout.splitlines()[-1])
         marks = out["marks"]
         runs.append([(name, t - marks[i - 1][1]) for i, (name, t) in enumerate(marks) if i])
@@ -262,7 +291,7 @@ def profile(reg: Path, db: Path, metric: str, repeat: int) -> tuple[list[tuple[s
     argv = [sys.executable, "-X", "importtime", "-c",
             "import sys; from cli.main import main; sys.argv = ['ldpt'] + sys.argv[1:]; main()",
             "estimate", "--metrics", str(reg), "--metric", metric, "--db", str(db), "--silent"]
-    err = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT).stderr
+    err = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=CHILD_ENV).stderr
     top = []
     for line in err.splitlines():
         parts = line.split("|")
