@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from client_sdk.protocols import projective as P
 from client_sdk.protocols.projective import direction_codes, directions, inner, line_masses, line_sums
 
 CASES = [(2, 5, 32), (2, 4, 11), (3, 4, 80), (3, 3, 20), (5, 3, 125), (7, 2, 40), (11, 3, 1_000), (13, 2, 169),
@@ -44,3 +45,18 @@ def test_line_masses_are_masses_on_lines(g: int, t: int, d: int) -> None:
     got = line_masses(c, g, t)
     assert got.shape == want.shape and got.dtype == np.float64
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-9 * c.sum())
+
+
+@pytest.mark.parametrize("g,t", [(2, 1), (2, 5), (3, 4), (5, 3), (7, 2), (11, 3), (13, 2)])
+def test_multiples_are_every_multiple_of_every_direction(g: int, t: int) -> None:
+    """The block-by-block table equals k·a_s computed digit by digit from each direction's code."""
+    m = P.directions(g, t)
+    codes = P.direction_codes(np.arange(m, dtype=np.int64), g, t)
+    digits = [(codes // g ** i) % g for i in range(t)]
+    expected = np.zeros((m, g), dtype=np.int64)
+    for k in range(1, g):
+        for i, digit in enumerate(digits):
+            expected[:, k] += (k * digit % g) * g ** i
+    got = P.multiples(g, t)
+    assert np.array_equal(got, expected)
+    assert sorted(got[:, 1:].ravel().tolist()) == list(range(1, g ** t))

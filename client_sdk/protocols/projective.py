@@ -113,15 +113,24 @@ def inner_one(u: int, x: int, g: int) -> int:
 def multiples(g: int, t: int) -> np.ndarray:
     """idx[s, k] = code of k·a_s (digit-wise mod g), shape (m, g); idx[:, 0] = 0.
 
-    The entries idx[:, 1:] enumerate every nonzero vector of F_g^t exactly once.
+    The entries idx[:, 1:] enumerate every nonzero vector of F_g^t exactly once. Built a block of
+    directions at a time: block j holds a = e_j + r with r < g^j (``direction_codes``), so
+    k·a = k·g^j + M_k(r), and M_k over r < g^(j+1) follows from M_k over r < g^j digit by digit,
+    M_k(r) = M_k(r div g)·g + (k·(r mod g) mod g), for every k at once — m·g writes instead of
+    t·g passes over the whole (m, g) table (at g^t = 1.8·10⁶: ~4x faster, docs/benchmarks.md).
     """
     m = directions(g, t)
-    codes = direction_codes(np.arange(m, dtype=np.int64), g, t)
-    digits = [(codes // g ** i) % g for i in range(t)]
-    idx = np.zeros((m, g), dtype=np.int64)
-    for k in range(1, g):
-        for i, digit in enumerate(digits):
-            idx[:, k] += (k * digit % g) * g ** i
+    idx = np.empty((m, g), dtype=np.int64)
+    ks = np.arange(g, dtype=np.int64)
+    digit_products = (ks[:, None] * ks[None, :]) % g           # [k, digit] = k·digit mod g
+    low = np.zeros((g, 1), dtype=np.int64)                      # M_k(r) for r < g^0, per k
+    start = 0
+    for j in range(t):
+        size = g ** j
+        idx[start:start + size] = ks[None, :] * size + low.T    # k·(e_j + r) = k·g^j + M_k(r)
+        start += size
+        if j + 1 < t:
+            low = (low[:, :, None] * g + digit_products[:, None, :]).reshape(g, -1)
     idx.setflags(write=False)
     return idx
 
