@@ -68,9 +68,6 @@ def protocol_block(name: str, proto: Protocol | DeviceHalf) -> dict[str, Any]:
         if par.family == "linear":
             out["t"] = par.t
         return out
-    if name == "rappor":
-        return {"k": par.k, "h": par.h, "m": par.m, "half_f_threshold": par.half_f_threshold,
-                "p_threshold": par.p_threshold, "q_threshold": par.q_threshold}
     if name == "lgrr":
         return {"d": par.d, "p1_threshold": par.p1_threshold, "p2_threshold": par.p2_threshold}
     if name == "losue":

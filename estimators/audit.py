@@ -49,9 +49,9 @@ from client_sdk.hashing import derive_cohort
 from client_sdk.protocols.longitudinal import Memoised
 from client_sdk.protocols.memobitmean import MemoBitMean
 from client_sdk.protocols.olh import OLH, hash_one
-from client_sdk.protocols.rappor import Rappor
 from client_sdk.registry import Kind, MetricSpec
 from sketches import server_half
+from sketches.rappor import RapporServer
 
 #: Protocols the attacker has a likelihood for.
 SUPPORTED = ("rr", "grr", "olh", "oue", "sue", "rappor", "lgrr", "losue", "loloha", "dbitflip", "memobitmean")
@@ -135,7 +135,7 @@ def chain_for(spec: MetricSpec, value: Any, cohort: int | None) -> Chain:
     pr = proto.params
     name = proto.name
     if name == "rappor":
-        assert isinstance(proto, Rappor)
+        assert isinstance(proto, RapporServer)
         bloom = proto._bloom_row(int(cohort or 0), value)   # noqa: SLF001 - the public hash of a candidate
         half = pr.f_realised / 2
         return Chain("bit", np.where(bloom, 1 - half, half), pr.q_realised, pr.p_realised)

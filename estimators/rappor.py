@@ -76,6 +76,7 @@ from client_sdk.errors import EstimationError
 from client_sdk.hashing import bloom_positions
 from client_sdk.protocols.rappor import Rappor, RapporParams
 from sketches.base import Sketch
+from sketches.rappor import RapporServer
 
 from .intervals import wald_interval, z_value
 from .multiple_testing import check_control, detect, last_step_level
@@ -172,8 +173,8 @@ def sample_sketch(params: RapporParams, candidates: CandidateMap, proportions: n
     return Sketch(rng.binomial(reports[:, None], lam).astype(np.int64), reports.astype(np.int64))
 
 
-def params_of(params_or_protocol: RapporParams | Rappor) -> RapporParams:
-    if isinstance(params_or_protocol, Rappor):
+def params_of(params_or_protocol: RapporParams | Rappor | RapporServer) -> RapporParams:
+    if isinstance(params_or_protocol, (Rappor, RapporServer)):
         return params_or_protocol.params
     if isinstance(params_or_protocol, RapporParams):
         return params_or_protocol
@@ -333,7 +334,7 @@ def _aliases(x: sparse.csc_matrix) -> np.ndarray:
     return first[inverse.reshape(-1)]
 
 
-def decode(sketch: Sketch, params_or_protocol: RapporParams | Rappor,
+def decode(sketch: Sketch, params_or_protocol: RapporParams | Rappor | RapporServer,
            candidates: Sequence[str] | CandidateMap, *, confidence: float = 0.95,
            control: str = "fwer", alpha: float = 0.05, simultaneous: bool = False,
            support_alpha: float = SUPPORT_ALPHA) -> pd.DataFrame:

@@ -27,13 +27,14 @@ from client_sdk.protocols.rappor import Rappor, RapporParams, from_options, wors
 from client_sdk.randomness import SCALE
 from client_sdk.registry import parse_registry
 from sketches import build_server, server_half
+from sketches.rappor import RapporServer
 
 SECRET = bytes(range(32))
 RELATIVE_SLACK = 1e-9
 
 
-def small(k: int = 4, h: int = 2, m: int = 1, f: float = 0.5, p: float = 0.5, q: float = 0.75) -> Rappor:
-    return Rappor(RapporParams(k=k, h=h, m=m, f=f, p=p, q=q))
+def small(k: int = 4, h: int = 2, m: int = 1, f: float = 0.5, p: float = 0.5, q: float = 0.75) -> RapporServer:
+    return server_half(Rappor(RapporParams(k=k, h=h, m=m, f=f, p=p, q=q)))
 
 
 # --- parameters and epsilons ---------------------------------------------------------------------
@@ -188,7 +189,7 @@ def test_encoder_samples_the_audited_distribution_sdk_path():
     assert chi_square_p(np.bincount(prr, minlength=16), proto.prr_output_probabilities(pattern)) > 1e-4
 
 
-class NeverZero(Rappor):
+class NeverZero(RapporServer):
     """The negative control: a true 1 bit is always reported as 1 (PRR and IRR both keep it)."""
 
     def bit_probabilities(self):
@@ -205,7 +206,7 @@ class NeverZero(Rappor):
 
 
 def test_audit_catches_a_client_that_never_reports_a_true_one_as_zero():
-    broken = NeverZero(RapporParams(k=4, h=2, m=1, f=0.5, p=0.5, q=0.75))
+    broken = NeverZero(Rappor(RapporParams(k=4, h=2, m=1, f=0.5, p=0.5, q=0.75)))
     value = "example.com"
     bits = sorted(set(hashing.bloom_positions_one(value, 0, 4, 2).tolist()))
     pattern = sum(1 << b for b in bits)

@@ -45,36 +45,16 @@ padding bits are zero. Wire: ``[cohort, bytes]`` per report.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
-from .._lazy import np, numpy_types
-from ..errors import DomainError, InvalidPayload
-from ..hashing import (
-    bloom_positions,
-    bloom_positions_one,
-    bloom_positions_one_list,
-    check_secret,
-    derive_cohort,
-    prr_words_checked,
-    prr_words_list,
-)
-from ..randomness import (
-    OS_WORDS,
-    SCALE,
-    RandomLike,
-    WordSource,
-    as_random_source,
-    below_threshold,
-    realised,
-    threshold_ceil,
-    threshold_floor,
-)
+from .._lazy import numpy_types
+from ..errors import DomainError
+from ..hashing import bloom_positions_one_list, check_secret, derive_cohort, prr_words_list
+from ..randomness import OS_WORDS, SCALE, WordSource, realised, threshold_ceil, threshold_floor
 from ._epsilon import log_up
-from .base import CountEstimate, Payloads, Protocol, Sketch, first_bad, require_1d
+from .device import Context, DeviceHalf
 from .unary import pack_bits
 
 #: Registry options and their defaults (docs/rappor.md): Google's demo noise at Chrome's k.
@@ -86,10 +66,6 @@ MAX_BLOOM_BITS = 1 << 16   # 8 KiB per report
 MAX_HASHES = 64
 MAX_COHORTS = 1 << 16
 MAX_CELLS = 1 << 24        # m·k counters in one sketch
-#: output_probabilities enumerates 2^k reports; refuse beyond this k.
-MAX_ENUMERATED_K = 16
-#: Words per encode/accumulate block (bounds temporary memory; stays cache friendly).
-BLOCK_CELLS = 1 << 17
 #: Bloom rows kept per protocol object for the SDK path ((cohort, value) -> bits; public hash).
 #: derive_cohort scope of the client-level RAPPOR cohort (the same for every metric).
 COHORT_SCOPE = "rappor"
@@ -219,50 +195,25 @@ def worst_case_epsilon(one_given_one: float, one_given_zero: float, h: int, k: i
     return best
 
 
-def bit_count_estimates(counts: np.ndarray, reports: np.ndarray,
-                        params: RapporParams) -> tuple[np.ndarray, np.ndarray]:
-    """Unbiased true-bit counts t̂[j, i] and their plug-in variances (docs/math.md §7).
-
-    t̂ᵢⱼ = (cᵢⱼ − p*·Nⱼ)/(q* − p*); Var = [t·q*(1−q*) + (Nⱼ−t)·p*(1−p*)]/(q*−p*)² evaluated
-    at t = clip(t̂, 0, Nⱼ).
-    """
-    c = np.asarray(counts, dtype=np.float64)
-    n = np.asarray(reports, dtype=np.float64)[:, None]
-    ps, qs = params.p_star, params.q_star
-    delta = qs - ps
-    t_hat = (c - ps * n) / delta
-    t = np.clip(t_hat, 0.0, n)
-    var = (t * qs * (1 - qs) + (n - t) * ps * (1 - ps)) / delta**2
-    return t_hat, var
-
-
-class Rappor(Protocol):
-    """RAPPOR over string values; see the module docstring for the mechanism and the wire."""
+class Rappor(DeviceHalf):
+    """RAPPOR's device half (see the module docstring): cohort, PRR and IRR of one report in
+    plain Python; the server half (batches, the collector's verbs, the exact tables) is
+    sketches.rappor."""
 
     name = "rappor"
     uses_cohorts = True
 
     def __init__(self, params: RapporParams) -> None:
         super().__init__(params)
-        self._t_half = params.half_f_threshold
-        self._t_fake = 2 * self._t_half          # words below this are PRR noise coins
-        self._t_p, self._t_q = params.p_threshold, params.q_threshold
-        self._width = (params.k + 7) // 8         # ⌈k/8⌉ payload bytes
-        self._bloom_cache: dict[tuple[int, str], np.ndarray] = {}
-        self._cohort_cache: dict[tuple[bytes, str], int] = {}
+        self.half_f_threshold = params.half_f_threshold
+        self.fake_threshold = 2 * self.half_f_threshold   # words below this are PRR noise coins
+        self.p_threshold, self.q_threshold = params.p_threshold, params.q_threshold
+        self.width = (params.k + 7) // 8                   # ⌈k/8⌉ payload bytes
+        self._cohort_cache: dict[tuple[bytes, int], int] = {}
         # PRR per (secret, metric, value): deterministic, so caching changes nothing observable;
         # in memory only (never on disk), bounded, for the SDK's repeated values.
-        self._prr_cache: dict[tuple[bytes, str, str], np.ndarray] = {}
+        self._prr_cache: dict[tuple[bytes, str, str], list[bool]] = {}
 
-    @functools.cached_property
-    def _u32_p(self) -> Any:
-        return np.uint32(min(self._t_p, SCALE - 1))
-
-    @functools.cached_property
-    def _u32_q(self) -> Any:
-        return np.uint32(min(self._t_q, SCALE - 1))
-
-    # --- shape ---------------------------------------------------------------------------------
     @property
     def domain_size(self) -> int:
         """RAPPOR's values are an open set of strings; ``estimate`` covers the m·k Bloom cells."""
@@ -272,11 +223,6 @@ class Rappor(Protocol):
     def cohorts(self) -> int:
         return self.params.m
 
-    @property
-    def cell_shape(self) -> tuple[int, ...]:
-        return (self.params.k,)
-
-    # --- privacy -------------------------------------------------------------------------------
     @property
     def epsilon(self) -> float:
         return self.params.epsilon_one
@@ -289,49 +235,21 @@ class Rappor(Protocol):
     def payload_bits(self) -> int:
         return self.params.k + max(0, math.ceil(math.log2(self.params.m)))
 
+    def encoder_block(self) -> dict[str, Any]:
+        par = self.params
+        return {"k": par.k, "h": par.h, "m": par.m, "half_f_threshold": par.half_f_threshold,
+                "p_threshold": par.p_threshold, "q_threshold": par.q_threshold}
+
+    def variance(self, n: int, true_count: float) -> float:
+        """Var[t̂] of one cell whose cohort has n reports, t of them with the Bloom bit set."""
+        ps, qs = self.params.p_star, self.params.q_star
+        t = float(true_count)
+        return (t * qs * (1 - qs) + (n - t) * ps * (1 - ps)) / (qs - ps) ** 2
+
     def bit_probabilities(self) -> dict[str, tuple[float, float]]:
         """Realised per-bit rates (P(1 | true bit 0), P(1 | true bit 1)) of one report and of the PRR."""
-        half = realised(self._t_half)
+        half = realised(self.half_f_threshold)
         return {"report": (self.params.p_star, self.params.q_star), "prr": (half, 1.0 - half)}
-
-    def _pattern_distribution(self, pattern: int, zero_rate: float, one_rate: float) -> np.ndarray:
-        k = self.params.k
-        if k > MAX_ENUMERATED_K:
-            raise ValueError(f"refusing to enumerate 2^{k} reports (k <= {MAX_ENUMERATED_K})")
-        if not 0 <= pattern < (1 << k):
-            raise ValueError(f"Bloom pattern {pattern} is not a {k}-bit mask")
-        truth = (pattern >> np.arange(k)) & 1
-        one = np.where(truth == 1, one_rate, zero_rate)
-        outputs = (np.arange(1 << k, dtype=np.int64)[:, None] >> np.arange(k)) & 1
-        return np.where(outputs == 1, one, 1.0 - one).prod(axis=1)
-
-    def output_probabilities(self, index: int) -> np.ndarray:
-        """P(S = y | B = ``index``) for one report, y enumerated as Σᵢ yᵢ·2^i (small k only).
-
-        ``index`` is a Bloom pattern (bit i = Bloom bit i), not a domain value: the value only
-        enters through its Bloom filter, and the cohort does not depend on the value.
-        """
-        zero_rate, one_rate = self.bit_probabilities()["report"]
-        return self._pattern_distribution(index, zero_rate, one_rate)
-
-    def prr_output_probabilities(self, index: int) -> np.ndarray:
-        """P(B' = y | B = ``index``): what unlimited reports of one value can reveal (for ε∞)."""
-        zero_rate, one_rate = self.bit_probabilities()["prr"]
-        return self._pattern_distribution(index, zero_rate, one_rate)
-
-    # --- device side -------------------------------------------------------------------------------
-    def check_values(self, values: Sequence[str]) -> list[str] | np.ndarray:
-        """Values must be strings (DomainError naming the first that is not)."""
-        if isinstance(values, str):
-            raise DomainError("RAPPOR encodes a sequence of strings; wrap a single value in a list")
-        if isinstance(values, np.ndarray) and values.dtype.kind == "U":
-            return values.reshape(-1)
-        vals = values if isinstance(values, (list, np.ndarray)) else list(values)
-        if set(map(type, vals)) - {str}:
-            pos = next(i for i, v in enumerate(vals) if not isinstance(v, str))
-            raise DomainError(f"RAPPOR values are strings; value {vals[pos]!r} at position {pos} is "
-                              f"a {type(vals[pos]).__name__}")
-        return vals
 
     def cohort_of(self, secret: bytes, metric: str = "") -> int:
         """This client's cohort: one per client, shared by all its RAPPOR metrics (as in Chrome).
@@ -348,79 +266,17 @@ class Rappor(Protocol):
             cohort = self._cohort_cache[key] = derive_cohort(secret, COHORT_SCOPE, self.params.m)
         return cohort
 
-    def _bloom_row(self, cohort: int, value: str) -> np.ndarray:
-        """The true Bloom filter B of ``value`` in ``cohort``, bool (k,). Never leaves the encoder."""
-        key = (cohort, value)
-        row = self._bloom_cache.get(key)
-        if row is None:
-            if len(self._bloom_cache) >= BLOOM_CACHE_SIZE:
-                self._bloom_cache.clear()
-            row = np.zeros(self.params.k, dtype=bool)
-            row[bloom_positions_one(value, cohort, self.params.k, self.params.h)] = True
-            self._bloom_cache[key] = row
-        return row
-
-    def _prr_from_words(self, bloom: np.ndarray, words: np.ndarray) -> np.ndarray:
-        """B'ᵢ = 1 if uᵢ < T, 0 if T <= uᵢ < 2T, else Bᵢ (T/2^32 = f/2, realised)."""
-        return np.where(words < self._t_fake, words < self._t_half, bloom)
-
-    def _irr(self, prr: np.ndarray, words: np.ndarray) -> np.ndarray:
-        """Sᵢ = 1 w.p. q if B'ᵢ = 1 and w.p. p if B'ᵢ = 0 (fresh words every report)."""
-        if self._t_q < SCALE:  # both thresholds fit in uint32: one select, one compare
-            return words < np.where(prr, self._u32_q, self._u32_p)
-        return np.where(prr, below_threshold(words, self._t_q), below_threshold(words, self._t_p))
-
-    def _prr(self, secret: bytes, metric: str, value: str, cohort: int) -> np.ndarray:
-        """The permanent randomised response of ``value`` (deterministic in secret, metric, value)."""
-        words = prr_words_checked(secret, metric, value, self.params.k)
-        return self._prr_from_words(self._bloom_row(cohort, value), words)
-
-    def encode(self, values: Sequence[str], rng: RandomLike = None, cohorts: np.ndarray | None = None,
-               secret: bytes | None = None, metric: str = "") -> Payloads:
-        """Randomise a batch of strings. ``secret``: one client's reports (the SDK path)."""
-        vals = self.check_values(values)
-        source = as_random_source(rng)
-        if secret is not None:
-            return self._encode_client(vals, source, cohorts, check_secret(secret), metric)
-        n = len(vals)
-        m, k = self.params.m, self.params.k
-        if cohorts is None:
-            c = source.below(m, n) if n else np.zeros(0, dtype=np.int64)
-        else:
-            c = np.broadcast_to(np.asarray(cohorts), (n,))
-            if c.size and (c.dtype.kind not in "iu" or c.min() < 0 or c.max() >= m):
-                raise ValueError(f"cohorts must be integers in [0, {m})")
-            c = c.astype(np.int64)
-        out = np.empty((n, self._width), dtype=np.uint8)
-        if n == 0:
-            return {"cohort": c, "irr": out}
-        # Bloom bits per distinct value (one hash per value, all cohorts), then per report.
-        # Factorising with a dict is exact (numpy's fixed-width strings drop trailing NULs)
-        # and the fastest way here (~50 ns a value).
-        index: dict[str, int] = {}
-        inverse = np.fromiter((index.setdefault(v, len(index)) for v in vals), dtype=np.int64, count=n)
-        positions = bloom_positions(list(index), k, self.params.h, m)       # (U, m, h)
-        block = max(1, BLOCK_CELLS // k)
-        for start in range(0, n, block):  # blocks of reports, vectorised inside
-            stop = min(n, start + block)
-            rows = np.arange(stop - start)[:, None]
-            bloom = np.zeros((stop - start, k), dtype=bool)
-            bloom[rows, positions[inverse[start:stop], c[start:stop]]] = True  # B: never leaves
-            prr = self._prr_from_words(bloom, source.words((stop - start, k)))  # fresh: one report per client
-            out[start:stop] = np.packbits(self._irr(prr, source.words((stop - start, k))), axis=1,
-                                          bitorder="little")
-        return {"cohort": c, "irr": out}
-
     def encode_secret_one(self, value: str, secret: bytes, metric: str,
                           source: WordSource | None = None) -> list[Any]:
         """One client's report of one string, as its wire payload [cohort, IRR bytes] (SDK path).
 
         The same PRR (HMAC-derived, memoised) and IRR (fresh OS-CSPRNG words unless a test
-        injects ``source``) as ``encode`` with a secret, in plain Python; a repeated value skips
-        the HMAC and Bloom hashing.
+        injects ``source``) as the server's ``encode`` with a secret, in plain Python; a repeated
+        value skips the HMAC and Bloom hashing.
         """
         if not isinstance(value, str):
-            self.check_values([value])  # raises DomainError naming the type
+            raise DomainError(f"RAPPOR values are strings; value {value!r} at position 0 is "
+                              f"a {type(value).__name__}")
         key = (secret, metric, value)
         prr = self._prr_cache.get(key)
         cohort = self.cohort_of(check_secret(secret), metric)
@@ -431,113 +287,19 @@ class Rappor(Protocol):
             prr = self._prr_cache[key] = self.prr_one(bloom, prr_words_list(secret, metric, value, self.params.k))
         return [cohort, self.irr_one(prr, source or OS_WORDS)]
 
+    def encode_one(self, index: int, key: str, ctx: Context) -> list[Any]:
+        return self.encode_secret_one(key, ctx.secret, ctx.metric, ctx.words)
+
     def prr_one(self, bloom: set[int], words: list[int]) -> list[bool]:
-        """``_prr_from_words`` for one value in plain Python: B'ᵢ = uᵢ < T/2 if uᵢ < T, else Bᵢ."""
-        t_fake, t_half = self._t_fake, self._t_half
+        """The PRR of one value in plain Python: B'ᵢ = uᵢ < T/2 if uᵢ < T, else Bᵢ (T/2^32 = f, realised)."""
+        t_fake, t_half = self.fake_threshold, self.half_f_threshold
         return [u < t_half if u < t_fake else i in bloom for i, u in enumerate(words)]
 
     def irr_one(self, prr: list[bool], source: WordSource) -> bytes:
-        """``_irr`` for one report, packed as the wire bytes: Sᵢ = 1 iff uᵢ < (T_q if B'ᵢ else T_p)."""
-        t_p, t_q = self._t_p, self._t_q
+        """The IRR of one report, packed as the wire bytes: Sᵢ = 1 iff uᵢ < (T_q if B'ᵢ else T_p)."""
+        t_p, t_q = self.p_threshold, self.q_threshold
         ones = [i for i, (b, u) in enumerate(zip(prr, source.words(self.params.k))) if u < (t_q if b else t_p)]
-        return pack_bits(ones, self._width)
-
-    def _encode_client(self, vals: Sequence[str], source: Any, cohorts: np.ndarray | None,
-                       secret: bytes, metric: str) -> Payloads:
-        """One client: HMAC-derived cohort and PRR, IRR words from ``source``."""
-        cohort = self.cohort_of(secret, metric)
-        n = len(vals)
-        if cohorts is not None and np.any(np.asarray(cohorts) != cohort):
-            raise ValueError("with a client secret the cohort is derived from it; do not pass other cohorts")
-        k = self.params.k
-        if n == 1:  # the SDK's batch of one
-            prr = self._prr(secret, metric, str(vals[0]), cohort)
-            irr = self._irr(prr, source.words(k))
-            return {"cohort": np.array([cohort], dtype=np.int64),
-                    "irr": np.packbits(irr, bitorder="little").reshape(1, self._width)}
-        prr = np.stack([self._prr(secret, metric, str(v), cohort) for v in vals]) if n else \
-            np.zeros((0, k), dtype=bool)
-        irr = self._irr(prr, source.words((n, k))) if n else prr
-        return {"cohort": np.full(n, cohort, dtype=np.int64),
-                "irr": np.packbits(irr, axis=1, bitorder="little").reshape(n, self._width)}
-
-    # --- collector side ----------------------------------------------------------------------------
-    def validate(self, payloads: Payloads) -> None:
-        c = require_1d(payloads, "cohort")
-        if c.ndim != 1:
-            raise InvalidPayload(f"expected a 1-d array of cohorts, got shape {c.shape}", field="cohort")
-        irr = require_1d(payloads, "irr", c.shape[0])
-        if c.size and c.dtype.kind not in "iu":
-            raise InvalidPayload(f"cohort must be an integer, got dtype {c.dtype}", field="cohort")
-        bad = (c < 0) | (c >= self.params.m)
-        if bad.any():
-            i = first_bad(bad)
-            raise InvalidPayload(f"cohort {int(c[i])} outside [0, {self.params.m})", index=i, field="cohort")
-        if irr.dtype != np.uint8 or irr.ndim != 2 or irr.shape[1] != self._width:
-            raise InvalidPayload(f"RAPPOR reports must be uint8 rows of {self._width} bytes, got "
-                                 f"{irr.dtype} of shape {irr.shape}", field="irr")
-        spare = 8 * self._width - self.params.k
-        if spare and irr.shape[0]:
-            # bits k..8⌈k/8⌉−1 of the last byte are not Bloom bits; an honest client sends 0
-            bad = (irr[:, -1] & np.uint8((0xFF << (8 - spare)) & 0xFF)) != 0
-            if bad.any():
-                raise InvalidPayload(f"padding bits beyond Bloom bit {self.params.k - 1} are set",
-                                     index=first_bad(bad), field="irr")
-
-    def accumulate(self, sketch: Sketch, payloads: Payloads) -> None:
-        c = np.asarray(payloads["cohort"], dtype=np.int64)
-        irr = np.asarray(payloads["irr"], dtype=np.uint8)
-        m, k = self.params.m, self.params.k
-        block = max(1, BLOCK_CELLS // k)
-        for start in range(0, c.shape[0], block):  # blocks bound the unpacked memory
-            cs = c[start:start + block]
-            order = np.argsort(cs, kind="stable")
-            bits = np.unpackbits(irr[start:start + block][order], axis=1, count=k, bitorder="little")
-            present, first = np.unique(cs[order], return_index=True)
-            sketch.counts[present] += np.add.reduceat(bits, first, axis=0, dtype=np.int64)
-        sketch.reports += np.bincount(c, minlength=m).astype(np.int64)
-
-    # --- estimators side ------------------------------------------------------------------------------
-    def estimate(self, sketch: Sketch) -> CountEstimate:
-        """Unbiased counts of true Bloom bits per (cohort, bit), flattened cohort-major (m·k)."""
-        t_hat, var = bit_count_estimates(sketch.counts, sketch.reports, self.params)
-        return CountEstimate(t_hat.reshape(-1), var.reshape(-1), sketch.total_reports,
-                             {"cells": "bloom-bits", "shape": (self.params.m, self.params.k),
-                              "reports_per_cohort": sketch.reports.copy()})
-
-    def variance(self, n: int, true_counts: np.ndarray | float) -> np.ndarray:
-        """Var[t̂] of one cell whose cohort has n reports, t of them with the Bloom bit set."""
-        ps, qs = self.params.p_star, self.params.q_star
-        t = np.asarray(true_counts, dtype=np.float64)
-        return (t * qs * (1 - qs) + (n - t) * ps * (1 - ps)) / (qs - ps) ** 2
-
-    # --- wire ------------------------------------------------------------------------------------
-    def to_wire(self, payloads: Payloads) -> list[Any]:
-        raw, w = np.ascontiguousarray(payloads["irr"], dtype=np.uint8).tobytes(), self._width
-        return [[c, raw[i * w:(i + 1) * w]] for i, c in enumerate(np.asarray(payloads["cohort"]).tolist())]
-
-    def from_wire(self, objects: list[Any]) -> Payloads:
-        w = self._width
-        for i, obj in enumerate(objects):
-            if type(obj) not in (list, tuple) or len(obj) != 2:
-                raise InvalidPayload("expected [cohort, bytes]", index=i, field="payload")
-            if type(obj[0]) is not int:
-                raise InvalidPayload(f"cohort must be an integer, got {type(obj[0]).__name__}",
-                                     index=i, field="cohort")
-            if type(obj[1]) is not bytes:
-                raise InvalidPayload(f"expected {w} bytes of IRR bits, got {type(obj[1]).__name__}",
-                                     index=i, field="irr")
-            if len(obj[1]) != w:
-                raise InvalidPayload(f"expected {w} bytes of IRR bits, got {len(obj[1])}", index=i, field="irr")
-        n = len(objects)
-        try:
-            cohorts = np.array([obj[0] for obj in objects], dtype=np.int64)
-        except OverflowError:
-            i = next(i for i, obj in enumerate(objects) if not -(1 << 63) <= obj[0] < (1 << 63))
-            raise InvalidPayload(f"cohort {objects[i][0]} outside [0, {self.params.m})", index=i,
-                                 field="cohort") from None
-        irr = np.frombuffer(b"".join(obj[1] for obj in objects), dtype=np.uint8).reshape(n, w).copy()
-        return {"cohort": cohorts.reshape(n), "irr": irr}
+        return pack_bits(ones, self.width)
 
 
 def from_options(domain_size: int | None, epsilon: float | None, options: dict[str, Any]) -> Rappor:
@@ -570,5 +332,4 @@ def from_options(domain_size: int | None, epsilon: float | None, options: dict[s
     return Rappor(params)
 
 
-__all__ = ["DEFAULT_OPTIONS", "OPTION_KEYS", "RapporParams", "Rappor", "bit_count_estimates",
-           "from_options", "worst_case_epsilon"]
+__all__ = ["DEFAULT_OPTIONS", "OPTION_KEYS", "RapporParams", "Rappor", "from_options", "worst_case_epsilon"]
