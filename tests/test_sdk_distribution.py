@@ -167,7 +167,8 @@ def test_the_sdk_wheel_alone_reports_every_metric_kind_to_a_real_collector(tmp_p
     # The SDK itself needs msgpack only (tomli on Python 3.10); HTTP for asyncio and sealing are extras.
     assert by_extra == {"": {"msgpack", "tomli"}, "async": {"aiohttp"}, "sealed": {"pyhpke", "cryptography"}}
     main_tops, main_requires = wheel_metadata(main_wheel)
-    assert main_tops == {"cli", "collector", "estimators", "shuffler"}   # ldpt shuffle ships with the server
+    # the server halves of the protocols (sketches) and ldpt shuffle ship with the server, never the SDK
+    assert main_tops == {"cli", "collector", "estimators", "shuffler", "sketches"}
     assert f"ldp-telemetry-sdk=={__version__}" in main_requires
 
     env_dir = tmp_path / "sdk-env"
