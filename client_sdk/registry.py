@@ -58,7 +58,6 @@ from typing import Any
 from ._lazy import np, numpy_types
 from .dimensions import DimensionSpec, DimensionTable, parse_dimensions, parse_metric_dimensions
 from .domains import DomainSource, NumberedDomain, parse_declaration
-from .encoder_block import encoder_block
 from .errors import DomainError, RegistryError, UnknownMetricError
 from .joint import JOINT_PROTOCOLS, JointDomain, JointPart, parse_parts, put_domain_fields
 from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
@@ -374,6 +373,8 @@ class MetricSpec:
     def to_json(self) -> dict[str, Any]:
         """What `GET /v1/registry` publishes for one metric (``encoder``: the resolved integers an
         SDK in another language encodes from, client_sdk.encoder_block)."""
+        from .encoder_block import encoder_block  # here: publishing, not a device's start-up
+
         proto = self.protocol_impl
         table = self.to_toml_table()
         if self.domain_source is not None:   # never the values: SDKs fetch a file's list apart
