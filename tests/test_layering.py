@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -300,3 +301,42 @@ def test_no_package_imports_another_packages_private_names(package):
     offenders = [f"{path.relative_to(ROOT).as_posix()}:{hit}" for path in package_modules(package)
                  for hit in private_imports(path, package)]
     assert not offenders, offenders
+
+
+def numeric_names(path: Path) -> list[str]:
+    """Where a module reaches the numeric stack: an import of numpy, scipy or pandas, or of the
+    SDK's lazy numpy (``client_sdk._lazy``'s ``np``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] in ("numpy", "scipy", "pandas")]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if module.split(".")[0] in ("numpy", "scipy", "pandas"):
+                found.append(module)
+            elif module.endswith("_lazy") and any(a.name == "np" for a in node.names):
+                found.append(f"{'.' * node.level}{module}.np")
+    return found
+
+
+def test_numeric_names_sees_every_form(tmp_path):
+    """The check above finds numpy however it is imported (so the next test can fail)."""
+    path = tmp_path / "m.py"
+    for source, expected in (("import numpy as np\n", ["numpy"]), ("from scipy import stats\n", ["scipy"]),
+                             ("def f():\n    import pandas\n", ["pandas"]),
+                             ("from .._lazy import np, numpy_types\n", [".._lazy.np"]),
+                             ("from .._lazy import numpy_types\nimport math\n", [])):
+        path.write_text(source)
+        assert numeric_names(path) == expected, source
+
+
+def test_a_split_protocol_s_device_half_names_no_numpy():
+    """Every protocol with a server half in sketches/ (docs/design.md, "Two halves") keeps its
+    device module, client_sdk/protocols/<name>.py, free of numpy at any level — the lazy proxy
+    included — and the device base module too."""
+    split = sorted(p.stem for p in (ROOT / "sketches").glob("*.py")
+                   if re.search(r"^@register\(", p.read_text(encoding="utf-8"), re.M))
+    assert {"rr", "hr", "ss", "discover", "rappor"} <= set(split), split
+    offenders = {name: numeric_names(ROOT / "client_sdk" / "protocols" / f"{name}.py")
+                 for name in [*split, "device"]}
+    assert not {k: v for k, v in offenders.items() if v}, offenders
