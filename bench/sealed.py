@@ -81,8 +81,12 @@ def real_batches(registry, reports_per_metric: int, devices: int, seed: int) -> 
     return out
 
 
-def cpu_per_batch(bodies: list[bytes], key: ohttp.PrivateKey, repeat: int) -> tuple[float, float]:
-    """Median CPU µs per batch: (seal = inner request + HPKE, open the gateway's answer)."""
+def cpu_per_batch(bodies: list[bytes], key: ohttp.PrivateKey, repeat: int) -> tuple[float, float, float]:
+    """Median CPU µs per batch: (seal = inner request + HPKE, open the gateway's answer, and the
+    X25519 floor timed in the same passes, so that the machine's load falls on all three alike)."""
+    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+
+    peer = X25519PublicKey.from_public_bytes(key.config.public_key)
     ack = ohttp.inner_response(200, [("content-type", "application/json")], b'{"accepted": 5, "duplicate": false}')
     answers = []
     for body in bodies:       # the gateway's answers, made outside the timed loops
@@ -91,8 +95,14 @@ def cpu_per_batch(bodies: list[bytes], key: ohttp.PrivateKey, repeat: int) -> tu
     for body in bodies[:20]:
         ohttp.seal_request(key.config, ohttp.inner_request(body))   # warm-up: imports, caches
     rounds = max(1, PER_PASS // len(bodies))       # each pass seals at least PER_PASS batches
-    seal_t, open_t = [], []
+    seal_t, open_t, floor_t = [], [], []
     for _ in range(repeat):
+        t = time.process_time()
+        for _ in range(rounds * len(bodies)):
+            eph = X25519PrivateKey.generate()
+            eph.public_key().public_bytes_raw()
+            eph.exchange(peer)
+        floor_t.append((time.process_time() - t) / (rounds * len(bodies)) * 1e6)
         t = time.process_time()
         for _ in range(rounds):
             for body in bodies:
@@ -103,23 +113,7 @@ def cpu_per_batch(bodies: list[bytes], key: ohttp.PrivateKey, repeat: int) -> tu
             for sealed, answer in answers:
                 ohttp.open_response(sealed, answer)
         open_t.append((time.process_time() - t) / (rounds * len(answers)) * 1e6)
-    return statistics.median(seal_t), statistics.median(open_t)
-
-
-def x25519_floor(key: ohttp.PrivateKey, repeat: int) -> float:
-    """CPU µs of the two X25519 operations every seal needs (cryptography/OpenSSL), for scale."""
-    from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-
-    peer = X25519PublicKey.from_public_bytes(key.config.public_key)
-    times = []
-    for _ in range(repeat):
-        t = time.process_time()
-        for _ in range(PER_PASS):
-            eph = X25519PrivateKey.generate()
-            eph.public_key().public_bytes_raw()
-            eph.exchange(peer)
-        times.append((time.process_time() - t) / PER_PASS * 1e6)
-    return statistics.median(times)
+    return statistics.median(seal_t), statistics.median(open_t), statistics.median(floor_t)
 
 
 def _interleaved(parts: list[tuple[str, object]], rounds: int, calls: int) -> dict[str, float]:
@@ -218,7 +212,8 @@ def profile(key: ohttp.PrivateKey, rounds: int) -> None:
             rows.append(("    the rest: 8 of the 9 HMACs, objects, bytes [pyhpke]", rest, 100 * rest / total))
     print_table(("part (indented: inside the line above)", "CPU µs", "% of seal + open"), rows,
                 title=f"Where sealing's CPU goes: one seal and one open of a {len(message):,}-byte request "
-                      f"(time.process_time per call, median of {rounds} interleaved rounds of 400)")
+                      f"(time.process_time per call, median of {rounds} interleaved rounds of 400; "
+                      f"load average {os.getloadavg()[0]:.1f})")
     whole = sum(v[2] for v in stats.values())
     top = sorted(stats.items(), key=lambda kv: -kv[1][2])[:10]
     print_table(("function (file:line or builtin)", "calls a seal", "% of own time"),
@@ -332,19 +327,22 @@ def main() -> None:
     cases.append(("oue d=1000 x 1", real_batches(wide, 1, devices, 2)))
     cases.append(("oue d=1000 x 30", real_batches(wide, 30, max(2, devices // 8), 3)))
     rows, all_bodies = [], []
+    load = os.getloadavg()[0]
     for label, bodies in cases:
         sizes = [len(b) for b in bodies]
         classes = sorted({ohttp.padded_length(len(ohttp.inner_request(b))) + ohttp.ENVELOPE_OVERHEAD
                           for b in bodies})
-        seal_us, open_us = cpu_per_batch(bodies, key, repeat)
+        seal_us, open_us, floor_us = cpu_per_batch(bodies, key, repeat)
         rows.append((label, len(bodies), min(sizes), max(sizes), ", ".join(map(str, classes)),
-                     seal_us, open_us, seal_us + open_us))
+                     seal_us, open_us, seal_us + open_us, floor_us, seal_us + open_us - floor_us))
         all_bodies += bodies
     print_table(("batches of", "n", "bytes min", "bytes max", "envelope bytes", "seal µs", "open answer µs",
-                 "sealing adds µs"), rows,
+                 "sealing adds µs", "X25519 alone µs", "adds above X25519 µs"), rows,
                 title=f"Real SDK batches, their size classes and the CPU sealing adds per batch "
-                      f"(time.process_time, median of {repeat} passes)")
-    print(f"\nthe floor, X25519 key generation + exchange alone (one per seal): {x25519_floor(key, repeat):.1f} µs")
+                      f"(time.process_time, median of {repeat} passes; load average "
+                      f"{load:.1f} -> {os.getloadavg()[0]:.1f})")
+    print("\nX25519 alone: key generation + exchange (cryptography/OpenSSL), the two operations every seal "
+          "makes, timed in the same passes")
     small = [b for b in all_bodies if len(b) < 1024 - ohttp.MAX_FRAMING]
     print(f"\n{len(small)} of {len(all_bodies)} batches fit the first class (1,024 bytes: envelopes of "
           f"{1024 + ohttp.ENVELOPE_OVERHEAD} bytes); classes: {', '.join(map(str, ohttp.PAD_CLASSES))}")
