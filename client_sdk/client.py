@@ -57,7 +57,7 @@ from .hashing import encode_text
 from .ledger import Book, Charge, Refusal, RefusalCounts, apply, day_of
 from .options import ClientOptions
 from .protocols.device import Context, DeviceHalf
-from .protocols.longitudinal import Memoised
+from .protocols.longitudinal import MemoisedDevice
 from .queue import DiskOutbox, MemoryOutbox, OutboxLimits
 from .registry import DeviceBudget, Kind, MetricSpec, Registry, canonical_value, load_registry
 from .remote import cached_domains, check_pins, fetch_registry, registry_from_json
@@ -153,7 +153,7 @@ class _Metric:
         self.uses_cohorts = bool(getattr(proto, "uses_cohorts", False)) and not self.string
         self.m = proto.cohorts
         # L-GRR, L-OSUE, LOLOHA: memoised first round from the secret, fresh second round
-        self.two_round = isinstance(proto, Memoised)
+        self.two_round = isinstance(proto, MemoisedDevice)
         # a split protocol (client_sdk.protocols.device): its one uniform encoder takes a Context
         self.split = isinstance(proto, DeviceHalf)
         self.dev_window = device.epsilon_per_window if device is not None else None

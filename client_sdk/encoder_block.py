@@ -76,9 +76,6 @@ def protocol_block(name: str, proto: Protocol | DeviceHalf) -> dict[str, Any]:
     if name == "loloha":
         return {"d": par.d, "m": par.m, "g": par.g, "p1_threshold": par.p1_threshold,
                 "p2_threshold": par.p2_threshold}
-    if name == "dbitflip":
-        return {"d": par.d, "sampled": par.sampled, "p1_threshold": par.p1_threshold,
-                "p2_threshold": par.p2_threshold}
     return _numeric(name, proto)
 
 

@@ -24,11 +24,11 @@ from typing import Any
 import numpy as np
 
 from client_sdk.errors import LdptError
-from client_sdk.protocols.longitudinal import Memoised
 from client_sdk.randomness import as_random_source
 from client_sdk.registry import Kind, MetricSpec
 from sketches import server_half
 from sketches.base import Payloads, Sketch
+from sketches.longitudinal import MemoisedServer
 
 from .simulation import CHUNK, Population, draw_numeric, draw_population, parse_weights
 
@@ -52,7 +52,7 @@ class DayResult:
 class MemoTable:
     """First-round responses per (device, memo key), as a sorted code array (vectorised)."""
 
-    def __init__(self, proto: Memoised, key_space: int) -> None:
+    def __init__(self, proto: MemoisedServer, key_space: int) -> None:
         self.proto = proto
         self.key_space = key_space
         self.codes = np.zeros(0, dtype=np.int64)
@@ -122,7 +122,7 @@ def simulate_days(spec: MetricSpec, clients: int, distribution: str, days: int, 
     check_metric(spec)
     proto = server_half(spec)
     x, d, redraw = _initial_values(spec, clients, distribution, rng)
-    memoised = isinstance(proto, Memoised)
+    memoised = isinstance(proto, MemoisedServer)
     cohorts = rng.integers(0, proto.cohorts, size=clients) if proto.cohorts > 1 else None
     table = None
     if memoised:

@@ -17,7 +17,7 @@ everything else). Then, whatever the devices' values do from day to day,
     Var[Σ_t ĉ_t] = Var[Σ_t P_t] + Σ_t Var[F_t] <= (Σ_t SD[P_t])² + Σ_t Var[F_t]
 
 (Minkowski: the SD of a sum is at most the sum of the SDs), with equality when no device's
-value ever changes and every device reports every day. ``Memoised.permanent_variance`` bounds
+value ever changes and every device reports every day. ``MemoisedServer.permanent_variance`` bounds
 Var[P_t] per window — exactly for L-GRR and L-OSUE, by λ·Var[ĉ_t] otherwise — and the bound
 grows with the permanent share, so an upper bound on it keeps the whole bound valid.
 
@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from client_sdk.errors import EstimationError
-from client_sdk.protocols.longitudinal import Memoised
 from client_sdk.registry import Kind, MetricSpec
 from sketches import server_half
 from sketches.base import Sketch
+from sketches.longitudinal import MemoisedServer
 
 from .frequency import _apply_consistency, estimate_frame
 from .intervals import z_value
@@ -56,7 +56,7 @@ __all__ = ["RANGE_VARIANCE", "is_memoised", "range_frame", "range_variance", "wi
 
 def is_memoised(spec: MetricSpec) -> bool:
     """Whether ``spec``'s reports repeat permanent noise across windows (a memoised protocol)."""
-    return isinstance(server_half(spec), Memoised)
+    return isinstance(server_half(spec), MemoisedServer)
 
 
 def range_variance(permanent: Sequence[np.ndarray], total: Sequence[np.ndarray]) -> np.ndarray:
@@ -87,7 +87,7 @@ def range_frame(spec: MetricSpec, sketches: Sequence[tuple[str, Sketch]], *, con
     reports) and ``attrs["range_variance"]``. With one window of reports it *is* that
     window's ``estimate_frame``."""
     proto = server_half(spec)
-    if not isinstance(proto, Memoised):
+    if not isinstance(proto, MemoisedServer):
         raise EstimationError(f"metric {spec.name!r} is not memoised: estimate its merged sketch")
     if spec.kind is Kind.STRING:
         raise EstimationError(f"metric {spec.name!r}: memoised ranges of string metrics are not supported")
@@ -124,7 +124,7 @@ def range_frame(spec: MetricSpec, sketches: Sequence[tuple[str, Sketch]], *, con
     return freq
 
 
-def memo_events(proto: Memoised, sketch: Sketch, estimate) -> tuple[np.ndarray, np.ndarray]:
+def memo_events(proto: MemoisedServer, sketch: Sketch, estimate) -> tuple[np.ndarray, np.ndarray]:
     """(J, μ) of one window under "nobody holds v": a device whose *memoised* response supports v
     moves E[ĉ(v)] by J (one report) in every window it reports with that response, and about μ
     devices do so by chance (Poisson: each of the n devices' memo draws supports a given other

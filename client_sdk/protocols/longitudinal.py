@@ -141,15 +141,14 @@ class SymmetricSecondRound(TwoRoundChain):
 
 
 
-class Memoised(abc.ABC):
-    """Mixin of the two-round protocols: the memoised first round and the SDK's report path.
+class MemoisedDevice(abc.ABC):
+    """Device mixin of the two-round protocols: the memo key, the memoised first round of one
+    value and the SDK's report path, in plain Python (no numpy).
 
-    Subclasses implement ``first_round`` and ``second_round`` (vectorised over a randomness
-    source: fresh words in simulation, ``client_sdk.memo.MemoRandom`` for the SDK's memoised
-    round), ``memo_output_probabilities`` (the audit of ε∞), and where the memoised response
-    depends on less than the value (LOLOHA: the hashed value; dBitFlipPM: its position in the
-    sampled window) ``memo_index``/``memo_indices``; cohort protocols add ``sdk_cohorts`` and
-    ``batch_payloads``.
+    Subclasses implement ``first_round_one``/``second_round_one``/``wire_one`` and, where the
+    memoised response depends on less than the value (LOLOHA: the hashed value; dBitFlipPM: its
+    position in the sampled window), ``memo_index``/``memo_index_in_cohort``. The vectorised
+    rounds are the server half's (``sketches.longitudinal.MemoisedServer``).
     """
 
     _memo: MemoCache
@@ -158,18 +157,6 @@ class Memoised(abc.ABC):
     @abc.abstractmethod
     def epsilon_longitudinal(self) -> float:
         """ε∞: the realised budget of the memoised first round."""
-
-    @abc.abstractmethod
-    def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
-        """The (memoisable) first-round responses of a batch of memo inputs."""
-
-    @abc.abstractmethod
-    def second_round(self, first: np.ndarray, source: Any) -> np.ndarray:
-        """The fresh second round applied to first-round responses."""
-
-    @abc.abstractmethod
-    def memo_output_probabilities(self, index: int) -> np.ndarray:
-        """P(first-round response | x = index): what unlimited reports of one value can reveal."""
 
     @property
     def memo_key_space(self) -> int:
@@ -186,12 +173,13 @@ class Memoised(abc.ABC):
 
     @abc.abstractmethod
     def first_round_one(self, memo_input: int, source: WordSource) -> Any:
-        """``first_round`` of one memo input in plain Python, the same words in the same order
-        (``client_sdk.memo.MemoWords`` gives the SDK the words ``MemoRandom`` gives a batch)."""
+        """The first round of one memo input in plain Python, the same words in the same order as
+        the server's vectorised ``first_round`` (``client_sdk.memo.MemoWords`` gives the SDK the
+        words ``MemoRandom`` gives a batch)."""
 
     @abc.abstractmethod
     def second_round_one(self, first: Any, source: WordSource) -> Any:
-        """``second_round`` of one first-round response in plain Python."""
+        """The fresh second round of one first-round response in plain Python."""
 
     @abc.abstractmethod
     def wire_one(self, second: Any, cohort: int | None) -> Any:
@@ -201,16 +189,21 @@ class Memoised(abc.ABC):
                           source: WordSource | None = None) -> Any:
         """One report of one client (the SDK path, plain Python): memoised first round, fresh
         second round from ``source`` (the OS CSPRNG unless a test injects one)."""
-        x = self._check_index(index)  # type: ignore[attr-defined]
+        x = self.check_index(index)  # type: ignore[attr-defined]
         secret = check_secret(secret)
         key = self.memo_key(x, secret, metric)
         memo_in = self.memo_index(x, secret, metric)
         first = self._memo.get(secret, metric, key, lambda src: self.first_round_one(memo_in, src))
         return self.wire_one(self.second_round_one(first, source or OS_WORDS), self.sdk_cohort(secret, metric))
 
-    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> Any:
+    def encode_one(self, index: int, key: str, ctx: Any) -> Any:
+        """The uniform one-report encoder (client_sdk.protocols.device): ``encode_secret_one``
+        with the context's secret, metric and words."""
+        return self.encode_secret_one(index, ctx.secret, ctx.metric, ctx.words)
+
+    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> Any:
         """One report with fresh coins in both rounds (a new client reporting once), plain Python."""
-        x = self._check_index(index)  # type: ignore[attr-defined]
+        x = self.check_index(index)  # type: ignore[attr-defined]
         src = source or OS_WORDS
         if self.uses_cohorts and cohort is None:  # type: ignore[attr-defined]
             cohort = src.below(self.cohorts)  # type: ignore[attr-defined]
@@ -218,7 +211,7 @@ class Memoised(abc.ABC):
         return self.wire_one(self.second_round_one(self.first_round_one(memo_in, src), src), cohort)
 
     def memo_index_in_cohort(self, index: int, cohort: int | None) -> int:
-        """``memo_indices`` of one value in a given cohort (the value itself unless hashed)."""
+        """The memo index of one value in a given cohort (the value itself unless hashed)."""
         return index
 
     def sdk_cohort(self, secret: bytes, metric: str) -> int | None:
@@ -236,6 +229,51 @@ class Memoised(abc.ABC):
         """
         params = self.params  # type: ignore[attr-defined]
         return float(params.p2 - params.q2)
+
+    def permanent_cohort(self, secret: bytes, metric: str, scope: str, size: int) -> int:
+        """A device's permanent cohort in [0, size) for ``metric``: HMAC of the secret under
+        ``scope`` (LOLOHA's seed, dBitFlipPM's window), cached in memory (at most 64 entries)."""
+        cache: dict[tuple[bytes, str], int] = self.__dict__.setdefault("_permanent_cohorts", {})
+        key = (secret, metric)
+        cohort = cache.get(key)
+        if cohort is None:
+            if len(cache) > 64:
+                cache.clear()
+            cohort = cache[key] = derive_cohort(secret, scope + metric, size)
+        return cohort
+
+
+class Memoised(MemoisedDevice):
+    """Both halves of a two-round protocol not yet split (L-GRR, L-OSUE, LOLOHA, memoised
+    1BitMean): the device mixin plus the vectorised rounds the server half of a split one has
+    (``sketches.longitudinal.MemoisedServer``, which takes these definitions until the last of
+    them moves).
+
+    Subclasses implement ``first_round`` and ``second_round`` (vectorised over a randomness
+    source: fresh words in simulation, ``client_sdk.memo.MemoRandom`` for the SDK's memoised
+    round), ``memo_output_probabilities`` (the audit of ε∞), and where the memoised response
+    depends on less than the value ``memo_indices``; cohort protocols add ``sdk_cohorts`` and
+    ``batch_payloads``.
+    """
+
+    @abc.abstractmethod
+    def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
+        """The (memoisable) first-round responses of a batch of memo inputs."""
+
+    @abc.abstractmethod
+    def second_round(self, first: np.ndarray, source: Any) -> np.ndarray:
+        """The fresh second round applied to first-round responses."""
+
+    @abc.abstractmethod
+    def memo_output_probabilities(self, index: int) -> np.ndarray:
+        """P(first-round response | x = index): what unlimited reports of one value can reveal."""
+
+    def check_index(self, index: int) -> int:
+        return self._check_index(index)  # type: ignore[attr-defined]
+
+    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> Any:  # type: ignore[override]
+        """One report with fresh coins in both rounds (the legacy name of ``randomise``)."""
+        return self.randomise(index, cohort, source)
 
     def permanent_variance(self, sketch: Any, estimate: Any) -> Any:
         """An upper bound on the part of ``estimate``'s variance (a window's) that comes from the
@@ -259,18 +297,6 @@ class Memoised(abc.ABC):
         """The client's cohort as a batch of one (None for protocols without cohorts)."""
         return None
 
-    def permanent_cohort(self, secret: bytes, metric: str, scope: str, size: int) -> int:
-        """A device's permanent cohort in [0, size) for ``metric``: HMAC of the secret under
-        ``scope`` (LOLOHA's seed, dBitFlipPM's window), cached in memory (at most 64 entries)."""
-        cache: dict[tuple[bytes, str], int] = self.__dict__.setdefault("_permanent_cohorts", {})
-        key = (secret, metric)
-        cohort = cache.get(key)
-        if cohort is None:
-            if len(cache) > 64:
-                cache.clear()
-            cohort = cache[key] = derive_cohort(secret, scope + metric, size)
-        return cohort
-
 
 def pure_chain_permanent_variance(params: TwoRoundChain, n: int, counts: np.ndarray) -> np.ndarray:
     """The permanent part of a pure chain's Var[ĉ(v)] (L-GRR, L-OSUE), exact at c = clip(ĉ, 0, n).
@@ -285,5 +311,5 @@ def pure_chain_permanent_variance(params: TwoRoundChain, n: int, counts: np.ndar
     return lam * lam * first / (params.p - params.q) ** 2
 
 
-__all__ = ["Memoised", "pure_chain_permanent_variance", "SymmetricSecondRound", "TwoRoundChain", "chain", "check_epsilon_pair", "grr_round", "largest_threshold", "log_ratio"]
+__all__ = ["Memoised", "MemoisedDevice", "pure_chain_permanent_variance", "SymmetricSecondRound", "TwoRoundChain", "chain", "check_epsilon_pair", "grr_round", "largest_threshold", "log_ratio"]
 
