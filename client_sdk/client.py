@@ -39,7 +39,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._lazy import LazyLogger, logging, numpy_types
 from .device_clock import ElapsedClock, system_elapsed
@@ -60,8 +60,6 @@ from .protocols.device import Context, DeviceHalf
 from .protocols.longitudinal import MemoisedDevice
 from .queue import DiskOutbox, MemoryOutbox, OutboxLimits
 from .registry import DeviceBudget, Kind, MetricSpec, Registry, canonical_value, load_registry
-from .remote import cached_domains, check_pins, fetch_registry, registry_from_json
-from .startup import RegistryResolver
 from .state import (
     CORRUPT_SECRET_ADVICE,
     REGISTRY_CACHE_FILE,
@@ -76,6 +74,9 @@ from .state import (
 )
 from .transport import HTTPTransport, Transport
 from .uploader import QueuedReport, RetryPolicy, Uploader
+
+if TYPE_CHECKING:
+    from .startup import RegistryResolver
 
 log = LazyLogger("client_sdk")  # logging loads with the first message (client_sdk._lazy)
 
@@ -249,6 +250,8 @@ def resolve_registry(registry: Registry | str | os.PathLike[str] | Mapping[str, 
     reached at start-up. ``pins`` (metric -> fingerprint) turns a changed metric into a
     FingerprintMismatch instead of a silent switch of parameters.
     """
+    from .remote import cached_domains, check_pins, fetch_registry, registry_from_json  # not on import
+
     if isinstance(registry, Registry):
         check_pins(registry, pins)
         return registry
@@ -415,6 +418,8 @@ class ClientCore:
                 finally:
                     if self._fetch_only_transport:
                         transport.close()   # no idle connection kept for a one-off fetch
+
+            from .startup import RegistryResolver  # only for a registry fetched in the background
 
             self._resolver = RegistryResolver(fetch, self._install_registry, self._registry_failed,
                                               self.options.retry)

@@ -53,13 +53,11 @@ import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._lazy import np, numpy_types
-from .dimensions import DimensionSpec, DimensionTable, parse_dimensions, parse_metric_dimensions
 from .domains import DomainSource, NumberedDomain, parse_declaration
 from .errors import DomainError, RegistryError, UnknownMetricError
-from .joint import JOINT_PROTOCOLS, JointDomain, JointPart, parse_parts, put_domain_fields
 from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
 from .protocols.base import Protocol
 from .protocols.factory import (
@@ -73,6 +71,10 @@ from .protocols.factory import (
 )
 from .protocols.numeric import NUMERIC_PROTOCOL_NAMES, linspace_list
 from .window_charge import WindowCharges, cumulative_charges
+
+if TYPE_CHECKING:  # these load with the first registry that needs them, not with the SDK
+    from .dimensions import DimensionSpec, DimensionTable
+    from .joint import JointDomain, JointPart
 
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,99}$")
 COMMON_KEYS = ("kind", "protocol", "epsilon", "categories", "description",
@@ -154,6 +156,8 @@ class MetricSpec:
         """The product domain of a joint metric (TypeError for other kinds)."""
         if self.parts is None:
             raise TypeError(f"metric {self.name!r} is not a joint metric")
+        from .joint import JointDomain
+
         return JointDomain(self.parts)
 
     # --- numeric values ------------------------------------------------------------------------
@@ -341,6 +345,8 @@ class MetricSpec:
 
     def to_toml_table(self) -> dict[str, Any]:
         """The TOML table this spec was loaded from (dump side of the round trip)."""
+        from .joint import put_domain_fields
+
         table: dict[str, Any] = {"kind": self.kind.value, "protocol": self.requested_protocol}
         if self.epsilon is not None:
             table["epsilon"] = self.epsilon
@@ -411,6 +417,13 @@ def bucket_labels(edges: Sequence[float]) -> tuple[str, ...]:
     text = [_edge_text(float(e)) for e in edges]
     last = len(text) - 2
     return tuple(f"[{text[i]}, {text[i + 1]}{']' if i == last else ')'}" for i in range(last + 1))
+
+
+def joint_protocols() -> tuple[str, ...]:
+    """The protocols a joint metric may use (client_sdk.joint.JOINT_PROTOCOLS, loaded on first use)."""
+    from .joint import JOINT_PROTOCOLS
+
+    return JOINT_PROTOCOLS
 
 
 def _joint_cell(joint: JointDomain, value: Any) -> int:
@@ -559,6 +572,8 @@ def parse_registry(data: str | Mapping[str, Any], source: str = "<registry>",
                             + (f" (did you mean [{guess}]?)" if guess else ""), source=source)
     shuffle = parse_shuffle(data.get("shuffle"), lambda message: RegistryError(message, source=source,
                                                                                 field="shuffle"))
+    from .dimensions import parse_dimensions
+
     dims = parse_dimensions(data["dimensions"], source) if "dimensions" in data else None
     tables = data.get("metrics")
     if not isinstance(tables, Mapping) or not tables:
@@ -622,6 +637,8 @@ def _with_dimensions(spec: MetricSpec, table: Mapping[str, Any], dimensions: Dim
     """The metric's ``dimensions`` and ``min_reports`` fields (client_sdk/dimensions.py)."""
     def fail(message: str, field: str) -> RegistryError:
         return RegistryError(message, source=source, metric=spec.name, field=field)
+
+    from .dimensions import parse_metric_dimensions
 
     dims = parse_metric_dimensions(table.get("dimensions"), dimensions, fail)
     min_reports = table.get("min_reports")
@@ -767,12 +784,14 @@ class _MetricParser:
             if "of" in self.table:
                 raise self.fail(f"only joint metrics take of (this one is {kind.value})", "of")
             return None
+        from .joint import parse_parts
+
         return parse_parts(self.table.get("of"), self.fail)
 
     def declared_protocol(self, kind: Kind, requested: str, d: int | None) -> str:
         """The protocol before `auto` is resolved, checked against the metric's kind and domain."""
-        if kind is Kind.JOINT and requested != "auto" and requested not in JOINT_PROTOCOLS:
-            raise self.fail(f"a joint metric uses auto or one of {', '.join(JOINT_PROTOCOLS)} (their count "
+        if kind is Kind.JOINT and requested != "auto" and requested not in joint_protocols():
+            raise self.fail(f"a joint metric uses auto or one of {', '.join(joint_protocols())} (their count "
                             "estimates' covariance is known: docs/math.md, \"Joint reports\")", "protocol")
         if kind is Kind.STRING:
             protocol = "rappor" if requested == "auto" else requested
@@ -821,7 +840,7 @@ class _MetricParser:
                     choose_longitudinal_protocol(d, epsilon, self.table["epsilon_inf"], budget)
             if mean_metric:
                 return choose_numeric_protocol(epsilon, {k: self.table[k] for k in ("grid",) if k in self.table})
-            return choose_protocol(d, epsilon, budget, JOINT_PROTOCOLS if kind is Kind.JOINT else None)
+            return choose_protocol(d, epsilon, budget, joint_protocols() if kind is Kind.JOINT else None)
         except (ValueError, TypeError) as exc:
             field = "max_report_bytes" if "max_report_bytes" in str(exc) else \
                 "epsilon_inf" if memoised else "epsilon"
