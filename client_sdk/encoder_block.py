@@ -61,8 +61,6 @@ def protocol_block(name: str, proto: Protocol | DeviceHalf) -> dict[str, Any]:
     par: Any = proto.params
     if name == "grr":
         return {"d": par.d, "keep_threshold": par.keep_threshold}
-    if name in ("oue", "sue"):
-        return {"d": par.d, "p_threshold": par.p_threshold, "q_threshold": par.q_threshold}
     if name == "olh":
         out = {"d": par.d, "m": par.m, "g": par.g, "family": par.family, "keep_threshold": par.keep_threshold}
         if par.family == "linear":
@@ -70,9 +68,6 @@ def protocol_block(name: str, proto: Protocol | DeviceHalf) -> dict[str, Any]:
         return out
     if name == "lgrr":
         return {"d": par.d, "p1_threshold": par.p1_threshold, "p2_threshold": par.p2_threshold}
-    if name == "losue":
-        return {"d": par.d, "p1_threshold": par.p_threshold, "q1_threshold": par.q_threshold,
-                "p2_threshold": par.p2_threshold}
     if name == "loloha":
         return {"d": par.d, "m": par.m, "g": par.g, "p1_threshold": par.p1_threshold,
                 "p2_threshold": par.p2_threshold}

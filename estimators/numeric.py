@@ -51,10 +51,10 @@ import numpy as np
 import pandas as pd
 
 from client_sdk.errors import EstimationError
-from client_sdk.protocols.unary import UnaryEncoding
 from client_sdk.registry import MetricSpec
 from sketches import server_half
 from sketches.base import PureServer, Sketch
+from sketches.unary import UnaryServer
 
 from .consistency import norm_sub
 from .intervals import z_value
@@ -99,7 +99,7 @@ def _oracle_structure(spec: MetricSpec) -> str:
     proto = server_half(spec)
     if isinstance(proto, PureServer) and proto.name in ("grr", "rr"):
         return "one"
-    return "independent" if isinstance(proto, UnaryEncoding) else "any"
+    return "independent" if isinstance(proto, UnaryServer) else "any"
 
 
 def linear_variance(spec: MetricSpec, sketch: Sketch, variances: np.ndarray,

@@ -35,6 +35,7 @@ from client_sdk.protocols.numeric import NUMERIC_PROTOCOL_NAMES
 from client_sdk.protocols.unary import UnaryEncoding, check_thresholds
 from client_sdk.randomness import SCALE, threshold_ceil
 from sketches import build_server
+from sketches.unary import UnaryServer
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0)
 DOMAINS = (2, 3, 5, 8, 12)
@@ -130,7 +131,7 @@ class AlwaysKeepUE(UnaryEncoding):
 
 
 def test_audit_catches_a_broken_mechanism():
-    broken = AlwaysKeepUE(AlwaysKeepParams(d=4, epsilon=1.0))
+    broken = UnaryServer(AlwaysKeepUE(AlwaysKeepParams(d=4, epsilon=1.0)))
     # its output_probabilities tells the truth about its encoder: the true bit is always set
     bits = broken.encode(np.full(2000, 2), np.random.default_rng(0))["bits"]
     assert np.all(bits[:, 0] & (1 << 2))
@@ -345,7 +346,7 @@ def test_quoted_epsilon_is_an_exact_upper_bound(name, d, eps):
     from client_sdk.protocols._epsilon import exp_at_least
 
     protocol = build_server(name, d, eps, {})
-    if isinstance(protocol, UnaryEncoding):
+    if isinstance(protocol, UnaryServer):
         if d > 5:
             pytest.skip("the exact product table is enumerated for d <= 5")
         ratio = exact_worst_ratio(exact_unary_table(protocol))

@@ -192,7 +192,7 @@ def test_strict_mode_and_validate_raise(tmp_path, registry, fake):
 
 def test_an_internal_error_is_counted_not_raised(tmp_path, registry, fake, monkeypatch, caplog):
     client = client_for(tmp_path, registry, fake)
-    proto = server_half(registry.get("country"))
+    proto = registry.get("country").protocol_impl   # the device half
 
     def broken(*a, **k):
         raise RuntimeError("encoder bug")

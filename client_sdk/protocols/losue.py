@@ -20,19 +20,11 @@ import math
 from fractions import Fraction
 from typing import Any
 
-from .._lazy import np
 from ..memo import MemoCache
-from ..randomness import SCALE, RandomLike, as_random_source, realised, threshold_ceil
+from ..randomness import SCALE, realised, threshold_ceil
 from ._epsilon import log_up
-from .base import Payloads
-from .longitudinal import (
-    Memoised,
-    SymmetricSecondRound,
-    chain,
-    check_epsilon_pair,
-    pure_chain_permanent_variance,
-)
-from .unary import MAX_ENUMERATED_D, UnaryEncoding, check_thresholds, pack_bits
+from .longitudinal import MemoisedDevice, SymmetricSecondRound, chain, check_epsilon_pair
+from .unary import UnaryEncoding, check_thresholds, pack_bits
 
 
 def closed_form_p2(epsilon: float, epsilon_inf: float) -> float:
@@ -99,7 +91,10 @@ class LOSUEParams(SymmetricSecondRound):
 
 
 
-class LOSUE(Memoised, UnaryEncoding):
+class LOSUE(MemoisedDevice, UnaryEncoding):
+    """L-OSUE's device half: both rounds of one report in plain Python (its server half:
+    sketches.losue)."""
+
     name = "losue"
 
     def __init__(self, params: LOSUEParams) -> None:
@@ -111,48 +106,13 @@ class LOSUE(Memoised, UnaryEncoding):
     def epsilon_longitudinal(self) -> float:
         return unary_epsilon(self.params.p1, self.params.q1)
 
-    def memo_output_probabilities(self, index: int) -> np.ndarray:
-        d = self.params.d
-        if d > MAX_ENUMERATED_D:
-            raise ValueError(f"refusing to enumerate 2^{d} unary responses (d <= {MAX_ENUMERATED_D})")
-        bits = (np.arange(1 << d, dtype=np.int64)[:, None] >> np.arange(d)) & 1
-        one = np.full(d, self.params.q1)
-        one[index] = self.params.p1
-        return np.where(bits == 1, one, 1.0 - one).prod(axis=1)
-
-    def permanent_variance(self, sketch: Any, estimate: Any) -> np.ndarray:
-        """Exact for a pure chain (``longitudinal.pure_chain_permanent_variance``)."""
-        return pure_chain_permanent_variance(self.params, estimate.n, estimate.counts)
-
-    def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
-        """OUE bits, bool (n, d): x's bit 1 w.p. p₁, every other bit w.p. q₁."""
-        n, d = memo_inputs.shape[0], self.params.d
-        u = source.words((n, d))
-        rows = np.arange(n)
-        bits = u < np.uint32(self.params.q_threshold)
-        bits[rows, memo_inputs] = u[rows, memo_inputs] < np.uint32(self.params.p_threshold)
-        return bits
-
-    def second_round(self, first: np.ndarray, source: Any) -> np.ndarray:
-        """SUE on every bit: 1 w.p. p₂ if the round-1 bit is 1, w.p. 1−p₂ if it is 0."""
-        u = source.words(first.shape).astype(np.uint64)
-        t1, t0 = np.uint64(self.params.p2_threshold), np.uint64(SCALE - self.params.p2_threshold)
-        return u < np.where(first, t1, t0)
-
-    def encode(self, indices: np.ndarray, rng: RandomLike = None,
-               cohorts: np.ndarray | None = None) -> Payloads:
-        """Both rounds with fresh coins (each row a new client), in blocks bounding memory."""
-        x = self.check_indices(indices)
-        source = as_random_source(rng)
-        out = np.empty((x.shape[0], self._width), dtype=np.uint8)
-        block = max(1, (1 << 17) // self.params.d)
-        for start in range(0, x.shape[0], block):
-            bits = self.second_round(self.first_round(x[start:start + block], source), source)
-            out[start:start + block] = np.packbits(bits, axis=1, bitorder="little")
-        return {"bits": out}
+    def encoder_block(self) -> dict[str, Any]:
+        par = self.params
+        return {"d": par.d, "p1_threshold": par.p_threshold, "q1_threshold": par.q_threshold,
+                "p2_threshold": par.p2_threshold}
 
     def first_round_one(self, memo_input: int, source: Any) -> list[bool]:
-        """``first_round`` of one value: d words, bit i is uᵢ < T_q₁, bit x is u_x < T_p₁."""
+        """Round 1 of one value: d words, bit i is uᵢ < T_q₁, bit x is u_x < T_p₁."""
         u = source.words(self.params.d)
         q1 = self.params.q_threshold
         bits = [w < q1 for w in u]
@@ -160,16 +120,13 @@ class LOSUE(Memoised, UnaryEncoding):
         return bits
 
     def second_round_one(self, first: list[bool], source: Any) -> list[int]:
-        """``second_round`` of one response: the indices of the reported 1 bits."""
+        """Round 2 of one response: the indices of the reported 1 bits."""
         t1 = self.params.p2_threshold
         t0 = SCALE - t1
         return [i for i, (b, w) in enumerate(zip(first, source.words(len(first)))) if w < (t1 if b else t0)]
 
     def wire_one(self, second: list[int], cohort: int | None) -> bytes:
-        return pack_bits(second, self._width)
-
-    def batch_payloads(self, second: np.ndarray, cohorts: np.ndarray | None = None) -> Payloads:
-        return {"bits": np.packbits(second, axis=1, bitorder="little")}
+        return pack_bits(second, self.width)
 
 
 OPTION_KEYS: frozenset[str] = frozenset({"epsilon_inf"})

@@ -29,32 +29,11 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any, ClassVar
 
-from .._lazy import np
-from ..errors import InvalidPayload
-from ..randomness import (
-    OS_WORDS,
-    SCALE,
-    RandomLike,
-    WordSource,
-    as_random_source,
-    below_threshold,
-    realised,
-    threshold_ceil,
-)
+from ..randomness import OS_WORDS, SCALE, WordSource, realised, threshold_ceil
 from ._epsilon import log_up
-from .base import (
-    Payloads,
-    PureProtocol,
-    Sketch,
-    check_domain_and_epsilon,
-    first_bad,
-    require_1d,
-)
+from .device import Context, DeviceHalf, check_domain_and_epsilon, pure_variance_one
 
-#: Words per encode/accumulate block: ~512 KiB of uint32 stays cache-resident (measured
-#: ~6M reports/s at d=128 with a seeded generator, vs ~1M/s unblocked).
-BLOCK_CELLS = 1 << 17
-#: output_probabilities enumerates all 2^d reports; refuse beyond this d.
+#: The server's output_probabilities enumerates all 2^d reports; refuse beyond this d.
 MAX_ENUMERATED_D = 16
 
 
@@ -112,14 +91,15 @@ class UnaryParams:
         return realised(self.q_threshold)
 
 
-class UnaryEncoding(PureProtocol):
-    """Unary encoding over ``UnaryParams``; the variants below only name themselves."""
+class UnaryEncoding(DeviceHalf):
+    """Unary encoding's device half over ``UnaryParams`` (its server half: sketches.unary);
+    the variants below only name themselves."""
 
     def __init__(self, params: Any) -> None:
         super().__init__(params)
-        self._p_threshold, self._q_threshold = params.p_threshold, params.q_threshold
-        self.p, self.q = realised(self._p_threshold), realised(self._q_threshold)
-        self._width = (params.d + 7) // 8  # ⌈d/8⌉ payload bytes
+        self.p_threshold, self.q_threshold = params.p_threshold, params.q_threshold
+        self.p, self.q = realised(self.p_threshold), realised(self.q_threshold)
+        self.width = (params.d + 7) // 8  # ⌈d/8⌉ payload bytes
 
     @property
     def epsilon(self) -> float:
@@ -131,73 +111,22 @@ class UnaryEncoding(PureProtocol):
     def payload_bits(self) -> int:
         return self.params.d
 
-    def output_probabilities(self, index: int) -> np.ndarray:
-        """P(y | x) for every report y, enumerated as the integer Σᵢ yᵢ·2^i (bit i = item i)."""
-        d = self.params.d
-        if d > MAX_ENUMERATED_D:
-            raise ValueError(f"refusing to enumerate 2^{d} unary reports (d <= {MAX_ENUMERATED_D})")
-        bits = (np.arange(1 << d, dtype=np.int64)[:, None] >> np.arange(d)) & 1
-        one = np.full(d, self.q)
-        one[index] = self.p
-        return np.where(bits == 1, one, 1.0 - one).prod(axis=1)
+    def encoder_block(self) -> dict[str, Any]:
+        par = self.params
+        return {"d": par.d, "p_threshold": par.p_threshold, "q_threshold": par.q_threshold}
 
-    def encode(self, indices: np.ndarray, rng: RandomLike = None,
-               cohorts: np.ndarray | None = None) -> Payloads:
-        x = self.check_indices(indices)
-        source = as_random_source(rng)
-        n, d = x.shape[0], self.params.d
-        out = np.empty((n, self._width), dtype=np.uint8)
-        block = max(1, BLOCK_CELLS // d)
-        for start in range(0, n, block):  # loop over blocks of reports, vectorised inside
-            xs = x[start:start + block]
-            rows = np.arange(xs.shape[0])
-            u = source.words((xs.shape[0], d))
-            bits = below_threshold(u, self._q_threshold)        # every bit: 1 w.p. q'
-            bits[rows, xs] = below_threshold(u[rows, xs], self._p_threshold)  # bit x: 1 w.p. p'
-            out[start:start + block] = np.packbits(bits, axis=1, bitorder="little")
-        return {"bits": out}
-
-    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> bytes:
-        """One report in plain Python: the same threshold tests as ``encode`` on d words
-        (bit i is 1 iff uᵢ < T_q, bit x iff u_x < T_p), packed little-endian as the wire."""
-        x = self._check_index(index)
+    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> bytes:
+        """One report in plain Python: the same threshold tests as the server's ``encode`` on d
+        words (bit i is 1 iff uᵢ < T_q, bit x iff u_x < T_p), packed little-endian as the wire."""
+        x = self.check_index(index)
         return pack_bits(unary_bits((source or OS_WORDS).words(self.params.d), x,
-                                    self._p_threshold, self._q_threshold), self._width)
+                                    self.p_threshold, self.q_threshold), self.width)
 
-    def validate(self, payloads: Payloads) -> None:
-        bits = require_1d(payloads, "bits")
-        if bits.dtype != np.uint8 or bits.ndim != 2 or bits.shape[1] != self._width:
-            raise InvalidPayload(f"unary reports must be uint8 rows of {self._width} bytes, got "
-                                 f"{bits.dtype} of shape {bits.shape}", field="bits")
-        spare = 8 * self._width - self.params.d
-        if spare:
-            # Bits d..8⌈d/8⌉−1 of the last byte do not encode an item; an honest client sends 0.
-            bad = (bits[:, -1] & np.uint8((0xFF << (8 - spare)) & 0xFF)) != 0
-            if bad.any():
-                raise InvalidPayload(f"padding bits beyond item {self.params.d - 1} are set",
-                                     index=first_bad(bad), field="bits")
+    def encode_one(self, index: int, key: str, ctx: Context) -> bytes:
+        return self.randomise(index, None, ctx.words)
 
-    def accumulate(self, sketch: Sketch, payloads: Payloads) -> None:
-        bits = np.asarray(payloads["bits"], dtype=np.uint8)
-        d = self.params.d
-        block = max(1, BLOCK_CELLS // d)
-        for start in range(0, bits.shape[0], block):  # blocks bound the unpacked memory
-            unpacked = np.unpackbits(bits[start:start + block], axis=1, count=d, bitorder="little")
-            sketch.counts[0] += unpacked.sum(axis=0, dtype=np.int64)
-        sketch.reports[0] += bits.shape[0]
-
-    def to_wire(self, payloads: Payloads) -> list[Any]:
-        raw, w = np.ascontiguousarray(payloads["bits"], dtype=np.uint8).tobytes(), self._width
-        return [raw[i:i + w] for i in range(0, len(raw), w)]
-
-    def from_wire(self, objects: list[Any]) -> Payloads:
-        w = self._width
-        for i, obj in enumerate(objects):
-            if type(obj) is not bytes:
-                raise InvalidPayload(f"expected {w} bytes, got {type(obj).__name__}", index=i, field="payload")
-            if len(obj) != w:
-                raise InvalidPayload(f"expected {w} bytes, got {len(obj)}", index=i, field="payload")
-        return {"bits": np.frombuffer(b"".join(objects), dtype=np.uint8).reshape(len(objects), w).copy()}
+    def variance(self, n: int, true_count: float) -> float:
+        return pure_variance_one(n, true_count, self.p, self.q)
 
 
 def unary_bits(words: list[int], x: int, p_threshold: int, q_threshold: int) -> list[int]:
