@@ -59,15 +59,11 @@ def protocol_block(name: str, proto: Protocol | DeviceHalf) -> dict[str, Any]:
     if own is not None:
         return own()
     par: Any = proto.params
-    if name == "grr":
-        return {"d": par.d, "keep_threshold": par.keep_threshold}
     if name == "olh":
         out = {"d": par.d, "m": par.m, "g": par.g, "family": par.family, "keep_threshold": par.keep_threshold}
         if par.family == "linear":
             out["t"] = par.t
         return out
-    if name == "lgrr":
-        return {"d": par.d, "p1_threshold": par.p1_threshold, "p2_threshold": par.p2_threshold}
     if name == "loloha":
         return {"d": par.d, "m": par.m, "g": par.g, "p1_threshold": par.p1_threshold,
                 "p2_threshold": par.p2_threshold}

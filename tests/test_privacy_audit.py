@@ -154,7 +154,7 @@ def test_audit_catches_an_understated_epsilon():
             return 0.99 * honest.epsilon
 
     with pytest.raises(AssertionError):
-        audit(Understated(honest.params), 2.0)
+        audit(Understated(honest.device), 2.0)
 
 
 @pytest.mark.parametrize("name", [n for n in PROTOCOL_NAMES if n != "rappor"])

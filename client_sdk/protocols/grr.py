@@ -11,28 +11,8 @@ import dataclasses
 import math
 from typing import Any
 
-from .._lazy import np
-from ..errors import InvalidPayload
-from ..randomness import (
-    OS_WORDS,
-    SCALE,
-    RandomLike,
-    WordSource,
-    as_random_source,
-    bernoulli,
-    realised,
-    threshold_floor,
-)
-from .base import (
-    DirectResponse,
-    Payloads,
-    Sketch,
-    add_cells,
-    check_domain_and_epsilon,
-    first_bad,
-    integers_from_wire,
-    require_1d,
-)
+from ..randomness import OS_WORDS, SCALE, WordSource, realised, threshold_floor
+from .device import DirectDevice, check_domain_and_epsilon
 
 
 def keep_threshold(epsilon: float, k: int) -> int:
@@ -94,51 +74,19 @@ class GRRParams:
         return (1.0 - self.p) / (self.d - 1)
 
 
-class GRR(DirectResponse):
+class GRR(DirectDevice):
+    """GRR's device half (its server half: sketches.grr)."""
+
     name = "grr"
 
-    def encode(self, indices: np.ndarray, rng: RandomLike = None,
-               cohorts: np.ndarray | None = None) -> Payloads:
-        x = self.check_indices(indices)
-        source = as_random_source(rng)
-        n = x.shape[0]
-        keep = bernoulli(source, self._threshold, n)
-        other = source.below(self.params.d - 1, n)
-        other += other >= x  # uniform over the d−1 values != x
-        return {"y": np.where(keep, x, other)}
-
-    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
+    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
         """GRR for one value in Python integers: keep x if u < T, else a uniform other value."""
-        x = self._check_index(index)
+        x = self.check_index(index)
         src = source or OS_WORDS
-        if src.word() < self._threshold:
+        if src.word() < self.keep_threshold:
             return x
         other = src.below(self.params.d - 1)
         return other + (other >= x)
-
-    def validate(self, payloads: Payloads) -> None:
-        y = require_1d(payloads, "y")
-        if y.dtype.kind not in "iu":
-            raise InvalidPayload("GRR report must be an integer", field="y")
-        bad = (y < 0) | (y >= self.params.d)
-        if bad.any():
-            i = first_bad(bad)
-            raise InvalidPayload(f"value {int(y[i])} outside [0, {self.params.d})", index=i, field="y")
-
-    def accumulate(self, sketch: Sketch, payloads: Payloads) -> None:
-        add_cells(sketch, *self.flat_cells(payloads))
-
-    def flat_cells(self, payloads: Payloads) -> tuple[np.ndarray, np.ndarray]:
-        y = np.asarray(payloads["y"], dtype=np.int64)
-        return y, np.zeros(y.shape[0], dtype=np.int64)
-
-
-
-    def to_wire(self, payloads: Payloads) -> list[Any]:
-        return [int(v) for v in payloads["y"]]
-
-    def from_wire(self, objects: list[Any]) -> Payloads:
-        return {"y": integers_from_wire(objects, self.params.d, "y")}
 
 
 OPTION_KEYS: frozenset[str] = frozenset()

@@ -25,23 +25,20 @@ import math
 from fractions import Fraction
 from typing import Any
 
-from .._lazy import np
 from ..memo import MemoCache
-from ..randomness import RandomLike, as_random_source, realised
+from ..randomness import realised
 from ._epsilon import log_up
-from .base import Payloads, check_domain_and_epsilon
+from .device import check_domain_and_epsilon
 from .grr import GRR
 from .grr import keep_threshold as grr_keep_threshold
 from .longitudinal import (
-    Memoised,
+    MemoisedDevice,
     TwoRoundChain,
     chain,
     check_epsilon_pair,
-    grr_round,
     grr_round_one,
     largest_threshold,
     log_ratio,
-    pure_chain_permanent_variance,
 )
 
 
@@ -122,8 +119,9 @@ class LGRRParams(GRRChain):
         return self.d
 
 
-class GRRChainRounds(Memoised):
-    """The two GRR rounds of a protocol over ``GRRChain`` params (L-GRR, LOLOHA)."""
+class GRRChainRoundsDevice(MemoisedDevice):
+    """The two GRR rounds of a protocol over ``GRRChain`` params (L-GRR, LOLOHA), one report in
+    plain Python (the vectorised rounds: sketches.lgrr.GRRChainServer)."""
 
     params: GRRChain
 
@@ -134,12 +132,6 @@ class GRRChainRounds(Memoised):
     def epsilon_longitudinal(self) -> float:
         return log_up(Fraction(self.params.p1) / Fraction(self.params.q1))
 
-    def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
-        return grr_round(memo_inputs, self.params.chain_size, self.params.p1_threshold, source)
-
-    def second_round(self, first: np.ndarray, source: Any) -> np.ndarray:
-        return grr_round(first, self.params.chain_size, self.params.p2_threshold, source)
-
     def first_round_one(self, memo_input: int, source: Any) -> int:
         return grr_round_one(memo_input, self.params.chain_size, self.params.p1_threshold, source)
 
@@ -147,8 +139,9 @@ class GRRChainRounds(Memoised):
         return grr_round_one(first, self.params.chain_size, self.params.p2_threshold, source)
 
 
-class LGRR(GRRChainRounds, GRR):
-    """L-GRR over GRR's sketch, estimator and wire (see the module docstring)."""
+class LGRR(GRRChainRoundsDevice, GRR):
+    """L-GRR's device half, over GRR's (see the module docstring); its server half, over GRR's
+    sketch, estimator and wire, is sketches.lgrr."""
 
     name = "lgrr"
 
@@ -156,20 +149,9 @@ class LGRR(GRRChainRounds, GRR):
         super().__init__(params)
         self._init_memo()
 
-    def memo_output_probabilities(self, index: int) -> np.ndarray:
-        probs = np.full(self.params.d, self.params.q1)
-        probs[index] = self.params.p1
-        return probs
-
-    def permanent_variance(self, sketch: Any, estimate: Any) -> np.ndarray:
-        """Exact for a pure chain (``longitudinal.pure_chain_permanent_variance``)."""
-        return pure_chain_permanent_variance(self.params, estimate.n, estimate.counts)
-
-    def encode(self, indices: np.ndarray, rng: RandomLike = None,
-               cohorts: np.ndarray | None = None) -> Payloads:
-        """Both rounds with fresh coins: each row is a new client reporting once."""
-        source = as_random_source(rng)
-        return {"y": self.second_round(self.first_round(self.check_indices(indices), source), source)}
+    def encoder_block(self) -> dict[str, Any]:
+        par = self.params
+        return {"d": par.d, "p1_threshold": par.p1_threshold, "p2_threshold": par.p2_threshold}
 
     def wire_one(self, second: int, cohort: int | None) -> int:
         return second

@@ -32,8 +32,8 @@ from typing import Any
 from .._lazy import np
 from ..randomness import RandomLike, as_random_source
 from .base import Payloads
-from .lgrr import GRRChain, GRRChainRounds, closed_form_p2
-from .longitudinal import chain, check_epsilon_pair
+from .lgrr import GRRChain, GRRChainRoundsDevice, closed_form_p2
+from .longitudinal import Memoised, chain, check_epsilon_pair, grr_round
 from .olh import (
     EAGER_CHECK_MAX_DOMAIN,
     MAX_DOMAIN,
@@ -74,6 +74,17 @@ def optimal_hash_range(epsilon: float, epsilon_inf: float) -> int:
     g0 = formula_hash_range(epsilon, epsilon_inf)
     candidates = range(max(2, g0 - 1), min(MAX_HASH_RANGE, g0 + 2) + 1)
     return min(candidates, key=lambda g: (random_hash_variance(g, epsilon, epsilon_inf), g))
+
+
+class GRRChainRounds(GRRChainRoundsDevice, Memoised):
+    """Both halves of the two GRR rounds for LOLOHA until it is split: the device's rounds plus
+    the vectorised ones (L-GRR's server half has them as sketches.lgrr.GRRChainServer)."""
+
+    def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
+        return grr_round(memo_inputs, self.params.chain_size, self.params.p1_threshold, source)
+
+    def second_round(self, first: np.ndarray, source: Any) -> np.ndarray:
+        return grr_round(first, self.params.chain_size, self.params.p2_threshold, source)
 
 
 @dataclasses.dataclass(frozen=True)

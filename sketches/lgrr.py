@@ -1,0 +1,52 @@
+"""L-GRR's server half (Arcolezi et al.; docs/protocols.md, "L-protocols"): both GRR rounds over a
+batch (fresh coins: each row a new client reporting once), the exact table of the memoised round
+and the exact permanent variance; GRR's sketch, validate, wire and pure estimator
+(sketches.grr). The device half is client_sdk.protocols.lgrr."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from client_sdk.protocols.lgrr import LGRR
+from client_sdk.protocols.longitudinal import grr_round, pure_chain_permanent_variance
+from client_sdk.randomness import RandomLike, as_random_source
+
+from .base import Payloads
+from .grr import GRRServer
+from .longitudinal import MemoisedServer
+from .registry import register
+
+
+class GRRChainServer(MemoisedServer):
+    """The two GRR rounds of a ``GRRChain`` protocol over a batch (L-GRR; LOLOHA once split)."""
+
+    def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
+        return grr_round(memo_inputs, self.params.chain_size, self.params.p1_threshold, source)
+
+    def second_round(self, first: np.ndarray, source: Any) -> np.ndarray:
+        return grr_round(first, self.params.chain_size, self.params.p2_threshold, source)
+
+
+@register(LGRR)
+class LGRRServer(GRRChainServer, GRRServer):
+    """L-GRR on the server: GRR's d counters, two rounds in simulation."""
+
+    def memo_output_probabilities(self, index: int) -> np.ndarray:
+        probs = np.full(self.params.d, self.params.q1)
+        probs[index] = self.params.p1
+        return probs
+
+    def permanent_variance(self, sketch: Any, estimate: Any) -> np.ndarray:
+        """Exact for a pure chain (``longitudinal.pure_chain_permanent_variance``)."""
+        return pure_chain_permanent_variance(self.params, estimate.n, estimate.counts)
+
+    def encode(self, indices: np.ndarray, rng: RandomLike = None,
+               cohorts: np.ndarray | None = None) -> Payloads:
+        """Both rounds with fresh coins: each row is a new client reporting once."""
+        source = as_random_source(rng)
+        return {"y": self.second_round(self.first_round(self.check_indices(indices), source), source)}
+
+
+__all__ = ["GRRChainServer", "LGRRServer"]
