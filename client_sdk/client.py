@@ -574,9 +574,7 @@ class ClientCore:
         if rt.split:
             ctx = Context(self._secret, rt.name, day_of(self._clock()) if day is None else day)  # type: ignore[arg-type]
             return proto.encode_one(idx, key, ctx)
-        if rt.string:
-            return proto.encode_secret_one(key, self._secret, rt.name)
-        if rt.two_round:
+        if rt.two_round:   # the memoised protocols not yet split (client_sdk.protocols.longitudinal.Memoised)
             return proto.encode_secret_one(idx, self._secret, rt.name)
         cohort = self._cohort(rt) if rt.uses_cohorts else None
         return proto.encode_one(idx, cohort)  # OS CSPRNG; plain-integer fast path where there is one
