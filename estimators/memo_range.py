@@ -29,6 +29,7 @@ window's own estimate being exact.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -108,11 +109,11 @@ def range_frame(spec: MetricSpec, sketches: Sequence[tuple[str, Sketch]], *, con
     variances = range_variance(permanent, total)
     fresh = np.sum([np.maximum(v - np.clip(p, 0.0, None), 0.0) for v, p in zip(total, permanent)], axis=0)
     counts = np.sum([np.asarray(e.counts, dtype=np.float64) for e in estimates], axis=0)
-    jump, rate = range_memo_events([memo_events(proto, s, e) for (_, s), e in zip(used, estimates)])
+    lumps = range_lumps([memo_lumps(proto, s, e) for (_, s), e in zip(used, estimates)], proto.second_round_keep)
     freq = base[base["statistic"] == "count"].drop(columns="statistic").reset_index(drop=True) \
         if spec.is_histogram else base.copy()
     freq = _with_bound(freq, counts, variances, merged.total_reports, confidence, simultaneous,
-                       alpha, control, memo=(jump, rate, fresh))
+                       alpha, control, memo=(lumps, fresh))
     if consistent:
         freq = _apply_consistency(freq, merged.total_reports)
     if spec.is_histogram:
@@ -124,99 +125,187 @@ def range_frame(spec: MetricSpec, sketches: Sequence[tuple[str, Sketch]], *, con
     return freq
 
 
-def memo_events(proto: MemoisedServer, sketch: Sketch, estimate) -> tuple[np.ndarray, np.ndarray]:
-    """(J, μ) of one window under "nobody holds v": a device whose *memoised* response supports v
-    moves E[ĉ(v)] by J (one report) in every window it reports with that response, and about μ
-    devices do so by chance (Poisson: each of the n devices' memo draws supports a given other
-    value with the small probability q₁).
+#: A value's devices join the events of the values sharing its LOLOHA cell when its window estimate
+#: is above this many standard errors (``memo_lumps``).
+HELD_Z = 3.0
 
-    - L-GRR, L-OSUE: J = λ/(P − Q), μ = n·q₁ (λ = p₂ − q₂, the chain's P, Q);
-    - LOLOHA: per cohort s, J_s = λ·B[v, (s, H_s(v))]/(p' − q') (B the least-squares decoder) and
-      μ_s = n_s·q₁; returned as μ = Σ μ_s and the variance-preserving J = (Σ μ_s J_s²/μ)^½;
-    - dBitFlipPM: J = λ·n/(n_v (P − Q)) and μ = n_v·q₁ (n_v reports sample v's bucket).
+#: LOLOHA's cells are rare counts when a uniform draw hits one with at most this probability, 1/g
+#: (``memo_lumps``): g = 2 gives every value half of its cohort's draws.
+RARE_SHARE = 0.05
 
-    Zeros where the protocol has no such events (a numeric mean)."""
+
+def memo_lumps(proto: MemoisedServer, sketch: Sketch, estimate) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(a, ν, μ) of one window under "nobody holds v", per class of reports (rows) and value
+    (columns): the integer report counts whose lumps make a range's estimate of a value nobody
+    holds skewed (docs/math.md §10a, "The null law of a range").
+
+    The second round keeps its input w.p. λ and otherwise draws uniformly (``second_round_keep``),
+    so a report supports v, or lands in v's own cell, in two disjoint ways:
+
+    - a *single*: a uniform draw that happens to hit it, independently per report — about ν such
+      reports per window (Poisson), each moving ĉ(v) by a;
+    - a *keep* of a memoised response that supports v — an *event*: about μ devices per window
+      hold such a response (each of the n devices with probability q₁; LOLOHA: also the devices
+      whose value shares v's hashed cell, with probability p₁) and each keeps it w.p. λ.
+
+    - L-GRR, L-OSUE: one class; a = 1/(P − Q), ν = n·q₂, μ = n·q₁;
+    - LOLOHA: one class per cohort s, v's own cell (s, H_s(v)); a = (B[v, (s, H_s(v))] − B̄_s(v))/(p' − q')
+      (B the least-squares decoder, B̄_s(v) the mean of its weights over the g cells of s: given
+      n_s only the excess is random), ν = n_s·q₂ and μ = n_s·q₁ + (p₁ − q₁)·ρ_s·C_s(v), C_s(v) the
+      estimated devices of the other values hashed to that cell, counting the values clearly held
+      (ĉ(u) > ``HELD_Z`` SEs: the positive noise of the values nobody holds would add phantom events);
+      no lumps when 1/g > ``RARE_SHARE`` (BiLOLOHA: a uniform draw hits v's cell half the time, so
+      its reports there are many, and normal with the rest) nor in empty cohorts;
+    - dBitFlipPM: a = n/(n_v(P − Q)), ν = n_v·q₂, μ = n_v·q₁ (n_v reports sample v's bucket).
+
+    Zeros where the protocol has no such lumps (a numeric mean)."""
     par = proto.params  # type: ignore[attr-defined]
-    lam = float(proto.second_round_keep)
     n = float(sketch.total_reports)
+    q2 = float(par.q2)
     name = getattr(proto, "name", "")
     if name in ("lgrr", "losue"):
         d = int(par.d)
-        return np.full(d, lam / (par.p - par.q)), np.full(d, n * par.q1)
+        return (np.full((1, d), 1.0 / (par.p - par.q)), np.full((1, d), n * q2), np.full((1, d), n * par.q1))
     if name == "loloha":
         n_s = np.asarray(sketch.reports, dtype=np.float64)
         B = proto._decoder(n_s).B                                      # type: ignore[attr-defined]
-        _, row_of, _, _ = proto._design                                # type: ignore[attr-defined]
-        d = int(par.d)
-        own = B[np.arange(d)[None, :], row_of] * lam / (proto.p - proto.q)   # (m, d): J_s(v)
-        mu_s = n_s * par.q1
-        mu = float(mu_s.sum())
-        if mu <= 0:
-            return np.zeros(d), np.zeros(d)
-        return np.sqrt(mu_s @ (own * own) / mu), np.full(d, mu)
+        _, row_of, _, cohort_start = proto._design                     # type: ignore[attr-defined]
+        d, m, g = int(par.d), int(par.m), int(par.g)
+        # a report of cohort s moves ĉ(v) by its cell's weight; with n_s known only the weight's
+        # excess over the cohort's mean cell weight is random (Σ_y T[s, y] = n_s): a uniform draw
+        # hitting v's cell moves ĉ(v) by that excess (at g = 2 both cells carry large weights)
+        level = np.add.reduceat(B, cohort_start, axis=1).T / g        # (m, d): mean weight of s's g cells
+        own = (B[np.arange(d)[None, :], row_of] - level) / (proto.p - proto.q)   # type: ignore[attr-defined]
+        c = np.nan_to_num(np.asarray(estimate.counts, dtype=np.float64))
+        sd = np.sqrt(np.nan_to_num(np.asarray(estimate.variances, dtype=np.float64)))
+        c = np.where(c > HELD_Z * sd, c, 0.0)                         # the values clearly held
+        mass = np.bincount(row_of.ravel(), weights=np.broadcast_to(c, (m, d)).ravel(), minlength=B.shape[1])
+        others = mass[row_of] - c[None, :]                            # (m, d): other values in v's cell
+        rho = n_s / max(n, 1.0)
+        mu = n_s[:, None] * par.q1 + (par.p1 - par.q1) * rho[:, None] * others
+        nu = np.broadcast_to(n_s[:, None] * q2, (m, d)).copy()
+        # a uniform draw hits one of g cells: at g = 2 (BiLOLOHA) half of them, no rare count — the
+        # reports there are many comparable parts, left to the normal rest; empty cohorts have none
+        rare = (1.0 / g <= RARE_SHARE) & (n_s[:, None] > 0)
+        return np.where(rare, own, 0.0), np.where(rare, nu, 0.0), np.where(rare, mu, 0.0)
     if name == "dbitflip":
         n_v, _ = proto.bucket_totals(sketch)                           # type: ignore[attr-defined]
         with np.errstate(divide="ignore", invalid="ignore"):
-            jump = np.where(n_v > 0, lam * n / (n_v * (par.p - par.q)), 0.0)
-        return jump, n_v * par.q1
-    size = np.shape(getattr(estimate, "counts", np.zeros(0)))
-    return np.zeros(size), np.zeros(size)
+            jump = np.where(n_v > 0, n / (n_v * (par.p - par.q)), 0.0)
+        return jump[None, :], (n_v * q2)[None, :], (n_v * par.q1)[None, :]
+    size = (1,) + tuple(np.shape(getattr(estimate, "counts", np.zeros(0))))
+    return np.zeros(size), np.zeros(size), np.zeros(size)
 
 
-def range_memo_events(events: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """The windows' (J_t, μ_t) as one range's (J, μ): a device that keeps its memoised response
-    through the range and reports in every window moves the range's sum by J = Σ_t J_t, and
-    μ = (Σ_t J_t √μ_t)²/J² keeps the variance of these events at the range bound's
-    (Minkowski, as ``range_variance``). The fewer and larger the jumps, the heavier the upper
-    tail at a given variance, so this lumps the events as much as the windows allow."""
-    jumps = np.sum([np.asarray(j, dtype=np.float64) for j, _ in events], axis=0)
-    sd = np.sum([np.asarray(j, dtype=np.float64) * np.sqrt(np.asarray(m, dtype=np.float64)) for j, m in events],
-                axis=0)
+@dataclasses.dataclass(frozen=True)
+class RangeLumps:
+    """A range's lumps per value (``range_lumps``): singles of size ``single_jump`` at Poisson rate
+    ``single_rate``, events of size ``event_jump`` at rate ``event_rate``, and ``fresh`` — the part of
+    the range's fresh variance that the lumps carry (the normal rest keeps at least the remainder)."""
+
+    single_jump: np.ndarray
+    single_rate: np.ndarray
+    event_jump: np.ndarray
+    event_rate: np.ndarray
+    fresh: np.ndarray
+
+    @property
+    def variance(self) -> np.ndarray:
+        """The lumps' variance, a²ν + b²μ."""
+        return self.single_jump ** 2 * self.single_rate + self.event_jump ** 2 * self.event_rate
+
+
+def range_lumps(lumps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], keep: float) -> RangeLumps:
+    """The windows' ``memo_lumps`` as one range's two Poisson classes, each lumped as much as the
+    windows allow at its variance (Bennett 1962: a centred sum of independent parts each ≤ b, of
+    variance σ², has an MGF at most that of b·(Pois(σ²/b²) − σ²/b²); so its largest jump with the
+    variance matched is the heaviest tail these lumps can have):
+
+    - singles: jump a = max a⁺ over windows and classes, rate Σ ν·a⁺²/a²;
+    - events of class k (a device keeping one memoised response through the range): jump
+      b_k = Σ_t a⁺_t (kept in every window), variance (Σ_t λ a⁺_t √μ_t)² + Σ_t λ(1 − λ) a⁺_t² μ_t
+      (the permanent part Minkowski-lumped as ``range_variance``, plus the keeps' own variance);
+      then all classes at jump b = max_k b_k, rate Σ_k variance_k / b².
+
+    Negative jumps (a decoder weight below 0) only lower the sum and are left to the normal rest."""
+    lam = float(keep)
+    a = [np.clip(np.asarray(x, dtype=np.float64), 0.0, None) for x, _, _ in lumps]
+    nu = [np.asarray(x, dtype=np.float64) for _, x, _ in lumps]
+    mu = [np.clip(np.asarray(x, dtype=np.float64), 0.0, None) for _, _, x in lumps]
+    single = np.max([x.max(axis=0) for x in a], axis=0)
+    single_var = np.sum([(x * x * r).sum(axis=0) for x, r in zip(a, nu)], axis=0)
+    keep_fresh = np.sum([(lam * (1 - lam) * x * x * r).sum(axis=0) for x, r in zip(a, mu)], axis=0)
+    event_cls = np.sum(a, axis=0)                                                 # (classes, d): b_k
+    perm_sd = np.sum([lam * x * np.sqrt(r) for x, r in zip(a, mu)], axis=0)
+    event_var = (perm_sd * perm_sd).sum(axis=0) + keep_fresh
+    event = event_cls.max(axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        rate = np.where(jumps > 0, (sd / jumps) ** 2, 0.0)
-    return jumps, rate
+        single_rate = np.where(single > 0, single_var / (single * single), 0.0)
+        event_rate = np.where(event > 0, event_var / (event * event), 0.0)
+    return RangeLumps(single, single_rate, event, event_rate, single_var + keep_fresh)
 
 
-#: Above this expected number of memoised events the range's test is the normal one (the events'
-#: skewness, 1/√μ, is then below 0.05).
+#: Above this Poisson rate a class of lumps is treated as normal (its skewness 1/√rate < 0.05).
 POISSON_EVENTS_BELOW = 400.0
 
 
-def poisson_normal_sf(x: np.ndarray, jump: np.ndarray, rate: np.ndarray, sd: np.ndarray) -> np.ndarray:
-    """P(J·(M − μ) + G ≥ x) for M ~ Poisson(μ) and G ~ N(0, sd²), elementwise.
+def compound_poisson_sf(x: np.ndarray, single_jump: np.ndarray, single_rate: np.ndarray,
+                        event_jump: np.ndarray, event_rate: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """P(a·(N − ν) + b·(M − μ) + G ≥ x) for independent N ~ Poisson(ν), M ~ Poisson(μ) and
+    G ~ N(0, sd²), elementwise (a, ν = ``single_*``; b, μ = ``event_*``).
 
-    A memoised range's estimate of a value nobody holds is a sum of rare permanent events (devices
-    whose memoised response supports it, repeated in every window: ``memo_events``) and of many
-    small independent parts (fresh coins, cohorts), which G stands for. The normal tail of the
-    sum alone treats the events as small: with a few of them expected, two or three events of
-    J ≈ 1.3 range SDs each are not rare, and Holm's 3.6-SD threshold over 295 values nobody
-    held was crossed in 0.35 of 7-day LOLOHA ranges (docs/math.md §10a)."""
-    from scipy import stats  # imported when a memoised range is estimated, not with the module
+    A memoised range's estimate of a value nobody holds is such a sum (``range_lumps``): the
+    reports landing in v's cells one by one, the devices whose memoised response supports v, and
+    many small parts (G). A class with rate ≥ ``POISSON_EVENTS_BELOW`` is folded into G."""
+    from scipy import special, stats  # imported when a memoised range is estimated, not with the module
 
-    x, jump, rate, sd = (np.asarray(a, dtype=np.float64) for a in (x, jump, rate, sd))
-    total = np.sqrt(sd * sd + jump * jump * rate)       # many events: the sum is normal
+    x, a, nu, b, mu, sd = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64)
+                                                for v in (x, single_jump, single_rate, event_jump, event_rate, sd)))
+    a, nu, b, mu = (np.where(np.isfinite(v), v, 0.0) for v in (a, nu, b, mu))
+    var = sd * sd
+    many_a = (nu >= POISSON_EVENTS_BELOW) | (a <= 0) | (nu <= 0)
+    many_b = (mu >= POISSON_EVENTS_BELOW) | (b <= 0) | (mu <= 0)
+    var = var + np.where(many_a, a * a * nu, 0.0) + np.where(many_b, b * b * mu, 0.0)
+    nu, mu = np.where(many_a, 0.0, nu), np.where(many_b, 0.0, mu)
+    total = np.sqrt(var + a * a * nu + b * b * mu)
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = stats.norm.sf(np.where(total > 0, x / np.where(total > 0, total, 1.0), np.inf * np.sign(x)))
-    lumpy = (jump > 0) & (rate > 0) & (rate < POISSON_EVENTS_BELOW) & np.isfinite(x)
+        out = special.ndtr(-np.where(total > 0, x / np.where(total > 0, total, 1.0), np.inf * np.sign(x)))
+    lumpy = ((nu > 0) | (mu > 0)) & np.isfinite(x)
     if not lumpy.any():
         return out
-    xs, js, ms, ss = x[lumpy], jump[lumpy], rate[lumpy], np.maximum(sd[lumpy], 1e-12 * jump[lumpy])
-    top = int(np.ceil(ms.max() + 12.0 * np.sqrt(ms.max()) + 30.0))
-    k = np.arange(top + 1, dtype=np.float64)
-    weight = stats.poisson.pmf(k[None, :], ms[:, None])                  # (values, k)
-    tail = stats.norm.sf((xs[:, None] - js[:, None] * (k[None, :] - ms[:, None])) / ss[:, None])
     out = out.copy()
-    out[lumpy] = np.clip((weight * tail).sum(axis=1) + stats.poisson.sf(top, ms), 0.0, 1.0)
+    idx = np.flatnonzero(lumpy)
+    s = np.sqrt(np.maximum(var, 1e-24 * (a * a + b * b)))
+    for chunk in np.array_split(idx, max(1, idx.size // 32)):
+        xs, as_, ns, bs, ms, ss = (v.flat[chunk][:, None, None] for v in (x, a, nu, b, mu, s))
+        top_n = int(np.ceil(ns.max() + 12.0 * np.sqrt(ns.max()) + 30.0)) if ns.max() > 0 else 0
+        top_m = int(np.ceil(ms.max() + 12.0 * np.sqrt(ms.max()) + 30.0)) if ms.max() > 0 else 0
+        k = np.arange(top_n + 1, dtype=np.float64)[None, None, :]
+        j = np.arange(top_m + 1, dtype=np.float64)[None, :, None]
+        weight = stats.poisson.pmf(j, ms) * stats.poisson.pmf(k, ns)              # (values, M, N)
+        tail = special.ndtr(-(xs - as_ * (k - ns) - bs * (j - ms)) / ss)
+        mass = (weight * tail).sum(axis=(1, 2))
+        # the mass beyond the sums' ends, counted as a sure exceedance (conservative)
+        beyond = stats.poisson.sf(top_n, ns[:, 0, 0]) + stats.poisson.sf(top_m, ms[:, 0, 0])
+        out.flat[chunk] = np.clip(mass + beyond, 0.0, 1.0)
     return out
+
+
+def poisson_normal_sf(x: np.ndarray, jump: np.ndarray, rate: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """P(J·(M − μ) + G ≥ x) for M ~ Poisson(μ) and G ~ N(0, sd²), elementwise: ``compound_poisson_sf``
+    with events only."""
+    zero = np.zeros(np.shape(np.asarray(x)))
+    return compound_poisson_sf(x, zero, zero, jump, rate, sd)
 
 
 def _with_bound(df: pd.DataFrame, counts: np.ndarray, variances: np.ndarray, n: int, confidence: float,
                 simultaneous: bool, alpha: float, control: str,
-                memo: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> pd.DataFrame:
+                memo: tuple[RangeLumps, np.ndarray] | None = None) -> pd.DataFrame:
     """``df`` (a frequency frame) with the range's estimates, SEs, Wald intervals and tests.
 
-    ``memo`` = (J, μ, fresh variance): the p-values then treat the memoised events as Poisson
-    (``poisson_normal_sf``) and the rest of the variance, at least the fresh part, as normal."""
+    ``memo`` = (the range's lumps, its fresh variance): the p-values then take the lumps as Poisson
+    (``compound_poisson_sf``) and the rest of the variance bound as normal, at least the fresh
+    variance the lumps do not carry (docs/math.md §10a)."""
     from scipy import stats  # imported when a memoised range is estimated, not with the module
 
     out = df.copy()
@@ -226,9 +315,10 @@ def _with_bound(df: pd.DataFrame, counts: np.ndarray, variances: np.ndarray, n: 
         z = np.where(std > 0, counts / std, np.inf * np.sign(counts))
     p_value = stats.norm.sf(z)
     if memo is not None:
-        jump, rate, fresh = memo
-        rest = np.maximum(np.maximum(variances, 0.0) - jump * jump * rate, fresh)
-        p_value = poisson_normal_sf(counts, jump, rate, np.sqrt(rest))
+        lumps, fresh = memo
+        rest = np.maximum(np.maximum(variances, 0.0) - lumps.variance, np.maximum(fresh - lumps.fresh, 0.0))
+        p_value = compound_poisson_sf(counts, lumps.single_jump, lumps.single_rate, lumps.event_jump,
+                                      lumps.event_rate, np.sqrt(rest))
     out["estimate"] = counts
     out["proportion"] = counts / n
     out["std_err"] = std
