@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .client import DEFAULT_RETRY, ClientCore, _make_outbox
+from .deadline import within
 from .options import ClientOptions
 from .queue import DEFAULT_QUEUE_SIZE, DiskOutbox, DropPolicy
 from .registry import Registry
@@ -223,7 +224,7 @@ class AsyncUploader:
         task = self._task
         if task is not None and not task.done():
             try:
-                await asyncio.wait_for(asyncio.shield(task), max(0.05, timeout - (time.monotonic() - start)))
+                await within(asyncio.shield(task), max(0.05, timeout - (time.monotonic() - start)))
             except asyncio.TimeoutError:
                 task.cancel()
         await asyncio.to_thread(self.batcher.build_due, True)
@@ -240,7 +241,7 @@ class AsyncUploader:
             wait = batcher.wait_time(time.monotonic())
             if not self._stopping and (wait is None or wait > 0):
                 try:
-                    await asyncio.wait_for(self._event.wait(), wait)
+                    await within(self._event.wait(), wait)
                 except asyncio.TimeoutError:
                     pass
             self._event.clear()

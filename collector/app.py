@@ -37,6 +37,7 @@ from aiohttp import compression_utils, web
 from aiohttp.web_protocol import RequestPayloadError
 
 from client_sdk import ohttp
+from client_sdk.deadline import within
 from client_sdk.dimensions import SEGMENT_SEP
 from client_sdk.errors import LdptError, StoreError
 from client_sdk.registry import Registry
@@ -290,13 +291,13 @@ async def check_store(state: CollectorState) -> None:
     write probe (``aprobe_write``, one small row) to succeed — which is what ends the failure,
     since a collector taken out of rotation receives no batch to commit.
     """
-    await asyncio.wait_for(state.store.acheck(), READY_TIMEOUT)
+    await within(state.store.acheck(), READY_TIMEOUT)
     committer = state.committer
     failing = committer.failing if committer is not None else None
     if failing is None:
         return
     try:
-        await asyncio.wait_for(state.store.aprobe_write(), READY_TIMEOUT)
+        await within(state.store.aprobe_write(), READY_TIMEOUT)
     except (LdptError, OSError, asyncio.TimeoutError) as exc:
         ago = time.monotonic() - failing[0]
         raise StoreError(f"commits are failing (the latest {ago:.0f} s ago: {failing[1]}); a write "
@@ -568,7 +569,7 @@ async def read_body(request: web.Request, timeout: float, *,
         return b"".join(parts)
 
     try:
-        return await asyncio.wait_for(chunks(), timeout)
+        return await within(chunks(), timeout)
     except asyncio.TimeoutError:
         raise Problem("request-timeout", f"the body did not arrive within {timeout:g} s; send it "
                       "at once (the same batch id may be retried)") from None

@@ -30,6 +30,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
 from client_sdk import ohttp
+from client_sdk.deadline import within
 from client_sdk.errors import LdptError, StoreError
 from collector.connections import AddressFreeLog, ConnectionGuard
 from collector.limits import TokenBuckets, forwarded_for, parse_networks
@@ -356,7 +357,7 @@ async def read_envelope(request: web.Request, config: ShuffleConfig) -> bytes:
         return b"".join(parts)
 
     try:
-        return await asyncio.wait_for(chunks(), config.body_read_timeout)
+        return await within(chunks(), config.body_read_timeout)
     except asyncio.TimeoutError:
         raise Problem("request-timeout", f"the envelope did not arrive within {config.body_read_timeout:g} s; "
                       "send it at once") from None
@@ -387,7 +388,7 @@ async def readyz(request: web.Request) -> web.Response:
     if state.draining or state.pool is None:
         raise Problem("shutting-down", "the shuffler is shutting down", retry_after=1)
     try:
-        await asyncio.wait_for(state.pool.call(state.pool.pool.check), 5)
+        await within(state.pool.call(state.pool.pool.check), 5)
     except (StoreError, asyncio.TimeoutError) as exc:
         raise Problem("store-unavailable", f"the pool does not answer: {exc}", retry_after=5) from None
     if state.keys.document is None:

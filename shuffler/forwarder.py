@@ -37,6 +37,7 @@ import aiohttp
 import msgpack
 
 from client_sdk import ohttp
+from client_sdk.deadline import within
 
 from .pool import BATCH_FRAMING, ENVELOPE_FRAMING, PoolCounts, fisher_yates
 
@@ -144,7 +145,7 @@ class Forwarder:
     async def _pause(self, seconds: float) -> None:
         """Back off ``seconds``, returning early only when stopping."""
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), timeout=max(0.0, seconds))
+            await within(self._stop.wait(), max(0.0, seconds))
 
     # --- keys -------------------------------------------------------------------------------------
     async def refresh_keys(self) -> bool:

@@ -268,3 +268,38 @@ def test_postgres_maps_a_lost_connection_mid_commit_to_outcome_unknown(setup):
     with pytest.raises(StoreError) as info:                       # nothing was sent yet
         commit(ConnectionRefusedError(111, "refused"), at_acquire=True)
     assert not isinstance(info.value, CommitOutcomeUnknown)
+
+
+class GatedCheck:
+    """A store whose readiness check waits for the test to let it finish."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+        self.finished = False
+
+    async def acheck(self) -> None:
+        self.entered.set()
+        await self.gate.wait()
+        self.finished = True
+
+
+def test_the_readiness_prober_stops_when_cancelled_as_its_check_completes():
+    """Cancelled in the loop step where the store's check returns (what the collector's cleanup
+    can hit), the prober ends: under 3.11's wait_for it ran on and `await prober` hung for good."""
+    from types import SimpleNamespace
+
+    from collector.app import _probe_readiness
+
+    async def scenario():
+        store = GatedCheck()
+        state = SimpleNamespace(store=store, committer=None, readiness=None)
+        prober = asyncio.create_task(_probe_readiness(state))
+        await store.entered.wait()
+        store.gate.set()
+        while not store.finished:
+            await asyncio.sleep(0)
+        assert prober.cancel()
+        done, _ = await asyncio.wait({prober}, timeout=30)   # a hang guard: the fix ends it at once
+        assert done and prober.cancelled()
+    asyncio.run(scenario())
