@@ -32,6 +32,8 @@ The group sizes are tested against the multinomial honest devices produce (``gro
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 from scipy import sparse, stats
@@ -41,7 +43,7 @@ from client_sdk.protocols.discover import FLAG_END, FLAG_OPEN, truncate
 from sketches.base import Sketch
 from sketches.discover import DiscoverServer, bucket, fingerprints
 
-from .intervals import z_value
+from .intervals import score_interval, z_value
 from .multiple_testing import detect
 
 #: Reported strings when no --top is given.
@@ -116,16 +118,23 @@ class _Group:
         keep = w > 1e-9 * max(float(w.max(initial=0.0)), 1e-300)
         return onehot, (v[:, keep] / w[keep]) @ v[:, keep].T
 
-    def joint(self, fps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Joint estimates (step 3) and their covariance A⁻¹ D A⁻¹ (docs/discovery.md)."""
+    def per_holder(self) -> float:
+        """How much each device holding a key adds to the variance of its one-row estimate
+        (D's slope in the key's own count: (p'(1 − p') − (1/g)(1 − 1/g))/(p' − q')²)."""
+        p, g = self.proto.p, self.g
+        return (p * (1 - p) - (1 / g) * (1 - 1 / g)) / (p - self.proto.q) ** 2
+
+    def joint(self, fps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Joint estimates (step 3), their covariance A⁻¹ D A⁻¹ (docs/discovery.md) and each
+        variance's slope in the key's own count, (A⁻¹)²_kk·``per_holder`` (for score intervals)."""
         onehot, a_inv = self.system(fps)
         support = onehot.T @ self.z
         counts = a_inv @ (support - self.n / self.g)
-        p, g = self.proto.p, self.g
+        g = self.g
         base = (1 / g) * (1 - 1 / g)
-        d = (self.n * base + np.clip(counts, 0, self.n) * (p * (1 - p) - base)) / (p - self.proto.q) ** 2
+        d = self.n * base / (self.proto.p - self.proto.q) ** 2 + np.clip(counts, 0, self.n) * self.per_holder()
         cov = (a_inv * d[None, :]) @ a_inv.T
-        return counts, cov
+        return counts, cov, np.diag(a_inv) ** 2 * self.per_holder()
 
 
 def forged_reach(group: _Group, fps: np.ndarray, rows: int) -> np.ndarray:
@@ -184,7 +193,7 @@ def search(proto: DiscoverServer, sketch: Sketch, *, keep: int, screen: int,
         cands = children(kept)
         fps = fingerprints([_key_blob(c) for c in cands])
         chosen = _top(group.naive(fps), screen)
-        joint, _ = group.joint(fps[chosen])
+        joint = group.joint(fps[chosen])[0]
         order = _top(joint, keep)
         kept = [cands[chosen[i]] for i in order]
         est = joint[order]
@@ -255,14 +264,17 @@ def chain_caps(proto: DiscoverServer, sketch: Sketch, levels: list[_Level], keys
     about g·m — the honest-placement figure — plus the CAP_Z margin (docs/security.md). Reports
     that claim a group without supporting a prefix lower its bound by at most G·q*/(p* − q*)
     each, and only bite once they have used up its CAP_Z margin."""
-    n, groups = sketch.total_reports, proto.params.groups
+    groups = proto.params.groups
     caps = np.full(len(keys), np.inf)
     for depth, level in enumerate(levels, start=1):
         anc = [ancestor(k, depth) for k in keys]
         distinct = list(dict.fromkeys(anc))
         est, var = _level_estimates(level, fingerprints([_key_blob(a) for a in distinct]))
-        pop, pop_var = scale_to_population(est, var, groups, n)
-        upper = pop + CAP_Z * np.sqrt(np.maximum(pop_var, 0.0))
+        slope = np.full(len(est), level.group.per_holder())
+        v0, s = population_score_terms(HeldOut(est, var, slope, level.group.n), groups)
+        # the score bound: CAP_Z standard errors taken at the bound, not at the estimate (a low
+        # prefix estimate's own standard error is too small and capped honest strings)
+        upper = score_interval(groups * est, v0, s, CAP_Z, np.inf)[1]
         where = {a: i for i, a in enumerate(distinct)}
         caps = np.minimum(caps, upper[[where[a] for a in anc]])
     return caps
@@ -291,8 +303,30 @@ def _held_group(proto: DiscoverServer, sketch: Sketch) -> _Group:
                   sketch.reports.reshape(par.groups, par.seeds)[-1])
 
 
-def _held_out(proto: DiscoverServer, sketch: Sketch, keys: list[Key], outside_max: float) -> tuple[np.ndarray, np.ndarray, int]:
-    """Joint estimates of ``keys`` on the held-out group and their variances.
+@dataclasses.dataclass(frozen=True)
+class HeldOut:
+    """Held-out-group estimates of some keys: counts, variances at the estimates, each
+    variance's slope in the key's own count (score intervals, ``_frame``) and the group's reports."""
+
+    counts: np.ndarray
+    variances: np.ndarray
+    slopes: np.ndarray
+    n: int
+
+    def head(self, k: int) -> HeldOut:
+        """The first ``k`` keys."""
+        return HeldOut(self.counts[:k], self.variances[:k], self.slopes[:k], self.n)
+
+    @staticmethod
+    def concat(parts: list[HeldOut]) -> HeldOut:
+        """The keys of ``parts`` in order (one group: the same n)."""
+        return HeldOut(*(np.concatenate([getattr(h, f) for h in parts]) for f in ("counts", "variances", "slopes")),
+                       parts[0].n)
+
+
+def held_out_estimates(proto: DiscoverServer, sketch: Sketch, keys: list[Key], outside_max: float) -> HeldOut:
+    """Joint estimates of ``keys`` on the held-out group, their variances and each variance's
+    slope in the key's own count (``_Group.joint``).
 
     The variance adds the residual bias of the mass outside ``keys`` over the public seed set,
     Σ_{v'∉C} c(v')²·(1/g)(1−1/g)/m / (1−1/g)², bounded by ``outside_max``·(n_h − Σ_C ĉ)·(1/g)/(m(1−1/g))
@@ -302,11 +336,11 @@ def _held_out(proto: DiscoverServer, sketch: Sketch, keys: list[Key], outside_ma
     held = _held_group(proto, sketch)
     if held.n == 0:
         raise EstimationError("no reports in the held-out group")
-    counts, cov = held.joint(fingerprints([_key_blob(k) for k in keys]))
+    counts, cov, slope = held.joint(fingerprints([_key_blob(k) for k in keys]))
     outside = max(0.0, held.n - float(np.clip(counts, 0, None).sum()))
     g = par.g
     residual = max(outside_max, 0.0) * outside / (g * par.seeds * (1 - 1 / g))
-    return counts, np.diag(cov) + residual, held.n
+    return HeldOut(counts, np.diag(cov) + residual, slope, held.n)
 
 
 def discover(proto: DiscoverServer, sketch: Sketch, *, top: int | None = None, keep: int | None = None,
@@ -329,10 +363,10 @@ def discover(proto: DiscoverServer, sketch: Sketch, *, top: int | None = None, k
     if n <= 0:
         raise EstimationError("no reports in the selected window(s)")
     levels: list[_Level] = []
-    kept, counts_h, var_h, n_h, reach = _search_and_hold_out(proto, sketch, kept_extra=[], keep=keep,
-                                                             screen=screen, levels=levels, reach_rows=top)
+    kept, held_out, reach = _search_and_hold_out(proto, sketch, kept_extra=[], keep=keep, screen=screen,
+                                                 levels=levels, reach_rows=top)
     caps = chain_caps(proto, sketch, levels, kept[:top])
-    df = _frame(proto, sketch, kept[:top], counts_h[:top], var_h[:top], n_h, n, caps, reach, confidence=confidence,
+    df = held_out_frame(proto, sketch, kept[:top], held_out.head(top), n, caps, reach, confidence=confidence,
                 alpha=alpha, control=control, simultaneous=simultaneous)
     # only what was found: the search always keeps ``keep`` keys, and below the heavy strings they
     # are byte strings nobody holds (the multiple-testing family stays the ``top`` ranked keys)
@@ -352,7 +386,7 @@ def key_text(key: Key) -> str:
 
 def _search_and_hold_out(proto: DiscoverServer, sketch: Sketch, *, kept_extra: list[Key], keep: int, screen: int,
                          levels: list[_Level] | None = None, reach_rows: int = 0
-                         ) -> tuple[list[Key], np.ndarray, np.ndarray, int, np.ndarray]:
+                         ) -> tuple[list[Key], HeldOut, np.ndarray]:
     """Search, then held-out estimates of ``kept_extra`` + the kept keys (not repeated); a
     ``kept_extra`` longer than JOINT_MAX (distinct keys) is estimated in blocks and returned alone.
     Last, ``forged_reach`` of the first ``reach_rows`` keys on the held-out group."""
@@ -364,10 +398,10 @@ def _search_and_hold_out(proto: DiscoverServer, sketch: Sketch, *, kept_extra: l
     outside_max = floor * n_h / max(n_level, 1)
     if len(kept_extra) <= JOINT_MAX:
         keys = list(dict.fromkeys(kept_extra + kept))
-        counts_h, var_h, n_h = _held_out(proto, sketch, keys, outside_max)
+        held_out = held_out_estimates(proto, sketch, keys, outside_max)
         reach = forged_reach(_held_group(proto, sketch), fingerprints([_key_blob(k) for k in keys]), reach_rows) \
             if reach_rows else np.zeros(0)
-        return keys, counts_h, var_h, n_h, reach
+        return keys, held_out, reach
     # a long list (distinct keys): JOINT_MAX at a time, each jointly with the kept keys, so the
     # k × k joint system stays bounded; the other listed keys are then outside C, and any of them
     # that was not kept is under the same bound ``outside_max`` as every unkept string
@@ -376,13 +410,11 @@ def _search_and_hold_out(proto: DiscoverServer, sketch: Sketch, *, kept_extra: l
     for i in range(0, len(kept_extra), JOINT_MAX):
         chunk = kept_extra[i:i + JOINT_MAX]
         keys = list(dict.fromkeys(chunk + kept))
-        counts_h, var_h, n_h = _held_out(proto, sketch, keys, outside_max)
-        parts.append((counts_h[:len(chunk)], var_h[:len(chunk)]))
+        parts.append(held_out_estimates(proto, sketch, keys, outside_max).head(len(chunk)))
         rows = min(len(chunk), max(0, reach_rows - i))
         if rows:
             reaches.append(forged_reach(held, fingerprints([_key_blob(k) for k in keys]), rows))
-    return (list(kept_extra), np.concatenate([c for c, _ in parts]), np.concatenate([v for _, v in parts]), n_h,
-            np.concatenate(reaches) if reaches else np.zeros(0))
+    return list(kept_extra), HeldOut.concat(parts), np.concatenate(reaches) if reaches else np.zeros(0)
 
 
 def decode_candidates(proto: DiscoverServer, sketch: Sketch, candidates: list[str], *, confidence: float = 0.95,
@@ -404,10 +436,10 @@ def decode_candidates(proto: DiscoverServer, sketch: Sketch, candidates: list[st
     wanted = list(listed)
     levels: list[_Level] = []
     k = len(wanted)
-    keys, counts_h, var_h, n_h, reach = _search_and_hold_out(proto, sketch, kept_extra=wanted, keep=40, screen=160,
-                                                             levels=levels, reach_rows=k)
+    keys, held_out, reach = _search_and_hold_out(proto, sketch, kept_extra=wanted, keep=40, screen=160,
+                                                 levels=levels, reach_rows=k)
     caps = chain_caps(proto, sketch, levels, wanted)
-    return _frame(proto, sketch, wanted, counts_h[:k], var_h[:k], n_h, n, caps, reach, confidence=confidence,
+    return held_out_frame(proto, sketch, wanted, held_out.head(k), n, caps, reach, confidence=confidence,
                   alpha=alpha, control=control, simultaneous=simultaneous)
 
 
@@ -434,15 +466,28 @@ def scale_to_population(counts_h: np.ndarray, var_h: np.ndarray, groups: int, n:
     return counts, var_h * groups * groups + c * (groups - 1)
 
 
-def _frame(proto: DiscoverServer, sketch: Sketch, final: list[Key], counts_h: np.ndarray, var_h: np.ndarray, n_h: int,
-           n: int, caps: np.ndarray, reach: np.ndarray, *, confidence: float, alpha: float, control: str,
-           simultaneous: bool) -> pd.DataFrame:
-    counts, variances = scale_to_population(counts_h, var_h, proto.params.groups, n)
+def population_score_terms(held_out: HeldOut, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """(v₀, s): the population estimate's variance as v₀ + s·c in the true count c (the other
+    keys at their estimates): G²·(held-out variance at c_h = 0) and G·(held-out slope) + G − 1,
+    the split term c(G − 1) of ``scale_to_population`` included."""
+    at_zero = held_out.variances - held_out.slopes * np.clip(held_out.counts, 0, held_out.n)
+    return groups * groups * at_zero, groups * held_out.slopes + (groups - 1)
+
+
+def held_out_frame(proto: DiscoverServer, sketch: Sketch, final: list[Key], held_out: HeldOut, n: int,
+                   caps: np.ndarray, reach: np.ndarray, *, confidence: float, alpha: float = 0.05,
+                   control: str = "fwer", simultaneous: bool = False) -> pd.DataFrame:
+    """The frame of ``final``'s held-out estimates: scaled to the population, capped by ``caps``
+    (``chain_caps``), with score intervals, p-values of "count = 0", detections and attrs."""
+    groups = proto.params.groups
+    counts, variances = scale_to_population(held_out.counts, held_out.variances, groups, n)
     capped = counts > caps  # no string is more frequent than its prefixes (chain_caps)
     counts = np.minimum(counts, caps)
     std = np.sqrt(np.maximum(variances, 0.0))
     z = z_value(confidence, len(final) if simultaneous else 1)
-    low, high = np.clip(counts - z * std, 0, n), np.clip(counts + z * std, 0, n)
+    # score intervals: the variance grows with the count, so it is taken at each candidate count
+    # rather than at the estimate (a low estimate's plug-in interval is too short; docs/discovery.md)
+    low, high = score_interval(counts, *population_score_terms(held_out, groups), z, n)
     with np.errstate(divide="ignore", invalid="ignore"):
         zs = np.where(std > 0, counts / std, np.inf * np.sign(counts))
     p_value = stats.norm.sf(zs)
@@ -458,7 +503,7 @@ def _frame(proto: DiscoverServer, sketch: Sketch, final: list[Key], counts_h: np
         "detected": detect(p_value, alpha, control),
     })
     p_sizes, z_held = group_size_test(proto, sketch)
-    df.attrs.update(protocol=proto.name, epsilon=proto.epsilon, n_reports=n, n_held_out=n_h,
+    df.attrs.update(protocol=proto.name, epsilon=proto.epsilon, n_reports=n, n_held_out=held_out.n,
                     confidence=confidence, simultaneous=simultaneous, post_processed=None, z=z,
                     max_length=proto.params.max_length, capped=int(capped.sum()),
                     group_size_p_value=p_sizes, held_out_excess_z=z_held,

@@ -327,3 +327,24 @@ def wald_interval(counts: np.ndarray, variances: np.ndarray, n: int, confidence:
         z = z_value(confidence, (counts.shape[0] if family_size is None else family_size) if simultaneous else 1)
     half = z * np.sqrt(np.maximum(np.asarray(variances, dtype=np.float64), 0.0))
     return np.clip(counts - half, 0, n), np.clip(counts + half, 0, n)
+
+
+def score_interval(counts: np.ndarray, var_at_zero: np.ndarray, slope: np.ndarray, z: float, n: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high): the counts c in [0, n] with (ĉ − c)² ≤ z²·(v₀ + s·c), clipped to [0, n].
+
+    The score (Wilson 1927) interval of an estimate whose variance grows linearly with the true
+    count (v₀ at c = 0, slope s). The plug-in Wald interval puts the variance at the estimate
+    itself, so a low estimate gets too short an interval and misses from below: discovery's
+    held-out strings at n = 3,000 fell under their 99.9 % Wald interval 14× too often.
+    An estimate so far below 0 that no c ≥ 0 qualifies gets (0, 0)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    v0 = np.maximum(np.asarray(var_at_zero, dtype=np.float64), 0.0)
+    s = np.maximum(np.asarray(slope, dtype=np.float64), 0.0)
+    centre = counts + 0.5 * z * z * s
+    disc = v0 + s * counts + 0.25 * z * z * s * s
+    half = z * np.sqrt(np.maximum(disc, 0.0))
+    empty = disc < 0
+    low = np.where(empty, 0.0, np.clip(centre - half, 0, n))
+    high = np.where(empty, 0.0, np.clip(centre + half, 0, n))
+    return low, high
