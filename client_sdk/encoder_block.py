@@ -23,36 +23,6 @@ from .protocols.device import DeviceHalf
 ENCODER_VERSION = 1
 
 
-def _u64(value: int) -> str:
-    return str(int(value))
-
-
-def _duchi(proto: Any) -> dict[str, Any]:
-    return {"grid": proto.params.grid, "low": _u64(proto.params.low_threshold), "step": _u64(proto.params.step)}
-
-
-def _piecewise(proto: Any) -> dict[str, Any]:
-    a, b = proto.weights
-    return {"grid": proto.grid, "window": proto.window, "a": a, "b": b}
-
-
-def _numeric(name: str, proto: Any) -> dict[str, Any]:
-    if name in ("duchi", "bitmean"):
-        return _duchi(proto)
-    if name == "piecewise":
-        return _piecewise(proto)
-    if name == "hybrid":
-        pm, duchi = proto.parts
-        return {"grid": proto.grid, "h": int(proto.alpha * (1 << 32)), "piecewise": _piecewise(pm), "duchi": _duchi(duchi)}
-    if name == "laplace":
-        return {"grid": proto.grid, "window": proto.window, "bounds": [_u64(b) for b in proto._bounds]}
-    if name == "memobitmean":
-        first = proto.params.first
-        return {"grid": proto.grid, "low": _u64(first.low_threshold), "step": _u64(first.step),
-                "gamma_threshold": proto.params.gamma_threshold}
-    raise KeyError(name)
-
-
 def protocol_block(name: str, proto: Protocol | DeviceHalf) -> dict[str, Any]:
     """The resolved integers of protocol ``name`` (docs/conformance.md, "The encoder block")."""
     own = getattr(proto, "encoder_block", None)   # a split protocol's device half says it itself
@@ -67,7 +37,7 @@ def protocol_block(name: str, proto: Protocol | DeviceHalf) -> dict[str, Any]:
     if name == "loloha":
         return {"d": par.d, "m": par.m, "g": par.g, "p1_threshold": par.p1_threshold,
                 "p2_threshold": par.p2_threshold}
-    return _numeric(name, proto)
+    raise KeyError(name)
 
 
 def encoder_block(spec: Any) -> dict[str, Any]:

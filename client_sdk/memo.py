@@ -81,7 +81,7 @@ class MemoWords(WordSource):
     """``MemoRandom``'s stream as Python ints (the SDK's one-report path, no numpy).
 
     The same words in the same order: ``word`` is the next stream word, ``word64`` two of
-    them (low first, as ``numeric.words64``), ``below`` the rejection of ``MemoRandom.below``.
+    them (low first, as ``sketches.numeric.words64``), ``below`` the rejection of ``MemoRandom.below``.
     """
 
     __slots__ = ("_key", "_buf", "_pos")

@@ -48,12 +48,12 @@ from client_sdk.options import ClientOptions
 from client_sdk.protocols import discover as disc
 from client_sdk.protocols import olh as olh_mod
 from client_sdk.protocols import projective as proj
-from client_sdk.protocols.numeric import NumericProtocol
 from client_sdk.registry import canonical_value, parse_registry
 from client_sdk.state import MemoryState, ledger_key, value_digest
 from client_sdk.uploader import pack_batch
 from client_sdk.window_charge import WindowCharges
 from sketches import build_server, server_half
+from sketches.numeric import NumericServer
 
 from . import exact
 
@@ -464,7 +464,7 @@ def rounding_vectors(registry: Any) -> dict[str, Any]:
     cases = []
     for name in ("load", "load_low", "load_bitmean", "load_pw", "load_laplace"):
         spec = registry.get(name)
-        proto: NumericProtocol = server_half(spec)   # type: ignore[assignment]
+        proto: NumericServer = server_half(spec)   # type: ignore[assignment]
         lo, hi = spec.bounds
         scale = 2.0 / (hi - lo)
         for x in (lo, hi, (lo + hi) / 2, lo + (hi - lo) / 3, lo + 1e-9 * (hi - lo), hi - 1e-12, lo - 1, hi + 1):

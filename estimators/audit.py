@@ -46,11 +46,11 @@ from scipy.special import logsumexp
 
 from client_sdk.errors import LdptError
 from client_sdk.hashing import derive_cohort
-from client_sdk.protocols.memobitmean import MemoBitMean
 from client_sdk.protocols.olh import OLH, hash_one
 from client_sdk.registry import Kind, MetricSpec
 from sketches import server_half
 from sketches.longitudinal import MemoisedServer
+from sketches.memobitmean import MemoBitMeanServer
 from sketches.rappor import RapporServer
 
 #: Protocols the attacker has a likelihood for.
@@ -82,7 +82,7 @@ def sdk_reports(spec: MetricSpec, secret: bytes, value: Any, count: int) -> list
     proto = server_half(spec)
     if spec.kind is Kind.STRING:
         return [proto.encode_secret_one(value, secret, spec.name) for _ in range(count)]  # type: ignore[attr-defined]
-    if isinstance(proto, MemoBitMean):   # the device's α-point rounding, then the memoised bit
+    if isinstance(proto, MemoBitMeanServer):   # the device's α-point rounding, then the memoised bit
         idx = proto.alpha_round(normalised(spec, value), secret, spec.name)
         return [proto.encode_secret_one(idx, secret, spec.name) for _ in range(count)]
     idx = int(spec.index_of([value])[0])
@@ -238,7 +238,7 @@ def _loglik_of_device(spec: MetricSpec, value: Any, wires: list[Any]) -> float:
 def likelihood(spec: MetricSpec, value: Any, cohorts: set[int | None]):
     """``ll(cohort, stats, total)``: log P(reports of one device holding ``value``) — its cohort's
     chain, or for memobitmean the mixture over the grid points its secret α may round to."""
-    if isinstance(server_half(spec), MemoBitMean):
+    if isinstance(server_half(spec), MemoBitMeanServer):
         mixture = grid_mixture(spec, value)
         grid_chains = {j: chain_for(spec, j, None) for _, j in mixture}
 

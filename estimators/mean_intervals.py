@@ -32,14 +32,14 @@ import math
 import numpy as np
 from scipy import stats
 
-from client_sdk.protocols.numeric import NumericProtocol
 from sketches.base import Sketch
+from sketches.numeric import NumericServer
 
 #: Points of the fine input grid on which the variance envelope is built, per grid step.
 ENVELOPE_POINTS_PER_STEP = 8
 
 
-def mean_interval(proto: NumericProtocol, sketch: Sketch, confidence: float) -> tuple[float, float]:
+def mean_interval(proto: NumericServer, sketch: Sketch, confidence: float) -> tuple[float, float]:
     """(low, high) for the mean of the normalised values t, within [−1, 1]."""
     h = np.asarray(sketch.counts, dtype=np.float64).reshape(-1)
     n = int(sketch.total_reports)
@@ -92,7 +92,7 @@ def score_interval(counts: np.ndarray, n: int, values: np.ndarray, envelope: tup
     return low, high
 
 
-def variance_envelope(proto: NumericProtocol) -> tuple[np.ndarray, np.ndarray]:
+def variance_envelope(proto: NumericServer) -> tuple[np.ndarray, np.ndarray]:
     """(knots, values) of V₋, the lower convex envelope of t ↦ Var[v | t] on [−1, 1] (cached per
     mechanism and parameters: the fine grid has 8K + 1 points)."""
     key = (type(proto), proto.params)

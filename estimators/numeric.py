@@ -12,7 +12,7 @@ two-cell mechanisms, a score interval floored by the mechanism's own variance fo
 mapped to the metric's units and intersected with [lo, hi] (the device clips every value into
 the range, so the true mean lies there and clipping the interval cannot lose coverage). The
 standard error is the reports' own spread, floored at the smallest exact per-report variance
-(NumericProtocol.estimate), so reports that happen to agree do not give a zero SE.
+(sketches.numeric.NumericServer.estimate), so reports that happen to agree do not give a zero SE.
 
 Histogram metrics: the bucket frequencies come from the frequency oracle (estimators.frequency);
 this module adds rows for the mean and the quantiles p10 ... p99, computed from the empirical

@@ -21,7 +21,7 @@ from client_sdk.protocols.hybrid import Hybrid, HybridParams, paper_alpha
 from client_sdk.protocols.laplace import TAIL_MASS, Laplace, LaplaceParams
 from client_sdk.protocols.numeric import NUMERIC_PROTOCOL_NAMES
 from client_sdk.protocols.piecewise import Piecewise, PiecewiseParams, paper_window
-from sketches import build_server
+from sketches import build_server, server_half
 
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
 NAMES = NUMERIC_PROTOCOL_NAMES
@@ -194,7 +194,7 @@ PUBLISHED_HYBRID = {1.0: 4.29, 2.0: 1.04, 4.0: 0.219}  # Wang et al. 2019, worst
 def test_hybrid_reproduces_the_published_worst_case_variance(eps):
     """With the paper's α and window, the discrete HM's worst case is the published figure;
     measured at t = ±1 by R exact simulations. The default (optimised) HM is never worse."""
-    paper = Hybrid(HybridParams(eps, alpha=paper_alpha(eps), window=paper_window(eps, 256)))
+    paper = server_half(Hybrid(HybridParams(eps, alpha=paper_alpha(eps), window=paper_window(eps, 256))))
     published = PUBLISHED_HYBRID[eps]
     assert paper.worst_case_variance() == pytest.approx(published, rel=0.005)
     runs, n = 4000, 500
@@ -218,7 +218,7 @@ def test_piecewise_paper_window_is_the_continuous_mechanism(eps):
 
 @pytest.mark.parametrize("eps", (0.05, 0.5, 1.0, 2.0, 4.0, 8.0, 20.0))
 def test_laplace_clamp_and_bias_are_negligible(eps):
-    proto = Laplace(LaplaceParams(eps))
+    proto = server_half(Laplace(LaplaceParams(eps)))
     assert proto.clamped_mass() <= TAIL_MASS
     assert np.abs(proto.bias()).max() <= 1e-12
     # the variance is the textbook 8/ε² plus the grid's rounding (at most 1/K² per report)

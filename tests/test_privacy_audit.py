@@ -270,7 +270,7 @@ EXACT_GRID = [(name, eps, {"grid": 4}) for name in NUMERIC_PROTOCOL_NAMES for ep
 @pytest.mark.parametrize("name,eps,options", EXACT_GRID, ids=[f"{n}-e{e}" for n, e, _ in EXACT_GRID])
 def test_quoted_epsilon_bounds_the_exact_table(name, eps, options):
     from client_sdk.protocols._epsilon import exp_at_least
-    from client_sdk.protocols.numeric import max_column_ratio
+    from sketches.numeric import max_column_ratio
 
     protocol = build_server(name, None, eps, options)
     weights, total = protocol.integer_table()

@@ -23,11 +23,9 @@ from decimal import ROUND_CEILING, Decimal, localcontext
 from fractions import Fraction
 from typing import Any
 
-from .._lazy import np
-from ..randomness import OS_WORDS, RandomLike, WordSource, as_random_source
+from ..randomness import OS_WORDS, WordSource
 from ._epsilon import DIGITS, exp_at_least, log_up
-from .base import Payloads
-from .numeric import SCALE64, NumericProtocol, check_grid_and_epsilon, words64
+from .numeric import SCALE64, NumericDevice, check_grid_and_epsilon
 
 DEFAULT_GRID = 256
 
@@ -86,43 +84,33 @@ class DuchiParams:
         return max(0, SCALE64 - 2 * a_min) // self.grid
 
 
-class Duchi(NumericProtocol):
+class Duchi(NumericDevice):
+    """Duchi et al.'s mechanism's device half (its server half: sketches.duchi)."""
+
     name = "duchi"
 
     def __init__(self, params: DuchiParams) -> None:
         super().__init__(params)
-        self._a = params.low_threshold
-        self._d = params.step
+        self.low_threshold = params.low_threshold   # A = T_0, out of 2^64
+        self.step = params.step                     # D: T_j = A + jD
 
     @functools.cached_property
-    def _thresholds(self) -> np.ndarray:
-        """A + jD for j = 0..K, uint64 (all < 2^64: T_K = 2^64 − A); arrays built on first use."""
-        return np.array([self._a + self._d * j for j in range(self.params.grid + 1)], dtype=np.uint64)
+    def value_list(self) -> list[float]:
+        """[v(0), v(1)]: the debiased values, solving E[v | j] = t_j with P_j = (A + jD)/2^64."""
+        scale = 2.0 * SCALE64 / (self.step * self.params.grid)
+        return [(0.0 - self.low_threshold / SCALE64) * scale - 1.0, (1.0 - self.low_threshold / SCALE64) * scale - 1.0]
 
-    @functools.cached_property
-    def _value_list(self) -> list[float]:
-        # v(y) solves E[v | j] = t_j: P_j = (A + jD)/2^64 and t_j = −1 + 2j/K.
-        scale = 2.0 * SCALE64 / (self._d * self.params.grid)
-        return [(0.0 - self._a / SCALE64) * scale - 1.0, (1.0 - self._a / SCALE64) * scale - 1.0]
-
-    @functools.cached_property
-    def _values(self) -> np.ndarray:
-        return np.array(self._value_list)
+    def thresholds(self) -> list[int]:
+        """T_j = A + jD for j = 0..K (all < 2^64: T_K = 2^64 − A)."""
+        return [self.low_threshold + self.step * j for j in range(self.params.grid + 1)]
 
     def second_moments(self) -> list[float]:
-        v0, v1 = self._value_list
+        v0, v1 = self.value_list
         out = []
         for j in range(self.params.grid + 1):
-            t = self._a + self._d * j
+            t = self.low_threshold + self.step * j
             out.append((SCALE64 - t) / SCALE64 * (v0 * v0) + t / SCALE64 * (v1 * v1))
         return out
-
-    @functools.cached_property
-    def _table(self) -> np.ndarray:
-        thresholds = [self._a + self._d * j for j in range(self.params.grid + 1)]
-        p1 = np.array([t / SCALE64 for t in thresholds])
-        p0 = np.array([(SCALE64 - t) / SCALE64 for t in thresholds])  # exact, not 1 − p1
-        return np.stack([p0, p1], axis=1)
 
     @property
     def grid(self) -> int:
@@ -134,35 +122,23 @@ class Duchi(NumericProtocol):
 
     @property
     def epsilon(self) -> float:
-        return realised_epsilon(self._a)
+        return realised_epsilon(self.low_threshold)
 
-    def integer_table(self) -> tuple[np.ndarray, int]:
-        """P(1 | j) = (A + jD)/2^64: the sampler's own thresholds (``encode``: u < T_j)."""
-        t = [self._a + self._d * j for j in range(self.params.grid + 1)]
-        return np.array([[SCALE64 - x, x] for x in t], dtype=object), SCALE64
+    def encoder_block(self) -> dict[str, Any]:
+        # thresholds out of 2^64 as decimal strings (client_sdk.encoder_block: beyond 2^53)
+        return {"grid": self.params.grid, "low": str(self.low_threshold), "step": str(self.step)}
 
-    def probability_table(self) -> np.ndarray:
-        return self._table
-
-    def debiased_values(self) -> np.ndarray:
-        return self._values
-
-    def encode(self, indices: np.ndarray, rng: RandomLike = None,
-               cohorts: np.ndarray | None = None) -> Payloads:
-        j = self.check_indices(indices)
-        u = words64(as_random_source(rng), j.shape[0])
-        return {"y": (u < self._thresholds[j]).astype(np.int64)}
-
-    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
-        j = self._check_index(index)
-        return int((source or OS_WORDS).word64() < self._a + self._d * j)
+    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
+        """One bit: 1 iff a 64-bit word (two 32-bit ones, low first) is below T_j."""
+        j = self.check_index(index)
+        return int((source or OS_WORDS).word64() < self.low_threshold + self.step * j)
 
 
 class BitMean(Duchi):
     """Ding et al. (2017)'s 1BitMean: Duchi's mechanism under the name Windows telemetry uses."""
 
     name = "bitmean"
-    #: the same law as Duchi's for the same params (``NumericProtocol.variance_curve`` shares it)
+    #: the same law as Duchi's for the same params (``NumericDevice.variance_curve`` shares it)
     law_class = Duchi
 
 

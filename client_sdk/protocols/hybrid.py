@@ -21,12 +21,9 @@ import functools
 import math
 from typing import Any
 
-from .._lazy import np
-from ..errors import InvalidPayload
-from ..randomness import OS_WORDS, SCALE, RandomLike, WordSource, as_random_source
-from .base import Payloads, first_bad
+from ..randomness import OS_WORDS, SCALE, WordSource
 from .duchi import Duchi, DuchiParams
-from .numeric import NumericProtocol, check_grid_and_epsilon
+from .numeric import NumericDevice, check_grid_and_epsilon
 from .piecewise import MAX_GRID, Piecewise, PiecewiseParams
 
 DEFAULT_GRID = 256
@@ -139,8 +136,9 @@ class HybridParams:
             raise ValueError("hybrid: alpha must be in [0, 1]")
 
 
-class Hybrid(NumericProtocol):
-    """Mixture of discrete Piecewise (cells 0..M−1) and Duchi (cells M, M+1)."""
+class Hybrid(NumericDevice):
+    """Mixture of discrete Piecewise (cells 0..M−1) and Duchi (cells M, M+1): the device half
+    (its server half, sketches.hybrid, calls the parts' server halves)."""
 
     name = "hybrid"
 
@@ -153,16 +151,6 @@ class Hybrid(NumericProtocol):
             self._h = round(params.alpha * SCALE)
         self._m = self._pm.cells
 
-    @functools.cached_property
-    def _table(self) -> np.ndarray:
-        mix = self._h / SCALE
-        return np.concatenate([mix * self._pm.probability_table(),
-                               (1 - mix) * self._duchi.probability_table()], axis=1)
-
-    @functools.cached_property
-    def _values(self) -> np.ndarray:
-        return np.concatenate([self._pm.debiased_values(), self._duchi.debiased_values()])
-
     def second_moments(self) -> list[float]:
         mix = self._h / SCALE
         return [mix * a + (1 - mix) * b for a, b in zip(self._pm.second_moments(), self._duchi.second_moments())]
@@ -174,6 +162,11 @@ class Hybrid(NumericProtocol):
     @property
     def cells(self) -> int:
         return self._m + 2
+
+    @property
+    def threshold(self) -> int:
+        """H: a 32-bit word below it picks the Piecewise part (α = H/2^32)."""
+        return self._h
 
     @property
     def alpha(self) -> float:
@@ -189,47 +182,16 @@ class Hybrid(NumericProtocol):
         used = ([self._pm.epsilon] if self._h > 0 else []) + ([self._duchi.epsilon] if self._h < SCALE else [])
         return max(used)
 
-    def integer_table(self) -> tuple[np.ndarray, int]:
-        """h/2^32 · Piecewise (out of T) beside (1 − h/2^32) · Duchi (out of 2^64), one denominator."""
-        pm, pm_total = self._pm.integer_table()
-        du, du_total = self._duchi.integer_table()
-        table = np.concatenate([pm * (self._h * du_total), du * ((SCALE - self._h) * pm_total)], axis=1)
-        return table, SCALE * pm_total * du_total
+    def encoder_block(self) -> dict[str, Any]:
+        return {"grid": self.grid, "h": int(self.alpha * (1 << 32)), "piecewise": self._pm.encoder_block(),
+                "duchi": self._duchi.encoder_block()}
 
-    def probability_table(self) -> np.ndarray:
-        return self._table
-
-    def debiased_values(self) -> np.ndarray:
-        return self._values
-
-    def validate(self, payloads: Payloads) -> None:
-        """Cells in range, and only cells of a part that is ever used (α = 0 or 1 leaves one idle)."""
-        super().validate(payloads)
-        y = np.asarray(payloads["y"])
-        lo = 0 if self._h > 0 else self._m
-        hi = self.cells if self._h < SCALE else self._m
-        bad = (y < lo) | (y >= hi)
-        if bad.any():
-            i = first_bad(bad)
-            raise InvalidPayload(f"value {int(y[i])} is a cell this hybrid never reports (alpha = {self.alpha})",
-                                 index=i, field="y")
-
-    def encode(self, indices: np.ndarray, rng: RandomLike = None,
-               cohorts: np.ndarray | None = None) -> Payloads:
-        j = self.check_indices(indices)
-        source = as_random_source(rng)
-        n = j.shape[0]
-        use_pm = source.words(n).astype(np.int64) < self._h
-        pm_cells = self._pm.cells_from_uniform(j, self._pm.uniform_below_total(source, n))
-        bits = self._duchi.encode(j, source)["y"]
-        return {"y": np.where(use_pm, pm_cells, self._m + bits)}
-
-    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
-        j = self._check_index(index)
+    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
+        j = self.check_index(index)
         src = source or OS_WORDS
         if src.word() < self._h:
             return self._pm.cell_one(j, src)
-        return self._m + self._duchi.encode_one(j, None, src)
+        return self._m + self._duchi.randomise(j, None, src)
 
 
 OPTION_KEYS: frozenset[str] = frozenset({"grid"})

@@ -34,17 +34,9 @@ import operator
 from fractions import Fraction
 from typing import Any
 
-from .._lazy import np
-from ..randomness import OS_WORDS, RandomLike, WordSource, as_random_source
+from ..randomness import OS_WORDS, WordSource
 from ._epsilon import log_up
-from .base import Payloads
-from .numeric import (
-    SCALE64,
-    NumericProtocol,
-    check_grid_and_epsilon,
-    max_column_ratio,
-    words64,
-)
+from .numeric import SCALE64, NumericDevice, check_grid_and_epsilon
 
 DEFAULT_GRID = 32
 #: Largest probability clamped into an end cell, for any input.
@@ -101,8 +93,9 @@ class LaplaceParams:
         return _window(-self.epsilon / self.grid)
 
 
-class Laplace(NumericProtocol):
-    """Discrete Laplace mechanism; output cell index c = y + L for y in [−L, K + L]."""
+class Laplace(NumericDevice):
+    """Discrete Laplace mechanism's device half; output cell index c = y + L for y in [−L, K + L]
+    (its server half, with the table and the vectorised inverse CDF: sketches.laplace)."""
 
     name = "laplace"
 
@@ -117,20 +110,26 @@ class Laplace(NumericProtocol):
             acc += w
             bounds.append(acc)
         self._bounds = bounds
-        self._table: np.ndarray | None = None  # built on first use: the device never needs it
         alpha = math.exp(-self._eps_internal / k)
         y = [float(v) for v in range(-window, k + window + 1)]
         y[0] -= alpha / (1 - alpha)     # memoryless mean of the clamped lower tail
         y[-1] += alpha / (1 - alpha)
         self._value_list = [-1.0 + 2.0 * v / k for v in y]
 
-    @functools.cached_property
-    def _bounds_np(self) -> np.ndarray:
-        return np.array(self._bounds, dtype=np.uint64)
+    @property
+    def bounds(self) -> list[int]:
+        """The inverse CDF's boundaries out of 2^64: a word u gives noise index #{bounds <= u}."""
+        return self._bounds
 
-    @functools.cached_property
-    def _values(self) -> np.ndarray:
-        return np.array(self._value_list)
+    @property
+    def noise_weights(self) -> list[int]:
+        """W(z) for z = −N..N (N = K + L), out of 2^64 (module docstring)."""
+        return self._weights
+
+    @property
+    def value_list(self) -> list[float]:
+        """The debiased value of every output cell, the two end cells the tails' memoryless means."""
+        return self._value_list
 
     def second_moments(self) -> list[float]:
         """E[v² | j] from the integer rows (``_integer_rows``), in plain floats."""
@@ -169,22 +168,6 @@ class Laplace(NumericProtocol):
             raise ValueError(f"laplace: cannot realise epsilon {target} with {self._k} grid steps")
         return best
 
-    def _integer_table(self, weights: list[int] | None = None) -> np.ndarray:
-        """P(y | j)·2^64 as uint64, shape (K+1, M)."""
-        w = self._weights if weights is None else weights
-        k, window, n = self._k, self._l, self._n
-        cells = k + 2 * window + 1
-        w_np = np.array(w, dtype=np.uint64)
-        j = np.arange(k + 1)[:, None]
-        y = np.arange(-window, k + window + 1)[None, :]
-        table = w_np[y - j + n]
-        prefix = list(itertools.accumulate(w, initial=0))  # prefix[i] = Σ_{z index < i} W
-        for row in range(k + 1):
-            # clamped ends: z <= −L − j goes to y = −L; z >= K + L − j goes to y = K + L
-            table[row, 0] = prefix[n - window - row + 1]
-            table[row, cells - 1] = prefix[-1] - prefix[n + k + window - row]
-        return table
-
     # --- the mechanism ----------------------------------------------------------------------------
     @property
     def grid(self) -> int:
@@ -202,43 +185,18 @@ class Laplace(NumericProtocol):
     def epsilon(self) -> float:
         return self._epsilon
 
-    def integer_table(self) -> tuple[np.ndarray, int]:
-        """The noise weights out of 2^64 that ``encode``'s inverse CDF (``_bounds``) realises."""
-        return self._integer_table().astype(object), SCALE64
+    def encoder_block(self) -> dict[str, Any]:
+        # the bounds out of 2^64 as decimal strings (client_sdk.encoder_block: beyond 2^53)
+        return {"grid": self._k, "window": self._l, "bounds": [str(b) for b in self._bounds]}
 
-    def probability_table(self) -> np.ndarray:
-        if self._table is None:
-            self._table = self._integer_table().astype(np.float64) / float(SCALE64)
-        return self._table
-
-    def debiased_values(self) -> np.ndarray:
-        return self._values
-
-    def bias(self) -> np.ndarray:
-        """E[v(y) | j] − t_j for every grid point, from the realised table (the clamp's residue)."""
-        return self.probability_table() @ self._values - self.grid_points()
-
-    def clamped_mass(self) -> float:
-        """Largest probability, over inputs, of landing in an end cell."""
-        table = self.probability_table()
-        return float(max(table[:, 0].max(), table[:, -1].max()))
-
-    def encode(self, indices: np.ndarray, rng: RandomLike = None,
-               cohorts: np.ndarray | None = None) -> Payloads:
-        j = self.check_indices(indices)
-        u = words64(as_random_source(rng), j.shape[0])
-        noise = np.searchsorted(self._bounds_np, u, side="right").astype(np.int64)
-        y = np.clip(j + noise, self._n - self._l, self._n + self._k + self._l)
-        return {"y": y - (self._n - self._l)}
-
-    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
-        j = self._check_index(index)
+    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
+        j = self.check_index(index)
         i = bisect.bisect_right(self._bounds, (source or OS_WORDS).word64())
         return min(max(j + i - self._k, 0), self.cells - 1)
 
 
 def _integer_rows(weights: list[int], k: int, window: int) -> list[list[int]]:
-    """``Laplace._integer_table`` as lists of Python ints (plain Python: built on devices)."""
+    """The server's integer table (``sketches.laplace``) as lists of Python ints (plain Python: built on devices)."""
     n, cells = k + window, k + 2 * window + 1
     prefix = list(itertools.accumulate(weights, initial=0))
     rows = []
@@ -266,9 +224,9 @@ def _sliding(values: list[int], width: int, pick: Any) -> list[int]:
 
 
 def _max_log_ratio_of_weights(weights: list[int], k: int, window: int) -> float:
-    """``_max_log_ratio(_integer_table(weights))`` in plain Python, exactly: interior column c
+    """The exact largest log ratio of the integer table of ``weights``, in plain Python: interior column c
     holds the K+1 weights W[c .. c+K] (a sliding window), the two end columns the clamped
-    tails; the largest column ratio max/min is taken exactly, as ``_max_log_ratio`` does."""
+    tails; the largest column ratio max/min is taken exactly (``sketches.numeric.max_column_ratio``)."""
     rows = _integer_rows(weights, k, window)
     cells = k + 2 * window + 1
     highs = _sliding(weights, k + 1, max)[1:cells - 1]
@@ -283,11 +241,6 @@ def _max_log_ratio_of_weights(weights: list[int], k: int, window: int) -> float:
     # (the largest h/lo by integer cross-multiplication: one Fraction, not one per column)
     h, lo = functools.reduce(lambda x, y: y if y[0] * x[1] > x[0] * y[1] else x, zip(highs, lows))
     return log_up(Fraction(h, lo))
-
-
-def _max_log_ratio(table: np.ndarray) -> float:
-    """ln max_y max_{j,j'} W(y|j)/W(y|j') for an integer table, exact and rounded up."""
-    return log_up(max_column_ratio(table))
 
 
 OPTION_KEYS: frozenset[str] = frozenset({"grid"})

@@ -28,15 +28,13 @@ import math
 from fractions import Fraction
 from typing import Any
 
-from .._lazy import np
 from ..hashing import check_secret
 from ..memo import MemoCache, MemoWords
-from ..randomness import SCALE, RandomLike, as_random_source
+from ..randomness import SCALE
 from ._epsilon import log_up
-from .base import Payloads
 from .duchi import DuchiParams
-from .longitudinal import Memoised, check_epsilon_pair, largest_threshold
-from .numeric import SCALE64, NumericProtocol, check_grid_and_epsilon, words64
+from .longitudinal import MemoisedDevice, check_epsilon_pair, largest_threshold
+from .numeric import SCALE64, NumericDevice, check_grid_and_epsilon
 
 #: Grid steps by default: fewer grid points, fewer distinct memoised responses (lifetime charge).
 DEFAULT_GRID = 32
@@ -61,13 +59,6 @@ class MemoBitMeanParams:
         """Round 1: Duchi/1BitMean at ε∞ on the same grid."""
         return DuchiParams(epsilon=self.epsilon_inf, grid=self.grid)
 
-    def one_probabilities(self, gamma_threshold: int) -> np.ndarray:
-        """P(report = 1 | j) for j = 0..K with flip probability γ = threshold/2^32."""
-        g = gamma_threshold / SCALE
-        a, d = self.first.low_threshold, self.first.step   # Duchi's thresholds out of 2^64
-        p1 = np.array([(a + d * j) / SCALE64 for j in range(self.grid + 1)])
-        return g + (1 - 2 * g) * p1
-
     def one_weights(self, gamma_threshold: int) -> list[int]:
         """P(report = 1 | j)·2^96 exactly: γ + (1 − 2γ)·P1_j with γ = G/2^32, P1_j = T_j/2^64."""
         a, d, g = self.first.low_threshold, self.first.step, gamma_threshold
@@ -90,8 +81,9 @@ class MemoBitMeanParams:
         return half - largest_threshold(eps_of, self.epsilon, 0)
 
 
-class MemoBitMean(Memoised, NumericProtocol):
-    """Two-round memoised 1BitMean over the numeric contract (sketch, wire, estimator)."""
+class MemoBitMean(MemoisedDevice, NumericDevice):
+    """Two-round memoised 1BitMean's device half over the numeric contract: α-point rounding and the
+    memoised bit from the secret, the fresh flip (its server half: sketches.memobitmean)."""
 
     name = "memobitmean"
 
@@ -102,9 +94,15 @@ class MemoBitMean(Memoised, NumericProtocol):
         self._t1_ints = [a + d * j for j in range(params.grid + 1)]  # round-1 thresholds, out of 2^64
         self._gamma = params.gamma_threshold
 
-    @functools.cached_property
-    def _t1(self) -> np.ndarray:
-        return np.array(self._t1_ints, dtype=np.uint64)
+    @property
+    def first_thresholds(self) -> list[int]:
+        """Round 1's thresholds T₁(j) out of 2^64 (Duchi's at ε∞): the memoised bit is u64 < T₁(j)."""
+        return self._t1_ints
+
+    @property
+    def gamma_threshold(self) -> int:
+        """Round 2 flips the bit iff a fresh 32-bit word is below it (γ = G/2^32)."""
+        return self._gamma
 
     @property
     def epsilon(self) -> float:
@@ -121,19 +119,6 @@ class MemoBitMean(Memoised, NumericProtocol):
         v1 = v0 + spread
         return [(1.0 - p) * (v0 * v0) + p * (v1 * v1) for p in one]
 
-    @functools.cached_property
-    def _table(self) -> np.ndarray:
-        one = self.params.one_probabilities(self._gamma)
-        return np.stack([1.0 - one, one], axis=1)
-
-    @functools.cached_property
-    def _values(self) -> np.ndarray:
-        one = self.params.one_probabilities(self._gamma)
-        slope = (one[-1] - one[0]) / self.params.grid     # P_j = one[0] + slope·j
-        spread = (2.0 / self.params.grid) / slope         # v(1) − v(0)
-        v0 = -1.0 - spread * one[0]
-        return np.array([v0, v0 + spread])
-
     @property
     def grid(self) -> int:
         return self.params.grid
@@ -141,17 +126,6 @@ class MemoBitMean(Memoised, NumericProtocol):
     @property
     def cells(self) -> int:
         return 2
-
-    def probability_table(self) -> np.ndarray:
-        return self._table
-
-    def integer_table(self) -> tuple[np.ndarray, int]:
-        """The two rounds' exact law out of 2^96 (``MemoBitMeanParams.one_weights``)."""
-        total = SCALE * SCALE64
-        return np.array([[total - w, w] for w in self.params.one_weights(self._gamma)], dtype=object), total
-
-    def debiased_values(self) -> np.ndarray:
-        return self._values
 
     @property
     def epsilon_longitudinal(self) -> float:
@@ -163,30 +137,18 @@ class MemoBitMean(Memoised, NumericProtocol):
         """λ = 1 − 2γ: the flip keeps the bit w.p. 1 − γ = λ + (1 − λ)/2."""
         return 1.0 - 2.0 * self._gamma / SCALE
 
-    def memo_output_probabilities(self, index: int) -> np.ndarray:
-        p1 = int(self._t1[index]) / SCALE64
-        return np.array([1.0 - p1, p1])
-
-    def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
-        words = words64(source, memo_inputs.shape[0])
-        return (words < self._t1[memo_inputs]).astype(np.int64)
-
-    def second_round(self, first: np.ndarray, source: Any) -> np.ndarray:
-        flip = source.words(first.shape[0]).astype(np.int64) < self._gamma
-        return first ^ flip.astype(np.int64)
-
-    def encode(self, indices: np.ndarray, rng: RandomLike = None,
-               cohorts: np.ndarray | None = None) -> Payloads:
-        """Both rounds with fresh coins (each row a new client reporting once)."""
-        source = as_random_source(rng)
-        return {"y": self.second_round(self.first_round(self.check_indices(indices), source), source)}
+    def encoder_block(self) -> dict[str, Any]:
+        first = self.params.first
+        # thresholds out of 2^64 as decimal strings (client_sdk.encoder_block: beyond 2^53)
+        return {"grid": self.grid, "low": str(first.low_threshold), "step": str(first.step),
+                "gamma_threshold": self.params.gamma_threshold}
 
     def first_round_one(self, memo_input: int, source: Any) -> int:
-        """``first_round`` of one grid index: a 64-bit word (two 32-bit ones, low first) < T₁(j)."""
+        """The first round of one grid index: a 64-bit word (two 32-bit ones, low first) < T₁(j)."""
         return int(source.word64() < self._t1_ints[memo_input])
 
     def second_round_one(self, first: int, source: Any) -> int:
-        """``second_round`` of one bit: flipped iff a fresh word is < γ."""
+        """The second round of one bit: flipped iff a fresh word is < γ."""
         return first ^ int(source.word() < self._gamma)
 
     def wire_one(self, second: int, cohort: int | None) -> int:

@@ -20,53 +20,26 @@ The sketch of one metric and window is the histogram of output cells (``counts[0
 it is additive and fixed-size, and validation is "an integer cell in range". The estimate of
 the mean is Σ_y h_y v(y)/n; its standard error comes from the spread of the reports' own
 debiased values (so it is honest for any data, not only for the worst case).
+
+This module is the device mixin, ``NumericDevice`` (docs/design.md, "Two halves"): the grid, the
+one-value rounding ``discretise_one``, the uniform one-report encoder, and what ``auto`` scores
+— the per-report variance curve from each mechanism's plain-float second moments — with no
+numpy at any level. The tables, the vectorised rounding and encode, validation, the sketch and
+the estimator are the server mixin's, ``sketches.numeric.NumericServer``.
 """
 
 from __future__ import annotations
 
 import abc
-import dataclasses
 import functools
 import math
-from fractions import Fraction
 from typing import Any
 
-from .._lazy import np
-from ..errors import InvalidPayload
-from ..randomness import OS_WORDS, SCALE, RandomLike, RandomSource, WordSource, as_random_source
-from ._epsilon import log_up
-from .base import Payloads, Protocol, Sketch, first_bad, integers_from_wire, require_1d
+from ..randomness import OS_WORDS, SCALE, WordSource
+from .device import Context, DeviceHalf
 
 #: Mechanisms whose probabilities need finer steps than 2^-32 test 64-bit words against them.
 SCALE64 = 1 << 64
-
-
-def words64(source: RandomSource, count: int) -> np.ndarray:
-    """``count`` uniform 64-bit words (uint64), each made of two uniform 32-bit words."""
-    return np.ascontiguousarray(source.words(2 * count)).view(np.uint64)
-
-
-def max_column_ratio(weights: np.ndarray) -> Fraction | float:
-    """max_y max_{j,j'} W[j,y]/W[j',y] as an exact Fraction over the outputs some input can
-    produce (inf when one input can produce y and another cannot). Float ratios find the
-    columns within 1e-9 of the largest; only those are compared exactly."""
-    w = np.asarray(weights)   # an integer dtype (exact max/min in numpy) or Python ints
-    hi, lo = [int(x) for x in w.max(axis=0)], [int(x) for x in w.min(axis=0)]
-    used = [i for i in range(w.shape[1]) if hi[i] > 0]
-    if any(lo[i] == 0 for i in used):
-        return math.inf
-    approx = {i: hi[i] / lo[i] for i in used}
-    top = max(approx.values())
-    return max(Fraction(hi[i], lo[i]) for i in used if approx[i] >= top * (1 - 1e-9))
-
-
-def exact_max_log_ratio(protocol: "NumericProtocol") -> float:
-    """log_up of the worst ratio of the sampler's table (integer where available, else the
-    float table taken exactly)."""
-    exact = protocol.integer_table()
-    weights = exact[0] if exact is not None else \
-        np.vectorize(Fraction, otypes=[object])(protocol.probability_table())
-    return log_up(max_column_ratio(weights))
 
 
 @functools.lru_cache(maxsize=8)
@@ -104,22 +77,12 @@ def linspace_list(start: float, stop: float, num: int) -> list[float]:
     return out
 
 
-#: ``NumericProtocol.variance_curve``'s cache, (class, params) -> curve; cleared when full.
+#: ``NumericDevice.variance_curve``'s cache, (class, params) -> curve; cleared when full.
 _CURVES: dict[tuple[type, Any], tuple[float, ...]] = {}
 _CURVES_KEPT = 64
 
 #: Numeric mean mechanisms, in the order `ldpt plan` lists them.
 NUMERIC_PROTOCOL_NAMES = ("laplace", "duchi", "bitmean", "piecewise", "hybrid")
-
-
-@dataclasses.dataclass(frozen=True)
-class MeanEstimate:
-    """Unbiased estimate of the mean of t (normalised to [−1, 1]) and its estimated variance."""
-
-    mean: float
-    variance: float   # Var-hat of ``mean``: sample variance of the debiased reports / n
-    n: int
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def check_grid_and_epsilon(grid: int, epsilon: float, protocol: str) -> None:
@@ -130,12 +93,12 @@ def check_grid_and_epsilon(grid: int, epsilon: float, protocol: str) -> None:
         raise ValueError("epsilon must be a positive finite number")
 
 
-class NumericProtocol(Protocol):
-    """A discrete mean mechanism on the input grid t_j = −1 + 2j/K, j = 0..K.
+class NumericDevice(DeviceHalf):
+    """The device half of a discrete mean mechanism on the input grid t_j = −1 + 2j/K, j = 0..K.
 
-    Subclasses provide ``grid`` (K), ``cells``, ``probability_table``, ``debiased_values``
-    and a vectorised ``encode`` from grid indices to ``{"y": cells}``. Everything else
-    (validation, sketch, wire, estimator, exact variances) is generic and lives here.
+    Subclasses provide ``grid`` (K), ``cells``, ε from their integer thresholds, ``second_moments``
+    (E[v² | j] in plain floats) and ``randomise`` from a grid index to an output cell; the server
+    half (``sketches.numeric.NumericServer``) adds the tables and the vectorised verbs.
     """
 
     # --- what a mechanism defines ---------------------------------------------------------------
@@ -150,12 +113,13 @@ class NumericProtocol(Protocol):
         """Number of distinct outputs (cells of the sketch histogram)."""
 
     @abc.abstractmethod
-    def probability_table(self) -> np.ndarray:
-        """P(y | j), shape (K+1, cells), float64: the realised (quantised) probabilities."""
+    def second_moments(self) -> list[float]:
+        """E[v(y)² | j] for j = 0..K as plain floats, from the mechanism's integer weights: what
+        ``worst_case_variance`` (and with it ``auto``, on devices too) needs."""
 
     @abc.abstractmethod
-    def debiased_values(self) -> np.ndarray:
-        """v(y), shape (cells,): the server's unbiased value of each output (E[v | j] = t_j)."""
+    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
+        """One report (an output cell) of grid index ``index`` from ``source`` (the OS CSPRNG by default)."""
 
     # --- shape ----------------------------------------------------------------------------------
     @property
@@ -164,129 +128,28 @@ class NumericProtocol(Protocol):
         return self.grid + 1
 
     @property
-    def cell_shape(self) -> tuple[int, ...]:
-        return (self.cells,)
-
-    @property
     def payload_bits(self) -> int:
         return max(1, math.ceil(math.log2(self.cells)))
 
-    def grid_points(self) -> np.ndarray:
-        """t_j for j = 0..K."""
-        return -1.0 + 2.0 * np.arange(self.grid + 1) / self.grid
-
-    # --- privacy --------------------------------------------------------------------------------
-    def output_probabilities(self, index: int) -> np.ndarray:
-        return self.probability_table()[index]
-
-    def integer_table(self) -> tuple[np.ndarray, int] | None:
-        """(W, S): the sampler's exact law P(y | j) = W[j, y]/S from its integer thresholds (W an
-        object array of Python ints), or None where the mechanism has none."""
-        return None
-
-    @property
-    def epsilon(self) -> float:
-        """Per-report ε of the sampler's exact table, rounded up (``_epsilon.log_up``); from the
-        float table, taken exactly, where there is no integer one."""
-        cached = self.__dict__.get("_exact_epsilon")
-        if cached is None:
-            cached = self.__dict__["_exact_epsilon"] = exact_max_log_ratio(self)
-        return cached
-
-    # --- device side ----------------------------------------------------------------------------
-    def discretise(self, t: np.ndarray, rng: RandomLike = None) -> np.ndarray:
-        """Randomised rounding of normalised values (clipped to [−1, 1]) to grid indices.
-
-        Rounds up with probability floor(frac·2^32)/2^32, so E[t_j] = t up to 2^-32 of a grid step.
-        """
-        pos = (np.clip(np.asarray(t, dtype=np.float64), -1.0, 1.0) + 1.0) * (self.grid / 2)
-        low = np.floor(pos)
-        up_threshold = np.floor((pos - low) * SCALE).astype(np.uint64)
-        up = as_random_source(rng).words(pos.shape).astype(np.uint64) < up_threshold
-        return np.minimum(low.astype(np.int64) + up, self.grid)
-
+    # --- one report -----------------------------------------------------------------------------
     def discretise_one(self, t: float, source: WordSource | None = None) -> int:
-        """``discretise`` for one value from the OS CSPRNG, in plain Python (SDK hot path)."""
+        """Randomised rounding of one normalised value (clipped to [−1, 1]) to a grid index, in plain
+        Python (SDK hot path): up with probability floor(frac·2^32)/2^32, so E[t_j] = t up to 2^-32
+        of a grid step (``sketches.numeric.NumericServer.discretise`` is the batch form)."""
         pos = (min(1.0, max(-1.0, t)) + 1.0) * (self.grid / 2)
         low = math.floor(pos)
         if (source or OS_WORDS).word() < math.floor((pos - low) * SCALE):
             low += 1
         return min(low, self.grid)
 
-    def encode_values(self, t: np.ndarray, rng: RandomLike = None) -> Payloads:
-        """Normalised values -> randomised reports (discretise, then encode)."""
-        source = as_random_source(rng)
-        return self.encode(self.discretise(t, source), source)
+    def encode_one(self, index: int, key: str, ctx: Context) -> int:
+        """The uniform one-report encoder: ``randomise`` of the grid index with the context's words."""
+        return self.randomise(index, None, ctx.words)
 
-    # --- collector side -------------------------------------------------------------------------
-    def validate(self, payloads: Payloads) -> None:
-        y = require_1d(payloads, "y")
-        if y.dtype.kind not in "iu":
-            raise InvalidPayload("a numeric report must be an integer output cell", field="y")
-        bad = (y < 0) | (y >= self.cells)
-        if bad.any():
-            i = first_bad(bad)
-            raise InvalidPayload(f"value {int(y[i])} outside [0, {self.cells})", index=i, field="y")
-
-    def accumulate(self, sketch: Sketch, payloads: Payloads) -> None:
-        y = np.asarray(payloads["y"], dtype=np.int64)
-        sketch.counts[0] += np.bincount(y, minlength=self.cells)
-        sketch.reports[0] += y.shape[0]
-
-    def to_wire(self, payloads: Payloads) -> list[Any]:
-        return [int(v) for v in payloads["y"]]
-
-    def from_wire(self, objects: list[Any]) -> Payloads:
-        return {"y": integers_from_wire(objects, self.cells, "y")}
-
-    # --- estimators side ------------------------------------------------------------------------
-    def estimate(self, sketch: Sketch) -> MeanEstimate:  # type: ignore[override]
-        """Mean of the debiased reports and its variance from their own spread, max(s², v_min)/n.
-
-        v_min = min_j Var[v | j] is the smallest per-report variance any data can have (the
-        rounding between grid points only adds to it), so the floor never exceeds the true
-        variance of the mean; it matters when the reports happen to agree — e.g. duchi at
-        ε = 4 with every value at lo, where each report is −C with probability 0.98 and a
-        sample of 30 often has s² = 0, a zero-width interval that misses the truth.
-        """
-        h = sketch.counts.reshape(-1).astype(np.float64)
-        n = int(sketch.total_reports)
-        if n <= 0:
-            return MeanEstimate(math.nan, math.nan, 0)
-        v = self.debiased_values()
-        mean = float(h @ v) / n
-        if n < 2:
-            return MeanEstimate(mean, math.inf, n)
-        centred = v - mean
-        sample_var = float(h @ (centred * centred)) / (n - 1)
-        floor = max(float(self.report_variance().min()), 0.0)
-        return MeanEstimate(mean, max(sample_var, floor) / n, n)
-
-    def report_variance(self) -> np.ndarray:
-        """Exact Var[v(y) | j] for every grid point j (shape (K+1,))."""
-        table = self.probability_table()
-        v = self.debiased_values()
-        t = self.grid_points()
-        return table @ (v * v) - t * t
-
-    def value_variance(self, t: np.ndarray | float) -> np.ndarray:
-        """Exact per-report variance for raw normalised values t, randomised rounding included."""
-        t = np.clip(np.asarray(t, dtype=np.float64), -1.0, 1.0)
-        second = self.report_variance() + self.grid_points() ** 2   # E[v² | j]
-        pos = (t + 1.0) * (self.grid / 2)
-        low = np.minimum(np.floor(pos).astype(np.int64), self.grid - 1)
-        frac = pos - low
-        return (1 - frac) * second[low] + frac * second[low + 1] - t * t
-
-    def second_moments(self) -> list[float]:
-        """E[v(y)² | j] for j = 0..K as plain floats: what ``worst_case_variance`` (and with it
-        ``auto``, on devices too) needs. Mechanisms compute it from their integer weights
-        without numpy; this default reads the table."""
-        table, v = self.probability_table(), self.debiased_values()
-        return (table @ (v * v)).tolist()
-
+    # --- what auto scores -----------------------------------------------------------------------
     def value_variance_one(self, t: float, second: list[float]) -> float:
-        """``value_variance`` of one t from ``second_moments()``, in plain floats."""
+        """The exact per-report variance of one raw normalised t (randomised rounding included)
+        from ``second_moments()``, in plain floats."""
         t = min(1.0, max(-1.0, float(t)))
         pos = (t + 1.0) * (self.grid / 2)
         low = min(math.floor(pos), self.grid - 1)
@@ -334,14 +197,11 @@ class NumericProtocol(Protocol):
         in plain Python (``auto`` runs it on devices)."""
         return max(self.variance_curve())
 
-    def variance(self, n: int, true_counts: np.ndarray | float) -> np.ndarray:
-        """Var of the mean of n reports whose values all equal t (``true_counts`` is t here)."""
-        return self.value_variance(true_counts) / n
+    def variance(self, n: int, true_count: float) -> float:
+        """Var of the mean of n reports whose values all equal t (``true_count`` is t here), in
+        plain floats (the server's array form: ``sketches.numeric.NumericServer.variance``)."""
+        return self.value_variance_one(true_count, self.second_moments()) / n
 
 
-def is_numeric(protocol: Protocol) -> bool:
-    return isinstance(protocol, NumericProtocol)
-
-
-__all__ = ["MeanEstimate", "NumericProtocol", "NUMERIC_PROTOCOL_NAMES", "SCALE64", "check_grid_and_epsilon",
-           "is_numeric", "words64"]
+__all__ = ["NUMERIC_PROTOCOL_NAMES", "SCALE64", "NumericDevice", "check_grid_and_epsilon", "fine_grid",
+           "linspace_list"]

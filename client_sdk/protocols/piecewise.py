@@ -29,11 +29,9 @@ import math
 from fractions import Fraction
 from typing import Any
 
-from .._lazy import np
-from ..randomness import OS_WORDS, SCALE, RandomLike, WordSource, as_random_source
+from ..randomness import OS_WORDS, SCALE, WordSource
 from ._epsilon import exp_at_least, log_up
-from .base import Payloads
-from .numeric import NumericProtocol, check_grid_and_epsilon
+from .numeric import NumericDevice, check_grid_and_epsilon
 
 DEFAULT_GRID = 256
 #: The probability table is (K+1) × (K+w) and the window search O(K²): cap the grid option.
@@ -189,8 +187,8 @@ class PiecewiseParams:
         return best_window(self.epsilon, self.grid) if self.window is None else self.window
 
 
-class Piecewise(NumericProtocol):
-    """Discrete Piecewise Mechanism: cell c in [0, K + w)."""
+class Piecewise(NumericDevice):
+    """Discrete Piecewise Mechanism's device half: cell c in [0, K + w) (server half: sketches.piecewise)."""
 
     name = "piecewise"
 
@@ -203,20 +201,7 @@ class Piecewise(NumericProtocol):
                              "probability grid")
         self._k, self._w, self._a, self._b = k, w, a, b
         self._total = w * a + k * b
-        self._accept = (SCALE // self._total) * self._total   # accept u < this
         self._beta_c0 = _report_second_moments(a, b, k, w)[1:]
-
-    @functools.cached_property
-    def _values(self) -> np.ndarray:
-        beta, c0 = self._beta_c0
-        return beta * (np.arange(self._k + self._w, dtype=np.float64) - c0)
-
-    @functools.cached_property
-    def _table(self) -> np.ndarray:
-        j = np.arange(self._k + 1)[:, None]
-        c = np.arange(self._k + self._w)[None, :]
-        inside = (c >= j) & (c < j + self._w)
-        return np.where(inside, self._a, self._b) / self._total
 
     def second_moments(self) -> list[float]:
         return _report_second_moments(self._a, self._b, self._k, self._w)[0]
@@ -235,6 +220,16 @@ class Piecewise(NumericProtocol):
         return self._a, self._b
 
     @property
+    def total(self) -> int:
+        """T = wA + KB: every row's weights sum to it (a cell is drawn from r uniform on [0, T))."""
+        return self._total
+
+    @property
+    def beta_c0(self) -> tuple[float, float]:
+        """(β, c₀): the debiased value of cell c is β(c − c₀)."""
+        return self._beta_c0
+
+    @property
     def cells(self) -> int:
         return self._k + self._w
 
@@ -242,47 +237,16 @@ class Piecewise(NumericProtocol):
     def epsilon(self) -> float:
         return log_up(Fraction(self._a, self._b))
 
-    def integer_table(self) -> tuple[np.ndarray, int]:
-        """a inside the window, b elsewhere, out of T = w·a + K·b: ``cells_from_uniform``'s law."""
-        j = np.arange(self._k + 1)[:, None]
-        c = np.arange(self._k + self._w)[None, :]
-        inside = (c >= j) & (c < j + self._w)
-        return np.where(inside, self._a, self._b).astype(object), self._total
+    def encoder_block(self) -> dict[str, Any]:
+        return {"grid": self._k, "window": self._w, "a": self._a, "b": self._b}
 
-    def probability_table(self) -> np.ndarray:
-        return self._table
-
-    def debiased_values(self) -> np.ndarray:
-        return self._values
-
-    def cells_from_uniform(self, j: np.ndarray, r: np.ndarray) -> np.ndarray:
-        """Cell for input j given r uniform on [0, T): the first wA values index the window."""
-        inside = r < self._w * self._a
-        win = j + r // self._a
-        rest = np.maximum(r - self._w * self._a, 0) // self._b
-        return np.where(inside, win, rest + (rest >= j) * self._w)
-
-    def uniform_below_total(self, source, count: int) -> np.ndarray:
-        """``count`` integers uniform on [0, T) from 32-bit words (rejection, no modulo bias)."""
-        u = source.words(count).astype(np.int64)
-        bad = np.flatnonzero(u >= self._accept)
-        while bad.size:  # each word is rejected with probability < (2^32 mod T)/2^32
-            u[bad] = source.words(bad.size).astype(np.int64)
-            bad = bad[u[bad] >= self._accept]
-        return u % self._total
-
-    def encode(self, indices: np.ndarray, rng: RandomLike = None,
-               cohorts: np.ndarray | None = None) -> Payloads:
-        j = self.check_indices(indices)
-        r = self.uniform_below_total(as_random_source(rng), j.shape[0])
-        return {"y": self.cells_from_uniform(j, r)}
-
-    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
-        return self.cell_one(self._check_index(index), source)
+    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
+        return self.cell_one(self.check_index(index), source)
 
     def cell_one(self, j: int, source: WordSource | None = None) -> int:
         """One report for grid index j from the OS CSPRNG, in plain Python: r uniform on the
-        2^32-word rejection of ``uniform_below_total`` (u < ⌊2^32/total⌋·total), then the cell."""
+        2^32-word rejection of the server's ``uniform_below_total`` (u < ⌊2^32/total⌋·total),
+        then the cell."""
         r = (source or OS_WORDS).below32(self._total)
         inside = self._w * self._a
         if r < inside:
