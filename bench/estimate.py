@@ -89,11 +89,6 @@ store = open_store(sys.argv[3], create=False)
 sketch = store.load(spec.name, spec.fingerprint, impl.new_sketch())
 store.close()
 mark("store read (merged sketch)")
-line_sums = getattr(sys.modules[type(impl).__module__], "line_sums", None)   # hr's transform, wherever it lives
-multiples = getattr(sys.modules.get(getattr(line_sums, "__module__", "")), "multiples", None)
-if spec.protocol == "hr" and multiples is not None:
-    multiples(impl.g, impl.t)
-    mark("decode: direction table (multiples)")
 est = impl.estimate(sketch)
 mark("decode: transform, estimates, variances")
 impl.estimate = lambda _sketch: est     # the frame's own work below, not a second decode

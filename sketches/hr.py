@@ -87,8 +87,10 @@ class HRServer(PureServer):
     def support_counts(self, sketch: Sketch) -> np.ndarray:
         """S(x) = Σ_a h[a, ⟨a,x⟩] for every x by one DFT over Z_g^t."""
         dev = self.device
-        h = sketch.counts.sum(axis=0).reshape(dev.m, dev.g)
-        return np.rint(line_sums(h, dev.g, dev.t, self.params.d))
+        counts = sketch.counts
+        h = (counts[0] if counts.shape[0] == 1 else counts.sum(axis=0)).reshape(dev.m, dev.g)
+        support = line_sums(h, dev.g, dev.t, self.params.d)
+        return np.rint(support, out=support)
 
     def estimate(self, sketch: Sketch) -> CountEstimate:
         """Pure estimator; when p*+q* > 1 the variance is plugged in at ĉ − 3·sd₀."""
