@@ -10,7 +10,8 @@ from client_sdk.testing import FakeCollector, Fault, MemoryTransport
 validates every body with the collector's own code (``collector.ingest.BatchDecoder`` and
 its RFC 9457 problems), so the double cannot drift from the service. That import happens
 when a FakeCollector is built, never when the SDK is imported: the SDK must not load the
-collector (tests/test_layering.py exempts exactly this module). On top it dedupes batch ids
+collector (tests/test_layering.py exempts exactly this module, for the collector and the
+protocols' server halves in sketches/, which give an empty sketch). On top it dedupes batch ids
 (same id and body: duplicate; another body: 422), accumulates sketches so tests can
 estimate from what the SDK sent, and fails on request (``Fault``: status codes with
 Retry-After, dropped connections, acknowledgements lost after the commit).
@@ -295,7 +296,12 @@ class FakeCollector:
         if self.registry is None:
             raise ValueError("FakeCollector() without a registry keeps no sketches")
         spec = self.registry.get(metric)
-        return self.sketches.get((metric, spec.fingerprint)) or spec.protocol_impl.new_sketch()
+        sketch = self.sketches.get((metric, spec.fingerprint))
+        if sketch is None:   # the protocol's empty sketch: its server half's (lazily, as the collector's code)
+            from sketches import server_half
+
+            sketch = server_half(spec).new_sketch()
+        return sketch
 
 
 class RecordingCollector:

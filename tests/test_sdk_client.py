@@ -604,3 +604,12 @@ def test_olh_cohort_changes_with_the_utc_day(tmp_path, registry, fake, monkeypat
         cohorts.append(first)
     assert len(set(cohorts)) > 1
     client.close(1.0)
+
+
+def test_a_fake_collectors_sketch_of_a_metric_without_reports_is_empty(registry, fake):
+    """Before any report, ``FakeCollector.sketch`` is the metric's empty sketch, for split
+    protocols too (their device half has no sketch: the server half's, sketches.server_half)."""
+    for spec in registry.metrics.values():
+        sketch = fake.sketch(spec.name)
+        assert sketch.total_reports == 0 and not sketch.counts.any(), spec.name
+        assert sketch.counts.shape == server_half(spec).new_sketch().counts.shape, spec.name
