@@ -332,14 +332,15 @@ class StoreReader:
     """
 
     def __init__(self, kind: str, where: str) -> None:
-        import asyncio
-
         self.kind, self.where = kind, where
-        self._loop = asyncio.new_event_loop()
+        self._loop = None   # SQLite's reads never suspend: no event loop (collector/storage/sync_reads.py)
         if kind == "postgres":
+            import asyncio
+
             from collector.storage.postgres import PostgresStore
 
             self.label = "PostgreSQL store"
+            self._loop = asyncio.new_event_loop()
             try:
                 self._store = self.reads = self._loop.run_until_complete(
                     PostgresStore.open(where, create=False, min_size=1, max_size=2))
@@ -347,29 +348,31 @@ class StoreReader:
                 self._loop.close()
                 raise
         else:
-            from collector.storage.aio import SyncReads
             from collector.storage.sqlite import open_store
+            from collector.storage.sync_reads import SyncReads
 
             self.label = where
-            try:
-                self._store = open_store(where, create=False)
-            except BaseException:
-                self._loop.close()
-                raise
+            self._store = open_store(where, create=False)
             self.reads = SyncReads(self._store)
 
     def __enter__(self) -> StoreReader:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.kind == "postgres":
-            self._loop.run_until_complete(self._store.aclose())
-        else:
+        if self._loop is None:
             self._store.close()
-        self._loop.close()
+            return
+        try:
+            self._loop.run_until_complete(self._store.aclose())
+        finally:
+            self._loop.close()
 
     def run(self, query: Coroutine[Any, Any, T]) -> T:
         """Run a query of the layer (or any coroutine over ``reads``) to its end."""
+        if self._loop is None:
+            from collector.storage.sync_reads import run_to_end
+
+            return run_to_end(query)
         return self._loop.run_until_complete(query)
 
     def stored_windows(self, spec: MetricSpec) -> list[WindowInfo]:

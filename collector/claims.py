@@ -37,7 +37,7 @@ from estimators.amplification import DEFAULT_DELTA, CentralClaim, ShuffledWindow
 from estimators.shuffle_plan import PERMANENT_COHORT_PROTOCOLS
 from sketches import server_half
 
-__all__ = ["privacy_meta", "privacy_note", "shuffled_window", "stated_privacy", "window_claim", "windows_in_query"]
+__all__ = ["privacy_meta", "privacy_note", "shuffled_window", "window_claim", "windows_in_query"]
 
 
 def _cohorts(proto: Any) -> int:
@@ -119,16 +119,6 @@ def privacy_meta(spec: Any, window_reports: dict[str, int], records: Iterable[Sh
         out["central_delta"] = max(row["delta"] for row in rows)
         out["amplified_windows"] = sum(1 for row in rows if row["amplified"])
     return out
-
-
-def stated_privacy(spec: Any, window_reports: dict[str, int], records: Sequence[ShuffleRecord],
-                   delta: float = DEFAULT_DELTA) -> dict[str, Any] | None:
-    """``privacy_meta`` where there is a central claim to state or refuse — the metric requires
-    shuffling, or some report of the range came through a shuffler — else None (an estimate of
-    reports that never met a shuffler keeps its meta as it was: its ``epsilon`` is the local one)."""
-    if not records and not getattr(spec, "shuffle_required", False):
-        return None
-    return privacy_meta(spec, window_reports, records, delta)
 
 
 def privacy_note(privacy: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ documents (``QueryRefused`` carries the problem's slug); the CLI publishes every
 names its options and its store in its messages. The layer itself knows no HTTP.
 
 The store is anything with the read half of ``AsyncSketchStore`` (``aload``, ``awindows``,
-``ashuffle_records``): the collector's stores, or ``collector.storage.aio.SyncReads`` over a
+``ashuffle_records``): the collector's stores, or ``collector.storage.sync_reads.SyncReads`` over a
 synchronous SQLite store for a one-shot command.
 """
 
@@ -229,13 +229,17 @@ async def run_compare(spec: MetricSpec, store: Any, q: CompareQuery, rules: Rule
 async def privacy(spec: MetricSpec, store: Any, windows: Sequence[str] | None, since: str | None,
                   until: str | None) -> dict[str, Any] | None:
     """``meta.privacy`` of an estimate over these windows (collector/claims.py): the local ε and
-    each window's central claim from what the store recorded of shuffled batches (None when no
-    report of the range met a shuffler and the metric does not require one)."""
-    from .claims import stated_privacy, windows_in_query
-
+    each window's central claim from what the store recorded of shuffled batches, where there is
+    a central claim to state or refuse — the metric requires shuffling, or some report of the
+    range came through a shuffler. Else None, and the claim policy is not imported: an estimate
+    of reports that never met a shuffler keeps its meta as it was (its ``epsilon`` is the local one)."""
     records = await store.ashuffle_records(spec.name, spec.fingerprint, windows, since, until)
+    if not records and not getattr(spec, "shuffle_required", False):
+        return None
+    from .claims import privacy_meta, windows_in_query
+
     stored = windows_in_query(await store.awindows(spec.name), spec.fingerprint, windows, since, until)
-    return stated_privacy(spec, stored, records)
+    return privacy_meta(spec, stored, records)
 
 
 async def range_labels(spec: MetricSpec, store: Any, side: Side) -> list[str]:

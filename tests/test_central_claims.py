@@ -173,5 +173,5 @@ def test_the_api_and_the_cli_state_the_central_claim(shuffled_store):
     plain = runner.invoke(main, ["estimate", "--metrics", str(path), "--db", str(db), "--metric", "app"],
                           catch_exceptions=False)
     assert plain.stdout.splitlines()[0].startswith("metric app") and "central" not in plain.stdout
-    # and its JSON meta has no privacy block: nothing of it met a shuffler (stated_privacy)
+    # and its JSON meta has no privacy block: nothing of it met a shuffler (collector.estimates.privacy)
     assert "privacy" not in api["app"]

@@ -202,22 +202,3 @@ class ThreadedStore(AsyncSketchStore):
         self._read_thread.shutdown(wait=True)
         os.close(self._lock_fd)
 
-
-class SyncReads:
-    """The read half of ``AsyncSketchStore`` (``aload``, ``awindows``, ``ashuffle_records``)
-    over a synchronous store, run in the caller's thread: what a one-shot reader such as
-    ``ldpt estimate`` hands the query layer (collector/estimates.py), with no threads."""
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-
-    async def aload(self, metric: str, fingerprint: str, template: Sketch, windows: Sequence[str] | None = None,
-                    since: str | None = None, until: str | None = None) -> Sketch:
-        return self.store.load(metric, fingerprint, template, windows, since, until)
-
-    async def awindows(self, metric: str | None = None) -> list[WindowInfo]:
-        return self.store.windows(metric)
-
-    async def ashuffle_records(self, metric: str, fingerprint: str, windows: Sequence[str] | None = None,
-                               since: str | None = None, until: str | None = None) -> list[ShuffleRecord]:
-        return self.store.shuffle_records(metric, fingerprint, windows, since, until)
