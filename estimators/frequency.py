@@ -14,6 +14,7 @@ confidence, simultaneous and post_processed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -35,7 +36,7 @@ from .intervals import (
     zero_count_p_values,
 )
 from .lazy_frame import LazyFrame
-from .multiple_testing import CONTROLS, check_control, detect
+from .multiple_testing import CONTROLS, check_control, detect, detect_among
 
 if TYPE_CHECKING:  # pandas loads when a caller asks for a DataFrame (estimators/columns.py)
     import pandas as pd
@@ -160,15 +161,15 @@ class FrequencyRows:
             else getattr(proto, "small_count_model", lambda _: None)(sketch)  # one-cohort OLH is GRR
         del est, support
         self.sampled = self.ones = None
-        self.p_value = self.p_bounds = self.detected = self.z_scores = None
+        self.p_value = self.p_bounds = self.detected = self.z_scores = self.tails = None
         if proto.name == "dbitflip":  # buckets seen by a random subset of devices (docs/math.md §8)
             self.sampled, self.ones = proto.bucket_totals(sketch)  # type: ignore[attr-defined]
             self.p_value = sampled_zero_count_p_values(self.ones, self.sampled,
                                                        proto.params.q)  # type: ignore[attr-defined]
         elif self.model is not None:  # the exact law of the support count (intervals.py, docs/math.md §8)
             if self.table:
-                self.p_value, self.p_bounds, self.detected = self._table_tests(alpha, control)
-            if self.p_value is None:
+                self.detected = self._table_tests(alpha, control)
+            if self.detected is None:
                 self.p_value = zero_count_p_values(self.model[0], n, self.model[2])
         else:
             std_all = np.sqrt(np.maximum(self.variances, 0.0))
@@ -184,23 +185,38 @@ class FrequencyRows:
         if self.detected is None:
             self.detected = detect(self.p_value, alpha, control)  # Holm or Benjamini–Hochberg: over all d
 
-    def _table_tests(self, alpha: float, control: str) -> tuple:
-        """(p-values, their (low, high) bounds, detected) from the scipy-free tails
-        (estimators/tails.py) when the detections are the same at both ends of the bounds —
-        then they are the exact p-values' — else (None, None, None): the exact path decides."""
-        from .tails import TAIL_ABS_ERROR, binomial_upper_tails
+    def _table_tests(self, alpha: float, control: str) -> np.ndarray | None:
+        """``detected`` from the scipy-free tails (estimators/tails.py) when the detections are
+        the same at both ends of their bounds — then they are the exact p-values' — else None:
+        the exact path decides. Only the values whose tail's low bound can be <= α can be
+        rejected (``detect_among``): the tail falls as the support count grows, so those are the
+        support counts from a threshold on — a few of d = 10⁶. A shown row's p-value is read
+        from the band (``tails``, ``_p_values``)."""
+        from .tails import TAIL_ABS_ERROR, binomial_tail_band
 
         support, q = self.model[0], self.model[2]   # type: ignore[index]
-        s = np.rint(np.asarray(support, dtype=np.float64)).astype(np.int64)
-        approx = binomial_upper_tails(s, self.n, q)
-        if approx is None:
-            return None, None, None
-        p, rel = approx
-        low, high = p * (1.0 - rel), np.minimum(p * (1.0 + rel) + TAIL_ABS_ERROR, 1.0)
-        detected = detect(low, alpha, control)   # both procedures reject more as p-values fall
-        if not np.array_equal(detected, detect(high, alpha, control)):
-            return None, None, None
-        return p, (low, high), detected
+        band = binomial_tail_band(self.n, q)
+        if band is None:
+            return None
+        lo, tail, rel = band
+        s = np.empty(np.shape(support), dtype=np.int64)
+        np.rint(np.asarray(support, dtype=np.float64), out=s, casting="unsafe")
+        may = tail * (1.0 - rel) <= alpha            # at each entry of the band: p's low bound <= α
+        first = int(np.argmax(may))                  # the last entry (0) always may
+        if first and may[first:].all():              # from one support count on: a comparison over d
+            candidates = np.flatnonzero(s >= lo + first)
+        else:
+            candidates = np.flatnonzero(may[np.clip(s - lo, 0, tail.shape[0] - 1)])
+        p = tail[np.clip(s[candidates] - lo, 0, tail.shape[0] - 1)]
+        low = detect_among(candidates, p * (1.0 - rel), s.shape[0], alpha, control)
+        high = detect_among(candidates, np.minimum(p * (1.0 + rel) + TAIL_ABS_ERROR, 1.0), s.shape[0], alpha,
+                            control)   # both procedures reject more as p-values fall
+        if not np.array_equal(low, high):
+            return None
+        self.tails = (s, lo, tail, rel)
+        detected = np.zeros(s.shape[0], dtype=bool)
+        detected[low] = True
+        return detected
 
     def _table_normal_tests(self, z: np.ndarray, alpha: float, control: str) -> tuple:
         """``_table_tests`` for the normal test: P(Z > z) by ``math.erfc`` where it can be at most
@@ -284,12 +300,19 @@ class FrequencyRows:
     def _p_values(self, rows: np.ndarray | slice | None, pick) -> np.ndarray:  # noqa: ANN001
         """The rows' p-values; for a table, the exact ones where the bounds of the scipy-free
         tails would print differently."""
-        p = pick(self.p_value)
-        if self.p_bounds is None:
-            return p
+        if self.tails is not None:   # a pure protocol's binomial tails, read from the band for these rows
+            from .tails import TAIL_ABS_ERROR
+
+            s, lo, tail, rel = self.tails
+            p = tail[np.clip(pick(s) - lo, 0, tail.shape[0] - 1)]
+            low, high = p * (1.0 - rel), np.minimum(p * (1.0 + rel) + TAIL_ABS_ERROR, 1.0)
+        elif self.p_bounds is None:
+            return pick(self.p_value)
+        else:
+            p = pick(self.p_value)
+            low, high = pick(self.p_bounds[0]), pick(self.p_bounds[1])
         from .columns import p_text
 
-        low, high = pick(self.p_bounds[0]), pick(self.p_bounds[1])
         if self.z_scores is not None:   # the normal test: the shown rows' tails, and their bounds
             from .tails import NORMAL_ABS_ERROR, NORMAL_REL_ERROR, normal_upper_tails
 
@@ -339,19 +362,31 @@ def ranked_rows(counts: np.ndarray, offset: int, limit: int) -> np.ndarray:
     """Indices of rows offset .. offset+limit−1 in the order of a stable sort by estimate,
     largest first (ties: the lower index first; NaN last), without sorting all d when the
     page is near the top."""
-    key = np.where(np.isnan(counts), -np.inf, counts)
+    key = np.where(np.isnan(counts), -np.inf, counts) if np.isnan(counts).any() else np.asarray(counts)
     d, k = key.shape[0], min(offset + limit, key.shape[0])
     if k <= 0 or offset >= d:
         return np.zeros(0, dtype=np.int64)
     if k >= d // 4:
         order = np.argsort(-key, kind="stable")
     else:   # the k largest: everything above the k-th value, then the first ties at it
-        kth = np.partition(key, d - k)[d - k]
+        kth = _kth_largest(key, k)
         above = np.flatnonzero(key > kth)
         ties = np.flatnonzero(key == kth)[:k - above.size]
         top = np.concatenate([above, ties])
         order = top[np.lexsort((top, -key[top]))]
     return order[offset:k]
+
+
+def _kth_largest(key: np.ndarray, k: int) -> float:
+    """The k-th largest of ``key`` (1 <= k <= len). The k-th largest of a strided sample of
+    √(d/k)·k values is at most it (at least k values are at or above the sample's), so only the
+    values from there on are partitioned: ~2·√(dk) values instead of d."""
+    d = key.shape[0]
+    step = math.isqrt(d // k)
+    if step >= 2:
+        sample = key[::step]
+        key = key[key >= np.partition(sample, sample.shape[0] - k)[sample.shape[0] - k]]
+    return np.partition(key, key.shape[0] - k)[key.shape[0] - k]
 
 
 def normal_sf(z: np.ndarray) -> np.ndarray:

@@ -49,8 +49,8 @@ BAND_LOG = 751.0
 #: Bands wider than this are left to scipy (n far beyond any store: ~10¹¹ reports).
 MAX_BAND = 4_000_000
 
-__all__ = ["NORMAL_ABS_ERROR", "NORMAL_REL_ERROR", "TAIL_ABS_ERROR", "TAIL_REL_ERROR", "Z_REL_ERROR", "binomial_upper_tails",
-           "normal_upper_quantile", "normal_upper_tails"]
+__all__ = ["NORMAL_ABS_ERROR", "NORMAL_REL_ERROR", "TAIL_ABS_ERROR", "TAIL_REL_ERROR", "Z_REL_ERROR", "binomial_tail_band",
+           "binomial_upper_tails", "normal_upper_quantile", "normal_upper_tails"]
 
 
 def normal_upper_quantile(a: float) -> float:
@@ -127,10 +127,22 @@ def binomial_upper_tails(s: np.ndarray, n: int, q: float) -> tuple[np.ndarray, f
     """(P(Bin(n, q) ≥ s) for each integer s, its relative error bound), or None where this
     cannot answer (q outside (0, 1), a band above ``MAX_BAND``): the caller asks scipy. Each
     tail is within rel·p + ``TAIL_ABS_ERROR`` of the true one."""
+    s = np.asarray(s, dtype=np.int64)
+    band = binomial_tail_band(n, q)
+    if band is None:
+        return None
+    lo, tail, rel = band
+    return tail[np.clip(s - lo, 0, tail.shape[0] - 1)], rel
+
+
+def binomial_tail_band(n: int, q: float) -> tuple[int, np.ndarray, float] | None:
+    """(lo, tail, rel): tail[i] = P(Bin(n, q) ≥ lo + i) over the band (1 at its start), then one
+    0 for everything past it — P(X ≥ s) is ``tail[clip(s − lo, 0, len(tail) − 1)]`` for any
+    integer s, non-increasing in s — and the relative error bound of every entry; None as for
+    ``binomial_upper_tails``."""
     n = int(n)
     if not 0.0 < q < 1.0 or n <= 0:
         return None
-    s = np.asarray(s, dtype=np.int64)
     mean, var = n * q, n * q * (1.0 - q)
     a = 2.0 * BAND_LOG / 3.0
     t = (a + math.sqrt(a * a + 8.0 * BAND_LOG * var)) / 2.0
@@ -139,9 +151,8 @@ def binomial_upper_tails(s: np.ndarray, n: int, q: float) -> tuple[np.ndarray, f
         return None
     k = np.arange(lo, hi + 1)
     pmf = np.exp(_log_pmf(k, n, q))
-    # P(X ≥ k) over the band, then 0 past it; 1 at the band's start and below (one gather)
+    # P(X ≥ k) over the band, then 0 past it; 1 at the band's start and below
     tail = np.append(np.minimum(np.cumsum(pmf[::-1])[::-1], 1.0), 0.0)
     tail[0] = 1.0
-    out = tail[np.clip(s - lo, 0, tail.shape[0] - 1)]
     # Loader's terms and scipy's answer, plus the summation: at most (band) additions of ε each
-    return out, TAIL_REL_ERROR + 4.0 * tail.shape[0] * np.finfo(np.float64).eps
+    return lo, tail, TAIL_REL_ERROR + 4.0 * tail.shape[0] * np.finfo(np.float64).eps
