@@ -43,7 +43,7 @@ from client_sdk.protocols.discover import FLAG_END, FLAG_OPEN, truncate
 from sketches.base import Sketch
 from sketches.discover import DiscoverServer, bucket, fingerprints
 
-from .intervals import score_interval, z_value
+from .intervals import score_interval, skewed_score_interval, z_value
 from .multiple_testing import detect
 
 #: Reported strings when no --top is given.
@@ -126,7 +126,8 @@ class _Group:
 
     def joint(self, fps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Joint estimates (step 3), their covariance A⁻¹ D A⁻¹ (docs/discovery.md) and each
-        variance's slope in the key's own count, (A⁻¹)²_kk·``per_holder`` (for score intervals)."""
+        key's weight on its own support, A⁻¹_kk (its variance's slope in its own count is
+        (A⁻¹)²_kk·``per_holder``: score intervals)."""
         onehot, a_inv = self.system(fps)
         support = onehot.T @ self.z
         counts = a_inv @ (support - self.n / self.g)
@@ -134,7 +135,7 @@ class _Group:
         base = (1 / g) * (1 - 1 / g)
         d = self.n * base / (self.proto.p - self.proto.q) ** 2 + np.clip(counts, 0, self.n) * self.per_holder()
         cov = (a_inv * d[None, :]) @ a_inv.T
-        return counts, cov, np.diag(a_inv) ** 2 * self.per_holder()
+        return counts, cov, np.diag(a_inv).copy()
 
 
 def forged_reach(group: _Group, fps: np.ndarray, rows: int) -> np.ndarray:
@@ -270,8 +271,8 @@ def chain_caps(proto: DiscoverServer, sketch: Sketch, levels: list[_Level], keys
         anc = [ancestor(k, depth) for k in keys]
         distinct = list(dict.fromkeys(anc))
         est, var = _level_estimates(level, fingerprints([_key_blob(a) for a in distinct]))
-        slope = np.full(len(est), level.group.per_holder())
-        v0, s = population_score_terms(HeldOut(est, var, slope, level.group.n), groups)
+        one_row = np.full(len(est), 1.0)   # _level_estimates' variance: one row, weight 1
+        v0, s = population_score_terms(HeldOut(est, var, one_row, level.group.n, level.group.per_holder()), groups)
         # the score bound: CAP_Z standard errors taken at the bound, not at the estimate (a low
         # prefix estimate's own standard error is too small and capped honest strings)
         upper = score_interval(groups * est, v0, s, CAP_Z, np.inf)[1]
@@ -305,23 +306,29 @@ def _held_group(proto: DiscoverServer, sketch: Sketch) -> _Group:
 
 @dataclasses.dataclass(frozen=True)
 class HeldOut:
-    """Held-out-group estimates of some keys: counts, variances at the estimates, each
-    variance's slope in the key's own count (score intervals, ``_frame``) and the group's reports."""
+    """Estimates of some keys on one group: counts, variances at the estimates, each key's weight
+    on its own support (A⁻¹_kk), the group's reports and ``_Group.per_holder``."""
 
     counts: np.ndarray
     variances: np.ndarray
-    slopes: np.ndarray
+    weights: np.ndarray
     n: int
+    per_holder: float
+
+    @property
+    def slopes(self) -> np.ndarray:
+        """Each variance's slope in the key's own count: (A⁻¹_kk)²·per_holder."""
+        return self.weights ** 2 * self.per_holder
 
     def head(self, k: int) -> HeldOut:
         """The first ``k`` keys."""
-        return HeldOut(self.counts[:k], self.variances[:k], self.slopes[:k], self.n)
+        return HeldOut(self.counts[:k], self.variances[:k], self.weights[:k], self.n, self.per_holder)
 
     @staticmethod
     def concat(parts: list[HeldOut]) -> HeldOut:
         """The keys of ``parts`` in order (one group: the same n)."""
-        return HeldOut(*(np.concatenate([getattr(h, f) for h in parts]) for f in ("counts", "variances", "slopes")),
-                       parts[0].n)
+        return HeldOut(*(np.concatenate([getattr(h, f) for h in parts]) for f in ("counts", "variances", "weights")),
+                       parts[0].n, parts[0].per_holder)
 
 
 def held_out_estimates(proto: DiscoverServer, sketch: Sketch, keys: list[Key], outside_max: float) -> HeldOut:
@@ -336,11 +343,11 @@ def held_out_estimates(proto: DiscoverServer, sketch: Sketch, keys: list[Key], o
     held = _held_group(proto, sketch)
     if held.n == 0:
         raise EstimationError("no reports in the held-out group")
-    counts, cov, slope = held.joint(fingerprints([_key_blob(k) for k in keys]))
+    counts, cov, weights = held.joint(fingerprints([_key_blob(k) for k in keys]))
     outside = max(0.0, held.n - float(np.clip(counts, 0, None).sum()))
     g = par.g
     residual = max(outside_max, 0.0) * outside / (g * par.seeds * (1 - 1 / g))
-    return HeldOut(counts, np.diag(cov) + residual, slope, held.n)
+    return HeldOut(counts, np.diag(cov) + residual, weights, held.n, held.per_holder())
 
 
 def discover(proto: DiscoverServer, sketch: Sketch, *, top: int | None = None, keep: int | None = None,
@@ -474,6 +481,26 @@ def population_score_terms(held_out: HeldOut, groups: int) -> tuple[np.ndarray, 
     return groups * groups * at_zero, groups * held_out.slopes + (groups - 1)
 
 
+def population_skew_terms(proto: DiscoverServer, held_out: HeldOut) -> tuple[np.ndarray, np.ndarray]:
+    """(k₀, k₁): the population estimate's third cumulant as k₀ + k₁·c in the true count c.
+
+    At the held-out scale a key's estimate is about a·(S − n_h/g), a = A⁻¹_kk, a sum of
+    Bernoulli reports scaled by a/(p' − q'): a holder's hits its cells with p', anyone else's
+    with 1/g (over the seed it lands in), and a Bernoulli(π) has third cumulant
+    π(1 − π)(1 − 2π). Scaling by G and the split c_h ~ Binomial(c, 1/G) add (law of total
+    cumulance) 3·Cov(Var(ĉ_h | c_h), c_h) = 3·slope·c(1/G)(1 − 1/G) and the binomial's own
+    c(1/G)(1 − 1/G)(1 − 2/G). The cross terms of the other keys are left out (A is near-diagonal
+    when m(g − 1) ≫ |C|)."""
+    groups, g, p, q = proto.params.groups, proto.params.g, proto.p, proto.q
+    holder = p * (1 - p) * (1 - 2 * p)
+    other = (1 / g) * (1 - 1 / g) * (1 - 2 / g)
+    unit = (held_out.weights / (p - q)) ** 3
+    k0 = groups ** 3 * unit * held_out.n * other
+    k1 = groups ** 2 * (unit * (holder - other) + 3 * held_out.slopes * (1 - 1 / groups)
+                        + (1 - 1 / groups) * (1 - 2 / groups))
+    return k0, k1
+
+
 def held_out_frame(proto: DiscoverServer, sketch: Sketch, final: list[Key], held_out: HeldOut, n: int,
                    caps: np.ndarray, reach: np.ndarray, *, confidence: float, alpha: float = 0.05,
                    control: str = "fwer", simultaneous: bool = False) -> pd.DataFrame:
@@ -485,9 +512,11 @@ def held_out_frame(proto: DiscoverServer, sketch: Sketch, final: list[Key], held
     counts = np.minimum(counts, caps)
     std = np.sqrt(np.maximum(variances, 0.0))
     z = z_value(confidence, len(final) if simultaneous else 1)
-    # score intervals: the variance grows with the count, so it is taken at each candidate count
-    # rather than at the estimate (a low estimate's plug-in interval is too short; docs/discovery.md)
-    low, high = score_interval(counts, *population_score_terms(held_out, groups), z, n)
+    # score intervals: the variance (and skew) grow with the count, so they are taken at each
+    # candidate count rather than at the estimate (a low estimate's plug-in interval is too short,
+    # and the right skew of rare hits needs a longer lower side; docs/discovery.md)
+    low, high = skewed_score_interval(counts, *population_score_terms(held_out, groups),
+                                      *population_skew_terms(proto, held_out), z, n)
     with np.errstate(divide="ignore", invalid="ignore"):
         zs = np.where(std > 0, counts / std, np.inf * np.sign(counts))
     p_value = stats.norm.sf(zs)

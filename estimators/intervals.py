@@ -27,6 +27,8 @@ n·q* is a few units (docs/math.md §8).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 
@@ -348,3 +350,54 @@ def score_interval(counts: np.ndarray, var_at_zero: np.ndarray, slope: np.ndarra
     low = np.where(empty, 0.0, np.clip(centre - half, 0, n))
     high = np.where(empty, 0.0, np.clip(centre + half, 0, n))
     return low, high
+
+
+def skewed_score_interval(counts: np.ndarray, var_at_zero: np.ndarray, slope: np.ndarray,
+                          skew_at_zero: np.ndarray, skew_slope: np.ndarray, z: float, n: int,
+                          steps: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """``score_interval`` with the estimate's skew: the counts c in [0, n] whose Cornish–Fisher
+    quantiles (Cornish, Fisher 1938) hold ĉ, i.e. |ĉ − c − (z² − 1)·κ₃(c)/(6·V(c))| ≤ z·√V(c),
+    with V(c) = v₀ + s·c and the third cumulant κ₃(c) = k₀ + k₁·c.
+
+    A sum of rare large jumps (local hashing's hits from devices that do not hold the value) is
+    skewed to the right: a normal interval then misses from above (truth below it) and seldom
+    from below. The bounds are found by bisection (``steps`` halvings of [0, n]): the lower on
+    c + shift(c) + z·√V(c), increasing, the upper on c + shift(c) − z·√V(c) beyond the minimum of
+    its unshifted part, c* = (z²s²/4 − v₀)/s. Where no c qualifies the interval is (0, 0)."""
+    counts = np.asarray(counts, dtype=np.float64)
+    v0 = np.maximum(np.asarray(var_at_zero, dtype=np.float64), 0.0)
+    s = np.maximum(np.asarray(slope, dtype=np.float64), 0.0)
+    k0 = np.asarray(skew_at_zero, dtype=np.float64)
+    k1 = np.asarray(skew_slope, dtype=np.float64)
+    top = float(n)
+
+    def centre(c: np.ndarray) -> np.ndarray:
+        var = v0 + s * c
+        with np.errstate(divide="ignore", invalid="ignore"):
+            shift = np.where(var > 0, (z * z - 1) * (k0 + k1 * c) / (6 * var), 0.0)
+        return c + shift
+
+    def plus(c: np.ndarray) -> np.ndarray:
+        return centre(c) + z * np.sqrt(v0 + s * c)
+
+    def minus(c: np.ndarray) -> np.ndarray:
+        return centre(c) - z * np.sqrt(v0 + s * c)
+
+    def first_reaching(f: Callable[[np.ndarray], np.ndarray], start: np.ndarray) -> np.ndarray:
+        """The least c in [start, n] with f(c) ≥ ĉ (f increasing there): start or n at the ends."""
+        lo, hi = start.copy(), np.full_like(start, top)
+        for _ in range(steps):
+            mid = 0.5 * (lo + hi)
+            ok = f(mid) >= counts
+            hi, lo = np.where(ok, mid, hi), np.where(ok, lo, mid)
+        return np.where(f(start) >= counts, start, np.where(f(np.full_like(start, top)) < counts, top, hi))
+
+    zero = np.zeros_like(counts)
+    low = first_reaching(plus, zero)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        turn = np.clip(np.where(s > 0, (0.25 * z * z * s * s - v0) / s, 0.0), 0.0, top)
+    high = first_reaching(minus, turn)
+    # the upper bound is the largest c with minus(c) <= ĉ: just below the first c beyond the turn
+    # where minus exceeds ĉ; none at all when minus is above ĉ from the turn on
+    empty = minus(turn) > counts
+    return np.where(empty, 0.0, np.minimum(low, high)), np.where(empty, 0.0, high)

@@ -169,3 +169,28 @@ def test_z_value_is_scipy_stats_norm_isf_to_the_bit():
         for family in (1, 2, 10, 295, 1000, 1_000_000):
             alpha = (1 - confidence) / family
             assert z_value(confidence, family) == float(stats.norm.isf(alpha / 2))
+
+
+def test_score_intervals_solve_their_equation_and_reduce_to_wald_and_to_each_other():
+    """score_interval: the roots of (ĉ − c)² = z²(v₀ + s·c), Wald at s = 0, (0, 0) when no c ≥ 0
+    qualifies; skewed_score_interval without skew is score_interval (to the bisection's precision)."""
+    from estimators.intervals import score_interval, skewed_score_interval, wald_interval
+
+    counts = np.array([-400.0, -50.0, 0.0, 3.0, 120.0, 250.0, 500.0])
+    v0, s, z, n = np.full(7, 900.0), np.full(7, 30.0), 2.5758, 2000
+    low, high = score_interval(counts, v0, s, z, n)
+    for c, lo, hi in zip(counts, low, high):
+        if hi > 0:
+            for bound in (lo, hi):
+                if 0 < bound < n:
+                    assert (c - bound) ** 2 == pytest.approx(z * z * (900.0 + 30.0 * bound), rel=1e-9)
+    assert (low[0], high[0]) == (0.0, 0.0)
+    inside = (low > 0) & (high < n)
+    assert inside.sum() >= 2 and np.all((high - counts > counts - low)[inside])   # longer above: V grows with c
+    w_low, w_high = wald_interval(counts, v0, n, z=z)
+    assert np.allclose(score_interval(counts, v0, np.zeros(7), z, n), (w_low, w_high))
+    sk_low, sk_high = skewed_score_interval(counts, v0, s, np.zeros(7), np.zeros(7), z, n)
+    assert np.allclose(sk_low, low, atol=1e-6) and np.allclose(sk_high, high, atol=1e-6)
+    # right skew (rare large jumps): both bounds move down, the lower one further
+    r_low, r_high = skewed_score_interval(counts, v0, s, np.full(7, 20_000.0), np.full(7, 400.0), z, n)
+    assert np.all(r_low[inside] < low[inside]) and np.all(r_high[inside] < high[inside])
