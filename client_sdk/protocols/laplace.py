@@ -18,8 +18,9 @@ adjusted (a few rebuilds) until that is <= the target and within ``EPSILON_TOLER
 Window and bias. L is the smallest window with tail mass α^L/(1+α) <= ``TAIL_MASS``/2, so for
 every input at most ``TAIL_MASS`` = 1e-12 of the probability is clamped. The two end cells
 carry the geometric tail's memoryless mean, v = −L − α/(1−α) (and K + L + α/(1−α)), so even
-that clamp is unbiased up to the integer rounding; ``bias()`` computes the exact residual
-from the realised table (about 1e-13 or less; tests/test_numeric_mechanisms.py checks it).
+that clamp is unbiased up to the integer rounding; the server half's ``bias()``
+(sketches.laplace) computes the exact residual from the realised table (about 1e-13 or less;
+tests/test_numeric_mechanisms.py checks it).
 """
 
 from __future__ import annotations
