@@ -448,7 +448,7 @@ def memo_vectors(registry: Any) -> dict[str, Any]:
         cohort = proto.cohort_of(secret, "url")
         for value in ("example.com", "", "héllo wörld", "\ud800x"):
             bloom = [int(b) for b in hashing.bloom_positions_one(value, cohort, proto.params.k, proto.params.h)]
-            bits = proto._prr(secret, "url", value, cohort)
+            bits = proto.permanent_response(secret, "url", value, cohort)
             prr.append({"metric": "url", "secret": i, "value": value, "cohort": cohort, "bloom": bloom,
                         "prr": [int(b) for b in bits]})
     return {"description": "Memoised first rounds: (metric, secret, domain index) -> memo key, memo input (the value, "

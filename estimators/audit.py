@@ -136,7 +136,7 @@ def chain_for(spec: MetricSpec, value: Any, cohort: int | None) -> Chain:
     name = proto.name
     if name == "rappor":
         assert isinstance(proto, RapporServer)
-        bloom = proto._bloom_row(int(cohort or 0), value)   # noqa: SLF001 - the public hash of a candidate
+        bloom = proto.bloom_row(int(cohort or 0), value)   # noqa: SLF001 - the public hash of a candidate
         half = pr.f_realised / 2
         return Chain("bit", np.where(bloom, 1 - half, half), pr.q_realised, pr.p_realised)
     if name == "memobitmean":   # ``value`` is a grid point j: one memoised bit, flipped w.p. γ

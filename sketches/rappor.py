@@ -107,8 +107,9 @@ class RapporServer(ServerHalf):
                               f"a {type(vals[pos]).__name__}")
         return vals
 
-    def _bloom_row(self, cohort: int, value: str) -> np.ndarray:
-        """The true Bloom filter B of ``value`` in ``cohort``, bool (k,). Never leaves the encoder."""
+    def bloom_row(self, cohort: int, value: str) -> np.ndarray:
+        """The true Bloom filter B of ``value`` in ``cohort``, bool (k,): the public hash of a value (the
+        privacy audit uses it); on a device it never leaves the encoder."""
         key = (cohort, value)
         row = self._bloom_cache.get(key)
         if row is None:
@@ -129,10 +130,10 @@ class RapporServer(ServerHalf):
             return words < np.where(prr, self._u32_q, self._u32_p)
         return np.where(prr, below_threshold(words, self.device.q_threshold), below_threshold(words, self.device.p_threshold))
 
-    def _prr(self, secret: bytes, metric: str, value: str, cohort: int) -> np.ndarray:
+    def permanent_response(self, secret: bytes, metric: str, value: str, cohort: int) -> np.ndarray:
         """The permanent randomised response of ``value`` (deterministic in secret, metric, value)."""
         words = prr_words_checked(secret, metric, value, self.params.k)
-        return self._prr_from_words(self._bloom_row(cohort, value), words)
+        return self._prr_from_words(self.bloom_row(cohort, value), words)
 
     def encode(self, values: Sequence[str], rng: RandomLike = None, cohorts: np.ndarray | None = None,
                secret: bytes | None = None, metric: str = "") -> Payloads:
@@ -179,11 +180,11 @@ class RapporServer(ServerHalf):
             raise ValueError("with a client secret the cohort is derived from it; do not pass other cohorts")
         k = self.params.k
         if n == 1:  # the SDK's batch of one
-            prr = self._prr(secret, metric, str(vals[0]), cohort)
+            prr = self.permanent_response(secret, metric, str(vals[0]), cohort)
             irr = self._irr(prr, source.words(k))
             return {"cohort": np.array([cohort], dtype=np.int64),
                     "irr": np.packbits(irr, bitorder="little").reshape(1, self.device.width)}
-        prr = np.stack([self._prr(secret, metric, str(v), cohort) for v in vals]) if n else \
+        prr = np.stack([self.permanent_response(secret, metric, str(v), cohort) for v in vals]) if n else \
             np.zeros((0, k), dtype=bool)
         irr = self._irr(prr, source.words((n, k))) if n else prr
         return {"cohort": np.full(n, cohort, dtype=np.int64),

@@ -193,7 +193,7 @@ def test_rappor_prr_and_bloom_bits_are_the_same_on_both_paths():
                 hashing.prr_words(secret, "home", value, k).tolist()
             bloom = set(hashing.bloom_positions_one_list(value, cohort, k, h))
             pure = proto.prr_one(bloom, hashing.prr_words_list(secret, "home", value, k))
-            assert pure == proto._prr(secret, "home", value, cohort).tolist()
+            assert pure == proto.permanent_response(secret, "home", value, cohort).tolist()
     # a k that does not divide 2^32 takes the rejection path
     for value in ("a", "b", "c"):
         for cohort in range(4):

@@ -185,7 +185,7 @@ def test_encoder_samples_the_audited_distribution_sdk_path():
     reports = np.concatenate([proto.encode([value], rng, secret=s, metric="m")["irr"] for s in secrets])
     observed = np.bincount(as_ints(reports, 4), minlength=16)
     assert chi_square_p(observed, proto.output_probabilities(pattern)) > 1e-4
-    prr = np.array([proto._prr(s, "m", value, 0) for s in secrets]).astype(np.int64) @ (1 << np.arange(4))
+    prr = np.array([proto.permanent_response(s, "m", value, 0) for s in secrets]).astype(np.int64) @ (1 << np.arange(4))
     assert chi_square_p(np.bincount(prr, minlength=16), proto.prr_output_probabilities(pattern)) > 1e-4
 
 
@@ -318,15 +318,15 @@ def test_prr_is_stable_and_differs_across_values_metrics_and_secrets():
     proto = build_server("rappor", None, None, {})
     other = bytes(range(1, 33))
     c = proto.cohort_of(SECRET, "home")
-    base = proto._prr(SECRET, "home", "google.com", c)
-    assert np.array_equal(base, proto._prr(SECRET, "home", "google.com", c))
-    assert not np.array_equal(base, proto._prr(SECRET, "home", "example.com", c))
-    assert not np.array_equal(base, proto._prr(SECRET, "other", "google.com", c))
-    assert not np.array_equal(base, proto._prr(other, "home", "google.com", c))
+    base = proto.permanent_response(SECRET, "home", "google.com", c)
+    assert np.array_equal(base, proto.permanent_response(SECRET, "home", "google.com", c))
+    assert not np.array_equal(base, proto.permanent_response(SECRET, "home", "example.com", c))
+    assert not np.array_equal(base, proto.permanent_response(SECRET, "other", "google.com", c))
+    assert not np.array_equal(base, proto.permanent_response(other, "home", "google.com", c))
     # a fresh object (nothing memoised) derives the same PRR and cohort
     again = build_server("rappor", None, None, {})
     assert again.cohort_of(SECRET, "home") == c
-    assert np.array_equal(again._prr(SECRET, "home", "google.com", c), base)
+    assert np.array_equal(again.permanent_response(SECRET, "home", "google.com", c), base)
 
 
 @pytest.mark.statistical
@@ -337,7 +337,7 @@ def test_reports_of_one_value_share_the_prr_and_have_fresh_irr():
     payloads = proto.encode(["google.com"] * R, rng, secret=SECRET, metric="home")
     assert np.all(payloads["cohort"] == proto.cohort_of(SECRET, "home"))
     bits = np.unpackbits(payloads["irr"], axis=1, count=128, bitorder="little").astype(float)
-    prr = proto._prr(SECRET, "home", "google.com", proto.cohort_of(SECRET, "home"))
+    prr = proto.permanent_response(SECRET, "home", "google.com", proto.cohort_of(SECRET, "home"))
     lam = np.where(prr, proto.params.q_realised, proto.params.p_realised)
     z = (bits.mean(axis=0) - lam) / np.sqrt(lam * (1 - lam) / R)
     assert np.abs(z).max() < 4.5            # every bit's rate is q where B'=1 and p where B'=0
