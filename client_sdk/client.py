@@ -66,7 +66,6 @@ from .state import (
     ClientState,
     FileState,
     UnusableState,
-    derive_cohort,
     ledger_key,
     open_state,
     unusable,
@@ -334,7 +333,6 @@ class ClientCore:
         self._opted_out = state.opted_out
         self._secret: bytes | None = None
         self._lkey: bytes | None = None
-        self._cohorts: dict[tuple[str, int], int] = {}
         self._disabled: str | None = None
         self._disabled_counter = "disabled"
         self._accounts: Book = Book()
@@ -576,23 +574,7 @@ class ClientCore:
             return proto.encode_one(idx, key, ctx)
         if rt.two_round:   # the memoised protocols not yet split (client_sdk.protocols.longitudinal.Memoised)
             return proto.encode_secret_one(idx, self._secret, rt.name)
-        cohort = self._cohort(rt) if rt.uses_cohorts else None
-        return proto.encode_one(idx, cohort)  # OS CSPRNG; plain-integer fast path where there is one
-
-    def _cohort(self, rt: _Metric) -> int:
-        """OLH cohort for this metric and UTC day: HMAC(secret, metric, day).
-
-        Re-derived every day so the cohort is no stable identifier across windows (estimates
-        only need it independent of the value); within a day the batch links reports anyway.
-        """
-        day = day_of(self._clock())
-        key = (rt.name, day)
-        arr = self._cohorts.get(key)
-        if arr is None:
-            if len(self._cohorts) > 256:
-                self._cohorts.clear()
-            arr = self._cohorts[key] = derive_cohort(self._secret, f"olh\x00{rt.name}\x00{day}", rt.m)  # type: ignore[arg-type]
-        return arr
+        return proto.encode_one(idx, None)  # OS CSPRNG; plain-integer fast path where there is one
 
     # --- refusals and bad input ------------------------------------------------------------------
     def _bad_metric(self, metric: str) -> bool:
@@ -809,7 +791,6 @@ class ClientCore:
         self.state.opt_out()
         self._secret = None
         self._lkey = None
-        self._cohorts.clear()
 
     def opt_in(self) -> None:
         """Undo ``opt_out``: this client reports again, with a fresh secret (a new privacy spend).
@@ -818,8 +799,6 @@ class ClientCore:
         charged afresh (their digests were keyed by the deleted secret).
         """
         self.state.opt_in()
-        with self._lock:
-            self._cohorts.clear()
         self._load_secret(getattr(self.state, "path", None))
         with self._lock:
             self._opted_out = self.state.opted_out

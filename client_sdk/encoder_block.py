@@ -28,15 +28,6 @@ def protocol_block(name: str, proto: Protocol | DeviceHalf) -> dict[str, Any]:
     own = getattr(proto, "encoder_block", None)   # a split protocol's device half says it itself
     if own is not None:
         return own()
-    par: Any = proto.params
-    if name == "olh":
-        out = {"d": par.d, "m": par.m, "g": par.g, "family": par.family, "keep_threshold": par.keep_threshold}
-        if par.family == "linear":
-            out["t"] = par.t
-        return out
-    if name == "loloha":
-        return {"d": par.d, "m": par.m, "g": par.g, "p1_threshold": par.p1_threshold,
-                "p2_threshold": par.p2_threshold}
     raise KeyError(name)
 
 

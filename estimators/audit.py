@@ -46,11 +46,12 @@ from scipy.special import logsumexp
 
 from client_sdk.errors import LdptError
 from client_sdk.hashing import derive_cohort
-from client_sdk.protocols.olh import OLH, hash_one
+from client_sdk.protocols.olh import hash_one
 from client_sdk.registry import Kind, MetricSpec
 from sketches import server_half
 from sketches.longitudinal import MemoisedServer
 from sketches.memobitmean import MemoBitMeanServer
+from sketches.olh import OLHServer
 from sketches.rappor import RapporServer
 
 #: Protocols the attacker has a likelihood for.
@@ -88,7 +89,7 @@ def sdk_reports(spec: MetricSpec, secret: bytes, value: Any, count: int) -> list
     idx = int(spec.index_of([value])[0])
     if isinstance(proto, MemoisedServer):
         return [proto.encode_secret_one(idx, secret, spec.name) for _ in range(count)]
-    if isinstance(proto, OLH):   # the client's cohort: HMAC(secret, metric, day), new every day
+    if isinstance(proto, OLHServer):   # the client's cohort: HMAC(secret, metric, day), new every day
         return [proto.randomise(idx, derive_cohort(secret, f"olh\x00{spec.name}\x00{day}", proto.cohorts))
                 for day in range(count)]
     return [proto.randomise(idx) for _ in range(count)]
@@ -228,7 +229,7 @@ def accuracy_interval(correct: int, trials: int) -> tuple[float, float]:
 def _loglik_of_device(spec: MetricSpec, value: Any, wires: list[Any]) -> float:
     counts, cohorts = report_stats(spec, wires)
     proto = server_half(spec)
-    if isinstance(proto, OLH) and not isinstance(proto, MemoisedServer):
+    if isinstance(proto, OLHServer) and not isinstance(proto, MemoisedServer):
         # a fresh cohort each day: independent reports, each with its own hashed value
         return float(sum(chain_loglik(chain_for(spec, value, int(s)), c, 1) for c, s in zip(counts, cohorts)))
     cohort = None if cohorts is None else int(cohorts[0])
@@ -298,7 +299,7 @@ def link(spec: MetricSpec, value: Any, history: int, devices: int) -> LinkRow:
     earlier reports and one later one (SDK path). Scores every (earlier, later) pair."""
     check_supported(spec)
     proto = server_half(spec)
-    if isinstance(proto, OLH) and not isinstance(proto, MemoisedServer):
+    if isinstance(proto, OLHServer) and not isinstance(proto, MemoisedServer):
         raise AuditError("olh re-derives its cohort daily: its reports carry nothing to link by")
     hist, later, cohorts = [], [], []
     for _ in range(devices):

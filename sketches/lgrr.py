@@ -20,7 +20,7 @@ from .registry import register
 
 
 class GRRChainServer(MemoisedServer):
-    """The two GRR rounds of a ``GRRChain`` protocol over a batch (L-GRR; LOLOHA once split)."""
+    """The two GRR rounds of a ``GRRChain`` protocol over a batch (L-GRR, LOLOHA)."""
 
     def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
         return grr_round(memo_inputs, self.params.chain_size, self.params.p1_threshold, source)

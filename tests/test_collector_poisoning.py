@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from client_sdk.protocols.olh import hash_values
 from estimators.poisoning import POINT, poisoning_bound
 from sketches import build_server
+from sketches.olh import hash_values
 
 N_HONEST = 20_000
 

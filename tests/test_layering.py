@@ -333,11 +333,12 @@ def test_numeric_names_sees_every_form(tmp_path):
 def test_a_split_protocol_s_device_half_names_no_numpy():
     """Every protocol with a server half in sketches/ (docs/design.md, "Two halves") keeps its
     device module, client_sdk/protocols/<name>.py, free of numpy at any level — the lazy proxy
-    included — and the device base modules too (the numeric family's mixin included)."""
+    included — and the device base modules too (the numeric family's mixin and the field
+    arithmetic, projective.py, included)."""
     split = sorted(p.stem for p in (ROOT / "sketches").glob("*.py")
                    if re.search(r"^@register\(", p.read_text(encoding="utf-8"), re.M))
     assert {"rr", "hr", "ss", "discover", "rappor", "duchi", "bitmean", "piecewise", "hybrid", "laplace",
-            "memobitmean"} <= set(split), split
+            "memobitmean", "olh", "loloha"} <= set(split), split
     offenders = {name: numeric_names(ROOT / "client_sdk" / "protocols" / f"{name}.py")
-                 for name in [*split, "device", "numeric"]}
+                 for name in [*split, "device", "numeric", "projective"]}
     assert not {k: v for k, v in offenders.items() if v}, offenders

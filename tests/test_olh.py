@@ -22,16 +22,18 @@ from scipy import stats
 from client_sdk.errors import DomainError, EstimationError, InvalidPayload
 from client_sdk.protocols import olh
 from client_sdk.protocols.factory import per_item_variance
-from client_sdk.protocols.olh import OLH, OLHParams, from_options, hash_one, hash_values
+from client_sdk.protocols.olh import OLH, OLHParams, from_options, hash_one
 from client_sdk.randomness import SCALE
 from estimators.intervals import wald_interval, z_value
 from sketches import build_server, server_half
+from sketches import olh as sketches_olh
 from sketches.base import Sketch, pure_variance
+from sketches.olh import OLHServer, cohort_seeds, hash_values
 
 
-def small() -> OLH:
+def small() -> OLHServer:
     """d=16, ε=1: g=4 (the default), m=23 (the former 4/3-inflation default; now 63)."""
-    return from_options(16, 1.0, {"cohorts": 23})
+    return server_half(from_options(16, 1.0, {"cohorts": 23}))
 
 
 def zipf_counts(d: int, exponent: float, n: int) -> np.ndarray:
@@ -50,7 +52,7 @@ def test_mix_is_splitmix64() -> None:
 
 def test_hash_golden_values() -> None:
     """H_s(v) is part of the wire contract: these values must never change."""
-    assert int(olh.cohort_seeds(3)[0]) == 0xBC7646B8252F07C3
+    assert int(cohort_seeds(3)[0]) == 0xBC7646B8252F07C3
     assert [hash_one(0, v, 8) for v in range(10)] == [5, 0, 2, 1, 4, 7, 3, 1, 0, 4]
     assert [hash_one(s, 7, 1000003) for s in range(5)] == [161653, 656302, 708119, 944860, 916838]
     assert hash_one(2**31, 2**31, 2**32 - 1) == 1004923113
@@ -60,7 +62,7 @@ def test_hash_golden_values() -> None:
 def test_vectorised_hash_matches_scalar_and_big_int_math(g: int) -> None:
     rng = np.random.default_rng(g % 1000)
     s, v = rng.integers(0, 2**31, 300), rng.integers(0, 2**31, 300)
-    seeds = olh._mix_array(np.uint64(olh._SALT) + (s.astype(np.uint64) + np.uint64(1)) * np.uint64(olh._GAMMA))
+    seeds = sketches_olh._mix_array(np.uint64(olh.SALT) + (s.astype(np.uint64) + np.uint64(1)) * np.uint64(olh.GAMMA))
     vec = hash_values(seeds, v, g)
     assert vec.dtype == np.int64
     assert vec.tolist() == [hash_one(int(a), int(b), g) for a, b in zip(s, v)]
@@ -68,7 +70,7 @@ def test_vectorised_hash_matches_scalar_and_big_int_math(g: int) -> None:
 
 
 def test_hash_buckets_are_uniform() -> None:
-    proto = OLH(OLHParams(d=1000, epsilon=2.0, m=200, g=7))
+    proto = server_half(OLH(OLHParams(d=1000, epsilon=2.0, m=200, g=7)))
     counts = np.bincount(proto.hash_table.ravel(), minlength=7)
     assert stats.chisquare(counts).pvalue > 1e-3
 
@@ -96,7 +98,7 @@ def test_default_sizing(d: int, eps: float, g: int, m: int) -> None:
     assert n_dof / (n_dof - d - 1) <= olh.TIGHT_INFLATION or m == olh.MIN_COHORTS
     assert proto.params.family == "random"
     assert proto.payload_bits == math.ceil(math.log2(m)) + math.ceil(math.log2(g))
-    assert proto.cohorts == m and proto.cell_shape == (g,) and proto.uses_cohorts
+    assert proto.cohorts == m and server_half(proto).cell_shape == (g,) and proto.uses_cohorts
 
 
 def test_explicit_options() -> None:
@@ -155,25 +157,27 @@ def test_rank_deficient_design_is_rejected() -> None:
 
 def test_constructor_and_defaults_are_lazy() -> None:
     proto = from_options(1024, 0.3, {})  # m = 3075: the design would be 6150 × 1024
-    assert "hash_table" not in vars(proto) and "_equal_factor" not in vars(proto)
-    assert per_item_variance(proto) > 0  # what `auto` asks: O(1), no design built
-    assert "hash_table" not in vars(proto)
+    half = server_half(proto)
+    assert "hash_table" not in vars(half) and "_equal_factor" not in vars(half)
+    assert per_item_variance(proto) > 0 and per_item_variance(half) > 0  # what `auto` asks: O(1), no design built
+    assert "hash_table" not in vars(half)
 
 
 def test_device_side_does_not_import_scipy() -> None:
     """Encoding (and `auto`'s rank check for small domains) needs numpy only."""
     code = ("import sys, numpy as np\n"
             "from client_sdk.protocols.olh import from_options\n"
-            "p = from_options(16, 1.0, {})\n"
+            "from sketches import server_half\n"
+            "p = server_half(from_options(16, 1.0, {}))\n"
             "p.encode(np.arange(16), np.random.default_rng(0)); p.encode(np.array([3]))\n"
             "assert not any(k.startswith('scipy') for k in sys.modules), 'scipy imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 # --- privacy ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("proto", [small(), OLH(OLHParams(d=10, epsilon=0.5, m=8, g=3)),
-                                   from_options(12, 4.0, {})], ids=["d16-e1", "d10-g3", "d12-e4"])
-def test_exact_privacy_ratio_within_cohorts(proto: OLH) -> None:
+@pytest.mark.parametrize("proto", [small(), server_half(OLH(OLHParams(d=10, epsilon=0.5, m=8, g=3))),
+                                   build_server("olh", 12, 4.0, {})], ids=["d16-e1", "d10-g3", "d12-e4"])
+def test_exact_privacy_ratio_within_cohorts(proto: OLHServer) -> None:
     probs = np.stack([proto.output_probabilities(x) for x in range(proto.domain_size)])  # (d, m, g)
     assert probs.shape == (proto.domain_size, proto.cohorts, proto.params.g)
     np.testing.assert_allclose(probs.sum(axis=2), 1.0, rtol=1e-12)
@@ -335,7 +339,7 @@ def test_estimate_edge_cases() -> None:
 
 def test_estimate_undoes_collisions_exactly_on_expected_cells() -> None:
     """Fed its expectation E[T_s] = n_s q' + (p'−q') A_s c_s, the decoder returns c exactly."""
-    proto = from_options(200, 2.0, {"cohorts": 64, "hash_range": 8})
+    proto = build_server("olh", 200, 2.0, {"cohorts": 64, "hash_range": 8})
     m, g = proto.cohorts, proto.params.g
     c = zipf_counts(200, 1.1, 64_000).astype(float)
     n_s = np.full(m, 1000)
@@ -352,7 +356,7 @@ def test_estimate_undoes_collisions_exactly_on_expected_cells() -> None:
 
 
 def test_variance_api() -> None:
-    proto = from_options(200, 2.0, {"cohorts": 64, "hash_range": 8})
+    proto = build_server("olh", 200, 2.0, {"cohorts": 64, "hash_range": 8})
     n, g = 100_000, proto.params.g
     scalar = proto.variance(n, 0.0)
     assert np.ndim(scalar) == 0
@@ -418,12 +422,12 @@ def simulate(proto: OLH, c: np.ndarray, runs: int, seed: int, mode: str) -> dict
 
 SCENARIOS = {
     # docs/math.md §5 frozen-collision scenario: ε=2, g=8, m=64, d=200, Zipf 1.1, n=2·10⁵.
-    "frozen": (lambda: from_options(200, 2.0, {"cohorts": 64, "hash_range": 8}),
+    "frozen": (lambda: build_server("olh", 200, 2.0, {"cohorts": 64, "hash_range": 8}),
                lambda: zipf_counts(200, 1.1, 200_000), 2000, "fixed-sizes"),
     # Defaults at small n, through the real encoder with i.i.d. cohorts (n_s ≈ 118).
     "small-n": (small, lambda: zipf_counts(16, 1.1, 2000), 5000, "encode"),
     # The minimum of 8 cohorts with a wide hash (defaults at d=40, ε=3: g=21, m=8), i.i.d. cohorts.
-    "min-cohorts": (lambda: from_options(40, 3.0, {}), lambda: zipf_counts(40, 0.8, 20_000), 5000, "iid"),
+    "min-cohorts": (lambda: build_server("olh", 40, 3.0, {}), lambda: zipf_counts(40, 0.8, 20_000), 5000, "iid"),
 }
 
 
@@ -519,8 +523,8 @@ def test_sketch_sampler_matches_encoder() -> None:
 
 # --- the linear hash family (any domain size) ------------------------------------------------------------
 
-def linear(d: int, eps: float) -> OLH:
-    return from_options(d, eps, {"hash_family": "linear"})
+def linear(d: int, eps: float) -> OLHServer:
+    return build_server("olh", d, eps, {"hash_family": "linear"})
 
 
 @pytest.mark.parametrize(("d", "eps"), [(7, 1.0), (12, 2.0), (30, 0.5)])
@@ -588,7 +592,7 @@ def test_linear_family_unbiased_with_its_variance_and_coverage() -> None:
 
 def test_linear_family_decodes_a_million_values() -> None:
     """d = 10⁶ decodes (by one DFT, no d × d system); spot-check against the definition."""
-    proto = from_options(1_000_000, 2.0, {})
+    proto = build_server("olh", 1_000_000, 2.0, {})
     assert proto.params.family == "linear" and proto.params.m * proto.params.g <= olh.MAX_LINEAR_CELLS
     m, g = proto.params.m, proto.params.g
     rng = np.random.default_rng(0)

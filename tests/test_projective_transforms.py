@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from client_sdk.protocols import projective as P
-from client_sdk.protocols.projective import direction_codes, directions, inner, line_masses, line_sums
+from client_sdk.protocols.projective import directions
+from sketches import projective as P
+from sketches.projective import direction_codes, inner, line_masses, line_sums
 
 CASES = [(2, 5, 32), (2, 4, 11), (3, 4, 80), (3, 3, 20), (5, 3, 125), (7, 2, 40), (11, 3, 1_000), (13, 2, 169),
          (17, 2, 100)]

@@ -24,7 +24,7 @@ import pytest
 from scipy import stats
 
 from client_sdk.randomness import SeededWords
-from sketches import build_server
+from sketches import build_server, server_half
 
 from .exact_words import exact_law
 
@@ -138,24 +138,28 @@ def test_seeded_samples_of_both_paths_fit_the_exact_law(name, d, eps, options, x
 def test_the_gf2_rank_certificate_agrees_with_the_numpy_check():
     """OLH's design check on a device (client_sdk/protocols/olh.py, ``_full_rank_mod2``): whenever
     it certifies full rank, the numpy Cholesky check accepts the design too; designs it cannot
-    certify go to that check, which decides."""
+    certify go to the exact rank modulo a prime on the device, and to that check on the server
+    (sketches/olh.py): the two decide alike."""
     from client_sdk.protocols.olh import OLH, OLHParams
 
-    certified = uncertified = 0
+    certified = uncertified = deficient = 0
     for d in range(2, 13):
         for g in (2, 3, 5):
             for m in range(max(1, -(-(d - 1) // (g - 1))), 9):
                 proto = OLH(OLHParams(d=d, epsilon=2.0, m=m, g=g))
+                half = server_half(proto)
                 if proto._full_rank_mod2():
                     certified += 1
-                    proto._equal_factor  # noqa: B018 - raises ValueError if numpy finds it singular
+                    half._equal_factor  # noqa: B018 - raises ValueError if numpy finds it singular
                 else:
                     uncertified += 1
                     try:
-                        proto.check_design()
+                        half.check_design()
+                        numpy_accepts = True
                     except ValueError:
-                        pass
-    assert certified > 100 and uncertified > 10  # both branches exercised
+                        numpy_accepts, deficient = False, deficient + 1
+                    assert proto._full_rank_mod_prime() == numpy_accepts, (d, g, m)
+    assert certified > 100 and uncertified > 10 and deficient  # every branch exercised
 
 
 SECRETS = [bytes([i]) * 32 for i in range(1, 9)]

@@ -599,8 +599,8 @@ def test_olh_cohort_changes_with_the_utc_day(tmp_path, registry, fake, monkeypat
     cohorts = []
     for day in range(12):
         monkeypatch.setattr(time, "time", lambda d=day: day0 + d * 86_400 + 5)
-        first = client._cohort(rt)
-        assert client._cohort(rt) == first  # stable within the day
+        first = client._encode(rt, "", 0)[0]   # a report's [cohort, y]: the cohort of the clock's day
+        assert client._encode(rt, "", 1)[0] == first  # stable within the day
         cohorts.append(first)
     assert len(set(cohorts)) > 1
     client.close(1.0)

@@ -21,6 +21,10 @@ larger, so ``optimal_hash_range`` compares the formula's g with its neighbours
 
 The cohort is the one value-independent, permanent part of a report: log2(m) bits that are
 the same in every report of the device (as RAPPOR's cohort; docs/privacy.md).
+
+This module is LOLOHA's device half, over OLH's and L-GRR's (no numpy); its server half — both
+rounds over a batch, the memo table and the permanent variance, over OLH's sketch, decoder and
+wire — is sketches.loloha.
 """
 
 from __future__ import annotations
@@ -29,20 +33,9 @@ import dataclasses
 import math
 from typing import Any
 
-from .._lazy import np
-from ..randomness import RandomLike, as_random_source
-from .base import Payloads
 from .lgrr import GRRChain, GRRChainRoundsDevice, closed_form_p2
-from .longitudinal import Memoised, chain, check_epsilon_pair, grr_round
-from .olh import (
-    EAGER_CHECK_MAX_DOMAIN,
-    MAX_DOMAIN,
-    OLH,
-    OLHParams,
-    default_cohorts,
-    hash_one,
-    hash_values,
-)
+from .longitudinal import chain, check_epsilon_pair
+from .olh import EAGER_CHECK_MAX_DOMAIN, MAX_DOMAIN, OLH, OLHParams, default_cohorts, hash_one
 
 #: Largest g the optimal-g formula may return (beyond it the hash range stops paying off).
 MAX_HASH_RANGE = 1 << 12
@@ -76,17 +69,6 @@ def optimal_hash_range(epsilon: float, epsilon_inf: float) -> int:
     return min(candidates, key=lambda g: (random_hash_variance(g, epsilon, epsilon_inf), g))
 
 
-class GRRChainRounds(GRRChainRoundsDevice, Memoised):
-    """Both halves of the two GRR rounds for LOLOHA until it is split: the device's rounds plus
-    the vectorised ones (L-GRR's server half has them as sketches.lgrr.GRRChainServer)."""
-
-    def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
-        return grr_round(memo_inputs, self.params.chain_size, self.params.p1_threshold, source)
-
-    def second_round(self, first: np.ndarray, source: Any) -> np.ndarray:
-        return grr_round(first, self.params.chain_size, self.params.p2_threshold, source)
-
-
 @dataclasses.dataclass(frozen=True)
 class LOLOHAParams(GRRChain):
     d: int               # domain size
@@ -114,8 +96,9 @@ class LOLOHAParams(GRRChain):
 COHORT_SCOPE = "loloha\x00"
 
 
-class LOLOHA(GRRChainRounds, OLH):
-    """LOLOHA over OLH's sketch, decoder and wire (see the module docstring)."""
+class LOLOHA(GRRChainRoundsDevice, OLH):
+    """LOLOHA's device half over OLH's (see the module docstring); its server half, over OLH's
+    sketch, decoder and wire, is sketches.loloha."""
 
     name = "loloha"
 
@@ -123,65 +106,10 @@ class LOLOHA(GRRChainRounds, OLH):
         super().__init__(params)
         self._init_memo()
 
-    def memo_output_probabilities(self, index: int) -> np.ndarray:
-        """P(round-1 response | x = index, cohort s), shape (m, g)."""
-        m, g = self.params.m, self.params.g
-        probs = np.full((m, g), self.params.q1)
-        probs[np.arange(m), hash_values(self.seeds, np.full(m, index), g)] = self.params.p1
-        return probs
-
-    def permanent_variance(self, sketch: Any, estimate: Any) -> np.ndarray:
-        """The cohort part plus the memoised part of the window's variance (at the plug-in ĉ).
-
-        Two things repeat in every report of a device: its cohort s (which values share its
-        hashed cell) and its memoised response r. A device of value u in cohort s adds
-        B[v, (s, H_s(u))] to E[ĉ(v) | cohorts] (B the decoder, Z's scaling), and each device draws
-        its cohort independently with P(s) = ρ_s = n_s/n, so the cohort part is exactly
-
-            Var(E[ĉ(v) | cohorts]) = Σ_u c(u)·(Σ_s ρ_s B[v, (s, H_s(u))]² − 1[u = v])
-
-        (Σ_s ρ_s B[v, (s, H_s(u))] = 1[u = v]: the decoder is unbiased); conditioning on the
-        realised n_s only lowers it. (The former V − V_r, the sandwich less its randomisation
-        part, folded in the sandwich's correction −n·f̂(1 − f̂) at a noisy plug-in, which for a value
-        nobody holds is positive on average: its cohort part came out negative, and a LOLOHA
-        7-day range flagged values nobody holds in 0.45 of runs.) The memoised part is
-        V_m = λ²·E_s[Var(E[ĉ | r] | cohorts)] (round 2 keeps r w.p. λ = p₂ − q₂, else draws
-        uniformly: E[a(y) | r] = λ·a(r) + const)."""
-        n_s = np.asarray(sketch.reports, dtype=np.float64)
-        B = self._decoder(n_s).B
-        raw = np.nan_to_num(np.asarray(estimate.counts, dtype=np.float64))
-        par, lam = self.params, self.second_round_keep
-        _, row_of, _, _ = self._design
-        rho = n_s / max(n_s.sum(), 1.0)
-        weights = B[:, row_of]                                     # (d, m, d): B[v, (s, H_s(u))]
-        # linear in c: the unbiased ĉ, not clipped, estimates it without bias (clipping would add
-        # the positive part of every absent value's noise as phantom devices)
-        cohort = np.einsum("s,vsu,u->v", rho, weights * weights, raw) - raw
-        memo = lam * lam * self._cell_variance(B, raw, n_s, par.p1, par.q1)
-        return np.maximum(cohort, 0.0) + memo
-
-    def _cell_variance(self, B: np.ndarray, c: np.ndarray, n_s: np.ndarray, big: float, small: float
-                       ) -> np.ndarray:
-        """Σ_s n_s Σ_h m_s(h)·Var(a_s(y) | h) for y | h GRR on [g] (P(y = h) = ``big``, else
-        ``small``): m_s(h) the share of the population whose value hashes to cell h in cohort s
-        (at the clipped, normalised ĉ), a_s(y) = B[:, (s, y)]/(p' − q') the decoder's weight of
-        output y. Empty cells have zero columns in B and drop out."""
-        _, row_of, row_cohort, cohort_start = self._design
-        m, d = self.params.m, self.params.d
-        # linear in the shares, so the unbiased ĉ over the n reports, unclipped, estimates it without
-        # bias; clipped and renormalised, the positive noise of the values nobody holds took ~70 % of
-        # the mass at d = 300, n = 500 and held values' memoised variance came out ~0.7x (coverage 0.92)
-        total = float(n_s.sum())
-        shares = np.nan_to_num(c) / total if total > 0 else np.full(d, 1.0 / d)
-        mass = np.bincount(row_of.ravel(), weights=np.broadcast_to(shares, (m, d)).ravel(),
-                           minlength=B.shape[1])
-        pi = small + (big - small) * mass                          # P(y) in the cell's cohort
-        cells = n_s[row_cohort]
-        second_moment = (B * B) @ (cells * pi)                     # Σ_s n_s Σ_y π_y a_y²
-        a_sum = np.add.reduceat(B, cohort_start, axis=1)[:, row_cohort]   # A_s per cell's cohort
-        cond_mean = small * a_sum + (big - small) * B              # E[a(y) | h] per cell h
-        mean_square = (cond_mean * cond_mean) @ (cells * mass)     # Σ_s n_s Σ_h m(h) E[a|h]²
-        return np.maximum(second_moment - mean_square, 0.0) / (self.p - self.q) ** 2
+    def encoder_block(self) -> dict[str, Any]:
+        par = self.params
+        return {"d": par.d, "m": par.m, "g": par.g, "p1_threshold": par.p1_threshold,
+                "p2_threshold": par.p2_threshold}
 
     def cohort_of(self, secret: bytes, metric: str) -> int:
         """This client's permanent cohort for ``metric`` (HMAC of the secret; cached in memory)."""
@@ -194,27 +122,6 @@ class LOLOHA(GRRChainRounds, OLH):
     @property
     def memo_key_space(self) -> int:
         return self.params.g
-
-    def memo_indices(self, indices: np.ndarray, cohorts: np.ndarray | None = None) -> np.ndarray:
-        """H_s(x) for a batch (simulation)."""
-        if cohorts is None:
-            raise ValueError("LOLOHA hashes under the client's cohort: pass cohorts")
-        return hash_values(self.seeds[cohorts], indices, self.params.g)
-
-    def batch_payloads(self, second: np.ndarray, cohorts: np.ndarray | None = None) -> Payloads:
-        return {"cohort": np.asarray(cohorts, dtype=np.int64), "y": second}
-
-    def sdk_cohorts(self, secret: bytes, metric: str) -> np.ndarray:
-        return np.array([self.cohort_of(secret, metric)], dtype=np.int64)
-
-    def encode(self, indices: np.ndarray, rng: RandomLike = None,
-               cohorts: np.ndarray | None = None) -> Payloads:
-        """Both rounds with fresh coins (each row a new client); cohorts drawn if not given."""
-        x = self.check_indices(indices)
-        source = as_random_source(rng)
-        s = source.below(self.params.m, x.shape[0]) if cohorts is None else self._check_cohorts(cohorts, x.shape)
-        y = self.second_round(self.first_round(self.memo_indices(x, s), source), source)
-        return {"cohort": s, "y": y}
 
     def memo_index_in_cohort(self, index: int, cohort: int | None) -> int:
         if cohort is None or not 0 <= cohort < self.params.m:

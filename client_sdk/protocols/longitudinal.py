@@ -244,10 +244,10 @@ class MemoisedDevice(abc.ABC):
 
 
 class Memoised(MemoisedDevice):
-    """Both halves of a two-round protocol not yet split (L-GRR, L-OSUE, LOLOHA, memoised
-    1BitMean): the device mixin plus the vectorised rounds the server half of a split one has
-    (``sketches.longitudinal.MemoisedServer``, which takes these definitions until the last of
-    them moves).
+    """Both halves of a two-round protocol not yet split (none is left: every memoised protocol
+    has moved, and this goes with the legacy path): the device mixin plus the vectorised rounds
+    the server half of a split one has (``sketches.longitudinal.MemoisedServer``, which takes
+    these definitions until they move there).
 
     Subclasses implement ``first_round`` and ``second_round`` (vectorised over a randomness
     source: fresh words in simulation, ``client_sdk.memo.MemoRandom`` for the SDK's memoised
