@@ -94,6 +94,32 @@ def test_sparse_and_dense_stores_hold_the_same_sketches(tmp_path, name, d, eps, 
         assert np.array_equal(est_a.variances, est_b.variances)
 
 
+@pytest.mark.parametrize("name,d,eps,opts,big", CASES[:3], ids=[c[0] for c in CASES[:3]])
+def test_a_load_reads_large_blobs_by_blob_io(tmp_path, monkeypatch, name, d, eps, opts, big):
+    """Blobs above LARGE_BLOB bytes are read by incremental blob I/O in the load's transaction
+    (one copy of a 10⁶-value sketch's 16 MB, not two): the same sums as read as column values,
+    from dense rows, sparse rows (cells and counts) and a compacted window's rows."""
+    import collector.storage.sqlite as sqlite_store
+
+    proto = build_server(name, d, eps, opts)
+    batches = batches_for(proto, np.random.default_rng(11), 12, 40)
+    sparse, dense = sqlite_pair(tmp_path, name)
+    with sparse, dense:
+        for store in (sparse, dense):
+            store.commit(batches[:6])
+            store.compact()
+            store.commit(batches[6:])
+        template = proto.new_sketch()
+        for store in (sparse, dense):
+            for windows in ([WINDOWS[0]], None):
+                inline = store.load("m", "fp", template, windows)
+                monkeypatch.setattr(sqlite_store, "LARGE_BLOB", 0)   # every non-empty blob by blob I/O
+                by_io = store.load("m", "fp", template, windows)
+                monkeypatch.undo()
+                assert np.array_equal(inline.counts, by_io.counts) and np.array_equal(inline.reports, by_io.reports)
+                assert inline.total_reports > 0
+
+
 def test_commit_writes_cells_proportional_to_the_batch(tmp_path):
     """b reports into a d = 10^6 HR sketch: one sparse row of at most b + 1 cells (12 bytes each),
     not the 8 MB dense blob; the dense table is untouched until compaction."""

@@ -297,7 +297,8 @@ def pure_estimate(support: np.ndarray, n: int, p_star: float, q_star: float) -> 
     """
     support = np.asarray(support, dtype=np.float64)
     delta = p_star - q_star
-    counts = (support - n * q_star) / delta
+    counts = support - n * q_star
+    counts /= delta
     return counts, pure_variance(n, np.clip(counts, 0, n), p_star, q_star)
 
 
@@ -306,8 +307,13 @@ def pure_variance(n: int, true_counts: np.ndarray | float, p_star: float, q_star
     delta = p_star - q_star
     # A scalar count (``auto`` scores protocols this way, on devices too) in plain floats: the
     # same IEEE operations as numpy's, without importing it.
-    c = float(true_counts) if isinstance(true_counts, (int, float)) else np.asarray(true_counts, dtype=np.float64)
-    return n * q_star * (1 - q_star) / delta**2 + c * (1 - p_star - q_star) / delta
+    if isinstance(true_counts, (int, float)):
+        return n * q_star * (1 - q_star) / delta**2 + float(true_counts) * (1 - p_star - q_star) / delta
+    # the same operations in place on one new array (d = 10⁶: two 8 MB temporaries fewer)
+    out = np.asarray(true_counts, dtype=np.float64) * (1 - p_star - q_star)
+    out /= delta
+    out += n * q_star * (1 - q_star) / delta**2
+    return out
 
 
 def require_1d(payloads: Payloads, key: str, n: int | None = None) -> np.ndarray:

@@ -117,6 +117,9 @@ log = logging.getLogger("ldpt.store")
 JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 #: SQLite's primary result code for "database or disk is full".
 SQLITE_FULL = 13
+#: A load reads blobs above this many bytes by incremental blob I/O (``SQLiteStore._read_blob``):
+#: the dense row of a 10⁶-value sketch is 16 MB.
+LARGE_BLOB = 1 << 20
 
 
 class SQLiteStore(SketchStore):
@@ -464,13 +467,19 @@ class SQLiteStore(SketchStore):
         out = Sketch(template.counts.copy(), template.reports.copy())
         cell_shape = template.counts.shape[1:]
         m = template.reports.shape[0]
+        blob, small = self._read_blob, self._small_blob
         with self._lock:  # one read transaction: a compaction cannot move cells between the two
             self._conn.execute("BEGIN")
             try:
-                rows = self._conn.execute(f"SELECT window, cohort, reports, counts FROM sketches "
-                                          f"WHERE {where}", args).fetchall()
-                sparse_rows = self._conn.execute(f"SELECT window, m, width, cells, counts FROM "
-                                                 f"sketch_deltas WHERE {where}", args).fetchall()
+                rows = [(window, cohort, reports, blob("sketches", "counts", rowid) if counts is None else counts)
+                        for rowid, window, cohort, reports, counts in self._conn.execute(
+                            f"SELECT rowid, window, cohort, reports, {small('counts')} FROM sketches "
+                            f"WHERE {where}", args).fetchall()]
+                sparse_rows = [(window, rm, rwidth, blob("sketch_deltas", "cells", rowid) if cells is None else cells,
+                                blob("sketch_deltas", "counts", rowid) if counts is None else counts)
+                               for rowid, window, rm, rwidth, cells, counts in self._conn.execute(
+                                   f"SELECT id, window, m, width, {small('cells')}, {small('counts')} FROM "
+                                   f"sketch_deltas WHERE {where}", args).fetchall()]
             finally:
                 self._conn.execute("COMMIT")
         for window, cohort, reports, blob in rows:
@@ -485,6 +494,19 @@ class SQLiteStore(SketchStore):
             except ValueError as exc:
                 raise StoreError(str(exc)) from None
         return out
+
+    def _small_blob(self, column: str) -> str:
+        """``column`` in a SELECT of a load, NULL where its blob is above ``LARGE_BLOB`` bytes and
+        ``_read_blob`` reads it (SQLite's length() of a blob does not read it)."""
+        if not hasattr(self._conn, "blobopen"):   # Python 3.10: every blob as a column value
+            return column
+        return f"CASE WHEN length({column}) > {LARGE_BLOB} THEN NULL ELSE {column} END"
+
+    def _read_blob(self, table: str, column: str, rowid: int) -> bytes:
+        """One stored blob by incremental blob I/O, in the caller's read transaction: one copy,
+        into the bytes returned (a column value is copied twice: SQLite's, then Python's)."""
+        with self._conn.blobopen(table, column, rowid, readonly=True) as handle:
+            return handle.read()
 
     def shuffle_records(self, metric: str, fingerprint: str, windows: Sequence[str] | None = None,
                         since: str | None = None, until: str | None = None) -> list[ShuffleRecord]:
