@@ -25,7 +25,6 @@ reader would not understand, hence the version; v4 the two tables of shuffled ba
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import math
 import sqlite3
 import threading
@@ -111,7 +110,6 @@ ON CONFLICT (metric, fingerprint, window) DO UPDATE SET
     {upsert_assignments("", "excluded.", "min", "max")}
 """
 BUSY_TIMEOUT_MS = 30_000
-log = logging.getLogger("ldpt.store")
 #: After a checkpoint the WAL file is truncated to at most this many bytes (SQLite otherwise
 #: keeps the file at its largest size: on a small disk the WAL held all the space deletes freed).
 JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
@@ -313,7 +311,10 @@ class SQLiteStore(SketchStore):
             try:
                 merges += self._settle_key(key)
             except Exception as exc:  # the commits stand; housekeeping compacts the key later
-                log.warning("compaction of %s window %s failed: %s", key.metric, key.window, exc)
+                import logging  # only here: a one-shot reader (`ldpt estimate`) never imports it
+
+                logging.getLogger("ldpt.store").warning("compaction of %s window %s failed: %s", key.metric,
+                                                        key.window, exc)
         return merges
 
     def _settle_key(self, key: SketchKey, fold_all: bool = False) -> int:
