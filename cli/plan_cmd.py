@@ -142,7 +142,7 @@ def discover_plan(epsilon: float, clients: int, max_length: int) -> dict:
     (docs/discovery.md): each of the L+1 groups holds clients/(L+1) reports."""
     proto = build_server("discover", None, epsilon, {"max_length": max_length})
     par = proto.params
-    from estimators.discovery import CAP_Z  # pandas/scipy: not on `ldpt --help`'s path
+    from estimators.discovery import cap_margin  # pandas/scipy: not on `ldpt --help`'s path
 
     per_group = clients / par.groups
     level_se = math.sqrt(float(proto.variance(per_group, 0.0)))
@@ -153,9 +153,9 @@ def discover_plan(epsilon: float, clients: int, max_length: int) -> dict:
             "std_err_count_population": level_se * par.groups,
             "detection_floor_share": 4 * level_se / per_group,
             # wherever forged reports claim to be (docs/security.md): g per report, plus at most
-            # the prefix caps' margin of CAP_Z population-scale standard errors
+            # the prefix caps' margin: CAP_Z population-scale standard errors, taken at the bound
             "forged_gain": bound.gain, "forged_per_point": bound.forged_for_one_point(clients),
-            "forged_margin_count": CAP_Z * level_se * par.groups,
+            "forged_margin_count": cap_margin(proto, per_group),
             # down: a report in the held-out group that supports none of a string's cells, scaled
             # by the group's expected share (estimators/poisoning.py)
             "forged_deflation": bound.deflation,
@@ -177,7 +177,7 @@ def format_discover_plan(row: dict, fmt: str) -> str:
         f"  std err (population scale) {row['std_err_count_population']:>14,.1f}",
         f"  share found reliably       {row['detection_floor_share']:>14.4f}  (4 std errs at every level)",
         f"  forged reports per point   {row['forged_per_point']:>14,}  (g = {row['forged_gain']:.2f} per report "
-        f"wherever placed; placement adds at most {row['forged_margin_count']:,.0f}, 4 std errs; docs/security.md)",
+        f"wherever placed; placement adds at most {row['forged_margin_count']:,.0f}, 4 std errs at the bound; docs/security.md)",
         f"  forged report, downwards   {row['forged_deflation']:>14.2f}  (at most, per report, wherever placed)",
         f"  sketch per window          {row['sketch_bytes'] / 2**20:>11.1f} MiB",
         f"  payload                    {_bits(row['payload_bits']):>14}"]) + "\n"

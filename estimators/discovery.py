@@ -82,6 +82,13 @@ def children(kept: list[Key]) -> list[Key]:
     return out
 
 
+def per_holder(proto: DiscoverServer) -> float:
+    """How much each device holding a key adds to the variance of its one-row estimate
+    (D's slope in the key's own count: (p'(1 − p') − (1/g)(1 − 1/g))/(p' − q')²)."""
+    p, g = proto.p, proto.params.g
+    return (p * (1 - p) - (1 / g) * (1 - 1 / g)) / (p - proto.q) ** 2
+
+
 class _Group:
     """One group's sketch rows as Z_s[y] (debiased bucket counts) and its report count."""
 
@@ -119,10 +126,8 @@ class _Group:
         return onehot, (v[:, keep] / w[keep]) @ v[:, keep].T
 
     def per_holder(self) -> float:
-        """How much each device holding a key adds to the variance of its one-row estimate
-        (D's slope in the key's own count: (p'(1 − p') − (1/g)(1 − 1/g))/(p' − q')²)."""
-        p, g = self.proto.p, self.g
-        return (p * (1 - p) - (1 / g) * (1 - 1 / g)) / (p - self.proto.q) ** 2
+        """``per_holder`` of this group's protocol."""
+        return per_holder(self.proto)
 
     def joint(self, fps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Joint estimates (step 3), their covariance A⁻¹ D A⁻¹ (docs/discovery.md) and each
@@ -249,6 +254,17 @@ def _level_estimates(level: _Level, fps: np.ndarray) -> tuple[np.ndarray, np.nda
     if not out_c:
         return np.zeros(0), np.zeros(0)
     return np.concatenate(out_c), np.concatenate(out_v)
+
+
+def cap_margin(proto: DiscoverServer, reports_per_group: float) -> float:
+    """How far above a zero prefix estimate its cap sits, at population scale: the CAP_Z
+    standard errors of ``chain_caps``' score bound (taken at the bound), with ``reports_per_group``
+    reports in the level's group — the room placement leaves a forger beyond g per report."""
+    groups = proto.params.groups
+    at_zero = np.array([float(proto.variance(reports_per_group, 0.0))])
+    v0, s = population_score_terms(HeldOut(np.zeros(1), at_zero, np.ones(1), int(reports_per_group),
+                                           per_holder(proto)), groups)
+    return float(score_interval(np.zeros(1), v0, s, CAP_Z, np.inf)[1][0])
 
 
 def chain_caps(proto: DiscoverServer, sketch: Sketch, levels: list[_Level], keys: list[Key]) -> np.ndarray:

@@ -575,7 +575,7 @@ def test_a_planted_string_is_not_made_top_by_the_held_out_group():
     group. Here 2,048 (4% of 50,000; 128 per selection group, 1,024 held-out): before, the
     planted string's estimate was 16,555, the largest of all (the true top string: ~8,700);
     capped by its prefixes it gets at most g per forged report plus the 4-SE margin."""
-    from estimators.discovery import CAP_Z
+    from estimators.discovery import cap_margin
     from estimators.poisoning import poisoning_bound
 
     spec = spec_of(max_length=8, seeds=64)
@@ -590,8 +590,7 @@ def test_a_planted_string_is_not_made_top_by_the_held_out_group():
     df = discover(proto, sketch, top=5)
     assert "evil.exa" in set(df.value)                      # found: its prefixes were kept
     evil = float(df.estimate[df.value == "evil.exa"].iloc[0])
-    level_se = math.sqrt(float(proto.variance(sketch.total_reports / par.groups, 0.0)))
-    assert evil <= len(groups) * poisoning_bound(proto).gain + CAP_Z * level_se * par.groups
+    assert evil <= len(groups) * poisoning_bound(proto).gain + cap_margin(proto, sketch.total_reports / par.groups)
     assert df.value[df.estimate.idxmax()] == values[0][:8]  # the largest estimate is honest
     assert df.attrs["capped"] >= 1 and "warning" in df.attrs
 
