@@ -75,6 +75,8 @@ class OLHServer(ServerHalf):
     def __init__(self, device: OLH) -> None:
         super().__init__(device)
         self._decoders: dict[bytes, _Decoder] = {}
+        if device.design_unverified:   # the device's check left it open (OLH.check_design)
+            self.check_design()
 
     @property
     def cell_shape(self) -> tuple[int, ...]:
