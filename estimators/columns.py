@@ -27,6 +27,24 @@ def count_text(v: float) -> str:
     return "" if v != v else f"{v:,.1f}"
 
 
+def same_count_texts(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``count_text`` shows a[i] and b[i] alike for every i — without formatting the pairs
+    whose values are clearly inside one step of its rounding to 0.1 (10·v + ½ at least
+    1e-9·(1 + |10·v|) from an integer, far beyond its float error: then the bucket decides) with
+    the same sign; the rest (NaN, inf, near a rounding boundary, signs that differ) are formatted."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        xa, xb = a * 10.0 + 0.5, b * 10.0 + 0.5
+        fa, fb = np.floor(xa), np.floor(xb)
+        clear = ((xa - fa > 1e-9 * (1.0 + np.abs(xa))) & (fa + 1.0 - xa > 1e-9 * (1.0 + np.abs(xa)))
+                 & (xb - fb > 1e-9 * (1.0 + np.abs(xb))) & (fb + 1.0 - xb > 1e-9 * (1.0 + np.abs(xb)))
+                 & (np.signbit(a) == np.signbit(b)))
+    if not np.array_equal(fa[clear], fb[clear]):
+        return False
+    rest = np.flatnonzero(~clear)
+    return all(count_text(x) == count_text(y) for x, y in zip(a[rest].tolist(), b[rest].tolist()))
+
+
 def p_text(v: float) -> str:
     """A p-value as a table shows it (2 significant digits, scientific): ``4.8e-02``, ``<1e-300``
     for one too small for a float (never "0": no p-value is 0); empty for NaN."""

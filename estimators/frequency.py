@@ -286,14 +286,13 @@ class FrequencyRows:
     def _same_cells(self, low: np.ndarray, high: np.ndarray, counts: np.ndarray, variances: np.ndarray) -> bool:
         """Whether the table shows the same bounds at both ends of z's error (then they are the
         exact z's)."""
-        from .columns import count_text
+        from .columns import same_count_texts
         from .tails import Z_REL_ERROR
 
         z = self.z_value()
         for zz in (z * (1.0 - Z_REL_ERROR), z * (1.0 + Z_REL_ERROR)):
             lo, hi = self._wald(counts, variances, zz)
-            if list(map(count_text, lo.tolist())) != list(map(count_text, low.tolist())) or \
-                    list(map(count_text, hi.tolist())) != list(map(count_text, high.tolist())):
+            if not (same_count_texts(lo, low) and same_count_texts(hi, high)):
                 return False
         return True
 

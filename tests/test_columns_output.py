@@ -18,7 +18,7 @@ from cli.estimate_cmd import largest
 from cli.output import columns_to_table, format_frame, frame_to_table
 from client_sdk.registry import Kind
 from conformance import golden
-from estimators.columns import Columns
+from estimators.columns import Columns, count_text, same_count_texts
 from estimators.frequency import estimate_frame
 from estimators.simulation import draw_population, encode_population
 from sketches import server_half
@@ -124,3 +124,25 @@ def test_columns_sort_like_pandas_with_ties_and_nan() -> None:
 def test_columns_refuse_ragged_data() -> None:
     with pytest.raises(ValueError, match="different lengths"):
         Columns({"value": [1, 2], "estimate": np.zeros(3)})
+
+
+def test_same_count_texts_is_formatting_each_pair() -> None:
+    """``same_count_texts`` decides clear pairs from their rounding bucket: the same answer as
+    formatting every pair, at and beside the 0.05 boundaries, near zero of either sign, for
+    huge values, NaN and inf, with the tiny perturbations the table's bounds differ by."""
+    rng = np.random.default_rng(3)
+    specials = np.array([0.0, -0.0, 0.04, -0.04, 0.05, -0.05, np.nan, np.inf, -np.inf, 1e300, 12_345.65])
+    for trial in range(3000):
+        size = int(rng.integers(1, 30))
+        a = [rng.standard_normal(size) * 10 ** rng.uniform(-3, 9),
+             (rng.integers(-10 ** 7, 10 ** 7, size) + 0.5) / 10,          # on the boundaries x.x5
+             rng.integers(-5, 5, size) * 0.05,
+             rng.choice(specials, size),
+             rng.integers(-10 ** 12, 10 ** 12, size) * 0.1 + 0.05][trial % 5]
+        if trial % 3:
+            b = a * (1 + 10.0 ** rng.uniform(-17, -6, size) * rng.choice([-1, 1], size))
+        else:
+            b = np.nextafter(a, rng.choice([-np.inf, np.inf], size))
+        want = [count_text(x) for x in a.tolist()] == [count_text(y) for y in b.tolist()]
+        assert same_count_texts(a, b) == want, (a.tolist(), b.tolist())
+        assert same_count_texts(a, a)
