@@ -6,6 +6,7 @@ a device needs stay there)."""
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -91,15 +92,17 @@ def line_sums(table: np.ndarray, g: int, t: int, d: int) -> np.ndarray:
             np.take(hat, _spectrum_sources(g, j, k, m), out=region)
             if k >= half:
                 np.conjugate(region, out=region)
-    del hat
     # numpy's C-order reshape puts digit t−1−j on axis j, for F and for x alike. After the
-    # first axis only its rows that hold some x < d are transformed further.
+    # first axis only its rows that hold some x < d are transformed further, and the real
+    # inverse writes them into the rfft table's memory (2·(g//2 + 1)·m >= g^t doubles)
     a = spectrum.reshape((g,) * (t - 1) + (half,))
     for axis in range(t - 1):
         np.fft.ifft(a, axis=axis, out=a)
         if axis == 0:
             a = a[:-(-d // g ** (t - 1))]
-    full = np.fft.irfft(a, n=g, axis=t - 1).reshape(-1)[:d]
+    shape = a.shape[:-1] + (g,)
+    out = hat.view(np.float64)[:math.prod(shape)].reshape(shape)
+    full = np.fft.irfft(a, n=g, axis=t - 1, out=out).reshape(-1)[:d]
     full *= float(g ** (t - 1))
     return full
 

@@ -299,18 +299,21 @@ def pure_estimate(support: np.ndarray, n: int, p_star: float, q_star: float) -> 
     delta = p_star - q_star
     counts = support - n * q_star
     counts /= delta
-    return counts, pure_variance(n, np.clip(counts, 0, n), p_star, q_star)
+    clipped = np.clip(counts, 0, n)
+    return counts, pure_variance(n, clipped, p_star, q_star, out=clipped)
 
 
-def pure_variance(n: int, true_counts: np.ndarray | float, p_star: float, q_star: float) -> np.ndarray:
-    """Var[ĉ(v)] of a pure protocol (docs/math.md §2)."""
+def pure_variance(n: int, true_counts: np.ndarray | float, p_star: float, q_star: float, *,
+                  out: np.ndarray | None = None) -> np.ndarray:
+    """Var[ĉ(v)] of a pure protocol (docs/math.md §2); ``out``: a float64 array to write it into
+    (it may be ``true_counts`` itself)."""
     delta = p_star - q_star
     # A scalar count (``auto`` scores protocols this way, on devices too) in plain floats: the
     # same IEEE operations as numpy's, without importing it.
     if isinstance(true_counts, (int, float)):
         return n * q_star * (1 - q_star) / delta**2 + float(true_counts) * (1 - p_star - q_star) / delta
-    # the same operations in place on one new array (d = 10⁶: two 8 MB temporaries fewer)
-    out = np.asarray(true_counts, dtype=np.float64) * (1 - p_star - q_star)
+    # the same operations in place on one array (d = 10⁶: two 8 MB temporaries fewer)
+    out = np.multiply(np.asarray(true_counts, dtype=np.float64), 1 - p_star - q_star, out=out)
     out /= delta
     out += n * q_star * (1 - q_star) / delta**2
     return out
