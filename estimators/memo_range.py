@@ -168,8 +168,8 @@ def memo_lumps(proto: MemoisedServer, sketch: Sketch, estimate) -> tuple[np.ndar
         return (np.full((1, d), 1.0 / (par.p - par.q)), np.full((1, d), n * q2), np.full((1, d), n * par.q1))
     if name == "loloha":
         n_s = np.asarray(sketch.reports, dtype=np.float64)
-        B = proto._decoder(n_s).B                                      # type: ignore[attr-defined]
-        _, row_of, _, cohort_start = proto._design                     # type: ignore[attr-defined]
+        B = proto.decoder(n_s).B                                       # type: ignore[attr-defined]
+        _, row_of, _, cohort_start = proto.design                      # type: ignore[attr-defined]
         d, m, g = int(par.d), int(par.m), int(par.g)
         # a report of cohort s moves ĉ(v) by its cell's weight; with n_s known only the weight's
         # excess over the cohort's mean cell weight is random (Σ_y T[s, y] = n_s): a uniform draw

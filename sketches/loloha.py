@@ -48,10 +48,10 @@ class LOLOHAServer(GRRChainServer, OLHServer):
         V_m = λ²·E_s[Var(E[ĉ | r] | cohorts)] (round 2 keeps r w.p. λ = p₂ − q₂, else draws
         uniformly: E[a(y) | r] = λ·a(r) + const)."""
         n_s = np.asarray(sketch.reports, dtype=np.float64)
-        B = self._decoder(n_s).B
+        B = self.decoder(n_s).B
         raw = np.nan_to_num(np.asarray(estimate.counts, dtype=np.float64))
         par, lam = self.params, self.second_round_keep
-        _, row_of, _, _ = self._design
+        _, row_of, _, _ = self.design
         rho = n_s / max(n_s.sum(), 1.0)
         weights = B[:, row_of]                                     # (d, m, d): B[v, (s, H_s(u))]
         # linear in c: the unbiased ĉ, not clipped, estimates it without bias (clipping would add
@@ -66,7 +66,7 @@ class LOLOHAServer(GRRChainServer, OLHServer):
         ``small``): m_s(h) the share of the population whose value hashes to cell h in cohort s
         (at the clipped, normalised ĉ), a_s(y) = B[:, (s, y)]/(p' − q') the decoder's weight of
         output y. Empty cells have zero columns in B and drop out."""
-        _, row_of, row_cohort, cohort_start = self._design
+        _, row_of, row_cohort, cohort_start = self.design
         m, d = self.params.m, self.params.d
         # linear in the shares, so the unbiased ĉ over the n reports, unclipped, estimates it without
         # bias; clipped and renormalised, the positive noise of the values nobody holds took ~70 % of

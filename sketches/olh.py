@@ -191,8 +191,8 @@ class OLHServer(ServerHalf):
         if self.linear:
             return self._estimate_linear(sketch.counts, n_s, sketch)
         T = np.asarray(sketch.counts, dtype=np.float64)
-        dec = self._decoder(n_s)
-        rows = self._design[0]
+        dec = self.decoder(n_s)
+        rows = self.design[0]
         Z = (T - n_s[:, None] * self.q) / (self.p - self.q)  # E[Z_s] = (n_s/n) A_s c
         counts = dec.B @ Z.ravel()[rows]
         variances = self._model_variance(dec.B, counts, n_s)
@@ -303,7 +303,7 @@ class OLHServer(ServerHalf):
             self._equal_factor  # noqa: B018 - builds and checks
 
     @functools.cached_property
-    def _design(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def design(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Occupied cells: (rows, row_of, row_cohort, cohort_start).
 
         Only cells some value hashes to enter the model (an empty bucket's row of X is zero), so
@@ -319,7 +319,7 @@ class OLHServer(ServerHalf):
 
     def _onehot(self) -> np.ndarray:
         """X = stacked A_s over occupied cells, dense 0/1 (rebuilt on demand: large and cheap)."""
-        rows, row_of, _, _ = self._design
+        rows, row_of, _, _ = self.design
         X = np.zeros((rows.shape[0], self.params.d))
         X[row_of.ravel(), np.tile(np.arange(self.params.d), self.params.m)] = 1.0
         return X
@@ -329,7 +329,7 @@ class OLHServer(ServerHalf):
 
         numpy only: the design check (``check_design``) does not pull in scipy.
         """
-        phi = (X * weights[self._design[2]][:, None]).T @ X
+        phi = (X * weights[self.design[2]][:, None]).T @ X
         lower = np.linalg.cholesky(phi)
         # Collinear columns can leave a pivot of rounding size instead of failing: demand a sane one.
         # (Healthy designs have pivots of order (1 − 1/g)(1 − √(d/N))², far above this.)
@@ -359,7 +359,7 @@ class OLHServer(ServerHalf):
         phi, lower = self._equal_factor
         return _Decoder(self._solve(lower, self._onehot().T), phi)
 
-    def _decoder(self, n_s: np.ndarray) -> _Decoder:
+    def decoder(self, n_s: np.ndarray) -> _Decoder:
         """Decoder for cohort sizes n_s (cached: the same sketch is usually queried repeatedly)."""
         key = n_s.tobytes()
         dec = self._decoders.get(key)
@@ -386,7 +386,7 @@ class OLHServer(ServerHalf):
         probabilities π_s,y = q' + (p'−q')·Σ_{v: H_s(v)=y} c(v)/n (rows of B: occupied cells only;
         empty cells have zero columns in B and drop out).
         """
-        _, row_of, row_cohort, cohort_start = self._design
+        _, row_of, row_cohort, cohort_start = self.design
         m, d = self.params.m, self.params.d
         n = float(n_s.sum())
         mass = np.bincount(row_of.ravel(), weights=np.broadcast_to(c / n, (m, d)).ravel(),
