@@ -61,6 +61,7 @@ def audit(metrics_file: str, metric: str, reports: list[int], pair: str | None, 
     import pandas as pd
 
     from estimators.audit import check_supported, comparison_specs, distinguish, link
+    from sketches.metric_arrays import bucket_of
 
     _, spec = load_metric(metrics_file, metric)
     try:
@@ -84,7 +85,7 @@ def audit(metrics_file: str, metric: str, reports: list[int], pair: str | None, 
                 raise click.BadParameter(f"{pair!r}: a numeric metric takes two numbers A,B",
                                          param_hint="--pair") from None
             if spec.is_histogram:
-                a, b = (spec.domain[i] for i in spec.bucket_of([a, b]))   # type: ignore[index]
+                a, b = (spec.domain[i] for i in bucket_of(spec, [a, b]))   # type: ignore[index]
                 if a == b:
                     raise click.BadParameter(f"{pair!r}: both numbers fall in bucket {a}; give numbers "
                                              "in two different buckets", param_hint="--pair")

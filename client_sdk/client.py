@@ -834,7 +834,7 @@ def _raise_domain_error(rt: _Metric, value: Any) -> None:
     if rt.numeric:
         rt.spec.number(value)  # raises for non-numbers, NaN and infinities
         raise DomainError(f"metric {rt.name!r}: {value!r} cannot be reported")  # pragma: no cover
-    rt.spec.index_of([value])  # raises DomainError naming the metric and the value
+    rt.spec.indices([value])  # raises DomainError naming the metric and the value
 
 
 def _make_outbox(state: ClientState, limits: OutboxLimits, offline: bool) -> Any:

@@ -36,7 +36,7 @@ def encoder_block(spec: Any) -> dict[str, Any]:
     block: dict[str, Any] = {"version": ENCODER_VERSION, "protocol": spec.protocol}
     block.update(protocol_block(spec.protocol, spec.protocol_impl))
     if spec.is_histogram:
-        block["edges"] = [float(e) for e in spec.edges]
+        block["edges"] = list(spec.edge_list)
     if spec.is_mean:
         block["range"] = list(spec.bounds)
     charges = getattr(spec, "window_charges", None)

@@ -55,7 +55,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._lazy import np, numpy_types
+from ._lazy import numpy_types
 from .domains import DomainSource, NumberedDomain, parse_declaration
 from .errors import DomainError, RegistryError, UnknownMetricError
 from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
@@ -181,7 +181,7 @@ class MetricSpec:
     @functools.cached_property
     def edge_list(self) -> list[float]:
         """Bucket edges e_0 = lo < e_1 < ... < e_B = hi of a histogram metric, as floats (the SDK
-        buckets values with them, without numpy; ``edges`` is the same numbers as an array)."""
+        buckets values with them; sketches.metric_arrays.edge_array is the same numbers as a float64 array)."""
         if self.buckets is None:
             raise TypeError(f"metric {self.name!r} is not a histogram metric")
         lo, hi = self.bounds
@@ -190,11 +190,6 @@ class MetricSpec:
             edges[0], edges[-1] = lo, hi
             return edges
         return [float(b) for b in self.buckets]
-
-    @functools.cached_property
-    def edges(self) -> np.ndarray:
-        """Bucket edges e_0 = lo < e_1 < ... < e_B = hi of a histogram metric (float64)."""
-        return np.asarray(self.edge_list, dtype=np.float64)
 
     def number(self, value: Any) -> float:
         """A reported value as a finite float; DomainError (naming the metric) otherwise.
@@ -211,22 +206,6 @@ class MetricSpec:
         if not math.isfinite(x):
             raise DomainError(f"metric {self.name!r} takes finite numbers, got {x!r}")
         return x
-
-    def normalise(self, x: np.ndarray | float) -> np.ndarray | float:
-        """t = 2(x − lo)/(hi − lo) − 1, clipped to [−1, 1] (values outside the range are clipped)."""
-        lo, hi = self.bounds
-        return np.clip(2.0 * (np.asarray(x, dtype=np.float64) - lo) / (hi - lo) - 1.0, -1.0, 1.0)
-
-    def denormalise(self, t: np.ndarray | float) -> np.ndarray | float:
-        """x = lo + (t + 1)(hi − lo)/2: a normalised value back in the metric's units."""
-        lo, hi = self.bounds
-        return lo + (np.asarray(t, dtype=np.float64) + 1.0) * (hi - lo) / 2.0
-
-    def bucket_of(self, x: np.ndarray) -> np.ndarray:
-        """Bucket index of each value (clipped to the range): [e_i, e_{i+1}), the last one closed."""
-        edges = self.edges
-        idx = np.searchsorted(edges, np.asarray(x, dtype=np.float64), side="right") - 1
-        return np.clip(idx, 0, len(edges) - 2).astype(np.int64)
 
     @functools.cached_property
     def _bucket_labels(self) -> tuple[str, ...]:
@@ -265,8 +244,9 @@ class MetricSpec:
         """The value -> index map of the domain (``dict.get`` and ``[]``), built once."""
         return self._index
 
-    def index_of(self, values: Iterable[Any]) -> np.ndarray:
-        """Map true values to 0-based indices; DomainError naming the metric otherwise."""
+    def indices(self, values: Iterable[Any]) -> list[int]:
+        """True values as 0-based domain indices; DomainError naming the metric and the first
+        value outside the domain otherwise (sketches.metric_arrays.index_of is the array)."""
         out = []
         for pos, value in enumerate(values):
             key = canonical_value(self.kind, value)
@@ -277,7 +257,7 @@ class MetricSpec:
                 more = "" if (self.domain_size or 0) <= 10 else ", ..."
                 raise DomainError(f"metric {self.name!r}: value {value!r} (position {pos}) is not "
                                   f"in the domain [{allowed}{more}]") from None
-        return np.asarray(out, dtype=np.int64)
+        return out
 
     # --- protocol -------------------------------------------------------------------------------
     @property

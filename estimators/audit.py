@@ -86,7 +86,7 @@ def sdk_reports(spec: MetricSpec, secret: bytes, value: Any, count: int) -> list
     if isinstance(proto, MemoBitMeanServer):   # the device's α-point rounding, then the memoised bit
         idx = proto.alpha_round(normalised(spec, value), secret, spec.name)
         return [proto.encode_secret_one(idx, secret, spec.name) for _ in range(count)]
-    idx = int(spec.index_of([value])[0])
+    idx = spec.indices([value])[0]
     if isinstance(proto, MemoisedServer):
         return [proto.encode_secret_one(idx, secret, spec.name) for _ in range(count)]
     if isinstance(proto, OLHServer):   # the client's cohort: HMAC(secret, metric, day), new every day
@@ -143,7 +143,7 @@ def chain_for(spec: MetricSpec, value: Any, cohort: int | None) -> Chain:
     if name == "memobitmean":   # ``value`` is a grid point j: one memoised bit, flipped w.p. γ
         gamma = proto.params.gamma_threshold / (1 << 32)
         return Chain("bit", proto.memo_output_probabilities(int(value))[1:], 1.0 - gamma, gamma)
-    idx = int(spec.index_of([value])[0])
+    idx = spec.indices([value])[0]
     if name in ("oue", "sue"):
         return Chain("bit", np.eye(pr.d)[idx], proto.p, proto.q)
     if name == "losue":

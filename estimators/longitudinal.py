@@ -29,6 +29,7 @@ from client_sdk.registry import Kind, MetricSpec
 from sketches import server_half
 from sketches.base import Payloads, Sketch
 from sketches.longitudinal import MemoisedServer
+from sketches.metric_arrays import bucket_of, index_of
 
 from .simulation import CHUNK, Population, draw_numeric, draw_population, parse_weights
 
@@ -99,8 +100,8 @@ def _initial_values(spec: MetricSpec, clients: int, distribution: str,
     """(day-0 value indices, domain size, a function drawing that many new indices)."""
     if spec.is_histogram:   # bucket indices of numeric draws; a change redraws the number
         def redraw_buckets(n: int) -> np.ndarray:
-            return spec.bucket_of(draw_numeric(spec, n, distribution, rng).values)
-        return redraw_buckets(clients), len(spec.edges) - 1, redraw_buckets
+            return bucket_of(spec, draw_numeric(spec, n, distribution, rng).values)
+        return redraw_buckets(clients), len(spec.edge_list) - 1, redraw_buckets
     population: Population = draw_population(spec, clients, distribution, rng)  # type: ignore[assignment]
     d = len(population.values)
     if distribution.startswith("csv:") or distribution.endswith(".csv"):
@@ -108,7 +109,7 @@ def _initial_values(spec: MetricSpec, clients: int, distribution: str,
     else:
         w = parse_weights(distribution, d)
         weights = w / w.sum()
-    values = spec.index_of(population.values)
+    values = index_of(spec, population.values)
     x = np.repeat(values, population.counts)[rng.permutation(population.size)]
     return x, d, lambda n: values[rng.choice(d, size=n, p=weights)]
 

@@ -54,6 +54,7 @@ from client_sdk.errors import EstimationError
 from client_sdk.registry import MetricSpec
 from sketches import server_half
 from sketches.base import PureServer, Sketch
+from sketches.metric_arrays import denormalise, edge_array
 from sketches.unary import UnaryServer
 
 from .consistency import norm_sub
@@ -75,11 +76,11 @@ def mean_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95) ->
         raise EstimationError(f"metric {spec.name!r}: no reports in the selected window(s)")
     lo, hi = spec.bounds
     half_width = (hi - lo) / 2.0
-    mean = float(spec.denormalise(est.mean))
+    mean = float(denormalise(spec, est.mean))
     se = math.sqrt(max(est.variance, 0.0)) * half_width if math.isfinite(est.variance) else math.inf
     t_low, t_high = mean_interval(proto, sketch, confidence)   # within [−1, 1]: never inverted
-    mean_low = min(max(lo, float(spec.denormalise(t_low))), hi)
-    mean_high = max(min(hi, float(spec.denormalise(t_high))), mean_low)
+    mean_low = min(max(lo, float(denormalise(spec, t_low))), hi)
+    mean_high = max(min(hi, float(denormalise(spec, t_high))), mean_low)
     df = pd.DataFrame({
         "statistic": ["mean", "sum", "n"],
         "estimate": [mean, n * mean, float(n)],
@@ -136,7 +137,7 @@ def histogram_rows(spec: MetricSpec, sketch: Sketch, freq: pd.DataFrame, varianc
     """Rows for the mean and the quantiles of a histogram metric (columns of ``freq``);
     ``simultaneous``: Bonferroni over these 7 statistics, so all their intervals hold at once."""
     n = sketch.total_reports
-    edges = spec.edges
+    edges = edge_array(spec)
     widths = np.diff(edges)
     mids = (edges[:-1] + edges[1:]) / 2.0
     raw_counts = (freq["raw_estimate"] if "raw_estimate" in freq else freq["estimate"]).to_numpy(np.float64)

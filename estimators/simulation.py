@@ -24,6 +24,7 @@ from client_sdk.errors import DomainError, LdptError
 from client_sdk.registry import Kind, MetricSpec
 from sketches import server_half
 from sketches.base import Payloads, Sketch
+from sketches.metric_arrays import bucket_of, index_of, normalise
 
 CHUNK = 250_000
 #: Size of the synthetic domain ("value-0001", ...) for string metrics without a CSV.
@@ -188,7 +189,7 @@ def numeric_truth(spec: MetricSpec, population: NumericPopulation) -> list[tuple
         ("mean", float(x.mean())), ("sum", float(x.sum())), ("n", int(x.size)),
         ("clipped", int(np.count_nonzero(x != population.values)))]
     if spec.is_histogram:
-        counts = np.bincount(spec.bucket_of(x), minlength=len(spec.edges) - 1)
+        counts = np.bincount(bucket_of(spec, x), minlength=len(spec.edge_list) - 1)
         rows += [(label, int(c)) for label, c in zip(spec.domain or (), counts)]
         from .numeric import QUANTILES
 
@@ -275,7 +276,7 @@ def draw_population(spec: MetricSpec, clients: int, distribution: str,
             values = csv_values
         else:
             try:
-                spec.index_of(csv_values)
+                spec.indices(csv_values)
             except DomainError as exc:
                 raise DistributionError(f"{path}: {exc}") from None
             weight_of = dict(zip(csv_values, weights))
@@ -305,15 +306,15 @@ def encode_population(spec: MetricSpec, population: Population | NumericPopulati
         for start in range(0, population.size, CHUNK):
             chunk = population.values[start:start + CHUNK]
             if spec.is_mean:
-                yield len(chunk), proto.encode_values(spec.normalise(chunk), rng)
+                yield len(chunk), proto.encode_values(normalise(spec, chunk), rng)
             else:
-                yield len(chunk), proto.encode(spec.bucket_of(chunk), rng)
+                yield len(chunk), proto.encode(bucket_of(spec, chunk), rng)
         return
     order = rng.permutation(population.size)
     labels = np.repeat(np.arange(len(population.values)), population.counts)[order]
     values_arr = np.asarray(population.values, dtype=object) if spec.kind is Kind.STRING else None
     if values_arr is None:
-        index_map = spec.index_of(population.values)
+        index_map = index_of(spec, population.values)
     for start in range(0, population.size, CHUNK):
         chunk = labels[start:start + CHUNK]
         if values_arr is not None:

@@ -39,16 +39,16 @@ def test_joint_metric_is_a_categorical_metric_over_the_product():
     assert spec.protocol in ("grr", "oue", "sue", "ss")
     assert server_half(spec).domain_size == 6
     # tuple, list, dict by name, label; booleans in any accepted spelling
-    assert spec.index_of([("ios", True), ["windows", 0], {"crashed": "true", "os": "android"},
-                          "ios|false"]).tolist() == [3, 4, 1, 2]
+    assert spec.indices([("ios", True), ["windows", 0], {"crashed": "true", "os": "android"},
+                         "ios|false"]) == [3, 4, 1, 2]
     hist = reg.get("startup_by_os")
     assert hist.domain[:3] == ("android|[0, 500)", "android|[500, 1000)", "android|[1000, 5000]")
-    assert hist.index_of([("ios", 750), ("ios", 99999), ("android", -3)]).tolist() == [4, 5, 0]  # clipped
+    assert hist.indices([("ios", 750), ("ios", 99999), ("android", -3)]) == [4, 5, 0]  # clipped
     assert hist.joint.parts[1].midpoints == (250.0, 750.0, 3000.0)
     with pytest.raises(DomainError, match="crash_by_os"):
-        spec.index_of([("linux", True)])
+        spec.indices([("linux", True)])
     with pytest.raises(DomainError):
-        spec.index_of([("ios",)])
+        spec.indices([("ios",)])
 
 
 def test_round_trip_keeps_every_field_and_the_fingerprint():

@@ -43,10 +43,10 @@ def test_a_numbered_domain_maps_ids_without_listing_them(tmp_path):
     reg = load_registry(write(tmp_path, metric("{ ids = 1000000 }", protocol="hr")))
     spec = reg.get("m")
     assert isinstance(spec.categories, NumberedDomain) and spec.domain_size == 1_000_000
-    assert list(spec.index_of([0, 17, "999999", np.int64(5)])) == [0, 17, 999_999, 5]
+    assert spec.indices([0, 17, "999999", np.int64(5)]) == [0, 17, 999_999, 5]
     for bad in ("007", "-1", "1000000", " 5", "5.0", "x", True, 2.5):
         with pytest.raises(Exception, match="not in the domain"):
-            spec.index_of([bad])
+            spec.indices([bad])
     assert spec.domain[3] == "3" and spec.domain[-1] == "999999" and spec.domain[:3] == ["0", "1", "2"]
     assert spec.to_toml_table()["categories"] == {"ids": 1_000_000}          # dumps as written
     assert parse_registry(reg.to_toml()).get("m").fingerprint == spec.fingerprint
@@ -62,7 +62,7 @@ def test_a_numbered_domain_is_a_metric_of_its_own():
     numbered = parse_registry(metric("{ ids = 4 }")).get("m")
     listed = parse_registry(metric('["0", "1", "2", "3"]')).get("m")
     assert numbered.fingerprint != listed.fingerprint
-    assert list(numbered.index_of(["3"])) == list(listed.index_of(["3"])) == [3]
+    assert numbered.indices(["3"]) == listed.indices(["3"]) == [3]
     assert numbered.canonical()["categories"] == {"ids": 4}
 
 
@@ -86,7 +86,7 @@ def test_a_file_domain_is_the_same_metric_as_its_values_inline(tmp_path, values)
     reg = load_registry(path)
     spec = reg.get("m")
     assert spec.fingerprint == inline.fingerprint                  # the stored data stays valid
-    assert tuple(spec.domain) == tuple(values) and list(spec.index_of([values[4]])) == [4]
+    assert tuple(spec.domain) == tuple(values) and spec.indices([values[4]]) == [4]
     assert spec.to_toml_table()["categories"] == {"file": "values.txt"}
     assert load_registry(write(tmp_path, reg.to_toml())).get("m").fingerprint == spec.fingerprint
     published = spec.to_json()["categories"]

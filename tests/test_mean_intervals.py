@@ -28,6 +28,7 @@ from estimators.frequency import estimate_frame
 from estimators.mean_intervals import lower_convex_envelope, mean_interval, variance_envelope
 from sketches import build_server, server_half
 from sketches.base import Sketch
+from sketches.metric_arrays import denormalise
 
 EPSILONS = (2.0, 4.0, 8.0)
 #: Populations on the normalised scale [−1, 1] as (value, share): at the end, 0.1 on [0, 100],
@@ -64,7 +65,7 @@ def _exact_coverage(spec, scenario, n: int) -> float:
     """Σ_k P(k ones)·1[the frame's mean interval holds the true mean], over k with P(k) > 1e-15."""
     proto = server_half(spec)
     law = _ones_law(proto, scenario, n)
-    truth = sum(spec.denormalise(t) * share for t, share in scenario)
+    truth = sum(denormalise(spec, t) * share for t, share in scenario)
     covered = 0.0
     for k in np.flatnonzero(law > 1e-15):
         sketch = Sketch(np.array([[n - k, k]], dtype=np.int64), np.array([n], dtype=np.int64))

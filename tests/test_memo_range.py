@@ -21,6 +21,7 @@ from estimators.frequency import estimate_frame
 from estimators.longitudinal import simulate_days
 from estimators.memo_range import RANGE_VARIANCE, range_frame, range_variance
 from sketches import server_half
+from sketches.metric_arrays import normalise
 
 #: ε₁ = 2 of ε∞ = 3: most of a report's noise is memoised (the regime where summing failed worst).
 EPSILON, EPSILON_INF = 2.0, 3.0
@@ -223,7 +224,7 @@ def memo_mean_days(spec, values: np.ndarray, days: int, rng: np.random.Generator
     from client_sdk.randomness import as_random_source
 
     proto, source = server_half(spec), as_random_source(rng)
-    pos = (spec.normalise(values) + 1.0) * proto.grid / 2
+    pos = (normalise(spec, values) + 1.0) * proto.grid / 2
     low = np.floor(pos)
     j = np.minimum(low + (rng.random(values.shape[0]) < pos - low), proto.grid).astype(np.int64)
     first = proto.first_round(j, source)

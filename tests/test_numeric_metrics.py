@@ -26,6 +26,7 @@ from estimators.frequency import estimate_frame
 from estimators.numeric import QUANTILES
 from estimators.simulation import NumericPopulation, draw_population, numeric_truth, simulate_sketch
 from sketches import server_half
+from sketches.metric_arrays import bucket_of, denormalise, edge_array, normalise
 
 REGISTRY = """
 [metrics.session_minutes]
@@ -75,9 +76,11 @@ def test_mean_and_histogram_metrics_load(registry):
                            "[1500, 2000)", "[2000, 3000)", "[3000, 5000]")
     battery = registry.get("battery")
     assert battery.domain == ("[0.5, 25.5)", "[25.5, 50.5)", "[50.5, 75.5)", "[75.5, 100.5]")
-    assert list(battery.bucket_of(np.array([-3, 0.5, 25.5, 25.49, 100.5, 1e9]))) == [0, 0, 1, 0, 3, 3]
-    assert mean.denormalise(mean.normalise(37.5)) == pytest.approx(37.5)
-    assert mean.normalise(500.0) == 1.0 and mean.normalise(-1.0) == -1.0
+    buckets = bucket_of(battery, np.array([-3, 0.5, 25.5, 25.49, 100.5, 1e9]))
+    assert buckets.dtype == np.int64 and list(buckets) == [0, 0, 1, 0, 3, 3]
+    assert edge_array(battery).dtype == np.float64 and edge_array(battery).tolist() == battery.edge_list
+    assert denormalise(mean, normalise(mean, 37.5)) == pytest.approx(37.5)
+    assert normalise(mean, 500.0) == 1.0 and normalise(mean, -1.0) == -1.0
 
 
 def test_round_trip_compares_every_field(registry):
@@ -266,7 +269,7 @@ def test_histogram_frame_has_bucket_rows_then_mean_and_quantiles(registry):
         assert (summary["estimate"] <= summary["ci_high"]).all()
         quantiles = summary["estimate"].to_numpy()[1:]
         assert (np.diff(quantiles) >= 0).all() or not consistent   # monotone CDF: ordered quantiles
-        assert set(summary["ci_low"].iloc[1:]) <= set(spec.edges)   # bucket-resolution bounds
+        assert set(summary["ci_low"].iloc[1:]) <= set(spec.edge_list)   # bucket-resolution bounds
     assert df.attrs["post_processed"] == "norm-sub" and df.attrs["mean_bias_bound"] > 0
     wide = estimate_frame(spec, sketch, simultaneous=True).set_index("statistic")
     narrow = df.set_index("statistic")
@@ -493,5 +496,5 @@ def test_any_valid_numeric_table_round_trips_exactly(lo, width, cuts, equal, use
     spec = parse_registry({"metrics": {"m": table}}).get("m")
     again = parse_registry(parse_registry({"metrics": {"m": table}}).to_toml()).get("m")
     assert again == spec and again.fingerprint == spec.fingerprint
-    assert len(spec.domain) == len(set(spec.domain)) == len(spec.edges) - 1
-    assert spec.edges[0] == lo and spec.edges[-1] == hi
+    assert len(spec.domain) == len(set(spec.domain)) == len(spec.edge_list) - 1
+    assert spec.edge_list[0] == lo and spec.edge_list[-1] == hi

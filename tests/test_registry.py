@@ -11,6 +11,7 @@ from client_sdk.errors import DomainError, RegistryError, UnknownMetricError
 from client_sdk.protocols.factory import choose_protocol
 from client_sdk.registry import Kind, load_registry, parse_registry
 from sketches import server_half
+from sketches.metric_arrays import index_of
 
 BASE = '[metrics.theme]\nkind = "categorical"\ncategories = ["light", "dark", "system"]\nepsilon = 1.0\n'
 
@@ -22,9 +23,11 @@ def test_example_from_the_issue_loads(registry_file):
     assert theme.requested_protocol == "auto"
     assert theme.protocol == choose_protocol(3, 1.0) == "grr"  # d < 3e^ε + 2
     assert theme.domain_size == 3
-    assert list(theme.index_of(["dark", "light", "system"])) == [1, 0, 2]
+    assert theme.indices(["dark", "light", "system"]) == [1, 0, 2]
+    arr = index_of(theme, ["dark", "light", "system"])   # the server's array of the same indices
+    assert arr.dtype.name == "int64" and arr.tolist() == [1, 0, 2]
     assert reg.get("crash").domain == ("false", "true")
-    assert list(reg.get("crash").index_of([True, False, 1, "true"])) == [1, 0, 1, 1]
+    assert reg.get("crash").indices([True, False, 1, "true"]) == [1, 0, 1, 1]
 
 
 def test_round_trip_compares_every_field(registry_file):
@@ -93,7 +96,7 @@ def test_unknown_metric_and_out_of_domain_value():
     with pytest.raises(UnknownMetricError, match="unknown metric 'nope'.*theme"):
         reg.get("nope")
     with pytest.raises(DomainError, match="'purple'"):
-        reg.get("theme").index_of(["dark", "purple"])
+        reg.get("theme").indices(["dark", "purple"])
 
 
 @pytest.mark.parametrize("d, eps", [(2, 0.5), (3, 1.0), (16, 1.0), (16, 4.0), (128, 1.0), (1024, 4.0)])
