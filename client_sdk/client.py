@@ -38,7 +38,6 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._lazy import LazyLogger, logging, numpy_types
@@ -386,6 +385,8 @@ class ClientCore:
                 exc = again
         where = getattr(self.state, "secret_path", None) or state_dir
         problem = f"{where}: cannot use the client secret ({_describe(exc)})"
+        from pathlib import Path
+
         self.state = unusable(Path(state_dir) if state_dir is not None else None, problem)
         self._opted_out = self.state.opted_out
         self._disable_state(self.state.reason)

@@ -29,8 +29,10 @@ import dataclasses
 import hashlib
 import re
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: Largest numbered domain (indices are int64 on the collector; a sketch is sized by d).
 MAX_IDS = 10_000_000
@@ -142,6 +144,8 @@ class DomainSource:
         """What ``GET /v1/registry`` publishes instead of the values."""
         if self.kind == IDS:
             return {IDS: self.size}
+        from pathlib import Path
+
         return {FILE: Path(self.file or "").name, "size": self.size, SHA256: self.sha256}
 
 

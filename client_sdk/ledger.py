@@ -55,8 +55,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .device_clock import (
     MAX_WINDOW_AHEAD_DAYS,  # noqa: F401 - re-exported (the ledger's rule)
@@ -70,6 +69,9 @@ from .device_clock import (
 from .errors import LedgerError
 from .files import atomic_write, flocked, remove_stale_temps
 from .window_charge import WindowCharges, next_charge
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 LEDGER_FILE = "ledger.json"
 LOCK_FILE = "ledger.lock"
@@ -476,6 +478,8 @@ class Ledger(LedgerBase):
     """The ledger of a state directory, shared by every process of the app."""
 
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        from pathlib import Path  # here: not on the SDK's import
+
         self.dir = Path(state_dir)
         self.path = self.dir / LEDGER_FILE
         self.lock_path = self.dir / LOCK_FILE
@@ -582,6 +586,8 @@ def parse_ledger(raw: bytes | str, where: str = "ledger") -> tuple[Book, str | N
 
 def read_ledger(state_dir: str | os.PathLike[str]) -> Book:
     """The book of a state directory, for `ldpt ledger` and apps that show it to users."""
+    from pathlib import Path
+
     return read_ledger_file(Path(state_dir) / LEDGER_FILE)
 
 

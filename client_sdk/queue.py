@@ -50,13 +50,14 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._lazy import LazyLogger
 from .files import atomic_write, remove_stale_temps
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from .ohttp import SealedRequest
 
 log = LazyLogger("client_sdk")  # logging loads with the first message (client_sdk._lazy)
@@ -345,6 +346,8 @@ class DiskOutbox(Outbox):
                  sweep_interval: float = SWEEP_INTERVAL, clock: Callable[[], float] = time.time) -> None:
         super().__init__(limits)
         self.clock = clock              # wall clock (POSIX seconds): ages of batches and claims
+        from pathlib import Path  # here: not on the SDK's import
+
         self.dir = Path(directory)
         self.claim_timeout = claim_timeout
         self.sweep_interval = sweep_interval
@@ -401,14 +404,14 @@ class DiskOutbox(Outbox):
         target_dir = self.dir / QUARANTINE_DIR
         try:
             target_dir.mkdir(mode=0o700, exist_ok=True)
-            os.replace(path, target_dir / f"{Path(path).name}.{os.urandom(3).hex()}")
+            os.replace(path, target_dir / f"{os.path.basename(path)}.{os.urandom(3).hex()}")
         except OSError:
             return
         self.quarantined += 1
         if not self._warned:
             self._warned = True
             log.warning("ldpt: moved %s out of the offline queue into %s (%s); further such files are "
-                        "moved silently", Path(path).name, target_dir, why)
+                        "moved silently", os.path.basename(path), target_dir, why)
 
     # --- Outbox --------------------------------------------------------------------------------------
     def add(self, batch: StoredBatch) -> None:
@@ -438,7 +441,7 @@ class DiskOutbox(Outbox):
                 continue
             with contextlib.suppress(FileNotFoundError):
                 keep.append((path, meta, os.stat(path).st_size))
-        keep.sort(key=lambda k: Path(k[0]).name)    # oldest first, re-dated ones where they now belong
+        keep.sort(key=lambda k: os.path.basename(k[0]))    # oldest first, re-dated ones where they now belong
         total = sum(s for _, _, s in keep)
         while keep and (len(keep) > lim.max_batches or total > lim.max_bytes):
             path, meta, size = keep.pop(0)
@@ -544,6 +547,8 @@ class DiskOutbox(Outbox):
     def iter_batches(self) -> Iterator[Path]:
         """Paths of the waiting batch files, oldest first (inspection and tests)."""
         waiting, _ = self._scan()
+        from pathlib import Path
+
         return iter([Path(e.path) for e in waiting])
 
     def clear(self) -> None:

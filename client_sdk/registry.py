@@ -52,7 +52,6 @@ import math
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._lazy import numpy_types
@@ -73,6 +72,8 @@ from .protocols.numeric import NUMERIC_PROTOCOL_NAMES, linspace_list
 from .window_charge import WindowCharges, cumulative_charges
 
 if TYPE_CHECKING:  # these load with the first registry that needs them, not with the SDK
+    from pathlib import Path
+
     from .dimensions import DimensionSpec, DimensionTable
     from .joint import JointDomain, JointPart
 
@@ -519,6 +520,8 @@ class Registry:
 
 def load_registry(path: str | Path) -> Registry:
     """Read and validate a registry TOML file."""
+    from pathlib import Path  # here: not on the SDK's import
+
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")

@@ -28,7 +28,7 @@ import os
 import stat
 import threading
 import time
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ._lazy import LazyLogger
 from .errors import LedgerError, OptedOutError, StateError
@@ -37,6 +37,9 @@ from .files import atomic_write as _atomic_write
 from .files import fsync_dir as _fsync_dir
 from .hashing import derive_cohort  # noqa: F401 - re-exported: cohorts for every protocol
 from .ledger import Ledger, LedgerBase, MemoryLedger, read_ledger
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 log = LazyLogger("client_sdk")  # logging loads with the first message (client_sdk._lazy)
 
@@ -142,6 +145,8 @@ class FileState(ClientState):
     """State in a directory shared by every process of one app (see the module docstring)."""
 
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        from pathlib import Path  # here: not on the SDK's import
+
         self.path = Path(state_dir)
         try:
             self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -345,6 +350,8 @@ def open_state(state_dir: str | os.PathLike[str], *, strict: bool = False) -> Cl
             if isinstance(exc, StateError):
                 raise
             raise StateError(f"{state_dir}: cannot open the state directory ({exc})") from None
+        from pathlib import Path
+
         return unusable(Path(state_dir), str(exc))
 
 

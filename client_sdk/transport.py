@@ -20,7 +20,6 @@ import math
 import os
 import threading
 import time
-import urllib.parse
 import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -30,6 +29,7 @@ from .errors import TransportError
 if TYPE_CHECKING:  # imported on the first request (HTTPTransport._connect)
     import http.client
     import ssl
+    import urllib.parse
 
 WIRE_VERSION = 1
 BATCH_ID_BYTES = 16
@@ -151,6 +151,8 @@ class Transport:
 
     def get_domain(self, metric: str) -> Response:
         """GET a file domain's values (``/v1/registry/domains/{metric}``, gzip accepted)."""
+        import urllib.parse
+
         return self.request("GET", DOMAINS_PATH + urllib.parse.quote(metric, safe=""), None, DOMAIN_HEADERS)
 
     def close(self) -> None:
@@ -171,6 +173,8 @@ class HTTPTransport(Transport):
 
     def __init__(self, endpoint: str, *, timeout: float = DEFAULT_TIMEOUT,
                  ssl_context: ssl.SSLContext | None = None) -> None:
+        import urllib.parse  # here: loaded by the first HTTPTransport, not on the SDK's import
+
         url = urllib.parse.urlsplit(endpoint)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"endpoint {endpoint!r} must be an http:// or https:// URL")
