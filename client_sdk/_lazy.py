@@ -12,7 +12,6 @@ import and a report of every metric kind in a fresh interpreter).
 from __future__ import annotations
 
 import importlib
-import sys
 from typing import Any
 
 
@@ -81,14 +80,4 @@ class LazyLogger:
         return f"<logger {self._name!r}, created on first use>"
 
 
-
-def numpy_types(*names: str) -> tuple[type, ...]:
-    """numpy's scalar types ``names`` (e.g. "integer", "bool_") if numpy is loaded, else ().
-
-    For ``isinstance`` checks that accept numpy scalars: a numpy value cannot exist before
-    numpy is imported, so the check never needs to import it.
-    """
-    numpy = sys.modules.get("numpy")
-    return () if numpy is None else tuple(getattr(numpy, n) for n in names)
-
-__all__ = ["LazyLogger", "logging", "np", "numpy_types"]
+__all__ = ["LazyLogger", "logging", "np"]

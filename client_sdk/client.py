@@ -40,7 +40,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._lazy import LazyLogger, logging, numpy_types
+from ._lazy import LazyLogger, logging
 from .device_clock import ElapsedClock, system_elapsed
 from .errors import (
     DomainError,
@@ -55,7 +55,7 @@ from .files import atomic_write
 from .hashing import encode_text
 from .ledger import Book, Charge, Refusal, RefusalCounts, apply, day_of
 from .options import ClientOptions
-from .protocols.device import Context, DeviceHalf
+from .protocols.device import Context, DeviceHalf, numpy_types
 from .protocols.longitudinal import MemoisedDevice
 from .queue import DiskOutbox, MemoryOutbox, OutboxLimits
 from .registry import DeviceBudget, Kind, MetricSpec, Registry, canonical_value, load_registry

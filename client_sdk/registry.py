@@ -54,11 +54,11 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._lazy import numpy_types
 from .domains import DomainSource, NumberedDomain, parse_declaration
 from .errors import DomainError, RegistryError, UnknownMetricError
 from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
 from .protocols.base import Protocol
+from .protocols.device import numpy_types
 from .protocols.factory import (
     DEFAULT_MAX_REPORT_BYTES,
     build_protocol,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import abc
 import math
 import operator
+import sys
 from fractions import Fraction
 from typing import Any, ClassVar, NamedTuple
 
@@ -32,6 +33,17 @@ def check_domain_and_epsilon(d: int, epsilon: float, protocol: str) -> None:
         raise ValueError(f"{protocol} needs a domain of at least 2 values")
     if not (epsilon > 0 and math.isfinite(epsilon)):
         raise ValueError("epsilon must be a positive finite number")
+
+
+def numpy_types(*names: str) -> tuple[type, ...]:
+    """numpy's scalar types ``names`` (e.g. "integer", "bool_") if numpy is loaded, else ().
+
+    For the value checks that accept numpy scalars (a params field, a reported number, a
+    boolean's 0/1): a numpy value cannot exist before numpy is imported, so the check never
+    needs to import it, and the SDK names no numpy.
+    """
+    numpy = sys.modules.get("numpy")
+    return () if numpy is None else tuple(getattr(numpy, n) for n in names)
 
 
 class Context(NamedTuple):

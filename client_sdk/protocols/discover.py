@@ -43,12 +43,11 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
-from .._lazy import numpy_types
 from ..errors import DomainError
 from ..hashing import derive_cohort, encode_text
 from ..randomness import OS_WORDS, SCALE, WordSource
 from ._epsilon import log_up
-from .device import Context, DeviceHalf
+from .device import Context, DeviceHalf, numpy_types
 from .grr import GRROnRange
 
 TAG_KEY = b"ldpt/discover/key/v1"

@@ -43,10 +43,9 @@ import math
 from fractions import Fraction
 from typing import Any
 
-from .._lazy import numpy_types
 from ..randomness import OS_WORDS, WordSource
 from ._epsilon import log_up
-from .device import Context, DeviceHalf, check_domain_and_epsilon, pure_variance_one
+from .device import Context, DeviceHalf, check_domain_and_epsilon, numpy_types, pure_variance_one
 from .grr import GRROnRange
 from .projective import dimension, direction_code_one, directions, hyperplane, inner_one, is_prime, primes
 

@@ -80,12 +80,11 @@ import struct
 from fractions import Fraction
 from typing import Any
 
-from .._lazy import numpy_types
 from ..hashing import derive_cohort
 from ..randomness import OS_WORDS, SCALE, WordSource
 from . import projective as proj
 from ._epsilon import log_up
-from .device import Context, DeviceHalf, check_domain_and_epsilon, pure_variance_one
+from .device import Context, DeviceHalf, check_domain_and_epsilon, numpy_types, pure_variance_one
 from .grr import GRROnRange
 
 #: Largest supported domain: the dense least-squares decoder costs O(m·g·d²) time and memory.

@@ -49,12 +49,11 @@ import math
 from fractions import Fraction
 from typing import Any
 
-from .._lazy import numpy_types
 from ..errors import DomainError
 from ..hashing import bloom_positions_one_list, check_secret, derive_cohort, prr_words_list
 from ..randomness import OS_WORDS, SCALE, WordSource, realised, threshold_ceil, threshold_floor
 from ._epsilon import log_up
-from .device import Context, DeviceHalf
+from .device import Context, DeviceHalf, numpy_types
 from .unary import pack_bits
 
 #: Registry options and their defaults (docs/rappor.md): Google's demo noise at Chrome's k.
