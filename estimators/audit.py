@@ -46,13 +46,11 @@ from scipy.special import logsumexp
 
 from client_sdk.errors import LdptError
 from client_sdk.hashing import derive_cohort
-from client_sdk.protocols.olh import hash_one
 from client_sdk.registry import Kind, MetricSpec
 from sketches import server_half
 from sketches.longitudinal import MemoisedServer
 from sketches.memobitmean import MemoBitMeanServer
 from sketches.olh import OLHServer
-from sketches.rappor import RapporServer
 
 #: Protocols the attacker has a likelihood for.
 SUPPORTED = ("rr", "grr", "olh", "oue", "sue", "rappor", "lgrr", "losue", "loloha", "dbitflip", "memobitmean")
@@ -124,44 +122,16 @@ class Chain:
     zero: float                 # cat: q₂ = P(y = b) for b ≠ a; bit: s₀ = P(y_i = 1 | a_i = 0)
 
 
-def _cat_first(k: int, target: int, p: float, q: float) -> np.ndarray:
-    first = np.full(k, q)
-    first[target] = p
-    return first
-
-
 def chain_for(spec: MetricSpec, value: Any, cohort: int | None) -> Chain:
-    """The chain of one device (its cohort, if any) holding ``value``."""
+    """The chain of one device (its cohort, if any) holding ``value``: its server half's
+    ``audit_chain`` of the value's domain index (a string metric's candidate, a mean metric's
+    grid point, as they are)."""
     proto = server_half(spec)
-    pr = proto.params
-    name = proto.name
-    if name == "rappor":
-        assert isinstance(proto, RapporServer)
-        bloom = proto.bloom_row(int(cohort or 0), value)   # noqa: SLF001 - the public hash of a candidate
-        half = pr.f_realised / 2
-        return Chain("bit", np.where(bloom, 1 - half, half), pr.q_realised, pr.p_realised)
-    if name == "memobitmean":   # ``value`` is a grid point j: one memoised bit, flipped w.p. γ
-        gamma = proto.params.gamma_threshold / (1 << 32)
-        return Chain("bit", proto.memo_output_probabilities(int(value))[1:], 1.0 - gamma, gamma)
-    idx = spec.indices([value])[0]
-    if name in ("oue", "sue"):
-        return Chain("bit", np.eye(pr.d)[idx], proto.p, proto.q)
-    if name == "losue":
-        return Chain("bit", np.where(np.arange(pr.d) == idx, pr.p1, pr.q1), pr.p2, pr.q2)
-    if name in ("rr", "grr"):
-        d = proto.domain_size
-        return Chain("cat", np.eye(d)[idx], proto.p, proto.q)
-    if name == "olh":
-        return Chain("cat", np.eye(pr.g)[hash_one(int(cohort or 0), idx, pr.g)], proto.p, proto.q)
-    if name == "lgrr":
-        return Chain("cat", _cat_first(pr.d, idx, pr.p1, pr.q1), pr.p2, pr.q2)
-    if name == "dbitflip":
-        window = proto.windows(np.array([int(cohort or 0)]))[0]
-        return Chain("bit", np.where(window == idx, pr.p1, pr.q1), pr.p2, pr.q2)
-    if name == "loloha":
-        h = hash_one(int(cohort or 0), idx, pr.g)
-        return Chain("cat", _cat_first(pr.g, h, pr.p1, pr.q1), pr.p2, pr.q2)
-    raise AuditError(f"no likelihood for {name}")
+    x = value if spec.kind in (Kind.STRING, Kind.NUMERIC) else spec.indices([value])[0]
+    chain = proto.audit_chain(x, cohort)
+    if chain is None:
+        raise AuditError(f"no likelihood for {proto.name}")
+    return Chain(*chain)
 
 
 def _safe_log(x: np.ndarray | float) -> np.ndarray:
@@ -183,19 +153,14 @@ def chain_loglik(chain: Chain, stats_: np.ndarray, total: int | np.ndarray) -> n
 
 
 def report_stats(spec: MetricSpec, wires: list[Any]) -> tuple[np.ndarray, np.ndarray | None]:
-    """(per-report sufficient statistics (n, k) — one-hot y or the bit vector — and cohorts)."""
+    """(per-report sufficient statistics (n, k) — one-hot y or the bit vector, the server half's
+    ``report_statistics`` — and cohorts)."""
     proto = server_half(spec)
     payloads = proto.from_wire(wires)
-    cohorts = payloads.get("cohort")
-    if proto.name == "memobitmean":   # y is the reported bit
-        return payloads["y"][:, None].astype(np.int64), cohorts
-    if proto.name == "dbitflip":   # y is the bit pattern of the sampled buckets
-        return (payloads["y"][:, None] >> np.arange(proto.params.sampled)) & 1, cohorts
-    if "y" in payloads:
-        k = proto.params.g if proto.name in ("olh", "loloha") else proto.domain_size
-        return np.eye(k, dtype=np.int64)[payloads["y"]], cohorts
-    key, width = ("irr", proto.params.k) if proto.name == "rappor" else ("bits", proto.params.d)
-    return np.unpackbits(payloads[key], axis=1, count=width, bitorder="little").astype(np.int64), cohorts
+    counts = proto.report_statistics(payloads)
+    if counts is None:
+        raise AuditError(f"no likelihood for {proto.name}")
+    return counts, payloads.get("cohort")
 
 
 # --- the distinguishing game --------------------------------------------------------------------

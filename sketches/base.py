@@ -159,6 +159,19 @@ class ServerHalf(abc.ABC):
                               f"[0, {self.domain_size})")
         return arr
 
+    # --- the audit's attacker (estimators/audit.py) ----------------------------------------------
+    def audit_chain(self, x: Any, cohort: int | None) -> tuple[str, np.ndarray, float, float] | None:
+        """The likelihood chain of one device in ``cohort`` holding ``x`` (a domain index; RAPPOR's
+        candidate string, memobitmean's grid point), as estimators.audit.Chain's fields (kind,
+        first, one, zero): "cat", P(a | x) over [k], p₂ = P(y = a), q₂; or "bit", r_i = P(a_i = 1 | x),
+        s₁ = P(y_i = 1 | a_i = 1), s₀ = P(y_i = 1 | a_i = 0). None: the audit has no likelihood."""
+        return None
+
+    def report_statistics(self, payloads: Payloads) -> np.ndarray | None:
+        """The audit chain's per-report sufficient statistics, (n, k): the one-hot y of a "cat"
+        chain, the bit vector of a "bit" chain; None where the audit has no likelihood."""
+        return None
+
 
 class PureServer(ServerHalf):
     """A pure protocol (docs/math.md §2): ``counts[0]`` holds each value's support count and the
@@ -194,6 +207,13 @@ class DirectServer(PureServer):
         probs = np.full(self.domain_size, self.q)
         probs[index] = self.p
         return probs
+
+    def audit_chain(self, x: Any, cohort: int | None) -> tuple[str, np.ndarray, float, float] | None:
+        """One response y = a, a = x: P(a | x) is x's one-hot row."""
+        return "cat", np.eye(self.domain_size)[x], self.p, self.q
+
+    def report_statistics(self, payloads: Payloads) -> np.ndarray | None:
+        return np.eye(self.domain_size, dtype=np.int64)[payloads["y"]]
 
 
 # A protocol not yet split is one object holding both halves: it is its own server half, so

@@ -163,5 +163,16 @@ class DBitFlipServer(MemoisedServer, ServerHalf):
         f = np.asarray(true_counts, dtype=np.float64) / max(n, 1)
         return self._variance(n, np.full(np.shape(f), n * self.params.sampled / self.params.d), f)
 
+    def audit_chain(self, x: Any, cohort: int | None) -> tuple[str, np.ndarray, float, float] | None:
+        """The memoised bits of the cohort's window (x's 1 w.p. p₁, others q₁), each report's
+        flip of them (p₂, q₂)."""
+        pr = self.params
+        window = self.windows(np.array([int(cohort or 0)]))[0]
+        return "bit", np.where(window == x, pr.p1, pr.q1), pr.p2, pr.q2
+
+    def report_statistics(self, payloads: Payloads) -> np.ndarray | None:
+        """The bit pattern of the sampled buckets (y = Σ bitᵢ·2^i)."""
+        return (payloads["y"][:, None] >> np.arange(self.params.sampled)) & 1
+
 
 __all__ = ["DBitFlipServer"]

@@ -48,5 +48,9 @@ class LGRRServer(GRRChainServer, GRRServer):
         source = as_random_source(rng)
         return {"y": self.second_round(self.first_round(self.check_indices(indices), source), source)}
 
+    def audit_chain(self, x: Any, cohort: int | None) -> tuple[str, np.ndarray, float, float] | None:
+        """The memoised GRR round over [d] (p₁, q₁), then each report's GRR of it (p₂, q₂)."""
+        return "cat", self.memo_output_probabilities(x), self.params.p2, self.params.q2
+
 
 __all__ = ["GRRChainServer", "LGRRServer"]

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from client_sdk.protocols.loloha import LOLOHA
+from client_sdk.protocols.olh import hash_one
 from client_sdk.randomness import RandomLike, as_random_source
 
 from .base import Payloads
@@ -103,6 +104,14 @@ class LOLOHAServer(GRRChainServer, OLHServer):
         s = source.below(self.params.m, x.shape[0]) if cohorts is None else self._check_cohorts(cohorts, x.shape)
         y = self.second_round(self.first_round(self.memo_indices(x, s), source), source)
         return {"cohort": s, "y": y}
+
+    def audit_chain(self, x: Any, cohort: int | None) -> tuple[str, np.ndarray, float, float] | None:
+        """The memoised GRR round over [g] of the cohort's hash of x (p₁, q₁), then each report's
+        GRR of it (p₂, q₂)."""
+        pr = self.params
+        first = np.full(pr.g, pr.q1)
+        first[hash_one(int(cohort or 0), x, pr.g)] = pr.p1
+        return "cat", first, pr.p2, pr.q2
 
 
 __all__ = ["LOLOHAServer"]

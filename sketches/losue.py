@@ -67,5 +67,10 @@ class LOSUEServer(MemoisedServer, UnaryServer):
     def batch_payloads(self, second: np.ndarray, cohorts: np.ndarray | None = None) -> Payloads:
         return {"bits": np.packbits(second, axis=1, bitorder="little")}
 
+    def audit_chain(self, x: Any, cohort: int | None) -> tuple[str, np.ndarray, float, float] | None:
+        """The memoised OUE bits (x's 1 w.p. p₁, others q₁), each report's SUE on them (p₂, q₂)."""
+        pr = self.params
+        return "bit", np.where(np.arange(pr.d) == x, pr.p1, pr.q1), pr.p2, pr.q2
+
 
 __all__ = ["LOSUEServer"]

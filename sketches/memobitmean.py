@@ -81,5 +81,14 @@ class MemoBitMeanServer(MemoisedServer, NumericServer):
         source = as_random_source(rng)
         return {"y": self.second_round(self.first_round(self.check_indices(indices), source), source)}
 
+    def audit_chain(self, x: Any, cohort: int | None) -> tuple[str, np.ndarray, float, float] | None:
+        """Grid point x's memoised bit (1 w.p. P1_x), flipped w.p. γ every report."""
+        gamma = self.params.gamma_threshold / (1 << 32)
+        return "bit", self.memo_output_probabilities(int(x))[1:], 1.0 - gamma, gamma
+
+    def report_statistics(self, payloads: Payloads) -> np.ndarray | None:
+        """The reported bit."""
+        return payloads["y"][:, None].astype(np.int64)
+
 
 __all__ = ["MemoBitMeanServer", "one_probabilities"]

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from client_sdk.errors import EstimationError, InvalidPayload
-from client_sdk.protocols.olh import GAMMA, MIX1, MIX2, OLH, SALT
+from client_sdk.protocols.olh import GAMMA, MIX1, MIX2, OLH, SALT, hash_one
 from client_sdk.randomness import RandomLike, as_random_source, bernoulli
 
 from . import projective as proj
@@ -243,6 +243,15 @@ class OLHServer(ServerHalf):
             i = next(i for i, obj in enumerate(objects) if not all(-2**63 <= v < 2**63 for v in obj))
             raise InvalidPayload("integer out of range", index=i, field="payload") from None
         return {"cohort": arr[:, 0].copy(), "y": arr[:, 1].copy()}
+
+    # --- the audit's attacker (estimators/audit.py) ------------------------------------------------
+    def audit_chain(self, x: Any, cohort: int | None) -> tuple[str, np.ndarray, float, float] | None:
+        """One GRR over [g] of the cohort's hash of x: a = H_s(x) (p, q)."""
+        g = self.params.g
+        return "cat", np.eye(g)[hash_one(int(cohort or 0), x, g)], self.device.p, self.device.q
+
+    def report_statistics(self, payloads: Payloads) -> np.ndarray | None:
+        return np.eye(self.params.g, dtype=np.int64)[payloads["y"]]
 
     # --- linear family (module docstring) ----------------------------------------------------------
     def _estimate_linear(self, T: np.ndarray, n_s: np.ndarray, sketch: Sketch) -> CountEstimate:

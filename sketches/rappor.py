@@ -268,5 +268,16 @@ class RapporServer(ServerHalf):
         irr = np.frombuffer(b"".join(obj[1] for obj in objects), dtype=np.uint8).reshape(n, w).copy()
         return {"cohort": cohorts.reshape(n), "irr": irr}
 
+    def audit_chain(self, x: Any, cohort: int | None) -> tuple[str, np.ndarray, float, float] | None:
+        """The PRR of the candidate string x's Bloom row in the cohort (bit 1 w.p. 1 − f/2 where
+        set, f/2 elsewhere), each report's IRR of it (q, p)."""
+        pr = self.params
+        bloom = self.bloom_row(int(cohort or 0), x)
+        half = pr.f_realised / 2
+        return "bit", np.where(bloom, 1 - half, half), pr.q_realised, pr.p_realised
+
+    def report_statistics(self, payloads: Payloads) -> np.ndarray | None:
+        return np.unpackbits(payloads["irr"], axis=1, count=self.params.k, bitorder="little").astype(np.int64)
+
 
 __all__ = ["MAX_ENUMERATED_K", "RapporServer", "bit_count_estimates"]

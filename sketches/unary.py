@@ -85,5 +85,12 @@ class UnaryServer(PureServer):
                 raise InvalidPayload(f"expected {w} bytes, got {len(obj)}", index=i, field="payload")
         return {"bits": np.frombuffer(b"".join(objects), dtype=np.uint8).reshape(len(objects), w).copy()}
 
+    def audit_chain(self, x: Any, cohort: int | None) -> tuple[str, np.ndarray, float, float] | None:
+        """Independent bits: bit i is 1 w.p. p if i = x, q otherwise (a = x's one-hot row)."""
+        return "bit", np.eye(self.params.d)[x], self.p, self.q
+
+    def report_statistics(self, payloads: Payloads) -> np.ndarray | None:
+        return np.unpackbits(payloads["bits"], axis=1, count=self.params.d, bitorder="little").astype(np.int64)
+
 
 __all__ = ["BLOCK_CELLS", "UnaryServer"]
