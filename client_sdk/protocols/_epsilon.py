@@ -6,15 +6,19 @@ e^ε by ~10⁻¹⁶. ``log_up`` takes the ratio as an exact rational — from th
 thresholds where the protocol has them, else from the realised float probabilities, which
 Fraction represents exactly — and returns the smallest float ε with e^ε >= ratio, checked in
 60-digit decimal arithmetic (correctly rounded exp; the ratio is rational, e^ε for float ε > 0
-is not, so the two never tie).
+is not, so the two never tie). fractions and decimal load with the first ε a registry computes,
+not on the SDK's import.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from decimal import Decimal, localcontext
-from fractions import Fraction
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from decimal import Decimal
+    from fractions import Fraction
 
 #: Decimal digits of the exp(ε) >= ratio check (float ε has 17; ties are impossible).
 DIGITS = 60
@@ -24,6 +28,9 @@ __all__ = ["exp_at_least", "log_up"]
 
 def exp_at_least(epsilon: float, ratio: Fraction | int | float) -> bool:
     """Whether e^ε >= ratio exactly (to DIGITS digits; both sides rational/float inputs)."""
+    from decimal import Decimal, localcontext
+    from fractions import Fraction
+
     r = Fraction(ratio)
     with localcontext() as ctx:
         ctx.prec = DIGITS
@@ -34,6 +41,8 @@ def exp_at_least(epsilon: float, ratio: Fraction | int | float) -> bool:
 def _exp(epsilon: float) -> Decimal:
     """e^ε to DIGITS digits (Decimal.exp is correctly rounded, half-even, whatever the context's
     rounding). Cached: the window and threshold searches test many ratios against one ε."""
+    from decimal import Decimal, localcontext
+
     with localcontext() as ctx:
         ctx.prec = DIGITS
         return Decimal(epsilon).exp()
@@ -43,6 +52,8 @@ def log_up(ratio: Fraction | int | float) -> float:
     """The smallest float ε >= 0 with e^ε >= ``ratio`` (0 for a ratio <= 1, inf for inf)."""
     if isinstance(ratio, float) and math.isinf(ratio):
         return math.inf
+    from fractions import Fraction
+
     r = Fraction(ratio)
     if r <= 1:
         return 0.0

@@ -19,7 +19,6 @@ import abc
 import math
 import operator
 import sys
-from fractions import Fraction
 from typing import Any, ClassVar, NamedTuple
 
 from ..errors import DomainError
@@ -134,6 +133,8 @@ class DirectDevice(DeviceHalf):
 
     @property
     def epsilon(self) -> float:
+        from fractions import Fraction  # here: not on the SDK's import
+
         return log_up(Fraction(self.p) / Fraction(self.q))   # an upper bound (protocols/_epsilon.py)
 
     @property

@@ -25,7 +25,6 @@ import abc
 import functools
 import math
 from collections.abc import Callable
-from fractions import Fraction
 from typing import Any
 
 from .._lazy import np
@@ -74,6 +73,8 @@ def largest_threshold(epsilon_of: Callable[[int], float], target: float, low: in
 
 def log_ratio(a: float, b: float) -> float:
     """ln(a/b) for a privacy ratio, 0 when a <= b (a second round that is noise or worse)."""
+    from fractions import Fraction  # here: not on the SDK's import
+
     return log_up(Fraction(a) / Fraction(b)) if a > b > 0 else 0.0
 
 
