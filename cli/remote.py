@@ -29,8 +29,8 @@ from typing import Any
 import pandas as pd
 
 from client_sdk.errors import LdptError, TransportError
-from client_sdk.protocols.base import Payloads
 from client_sdk.registry import MetricSpec
+from sketches.base import Payloads
 
 #: Reports per batch sent by `ldpt simulate --url`.
 REMOTE_BATCH = 500

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .protocols.base import Protocol
 from .protocols.device import DeviceHalf
 
 #: Version of the block's layout; an SDK refuses a version it does not know.
 ENCODER_VERSION = 1
 
 
-def protocol_block(name: str, proto: Protocol | DeviceHalf) -> dict[str, Any]:
+def protocol_block(name: str, proto: DeviceHalf) -> dict[str, Any]:
     """The resolved integers of protocol ``name`` (docs/conformance.md, "The encoder block")."""
     own = getattr(proto, "encoder_block", None)   # a split protocol's device half says it itself
     if own is not None:

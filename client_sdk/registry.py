@@ -57,8 +57,7 @@ from typing import TYPE_CHECKING, Any
 from .domains import DomainSource, NumberedDomain, parse_declaration
 from .errors import DomainError, RegistryError, UnknownMetricError
 from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
-from .protocols.base import Protocol
-from .protocols.device import numpy_types
+from .protocols.device import DeviceHalf, numpy_types
 from .protocols.factory import (
     DEFAULT_MAX_REPORT_BYTES,
     build_protocol,
@@ -272,7 +271,7 @@ class MetricSpec:
         return dict(self.options)
 
     @functools.cached_property
-    def protocol_impl(self) -> Protocol:
+    def protocol_impl(self) -> DeviceHalf:
         """The protocol object (params resolved) shared by SDK, collector and estimators."""
         return build_protocol(self.protocol, self.domain_size, self.epsilon, self.options_dict)
 
@@ -582,11 +581,11 @@ def _with_shuffle(spec: MetricSpec, default: str | None) -> MetricSpec:
     return dataclasses.replace(spec, shuffle_required=True) if required else spec
 
 
-def _memoised(impl: Protocol) -> bool:
+def _memoised(impl: DeviceHalf) -> bool:
     return getattr(impl, "epsilon_longitudinal", None) is not None
 
 
-def first_lifetime_charge(impl: Protocol) -> float:
+def first_lifetime_charge(impl: DeviceHalf) -> float:
     """What the ledger charges a device's lifetime for its first report: ε, or ε∞ when memoised."""
     return float(impl.epsilon_longitudinal if _memoised(impl) else impl.epsilon)  # type: ignore[attr-defined]
 
@@ -685,7 +684,7 @@ class _MetricParser:
             self.check_lifetime_fits_one_report(spec.protocol_impl, float(lifetime))
         return spec
 
-    def check_lifetime_fits_one_report(self, impl: Protocol, lifetime: float) -> None:
+    def check_lifetime_fits_one_report(self, impl: DeviceHalf, lifetime: float) -> None:
         """A lifetime budget below one report's charge would make the ledger refuse every report."""
         first = first_lifetime_charge(impl)
         if _exceeds(first, lifetime):

@@ -19,28 +19,135 @@ cohorts), each with fixed-size integer counters and its number of reports. Sketc
 from __future__ import annotations
 
 import abc
+import dataclasses
+import itertools
 from typing import Any, ClassVar
 
 import numpy as np
 
-from client_sdk.errors import DomainError
-from client_sdk.protocols.base import (  # the definitions move here with the last legacy protocol
-    CountEstimate,
-    DirectResponse,
-    Payloads,
-    Protocol,
-    PureProtocol,
-    Sketch,
-    add_cells,
-    first_bad,
-    int_rows_from_wire,
-    integers_from_wire,
-    pure_estimate,
-    pure_variance,
-    require_1d,
-)
+from client_sdk.errors import DomainError, InvalidPayload
 from client_sdk.protocols.device import DeviceHalf, DirectDevice
 from client_sdk.randomness import RandomLike
+
+Payloads = dict[str, np.ndarray]
+"""A batch of randomised reports: named arrays sharing the leading (batch) dimension."""
+
+
+@dataclasses.dataclass
+class Sketch:
+    """Additive aggregate: per-cohort counters and per-cohort report counts (int64)."""
+
+    counts: np.ndarray
+    reports: np.ndarray
+
+    @property
+    def total_reports(self) -> int:
+        return int(self.reports.sum())
+
+    def merge(self, other: "Sketch") -> "Sketch":
+        """Sum of two sketches of the same shape (shards, collectors, windows)."""
+        if self.counts.shape != other.counts.shape:
+            raise ValueError(f"sketch shapes differ: {self.counts.shape} vs {other.counts.shape}")
+        return Sketch(self.counts + other.counts, self.reports + other.reports)
+
+    def copy(self) -> "Sketch":
+        return Sketch(self.counts.copy(), self.reports.copy())
+
+
+@dataclasses.dataclass(frozen=True)
+class CountEstimate:
+    """Unbiased count estimates over the domain and their (estimated) variances."""
+
+    counts: np.ndarray      # ĉ(v), float64, shape (d,)
+    variances: np.ndarray   # Var-hat[ĉ(v)], float64, shape (d,)
+    n: int                  # number of reports in the sketch
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def int_rows_from_wire(objects: list[Any], width: int) -> np.ndarray | None:
+    """``objects`` (msgpack's lists of ``width`` ints each) as an int64 array of shape (n, width),
+    or None when any is not exactly that (the caller's report-by-report pass then names it).
+
+    Set-of-types checks over the flattened values and one ``np.fromiter``: ~3x faster than a
+    per-report loop or ``np.asarray`` of nested lists, and still exact (bool is not int here)."""
+    if not objects or not set(map(type, objects)) <= {list, tuple} or set(map(len, objects)) != {width}:
+        return None
+    flat = list(itertools.chain.from_iterable(objects))
+    if set(map(type, flat)) != {int}:
+        return None
+    try:
+        return np.fromiter(flat, dtype=np.int64, count=len(flat)).reshape(-1, width)
+    except OverflowError:
+        return None
+
+
+def add_cells(sketch: Sketch, cells: np.ndarray, cohorts: np.ndarray) -> None:
+    """``accumulate`` for protocols with ``flat_cells``: add one per flat counter index and one
+    report per cohort index (bincount for large batches, no sketch-sized temporary for small)."""
+    if not sketch.counts.flags.c_contiguous:  # reshape would copy: add a dense increment
+        sketch.counts += np.bincount(cells, minlength=sketch.counts.size).reshape(sketch.counts.shape)
+        cells = cells[:0]
+    flat = sketch.counts.reshape(-1)  # a view of the counters
+    for target, idx in ((flat, cells), (sketch.reports, cohorts)):
+        if 8 * idx.shape[0] >= target.shape[0]:
+            target += np.bincount(idx, minlength=target.shape[0])
+        else:
+            np.add.at(target, idx, 1)
+
+
+def integers_from_wire(objects: list, high: int, field: str) -> np.ndarray:
+    """Wire payloads that are plain integers in [0, high) (bools rejected), as int64."""
+    for i, obj in enumerate(objects):
+        if type(obj) is not int:  # bool is a subclass of int: rejected here too
+            raise InvalidPayload(f"expected an integer in [0, {high}), got {type(obj).__name__}",
+                                 index=i, field=field)
+        if not 0 <= obj < high:  # also keeps the int64 conversion from overflowing
+            raise InvalidPayload(f"value {obj} outside [0, {high})", index=i, field=field)
+    return np.asarray(objects, dtype=np.int64).reshape(-1)
+
+
+def pure_estimate(support: np.ndarray, n: int, p_star: float, q_star: float) -> tuple[np.ndarray, np.ndarray]:
+    """Pure-protocol estimator (docs/math.md §2): ĉ = (S − n q*)/(p* − q*) and its plug-in variance.
+
+    The variance uses Var = n q*(1−q*)/(p*−q*)² + c(1−p*−q*)/(p*−q*) with c = clip(ĉ, 0, n).
+    """
+    support = np.asarray(support, dtype=np.float64)
+    delta = p_star - q_star
+    counts = support - n * q_star
+    counts /= delta
+    clipped = np.clip(counts, 0, n)
+    return counts, pure_variance(n, clipped, p_star, q_star, out=clipped)
+
+
+def pure_variance(n: int, true_counts: np.ndarray | float, p_star: float, q_star: float, *,
+                  out: np.ndarray | None = None) -> np.ndarray:
+    """Var[ĉ(v)] of a pure protocol (docs/math.md §2); ``out``: a float64 array to write it into
+    (it may be ``true_counts`` itself)."""
+    delta = p_star - q_star
+    # A scalar count in plain floats: the same IEEE operations as numpy's (and as the device
+    # halves' pure_variance_one, which `auto` scores).
+    if isinstance(true_counts, (int, float)):
+        return n * q_star * (1 - q_star) / delta**2 + float(true_counts) * (1 - p_star - q_star) / delta
+    # the same operations in place on one array (d = 10⁶: two 8 MB temporaries fewer)
+    out = np.multiply(np.asarray(true_counts, dtype=np.float64), 1 - p_star - q_star, out=out)
+    out /= delta
+    out += n * q_star * (1 - q_star) / delta**2
+    return out
+
+
+def require_1d(payloads: Payloads, key: str, n: int | None = None) -> np.ndarray:
+    """Fetch a named payload array; InvalidPayload if absent or ragged."""
+    if key not in payloads:
+        raise InvalidPayload(f"missing payload field {key!r}", field=key)
+    arr = np.asarray(payloads[key])
+    if n is not None and arr.shape[0] != n:
+        raise InvalidPayload(f"field {key!r} has {arr.shape[0]} entries, expected {n}", field=key)
+    return arr
+
+
+def first_bad(mask: np.ndarray) -> int:
+    """Index of the first True in a boolean mask (for error messages)."""
+    return int(np.flatnonzero(mask)[0])
 
 
 class ServerHalf(abc.ABC):
@@ -215,12 +322,6 @@ class DirectServer(PureServer):
     def report_statistics(self, payloads: Payloads) -> np.ndarray | None:
         return np.eye(self.domain_size, dtype=np.int64)[payloads["y"]]
 
-
-# A protocol not yet split is one object holding both halves: it is its own server half, so
-# isinstance checks against the server classes hold for it too until it moves.
-ServerHalf.register(Protocol)
-PureServer.register(PureProtocol)
-DirectServer.register(DirectResponse)
 
 __all__ = ["CountEstimate", "DirectServer", "Payloads", "PureServer", "ServerHalf", "Sketch",
            "add_cells", "first_bad", "int_rows_from_wire", "integers_from_wire", "pure_estimate",

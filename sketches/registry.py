@@ -2,8 +2,7 @@
 
 Each ``sketches/<name>.py`` registers its server half once, at import, with
 ``@register(DeviceClass)``; ``server_half`` imports that module the first time a device half of
-the protocol is looked up. A protocol not yet split (client_sdk.protocols.base.Protocol, both
-halves in one object) is its own server half.
+the protocol is looked up.
 """
 
 from __future__ import annotations
@@ -36,8 +35,8 @@ def server_half(of: Any) -> Any:
     """The server half of a metric (a ``MetricSpec``: its ``protocol_impl``) or of a device half,
     built once per device half and cached on it; a server half is its own."""
     device = getattr(of, "protocol_impl", of)
-    if isinstance(device, ServerHalf):   # a server half already (or a protocol not yet split,
-        return device                   # one object that is both halves)
+    if isinstance(device, ServerHalf):   # a server half already
+        return device
     half = device.server_half_cache
     if half is None:
         kind = type(device)

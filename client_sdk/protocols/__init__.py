@@ -1,15 +1,12 @@
-"""LDP frequency oracles, one module each, sharing the contract in ``base``.
+"""The device halves of the LDP protocols, one module each over the contract in ``device``.
 
-``PROTOCOLS`` maps a protocol name (as written in the registry) to its class; ``build``
-makes a protocol object from a name and a parameter mapping.
+The names below are the protocols as written in the registry; ``factory.build_protocol`` makes
+a protocol's device half from a name and its parameters (docs/design.md, "Two halves").
 """
 
 from __future__ import annotations
 
-from .base import CountEstimate, Payloads, Protocol, Sketch
-
-__all__ = ["CountEstimate", "Payloads", "Protocol", "Sketch", "PROTOCOL_NAMES", "LONGITUDINAL_PROTOCOL_NAMES",
-           "LONGITUDINAL_NUMERIC_NAMES"]
+__all__ = ["PROTOCOL_NAMES", "LONGITUDINAL_PROTOCOL_NAMES", "LONGITUDINAL_NUMERIC_NAMES"]
 
 #: Frequency-oracle protocols, in the order `ldpt plan` lists them.
 PROTOCOL_NAMES = ("rr", "grr", "oue", "sue", "olh", "hr", "ss", "rappor", "discover")

@@ -12,7 +12,7 @@ from types import ModuleType
 from typing import Any
 
 from . import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
-from .base import Protocol
+from .device import DeviceHalf
 from .longitudinal import check_epsilon_pair
 from .numeric import NUMERIC_PROTOCOL_NAMES
 
@@ -31,7 +31,7 @@ AUTO_TIE_MARGIN = 0.02
 DEFAULT_MAX_REPORT_BYTES = 8192
 
 
-def report_bytes(protocol: Protocol) -> int:
+def report_bytes(protocol: DeviceHalf) -> int:
     """A report's size as budgeted by ``max_report_bytes``: ⌈payload_bits/8⌉ bytes (its
     information content; msgpack framing adds at most a few bytes, docs/wire-format.md)."""
     return _bytes(protocol.payload_bits)
@@ -59,7 +59,7 @@ def option_keys(name: str) -> frozenset[str]:
 
 
 def build_protocol(name: str, domain_size: int | None, epsilon: float | None,
-                   options: dict[str, Any] | None = None) -> Protocol:
+                   options: dict[str, Any] | None = None) -> DeviceHalf:
     """Instantiate protocol ``name``; raises ValueError with a readable reason on bad params."""
     return protocol_module(name).from_options(domain_size, epsilon, dict(options or {}))
 
@@ -71,7 +71,7 @@ def applicable(name: str, domain_size: int) -> bool:
     return name not in STRING_PROTOCOLS
 
 
-def per_item_variance(protocol: Protocol) -> float:
+def per_item_variance(protocol: DeviceHalf) -> float:
     """n·(mean over the domain of Var[f̂(v)]): the figure `auto` minimises.
 
     Every variance here is linear in the true count, n·a + c(v)·b, and the counts average n/d
