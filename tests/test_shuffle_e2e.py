@@ -31,6 +31,7 @@ from estimators.frequency import estimate_frame
 from sketches import server_half
 
 from .js_runtime_support import built_sdk
+from .order_statistic import order_dependence_z
 from .sdk_support import wait_until
 from .shuffle_support import (
     NodeDevices,
@@ -120,25 +121,6 @@ def store_state(db, spec):  # noqa: ANN001, ANN201
         batches = store._conn.execute("SELECT count(*) FROM batches").fetchone()[0]
         forwarded = store._conn.execute("SELECT count(*) FROM shuffled_batches").fetchone()[0]
         return sketch, batches, forwarded, store.shuffle_records(spec.name, spec.fingerprint)
-
-
-def order_dependence_z(batches, arrival):  # noqa: ANN001, ANN201
-    """z of H0 "within each forwarded batch, positions are independent of arrival ranks":
-    T = Σ over batches of Σ_i c_i r_i, c the centred positions and r the centred arrival ranks
-    within the batch, divided by its exact null standard deviation. A uniform permutation of a
-    batch of n gives E[c·r] = 0 and Var[c·r] = (Σc²)(Σr²)/(n - 1) (Hoeffding 1951, a linear
-    permutation statistic); batches are independent, so the variances add, and T is close to
-    normal (Hoeffding's combinatorial central limit theorem)."""
-    t = var = 0.0
-    for batch in batches:
-        n = len(batch)
-        if n < 2:
-            continue
-        ranks = np.array([arrival[e] for e in batch], dtype=float).argsort().argsort() - (n - 1) / 2.0
-        positions = np.arange(n) - (n - 1) / 2.0
-        t += float(positions @ ranks)
-        var += float(positions @ positions) * float(ranks @ ranks) / (n - 1)
-    return t / np.sqrt(var)
 
 
 def test_the_order_statistic_is_standard_normal_under_uniform_shuffles():
