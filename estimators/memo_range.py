@@ -109,7 +109,7 @@ def range_frame(spec: MetricSpec, sketches: Sequence[tuple[str, Sketch]], *, con
     variances = range_variance(permanent, total)
     fresh = np.sum([np.maximum(v - np.clip(p, 0.0, None), 0.0) for v, p in zip(total, permanent)], axis=0)
     counts = np.sum([np.asarray(e.counts, dtype=np.float64) for e in estimates], axis=0)
-    lumps = range_lumps([memo_lumps(proto, s, e) for (_, s), e in zip(used, estimates)], proto.second_round_keep)
+    lumps = range_lumps([proto.memo_lumps(s, e) for (_, s), e in zip(used, estimates)], proto.second_round_keep)
     freq = base[base["statistic"] == "count"].drop(columns="statistic").reset_index(drop=True) \
         if spec.is_histogram else base.copy()
     freq = _with_bound(freq, counts, variances, merged.total_reports, confidence, simultaneous,
@@ -123,78 +123,6 @@ def range_frame(spec: MetricSpec, sketches: Sequence[tuple[str, Sketch]], *, con
                                    consistent=consistent, simultaneous=simultaneous)
     freq.attrs.update(windows=[w for w, _ in used], range_variance=RANGE_VARIANCE)
     return freq
-
-
-#: A value's devices join the events of the values sharing its LOLOHA cell when its window estimate
-#: is above this many standard errors (``memo_lumps``).
-HELD_Z = 3.0
-
-#: LOLOHA's cells are rare counts when a uniform draw hits one with at most this probability, 1/g
-#: (``memo_lumps``): g = 2 gives every value half of its cohort's draws.
-RARE_SHARE = 0.05
-
-
-def memo_lumps(proto: MemoisedServer, sketch: Sketch, estimate) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(a, ν, μ) of one window under "nobody holds v", per class of reports (rows) and value
-    (columns): the integer report counts whose lumps make a range's estimate of a value nobody
-    holds skewed (docs/math.md §10a, "The null law of a range").
-
-    The second round keeps its input w.p. λ and otherwise draws uniformly (``second_round_keep``),
-    so a report supports v, or lands in v's own cell, in two disjoint ways:
-
-    - a *single*: a uniform draw that happens to hit it, independently per report — about ν such
-      reports per window (Poisson), each moving ĉ(v) by a;
-    - a *keep* of a memoised response that supports v — an *event*: about μ devices per window
-      hold such a response (each of the n devices with probability q₁; LOLOHA: also the devices
-      whose value shares v's hashed cell, with probability p₁) and each keeps it w.p. λ.
-
-    - L-GRR, L-OSUE: one class; a = 1/(P − Q), ν = n·q₂, μ = n·q₁;
-    - LOLOHA: one class per cohort s, v's own cell (s, H_s(v)); a = (B[v, (s, H_s(v))] − B̄_s(v))/(p' − q')
-      (B the least-squares decoder, B̄_s(v) the mean of its weights over the g cells of s: given
-      n_s only the excess is random), ν = n_s·q₂ and μ = n_s·q₁ + (p₁ − q₁)·ρ_s·C_s(v), C_s(v) the
-      estimated devices of the other values hashed to that cell, counting the values clearly held
-      (ĉ(u) > ``HELD_Z`` SEs: the positive noise of the values nobody holds would add phantom events);
-      no lumps when 1/g > ``RARE_SHARE`` (BiLOLOHA: a uniform draw hits v's cell half the time, so
-      its reports there are many, and normal with the rest) nor in empty cohorts;
-    - dBitFlipPM: a = n/(n_v(P − Q)), ν = n_v·q₂, μ = n_v·q₁ (n_v reports sample v's bucket).
-
-    Zeros where the protocol has no such lumps (a numeric mean)."""
-    par = proto.params  # type: ignore[attr-defined]
-    n = float(sketch.total_reports)
-    q2 = float(par.q2)
-    name = getattr(proto, "name", "")
-    if name in ("lgrr", "losue"):
-        d = int(par.d)
-        return (np.full((1, d), 1.0 / (par.p - par.q)), np.full((1, d), n * q2), np.full((1, d), n * par.q1))
-    if name == "loloha":
-        n_s = np.asarray(sketch.reports, dtype=np.float64)
-        B = proto.decoder(n_s).B                                       # type: ignore[attr-defined]
-        _, row_of, _, cohort_start = proto.design                      # type: ignore[attr-defined]
-        d, m, g = int(par.d), int(par.m), int(par.g)
-        # a report of cohort s moves ĉ(v) by its cell's weight; with n_s known only the weight's
-        # excess over the cohort's mean cell weight is random (Σ_y T[s, y] = n_s): a uniform draw
-        # hitting v's cell moves ĉ(v) by that excess (at g = 2 both cells carry large weights)
-        level = np.add.reduceat(B, cohort_start, axis=1).T / g        # (m, d): mean weight of s's g cells
-        own = (B[np.arange(d)[None, :], row_of] - level) / (proto.p - proto.q)   # type: ignore[attr-defined]
-        c = np.nan_to_num(np.asarray(estimate.counts, dtype=np.float64))
-        sd = np.sqrt(np.nan_to_num(np.asarray(estimate.variances, dtype=np.float64)))
-        c = np.where(c > HELD_Z * sd, c, 0.0)                         # the values clearly held
-        mass = np.bincount(row_of.ravel(), weights=np.broadcast_to(c, (m, d)).ravel(), minlength=B.shape[1])
-        others = mass[row_of] - c[None, :]                            # (m, d): other values in v's cell
-        rho = n_s / max(n, 1.0)
-        mu = n_s[:, None] * par.q1 + (par.p1 - par.q1) * rho[:, None] * others
-        nu = np.broadcast_to(n_s[:, None] * q2, (m, d)).copy()
-        # a uniform draw hits one of g cells: at g = 2 (BiLOLOHA) half of them, no rare count — the
-        # reports there are many comparable parts, left to the normal rest; empty cohorts have none
-        rare = (1.0 / g <= RARE_SHARE) & (n_s[:, None] > 0)
-        return np.where(rare, own, 0.0), np.where(rare, nu, 0.0), np.where(rare, mu, 0.0)
-    if name == "dbitflip":
-        n_v, _ = proto.bucket_totals(sketch)                           # type: ignore[attr-defined]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            jump = np.where(n_v > 0, n / (n_v * (par.p - par.q)), 0.0)
-        return jump[None, :], (n_v * q2)[None, :], (n_v * par.q1)[None, :]
-    size = (1,) + tuple(np.shape(getattr(estimate, "counts", np.zeros(0))))
-    return np.zeros(size), np.zeros(size), np.zeros(size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,7 +144,7 @@ class RangeLumps:
 
 
 def range_lumps(lumps: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], keep: float) -> RangeLumps:
-    """The windows' ``memo_lumps`` as one range's two Poisson classes, each lumped as much as the
+    """The windows' ``MemoisedServer.memo_lumps`` as one range's two Poisson classes, each lumped as much as the
     windows allow at its variance (Bennett 1962: a centred sum of independent parts each ≤ b, of
     variance σ², has an MGF at most that of b·(Pois(σ²/b²) − σ²/b²); so its largest jump with the
     variance matched is the heaviest tail these lumps can have):

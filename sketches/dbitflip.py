@@ -174,5 +174,15 @@ class DBitFlipServer(MemoisedServer, ServerHalf):
         """The bit pattern of the sampled buckets (y = Σ bitᵢ·2^i)."""
         return (payloads["y"][:, None] >> np.arange(self.params.sampled)) & 1
 
+    def memo_lumps(self, sketch: Sketch, estimate: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One class: a = n/(n_v(P − Q)), ν = n_v·q₂, μ = n_v·q₁ (n_v reports sample v's bucket)."""
+        par = self.params
+        n = float(sketch.total_reports)
+        q2 = float(par.q2)
+        n_v, _ = self.bucket_totals(sketch)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            jump = np.where(n_v > 0, n / (n_v * (par.p - par.q)), 0.0)
+        return jump[None, :], (n_v * q2)[None, :], (n_v * par.q1)[None, :]
+
 
 __all__ = ["DBitFlipServer"]

@@ -15,7 +15,7 @@ from client_sdk.randomness import RandomLike, as_random_source
 
 from .base import Payloads
 from .grr import GRRServer
-from .longitudinal import MemoisedServer
+from .longitudinal import MemoisedServer, pure_chain_lumps
 from .registry import register
 
 
@@ -51,6 +51,10 @@ class LGRRServer(GRRChainServer, GRRServer):
     def audit_chain(self, x: Any, cohort: int | None) -> tuple[str, np.ndarray, float, float] | None:
         """The memoised GRR round over [d] (p₁, q₁), then each report's GRR of it (p₂, q₂)."""
         return "cat", self.memo_output_probabilities(x), self.params.p2, self.params.q2
+
+    def memo_lumps(self, sketch: Any, estimate: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One class of reports: a = 1/(P − Q), ν = n·q₂, μ = n·q₁ (``pure_chain_lumps``)."""
+        return pure_chain_lumps(self.params, sketch)
 
 
 __all__ = ["GRRChainServer", "LGRRServer"]

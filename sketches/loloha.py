@@ -19,6 +19,14 @@ from .lgrr import GRRChainServer
 from .olh import OLHServer, hash_values
 from .registry import register
 
+#: A value's devices join the events of the values sharing its cell when its window estimate is
+#: above this many standard errors (``LOLOHAServer.memo_lumps``).
+HELD_Z = 3.0
+
+#: The cells are rare counts when a uniform draw hits one with at most this probability, 1/g
+#: (``LOLOHAServer.memo_lumps``): g = 2 gives every value half of its cohort's draws.
+RARE_SHARE = 0.05
+
 
 @register(LOLOHA)
 class LOLOHAServer(GRRChainServer, OLHServer):
@@ -113,5 +121,38 @@ class LOLOHAServer(GRRChainServer, OLHServer):
         first[hash_one(int(cohort or 0), x, pr.g)] = pr.p1
         return "cat", first, pr.p2, pr.q2
 
+    def memo_lumps(self, sketch: Any, estimate: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One class per cohort s, v's own cell (s, H_s(v)); a = (B[v, (s, H_s(v))] − B̄_s(v))/(p' − q')
+        (B the least-squares decoder, B̄_s(v) the mean of its weights over the g cells of s: given
+        n_s only the excess is random), ν = n_s·q₂ and μ = n_s·q₁ + (p₁ − q₁)·ρ_s·C_s(v), C_s(v) the
+        estimated devices of the other values hashed to that cell, counting the values clearly held
+        (ĉ(u) > ``HELD_Z`` SEs: the positive noise of the values nobody holds would add phantom events);
+        no lumps when 1/g > ``RARE_SHARE`` (BiLOLOHA: a uniform draw hits v's cell half the time, so
+        its reports there are many, and normal with the rest) nor in empty cohorts."""
+        par = self.params
+        n = float(sketch.total_reports)
+        q2 = float(par.q2)
+        n_s = np.asarray(sketch.reports, dtype=np.float64)
+        B = self.decoder(n_s).B
+        _, row_of, _, cohort_start = self.design
+        d, m, g = int(par.d), int(par.m), int(par.g)
+        # a report of cohort s moves ĉ(v) by its cell's weight; with n_s known only the weight's
+        # excess over the cohort's mean cell weight is random (Σ_y T[s, y] = n_s): a uniform draw
+        # hitting v's cell moves ĉ(v) by that excess (at g = 2 both cells carry large weights)
+        level = np.add.reduceat(B, cohort_start, axis=1).T / g        # (m, d): mean weight of s's g cells
+        own = (B[np.arange(d)[None, :], row_of] - level) / (self.p - self.q)
+        c = np.nan_to_num(np.asarray(estimate.counts, dtype=np.float64))
+        sd = np.sqrt(np.nan_to_num(np.asarray(estimate.variances, dtype=np.float64)))
+        c = np.where(c > HELD_Z * sd, c, 0.0)                         # the values clearly held
+        mass = np.bincount(row_of.ravel(), weights=np.broadcast_to(c, (m, d)).ravel(), minlength=B.shape[1])
+        others = mass[row_of] - c[None, :]                            # (m, d): other values in v's cell
+        rho = n_s / max(n, 1.0)
+        mu = n_s[:, None] * par.q1 + (par.p1 - par.q1) * rho[:, None] * others
+        nu = np.broadcast_to(n_s[:, None] * q2, (m, d)).copy()
+        # a uniform draw hits one of g cells: at g = 2 (BiLOLOHA) half of them, no rare count — the
+        # reports there are many comparable parts, left to the normal rest; empty cohorts have none
+        rare = (1.0 / g <= RARE_SHARE) & (n_s[:, None] > 0)
+        return np.where(rare, own, 0.0), np.where(rare, nu, 0.0), np.where(rare, mu, 0.0)
 
-__all__ = ["LOLOHAServer"]
+
+__all__ = ["HELD_Z", "LOLOHAServer", "RARE_SHARE"]

@@ -42,7 +42,34 @@ class MemoisedServer(abc.ABC):
     batch_payloads = Memoised.batch_payloads
     sdk_cohorts = Memoised.sdk_cohorts
 
+    def memo_lumps(self, sketch: Any, estimate: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(a, ν, μ) of one window under "nobody holds v", per class of reports (rows) and value
+        (columns): the integer report counts whose lumps make a range's estimate of a value nobody
+        holds skewed (docs/math.md §10a, "The null law of a range"; estimators/memo_range.py).
+
+        The second round keeps its input w.p. λ and otherwise draws uniformly (``second_round_keep``),
+        so a report supports v, or lands in v's own cell, in two disjoint ways:
+
+        - a *single*: a uniform draw that happens to hit it, independently per report — about ν such
+          reports per window (Poisson), each moving ĉ(v) by a;
+        - a *keep* of a memoised response that supports v — an *event*: about μ devices per window
+          hold such a response and each keeps it w.p. λ.
+
+        Zeros here, where the protocol has no such lumps (a numeric mean); the count protocols
+        override it."""
+        size = (1,) + tuple(np.shape(getattr(estimate, "counts", np.zeros(0))))
+        return np.zeros(size), np.zeros(size), np.zeros(size)
+
 
 MemoisedServer.register(Memoised)
 
-__all__ = ["MemoisedServer"]
+
+def pure_chain_lumps(params: Any, sketch: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``MemoisedServer.memo_lumps`` of a pure chain (L-GRR, L-OSUE): one class of reports over the
+    d values; a = 1/(P − Q), ν = n·q₂, μ = n·q₁."""
+    n = float(sketch.total_reports)
+    q2 = float(params.q2)
+    d = int(params.d)
+    return (np.full((1, d), 1.0 / (params.p - params.q)), np.full((1, d), n * q2), np.full((1, d), n * params.q1))
+
+__all__ = ["MemoisedServer", "pure_chain_lumps"]

@@ -15,7 +15,7 @@ from client_sdk.protocols.unary import MAX_ENUMERATED_D
 from client_sdk.randomness import SCALE, RandomLike, as_random_source
 
 from .base import Payloads
-from .longitudinal import MemoisedServer
+from .longitudinal import MemoisedServer, pure_chain_lumps
 from .registry import register
 from .unary import UnaryServer
 
@@ -71,6 +71,10 @@ class LOSUEServer(MemoisedServer, UnaryServer):
         """The memoised OUE bits (x's 1 w.p. p₁, others q₁), each report's SUE on them (p₂, q₂)."""
         pr = self.params
         return "bit", np.where(np.arange(pr.d) == x, pr.p1, pr.q1), pr.p2, pr.q2
+
+    def memo_lumps(self, sketch: Any, estimate: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One class of reports: a = 1/(P − Q), ν = n·q₂, μ = n·q₁ (``pure_chain_lumps``)."""
+        return pure_chain_lumps(self.params, sketch)
 
 
 __all__ = ["LOSUEServer"]
