@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 
 from client_sdk.errors import LdptError
-from client_sdk.randomness import as_random_source
 from client_sdk.registry import Kind, MetricSpec
 from sketches import server_half
 from sketches.base import Payloads, Sketch
 from sketches.longitudinal import MemoisedServer
 from sketches.metric_arrays import bucket_of, index_of
+from sketches.randomness import as_random_source
 
 from .simulation import CHUNK, Population, draw_numeric, draw_population, parse_weights
 

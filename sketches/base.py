@@ -27,7 +27,8 @@ import numpy as np
 
 from client_sdk.errors import DomainError, InvalidPayload
 from client_sdk.protocols.device import DeviceHalf, DirectDevice
-from client_sdk.randomness import RandomLike
+
+from .randomness import RandomLike
 
 Payloads = dict[str, np.ndarray]
 """A batch of randomised reports: named arrays sharing the leading (batch) dimension."""

@@ -12,10 +12,11 @@ import numpy as np
 
 from client_sdk.errors import InvalidPayload
 from client_sdk.protocols.dbitflip import MAX_ENUMERATED_SAMPLED, DBitFlip
-from client_sdk.randomness import SCALE, RandomLike, as_random_source
+from client_sdk.randomness import SCALE
 
 from .base import CountEstimate, Payloads, ServerHalf, Sketch, first_bad, require_1d
 from .longitudinal import MemoisedServer
+from .randomness import RandomLike, as_random_source
 from .registry import register
 
 

@@ -24,7 +24,6 @@ from client_sdk.protocols.discover import (
     key_bytes,
     truncate,
 )
-from client_sdk.randomness import RandomLike, as_random_source, bernoulli
 
 from .base import (
     CountEstimate,
@@ -36,6 +35,7 @@ from .base import (
     int_rows_from_wire,
     require_1d,
 )
+from .randomness import RandomLike, as_random_source, bernoulli
 from .registry import register
 
 

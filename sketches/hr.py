@@ -12,7 +12,6 @@ import numpy as np
 
 from client_sdk.errors import InvalidPayload
 from client_sdk.protocols.hr import HR
-from client_sdk.randomness import RandomLike, as_random_source, bernoulli
 
 from .base import (
     CountEstimate,
@@ -27,6 +26,7 @@ from .base import (
     require_1d,
 )
 from .projective import direction_codes, inner, line_sums
+from .randomness import RandomLike, as_random_source, bernoulli
 from .registry import register
 
 #: When p*+q* > 1 (g = 2), Var[ĉ] = n q*(1−q*)/(p*−q*)² − c·(p*+q*−1)/(p*−q*) *decreases* in c,

@@ -11,10 +11,11 @@ import numpy as np
 
 from client_sdk.errors import InvalidPayload
 from client_sdk.protocols.hybrid import Hybrid
-from client_sdk.randomness import SCALE, RandomLike, as_random_source
+from client_sdk.randomness import SCALE
 
 from .base import Payloads, first_bad
 from .numeric import NumericServer
+from .randomness import RandomLike, as_random_source
 from .registry import register, server_half
 
 

@@ -12,10 +12,10 @@ import numpy as np
 
 from client_sdk.protocols.laplace import Laplace
 from client_sdk.protocols.numeric import SCALE64
-from client_sdk.randomness import RandomLike, as_random_source
 
 from .base import Payloads
 from .numeric import NumericServer, words64
+from .randomness import RandomLike, as_random_source
 from .registry import register
 
 

@@ -11,11 +11,11 @@ import numpy as np
 
 from client_sdk.protocols.lgrr import LGRR
 from client_sdk.protocols.longitudinal import grr_round, pure_chain_permanent_variance
-from client_sdk.randomness import RandomLike, as_random_source
 
 from .base import Payloads
 from .grr import GRRServer
 from .longitudinal import MemoisedServer, pure_chain_lumps
+from .randomness import RandomLike, as_random_source
 from .registry import register
 
 

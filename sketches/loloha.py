@@ -12,11 +12,11 @@ import numpy as np
 
 from client_sdk.protocols.loloha import LOLOHA
 from client_sdk.protocols.olh import hash_one
-from client_sdk.randomness import RandomLike, as_random_source
 
 from .base import Payloads
 from .lgrr import GRRChainServer
 from .olh import OLHServer, hash_values
+from .randomness import RandomLike, as_random_source
 from .registry import register
 
 #: A value's devices join the events of the values sharing its cell when its window estimate is

@@ -12,11 +12,12 @@ import numpy as np
 
 from client_sdk.protocols.memobitmean import MemoBitMean, MemoBitMeanParams
 from client_sdk.protocols.numeric import SCALE64
-from client_sdk.randomness import SCALE, RandomLike, as_random_source
+from client_sdk.randomness import SCALE
 
 from .base import Payloads
 from .longitudinal import MemoisedServer
 from .numeric import NumericServer, words64
+from .randomness import RandomLike, as_random_source
 from .registry import register
 
 

@@ -17,9 +17,10 @@ import numpy as np
 
 from client_sdk.errors import InvalidPayload
 from client_sdk.protocols.numeric import NumericDevice
-from client_sdk.randomness import SCALE, RandomLike, RandomSource, as_random_source
+from client_sdk.randomness import SCALE
 
 from .base import Payloads, ServerHalf, Sketch, first_bad, integers_from_wire, require_1d
+from .randomness import RandomLike, RandomSource, as_random_source
 
 
 def words64(source: RandomSource, count: int) -> np.ndarray:

@@ -14,7 +14,6 @@ import numpy as np
 
 from client_sdk.errors import EstimationError, InvalidPayload
 from client_sdk.protocols.olh import GAMMA, MIX1, MIX2, OLH, SALT, hash_one
-from client_sdk.randomness import RandomLike, as_random_source, bernoulli
 
 from . import projective as proj
 from .base import (
@@ -27,6 +26,7 @@ from .base import (
     int_rows_from_wire,
     require_1d,
 )
+from .randomness import RandomLike, as_random_source, bernoulli
 from .registry import register
 
 

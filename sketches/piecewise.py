@@ -10,10 +10,11 @@ import functools
 import numpy as np
 
 from client_sdk.protocols.piecewise import Piecewise
-from client_sdk.randomness import SCALE, RandomLike, as_random_source
+from client_sdk.randomness import SCALE
 
 from .base import Payloads
 from .numeric import NumericServer
+from .randomness import RandomLike, as_random_source
 from .registry import register
 
 

@@ -15,9 +15,10 @@ import numpy as np
 from client_sdk.errors import DomainError, InvalidPayload
 from client_sdk.hashing import bloom_positions, bloom_positions_one, check_secret, prr_words_checked
 from client_sdk.protocols.rappor import BLOOM_CACHE_SIZE, Rappor, RapporParams
-from client_sdk.randomness import SCALE, RandomLike, as_random_source, below_threshold
+from client_sdk.randomness import SCALE
 
 from .base import CountEstimate, Payloads, ServerHalf, Sketch, first_bad, require_1d
+from .randomness import RandomLike, as_random_source, below_threshold
 from .registry import register
 
 #: output_probabilities enumerates 2^k reports; refuse beyond this k.

@@ -10,9 +10,9 @@ import numpy as np
 
 from client_sdk.errors import InvalidPayload
 from client_sdk.protocols.rr import RR
-from client_sdk.randomness import RandomLike, as_random_source, bernoulli
 
 from .base import DirectServer, Payloads, Sketch, first_bad, integers_from_wire, require_1d
+from .randomness import RandomLike, as_random_source, bernoulli
 from .registry import register
 
 

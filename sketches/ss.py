@@ -13,9 +13,10 @@ import numpy as np
 
 from client_sdk.errors import InvalidPayload
 from client_sdk.protocols.ss import SS
-from client_sdk.randomness import SCALE, RandomLike, as_random_source, bernoulli
+from client_sdk.randomness import SCALE
 
 from .base import Payloads, PureServer, Sketch, add_cells, first_bad, require_1d
+from .randomness import RandomLike, as_random_source, bernoulli
 from .registry import register
 
 #: Domain-bitmap Floyd when d <= SPARSE_RATIO·s (small ε), else the sort-based one, whose

@@ -11,9 +11,9 @@ import numpy as np
 
 from client_sdk.errors import InvalidPayload
 from client_sdk.protocols.unary import MAX_ENUMERATED_D
-from client_sdk.randomness import RandomLike, as_random_source, below_threshold
 
 from .base import Payloads, PureServer, Sketch, first_bad, require_1d
+from .randomness import RandomLike, as_random_source, below_threshold
 
 #: Words per encode/accumulate block: ~512 KiB of uint32 stays cache-resident (measured
 #: ~6M reports/s at d=128 with a seeded generator, vs ~1M/s unblocked).

@@ -25,10 +25,10 @@ from scipy import stats
 from client_sdk.protocols.factory import choose_longitudinal_protocol, per_item_variance
 from client_sdk.protocols.loloha import formula_hash_range, optimal_hash_range, random_hash_variance
 from client_sdk.protocols.losue import l_sue_rates
-from client_sdk.randomness import as_random_source
 from client_sdk.registry import parse_registry
 from estimators.longitudinal import MemoTable, simulate_days, window_monte_carlo
 from sketches import build_server, server_half
+from sketches.randomness import as_random_source
 
 R = 1500
 FAMILY_ALPHA = 0.0027

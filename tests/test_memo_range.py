@@ -221,7 +221,7 @@ def test_query_api_gives_the_cli_bytes_for_memoised_ranges(tmp_path):
 def memo_mean_days(spec, values: np.ndarray, days: int, rng: np.random.Generator):
     """memobitmean reports of fixed values over ``days`` windows: α-rounding and the first round
     drawn once per device (as the SDK derives them from its secret), the flip fresh each day."""
-    from client_sdk.randomness import as_random_source
+    from sketches.randomness import as_random_source
 
     proto, source = server_half(spec), as_random_source(rng)
     pos = (normalise(spec, values) + 1.0) * proto.grid / 2

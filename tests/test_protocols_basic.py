@@ -323,7 +323,7 @@ def test_encode_matches_output_probabilities(name, d, eps):
 @pytest.mark.parametrize("d,eps", [(7, 1.0), (10, 1.0), (100, 3.0), (64, 0.3), (1000, 5.0)])
 def test_ss_floyd_samplers_agree_on_the_same_draws(d, eps):
     """Both batch samplers are the same function of (include, draws): Floyd's algorithm."""
-    from client_sdk.randomness import as_random_source, bernoulli
+    from sketches.randomness import as_random_source, bernoulli
 
     proto = build("ss", d, eps)
     rng = np.random.default_rng(1)
@@ -378,7 +378,8 @@ def test_single_report_path_matches_output_probabilities(name, d, eps):
 @pytest.mark.statistical
 @pytest.mark.parametrize("source", ["secure", "pcg64", "mt19937"])
 def test_sources_draw_uniform_words_and_bounded_integers(source):
-    from client_sdk.randomness import SCALE, GeneratorRandom, SecureRandom, bernoulli
+    from client_sdk.randomness import SCALE
+    from sketches.randomness import GeneratorRandom, SecureRandom, bernoulli
 
     src = {"secure": SecureRandom(), "pcg64": GeneratorRandom(np.random.default_rng(7)),
            "mt19937": GeneratorRandom(np.random.Generator(np.random.MT19937(7)))}[source]
