@@ -27,6 +27,13 @@ pytestmark = pytest.mark.e2e
 
 THEMES = ["light-secret-theme", "dark-secret-theme", "system-secret-theme"]
 FAST = RetryPolicy(initial=0.05, maximum=0.5)
+#: The fleets encode on the OS CSPRNG (TelemetryClient takes no seed): each of the 3 estimates of
+#: the fleet test is checked at |estimate - truth| <= Z standard errors, two-sided normal tail
+#: 3.8e-8 per value, 2.3e-7 per run for its two lock variants (the local and remote estimates are
+#: of one store; was 4.5 σ over 924 devices: 4e-5). 3 x 450 process devices keep the power relative
+#: to the counts: 5.5 σ at 1,374 devices is 4.5 σ of 924 as a share of each true count.
+Z = 5.5
+FLEET = 450
 
 
 def _process_fleet(url: str, labels: list[int], queue) -> None:
@@ -55,7 +62,7 @@ def test_clients_in_threads_and_processes_to_a_real_collector_then_ldpt_estimate
     token.chmod(0o600)  # the collector refuses a token file others can read
     rng = np.random.default_rng(5)
     thread_labels = rng.integers(0, 3, 24).tolist()
-    process_labels = [rng.choice(3, size=300, p=[0.6, 0.3, 0.1]).tolist() for _ in range(3)]
+    process_labels = [rng.choice(3, size=FLEET, p=[0.6, 0.3, 0.1]).tolist() for _ in range(3)]
     with collector(tmp_path, extra=("--query-token-file", str(token))) as col:
         ctx = multiprocessing.get_context("fork")
         queue = ctx.Queue()
@@ -73,7 +80,7 @@ def test_clients_in_threads_and_processes_to_a_real_collector_then_ldpt_estimate
         for p in procs:
             p.join(30)
         assert all(results) and len(results) == len(thread_labels)
-        assert all(ok for ok, _ in fleets) and sum(n for _, n in fleets) == 2 * 900
+        assert all(ok for ok, _ in fleets) and sum(n for _, n in fleets) == 2 * 3 * FLEET
         fetched = TelemetryClient(col.url, state_dir=tmp_path / "fetched")   # GET /v1/registry
         assert fetched.wait_for_registry(10.0)
         assert {m.name: m.fingerprint for m in fetched.registry} == \
@@ -90,11 +97,10 @@ def test_clients_in_threads_and_processes_to_a_real_collector_then_ldpt_estimate
     assert local.exit_code == 0, local.output
     for output in (local.output, remote.output):
         doc = json.loads(output)
-        assert doc["meta"]["n_reports"] == truth.sum() == 924
+        assert doc["meta"]["n_reports"] == truth.sum() == len(thread_labels) + 3 * FLEET
         for row, true_count in zip(doc["estimates"], truth):
-            # 4.5 standard errors: the SDK draws from the OS CSPRNG (no seed), so the bound must
-            # hold with overwhelming probability (two-sided 4.5σ: 7e-6 per value).
-            assert abs(row["estimate"] - true_count) <= 4.5 * row["std_err"], (row, true_count)
+            # a defect moving an estimate by >= 5.5 standard errors (~260 of 849 light) fails
+            assert abs(row["estimate"] - true_count) <= Z * row["std_err"], (row, true_count)
             assert row["ci_low"] <= row["ci_high"]
 
 
@@ -151,11 +157,10 @@ def test_a_collector_crash_and_restart_loses_and_doubles_nothing(tmp_path):
 
 
 def test_ldpt_demo_runs_end_to_end(tmp_path):
-    start = time.monotonic()
+    # No wall-clock bound (a loaded CI machine is no defect); pyproject's pytest timeout guards a hang.
     result = CliRunner().invoke(main, ["demo", "--clients", "1500", "--seed", "7", "--silent",
                                        "--keep", str(tmp_path / "demo")])
     assert result.exit_code == 0, result.output
-    assert time.monotonic() - start < 60
     for name in ("theme", "crashed_today", "country", "home_page", "session_minutes", "startup_ms"):
         assert f"\n{name} (" in "\n" + result.output
     assert "inside their 95% interval" in result.output
@@ -165,7 +170,8 @@ def test_ldpt_demo_runs_end_to_end(tmp_path):
     legend = result.output[result.output.index("How to read it:"):]
     for words in ("the privacy cost of one report", "negative", "about 1 row in 20", "covered   whether"):
         assert words in legend, words
-    assert "1,500 clients sent 9,000 randomised reports" in result.output
+    assert "1,500 clients sent 9,000 randomised reports" in result.output   # every report acknowledged
+    assert "; seed 7; kept in" in result.output
     assert (tmp_path / "demo" / "ldpt.sqlite").exists()
     again = CliRunner().invoke(main, ["estimate", "--metrics", str(tmp_path / "demo" / "metrics.toml"),
                                       "--metric", "theme", "--db", str(tmp_path / "demo" / "ldpt.sqlite")])
