@@ -63,20 +63,13 @@ __all__ = ["JOINT_COLUMNS", "JointEstimate", "count_covariance", "estimate_joint
 
 
 def pair_probabilities(proto: ServerHalf) -> tuple[float, float, float, float]:
-    """(p*, q*, r₁, r₂) of a protocol a joint metric may use (module docstring)."""
-    name, d = proto.name, proto.domain_size
-    p, q = float(proto.p), float(proto.q)  # type: ignore[attr-defined]
-    if name == "grr":
-        return p, q, 0.0, 0.0
-    if name in ("oue", "sue"):
-        return p, q, p * q, q * q
-    if name == "ss":
-        s, pi = int(proto.s), float(proto.pi)  # type: ignore[attr-defined]
-        r1 = pi * (s - 1) / (d - 1)
-        r2 = (pi * (s - 1) * (s - 2) + (1 - pi) * s * (s - 1)) / ((d - 1) * (d - 2)) if d > 2 else 0.0
-        return p, q, r1, r2
-    raise EstimationError(f"protocol {name!r}: the covariance of its count estimates is not derived; a "
-                          "joint metric uses grr, oue, sue or ss")
+    """(p*, q*, r₁, r₂) of a protocol a joint metric may use (module docstring): its server
+    half's ``pair_probabilities``."""
+    pair = proto.pair_probabilities()
+    if pair is None:
+        raise EstimationError(f"protocol {proto.name!r}: the covariance of its count estimates is not derived; a "
+                              "joint metric uses grr, oue, sue or ss")
+    return pair
 
 
 def count_covariance(proto: ServerHalf, n: int, counts: np.ndarray,
@@ -119,15 +112,11 @@ def sampling_covariance(counts: np.ndarray, n: int) -> np.ndarray:
 
 def marginal_model(proto: ServerHalf, cells: int, n: int) -> tuple[float, float, int] | None:
     """(p*, q*, N) making a sum of ``cells`` cells' support counts S ~ Bin(c, p*) + Bin(N − c, q*)
-    exactly, c the marginal count: GRR (and SS with s = 1) supports one cell a report, so the sum
-    is the support of the merged value (p* + (k−1)q*, k·q*); unary encodings' bits are independent,
-    N = n·k. None for SS with s ≥ 2 (a report's cells are a fixed-size subset: dependent)."""
-    p, q = float(proto.p), float(proto.q)  # type: ignore[attr-defined]
-    if proto.name == "grr" or (proto.name == "ss" and int(proto.s) == 1):  # type: ignore[attr-defined]
-        return p + (cells - 1) * q, cells * q, n
-    if proto.name in ("oue", "sue"):
-        return p, q, n * cells
-    return None
+    exactly, c the marginal count (the server half's ``marginal_model``): GRR (and SS with s = 1)
+    supports one cell a report, so the sum is the support of the merged value (p* + (k−1)q*, k·q*);
+    unary encodings' bits are independent, N = n·k. None for SS with s ≥ 2 (a report's cells are a
+    fixed-size subset: dependent)."""
+    return proto.marginal_model(cells, n)
 
 
 @dataclasses.dataclass(frozen=True)

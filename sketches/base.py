@@ -280,6 +280,19 @@ class ServerHalf(abc.ABC):
         chain, the bit vector of a "bit" chain; None where the audit has no likelihood."""
         return None
 
+    # --- a joint metric's cells (estimators/joint.py) ---------------------------------------------
+    def pair_probabilities(self) -> tuple[float, float, float, float] | None:
+        """(p*, q*, r₁, r₂) of one fresh report: the support probabilities and the pair
+        probabilities r₁ = P(u, v ∈ S(y) | x = u), r₂ = P(u, v ∈ S(y) | x ∉ {u, v}) (u ≠ v) that
+        give Cov(ĉ) (estimators/joint.py's module docstring); None where they are not derived."""
+        return None
+
+    def marginal_model(self, cells: int, n: int) -> tuple[float, float, int] | None:
+        """(p*, q*, N) making the summed support count S of ``cells`` cells exactly
+        Bin(c, p*) + Bin(N − c, q*), c their summed count, over n reports; None where a report's
+        cells are dependent (or the pair law is not derived)."""
+        return None
+
 
 class PureServer(ServerHalf):
     """A pure protocol (docs/math.md §2): ``counts[0]`` holds each value's support count and the

@@ -52,5 +52,14 @@ class GRRServer(DirectServer):
     def from_wire(self, objects: list[Any]) -> Payloads:
         return {"y": integers_from_wire(objects, self.params.d, "y")}
 
+    def pair_probabilities(self) -> tuple[float, float, float, float] | None:
+        """r₁ = r₂ = 0: a report supports one value (the multinomial's negative covariance)."""
+        return float(self.p), float(self.q), 0.0, 0.0
+
+    def marginal_model(self, cells: int, n: int) -> tuple[float, float, int] | None:
+        """One cell a report: the sum is the support of the merged value, (p* + (k−1)q*, k·q*, n)."""
+        p, q = float(self.p), float(self.q)
+        return p + (cells - 1) * q, cells * q, n
+
 
 __all__ = ["GRRServer"]

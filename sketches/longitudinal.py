@@ -60,6 +60,15 @@ class MemoisedServer(abc.ABC):
         size = (1,) + tuple(np.shape(getattr(estimate, "counts", np.zeros(0))))
         return np.zeros(size), np.zeros(size), np.zeros(size)
 
+    def pair_probabilities(self) -> tuple[float, float, float, float] | None:
+        """None: the pair law of a joint metric's cells is one fresh report's, and a memoised
+        chain's (L-GRR's GRR, L-OSUE's unary bits) is not derived."""
+        return None
+
+    def marginal_model(self, cells: int, n: int) -> tuple[float, float, int] | None:
+        """None: no exact law of a memoised chain's summed cells."""
+        return None
+
 
 MemoisedServer.register(Memoised)
 

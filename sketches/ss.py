@@ -175,5 +175,22 @@ class SSServer(PureServer):
         flat = np.frombuffer(b"".join(objects), dtype=self._wire_dtype)
         return {"subset": flat.astype(np.uint32).reshape(len(objects), self.s)}
 
+    def pair_probabilities(self) -> tuple[float, float, float, float] | None:
+        """r₁ = π(s−1)/(d−1), r₂ = [π(s−1)(s−2) + (1−π)s(s−1)]/((d−1)(d−2)) (0 at d = 2)."""
+        d = self.domain_size
+        p, q = float(self.p), float(self.q)
+        s, pi = int(self.s), float(self.pi)
+        r1 = pi * (s - 1) / (d - 1)
+        r2 = (pi * (s - 1) * (s - 2) + (1 - pi) * s * (s - 1)) / ((d - 1) * (d - 2)) if d > 2 else 0.0
+        return p, q, r1, r2
+
+    def marginal_model(self, cells: int, n: int) -> tuple[float, float, int] | None:
+        """s = 1 supports one cell a report, as GRR does: (p* + (k−1)q*, k·q*, n); None for s ≥ 2
+        (a report's cells are a fixed-size subset: dependent)."""
+        if int(self.s) != 1:
+            return None
+        p, q = float(self.p), float(self.q)
+        return p + (cells - 1) * q, cells * q, n
+
 
 __all__ = ["SSServer"]

@@ -92,5 +92,14 @@ class UnaryServer(PureServer):
     def report_statistics(self, payloads: Payloads) -> np.ndarray | None:
         return np.unpackbits(payloads["bits"], axis=1, count=self.params.d, bitorder="little").astype(np.int64)
 
+    def pair_probabilities(self) -> tuple[float, float, float, float] | None:
+        """r₁ = p*q*, r₂ = q*²: independent bits, uncorrelated counts."""
+        p, q = float(self.p), float(self.q)
+        return p, q, p * q, q * q
+
+    def marginal_model(self, cells: int, n: int) -> tuple[float, float, int] | None:
+        """Independent bits: the sum is over N = n·k of them, (p*, q*, n·k)."""
+        return float(self.p), float(self.q), n * cells
+
 
 __all__ = ["BLOCK_CELLS", "UnaryServer"]
