@@ -19,9 +19,6 @@ import math
 import os
 import random
 import struct
-from typing import Any
-
-from ._lazy import np
 
 SCALE_BITS = 32
 SCALE = 1 << SCALE_BITS  # thresholds live in [0, 2^32]
@@ -146,21 +143,3 @@ class SeededWords(WordSource):
 
 #: The production source of the one-report path (stateless; shared).
 OS_WORDS = OSWords()
-
-
-# --- the vectorised threshold test: here until client_sdk/protocols/longitudinal.py's grr_round, its
-# last SDK caller, moves server side (the server halves take it from sketches.randomness) ---------
-
-def bernoulli(source: Any, threshold: int | np.ndarray, shape: int | tuple[int, ...]) -> np.ndarray:
-    """Boolean array, True with probability threshold/2^32 (threshold may be an array); ``source``
-    is a sketches.randomness.RandomSource."""
-    if isinstance(threshold, int):
-        return _scalar_test(source, threshold, shape)
-    t = np.asarray(threshold, dtype=np.uint64)
-    return source.words(shape).astype(np.uint64) < t if t.ndim else _scalar_test(source, int(t), shape)
-
-
-def _scalar_test(source: Any, threshold: int, shape: int | tuple[int, ...]) -> np.ndarray:
-    if threshold >= SCALE:
-        return np.ones(shape, dtype=bool)
-    return source.words(shape) < np.uint32(threshold)

@@ -150,7 +150,7 @@ class DBitFlipServer(MemoisedServer, ServerHalf):
 
     def permanent_variance(self, sketch: Sketch, estimate: CountEstimate) -> np.ndarray:
         """λ·(randomisation part) + (sampling part): which devices' windows hold v is permanent too
-        (``Memoised.permanent_variance``); the sampling part is the second term of ``_variance``."""
+        (``MemoisedServer.permanent_variance``); the sampling part is the second term of ``_variance``."""
         n = estimate.n
         n_v = np.asarray(estimate.extra["bucket_reports"], dtype=np.float64)
         f = np.clip(np.nan_to_num(np.asarray(estimate.counts, dtype=np.float64) / max(n, 1), nan=0.0), 0.0, 1.0)

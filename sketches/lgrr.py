@@ -10,11 +10,10 @@ from typing import Any
 import numpy as np
 
 from client_sdk.protocols.lgrr import LGRR
-from client_sdk.protocols.longitudinal import grr_round, pure_chain_permanent_variance
 
 from .base import Payloads
 from .grr import GRRServer
-from .longitudinal import MemoisedServer, pure_chain_lumps
+from .longitudinal import MemoisedServer, grr_round, pure_chain_lumps, pure_chain_permanent_variance
 from .randomness import RandomLike, as_random_source
 from .registry import register
 

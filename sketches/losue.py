@@ -9,13 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from client_sdk.protocols.longitudinal import pure_chain_permanent_variance
 from client_sdk.protocols.losue import LOSUE
 from client_sdk.protocols.unary import MAX_ENUMERATED_D
 from client_sdk.randomness import SCALE
 
 from .base import Payloads
-from .longitudinal import MemoisedServer, pure_chain_lumps
+from .longitudinal import MemoisedServer, pure_chain_lumps, pure_chain_permanent_variance
 from .randomness import RandomLike, as_random_source
 from .registry import register
 from .unary import UnaryServer

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any
 from typing import Protocol as TypingProtocol
 
 import numpy as np
 
-from client_sdk.randomness import SCALE, bernoulli
+from client_sdk.randomness import SCALE
 
 _TWO64 = 1 << 64
 
@@ -138,6 +139,21 @@ def below_threshold(words: np.ndarray, threshold: int) -> np.ndarray:
     if threshold >= SCALE:
         return np.ones(words.shape, dtype=bool)
     return words < np.uint32(threshold)
+
+
+def bernoulli(source: Any, threshold: int | np.ndarray, shape: int | tuple[int, ...]) -> np.ndarray:
+    """Boolean array, True with probability threshold/2^32 (threshold may be an array); ``source``
+    is a ``RandomSource``."""
+    if isinstance(threshold, int):
+        return _scalar_test(source, threshold, shape)
+    t = np.asarray(threshold, dtype=np.uint64)
+    return source.words(shape).astype(np.uint64) < t if t.ndim else _scalar_test(source, int(t), shape)
+
+
+def _scalar_test(source: Any, threshold: int, shape: int | tuple[int, ...]) -> np.ndarray:
+    if threshold >= SCALE:
+        return np.ones(shape, dtype=bool)
+    return source.words(shape) < np.uint32(threshold)
 
 
 __all__ = ["RAW64_BIT_GENERATORS", "GeneratorRandom", "RandomLike", "RandomSource", "SecureRandom",

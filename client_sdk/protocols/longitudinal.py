@@ -27,10 +27,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from .._lazy import np
 from ..hashing import check_secret, derive_cohort
 from ..memo import MemoCache
-from ..randomness import OS_WORDS, SCALE, WordSource, bernoulli, realised
+from ..randomness import OS_WORDS, SCALE, WordSource, realised
 from ._epsilon import log_up
 
 
@@ -78,17 +77,8 @@ def log_ratio(a: float, b: float) -> float:
     return log_up(Fraction(a) / Fraction(b)) if a > b > 0 else 0.0
 
 
-def grr_round(x: np.ndarray, k: int, threshold: int, source: Any) -> np.ndarray:
-    """GRR on [k] of int64 inputs: keep x w.p. T/2^32, else a uniform one of the other k−1."""
-    n = x.shape[0]
-    keep = bernoulli(source, threshold, n)
-    other = source.below(k - 1, n)
-    other += other >= x
-    return np.where(keep, x, other)
-
-
 def grr_round_one(x: int, k: int, threshold: int, source: WordSource) -> int:
-    """``grr_round`` for one input in Python ints, drawing the same words in the same order:
+    """``sketches.longitudinal.grr_round`` for one input in Python ints, the same words in the same order:
     the keep word (none when T = 2^32), then the other value (always drawn, as the batch does)."""
     keep = threshold >= SCALE or source.word() < threshold
     other = source.below(k - 1)
@@ -244,73 +234,5 @@ class MemoisedDevice(abc.ABC):
         return cohort
 
 
-class Memoised(MemoisedDevice):
-    """Both halves of a two-round protocol not yet split (none is left: every memoised protocol
-    has moved, and this goes with the legacy path): the device mixin plus the vectorised rounds
-    the server half of a split one has (``sketches.longitudinal.MemoisedServer``, which takes
-    these definitions until they move there).
-
-    Subclasses implement ``first_round`` and ``second_round`` (vectorised over a randomness
-    source: fresh words in simulation, ``client_sdk.memo.MemoRandom`` for the SDK's memoised
-    round), ``memo_output_probabilities`` (the audit of ε∞), and where the memoised response
-    depends on less than the value ``memo_indices``; cohort protocols add ``sdk_cohorts`` and
-    ``batch_payloads``.
-    """
-
-    @abc.abstractmethod
-    def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
-        """The (memoisable) first-round responses of a batch of memo inputs."""
-
-    @abc.abstractmethod
-    def second_round(self, first: np.ndarray, source: Any) -> np.ndarray:
-        """The fresh second round applied to first-round responses."""
-
-    @abc.abstractmethod
-    def memo_output_probabilities(self, index: int) -> np.ndarray:
-        """P(first-round response | x = index): what unlimited reports of one value can reveal."""
-
-    def check_index(self, index: int) -> int:
-        return self._check_index(index)  # type: ignore[attr-defined]
-
-    def encode_one(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> Any:  # type: ignore[override]
-        """One report with fresh coins in both rounds (the legacy name of ``randomise``)."""
-        return self.randomise(index, cohort, source)
-
-    def permanent_variance(self, sketch: Any, estimate: Any) -> Any:
-        """An upper bound on the part of ``estimate``'s variance (a window's) that comes from the
-        devices' permanent state — memoised first rounds, cohorts — and so repeats across windows.
-        The rest is fresh second-round noise, independent across windows. Default: λ·variance
-        (``second_round_keep``); protocols whose estimator allows it give the exact split."""
-        variances = getattr(estimate, "variances", None)
-        if variances is None:   # a numeric mean: MeanEstimate.variance
-            return self.second_round_keep * estimate.variance
-        return self.second_round_keep * np.asarray(variances, dtype=np.float64)
-
-    def memo_indices(self, indices: np.ndarray, cohorts: np.ndarray | None = None) -> np.ndarray:
-        """Vectorised ``memo_index`` (simulation): the value, or its hash under the cohort's seed."""
-        return indices
-
-    def batch_payloads(self, second: np.ndarray, cohorts: np.ndarray | None = None) -> dict[str, np.ndarray]:
-        """Payloads of second-round outputs (the protocol's wire arrays)."""
-        return {"y": second}
-
-    def sdk_cohorts(self, secret: bytes, metric: str) -> np.ndarray | None:
-        """The client's cohort as a batch of one (None for protocols without cohorts)."""
-        return None
-
-
-def pure_chain_permanent_variance(params: TwoRoundChain, n: int, counts: np.ndarray) -> np.ndarray:
-    """The permanent part of a pure chain's Var[ĉ(v)] (L-GRR, L-OSUE), exact at c = clip(ĉ, 0, n).
-
-    A report's support bit is S = q₂ + λ·B + e with B the memoised round's support bit
-    (P(B = 1) = p₁ if x = v, q₁ otherwise), λ = p₂ − q₂ and e fresh noise of mean 0 given B, so
-    Var[ĉ] = (λ²·Var(ΣB) + Σ Var(e))/(P − Q)² and the permanent part is
-    λ²·(c·p₁(1−p₁) + (n−c)·q₁(1−q₁))/(P − Q)² (docs/math.md, "Ranges of memoised metrics")."""
-    c = np.clip(np.asarray(counts, dtype=np.float64), 0.0, n)
-    lam = params.p2 - params.q2
-    first = c * params.p1 * (1 - params.p1) + (n - c) * params.q1 * (1 - params.q1)
-    return lam * lam * first / (params.p - params.q) ** 2
-
-
-__all__ = ["Memoised", "MemoisedDevice", "pure_chain_permanent_variance", "SymmetricSecondRound", "TwoRoundChain", "chain", "check_epsilon_pair", "grr_round", "largest_threshold", "log_ratio"]
+__all__ = ["MemoisedDevice", "SymmetricSecondRound", "TwoRoundChain", "chain", "check_epsilon_pair", "largest_threshold", "log_ratio"]
 
