@@ -293,6 +293,12 @@ class ServerHalf(abc.ABC):
         cells are dependent (or the pair law is not derived)."""
         return None
 
+    def draw_support(self, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
+        """The support counts S(v) of ``counts.sum()`` reports of the true counts ``counts`` (int64,
+        shape (d,)), drawn from their exact law without encoding a report (estimators/exact_sketch.py);
+        None where no sampler is derived."""
+        return None
+
 
 class PureServer(ServerHalf):
     """A pure protocol (docs/math.md §2): ``counts[0]`` holds each value's support count and the

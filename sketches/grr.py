@@ -61,5 +61,19 @@ class GRRServer(DirectServer):
         p, q = float(self.p), float(self.q)
         return p + (cells - 1) * q, cells * q, n
 
+    def draw_support(self, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
+        """x's c_x reports keep x w.p. p (binomial) and spread the rest uniformly over the d − 1
+        other values (multinomial)."""
+        c, p = counts, float(self.p)
+        d = c.size
+        kept = rng.binomial(c, p)
+        out = kept.astype(np.int64)
+        others = np.full(d - 1, 1.0 / (d - 1))
+        for x in np.flatnonzero(c - kept):
+            spread = rng.multinomial(int(c[x] - kept[x]), others)
+            out[:x] += spread[:x]
+            out[x + 1:] += spread[x:]
+        return out
+
 
 __all__ = ["GRRServer"]

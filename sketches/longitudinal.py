@@ -85,6 +85,10 @@ class MemoisedServer(abc.ABC):
         """None: no exact law of a memoised chain's summed cells."""
         return None
 
+    def draw_support(self, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
+        """None: a memoised chain's sketch has no exact sampler (its parent's is one round's)."""
+        return None
+
 
 def pure_chain_lumps(params: Any, sketch: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``MemoisedServer.memo_lumps`` of a pure chain (L-GRR, L-OSUE): one class of reports over the

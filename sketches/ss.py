@@ -192,5 +192,28 @@ class SSServer(PureServer):
         p, q = float(self.p), float(self.q)
         return p + (cells - 1) * q, cells * q, n
 
+    def draw_support(self, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
+        """Bin(c_x, π) of x's reports include x; each then holds a uniform (s−1)- or s-subset of
+        the d − 1 others, scanned item by item: a group of reports with r picks left of the M items
+        left includes the next w.p. r/M, so it splits binomially (d·s draws: the encoder's law)."""
+        c, s, pi = counts, int(self.s), float(self.pi)
+        d = c.size
+        inc = rng.binomial(c, pi)
+        out = inc.astype(np.int64)
+        # groups[x, r]: reports of value x with r picks left among the others not yet scanned
+        groups = np.zeros((d, s + 1), dtype=np.int64)
+        groups[:, s - 1] += inc
+        groups[:, s] += c - inc
+        x = np.arange(d)
+        r = np.arange(s + 1)
+        for j in range(d):
+            left = (d - 1 - j) + (x < j)            # others of x not yet scanned, j included
+            prob = np.where(x[:, None] == j, 0.0, r[None, :] / np.maximum(left, 1)[:, None])
+            take = rng.binomial(groups, np.clip(prob, 0.0, 1.0))
+            out[j] += take.sum()
+            groups -= take
+            groups[:, :-1] += take[:, 1:]
+        return out
+
 
 __all__ = ["SSServer"]

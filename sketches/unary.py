@@ -101,5 +101,10 @@ class UnaryServer(PureServer):
         """Independent bits: the sum is over N = n·k of them, (p*, q*, n·k)."""
         return float(self.p), float(self.q), n * cells
 
+    def draw_support(self, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
+        """Bits independent given x: S(v) ~ Bin(c_v, p*) + Bin(n − c_v, q*)."""
+        n = int(counts.sum())
+        return rng.binomial(counts, self.p) + rng.binomial(n - counts, self.q)
+
 
 __all__ = ["BLOCK_CELLS", "UnaryServer"]
