@@ -22,8 +22,13 @@ Thm. 3.16), so the window's ε of r reports is W(r) = max over splits r = r₁ +
 (a small dynamic programme), never less than r·ε₁ (all in different keys) nor than L_r. Where the
 memoised round is symmetric (dBitFlipPM; RAPPOR's PRR; memobitmean's 1BitMean bit) the per-bit
 f is odd and concave in the log-odds of the count, so L_r ≤ r·ε₁ and W(r) = r·ε₁: the ledger's
-per-report ε₁ is exact. L-OSUE's memoised round is OUE's (asymmetric), yet r·ε₁ held in every case
-computed; L-GRR's and LOLOHA's are GRR's: there r·ε₁ can be exceeded, and the ledger charges
+per-report ε₁ is exact. L-OSUE's memoised round is OUE's (asymmetric), and W(r) = r·ε₁ holds
+there too: with p₁ = ½ exactly, q₂ = 1 − p₂ exactly (both on the 2^-32 grid), s = ln(p₂/q₂) and
+E = ln((1 − q₁)/q₁) > 0, a bit's log-ratio at u = s(2k − r) is f(u) = ln((eᵘ + 1)/2) −
+ln(q₁eᵘ + 1 − q₁), increasing, so L_r = F(rs) with F(u) = f(u) − f(−u) = u − ℓ(u − E) + ℓ(−u − E),
+ℓ the softplus; F″(u) = σ′(u + E) − σ′(u − E) ≤ 0 for u ≥ 0 (σ′ is even and falls with |x|), so F
+is concave with F(0) = 0 and L_r = F(rs) ≤ r·F(s) = r·L_1 ≤ r·ε₁ (docs/privacy.md). L-GRR's and
+LOLOHA's memos are GRR's: there r·ε₁ can be exceeded, and the ledger charges
 ``cumulative_charges``'s figures.
 
 The SDK's ledger needs the figure for every r up to ``reports_per_window``: this module computes
@@ -88,7 +93,7 @@ def _bit_joint(p1: float, q1: float, p2: float, q2: float, r: int, bits: int) ->
 
 
 #: Protocols whose W(r) can exceed r·ε₁ (a GRR memo). L-OSUE's OUE memo is asymmetric too, but
-#: r·ε₁ held in every case computed (tests/test_window_charge.py scans a grid), so it is charged so.
+#: W(r) = r·ε₁ there (the concavity argument above; tests/test_window_charge.py checks its premises).
 CHAINS = ("lgrr", "loloha")
 
 

@@ -8,6 +8,8 @@ ledger's window spend after k reports must be C(k), and every refusal must use t
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from client_sdk import TelemetryClient
@@ -69,15 +71,28 @@ def test_the_charges_bound_the_exact_window_epsilon_for_every_count(name, d, eps
 
 
 @pytest.mark.parametrize("d", [2, 3, 8, 64, 300])
-def test_losue_keeps_epsilon_one_per_report_over_a_grid(d):
-    """L-OSUE's OUE memo is asymmetric, but r·ε₁ bounds W(r) in every cell computed: the ledger
-    charges ε₁ per report (client_sdk.window_charge.CHAINS leaves it out on this evidence)."""
+def test_losue_keeps_epsilon_one_per_report(d):
+    """L-OSUE's OUE memo is asymmetric, yet W(r) = r·ε₁ (client_sdk/window_charge.py, docs/privacy.md:
+    F(u) = u − ℓ(u − E) + ℓ(−u − E) is concave on u ≥ 0). The proof's premises hold on the realised
+    2^-32 grid — p₁ = ½ and q₂ = 1 − p₂ exactly, q₁ < ½, L_1 ≤ ε₁ — and, as a check of the algebra,
+    L_r = F(r·s) and W(r) ≤ r·ε₁ up to r = 64 in every cell."""
+    def softplus(x):
+        return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
+
     for eps, eps_inf in [(0.01, 0.5), (0.1, 2.0), (0.3, 6.0), (1.0, 3.0), (0.5, 10.0), (2.0, 3.0), (0.9, 1.0),
-                         (4.0, 5.0), (0.2, 0.3)]:
+                         (4.0, 5.0), (0.2, 0.3), (0.05, 12.0), (7.0, 9.0)]:
         pr = server_half(spec("losue", d, eps, eps_inf, 1))
-        joint = [0.0] + [joint_epsilon(pr, j) for j in range(1, 21)]
+        par = pr.params
+        assert par.p1 == 0.5 and par.q2 == 1.0 - par.p2 and 0.0 < par.q1 < 0.5 < par.p2
+        s, e = math.log(par.p2 / par.q2), math.log((1 - par.q1) / par.q1)
+        joint = [0.0] + [joint_epsilon(pr, j) for j in range(1, 65)]
+        assert joint[1] <= pr.epsilon * (1 + 1e-12)
+        for r in range(1, 65):
+            f = r * s - softplus(r * s - e) + softplus(-r * s - e)
+            assert joint[r] == pytest.approx(min(f, pr.epsilon_longitudinal), rel=1e-9, abs=1e-12), (d, eps, r)
         assert all(w <= k * pr.epsilon * (1 + 1e-9) for k, w in enumerate(_best_splits(joint)[1:], start=1)), \
             (d, eps, eps_inf)
+        assert spec("losue", d, eps, eps_inf, 20).window_charges is None
 
 
 def test_symmetric_memos_and_one_report_per_window_keep_epsilon_one_per_report():
