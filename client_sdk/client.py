@@ -55,7 +55,7 @@ from .files import atomic_write
 from .hashing import encode_text
 from .ledger import Book, Charge, Refusal, RefusalCounts, apply, day_of
 from .options import ClientOptions
-from .protocols.device import Context, DeviceHalf, numpy_types
+from .protocols.device import Context, numpy_types
 from .protocols.longitudinal import MemoisedDevice
 from .queue import DiskOutbox, MemoryOutbox, OutboxLimits
 from .registry import DeviceBudget, Kind, MetricSpec, Registry, canonical_value, load_registry
@@ -133,8 +133,8 @@ class _Metric:
     """Per-metric constants the hot path needs, resolved once per registry."""
 
     __slots__ = ("name", "spec", "proto", "kind", "fingerprint", "index", "string", "max_bytes", "eps", "eps_inf",
-                 "memoised", "rpw", "budget", "uses_cohorts", "m", "numeric", "lo", "hi", "scale",
-                 "inner_edges", "labels", "two_round", "dev_window", "dev_lifetime", "window_charges", "split")
+                 "memoised", "rpw", "budget", "numeric", "lo", "hi", "scale",
+                 "inner_edges", "labels", "two_round", "dev_window", "dev_lifetime", "window_charges")
 
     def __init__(self, spec: MetricSpec, device: DeviceBudget | None = None) -> None:
         proto = spec.protocol_impl
@@ -149,12 +149,8 @@ class _Metric:
         self.rpw = spec.reports_per_window
         self.window_charges = spec.window_charges   # None but for a GRR memo at r > 1
         self.budget = spec.lifetime_epsilon
-        self.uses_cohorts = bool(getattr(proto, "uses_cohorts", False)) and not self.string
-        self.m = proto.cohorts
         # L-GRR, L-OSUE, LOLOHA: memoised first round from the secret, fresh second round
         self.two_round = isinstance(proto, MemoisedDevice)
-        # a split protocol (client_sdk.protocols.device): its one uniform encoder takes a Context
-        self.split = isinstance(proto, DeviceHalf)
         self.dev_window = device.epsilon_per_window if device is not None else None
         self.dev_lifetime = device.lifetime_epsilon if device is not None else None
         self.numeric = spec.kind is Kind.NUMERIC
@@ -568,14 +564,11 @@ class ClientCore:
 
     def _encode(self, rt: _Metric, key: str, idx: int, day: int | None = None) -> Any:
         """The randomised wire payload of one value (the true value goes no further); ``day``:
-        the report's UTC day (default: the clock's)."""
-        proto = rt.proto
-        if rt.split:
-            ctx = Context(self._secret, rt.name, day_of(self._clock()) if day is None else day)  # type: ignore[arg-type]
-            return proto.encode_one(idx, key, ctx)
-        if rt.two_round:   # the memoised protocols not yet split (client_sdk.protocols.longitudinal.Memoised)
-            return proto.encode_secret_one(idx, self._secret, rt.name)
-        return proto.encode_one(idx, None)  # OS CSPRNG; plain-integer fast path where there is one
+        the report's UTC day (default: the clock's). Every protocol is a device half
+        (client_sdk.protocols.device): its one encoder takes the client's secret, the metric and
+        the day as a Context, and draws its fresh coins from the OS CSPRNG."""
+        ctx = Context(self._secret, rt.name, day_of(self._clock()) if day is None else day)  # type: ignore[arg-type]
+        return rt.proto.encode_one(idx, key, ctx)
 
     # --- refusals and bad input ------------------------------------------------------------------
     def _bad_metric(self, metric: str) -> bool:

@@ -23,11 +23,9 @@ ENCODER_VERSION = 1
 
 
 def protocol_block(name: str, proto: DeviceHalf) -> dict[str, Any]:
-    """The resolved integers of protocol ``name`` (docs/conformance.md, "The encoder block")."""
-    own = getattr(proto, "encoder_block", None)   # a split protocol's device half says it itself
-    if own is not None:
-        return own()
-    raise KeyError(name)
+    """The resolved integers of protocol ``name`` (docs/conformance.md, "The encoder block"), as
+    its device half states them (``DeviceHalf.encoder_block``)."""
+    return proto.encoder_block()
 
 
 def encoder_block(spec: Any) -> dict[str, Any]:
