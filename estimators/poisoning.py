@@ -50,7 +50,7 @@ import math
 
 import numpy as np
 
-from sketches.base import PureServer, ServerHalf
+from sketches.base import ServerHalf
 
 #: One percentage point of a share, or 1% of a numeric metric's range.
 POINT = 0.01
@@ -73,58 +73,33 @@ class PoisoningBound:
 
 
 def support_probabilities(proto: ServerHalf) -> tuple[float, float] | None:
-    """(p*, q*) of a frequency protocol, or None for protocols without them."""
-    if isinstance(proto, PureServer):
-        return float(proto.p), float(proto.q)
-    name = proto.name
-    if name in ("olh", "loloha", "discover"):
-        # local hashing: p* = p', q* = 1/g (Wang et al. 2017); LOLOHA's p' is its two rounds'
-        # composed keep probability; discover's figure is per group (see poisoning_bound)
-        return float(proto.p), 1.0 / proto.params.g
-    if name == "rappor":
-        # per Bloom bit of one report (Erlingsson et al. 2014). RAPPOR names its rates the
-        # other way round: its q* = P(bit reported 1 | Bloom bit 1) is the support p* here,
-        # and its p* = P(1 | 0) is q* (read the other way, the gain came out negative)
-        return float(proto.params.q_star), float(proto.params.p_star)
-    return None
+    """(p*, q*) of a frequency protocol, or None for protocols without them: the server half's
+    ``support_probabilities`` (PureServer's p and q; local hashing's p' and 1/g, LOLOHA's p' its
+    two rounds' composed keep probability, discover's per group; RAPPOR's per Bloom bit, its
+    q* and p* read the other way round)."""
+    return proto.support_probabilities()
 
 
 def values_supported(proto: ServerHalf) -> int:
-    """Values one forged report supports at once (each by the full gain): all d for an
-    all-ones unary report, the s chosen ones for subset selection, the values whose Hadamard
-    row agrees with the output for HR (K/2, at most d); one for RR, GRR and OLH (an OLH report
-    also supports the other values hashed to its cell, a 1/g share of the domain)."""
-    if proto.name in ("oue", "sue"):
-        return int(proto.domain_size)
-    if proto.name == "ss":
-        return int(proto.params.s)
-    if proto.name == "hr":
-        return min(int(proto.domain_size), int(proto.params.k) // 2)
-    if proto.name == "dbitflip":
-        return int(proto.params.sampled)
-    return 1
-
-
-def dbitflip_gain(proto: ServerHalf) -> float:
-    """One forged dBitFlipPM report whose window holds v, v's bit set: ĉ_v = n(C_v/n_v − Q)/(P − Q)
-    moves by (k/d)(1 − Q)/(P − Q) (n_v ≈ n·d/k reports see v; at f_v = 0, to first order)."""
-    par = proto.params
-    return (par.d / par.sampled) * (1.0 - par.q) / (par.p - par.q)
+    """Values one forged report supports at once (each by the full gain), the server half's
+    ``values_supported``: all d for an all-ones unary report, the s chosen ones for subset
+    selection, the values whose Hadamard row agrees with the output for HR (K/2, at most d), a
+    dBitFlipPM window's sampled buckets; one for RR, GRR and OLH (an OLH report also supports the
+    other values hashed to its cell, a 1/g share of the domain)."""
+    return proto.values_supported()
 
 
 def poisoning_bound(proto: ServerHalf) -> PoisoningBound:
     """The per-report gain and deflation, and the forged share that moves an estimate by one point."""
     pq = support_probabilities(proto)
-    if proto.name == "dbitflip":
-        gain, values, point = dbitflip_gain(proto), values_supported(proto), POINT
-        par = proto.params
-        deflation = (par.d / par.sampled) * par.q / (par.p - par.q)   # v's bit 0 in a window holding v
+    shift = proto.forged_gain()   # dBitFlipPM: k/d times the per-bit figures (module docstring)
+    if shift is not None:
+        (gain, deflation), values, point = shift, values_supported(proto), POINT
     elif pq is not None:
         p_star, q_star = pq
         gain = (1.0 - q_star) / (p_star - q_star)
         deflation = q_star / (p_star - q_star)
-        if proto.name == "discover":  # all in the held-out group, scaled by its expected share
-            deflation *= proto.params.groups
+        deflation *= proto.held_out_groups  # discover: all in the held-out group, scaled by its expected share
         values = values_supported(proto)
         point = POINT
     elif hasattr(proto, "debiased_values"):  # numeric mean on [−1, 1]

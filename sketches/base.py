@@ -299,6 +299,27 @@ class ServerHalf(abc.ABC):
         None where no sampler is derived."""
         return None
 
+    # --- a forged report's reach (estimators/poisoning.py) ----------------------------------------
+    def support_probabilities(self) -> tuple[float, float] | None:
+        """(p*, q*): P(v ∈ S(y) | x = v) and P(v ∈ S(y) | x ≠ v) of the count estimate's support
+        (Wang et al. 2017); None for protocols without them."""
+        return None
+
+    def values_supported(self) -> int:
+        """Values one forged report supports at once, each by the full gain: one by default."""
+        return 1
+
+    def forged_gain(self) -> tuple[float, float] | None:
+        """(g, δ), the most one forged report raises and lowers a count, where it is not the
+        support probabilities' (1 − q*)/(p* − q*) and q*/(p* − q*); None: it is (or is not derived)."""
+        return None
+
+    @property
+    def held_out_groups(self) -> int:
+        """G where a count is a held-out group's scaled by its expected share 1/G (discover: a
+        forged report claiming that group lowers the population estimate by G·δ); 1 elsewhere."""
+        return 1
+
 
 class PureServer(ServerHalf):
     """A pure protocol (docs/math.md §2): ``counts[0]`` holds each value's support count and the
@@ -323,6 +344,9 @@ class PureServer(ServerHalf):
 
     def variance(self, n: int, true_counts: np.ndarray | float) -> np.ndarray:
         return pure_variance(n, true_counts, self.p, self.q)
+
+    def support_probabilities(self) -> tuple[float, float] | None:
+        return float(self.p), float(self.q)
 
 
 class DirectServer(PureServer):

@@ -185,5 +185,17 @@ class DBitFlipServer(MemoisedServer, ServerHalf):
             jump = np.where(n_v > 0, n / (n_v * (par.p - par.q)), 0.0)
         return jump[None, :], (n_v * q2)[None, :], (n_v * par.q1)[None, :]
 
+    def values_supported(self) -> int:
+        """The window's sampled buckets."""
+        return int(self.params.sampled)
+
+    def forged_gain(self) -> tuple[float, float] | None:
+        """ĉ_v = n(C_v/n_v − Q)/(P − Q), n_v ≈ n·d/k reports seeing v: one forged report whose window
+        holds v moves it up by (k/d)(1 − Q)/(P − Q) (v's bit set) and down by (k/d)Q/(P − Q) (v's
+        bit 0), at f_v = 0, to first order."""
+        par = self.params
+        return ((par.d / par.sampled) * (1.0 - par.q) / (par.p - par.q),
+                (par.d / par.sampled) * par.q / (par.p - par.q))
+
 
 __all__ = ["DBitFlipServer"]

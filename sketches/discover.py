@@ -175,5 +175,14 @@ class DiscoverServer(ServerHalf):
         out = np.asarray(objects, dtype=np.int64).reshape(-1, 3)  # one conversion, not one per report
         return {"group": out[:, 0], "seed": out[:, 1], "y": out[:, 2]}
 
+    def support_probabilities(self) -> tuple[float, float] | None:
+        """Local hashing's p* = p', q* = 1/g, per group (estimators/poisoning.py)."""
+        return float(self.p), 1.0 / self.params.g
+
+    @property
+    def held_out_groups(self) -> int:
+        """G = L + 1: the population estimate is the held-out group's, scaled by its expected share."""
+        return self.params.groups
+
 
 __all__ = ["DiscoverServer", "bucket", "fingerprints"]

@@ -110,5 +110,9 @@ class HRServer(PureServer):
     def from_wire(self, objects: list[Any]) -> Payloads:
         return {"y": integers_from_wire(objects, self.device.k, "y")}
 
+    def values_supported(self) -> int:
+        """The values whose Hadamard row agrees with the output: K/2, at most d."""
+        return min(int(self.domain_size), int(self.params.k) // 2)
+
 
 __all__ = ["VARIANCE_SHIFT_SD", "HRServer"]

@@ -410,6 +410,12 @@ class OLHServer(ServerHalf):
         second = (u * u) @ np.divide(1.0, n_s, out=np.zeros(m), where=n_s > 0)
         return np.maximum((first - second) / (self.p - self.q) ** 2 - c * (1 - c / n), 0.0)
 
+    def support_probabilities(self) -> tuple[float, float] | None:
+        """Local hashing: p* = p', q* = 1/g (Wang et al. 2017); LOLOHA's p' is its two rounds'
+        composed keep probability. One value a report (the others hashed to its cell are a 1/g
+        share of the domain)."""
+        return float(self.p), 1.0 / self.params.g
+
 
 OPTION_KEYS: frozenset[str] = frozenset({"cohorts", "hash_range", "hash_family"})
 

@@ -280,5 +280,11 @@ class RapporServer(ServerHalf):
     def report_statistics(self, payloads: Payloads) -> np.ndarray | None:
         return np.unpackbits(payloads["irr"], axis=1, count=self.params.k, bitorder="little").astype(np.int64)
 
+    def support_probabilities(self) -> tuple[float, float] | None:
+        """Per Bloom bit of one report (Erlingsson et al. 2014). RAPPOR names its rates the other way
+        round: its q* = P(bit reported 1 | Bloom bit 1) is the support p* here, and its
+        p* = P(1 | 0) is q* (read the other way, the gain came out negative)."""
+        return float(self.params.q_star), float(self.params.p_star)
+
 
 __all__ = ["MAX_ENUMERATED_K", "RapporServer", "bit_count_estimates"]

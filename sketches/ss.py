@@ -215,5 +215,9 @@ class SSServer(PureServer):
             groups[:, :-1] += take[:, 1:]
         return out
 
+    def values_supported(self) -> int:
+        """The s chosen values."""
+        return int(self.params.s)
+
 
 __all__ = ["SSServer"]

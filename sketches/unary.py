@@ -106,5 +106,9 @@ class UnaryServer(PureServer):
         n = int(counts.sum())
         return rng.binomial(counts, self.p) + rng.binomial(n - counts, self.q)
 
+    def values_supported(self) -> int:
+        """All d: one all-ones report supports every value."""
+        return int(self.domain_size)
+
 
 __all__ = ["BLOCK_CELLS", "UnaryServer"]
