@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import pytest
@@ -59,14 +58,19 @@ def test_alpha_point_rounding_is_fixed_per_device_and_unbiased_over_devices():
 
 @pytest.mark.statistical
 def test_sdk_path_mean_is_unbiased():
-    """Devices with random secrets report one value each through the SDK path."""
+    """Devices with random secrets report one value each through the SDK path.
+
+    The secrets are seeded; the fresh flip is the OS CSPRNG's (encode_value_secret_one takes no
+    source), so the bound is 5.5 σ: 3.8e-8 per run (was 4.5 σ over 3,000 devices: 6.8e-6). 4,500
+    devices keep the power: a bias of 0.18 (5.5 σ of 4,500, as 4.5 σ of 3,000 was) fails it."""
     proto = build(1.0, 3.0, 16)
-    values = np.linspace(-0.8, 0.9, 3000)
-    reports = np.array([proto.encode_value_secret_one(float(t), os.urandom(32), "m") for t in values])
+    rng = np.random.default_rng(23)
+    values = np.linspace(-0.8, 0.9, 4500)
+    reports = np.array([proto.encode_value_secret_one(float(t), rng.bytes(32), "m") for t in values])
     sketch = proto.new_sketch()
     proto.accumulate(sketch, {"y": reports})
     est = proto.estimate(sketch)
-    assert abs(est.mean - values.mean()) < 4.5 * math.sqrt(est.variance)
+    assert abs(est.mean - values.mean()) < 5.5 * math.sqrt(est.variance), (est.mean, math.sqrt(est.variance))
 
 
 @pytest.mark.statistical
