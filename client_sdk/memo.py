@@ -10,11 +10,11 @@ stored, a new secret gives new responses, and the first-round coins are::
     K      = HMAC-SHA256(secret, lp(b"ldpt/memo/v1") ‖ lp(metric) ‖ lp(memo key))
     stream = SHAKE-256(K), read as little-endian uint32 words
 
-``MemoRandom`` serves that stream through the ``RandomSource`` interface of
-client_sdk.randomness (``words`` and ``below``), so a protocol's first round is the same code
-whether its coins are fresh (simulation: each row a new client) or memoised (the SDK).
-Bounded integers use rejection on 32-bit words (exact, no modulo bias), extending the stream
-when a word is rejected.
+``MemoWords`` serves that stream to the device's one-report path as Python ints, through the
+``WordSource`` interface of client_sdk.randomness (``word`` and ``below``); its server-side twin
+over numpy arrays, the same words in the same order for a batch's vectorised first round, is
+``sketches.memo.MemoRandom``. Bounded integers use rejection on 32-bit words (exact, no modulo
+bias), extending the stream when a word is rejected.
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ import hashlib
 import hmac
 import struct
 
-from ._lazy import np
-from .hashing import accept_limit, check_secret, encode_text, lp
+from .hashing import check_secret, encode_text, lp
 from .randomness import WordSource
 
 TAG_MEMO = b"ldpt/memo/v1"
@@ -37,51 +36,12 @@ def memo_key(secret: bytes, metric: str, key: str) -> bytes:
     return hmac.digest(check_secret(secret), lp(TAG_MEMO, encode_text(metric), encode_text(key)), "sha256")
 
 
-class MemoRandom:
-    """A deterministic ``RandomSource``: the SHAKE-256 stream of one memo key, read in order."""
-
-    def __init__(self, secret: bytes, metric: str, key: str) -> None:
-        self._key = memo_key(secret, metric, key)
-        self._words = np.zeros(0, dtype="<u4")
-        self._pos = 0
-
-    def _take(self, count: int) -> np.ndarray:
-        need = self._pos + count
-        if need > self._words.shape[0]:
-            size = max(need, self._words.shape[0] + CHUNK_WORDS)
-            self._words = np.frombuffer(hashlib.shake_256(self._key).digest(4 * size), dtype="<u4")
-        out = self._words[self._pos:need]
-        self._pos = need
-        return out
-
-    def words(self, shape: int | tuple[int, ...]) -> np.ndarray:
-        count = shape if isinstance(shape, int) else int(np.prod(shape))
-        out = self._take(count).astype(np.uint32)
-        return out if isinstance(shape, int) else out.reshape(shape)
-
-    def below(self, high: int | np.ndarray, shape: int | tuple[int, ...]) -> np.ndarray:
-        """Uniform integers in [0, high) by rejection: accept u < ⌊2^32/high⌋·high, return u mod high."""
-        if not (isinstance(high, (int, np.integer)) or np.ndim(high) == 0):
-            raise ValueError("MemoRandom.below takes a scalar bound")
-        high = int(high)
-        if high < 1:
-            raise ValueError("below() needs high >= 1")
-        count = shape if isinstance(shape, int) else int(np.prod(shape))
-        limit = accept_limit(high)
-        out = np.empty(count, dtype=np.int64)
-        for i in range(count):  # a handful of draws per memoised response, never a batch
-            u = int(self._take(1)[0])
-            while u >= limit:
-                u = int(self._take(1)[0])
-            out[i] = u % high
-        return out if isinstance(shape, int) else out.reshape(shape)
-
-
 class MemoWords(WordSource):
-    """``MemoRandom``'s stream as Python ints (the SDK's one-report path, no numpy).
+    """The memo stream as Python ints (the SDK's one-report path, no numpy).
 
-    The same words in the same order: ``word`` is the next stream word, ``word64`` two of
-    them (low first, as ``sketches.numeric.words64``), ``below`` the rejection of ``MemoRandom.below``.
+    The same words in the same order as ``sketches.memo.MemoRandom``: ``word`` is the next stream
+    word, ``word64`` two of them (low first, as ``sketches.numeric.words64``), ``below`` the
+    rejection of ``MemoRandom.below``.
     """
 
     __slots__ = ("_key", "_buf", "_pos")
@@ -132,4 +92,4 @@ class MemoCache:
         return value
 
 
-__all__ = ["MemoCache", "MemoRandom", "MemoWords", "TAG_MEMO", "memo_key"]
+__all__ = ["MemoCache", "MemoWords", "TAG_MEMO", "memo_key"]

@@ -53,6 +53,7 @@ from client_sdk.state import MemoryState, ledger_key, value_digest
 from client_sdk.uploader import pack_batch
 from client_sdk.window_charge import WindowCharges
 from sketches import build_server, server_half
+from sketches.memo import MemoRandom
 from sketches.numeric import NumericServer
 
 from . import exact
@@ -390,8 +391,8 @@ def derivation_vectors() -> dict[str, Any]:
     memo_cases = []
     for i, s in enumerate(SECRETS):
         for metric, key in (("plan", "lgrr:0"), ("load_memo", "alpha"), ("model", "loloha:4")):
-            words = memo.MemoRandom(s, metric, key).words(20)
-            src = memo.MemoRandom(s, metric, key)
+            words = MemoRandom(s, metric, key).words(20)
+            src = MemoRandom(s, metric, key)
             draws = [{"below": h, "value": int(src.below(h, 1)[0])}
                      for h in (3, 5, 2, (3 << 30) + 1, (3 << 30) + 1, 7, (1 << 32) - 1)]
             memo_cases.append({"secret": i, "metric": metric, "key": key,
@@ -437,7 +438,7 @@ def memo_vectors(registry: Any) -> dict[str, Any]:
             for idx in indices:
                 key = proto.memo_key(idx, secret, name)
                 memo_in = proto.memo_index(idx, secret, name)
-                first = proto.first_round(np.array([memo_in], dtype=np.int64), memo.MemoRandom(secret, name, key))[0]
+                first = proto.first_round(np.array([memo_in], dtype=np.int64), MemoRandom(secret, name, key))[0]
                 response = [int(b) for b in first] if np.ndim(first) else int(first)
                 responses.append({"metric": name, "protocol": proto.name, "secret": i, "index": idx, "key": key,
                                   "memo_input": int(memo_in), "response": response})
@@ -481,7 +482,7 @@ def rounding_vectors(registry: Any) -> dict[str, Any]:
     proto = server_half(spec)
     lo, hi = spec.bounds
     for i, s in enumerate(SECRETS):
-        word = int(memo.MemoRandom(s, "load_memo", "alpha").words(1)[0])
+        word = int(MemoRandom(s, "load_memo", "alpha").words(1)[0])
         for x in (0.0, 60.0, 30.0, 12.345, 59.99, 0.9375, 1.875):
             t = (x - lo) * (2.0 / (hi - lo)) - 1.0
             alpha.append({"metric": "load_memo", "secret": i, "value": x, "t": t, "alpha_word": word,

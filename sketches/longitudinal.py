@@ -1,7 +1,7 @@
 """The server half of the two-round (memoised) protocols (docs/protocols.md, "L-protocols").
 
 ``MemoisedServer`` is the mixin of their server halves: the vectorised first and second rounds
-(fresh words in simulation, ``client_sdk.memo.MemoRandom`` for a device's memoised round), the
+(fresh words in simulation, ``sketches.memo.MemoRandom`` for a device's memoised round), the
 exact table of the memoised round (``memo_output_probabilities``, the audit of ε∞), the batch
 forms of the memo index and of the payloads, and the permanent share of an estimate's variance
 (estimators/memo_range.py); and the vectorised helpers of the chains: ``grr_round`` (L-GRR,

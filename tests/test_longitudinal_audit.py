@@ -114,7 +114,7 @@ def test_sdk_memoised_round_is_deterministic_and_distributed_as_enumerated(name)
     """encode_secret_one's first round: fixed per (secret, metric, memo key), and across secrets
     distributed as memo_output_probabilities (chi-square)."""
     proto = build(name, 3, 1.0, 2.0)
-    from client_sdk.memo import MemoRandom
+    from sketches.memo import MemoRandom
 
     rng = np.random.default_rng(7)
     secrets = [rng.bytes(32) for _ in range(3000)]

@@ -172,7 +172,8 @@ SECRETS = [bytes([i]) * 32 for i in range(1, 9)]
 ])
 def test_memoised_first_rounds_are_the_same_words_on_both_paths(name, d, options):
     """A device's memoised response (MemoWords, plain Python) is the batch path's (MemoRandom)."""
-    from client_sdk.memo import MemoRandom, MemoWords
+    from client_sdk.memo import MemoWords
+    from sketches.memo import MemoRandom
 
     proto = build_server(name, d, 1.0, options)
     for secret in SECRETS:
