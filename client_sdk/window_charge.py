@@ -92,25 +92,14 @@ def _bit_joint(p1: float, q1: float, p2: float, q2: float, r: int, bits: int) ->
     return max(f) - min(f) if bits == 2 else max(max(f), -min(f))
 
 
-#: Protocols whose W(r) can exceed r·ε₁ (a GRR memo). L-OSUE's OUE memo is asymmetric too, but
-#: W(r) = r·ε₁ there (the concavity argument above; tests/test_window_charge.py checks its premises).
-CHAINS = ("lgrr", "loloha")
-
-
-
-
 def _law(protocol: Any) -> tuple[Any, ...]:
-    """(kind, k or bits, p1, q1, p2, q2): what the r-report law of one memo key depends on."""
-    par, name = protocol.params, protocol.name
-    if name == "lgrr":
-        return ("grr", int(par.d), par.p1, par.q1, par.p2, par.q2)
-    if name == "loloha":
-        return ("grr", int(par.g), par.p1, par.q1, par.p2, par.q2)
-    if name == "losue":
-        return ("bit", 2, par.p1, par.q1, par.p2, par.q2)
-    if name == "dbitflip":
-        return ("bit", 2 if par.sampled > 1 else 1, par.p1, par.q1, par.p2, par.q2)
-    raise ValueError(f"no exact window law for protocol {name!r}")
+    """(kind, k or bits, p1, q1, p2, q2): what the r-report law of one memo key depends on, the
+    memoised device half's ``window_law()`` (L-GRR, LOLOHA: a GRR memo; L-OSUE, dBitFlipPM: bits)."""
+    window_law = getattr(protocol, "window_law", None)
+    law = window_law() if window_law is not None else None
+    if law is None:
+        raise ValueError(f"no exact window law for protocol {protocol.name!r}")
+    return law
 
 
 def _joint(law: tuple[Any, ...], eps_inf: float, r: int) -> float:
@@ -172,7 +161,7 @@ def cumulative_charges(protocol: Any, reports_per_window: int) -> WindowCharges 
     """The window charges of a metric whose r reports can reveal more than r·ε₁, else None
     (the ledger charges ε₁ per report: not memoised, one report per window, or a symmetric memo)."""
     if reports_per_window < 2 or getattr(protocol, "epsilon_longitudinal", None) is None \
-            or protocol.name not in CHAINS:
+            or not getattr(protocol, "window_charged", False):   # a GRR memo (L-GRR, LOLOHA) only
         return None
     return _charges(_law(protocol), float(protocol.epsilon), float(protocol.epsilon_longitudinal),
                     int(reports_per_window))

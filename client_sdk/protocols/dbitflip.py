@@ -178,6 +178,11 @@ class DBitFlip(MemoisedDevice, DeviceHalf):
     def sdk_cohort(self, secret: bytes, metric: str) -> int:
         return self.cohort_of(secret, metric)
 
+    def window_law(self) -> tuple[Any, ...] | None:
+        """The window's memo bits, flipped: a change of value moves two (one if d = 1)."""
+        par = self.params
+        return ("bit", 2 if par.sampled > 1 else 1, par.p1, par.q1, par.p2, par.q2)
+
 
 OPTION_KEYS: frozenset[str] = frozenset({"epsilon_inf", "sampled_buckets"})
 

@@ -138,6 +138,14 @@ class GRRChainRoundsDevice(MemoisedDevice):
     def second_round_one(self, first: int, source: Any) -> int:
         return grr_round_one(first, self.params.chain_size, self.params.p2_threshold, source)
 
+    #: A GRR memo: r reports of one value can reveal more than r·ε₁.
+    window_charged = True
+
+    def window_law(self) -> tuple[Any, ...] | None:
+        """A GRR memo over the chain's k values (L-GRR's d, LOLOHA's g hashed cells), GRR again."""
+        par = self.params
+        return ("grr", int(par.chain_size), par.p1, par.q1, par.p2, par.q2)
+
 
 class LGRR(GRRChainRoundsDevice, GRR):
     """L-GRR's device half, over GRR's (see the module docstring); its server half, over GRR's

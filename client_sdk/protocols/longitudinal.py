@@ -233,6 +233,18 @@ class MemoisedDevice(abc.ABC):
             cohort = cache[key] = derive_cohort(secret, scope + metric, size)
         return cohort
 
+    # --- what r reports of one window reveal (client_sdk/window_charge.py) ------------------------
+    #: Whether W(r), the ε of r reports in one window, can exceed r·ε₁ (a GRR memo: L-GRR, LOLOHA),
+    #: so the ledger charges ``window_charge.cumulative_charges``'s figures, not ε₁ a report. L-OSUE's
+    #: OUE memo is asymmetric too, but W(r) = r·ε₁ there (window_charge's concavity argument).
+    window_charged: bool = False
+
+    def window_law(self) -> tuple[Any, ...] | None:
+        """(kind, k or bits, p₁, q₁, p₂, q₂): what the r-report law of one memo key depends on
+        ("grr": a GRR memo over [k]; "bit": independent memo bits, ``bits`` of them moved by a
+        change of value); None where window_charge has no exact law (memobitmean)."""
+        return None
+
 
 __all__ = ["MemoisedDevice", "SymmetricSecondRound", "TwoRoundChain", "chain", "check_epsilon_pair", "largest_threshold", "log_ratio"]
 

@@ -128,6 +128,11 @@ class LOSUE(MemoisedDevice, UnaryEncoding):
     def wire_one(self, second: list[int], cohort: int | None) -> bytes:
         return pack_bits(second, self.width)
 
+    def window_law(self) -> tuple[Any, ...] | None:
+        """OUE memo bits, SUE flips: a change of value moves two of them."""
+        par = self.params
+        return ("bit", 2, par.p1, par.q1, par.p2, par.q2)
+
 
 OPTION_KEYS: frozenset[str] = frozenset({"epsilon_inf"})
 
