@@ -162,10 +162,10 @@ class FrequencyRows:
         del est, support
         self.sampled = self.ones = None
         self.p_value = self.p_bounds = self.detected = self.z_scores = self.tails = None
-        if proto.name == "dbitflip":  # buckets seen by a random subset of devices (docs/math.md §8)
-            self.sampled, self.ones = proto.bucket_totals(sketch)  # type: ignore[attr-defined]
-            self.p_value = sampled_zero_count_p_values(self.ones, self.sampled,
-                                                       proto.params.q)  # type: ignore[attr-defined]
+        sampled = proto.sampled_support(sketch)
+        if sampled is not None:  # values seen by a random subset of devices (dBitFlipPM; docs/math.md §8)
+            self.sampled, self.ones, q = sampled
+            self.p_value = sampled_zero_count_p_values(self.ones, self.sampled, q)
         elif self.model is not None:  # the exact law of the support count (intervals.py, docs/math.md §8)
             if self.table:
                 self.detected = self._table_tests(alpha, control)

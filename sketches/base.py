@@ -314,6 +314,13 @@ class ServerHalf(abc.ABC):
         support probabilities' (1 − q*)/(p* − q*) and q*/(p* − q*); None: it is (or is not derived)."""
         return None
 
+    # --- a count's test of "nobody holds v" (estimators/frequency.py) -------------------------------
+    def sampled_support(self, sketch: Sketch) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """(n_v, C_v, q) where each value is seen by a random subset of the reports only: the
+        reports that see v, their support of v and P(support | v not held), for the test of
+        c(v) = 0 on them (docs/math.md §8); None where every report sees every value."""
+        return None
+
     @property
     def held_out_groups(self) -> int:
         """G where a count is a held-out group's scaled by its expected share 1/G (discover: a

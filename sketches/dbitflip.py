@@ -197,5 +197,10 @@ class DBitFlipServer(MemoisedServer, ServerHalf):
         return ((par.d / par.sampled) * (1.0 - par.q) / (par.p - par.q),
                 (par.d / par.sampled) * par.q / (par.p - par.q))
 
+    def sampled_support(self, sketch: Sketch) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """A bucket is seen by the devices whose window holds it: ``bucket_totals`` and q."""
+        n_v, c_v = self.bucket_totals(sketch)
+        return n_v, c_v, self.params.q
+
 
 __all__ = ["DBitFlipServer"]
