@@ -292,9 +292,12 @@ def test_numeric_mean_with_epsilon_inf_is_memoised_and_charged_once_per_grid_poi
     assert book["minutes"].distinct_values == 1
     assert book["minutes"].lifetime_epsilon <= server_half(spec).epsilon_longitudinal * (1 + 1e-9)
 
-    # many devices (one client each: its own secret, so its own α and memoised bit), one report each
+    # many devices (one client each: its own secret, so its own α and memoised bit), one report each;
+    # secrets and flips from the OS CSPRNG (TelemetryClient takes no seed), so the bound is 5.5
+    # standard errors: 3.8e-8 per run (was 4 over 3,000 devices: 6.3e-5); 5,700 devices keep the
+    # power, a bias of 9.5 minutes in 120 (5.5 σ over 5,700, as 4 σ over 3,000 was) fails it
     fake = FakeCollector(registry)
-    values = np.random.default_rng(5).uniform(0, 120, 3000)
+    values = np.random.default_rng(5).uniform(0, 120, 5700)
     for x in values:
         c = TelemetryClient(registry=registry, transport=MemoryTransport(fake), state=MemoryState(),
                             strict=True, batch_size=1, max_batch_age=0.001)
@@ -303,4 +306,4 @@ def test_numeric_mean_with_epsilon_inf_is_memoised_and_charged_once_per_grid_poi
         c.close(0.1)
     df = estimate_frame(spec, fake.sketch("minutes")).set_index("statistic")
     mean, se = df.loc["mean", "estimate"], df.loc["mean", "std_err"]
-    assert abs(mean - values.mean()) <= 4 * se, (mean, values.mean(), se)
+    assert abs(mean - values.mean()) <= 5.5 * se, (mean, values.mean(), se)
