@@ -23,11 +23,16 @@ Keyed by the client secret (never leaves the device; docs/math.md §11)::
     cohort(secret, metric, m): words of HMAC-SHA256(secret, lp(b"ldpt/rappor/cohort/v1") ‖
         lp(metric) ‖ lp(counter)) for counter = 0, 1, ...; the first word u < ⌊2^32/m⌋·m gives
         u mod m.
-    prr_words(secret, metric, value, k): K = HMAC-SHA256(secret, lp(b"ldpt/rappor/prr/v1") ‖
-        lp(metric) ‖ lp(value)); the k words are SHAKE-256(K) read as little-endian uint32.
-        RAPPOR's permanent randomised response thresholds these words, so it is a
-        deterministic function of (secret, metric, value): memoised without storing anything,
-        different for every metric, and recomputed — never cached on disk — at each report.
+    prr_words_list(secret, metric, value, k): K = prr_key(secret, metric, value) =
+        HMAC-SHA256(secret, lp(b"ldpt/rappor/prr/v1") ‖ lp(metric) ‖ lp(value)); the k words are
+        SHAKE-256(K) read as little-endian uint32. RAPPOR's permanent randomised response
+        thresholds these words, so it is a deterministic function of (secret, metric, value):
+        memoised without storing anything, different for every metric, and recomputed — never
+        cached on disk — at each report.
+
+This module is the device's plain-Python side of the specification (one value, one cohort); the
+same words and bits over numpy arrays — the Bloom bits of many values, for the server half's batch
+encoder and the decoder's candidate matrix — are sketches/hashing.py's.
 """
 
 from __future__ import annotations
@@ -35,9 +40,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
-from collections.abc import Sequence
-
-from ._lazy import np
 
 TAG_BLOOM = b"ldpt/rappor/bloom/v1"
 TAG_COHORT = b"ldpt/rappor/cohort/v1"
@@ -46,7 +48,7 @@ TAG_PRR = b"ldpt/rappor/prr/v1"
 _TWO32 = 1 << 32
 #: Words read beyond the m·h needed before falling back to a longer stream (rejections are
 #: rare: at most k/2^32 per word).
-_SLACK_WORDS = 8
+SLACK_WORDS = 8
 #: Shortest secret accepted (the SDK's secrets are 32 bytes; google/rappor's 128).
 MIN_SECRET_BYTES = 16
 
@@ -106,88 +108,25 @@ def prr_key(secret: bytes, metric: str, value: str) -> bytes:
     return hmac.digest(secret, msg, "sha256")
 
 
-def prr_words(secret: bytes, metric: str, value: str, k: int) -> np.ndarray:
-    """The k uniform uint32 words behind the permanent randomised response of ``value``."""
-    return prr_words_checked(check_secret(secret), metric, value, k)
-
-
-def prr_words_checked(secret: bytes, metric: str, value: str, k: int) -> np.ndarray:
-    """``prr_words`` for a secret already validated by ``check_secret`` (the SDK hot path)."""
-    return np.frombuffer(hashlib.shake_256(prr_key(secret, metric, value)).digest(4 * k), dtype="<u4")
-
-
 def prr_words_list(secret: bytes, metric: str, value: str, k: int) -> list[int]:
-    """``prr_words_checked`` as Python ints (the SDK's one-report path, no numpy)."""
+    """The k uniform 32-bit words behind the permanent randomised response of ``value``, as Python
+    ints (the SDK's one-report path, no numpy; sketches.hashing.prr_words is the array form)."""
     return list(struct.unpack(f"<{k}I", hashlib.shake_256(prr_key(secret, metric, value)).digest(4 * k)))
 
 
 # --- unkeyed: Bloom bits ---------------------------------------------------------------------------
 
-def _stream_words(value: bytes, count: int) -> np.ndarray:
-    """First ``count`` words of a value's Bloom stream (SHAKE-256 is an XOF: prefixes agree)."""
-    seed = b"".join((TAG_BLOOM, len(value).to_bytes(4, "big"), value))
-    return np.frombuffer(hashlib.shake_256(seed).digest(4 * count), dtype="<u4")
-
-
-def _accepted_slow(value: bytes, need: int, k: int, limit: int) -> np.ndarray:
-    """First ``need`` accepted words mod k, extending the stream until there are enough."""
-    count = need + _SLACK_WORDS
-    while True:
-        words = _stream_words(value, count).astype(np.uint64)
-        ok = words[words < limit]
-        if ok.shape[0] >= need:
-            return (ok[:need] % np.uint64(k)).astype(np.int64)
-        count *= 2
-
-
-def bloom_positions(values: Sequence[str], k: int, h: int, m: int) -> np.ndarray:
-    """Bloom bit of every (value, cohort, hash): int64 array (len(values), m, h), bits in [0, k).
-
-    One SHAKE-256 call per value (not per cohort); the rejection test and the reduction are
-    vectorised over all values. Rows that hit a rejected word (probability ≈ m·h·k/2^32)
-    are redone one by one.
-    """
-    need = m * h
-    limit = accept_limit(k)
-    encoded = [encode_text(v) for v in values]
-    if not encoded:
-        return np.zeros((0, m, h), dtype=np.int64)
-    width = need + _SLACK_WORDS
-    blob = b"".join(hashlib.shake_256(TAG_BLOOM + lp(v)).digest(4 * width) for v in encoded)
-    words = np.frombuffer(blob, dtype="<u4").reshape(len(encoded), width)
-    head = words[:, :need]
-    if limit == _TWO32:  # k divides 2^32: every word is accepted
-        return (head % np.uint32(k)).astype(np.int64).reshape(-1, m, h)
-    out = (head % np.uint32(k)).astype(np.int64)
-    rejected = (head.astype(np.uint64) >= limit).any(axis=1)
-    for row in np.flatnonzero(rejected):  # rare: a handful of rows per million values
-        out[row] = _accepted_slow(encoded[row], need, k, limit)
-    return out.reshape(-1, m, h)
-
-
 def bloom_positions_one_list(value: str, cohort: int, k: int, h: int) -> list[int]:
-    """``bloom_positions_one`` as Python ints (the SDK's one-report path, no numpy): accepted
-    words c·h .. c·h+h−1 of the value's stream, each mod k."""
+    """The h Bloom bits of one value in one cohort as Python ints (the SDK's one-report path, no
+    numpy; sketches.hashing.bloom_positions_one is the array form): accepted words
+    c·h .. c·h+h−1 of the value's stream, each mod k."""
     need = (cohort + 1) * h
     limit = accept_limit(k)
     seed = TAG_BLOOM + lp(encode_text(value))
-    count = need + _SLACK_WORDS
+    count = need + SLACK_WORDS
     while True:
         words = struct.unpack(f"<{count}I", hashlib.shake_256(seed).digest(4 * count))
         accepted = [u % k for u in words if u < limit]
         if len(accepted) >= need:
             return accepted[cohort * h:need]
         count *= 2
-
-
-def bloom_positions_one(value: str, cohort: int, k: int, h: int) -> np.ndarray:
-    """The h Bloom bits of one value in one cohort (the SDK path): int64 array (h,)."""
-    need = (cohort + 1) * h
-    limit = accept_limit(k)
-    encoded = encode_text(value)
-    if limit == _TWO32:  # k divides 2^32: no word is ever rejected
-        return (_stream_words(encoded, need)[cohort * h:] % np.uint32(k)).astype(np.int64)
-    head = _stream_words(encoded, need + _SLACK_WORDS)[:need]
-    if not (head >= limit).any():
-        return (head[cohort * h:] % np.uint32(k)).astype(np.int64)
-    return _accepted_slow(encoded, need, k, limit)[cohort * h:]

@@ -53,6 +53,7 @@ from client_sdk.state import MemoryState, ledger_key, value_digest
 from client_sdk.uploader import pack_batch
 from client_sdk.window_charge import WindowCharges
 from sketches import build_server, server_half
+from sketches.hashing import bloom_positions_one, prr_words
 from sketches.memo import MemoRandom
 from sketches.numeric import NumericServer
 
@@ -385,7 +386,7 @@ def derivation_vectors() -> dict[str, Any]:
                      for m in (1, 3, 8, 64, 1000, 3 << 30, (1 << 32) - 1)]
     out["prr"] = [{"secret": i, "metric": metric, "value": value, "k": k,
                    "key": hashing.prr_key(s, metric, value).hex(),
-                   "words": [int(w) for w in hashing.prr_words(s, metric, value, k)]}
+                   "words": [int(w) for w in prr_words(s, metric, value, k)]}
                   for i, s in enumerate(SECRETS) for metric in ("url", "ü")
                   for value in ("example.com", "", "\ud800") for k in (4, 16)]
     memo_cases = []
@@ -400,7 +401,7 @@ def derivation_vectors() -> dict[str, Any]:
                                "words": [int(w) for w in words], "draws": draws})
     out["memo"] = memo_cases
     out["bloom"] = [{"value": v, "k": k, "h": h, "cohort": c,
-                     "bits": [int(b) for b in hashing.bloom_positions_one(v, c, k, h)]}
+                     "bits": [int(b) for b in bloom_positions_one(v, c, k, h)]}
                     for v in ("example.com", "", "\ud800", "日本語") for (k, h) in ((16, 2), (128, 2), (100, 3), (3, 64))
                     for c in (0, 1, 7, 63)]
     out["olh_hash"] = [{"cohort": s, "value": v, "g": g, "bucket": olh_mod.hash_one(s, v, g)}
@@ -448,7 +449,7 @@ def memo_vectors(registry: Any) -> dict[str, Any]:
     for i, secret in enumerate(SECRETS[:2]):
         cohort = proto.cohort_of(secret, "url")
         for value in ("example.com", "", "héllo wörld", "\ud800x"):
-            bloom = [int(b) for b in hashing.bloom_positions_one(value, cohort, proto.params.k, proto.params.h)]
+            bloom = [int(b) for b in bloom_positions_one(value, cohort, proto.params.k, proto.params.h)]
             bits = proto.permanent_response(secret, "url", value, cohort)
             prr.append({"metric": "url", "secret": i, "value": value, "cohort": cohort, "bloom": bloom,
                         "prr": [int(b) for b in bits]})

@@ -73,9 +73,9 @@ import scipy.linalg
 from scipy import sparse, stats
 
 from client_sdk.errors import EstimationError
-from client_sdk.hashing import bloom_positions
 from client_sdk.protocols.rappor import Rappor, RapporParams
 from sketches.base import Sketch
+from sketches.hashing import bloom_positions
 from sketches.rappor import RapporServer
 
 from .intervals import wald_interval, z_value

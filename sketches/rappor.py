@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 
 from client_sdk.errors import DomainError, InvalidPayload
-from client_sdk.hashing import bloom_positions, bloom_positions_one, check_secret, prr_words_checked
+from client_sdk.hashing import check_secret
 from client_sdk.protocols.rappor import BLOOM_CACHE_SIZE, Rappor, RapporParams
 from client_sdk.randomness import SCALE
 
 from .base import CountEstimate, Payloads, ServerHalf, Sketch, first_bad, require_1d
+from .hashing import bloom_positions, bloom_positions_one, prr_words_checked
 from .randomness import RandomLike, as_random_source, below_threshold
 from .registry import register
 

@@ -186,6 +186,7 @@ def test_memoised_first_rounds_are_the_same_words_on_both_paths(name, d, options
 
 def test_rappor_prr_and_bloom_bits_are_the_same_on_both_paths():
     from client_sdk import hashing
+    from sketches.hashing import bloom_positions_one, prr_words
 
     proto = build_server("rappor", None, None, {})
     k, h, m = proto.params.k, proto.params.h, proto.params.m
@@ -193,9 +194,9 @@ def test_rappor_prr_and_bloom_bits_are_the_same_on_both_paths():
         for value in ("", "a", "www.example.org", "\udcff surrogate", "x" * 300):
             cohort = proto.cohort_of(secret, "home")
             assert hashing.bloom_positions_one_list(value, cohort, k, h) == \
-                hashing.bloom_positions_one(value, cohort, k, h).tolist()
+                bloom_positions_one(value, cohort, k, h).tolist()
             assert hashing.prr_words_list(secret, "home", value, k) == \
-                hashing.prr_words(secret, "home", value, k).tolist()
+                prr_words(secret, "home", value, k).tolist()
             bloom = set(hashing.bloom_positions_one_list(value, cohort, k, h))
             pure = proto.prr_one(bloom, hashing.prr_words_list(secret, "home", value, k))
             assert pure == proto.permanent_response(secret, "home", value, cohort).tolist()
@@ -203,5 +204,5 @@ def test_rappor_prr_and_bloom_bits_are_the_same_on_both_paths():
     for value in ("a", "b", "c"):
         for cohort in range(4):
             assert hashing.bloom_positions_one_list(value, cohort, 100, 3) == \
-                hashing.bloom_positions_one(value, cohort, 100, 3).tolist()
+                bloom_positions_one(value, cohort, 100, 3).tolist()
     assert m >= 1

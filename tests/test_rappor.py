@@ -27,6 +27,7 @@ from client_sdk.protocols.rappor import Rappor, RapporParams, from_options, wors
 from client_sdk.randomness import SCALE
 from client_sdk.registry import parse_registry
 from sketches import build_server, server_half
+from sketches.hashing import bloom_positions, bloom_positions_one, prr_words
 from sketches.rappor import RapporServer
 
 SECRET = bytes(range(32))
@@ -168,7 +169,7 @@ def test_encoder_samples_the_audited_distribution_simulation_path():
     proto = small(k=4, h=2, m=3)
     value = "example.com"
     for cohort in range(3):
-        pattern = int(sum(1 << int(b) for b in set(hashing.bloom_positions_one(value, cohort, 4, 2))))
+        pattern = int(sum(1 << int(b) for b in set(bloom_positions_one(value, cohort, 4, 2))))
         payloads = proto.encode([value] * 40_000, np.random.default_rng(cohort), cohorts=np.full(40_000, cohort))
         observed = np.bincount(as_ints(payloads["irr"], 4), minlength=16)
         assert chi_square_p(observed, proto.output_probabilities(pattern)) > 1e-4
@@ -179,7 +180,7 @@ def test_encoder_samples_the_audited_distribution_sdk_path():
     """Across client secrets (HMAC-derived PRR), one report each: the same distribution."""
     proto = small(k=4, h=2, m=1)
     value = "example.com"
-    pattern = int(sum(1 << int(b) for b in set(hashing.bloom_positions_one(value, 0, 4, 2))))
+    pattern = int(sum(1 << int(b) for b in set(bloom_positions_one(value, 0, 4, 2))))
     rng = np.random.default_rng(5)
     secrets = [rng.bytes(32) for _ in range(20_000)]
     reports = np.concatenate([proto.encode([value], rng, secret=s, metric="m")["irr"] for s in secrets])
@@ -208,7 +209,7 @@ class NeverZero(RapporServer):
 def test_audit_catches_a_client_that_never_reports_a_true_one_as_zero():
     broken = NeverZero(Rappor(RapporParams(k=4, h=2, m=1, f=0.5, p=0.5, q=0.75)))
     value = "example.com"
-    bits = sorted(set(hashing.bloom_positions_one(value, 0, 4, 2).tolist()))
+    bits = sorted(set(bloom_positions_one(value, 0, 4, 2).tolist()))
     pattern = sum(1 << b for b in bits)
     irr = broken.encode([value] * 5000, np.random.default_rng(0))["irr"]
     ints = as_ints(irr, 4)
@@ -262,31 +263,31 @@ def test_golden_values():
     assert hashing.derive_cohort(SECRET, "home_page", 64) == 27
     assert hashing.derive_cohort(SECRET, "process", 64) == 58
     assert hashing.derive_cohort(SECRET, "home_page", 1000) == 219
-    assert hashing.prr_words(SECRET, "home_page", "google.com", 4).tolist() == \
+    assert prr_words(SECRET, "home_page", "google.com", 4).tolist() == \
         [2585396905, 1414180298, 456577655, 2662514786]
-    assert hashing.bloom_positions(["google.com", "", "ünïcode"], 128, 2, 3).tolist() == \
+    assert bloom_positions(["google.com", "", "ünïcode"], 128, 2, 3).tolist() == \
         [[[116, 119], [10, 104], [81, 100]], [[66, 63], [104, 57], [124, 112]], [[51, 35], [75, 70], [19, 24]]]
-    assert hashing.bloom_positions(["google.com"], 100, 2, 3).tolist() == [[[80, 63], [86, 48], [81, 96]]]
+    assert bloom_positions(["google.com"], 100, 2, 3).tolist() == [[[80, 63], [86, 48], [81, 96]]]
 
 
 @pytest.mark.parametrize("k", [128, 100, 3, 1000])
 def test_bloom_hash_follows_the_spec(k):
     rng = np.random.default_rng(k)
     values = ["", "a", "a\x00", "ünï\ud800", *[rng.bytes(int(rng.integers(1, 20))).hex() for _ in range(40)]]
-    many = hashing.bloom_positions(values, k, 2, 16)
+    many = bloom_positions(values, k, 2, 16)
     for i, v in enumerate(values):
         assert many[i].tolist() == reference_bloom(v, k, 2, 16)
-        assert hashing.bloom_positions_one(v, 11, k, 2).tolist() == many[i, 11].tolist()
+        assert bloom_positions_one(v, 11, k, 2).tolist() == many[i, 11].tolist()
 
 
 def test_bloom_rejection_path_matches_the_spec():
     # k close to 2^32: about half of all words are rejected, so the slow path runs
     k = 2**31 + 12345
     values = [f"v{i}" for i in range(30)]
-    many = hashing.bloom_positions(values, k, 3, 5)
+    many = bloom_positions(values, k, 3, 5)
     for i, v in enumerate(values):
         assert many[i].tolist() == reference_bloom(v, k, 3, 5)
-        assert hashing.bloom_positions_one(v, 4, k, 3).tolist() == many[i, 4].tolist()
+        assert bloom_positions_one(v, 4, k, 3).tolist() == many[i, 4].tolist()
 
 
 def test_cohort_follows_the_spec_and_is_uniform():
@@ -301,7 +302,7 @@ def test_cohort_follows_the_spec_and_is_uniform():
 
 def test_bloom_bits_are_uniform_without_modulo_bias():
     values = [f"s{i}" for i in range(20_000)]
-    bits = hashing.bloom_positions(values, 100, 2, 2).reshape(-1)
+    bits = bloom_positions(values, 100, 2, 2).reshape(-1)
     assert stats.chisquare(np.bincount(bits, minlength=100)).pvalue > 1e-4
 
 
@@ -444,7 +445,7 @@ def test_bit_count_estimator_is_unbiased_with_the_stated_variance():
     rng = np.random.default_rng(11)
     values = np.array([f"s{i % 5}" for i in range(n)], dtype=object)
     cohorts = rng.integers(0, m, n)
-    positions = hashing.bloom_positions([f"s{i}" for i in range(5)], k, 2, m)
+    positions = bloom_positions([f"s{i}" for i in range(5)], k, 2, m)
     truth = np.zeros((m, k))
     for i in range(n):
         truth[cohorts[i], list(set(positions[i % 5, cohorts[i]].tolist()))] += 1
