@@ -51,21 +51,17 @@ def linking_numbers(registry: Iterable) -> list[LinkingNumber]:
     rappor: list[tuple[str, int]] = []
     rappor_at = None
     for spec in registry:
-        proto = server_half(spec)
-        name = proto.name
-        if name == "rappor":
-            rappor.append((spec.name, int(proto.params.m)))
+        number = server_half(spec).linking_number()
+        if number is None:
+            continue
+        what, values, permanent, shared = number
+        if shared:   # RAPPOR's one cohort per device: every such metric's range, merged below
+            rappor.append((spec.name, values))
             if rappor_at is None:
                 rappor_at = len(out)
                 out.append(None)  # type: ignore[arg-type]  # filled below, once all are known
-        elif name == "loloha":
-            out.append(LinkingNumber((spec.name,), "LOLOHA cohort", int(proto.params.m), PERMANENT))
-        elif name == "dbitflip":
-            out.append(LinkingNumber((spec.name,), "dBitFlipPM window", int(proto.params.d), PERMANENT))
-        elif name == "discover":
-            out.append(LinkingNumber((spec.name,), "discover group", int(proto.params.groups), PERMANENT))
-        elif name == "olh":
-            out.append(LinkingNumber((spec.name,), "OLH cohort", int(proto.params.m), DAILY))
+        else:
+            out.append(LinkingNumber((spec.name,), what, values, PERMANENT if permanent else DAILY))
     if rappor_at is not None:
         out[rappor_at] = LinkingNumber(tuple(n for n, _ in rappor), "RAPPOR cohort",
                                        math.lcm(*{m for _, m in rappor}), PERMANENT)

@@ -53,9 +53,8 @@ import pandas as pd
 from client_sdk.errors import EstimationError
 from client_sdk.registry import MetricSpec
 from sketches import server_half
-from sketches.base import PureServer, Sketch
+from sketches.base import Sketch
 from sketches.metric_arrays import denormalise, edge_array
-from sketches.unary import UnaryServer
 
 from .consistency import norm_sub
 from .intervals import z_value
@@ -95,12 +94,10 @@ def mean_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95) ->
 
 
 def _oracle_structure(spec: MetricSpec) -> str:
-    """How the oracle's bucket estimates co-vary: "one" (GRR/RR: one supported bucket per
-    report), "independent" (unary encodings: independent bits), or "any" (bound only)."""
-    proto = server_half(spec)
-    if isinstance(proto, PureServer) and proto.name in ("grr", "rr"):
-        return "one"
-    return "independent" if isinstance(proto, UnaryServer) else "any"
+    """How the oracle's bucket estimates co-vary, its server half's ``count_structure``: "one"
+    (GRR/RR: one supported bucket per report), "independent" (unary encodings: independent bits),
+    or "any" (bound only)."""
+    return server_half(spec).count_structure
 
 
 def linear_variance(spec: MetricSpec, sketch: Sketch, variances: np.ndarray,

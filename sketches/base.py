@@ -321,6 +321,17 @@ class ServerHalf(abc.ABC):
         c(v) = 0 on them (docs/math.md §8); None where every report sees every value."""
         return None
 
+    # --- a histogram's bucket covariance (estimators/numeric.py) -----------------------------------
+    #: How the count estimates co-vary: "one" (one supported value a report: GRR, RR), "independent"
+    #: (independent bits: the unary encodings) or "any" (no structure used: the Cauchy–Schwarz bound).
+    count_structure: str = "any"
+
+    # --- the numbers that link a device's reports (estimators/linking.py) --------------------------
+    def linking_number(self) -> tuple[str, int, bool, bool] | None:
+        """(what, its range, permanent (else re-derived each UTC day), one per device across all the
+        metrics of this protocol) of the value-independent number each report carries; None if none."""
+        return None
+
     @property
     def held_out_groups(self) -> int:
         """G where a count is a held-out group's scaled by its expected share 1/G (discover: a
@@ -360,6 +371,9 @@ class DirectServer(PureServer):
     """Server half of a direct-response protocol (binary RR, GRR): S(y) = {y}, p* = p, q* = q."""
 
     device: DirectDevice
+
+    #: A report supports its one value y.
+    count_structure = "one"
 
     def output_probabilities(self, index: int) -> np.ndarray:
         probs = np.full(self.domain_size, self.q)

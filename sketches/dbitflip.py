@@ -202,5 +202,9 @@ class DBitFlipServer(MemoisedServer, ServerHalf):
         n_v, c_v = self.bucket_totals(sketch)
         return n_v, c_v, self.params.q
 
+    def linking_number(self) -> tuple[str, int, bool, bool] | None:
+        """The window (its sampled buckets) in [0, k), per metric."""
+        return "dBitFlipPM window", int(self.params.d), True, False
+
 
 __all__ = ["DBitFlipServer"]

@@ -184,5 +184,9 @@ class DiscoverServer(ServerHalf):
         """G = L + 1: the population estimate is the held-out group's, scaled by its expected share."""
         return self.params.groups
 
+    def linking_number(self) -> tuple[str, int, bool, bool] | None:
+        """The group in [0, L + 1): the prefix tree's level the device reports, or the held-out group."""
+        return "discover group", int(self.params.groups), True, False
+
 
 __all__ = ["DiscoverServer", "bucket", "fingerprints"]

@@ -32,6 +32,9 @@ class GRRChainServer(MemoisedServer):
 class LGRRServer(GRRChainServer, GRRServer):
     """L-GRR on the server: GRR's d counters, two rounds in simulation."""
 
+    #: Not GRR's "one": a histogram over L-GRR keeps the bound (estimators/numeric.py).
+    count_structure = "any"
+
     def memo_output_probabilities(self, index: int) -> np.ndarray:
         probs = np.full(self.params.d, self.params.q1)
         probs[index] = self.params.p1

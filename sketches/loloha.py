@@ -154,5 +154,9 @@ class LOLOHAServer(GRRChainServer, OLHServer):
         rare = (1.0 / g <= RARE_SHARE) & (n_s[:, None] > 0)
         return np.where(rare, own, 0.0), np.where(rare, nu, 0.0), np.where(rare, mu, 0.0)
 
+    def linking_number(self) -> tuple[str, int, bool, bool] | None:
+        """The cohort (its hash function) in [0, m), per metric, for the device's lifetime."""
+        return "LOLOHA cohort", int(self.params.m), True, False
+
 
 __all__ = ["HELD_Z", "LOLOHAServer", "RARE_SHARE"]

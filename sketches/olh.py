@@ -416,6 +416,10 @@ class OLHServer(ServerHalf):
         share of the domain)."""
         return float(self.p), 1.0 / self.params.g
 
+    def linking_number(self) -> tuple[str, int, bool, bool] | None:
+        """The cohort in [0, m), re-derived every UTC day: it links the reports of one day only."""
+        return "OLH cohort", int(self.params.m), False, False
+
 
 OPTION_KEYS: frozenset[str] = frozenset({"cohorts", "hash_range", "hash_family"})
 

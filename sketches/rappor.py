@@ -287,5 +287,9 @@ class RapporServer(ServerHalf):
         p* = P(1 | 0) is q* (read the other way, the gain came out negative)."""
         return float(self.params.q_star), float(self.params.p_star)
 
+    def linking_number(self) -> tuple[str, int, bool, bool] | None:
+        """The cohort in [0, m): one per device, shared by all its RAPPOR metrics (as in Chrome)."""
+        return "RAPPOR cohort", int(self.params.m), True, True
+
 
 __all__ = ["MAX_ENUMERATED_K", "RapporServer", "bit_count_estimates"]

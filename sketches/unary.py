@@ -23,6 +23,9 @@ BLOCK_CELLS = 1 << 17
 class UnaryServer(PureServer):
     """Unary encoding on the server (payload ``bits``: uint8 rows of ⌈d/8⌉ bytes)."""
 
+    #: Every bit is drawn independently given x.
+    count_structure = "independent"
+
     def output_probabilities(self, index: int) -> np.ndarray:
         """P(y | x) for every report y, enumerated as the integer Σᵢ yᵢ·2^i (bit i = item i)."""
         d = self.params.d
