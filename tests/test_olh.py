@@ -23,7 +23,7 @@ from client_sdk.errors import DomainError, EstimationError, InvalidPayload
 from client_sdk.protocols import olh
 from client_sdk.protocols.factory import per_item_variance
 from client_sdk.protocols.olh import OLH, OLHParams, from_options, hash_one
-from client_sdk.randomness import SCALE
+from client_sdk.randomness import SCALE, SeededWords
 from estimators.intervals import wald_interval, z_value
 from sketches import build_server, server_half
 from sketches import olh as sketches_olh
@@ -540,7 +540,8 @@ def test_linear_family_exact_epsilon_and_collisions(d: int, eps: float) -> None:
     g, t = proto.params.g, proto.params.t
     assert (same[~np.eye(d, dtype=bool)] == (g ** (t - 1) - 1) // (g - 1)).all()
     s = proto.cohorts - 1
-    ys = [proto.randomise(3, cohort=s)[1] for _ in range(2000)]
+    source = SeededWords(d)   # seeded: on the OS CSPRNG the 3 cases at 4 σ failed by chance 1.9e-4 a run
+    ys = [proto.randomise(3, cohort=s, source=source)[1] for _ in range(2000)]
     assert abs(np.mean(np.array(ys) == hashes[3, s]) - proto.p) < 4 * math.sqrt(proto.p * (1 - proto.p) / 2000)
 
 
