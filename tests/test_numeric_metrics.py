@@ -219,12 +219,14 @@ def test_async_client_clips_and_refuses_the_same_way(registry):
 
 
 def test_sdk_mean_reports_estimate_the_clipped_mean(registry):
-    """Reports through the real SDK (OS CSPRNG) estimate the clipped values' mean within 4 SE."""
+    """Reports through the real SDK (OS CSPRNG, unseeded) estimate the clipped values' mean within
+    5.5 SE: 3.8e-8 per run (was 4 SE over 6,000 reports: 6.3e-5); 11,400 reports keep the power,
+    the bias that 4 SE over 6,000 caught (5.5 SE over 11,400) fails it."""
     spec = registry.get("session_minutes")
     fake = FakeCollector(registry)
     client = TelemetryClient(registry=registry, state=MemoryState(), transport=MemoryTransport(fake),
                              queue_size=20_000, batch_size=1000)
-    values = np.random.default_rng(5).exponential(40.0, 6000)
+    values = np.random.default_rng(5).exponential(40.0, 11_400)
     for v in values:
         client.report("session_minutes", float(v))
     assert client.flush(20.0)
@@ -232,7 +234,7 @@ def test_sdk_mean_reports_estimate_the_clipped_mean(registry):
     df = estimate_frame(spec, _decoded_sketch(fake, spec))
     row = df.set_index("statistic").loc["mean"]
     truth = np.clip(values, 0, 120).mean()
-    assert abs(row["estimate"] - truth) < 4 * row["std_err"]
+    assert abs(row["estimate"] - truth) < 5.5 * row["std_err"], (row["estimate"], truth, row["std_err"])
 
 
 # --- estimators ----------------------------------------------------------------------------------------
