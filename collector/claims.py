@@ -40,11 +40,6 @@ from sketches import server_half
 __all__ = ["privacy_meta", "privacy_note", "shuffled_window", "window_claim", "windows_in_query"]
 
 
-def _cohorts(proto: Any) -> int:
-    """How many cohort numbers a report may carry in clear (discover: its group; 1 for none)."""
-    return int(proto.params.groups if proto.name == "discover" else getattr(proto, "cohorts", 1) or 1)
-
-
 def shuffled_window(spec: Any, record: ShuffleRecord | None, window_reports: int) -> ShuffledWindow:
     """The claim policy's input for one window of ``spec`` (module docstring); ``record``: what
     came shuffled (None: nothing), ``window_reports``: every report of the window under the
@@ -52,7 +47,7 @@ def shuffled_window(spec: Any, record: ShuffleRecord | None, window_reports: int
     proto = server_half(spec)
     r = max(1, int(spec.reports_per_window))
     memo = None if proto.epsilon_longitudinal is None else float(proto.epsilon_longitudinal)
-    m = _cohorts(proto)
+    m = proto.clear_cohorts   # discover: its group; 1 for none
     if record is None:
         return ShuffledWindow(None, float(proto.epsilon), envelopes_per_device=r,
                               unshuffled_reports=int(window_reports), epsilon_inf=memo)

@@ -137,9 +137,7 @@ def envelope_view(state: CollectorState, batch: PendingBatch) -> EnvelopeView:
 def _cohorts(proto: Any, payloads: Any) -> tuple[int, ...]:
     """The cohort numbers a key's reports carry in clear (discover: its group), sorted; () when
     the protocol has none."""
-    field = "group" if proto.name == "discover" else "cohort"
-    cohorts = int(proto.params.groups if proto.name == "discover" else getattr(proto, "cohorts", 1) or 1)
-    values = payloads.get(field) if cohorts > 1 and hasattr(payloads, "get") else None
+    values = payloads.get(proto.cohort_field) if proto.clear_cohorts > 1 and hasattr(payloads, "get") else None
     return () if values is None else tuple(sorted(int(c) for c in values))
 
 

@@ -148,8 +148,7 @@ def metric_window(spec, batch: int, *, bundled: bool = False) -> ShuffledWindow:
     from sketches import server_half
     proto = server_half(spec)
     r = int(spec.reports_per_window)
-    # discover's seed is fresh per report: only its group is a cohort in clear
-    m = int(proto.params.groups if proto.name == "discover" else getattr(proto, "cohorts", 1) or 1)
+    m = proto.clear_cohorts   # discover's seed is fresh per report: only its group is a cohort in clear
     per_cohort = batch / m
     memo = proto.epsilon_longitudinal
     # r reports in one envelope: r·ε without memoisation; memoised, one report is ε₁ but r of them share

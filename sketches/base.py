@@ -332,6 +332,15 @@ class ServerHalf(abc.ABC):
         metrics of this protocol) of the value-independent number each report carries; None if none."""
         return None
 
+    # --- what a report carries in clear (collector/shuffled.py, collector/claims.py) ---------------
+    #: The payload field of the cohort number a report carries in clear.
+    cohort_field: str = "cohort"
+
+    @property
+    def clear_cohorts(self) -> int:
+        """How many cohort numbers a report may carry in clear (``cohort_field``'s range; 1: none)."""
+        return int(self.cohorts or 1)
+
     @property
     def held_out_groups(self) -> int:
         """G where a count is a held-out group's scaled by its expected share 1/G (discover: a

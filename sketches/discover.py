@@ -188,5 +188,13 @@ class DiscoverServer(ServerHalf):
         """The group in [0, L + 1): the prefix tree's level the device reports, or the held-out group."""
         return "discover group", int(self.params.groups), True, False
 
+    #: A report's seed is fresh: only its group is a cohort in clear.
+    cohort_field = "group"
+
+    @property
+    def clear_cohorts(self) -> int:
+        """The L + 1 groups."""
+        return int(self.params.groups)
+
 
 __all__ = ["DiscoverServer", "bucket", "fingerprints"]
