@@ -1,12 +1,10 @@
-"""numpy, imported on first use: the SDK's one-report path runs without it (docs/design.md).
+"""logging, imported on first use: an app's start-up never pays for it (docs/design.md).
 
-``from client_sdk._lazy import np`` gives an object that stands for the numpy module and
-imports it the first time an attribute is read (``np.asarray``, ``np.int64``, ...). The
-vectorised paths (simulation, collector, estimators) touch it and load numpy as before; a
-device that only builds a client and reports never does, so an app that installs the
-``ldp-telemetry-sdk`` distribution alone (msgpack is its one dependency) never needs numpy.
-Module-level code must not read an attribute of it (tests/test_layering.py checks the
-import and a report of every metric kind in a fresh interpreter).
+``from client_sdk._lazy import logging`` gives an object that stands for the logging module and
+imports it the first time an attribute is read; ``LazyLogger(name)`` stands for
+``logging.getLogger(name)``. The SDK logs only on trouble, so a device that builds a client and
+reports never imports logging. (The numpy proxy that once lived here went with the last
+vectorised path of the SDK, issue 29: no module of the SDK wheel names numpy.)
 """
 
 from __future__ import annotations
@@ -15,31 +13,13 @@ import importlib
 from typing import Any
 
 
-class _LazyNumpy:
-    """Attribute access imports numpy once; each attribute read is then cached on this object."""
-
-    __slots__ = ("__dict__",)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)  # copy/pickle/inspect probes must not import numpy
-        value = getattr(importlib.import_module("numpy"), name)
-        setattr(self, name, value)  # later reads are plain attribute look-ups
-        return value
-
-    def __repr__(self) -> str:
-        return "<numpy, imported on first use>"
-
-
-np: Any = _LazyNumpy()
-
-
 class _LazyLogging:
     """``logging``, imported the first time an attribute is read (``logging.WARNING``, ...).
 
     The SDK logs only on trouble (a full queue, a refused batch, a failed fetch); importing
     logging costs ~5 ms of every app's start-up (traceback, string, ...), so it waits for the
-    first message. Attribute reads are cached like ``np``'s (functions and level constants).
+    first message. Each attribute read is then cached on this object (functions and level
+    constants).
     """
 
     __slots__ = ("__dict__",)
@@ -80,4 +60,4 @@ class LazyLogger:
         return f"<logger {self._name!r}, created on first use>"
 
 
-__all__ = ["LazyLogger", "logging", "np"]
+__all__ = ["LazyLogger", "logging"]

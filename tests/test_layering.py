@@ -323,8 +323,7 @@ def test_no_package_imports_another_packages_private_names(package):
 
 
 def numeric_names(path: Path) -> list[str]:
-    """Where a module reaches the numeric stack: an import of numpy, scipy or pandas, or of the
-    SDK's lazy numpy (``client_sdk._lazy``'s ``np``)."""
+    """Where a module reaches the numeric stack: an import of numpy, scipy or pandas."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
@@ -333,8 +332,6 @@ def numeric_names(path: Path) -> list[str]:
             module = node.module or ""
             if module.split(".")[0] in ("numpy", "scipy", "pandas"):
                 found.append(module)
-            elif module.endswith("_lazy") and any(a.name == "np" for a in node.names):
-                found.append(f"{'.' * node.level}{module}.np")
     return found
 
 
@@ -343,16 +340,15 @@ def test_numeric_names_sees_every_form(tmp_path):
     path = tmp_path / "m.py"
     for source, expected in (("import numpy as np\n", ["numpy"]), ("from scipy import stats\n", ["scipy"]),
                              ("def f():\n    import pandas\n", ["pandas"]),
-                             ("from .._lazy import np, numpy_types\n", [".._lazy.np"]),
-                             ("from .._lazy import numpy_types\nimport math\n", [])):
+                             ("from .device import numpy_types\nimport math\n", [])):
         path.write_text(source)
         assert numeric_names(path) == expected, source
 
 
 def test_a_split_protocol_s_device_half_names_no_numpy():
     """Every protocol with a server half in sketches/ (docs/design.md, "Two halves") keeps its
-    device module, client_sdk/protocols/<name>.py, free of numpy at any level — the lazy proxy
-    included — and the device base modules too (the numeric family's mixin and the field
+    device module, client_sdk/protocols/<name>.py, free of numpy at any level, and the device
+    base modules too (the numeric family's mixin and the field
     arithmetic, projective.py, included)."""
     split = sorted(p.stem for p in (ROOT / "sketches").glob("*.py")
                    if re.search(r"^@register\(", p.read_text(encoding="utf-8"), re.M))
@@ -463,26 +459,10 @@ def test_the_wheel_scan_covers_the_package_tree():
     assert sdk_wheel_modules() == package_modules("client_sdk")
 
 
-#: Issue 29: the SDK wheel's modules that still name numpy, until their numpy paths move server
-#: side (the lazy proxy and its users). One explicit set: any other module fails. An entry whose
-#: module is clean goes (the helpers moving randomness, memo, hashing, base and longitudinal
-#: drop theirs; the set and this exception go with client_sdk/_lazy.py).
-SDK_NUMPY_NOT_YET_MOVED = frozenset({
-    "client_sdk/_lazy.py",
-})
-
-
-def lazy_numpy_users(root: Path = ROOT) -> set[str]:
-    """Modules of the SDK wheel that take ``np`` from client_sdk._lazy (an import the scan above
-    cannot see as numpy)."""
-    return {path.relative_to(root).as_posix() for path in sdk_wheel_modules(root)
-            if any(n.endswith("_lazy.np") for n in numeric_names(path))}
-
-
 def test_no_module_of_the_sdk_wheel_imports_numpy_or_a_server_package():
     """Issue 29's bar: no module the ldp-telemetry-sdk wheel ships imports numpy, scipy or pandas
     at any level, nor a module of sketches, collector, estimators or cli (FakeCollector's lazy
-    collector and sketches aside); the modules not yet moved are SDK_NUMPY_NOT_YET_MOVED."""
-    found = {**sdk_wheel_offenders(), **{rel: ["_lazy.np"] for rel in lazy_numpy_users()}}
-    assert set(found) - SDK_NUMPY_NOT_YET_MOVED == set(), {k: found[k] for k in set(found) - SDK_NUMPY_NOT_YET_MOVED}
-    assert not {k: v for k, v in found.items() if any(h.split(": ")[-1] in SERVER_PACKAGES for h in v)}
+    collector and sketches aside). No module is exempt: the last vectorised paths left with
+    sketches/randomness.py, sketches/memo.py and sketches/hashing.py, and the lazy numpy proxy
+    with them."""
+    assert sdk_wheel_offenders() == {}
