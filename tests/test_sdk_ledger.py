@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -183,12 +184,19 @@ def test_threads_of_one_client_never_overspend(tmp_path):
     client.close()
 
 
-def _process_reports(state_dir: str, attempts: int, queue) -> None:
+#: Noon UTC of a fixed day: the processes' wall clock runs on from it at real speed, so no UTC
+#: midnight (a new window, a fresh per-window cap) falls inside the run; on time.time one did
+#: with probability ~2e-5 a run (the two variants' ~1.7 s in 86,400).
+NOON = 20_000 * 86_400 + 43_200
+
+
+def _process_reports(state_dir: str, attempts: int, queue, t0: float) -> None:
     """One app process: its own client on the shared state directory and its own transport."""
     registry = make_registry(REGISTRY_TOML)
     fake = FakeCollector(registry)
     client = TelemetryClient(registry=registry, state_dir=state_dir, transport=MemoryTransport(fake),
-                             batch_size=2, max_batch_age=0.001, retry=RetryPolicy(initial=0.01))
+                             batch_size=2, max_batch_age=0.001, retry=RetryPolicy(initial=0.01),
+                             clock=lambda: NOON + (time.monotonic() - t0))
     for i in range(attempts):
         client.report("crash", i % 2 == 0)
         client.report("site", f"value-{i % 7}.example")
@@ -201,7 +209,8 @@ def _process_reports(state_dir: str, attempts: int, queue) -> None:
 def test_processes_sharing_a_state_dir_never_overspend(tmp_path):
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=_process_reports, args=(str(tmp_path / "shared"), 30, queue)) for _ in range(4)]
+    t0 = time.monotonic()   # CLOCK_MONOTONIC: one clock for the parent and its forks
+    procs = [ctx.Process(target=_process_reports, args=(str(tmp_path / "shared"), 30, queue, t0)) for _ in range(4)]
     for p in procs:
         p.start()
     sent = [queue.get(timeout=60) for _ in procs]
