@@ -34,7 +34,6 @@ from typing import Any
 from collector.storage.base import WindowInfo, date_filter_ok
 from collector.storage.shuffled import ShuffleRecord
 from estimators.amplification import DEFAULT_DELTA, CentralClaim, ShuffledWindow, central_claim, krr_size
-from estimators.shuffle_plan import PERMANENT_COHORT_PROTOCOLS
 from sketches import server_half
 
 __all__ = ["privacy_meta", "privacy_note", "shuffled_window", "window_claim", "windows_in_query"]
@@ -58,7 +57,7 @@ def shuffled_window(spec: Any, record: ShuffleRecord | None, window_reports: int
         unshuffled_reports=max(0, int(window_reports) - int(record.reports)),
         smallest_segment=int(record.smallest_segment),
         has_cohorts=m > 1,
-        cohorts_permanent=proto.name in PERMANENT_COHORT_PROTOCOLS,
+        cohorts_permanent=proto.cohort_permanent,
         smallest_cohort=int(record.smallest_cohort) if m > 1 else None,
         epsilon_inf=memo,
         krr=krr_size(proto) if int(record.max_envelope_reports) == 1 else None)

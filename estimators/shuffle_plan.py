@@ -37,9 +37,6 @@ __all__ = ["DEFAULT_EPSILONS", "central_rows", "inverse_plan", "metric_claims", 
 
 #: The local ε₀ ``ldpt plan --shuffled`` tabulates unless given one.
 DEFAULT_EPSILONS = (1.0, 2.0, 4.0)
-#: Protocols whose lifetime-fixed cohort is sent in clear (docs/privacy.md, "What leaves the device";
-#: discover's is its group: the level a device reports, fixed by its secret).
-PERMANENT_COHORT_PROTOCOLS = ("rappor", "loloha", "dbitflip", "discover")
 
 
 def round_up(x: float, digits: int = 3) -> float:
@@ -160,7 +157,7 @@ def metric_window(spec, batch: int, *, bundled: bool = False) -> ShuffledWindow:
         envelopes_per_device=1 if bundled else r,
         smallest_segment=batch if spec.dimensions else None,
         has_cohorts=m > 1,
-        cohorts_permanent=proto.name in PERMANENT_COHORT_PROTOCOLS,
+        cohorts_permanent=proto.cohort_permanent,   # a lifetime-fixed cohort in clear (discover: its group)
         smallest_cohort=max(0, math.floor(per_cohort - 3 * math.sqrt(per_cohort))) if m > 1 else None,
         epsilon_inf=memo,
         krr=krr_size(proto) if (r == 1 or not bundled) else None)

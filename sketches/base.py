@@ -337,6 +337,14 @@ class ServerHalf(abc.ABC):
     cohort_field: str = "cohort"
 
     @property
+    def cohort_permanent(self) -> bool:
+        """Whether the cohort in clear is fixed for the device's lifetime (docs/privacy.md, "What
+        leaves the device"): RAPPOR's, LOLOHA's, dBitFlipPM's window, discover's group; not OLH's,
+        re-derived each UTC day. ``linking_number``'s permanence, the one place it is said."""
+        number = self.linking_number()
+        return number is not None and number[2]
+
+    @property
     def clear_cohorts(self) -> int:
         """How many cohort numbers a report may carry in clear (``cohort_field``'s range; 1: none)."""
         return int(self.cohorts or 1)
