@@ -402,7 +402,7 @@ def test_sources_draw_uniform_words_and_bounded_integers(source):
     def uniform(counts, label) -> None:
         if source == "secure":
             # unseeded: 6 exact checks at size 1e-7 / 6 each, 1e-7 per run (was chi-square at 1e-4
-            # each: 6e-4); a cell off by ~6 σ fails (σ = 0.25 % of a nibble's 9,375 draws)
+            # each: 6e-4); a cell off by ~6 σ fails (σ = 1 % of a nibble's 9,375 draws)
             assert_cells_fit(counts, np.full(counts.size, 1 / counts.size), 1e-7 / 6, label)
         else:   # seeded: the same outcome every run
             assert stats.chisquare(counts).pvalue > 1e-4, label
