@@ -76,10 +76,5 @@ class LOSUEServer(MemoisedServer, UnaryServer):
         """One class of reports: a = 1/(P − Q), ν = n·q₂, μ = n·q₁ (``pure_chain_lumps``)."""
         return pure_chain_lumps(self.params, sketch)
 
-    def values_supported(self) -> int:
-        """One, as estimators/poisoning.py has always counted L-OSUE (not the unary encodings'
-        all d, though an all-ones second round would support every value)."""
-        return 1
-
 
 __all__ = ["LOSUEServer"]
