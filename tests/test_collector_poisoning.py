@@ -54,6 +54,8 @@ def test_forged_reports_move_the_count_by_exactly_the_gain(name, d, epsilon):
     # gain differs from the pure-OLH (1 - q*)/(p* - q*) that `ldpt plan` prints by a few percent,
     # depending on the cohort design (2.6% here with the inflation-1.1 sizing)
     assert moved[0] == pytest.approx(m * bound.gain, rel=0.05 if name == "olh" else 1e-9)
+    if name in ("oue", "sue", "losue"):   # an all-ones report: every value moves by the full gain
+        assert bound.values_per_report == d
     if bound.values_per_report > 1:
         assert np.allclose(moved, m * bound.gain)
     # the share moves by m (g - f)/(n + m); with f = 0 that is one point at the printed m
