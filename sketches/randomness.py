@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Any, TypeAlias
 from typing import Protocol as TypingProtocol
 
 import numpy as np
@@ -23,8 +23,13 @@ from client_sdk.randomness import SCALE
 
 _TWO64 = 1 << 64
 
-#: numpy bit generators whose raw output is 64 uniform bits (MT19937's raw output is 32).
-RAW64_BIT_GENERATORS: tuple[type, ...] = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
+
+
+def raw64_bit_generators() -> tuple[type, ...]:
+    """numpy bit generators whose raw output is 64 uniform bits (MT19937's raw output is 32).
+    A function, not a constant: numpy.random loads on first use, so an estimate, which draws
+    nothing, does not import it."""
+    return (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)
 
 
 def _count(shape: int | tuple[int, ...]) -> int:
@@ -106,7 +111,7 @@ class GeneratorRandom:
         self.generator = generator
         # 64-bit bit generators emit uniform 64-bit raw words: split each into two uint32
         # words, ~6x faster than Generator.integers (MT19937's raw output is only 32 bits).
-        self._raw64 = isinstance(generator.bit_generator, RAW64_BIT_GENERATORS)
+        self._raw64 = isinstance(generator.bit_generator, raw64_bit_generators())
 
     def words(self, shape: int | tuple[int, ...]) -> np.ndarray:
         """Uniform uint32 words: halves of the raw 64-bit output, else ``Generator.integers``."""
@@ -122,7 +127,8 @@ class GeneratorRandom:
         return self.generator.integers(0, high, size=shape, dtype=np.int64)
 
 
-RandomLike = RandomSource | np.random.Generator | None
+#: A source, a seeded numpy Generator (named lazily: numpy.random loads on first use), or None.
+RandomLike: TypeAlias = "RandomSource | np.random.Generator | None"
 
 
 def as_random_source(rng: RandomLike) -> RandomSource:
@@ -156,5 +162,5 @@ def _scalar_test(source: Any, threshold: int, shape: int | tuple[int, ...]) -> n
     return source.words(shape) < np.uint32(threshold)
 
 
-__all__ = ["RAW64_BIT_GENERATORS", "GeneratorRandom", "RandomLike", "RandomSource", "SecureRandom",
-           "as_random_source", "below_threshold", "bernoulli"]
+__all__ = ["GeneratorRandom", "RandomLike", "RandomSource", "SecureRandom",
+           "as_random_source", "below_threshold", "bernoulli", "raw64_bit_generators"]
