@@ -982,6 +982,10 @@ def _conversations() -> list[dict[str, Any]]:
     case("422 fingerprint-mismatch naming c: c is stale, the rest goes again", "plain",
          [_problem(422, "fingerprint-mismatch", metric="c", report_index=2)],
          _posts((None, ALL), (None, ["a", "b", "d"])), flush=False, acked=3, rejected=1, stale=("c",))
+    case("403 shuffle-required naming b: b goes only through a shuffler, so it is stale for this client "
+         "(refused from now on) and the rest goes again under a new id", "plain",
+         [_problem(403, "shuffle-required", metric="b")],
+         _posts((None, ALL), (None, ["a", "c", "d"])), flush=False, acked=3, rejected=1, stale=("b",))
     case("422 invalid-report at index 2: that report is dropped, the rest goes again (nothing stale)", "plain",
          [_problem(422, "invalid-report", metric="c", report_index=2)],
          _posts((None, ALL), (None, ["a", "b", "d"])), flush=False, acked=3, rejected=1)
