@@ -177,23 +177,46 @@ class JointEstimate:
 
     def share_difference(self, target: int, a: int, given: int, b1: int, b2: int) -> tuple[float, float, float]:
         """P(T = a | G = b1) − P(T = a | G = b2) in the population: (difference, delta-method std
-        err, two-sided Wald p-value); the gradient of each ratio N/D is (w_N − R·w_D)/D, so the
-        std err uses the cells' full covariance (both shares share no cell, but GRR/SS cells
-        covary, and so do all cells through the devices' draw from the population)."""
+        err, two-sided p-value of "the shares are equal").
+
+        The std err is the delta method's at each share's own estimate (its gradient
+        (w_N − R·w_D)/D, the cells' full covariance with the sampling term): the difference's spread
+        where it is, which sizes a gap. The test is the pooled (score) form of the two-proportion test (docs/math.md, "Joint
+        reports"): the gradient of each ratio N/D is (w_N − R·w_D)/D taken at the pooled share
+        R₀ = (N₁ + N₂)/(D₁ + D₂), and the devices' sampling covariance at the null's fit (both
+        categories' cells rescaled to the share R₀, their other proportions kept), plus the
+        randomisation's Σ (GRR/SS cells covary). The Wald form, at each category's own plug-in
+        share, underestimates the variance when a small category's share is estimated near 0, and
+        rejected equal shares in 0.11–0.14 of runs (grr ε 8, n 500, 40 × 5; ss ε 12, n 1,000)."""
         it, ig = self.index(target), self.index(given)
-        grads, diff = [], 0.0
-        for sign, b in ((1.0, b1), (-1.0, b2)):
-            w_den = (ig == b).astype(np.float64)
-            w_num = w_den * (it == a)
-            den = float(w_den @ self.counts)
-            if den <= 0:
-                return math.nan, math.nan, math.nan
-            r = float(w_num @ self.counts) / den
-            diff += sign * r
-            grads.append(sign * (w_num - r * w_den) / den)
-        g = grads[0] + grads[1]
+        w_den = [(ig == b).astype(np.float64) for b in (b1, b2)]
+        w_num = [w * (it == a) for w in w_den]
+        dens = [float(w @ self.counts) for w in w_den]
+        nums = [float(w @ self.counts) for w in w_num]
+        if min(dens) <= 0:
+            return math.nan, math.nan, math.nan
+        shares = [num / den for num, den in zip(nums, dens)]
+        g = sum(sign * (wn - r * wd) / den for sign, wn, wd, r, den in zip((1.0, -1.0), w_num, w_den, shares, dens))
         se = math.sqrt(max(float(g @ self.population_cov @ g), 0.0))
-        return diff, se, float(2 * stats.norm.sf(abs(diff) / se)) if se > 0 else math.nan
+        r0 = min(max((nums[0] + nums[1]) / (dens[0] + dens[1]), 0.0), 1.0)
+        g0 = (w_num[0] - r0 * w_den[0]) / dens[0] - (w_num[1] - r0 * w_den[1]) / dens[1]
+        cov = self.cov + sampling_covariance(self._null_fit(w_num, w_den, dens, r0), self.n) \
+            if self.sampling is not None else self.cov
+        se0 = math.sqrt(max(float(g0 @ cov @ g0), 0.0))
+        diff = shares[0] - shares[1]
+        return diff, se, float(2 * stats.norm.sf(abs(diff) / se0)) if se0 > 0 else math.nan
+
+    def _null_fit(self, w_num: list[np.ndarray], w_den: list[np.ndarray], dens: list[float],
+                  r0: float) -> np.ndarray:
+        """The cell counts (clipped at 0) with each category of ``w_den`` holding D·R₀ devices of
+        the target value and D·(1 − R₀) of the others, spread as the estimates are (evenly where
+        they are all 0): the fit of "equal shares" whose sampling law the test uses."""
+        fit = np.clip(self.counts, 0.0, None)
+        for num, den, total in zip(w_num, w_den, dens):
+            for cells, mass in ((num > 0, total * r0), ((den > 0) & (num == 0), total * (1.0 - r0))):
+                held = fit[cells].sum()
+                fit[cells] = mass * (fit[cells] / held if held > 0 else 1.0 / cells.sum())
+        return fit
 
     def mean(self, numeric: int, given: int, b: int, z: float) -> tuple[float, float, float, float, bool]:
         """Mean of part ``numeric`` among devices with part ``given`` = b, in the population.
