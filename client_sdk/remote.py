@@ -15,6 +15,7 @@ from typing import Any
 
 from .dimensions import parse_dimensions
 from .domains import domain_digest, values_from_text
+from .encoder_block import check_block
 from .errors import FingerprintMismatch, LdptError, RegistryError
 from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
 from .protocols.factory import option_keys
@@ -63,6 +64,8 @@ def registry_from_json(doc: Mapping[str, Any] | str | bytes, source: str = "GET 
         if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
             raise RegistryError(f"metric #{pos} has no name", source=source)
         name = entry["name"]
+        if entry.get("encoder") is not None:   # never encode from an inconsistent block (docs/conformance.md)
+            check_block(entry["encoder"], name, source)
         requested = entry.get("protocol", "auto")
         resolved = entry.get("resolved_protocol") or requested
         if resolved not in PROTOCOL_NAMES + LONGITUDINAL_PROTOCOL_NAMES + NUMERIC_PROTOCOL_NAMES \

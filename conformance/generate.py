@@ -1303,6 +1303,84 @@ def domain_vectors() -> dict[str, Any]:
             "fingerprints": {s.name: s.fingerprint for s in registry}, "lookups": lookups}
 
 
+# --- blocks an SDK must refuse --------------------------------------------------------------------
+def _mutated(blocks: dict[str, dict[str, Any]], metric: str, change: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
+    block = json.loads(json.dumps(blocks[metric]))
+    change(block)
+    return block
+
+
+def invalid_block_vectors(registry: Any) -> dict[str, Any]:
+    """Blocks of registry.json made inconsistent one member at a time, each with the member an SDK's
+    error names and whether the schema already refuses it (docs/conformance.md, "Checks an SDK
+    applies to a block"): every SDK refuses all of them when it builds an encoder, never encodes."""
+    doc = json.loads(json.dumps(registry.to_json()))
+    blocks = {m["name"]: m["encoder"] for m in doc["metrics"]}
+    cases = [
+        ("version 2 (a newer layout)", "theme", lambda b: b.update(version=2), "version"),
+        ("olh linear without t", "city", lambda b: b.pop("t"), "t"),
+        ("olh random with t", "region", lambda b: b.update(t=2), "t"),
+        ("grr keep_threshold 0", "theme", lambda b: b.update(keep_threshold=0), "keep_threshold"),
+        ("grr keep_threshold 2^32/d: p' = q'", "theme", lambda b: b.update(keep_threshold=(1 << 32) // 5),
+         "keep_threshold"),
+        ("olh keep_threshold × g = 2^32", "region", lambda b: b.update(keep_threshold=(1 << 32) // b["g"]),
+         "keep_threshold"),
+        ("hr g = 6 is not a prime", "page", lambda b: b.update(g=6), "g"),
+        ("hr m ≠ (g^t − 1)/(g − 1)", "page", lambda b: b.update(m=b["m"] + 1), "m"),
+        ("hr d > g^t", "page", lambda b: b.update(d=b["g"] ** b["t"] + 1), "t"),
+        ("hr t above ⌈log_g d⌉", "page", lambda b: b.update(t=b["t"] + 1), "t"),
+        ("olh linear d > g^t", "city", lambda b: b.update(d=b["g"] ** b["t"] + 1), "t"),
+        ("olh linear m ≠ (g^t − 1)/(g − 1)", "city", lambda b: b.update(m=b["m"] - 1), "m"),
+        ("rappor h > k", "url", lambda b: b.update(h=b["k"] + 5), "h"),
+        ("ss s = d", "country", lambda b: b.update(s=b["d"]), "s"),
+        ("dbitflip sampled > d", "latency_memo", lambda b: b.update(sampled=b["d"] + 3), "sampled"),
+        ("discover groups ≠ max_length + 1", "query", lambda b: b.update(groups=b["max_length"]), "groups"),
+        ("losue p1_threshold ≠ 2^31", "tags", lambda b: b.update(p1_threshold=(1 << 31) + 1), "p1_threshold"),
+        ("piecewise window > grid", "load_pw", lambda b: b.update(window=b["grid"] + 1), "window"),
+        ("piecewise window × a + grid × b > 2^32", "load_pw", lambda b: b.update(b=1 << 31), "a"),
+        ("hybrid's piecewise on another grid", "load", lambda b: b["piecewise"].update(grid=b["grid"] // 2),
+         "piecewise.grid"),
+        ("duchi low + grid × step > 2^64", "load_low", lambda b: b.update(step=str(1 << 60)), "step"),
+        ("duchi low above 2^64", "load_low", lambda b: b.update(low=str((1 << 64) + 1)), "low"),
+        ("memobitmean step with a leading zero", "load_memo", lambda b: b.update(step="0" + b["step"]), "step"),
+        ("laplace bounds decreasing", "load_laplace",
+         lambda b: b.update(bounds=[b["bounds"][1], b["bounds"][0], *b["bounds"][2:]]), "bounds"),
+        ("laplace bounds: one word short", "load_laplace", lambda b: b["bounds"].pop(), "bounds"),
+        ("laplace bound above 2^64", "load_laplace", lambda b: b.update(bounds=[*b["bounds"][:-1], str(1 << 65)]),
+         "bounds"),
+        ("histogram with d edges, not d + 1", "latency", lambda b: b["edges"].pop(), "edges"),
+        ("histogram edges not increasing", "latency",
+         lambda b: b.update(edges=[b["edges"][0], b["edges"][2], b["edges"][1], *b["edges"][3:]]), "edges"),
+        ("histogram edge repeated", "latency",
+         lambda b: b.update(edges=[b["edges"][0], b["edges"][1], b["edges"][1], *b["edges"][3:]]), "edges"),
+        ("rr histogram with 4 edges", "crash", lambda b: b.update(edges=[0.0, 1.0, 2.0, 3.0]), "edges"),
+        ("dbitflip histogram with d + 2 edges", "latency_memo", lambda b: b["edges"].append(b["edges"][-1] + 1),
+         "edges"),
+        ("mean range reversed", "load_low", lambda b: b.update(range=[b["range"][1], b["range"][0]]), "range"),
+        ("mean range empty (lo = hi)", "load_bitmean", lambda b: b.update(range=[b["range"][0], b["range"][0]]),
+         "range"),
+    ]
+    schema = _validator()
+    out = []
+    for reason, metric, change, field in cases:
+        block = _mutated(blocks, metric, change)
+        out.append({"reason": reason, "metric": metric, "field": field, "schema_refuses": not schema.is_valid(block),
+                    "block": block})
+    return {"description": "Encoder blocks every SDK must refuse when it builds an encoder (RegistryError naming "
+                           "the metric and `field`), one inconsistency each, made from registry.json's blocks; "
+                           "`schema_refuses`: conformance/encoder-block.schema.json already refuses it, else only "
+                           "the SDK-side checks do (docs/conformance.md, \"Checks an SDK applies to a block\").",
+            "cases": out}
+
+
+def _validator() -> Any:
+    import jsonschema
+
+    from .block_types import load_schema
+
+    return jsonschema.Draft202012Validator(load_schema())
+
+
 # --- driver ---------------------------------------------------------------------------------------------
 def build() -> dict[str, dict[str, Any]]:
     registry = parse_registry(registry_text(), "conformance/registry")
@@ -1320,6 +1398,7 @@ def build() -> dict[str, dict[str, Any]]:
         "sealed.json": sealed_vectors(),
         "domains.json": domain_vectors(),
         "delivery.json": delivery_vectors(),
+        "invalid_blocks.json": invalid_block_vectors(registry),
     }
     for doc in files.values():
         doc["suite_version"] = SUITE_VERSION

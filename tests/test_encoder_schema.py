@@ -123,7 +123,8 @@ def problems(block: dict[str, Any]) -> list[str]:
 
 def test_schema_is_a_valid_versioned_2020_12_schema() -> None:
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
-    assert SCHEMA["$id"].endswith(f"/encoder-block/{ENCODER_VERSION}")
+    # major = the blocks' `version`; minor = the revision of what it refuses (1.1: the consistency checks)
+    assert SCHEMA["$id"].endswith(f"/encoder-block/{ENCODER_VERSION}.1")
     assert SCHEMA["$defs"]["version"] == {"const": ENCODER_VERSION, "description": "the block's layout version"}
     from client_sdk.protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
     from client_sdk.protocols.numeric import NUMERIC_PROTOCOL_NAMES

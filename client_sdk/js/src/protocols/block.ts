@@ -2,7 +2,7 @@
 // do not edit (docs/conformance.md, "The encoder object").
 
 /** The `$id` of the schema these types are read from. */
-export type BlockSchemaId = "https://ldp-telemetry.dev/schemas/encoder-block/1";
+export type BlockSchemaId = "https://ldp-telemetry.dev/schemas/encoder-block/1.1";
 
 /** A nested Duchi draw (hybrid's): no version, no protocol. */
 export interface DuchiParams {
@@ -105,7 +105,7 @@ export interface SsBlock {
   readonly edges?: readonly number[];
 }
 
-/** Optimised local hashing; `t` only with the linear family. */
+/** Optimised local hashing; `t` with the linear family, and only with it. */
 export interface OlhBlock {
   /** the block's layout version */
   readonly version: 1;
@@ -348,7 +348,7 @@ export interface MemobitmeanBlock {
   readonly range: readonly [number, number];
 }
 
-/** The `encoder` object of each metric of GET /v1/registry (block version 1): every resolved integer a protocol's one-report encoder needs, so that an SDK in any language encodes without re-deriving them (docs/conformance.md, "The encoder object"). Thresholds are out of 2^32; members out of 2^64 are decimal strings (JSON numbers beyond 2^53 are not exact in JavaScript). A new member or protocol is a new block version: an SDK refuses a version it does not know. */
+/** The `encoder` object of each metric of GET /v1/registry (block version 1): every resolved integer a protocol's one-report encoder needs, so that an SDK in any language encodes without re-deriving them (docs/conformance.md, "The encoder object"). Thresholds are out of 2^32; members out of 2^64 are decimal strings (JSON numbers beyond 2^53 are not exact in JavaScript). A new member or protocol is a new block version: an SDK refuses a version it does not know. Schema version 1.1 (the `$id`): the major number is the blocks' `version`; a minor revision refuses more inconsistent blocks and adds no member. What JSON Schema cannot say (primes, m = (g^t − 1)/(g − 1), increasing edges, ordered ranges, …) an SDK checks itself: docs/conformance.md, "Checks an SDK applies to a block". */
 export type Block =
   | RrBlock
   | GrrBlock
