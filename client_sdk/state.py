@@ -5,6 +5,7 @@ A state directory holds (mode 0700)::
     secret          32 random bytes, mode 0600, created atomically (never overwritten)
     ledger.json     epsilon spent per metric (client_sdk.ledger), no true value
     ledger.lock     lock file shared by every process of the app (client_sdk.files)
+    owner           "python": the SDK whose lock guards this directory (claim_directory)
     outbox/         randomised batches waiting for the collector (client_sdk.queue)
     opted-out       present after opt_out(): nothing is reported any more
 
@@ -155,6 +156,7 @@ class FileState(ClientState):
                              f"({exc.strerror or exc})") from None
         if not os.access(self.path, os.W_OK | os.X_OK):
             raise StateError(f"{self.path}: the state directory is not writable")
+        claim_directory(self.path)
         self._secret: bytes | None = None
         self._lock = threading.Lock()
         remove_stale_temps(self.path, None, STALE_TEMP_AGE)   # writes a kill interrupted
@@ -224,27 +226,33 @@ class FileState(ClientState):
 
 
 def load_or_create_secret(path: Path) -> bytes:
-    """Read the 32-byte secret, creating it atomically (mode 0600) when absent.
-
-    Creation writes a private temporary file, fsyncs it and hard-links it into place: link(2)
-    fails if the name exists, so two processes racing here end up with the same secret and
-    neither ever overwrites it.
-    """
+    """Read the 32-byte secret, creating it atomically (mode 0600) when absent."""
     try:
         return _read_secret(path)
     except FileNotFoundError:
         pass
+    create_once(path, os.urandom(SECRET_BYTES))  # the secret: never leaves this directory
+    return _read_secret(path)
+
+
+def create_once(path: Path, data: bytes) -> None:
+    """Create ``path`` holding ``data`` (mode 0600) unless it exists; never overwrite it.
+
+    Writes a private temporary file, fsyncs it and hard-links it into place: link(2) fails if
+    the name exists, so two processes racing here end up with the same file and neither ever
+    overwrites it.
+    """
     tmp = temp_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | OPEN_FLAGS, 0o600)
     try:
-        os.write(fd, os.urandom(SECRET_BYTES))  # the secret: never leaves this directory
+        os.write(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
     try:
         os.link(tmp, path)
     except FileExistsError:
-        pass  # another process won the race; use its secret
+        pass  # another process won the race; its file stands
     except OSError:  # file systems without hard links (FAT, some network shares): rename is atomic too
         if not path.exists():
             os.replace(tmp, path)
@@ -254,7 +262,47 @@ def load_or_create_secret(path: Path) -> bytes:
         except FileNotFoundError:
             pass
     _fsync_dir(path.parent)
-    return _read_secret(path)
+
+
+# --- which SDK owns a state directory ----------------------------------------------------------------
+
+#: The file naming the SDK whose lock guards a state directory (docs/conformance.md, "The state
+#: directory"): each SDK locks the ledger its own way (flock(2) on ledger.lock, a lock file
+#: ledger.nodelock, fcntl(2) on ledger.jvmlock), and those locks do not exclude one another, so
+#: two SDKs charging one ledger could both spend the same budget. The first SDK to open a
+#: directory writes its name here; every other SDK refuses the directory.
+OWNER_FILE = "owner"
+OWNER = "python"
+#: The lock file each SDK leaves in a directory it used before OWNER_FILE existed.
+OWNER_LOCK_FILES = {"python": "ledger.lock", "jvm": "ledger.jvmlock"}
+
+
+def claim_directory(path: Path, sdk: str = OWNER) -> None:
+    """Make ``sdk`` the owner of the state directory ``path``, or StateError if another SDK is.
+
+    A directory without an owner file is claimed (a directory another SDK used before owner
+    files existed is recognised by that SDK's lock file and refused).
+    """
+    owner_path = path / OWNER_FILE
+    if not owner_path.exists():
+        others = [name for name, lock in OWNER_LOCK_FILES.items() if name != sdk and (path / lock).exists()]
+        if others:
+            _refuse(path, others[0], f"its lock file {OWNER_LOCK_FILES[others[0]]}")
+        create_once(owner_path, f"{sdk}\n".encode())
+    try:
+        with open(owner_path, "rb") as f:
+            owner = f.read(64).decode("utf-8", "replace").strip()
+    except OSError as exc:
+        raise StateError(f"{owner_path}: cannot read the state directory's owner "
+                         f"({exc.strerror or exc})") from None
+    if owner != sdk:
+        _refuse(path, owner, f"its {OWNER_FILE} file")
+
+
+def _refuse(path: Path, owner: str, evidence: str) -> None:
+    raise StateError(f"{path}: the state directory belongs to the {owner!r} SDK ({evidence}); SDKs "
+                     "lock the ledger differently, so two of them sharing one directory could "
+                     "spend one budget twice — give each SDK its own state directory")
 
 
 #: Appended to the corrupt-secret error for strict callers (non-strict clients move the file aside).

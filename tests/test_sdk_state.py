@@ -33,7 +33,42 @@ def test_the_secret_is_32_private_bytes_created_once(tmp_path):
     assert stat.S_IMODE((tmp_path / "s").stat().st_mode) == 0o700
     assert FileState(tmp_path / "s").secret == secret            # stable across restarts
     assert FileState(tmp_path / "other").secret != secret
-    assert [p.name for p in (tmp_path / "s").iterdir()] == ["secret"]   # no temporary left
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["owner", "secret"]   # no temporary left
+
+
+@pytest.mark.parametrize("owner", ["node", "jvm", "swift"])
+def test_a_directory_another_sdk_owns_is_refused_and_reports_nothing(tmp_path, owner):
+    """The SDKs' ledger locks do not exclude one another (flock(2), a lock file, fcntl(2)), so
+    a directory owned by another SDK is refused before anything is charged (docs/conformance.md)."""
+    state_dir = tmp_path / "s"
+    state_dir.mkdir()
+    (state_dir / "owner").write_text(f"{owner}\n")
+    with pytest.raises(StateError, match=f"belongs to the '{owner}' SDK .*own state directory"):
+        FileState(state_dir)
+    client = TelemetryClient(make_registry(), state_dir=state_dir, transport=MemoryTransport(FakeCollector()))
+    try:
+        assert "belongs to the" in client.disabled_reason
+        assert client.report("theme", "dark-secret-theme") is False
+    finally:
+        client.close()
+    assert sorted(p.name for p in state_dir.iterdir()) == ["owner"]       # nothing written, no secret
+
+
+def test_a_directory_used_by_the_jvm_sdk_before_owner_files_is_refused(tmp_path):
+    (tmp_path / "ledger.jvmlock").write_bytes(b"")
+    with pytest.raises(StateError, match="'jvm' SDK \\(its lock file ledger.jvmlock\\)"):
+        FileState(tmp_path)
+    assert not (tmp_path / "owner").exists()
+
+
+def test_the_python_sdk_claims_its_own_and_unowned_directories(tmp_path):
+    old = tmp_path / "old"                  # used by this SDK before owner files existed
+    old.mkdir()
+    (old / "ledger.lock").write_bytes(b"")
+    FileState(old)
+    assert (old / "owner").read_bytes() == b"python\n"
+    FileState(old)                          # its own: opened again
+    assert FileState(tmp_path / "new").path.joinpath("owner").read_bytes() == b"python\n"
 
 
 def _create(path: str, queue) -> None:

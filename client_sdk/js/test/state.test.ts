@@ -20,6 +20,27 @@ import { MemoryStore } from "../src/storage/memory.js";
 const run = promisify(execFile);
 const fresh = () => mkdtempSync(join(tmpdir(), "ldpt-js-state-"));
 
+test("a state directory another SDK owns is refused; this SDK claims its own and unowned ones", async () => {
+  for (const owner of ["python", "jvm", "swift"]) {
+    const dir = fresh();
+    writeFileSync(join(dir, "owner"), `${owner}\n`);
+    await assert.rejects(new FileStore(dir).open(), (e: Error) =>
+      e instanceof StateError && e.message.includes(`belongs to the '${owner}' SDK (its owner file)`));
+  }
+  for (const [sdk, lock] of [["python", "ledger.lock"], ["jvm", "ledger.jvmlock"]]) {
+    const dir = fresh(); // used by that SDK before owner files existed
+    writeFileSync(join(dir, lock), "");
+    await assert.rejects(new FileStore(dir).open(), (e: Error) =>
+      e instanceof StateError && e.message.includes(`'${sdk}' SDK (its lock file ${lock})`));
+    await assert.rejects(fs.access(join(dir, "owner")));
+  }
+  const dir = fresh();
+  await new FileStore(dir).open();
+  assert.equal(readFileSync(join(dir, "owner"), "utf8"), "node\n");
+  await new FileStore(dir).open(); // its own: opened again
+  assert.deepEqual((await fs.readdir(dir)).sort(), ["owner"]); // no temporary left
+});
+
 test("the secret is 32 bytes, mode 0600, created once and never overwritten", async () => {
   const dir = fresh();
   const a = await new FileStore(dir).open();
@@ -58,11 +79,15 @@ test("a lock file left by a dead process is taken over; a live one is waited for
   writeFileSync(path, "999999999 " + (await import("node:os")).hostname() + "\n"); // no such pid
   assert.equal(await withFileLock(path, () => "got it"), "got it");
   const order: string[] = [];
+  let entered!: () => void;
+  const inside = new Promise<void>((r) => { entered = r; });
   const first = withFileLock(path, async () => {
     order.push("a-in");
+    entered();
     await new Promise((r) => setTimeout(r, 30));
     order.push("a-out");
   });
+  await inside; // the first holds the lock before the second asks (two asking at once: either may win)
   const second = withFileLock(path, () => { order.push("b"); });
   await Promise.all([first, second]);
   assert.deepEqual(order, ["a-in", "a-out", "b"]);

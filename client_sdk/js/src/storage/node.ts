@@ -10,15 +10,16 @@
  *     outbox/       batches waiting for the collector, `<name>.ldpb`; claimed by renaming
  *     registry.json the last fetched registry
  *     opted-out     present after optOut()
+ *     owner         "node": the SDK whose lock guards this directory (claimDirectory)
  *
  * Every write is write-temp-fsync-rename (readers see the old file or the new one, never a torn
  * one). The lock file is this SDK's own: a Python process and a Node process must not share
- * one directory (the Python SDK locks with flock(2)).
+ * one directory (the Python SDK locks with flock(2)), and the owner file makes sure they do not.
  */
 
 import { randomBytes } from "node:crypto";
 import { promises as fs } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 
 import { withFileLock } from "../lock.node.js";
 import {
@@ -177,6 +178,57 @@ export class FileOutbox implements Outbox {
   }
 }
 
+/** Create `path` holding `data` (mode 0600) unless it exists, never overwriting it: a private
+ *  temporary file, fsynced, hard-linked into place (link fails if another process won). */
+async function createOnce(path: string, data: Uint8Array): Promise<void> {
+  const tmp = tempName(path);
+  const h = await fs.open(tmp, "wx", 0o600);
+  try {
+    await h.writeFile(data);
+    await h.sync();
+  } finally {
+    await h.close();
+  }
+  try {
+    await fs.link(tmp, path); // fails if another process created it first: use theirs
+  } catch (exc) {
+    if ((exc as NodeJS.ErrnoException).code !== "EEXIST") throw exc;
+  } finally {
+    await fs.rm(tmp, { force: true });
+  }
+  await fsyncDir(dirname(path));
+}
+
+/** The file naming the SDK whose lock guards a state directory (docs/conformance.md, "The state
+ *  directory"): the SDKs' ledger locks (flock(2) on ledger.lock, this lock file, fcntl(2) on
+ *  ledger.jvmlock) do not exclude one another, so two SDKs on one directory could spend one
+ *  budget twice. */
+export const OWNER_FILE = "owner";
+export const OWNER = "node";
+/** The lock file each SDK leaves in a directory it used before owner files existed. */
+const OWNER_LOCK_FILES: Record<string, string> = { python: "ledger.lock", jvm: "ledger.jvmlock" };
+
+/** Make this SDK the owner of `dir`, or StateError if another SDK is. */
+export async function claimDirectory(dir: string): Promise<void> {
+  const path = join(dir, OWNER_FILE);
+  let text = await readOrNull(path, "utf8");
+  if (text === null) {
+    for (const [sdk, lock] of Object.entries(OWNER_LOCK_FILES)) {
+      if ((await readOrNull(join(dir, lock))) !== null) refuse(dir, sdk, `its lock file ${lock}`);
+    }
+    await createOnce(path, new TextEncoder().encode(`${OWNER}\n`));
+    text = await fs.readFile(path, "utf8");
+  }
+  const owner = text.slice(0, 64).trim();
+  if (owner !== OWNER) refuse(dir, owner, `its ${OWNER_FILE} file`);
+}
+
+function refuse(dir: string, owner: string, evidence: string): never {
+  throw new StateError(`${dir}: the state directory belongs to the '${owner}' SDK (${evidence}); SDKs lock ` +
+    "the ledger differently, so two of them sharing one directory could spend one budget twice — " +
+    "give each SDK its own state directory");
+}
+
 /** One device's state in `dir` (created 0700). */
 export class FileStore implements DeviceStore {
   readonly outbox: FileOutbox;
@@ -189,13 +241,20 @@ export class FileStore implements DeviceStore {
     this.outbox = new FileOutbox(join(where, "outbox"), limits);
   }
 
-  /** Create the directory and check it can be written; StateError otherwise. */
+  /** Create the directory, check it can be written and claim it for this SDK; StateError
+   *  otherwise (a directory another SDK owns among them: `claimDirectory`). */
   async open(): Promise<this> {
     try {
       await fs.mkdir(this.where, { recursive: true, mode: 0o700 });
       await fs.access(this.where, (await import("node:fs")).constants.W_OK);
     } catch (exc) {
       throw new StateError(`${this.where}: the state directory cannot be used (${(exc as Error).message})`);
+    }
+    try {
+      await claimDirectory(this.where);
+    } catch (exc) {
+      if (exc instanceof StateError) throw exc;
+      throw new StateError(`${this.where}: cannot read or write the state directory's owner (${(exc as Error).message})`);
     }
     return this;
   }
@@ -208,22 +267,7 @@ export class FileStore implements DeviceStore {
     const path = this.path("secret");
     let data: Buffer | null = await readOrNull(path);
     if (data === null) {
-      const tmp = tempName(path);
-      const h = await fs.open(tmp, "wx", 0o600);
-      try {
-        await h.writeFile(randomBytes(SECRET_BYTES)); // the secret: never leaves this directory
-        await h.sync();
-      } finally {
-        await h.close();
-      }
-      try {
-        await fs.link(tmp, path); // fails if another process created it first: use theirs
-      } catch (exc) {
-        if ((exc as NodeJS.ErrnoException).code !== "EEXIST") throw exc;
-      } finally {
-        await fs.rm(tmp, { force: true });
-      }
-      await fsyncDir(this.where);
+      await createOnce(path, randomBytes(SECRET_BYTES)); // the secret: never leaves this directory
       data = await fs.readFile(path);
     }
     if (data.length !== SECRET_BYTES) {

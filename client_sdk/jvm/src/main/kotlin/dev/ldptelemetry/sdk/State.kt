@@ -238,6 +238,48 @@ internal class DirectoryLock(private val file: File, private val timeoutMs: Long
 private val LOCAL_LOCKS = ConcurrentHashMap<String, ReentrantLock>()
 
 /** File helpers: owner-only permissions, write-temp-fsync-rename. java.io only (Android API 24 has no java.nio.file). */
+/**
+ * Which SDK owns a state directory (docs/conformance.md, "The state directory"): the file `owner`
+ * names it. The SDKs lock the ledger differently (flock(2) on ledger.lock, a lock file
+ * ledger.nodelock, fcntl(2) on ledger.jvmlock) and those locks do not exclude one another, so two
+ * SDKs charging one directory could spend one budget twice; the first to charge writes its name,
+ * every other SDK refuses the directory. Called under the directory lock before every ledger
+ * transaction: another JVM process never sees a half-written file, and an empty one can only be
+ * the leftover of a JVM killed while writing it (the other SDKs create theirs whole, by link), so
+ * it is written again.
+ */
+internal object Owner {
+    const val FILE = "owner"
+    const val SDK = "jvm"
+    /** The lock file each SDK leaves in a directory it used before owner files existed. */
+    private val LOCK_FILES = mapOf("python" to "ledger.lock")
+
+    fun claim(dir: File) {
+        val f = File(dir, FILE)
+        var text = Files.readOrNull(f)?.toString(Charsets.UTF_8)
+        if (text == null) {
+            for ((sdk, lock) in LOCK_FILES) if (File(dir, lock).exists()) refuse(dir, sdk, "its lock file $lock")
+            try {
+                f.createNewFile()     // exclusive: another SDK's file, created meanwhile, stands
+            } catch (e: java.io.IOException) {
+                throw StateException("$f: cannot create the state directory's owner file (${e.message})", e)
+            }
+            text = Files.readOrNull(f)?.toString(Charsets.UTF_8) ?: ""
+        }
+        if (text.isEmpty()) {
+            FileOutputStream(f).use { out -> out.write("$SDK\n".toByteArray()); out.fd.sync() }
+            text = "$SDK\n"
+        }
+        val owner = text.take(64).trim()
+        if (owner != SDK) refuse(dir, owner, "its $FILE file")
+    }
+
+    private fun refuse(dir: File, owner: String, evidence: String): Nothing =
+        throw StateException("$dir: the state directory belongs to the '$owner' SDK ($evidence); SDKs lock the " +
+            "ledger differently, so two of them sharing one directory could spend one budget twice — give each " +
+            "SDK its own state directory")
+}
+
 internal object Files {
     private val random = Csprng.random
 
@@ -307,9 +349,10 @@ internal object Files {
  *     outbox/         batches waiting for the collector, `<name>.ldpb`; claimed by renaming
  *     registry.json   the last fetched registry
  *     opted-out       present after optOut()
+ *     owner           "jvm": the SDK whose lock guards this directory (Owner)
  *
  * The lock is this SDK's own: a Python or Node process and a JVM process must not share one
- * directory (they lock with flock(2) and a lock file).
+ * directory (they lock with flock(2) and a lock file), and the owner file makes sure they do not.
  */
 class FileStore @JvmOverloads constructor(
     val dir: File,
@@ -352,6 +395,7 @@ class FileStore @JvmOverloads constructor(
      * makes it start over, at most three times, then fail: nothing is charged twice or lost).
      */
     override fun <T> updateLedger(fn: (String?) -> Pair<String?, T>): T = lock.hold {
+        Owner.claim(dir)
         var attempt = 0
         while (true) {
             val before = readLedger()
