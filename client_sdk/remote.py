@@ -15,7 +15,7 @@ from typing import Any
 
 from .dimensions import parse_dimensions
 from .domains import domain_digest, values_from_text
-from .encoder_block import check_block
+from .encoder_block import check_block, encoder_block
 from .errors import FingerprintMismatch, LdptError, RegistryError
 from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
 from .protocols.factory import option_keys
@@ -91,6 +91,8 @@ def registry_from_json(doc: Mapping[str, Any] | str | bytes, source: str = "GET 
             raise FingerprintMismatch(f"{source}: metric {name!r} is published with fingerprint "
                                       f"{published} but its parameters give {spec.fingerprint} here; "
                                       "this SDK would not encode what the collector expects (upgrade it)")
+        if entry.get("encoder") is not None:
+            check_published_block(spec, entry["encoder"], source)
         if pinned and name in pinned and pinned[name] != spec.fingerprint:
             raise FingerprintMismatch(f"{source}: metric {name!r} changed: fingerprint {spec.fingerprint}, "
                                       f"the app is pinned to {pinned[name]}; update the app's pin "
@@ -101,6 +103,22 @@ def registry_from_json(doc: Mapping[str, Any] | str | bytes, source: str = "GET 
         raise RegistryError(f"pinned metric(s) {', '.join(missing)} are not published", source=source)
     device = parse_device(doc["device"], source) if doc.get("device") is not None else None
     return Registry(specs, source, device, dims)
+
+
+def check_published_block(spec: Any, published: Mapping[str, Any], source: str) -> None:
+    """RegistryError naming the first member where the published ``encoder`` block differs from
+    the block of the metric this SDK built from the same parameters: its reports would follow
+    other integers than the ones every other SDK encodes from (docs/conformance.md)."""
+    own = encoder_block(spec)
+    for key in [*own, *(k for k in published if k not in own)]:   # the block's own order
+        if own.get(key) != published.get(key):
+            def text(value: Any) -> str:
+                shown = repr(value)
+                return shown if len(shown) <= 60 else shown[:57] + "..."
+            raise RegistryError(f"the published encoder block has {key} = {text(published.get(key))}, the "
+                                f"metric's parameters give {text(own.get(key))} here; this SDK would not encode "
+                                "from the published integers (upgrade it)", source=source, metric=spec.name,
+                                field=key)
 
 
 def checked_domain(name: str, published: Mapping[str, Any], values: Sequence[str], source: str) -> Sequence[str]:

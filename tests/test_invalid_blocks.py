@@ -59,3 +59,20 @@ def test_an_integer_member_must_be_a_json_integer(member: str, value: Any) -> No
     block = dict(next(m["encoder"] for m in REGISTRY["metrics"] if m["name"] == "theme"), **{member: value})
     with pytest.raises(RegistryError, match=f"field '{member}'"):
         check_block(block, "theme")
+
+
+@pytest.mark.parametrize("metric, member, value", [
+    ("theme", "keep_threshold", None),           # one more or less than the reference's integer
+    ("region", "g", None),
+    ("load_laplace", "window", None),
+])
+def test_a_consistent_block_that_is_not_the_parameters_own_is_refused(metric: str, member: str, value: Any) -> None:
+    """A block that passes every check but differs from what the metric's parameters give: the
+    Python SDK names the member instead of encoding from other integers than the published ones."""
+    block = copy.deepcopy(next(m["encoder"] for m in REGISTRY["metrics"] if m["name"] == metric))
+    block[member] += 1
+    if metric == "load_laplace":   # keep check 12: two more bounds of 2^64
+        block["bounds"] += [str(1 << 64)] * 2
+    check_block(block, metric)
+    with pytest.raises(RegistryError, match=f"metric '{metric}': field '{member}'"):
+        registry_from_json(with_block(metric, block))
