@@ -240,3 +240,21 @@ def test_ldpt_serve_serves_valid_blocks(tmp_path: Path) -> None:
             doc = json.loads(resp.read())
     blocks = [m["encoder"] for m in doc["metrics"]]
     assert len(blocks) == 25 and all(not problems(b) for b in blocks)
+
+
+def test_every_served_registry_loads_in_the_python_sdk(tmp_path: Path) -> None:
+    """The Python SDK reads each served document (every protocol, the docs/examples registries, large
+    domains, the extremes above): every block passes the checks of docs/conformance.md and equals the
+    block of the metric the SDK builds from the same parameters (client_sdk.remote.check_published_block)."""
+    from client_sdk.encoder_block import check_block, encoder_block
+    from client_sdk.remote import registry_from_json
+
+    loaded = 0
+    for name, path in registry_files(tmp_path).items():
+        doc = asyncio.run(served(path, tmp_path / f"{name}.sqlite"))
+        registry = registry_from_json(doc, domains=lambda metric, published: generate.DOMAIN_VALUES)
+        for metric in doc["metrics"]:
+            check_block(metric["encoder"], metric["name"])
+            assert json.loads(json.dumps(encoder_block(registry.get(metric["name"])))) == metric["encoder"], name
+            loaded += 1
+    assert loaded >= 55
