@@ -97,8 +97,9 @@ def test_sparse_and_dense_stores_hold_the_same_sketches(tmp_path, name, d, eps, 
 @pytest.mark.parametrize("name,d,eps,opts,big", CASES[:3], ids=[c[0] for c in CASES[:3]])
 def test_a_load_reads_large_blobs_by_blob_io(tmp_path, monkeypatch, name, d, eps, opts, big):
     """Blobs above LARGE_BLOB bytes are read by incremental blob I/O in the load's transaction
-    (one copy of a 10⁶-value sketch's 16 MB, not two): the same sums as read as column values,
-    from dense rows, sparse rows (cells and counts) and a compacted window's rows."""
+    (a dense row is added into the sum a chunk at a time, not copied whole): the same sums as
+    read as column values, from dense rows, sparse rows (cells and counts) and a compacted
+    window's rows."""
     import collector.storage.sqlite as sqlite_store
 
     proto = build_server(name, d, eps, opts)
@@ -118,6 +119,57 @@ def test_a_load_reads_large_blobs_by_blob_io(tmp_path, monkeypatch, name, d, eps
                 monkeypatch.undo()
                 assert np.array_equal(inline.counts, by_io.counts) and np.array_equal(inline.reports, by_io.reports)
                 assert inline.total_reports > 0
+
+
+def test_a_load_adds_large_blobs_a_chunk_at_a_time(tmp_path, monkeypatch):
+    """A load adds blobs read by blob I/O into its sum a chunk at a time (LOAD_CHUNK_BYTES, here
+    3 cells: chunks that end inside a cohort and across the counters/reports seam of a dense flat
+    row): per-cohort dense rows, a dense flat row and a sparse row sum to the exact cells, the
+    same as read as column values; a blob of the wrong length is a StoreError either way."""
+    import collector.storage.sqlite as sqlite_store
+    from client_sdk.errors import StoreError
+    from sketches.base import Sketch
+    from sketches.deltas import counts_to_blob, dense_flat_blob
+
+    rng = np.random.default_rng(5)
+    m, width = 3, 10
+    dense = rng.integers(-2**40, 2**40, (m, width))
+    flat = Sketch(rng.integers(0, 2**40, (m, width)), rng.integers(0, 1000, m))
+    cells = np.array([1, 17, m * width + 2], dtype="<u4")     # two counters and cohort 2's reports
+    values = np.array([5, -7, 11], dtype="<i8")
+    with SQLiteStore(tmp_path / "s.sqlite") as store:
+        for cohort in (0, 2):
+            store._conn.execute("INSERT INTO sketches VALUES ('m', 'fp', ?, ?, ?, ?)",
+                                (WINDOWS[0], cohort, 10 + cohort, counts_to_blob(dense[cohort])))
+        store._conn.execute("INSERT INTO sketch_deltas (metric, fingerprint, window, reports, m, width, cells, "
+                            "counts) VALUES ('m', 'fp', ?, ?, ?, ?, ?, ?)",
+                            (WINDOWS[1], int(flat.reports.sum()), m, width, b"", dense_flat_blob(flat)))
+        store._conn.execute("INSERT INTO sketch_deltas (metric, fingerprint, window, reports, m, width, cells, "
+                            "counts) VALUES ('m', 'fp', ?, 11, ?, ?, ?, ?)",
+                            (WINDOWS[1], m, width, cells.tobytes(), values.tobytes()))
+        want = Sketch(flat.counts.copy(), flat.reports.copy())
+        want.counts[[0, 2]] += dense[[0, 2]]
+        want.reports[[0, 2]] += [10, 12]
+        want.counts.reshape(-1)[cells[:2]] += values[:2]
+        want.reports[2] += values[2]
+        template = Sketch(np.zeros((m, width), dtype=np.int64), np.zeros(m, dtype=np.int64))
+        inline = store.load("m", "fp", template)
+        monkeypatch.setattr(sqlite_store, "LARGE_BLOB", 0)        # every non-empty blob by blob I/O
+        monkeypatch.setattr(sqlite_store, "LOAD_CHUNK_BYTES", 24)
+        by_io = store.load("m", "fp", template)
+        for got in (inline, by_io):
+            assert np.array_equal(got.counts, want.counts) and np.array_equal(got.reports, want.reports)
+        assert not template.counts.any() and not template.reports.any()     # the template is not written
+        store._conn.execute("UPDATE sketches SET counts = zeroblob(16) WHERE cohort = 2")
+        with pytest.raises(StoreError, match="has 16 bytes, expected 80"):
+            store.load("m", "fp", template)
+        store._conn.execute("DELETE FROM sketches")
+        store._conn.execute("UPDATE sketch_deltas SET counts = zeroblob(16) WHERE length(cells) = 0")
+        with pytest.raises(StoreError, match="dense row"):
+            store.load("m", "fp", template)
+        monkeypatch.undo()
+        with pytest.raises(StoreError, match="dense row"):
+            store.load("m", "fp", template)
 
 
 def test_commit_writes_cells_proportional_to_the_batch(tmp_path):

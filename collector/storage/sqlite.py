@@ -115,9 +115,11 @@ BUSY_TIMEOUT_MS = 30_000
 JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 #: SQLite's primary result code for "database or disk is full".
 SQLITE_FULL = 13
-#: A load reads blobs above this many bytes by incremental blob I/O (``SQLiteStore._read_blob``):
-#: the dense row of a 10⁶-value sketch is 16 MB.
+#: A load reads blobs above this many bytes by incremental blob I/O (``SQLiteStore._add_blob``,
+#: ``_read_blob``): the dense row of a 10⁶-value sketch is 16 MB.
 LARGE_BLOB = 1 << 20
+#: Such a blob is added into a load's sum this many bytes at a time (``SQLiteStore._add_blob``).
+LOAD_CHUNK_BYTES = 1 << 20
 
 
 class SQLiteStore(SketchStore):
@@ -462,39 +464,82 @@ class SQLiteStore(SketchStore):
     def load(self, metric: str, fingerprint: str, template: Sketch,
              windows: Sequence[str] | None = None, since: str | None = None,
              until: str | None = None) -> Sketch:
+        """The sum of the stored rows, into zeroed arrays of ``template``'s shape (its counters are
+        not read: no copy of an empty 16 MB sketch at d = 10⁶). A blob above ``LARGE_BLOB`` bytes
+        is added into the sum a chunk at a time straight from incremental blob I/O
+        (``_add_blob``): no bytes object of the whole row, whose pages cost more than the add."""
+        out = Sketch(np.zeros(template.counts.shape, template.counts.dtype),
+                     np.zeros(template.reports.shape, template.reports.dtype))
         if windows is not None and not windows:
-            return Sketch(template.counts.copy(), template.reports.copy())
+            return out
         where, args = _window_filter(metric, fingerprint, windows, since, until)
-        out = Sketch(template.counts.copy(), template.reports.copy())
         cell_shape = template.counts.shape[1:]
         m = template.reports.shape[0]
         blob, small = self._read_blob, self._small_blob
         with self._lock:  # one read transaction: a compaction cannot move cells between the two
             self._conn.execute("BEGIN")
             try:
-                rows = [(window, cohort, reports, blob("sketches", "counts", rowid) if counts is None else counts)
-                        for rowid, window, cohort, reports, counts in self._conn.execute(
-                            f"SELECT rowid, window, cohort, reports, {small('counts')} FROM sketches "
-                            f"WHERE {where}", args).fetchall()]
-                sparse_rows = [(window, rm, rwidth, blob("sketch_deltas", "cells", rowid) if cells is None else cells,
-                                blob("sketch_deltas", "counts", rowid) if counts is None else counts)
-                               for rowid, window, rm, rwidth, cells, counts in self._conn.execute(
-                                   f"SELECT id, window, m, width, {small('cells')}, {small('counts')} FROM "
-                                   f"sketch_deltas WHERE {where}", args).fetchall()]
+                rows = self._conn.execute(f"SELECT rowid, window, cohort, reports, {small('counts')} FROM "
+                                          f"sketches WHERE {where}", args).fetchall()
+                sparse_rows = []
+                for rowid, window, rm, rwidth, cells, counts in self._conn.execute(
+                        f"SELECT id, window, m, width, {small('cells')}, {small('counts')} FROM "
+                        f"sketch_deltas WHERE {where}", args).fetchall():
+                    cells = blob("sketch_deltas", "cells", rowid) if cells is None else cells
+                    if counts is None and not cells:   # a large dense flat row: added as it is read
+                        self._add_dense_flat(out, rm, rwidth, rowid, f"{self.path}: {metric!r} window {window}")
+                        continue
+                    sparse_rows.append((window, rm, rwidth, cells,
+                                        blob("sketch_deltas", "counts", rowid) if counts is None else counts))
+                inline = []
+                for rowid, window, cohort, reports, counts in rows:
+                    if not 0 <= cohort < m:
+                        raise StoreError(f"{self.path}: stored cohort {cohort} of {metric!r} window {window} "
+                                         f"is outside [0, {m}); the store does not match the registry")
+                    if counts is None:
+                        self._add_blob("sketches", "counts", rowid, [out.counts[cohort].reshape(-1)],
+                                       f"{self.path}: stored sketch for {metric!r} window {window}")
+                    else:
+                        inline.append((window, cohort, counts))
+                    out.reports[cohort] += reports
             finally:
                 self._conn.execute("COMMIT")
-        for window, cohort, reports, blob in rows:
-            if not 0 <= cohort < m:
-                raise StoreError(f"{self.path}: stored cohort {cohort} of {metric!r} window {window} "
-                                 f"is outside [0, {m}); the store does not match the registry")
-            out.counts[cohort] += self._decode(blob, cell_shape, SketchKey(metric, fingerprint, window))
-            out.reports[cohort] += reports
+        for window, cohort, counts in inline:
+            out.counts[cohort] += self._decode(counts, cell_shape, SketchKey(metric, fingerprint, window))
         for window, rm, rwidth, cells, counts in sparse_rows:
             try:
                 add_flat(out, rm, rwidth, cells, counts, f"{self.path}: {metric!r} window {window}")
             except ValueError as exc:
                 raise StoreError(str(exc)) from None
         return out
+
+    def _add_blob(self, table: str, column: str, rowid: int, targets: Sequence[np.ndarray],
+                  what: str) -> None:
+        """Add one stored blob of little-endian int64 into ``targets`` (int64 vectors, filled in
+        order), ``LOAD_CHUNK_BYTES`` at a time by incremental blob I/O in the caller's read
+        transaction: the sum's own pages and one chunk's, not a copy of the row. A blob of another
+        length than the targets' raises StoreError (``what`` names the row)."""
+        expected = 8 * sum(target.size for target in targets)
+        with self._conn.blobopen(table, column, rowid, readonly=True) as handle:
+            if len(handle) != expected:
+                raise StoreError(f"{what} has {len(handle)} bytes, expected {expected}; the store is "
+                                 "corrupt or was written under other parameters")
+            step = LOAD_CHUNK_BYTES // 8
+            for target in targets:
+                for start in range(0, target.size, step):
+                    part = target[start:start + step]
+                    part += np.frombuffer(handle.read(8 * part.size), dtype="<i8")
+
+    def _add_dense_flat(self, out: Sketch, m: int, width: int, rowid: int, where: str) -> None:
+        """Add a large dense flat row (``add_flat``'s dense form: the counters, then the
+        per-cohort reports) into ``out`` by ``_add_blob``, after ``add_flat``'s shape check."""
+        out_m = len(out.reports)
+        out_width = out.counts[0].size if out_m else 0
+        if (m, width) != (out_m, out_width):
+            raise StoreError(f"{where}: dense row of {m} x {width} cells, the registry's sketch is "
+                             f"{out_m} x {out_width}; the store was written under other parameters")
+        self._add_blob("sketch_deltas", "counts", rowid, [out.counts.reshape(-1), out.reports],
+                       f"{where}: dense row")
 
     def _small_blob(self, column: str) -> str:
         """``column`` in a SELECT of a load, NULL where its blob is above ``LARGE_BLOB`` bytes and
