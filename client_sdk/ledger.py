@@ -218,9 +218,6 @@ def _check_types(account: MetricAccount) -> None:
         raise ValueError(f"field(s) {', '.join(bad)} have the wrong type")
 
 
-Accounts = dict[str, MetricAccount]
-
-
 class Book(dict[str, MetricAccount]):
     """Every metric's account (a dict, metric -> MetricAccount) and the device's clock state.
 

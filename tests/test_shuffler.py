@@ -429,6 +429,7 @@ def test_forwarding_retries_until_the_collector_commits_and_never_drops(chain_fi
     assert stored_reports(tmp_path / "c.sqlite", registry)[0] == 5
 
 
+@pytest.mark.statistical
 def test_forwarded_order_is_a_fresh_uniform_shuffle_of_the_pool(chain_files, monkeypatch):
     """Neither the order in which envelopes arrive nor the pool's digest order survives: within
     each forwarded batch, positions are independent of arrival ranks and of digest ranks (the
