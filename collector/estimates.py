@@ -198,7 +198,7 @@ async def run_estimate(spec: MetricSpec, store: Any, q: EstimateQuery, rules: Ru
                                 simultaneous=q.simultaneous, consistent=q.consistent)
     else:
         step(f"estimating {spec.name} from {sketch.total_reports:,} reports"
-             + (" (discovering strings)" if spec.protocol == "discover" and not q.candidates else ""))
+             + (" (discovering strings)" if server_half(spec).discovers_strings and not q.candidates else ""))
         run = functools.partial(estimate_frame, spec, sketch, confidence=q.confidence,
                                 simultaneous=q.simultaneous, consistent=q.consistent,
                                 candidates=None if q.candidates is None else list(q.candidates), top=q.top,
@@ -206,7 +206,7 @@ async def run_estimate(spec: MetricSpec, store: Any, q: EstimateQuery, rules: Ru
                                 digits=q.digits)
     df = await rules.compute(run, spec.name)
     labels = list(q.windows) if q.windows else await range_labels(spec, store, side)
-    if q.windows is None and spec.protocol == "rappor":
+    if q.windows is None and server_half(spec).memo_without_range_bound:
         df = with_rappor_range_warning(df, len(labels))
     return _with_unit(spec, window_span(df, labels))
 

@@ -186,7 +186,7 @@ def page_of(spec: Any, q: Mapping[str, Any]) -> tuple[int, int] | None:
         return None
     if q.get("limit") is not None or q.get("offset") is not None:
         return (q.get("offset") or 0, q.get("limit") or DEFAULT_PAGE)
-    if q.get("top") is not None and spec.protocol != "discover":
+    if q.get("top") is not None and not server_half(spec).discovers_strings:
         return (0, q["top"])
     if (spec.domain_size or 0) > LARGE_DOMAIN:
         return (0, DEFAULT_PAGE)

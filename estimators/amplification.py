@@ -84,6 +84,8 @@ import math
 
 import numpy as np
 
+from sketches import server_half
+
 __all__ = [
     "DEFAULT_DELTA",
     "EPSILON0_MAX",
@@ -347,11 +349,10 @@ def krr_clones(n: int, epsilon0: float, k: int, delta: float = DEFAULT_DELTA) ->
     return _numerical(int(n), float(epsilon0), float(delta), int(k))
 
 
-def krr_size(protocol) -> int | None:  # noqa: ANN001 - any protocol object
-    """k when one report of ``protocol`` is k-ary randomised response (rr, grr), else None."""
-    if getattr(protocol, "name", None) in ("rr", "grr"):
-        return int(protocol.domain_size)
-    return None
+def krr_size(protocol) -> int | None:  # noqa: ANN001 - a device or server half
+    """k when one report of ``protocol`` is k-ary randomised response (rr, grr), else None: its
+    server half's ``krr_size``, declared once there."""
+    return server_half(protocol).krr_size
 
 
 def central_epsilon(n: int, epsilon0: float, delta: float = DEFAULT_DELTA,

@@ -85,7 +85,7 @@ def estimate_frame(spec: MetricSpec, sketch: Sketch, *, confidence: float = 0.95
         from .numeric import mean_frame
 
         return mean_frame(spec, sketch, confidence=confidence)
-    if spec.kind is Kind.STRING and spec.protocol == "discover":
+    if spec.kind is Kind.STRING and proto.discovers_strings:
         from .discovery import decode_candidates, discover  # docs/discovery.md
 
         if consistent:

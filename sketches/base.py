@@ -349,6 +349,21 @@ class ServerHalf(abc.ABC):
         """How many cohort numbers a report may carry in clear (``cohort_field``'s range; 1: none)."""
         return int(self.cohorts or 1)
 
+    # --- what a frequency estimate of it is (estimators/frequency.py, collector/query.py) ----------
+    #: Whether its estimate discovers strings (discover): ``top`` then says how many strings to
+    #: find, not which page of the largest rows to answer (docs/discovery.md).
+    discovers_strings: bool = False
+    #: Whether its reports repeat permanent noise across windows with no range bound derived for
+    #: it (RAPPOR's PRR): a summed range's intervals are too narrow (estimators/memo_range.py).
+    memo_without_range_bound: bool = False
+
+    # --- shuffling (estimators/amplification.py) -------------------------------------------------
+    @property
+    def krr_size(self) -> int | None:
+        """k when one report is k-ary randomised response of the value (the k-RR clone bound of
+        Feldman, McMillan and Talwar 2021 applies); None elsewhere."""
+        return None
+
     @property
     def held_out_groups(self) -> int:
         """G where a count is a held-out group's scaled by its expected share 1/G (discover: a
@@ -391,6 +406,11 @@ class DirectServer(PureServer):
 
     #: A report supports its one value y.
     count_structure = "one"
+
+    @property
+    def krr_size(self) -> int | None:
+        """k = d: one report is k-ary randomised response (binary RR: k = 2)."""
+        return int(self.domain_size)
 
     def output_probabilities(self, index: int) -> np.ndarray:
         probs = np.full(self.domain_size, self.q)

@@ -68,6 +68,9 @@ class DiscoverServer(ServerHalf):
 
     device: Discover
 
+    #: Its estimate finds the frequent strings itself (estimators/discovery.py).
+    discovers_strings = True
+
     @property
     def cell_shape(self) -> tuple[int, ...]:
         return (self.params.g,)

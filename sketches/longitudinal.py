@@ -24,6 +24,9 @@ from .randomness import bernoulli
 class MemoisedServer(abc.ABC):
     """Mixin of a memoised protocol's server half (with ``sketches.base.ServerHalf``)."""
 
+    #: A report randomises a memoised first-round response, not the value: no k-RR of it (L-GRR).
+    krr_size: int | None = None
+
     @abc.abstractmethod
     def first_round(self, memo_inputs: np.ndarray, source: Any) -> np.ndarray:
         """The (memoisable) first-round responses of a batch of memo inputs."""

@@ -51,6 +51,9 @@ class RapporServer(ServerHalf):
 
     device: Rappor
 
+    #: The PRR is memoised, and its decoder has no range bound yet (docs/rappor.md).
+    memo_without_range_bound = True
+
     def __init__(self, device: Rappor) -> None:
         super().__init__(device)
         self._bloom_cache: dict[tuple[int, str], np.ndarray] = {}
