@@ -12,6 +12,11 @@ SQLite store of ``--reports`` simulated reports of each, then measures, median o
 - fresh processes that only import (the interpreter, numpy), which no estimate can go below;
 - its parts, in process: registry, store load, decode, frame.
 
+``--instructions``: the same ratio in instructions (valgrind's callgrind, when installed), which
+contention on a shared machine does not move: the fresh command's against one transform's
+(the difference of a child running three transforms and one, halved). It counts no page fault
+and no memory stall, so it is a check of the CPU figure, not the bar.
+
 ``--profile``: where a fresh process's CPU goes, step by step (a child process timing each
 step with ``time.process_time``: imports, registry, store read, the decoder's direction
 table and transform, the frame's tests and intervals, the output), and the largest imports by
@@ -20,6 +25,7 @@ the machine is shared, and CPU time grows with contention.
 
     python bench/estimate.py                     # hr and olh, 10^6 reports, --top 20 and the default table
     python bench/estimate.py --protocols hr --profile   # the bar's command and where its CPU goes
+    python bench/estimate.py --protocols hr --repeat 9 --instructions   # and the ratio in instructions
     python bench/estimate.py --reports 3000000   # olh needs ~3 reports per cohort to fill its 177,156 cohorts
     git archive 3f792d4 | tar -x -C /tmp/base && python bench/estimate.py --protocols hr --baseline /tmp/base
 """
@@ -165,6 +171,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--protocols", nargs="+", default=["hr", "olh"])
     ap.add_argument("--profile", action="store_true", help="where a fresh process's CPU goes, step by step")
+    ap.add_argument("--instructions", action="store_true",
+                    help="the ratio in instructions too (valgrind --tool=callgrind; load-independent)")
     ap.add_argument("--compile-each-run", action="store_true",
                     help="children without bytecode caches (as under PYTHONDONTWRITEBYTECODE=1): every "
                          "project module compiled from source at each start")
@@ -180,7 +188,7 @@ def main() -> None:
 
     signal = np.random.default_rng(0).standard_normal(1 << 20)   # drawn once: the floor is the transform alone
     floor = cpu(lambda: fwht(signal), args.repeat)
-    rows, compared = [], []
+    rows, compared, counted = [], [], []
     with tempfile.TemporaryDirectory(prefix="ldpt-estimate-") as tmp:
         child_env(args.compile_each_run, Path(tmp) / "pycache")
         reg, db = Path(tmp) / "metrics.toml", Path(tmp) / "store.sqlite"
@@ -204,6 +212,9 @@ def main() -> None:
                 rows.append((metric, " ".join(extra) or "(table: 1,000 rows)", f"{fresh:.3f}",
                              f"{fresh / floor:.1f}x", "met" if fresh <= 5 * floor else "not met",
                              f"{inproc:.3f}", f"{inproc / floor:.1f}x"))
+                if args.instructions:
+                    counted.append((metric, " ".join(extra) or "(table: 1,000 rows)",
+                                    instructions([str(Path(sys.executable).with_name("ldpt")), *argv])))
             if args.baseline is not None:
                 compared.append((metric, *interleaved(args.baseline, reg, db, metric, args.repeat)))
         parts = steps(reg, db, args.protocols, args.repeat)
@@ -222,6 +233,12 @@ def main() -> None:
                 "\nWhat a fresh process costs before it estimates (CPU seconds, median)")
     print_table(["metric", "registry s", "store load s", "decode s", "frame (top 20) s"], parts,
                 "\nIn-process parts (CPU seconds, median)")
+    if counted:
+        floor_ir = fwht_instructions()
+        print_table(["metric", "output", "M instructions", "vs floor"],
+                    [(metric, output, f"{ir / 1e6:,.1f}", f"{ir / floor_ir:.2f}x") for metric, output, ir in counted],
+                    f"\nInstructions of a fresh `ldpt estimate` (valgrind --tool=callgrind, one run each); floor: "
+                    f"one numpy FWHT of 2^20 = {floor_ir / 1e6:,.1f} M instructions")
     if compared:
         print_table(["metric", f"{args.baseline} s", "this checkout s", "same output"], compared,
                     f"\nFresh `ldpt estimate` (table), interleaved, median of {args.repeat}; {load_average()}")
@@ -232,6 +249,39 @@ def main() -> None:
                     f"{args.repeat} children; {load_average()}")
         print_table(["import (python -X importtime, cumulative)", "ms"], imports,
                     "\nIts largest imports, one run (wall clock of each import, children included)")
+
+
+def instructions(argv: list[str]) -> int:
+    """Instructions ``argv`` executes as a fresh process (valgrind's callgrind; bytecode caches as
+    the measured children's)."""
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+                          capture_output=True, text=True, cwd=ROOT, env=CHILD_ENV)
+    counts = [line.rsplit(":", 1)[1] for line in done.stderr.splitlines() if "Collected :" in line]
+    if done.returncode != 0 or not counts:
+        sys.exit(f"valgrind {' '.join(argv)} failed: {done.stderr.strip()[-500:]}")
+    return int(counts[-1].replace(",", "").strip())
+
+
+#: A child running ``fwht`` on the bench's signal N times (argv[1]): two counts give one transform.
+FWHT_CHILD = """
+import sys
+import numpy as np
+sys.path.insert(0, sys.argv[2])
+from estimate import fwht
+signal = np.random.default_rng(0).standard_normal(1 << 20)
+for _ in range(int(sys.argv[1])):
+    fwht(signal)
+"""
+
+
+def fwht_instructions() -> int:
+    """Instructions of one ``fwht`` of 2^20: a child running three transforms less one running
+    one, halved (the interpreter, numpy's import and the signal cancel; a first unmeasured run
+    writes the bytecode caches, whose compiling would otherwise count in the first)."""
+    here = str(Path(__file__).resolve().parent)
+    subprocess.run([sys.executable, "-c", FWHT_CHILD, "0", here], capture_output=True, cwd=ROOT, env=CHILD_ENV)
+    three, one = (instructions([sys.executable, "-c", FWHT_CHILD, str(n), here]) for n in (3, 1))
+    return (three - one) // 2
 
 
 def interleaved(baseline: Path, reg: Path, db: Path, metric: str, repeat: int) -> tuple[str, str, str]:
