@@ -21,10 +21,11 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-#: A terminal table of a million rows helps nobody: larger results show the largest estimates.
+#: The query layer's page rule (collector/estimates.py DEFAULT_PAGE and LARGE_DOMAIN: a table
+#: shows at most TABLE_MAX_ROWS rows, any format of more than LARGE_DOMAIN values its TABLE_MAX_ROWS
+#: largest unless --all), named here for --help only, which loads no numpy (tests/test_cli.py
+#: checks they agree).
 TABLE_MAX_ROWS = 1000
-#: Above this many values a frequency estimate prints its TABLE_MAX_ROWS largest rows in every
-#: format unless --all asks for each (the API's default page is the same: collector/query.py).
 LARGE_DOMAIN = 10_000
 #: A bar chart of more values is unreadable; --top N chooses.
 PLOT_MAX_VALUES = 50
@@ -104,7 +105,7 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
              plot_path: str | None, log_scale: bool, top: int | None, all_rows: bool, raw_csv: bool,
              silent: bool, fmt: str, output: str | None) -> None:
     """Estimate METRIC's frequencies with confidence intervals."""
-    from collector.estimates import EstimateQuery, run_estimate
+    from collector.estimates import DEFAULT_PAGE, EstimateQuery, is_large, run_estimate
 
     from .output import format_frame
     from .store_rules import StoreRules
@@ -170,10 +171,9 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
         _breakdown_note(df)
         by = None  # a breakdown's rows are ranked and plotted like one estimate's
     total = int(df.attrs.get("rows_total", len(df)))
-    if by is None and top is None and not numeric and not all_rows and \
-            (total > LARGE_DOMAIN or (fmt == "table" and total > TABLE_MAX_ROWS)):
-        top = TABLE_MAX_ROWS
-        click.echo(f"showing the {TABLE_MAX_ROWS:,} largest of {total:,} estimates "
+    if by is None and top is None and not numeric and not all_rows and is_large(total, fmt == "table"):
+        top = DEFAULT_PAGE
+        click.echo(f"showing the {DEFAULT_PAGE:,} largest of {total:,} estimates "
                    "(--top N to choose, --all for every row)", err=True)
     if top is not None:
         df = top_series(df, top) if by else largest(df, top)
@@ -238,17 +238,16 @@ def require_registry(metrics_file: str | None) -> str:
 def default_page(spec: MetricSpec, top: int | None, fmt: str, all_rows: bool, by: str | None,
                  truth: str | None, plot_path: str | None) -> tuple[int, int] | None:
     """The rows a frequency estimate needs to build (offset, limit), largest first, or None for
-    all: ``--top N``, else a large domain's TABLE_MAX_ROWS (a table above TABLE_MAX_ROWS rows,
-    any format above LARGE_DOMAIN) unless ``--all``; a page is built without a frame of every
-    value (estimators.frequency.estimate_frame). Plots and --truth keep the full frame."""
-    d = spec.domain_size or 0
-    if by is not None or truth or plot_path or spec.protocol == "discover" or not d or spec.kind.value == "numeric":
+    all: the query layer's page rule (collector/estimates.py ``page_rows``) for ``--top N``,
+    ``--all`` and the format; a page is built without a frame of every value
+    (estimators.frequency.estimate_frame). Series, breakdowns, plots and --truth keep the full
+    frame, as do metrics without a fixed domain (discover, RAPPOR) and numeric ones."""
+    from client_sdk.registry import Kind
+    from collector.estimates import page_rows
+
+    if by is not None or truth or plot_path or not spec.domain_size or spec.kind is Kind.NUMERIC:
         return None
-    if top is not None:
-        return (0, top)
-    if not all_rows and (d > LARGE_DOMAIN or (fmt == "table" and d > TABLE_MAX_ROWS)):
-        return (0, TABLE_MAX_ROWS)
-    return None
+    return page_rows(spec, top=top, full=all_rows and top is None, table=fmt == "table")
 
 
 def top_series(df, top: int):

@@ -32,11 +32,41 @@ from estimators.memo_range import is_memoised, range_frame, with_rappor_range_wa
 from estimators.series import series_frame, window_span, windows_in_range
 from sketches import server_half
 
-__all__ = ["CompareQuery", "EstimateQuery", "QueryRefused", "Rules", "Side", "privacy", "run_compare",
-           "run_estimate"]
+__all__ = ["DEFAULT_PAGE", "LARGE_DOMAIN", "CompareQuery", "EstimateQuery", "QueryRefused", "Rules", "Side",
+           "is_large", "page_rows", "privacy", "run_compare", "run_estimate"]
 
 #: Progress callback: told which step runs ("loading theme", "estimating theme from 3,000 reports").
 Step = Callable[[str], None]
+
+#: A frequency estimate of more values than this answers its DEFAULT_PAGE largest rows unless every
+#: row is asked for (the query API's full=true, `ldpt estimate --all`).
+LARGE_DOMAIN = 10_000
+#: Rows of a large domain's default page, and the most a terminal table shows unless told.
+DEFAULT_PAGE = 1_000
+
+
+def is_large(values: int, table: bool = False) -> bool:
+    """Whether ``values`` rows are answered by the default page: above LARGE_DOMAIN, or above
+    DEFAULT_PAGE in a terminal table (the one page rule of the API, the dashboard and the CLI)."""
+    return values > LARGE_DOMAIN or (table and values > DEFAULT_PAGE)
+
+
+def page_rows(spec: MetricSpec, *, top: int | None = None, limit: int | None = None, offset: int | None = None,
+              full: bool = False, table: bool = False) -> tuple[int, int] | None:
+    """(offset, limit) of the rows a frequency estimate builds, ranked by estimate, or None for
+    all (``EstimateQuery.rows``): every row with ``full``; the page asked (limit/offset; ``top``
+    for metrics other than discover, whose top is how many strings it discovers); else a large
+    domain's DEFAULT_PAGE largest rows (``is_large``; ``table``: a terminal table's). Frames
+    other than a frequency estimate ignore it."""
+    if full:
+        return None
+    if limit is not None or offset is not None:
+        return (offset or 0, limit or DEFAULT_PAGE)
+    if top is not None and not server_half(spec).discovers_strings:
+        return (0, top)
+    if is_large(spec.domain_size or 0, table):
+        return (0, DEFAULT_PAGE)
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,6 +36,7 @@ from .estimates import (
     QueryRefused,
     Rules,
     Side,
+    page_rows,
     privacy,
     run_compare,
     run_estimate,
@@ -44,10 +45,6 @@ from .problems import Problem
 
 QUERY_FIELDS = ("window", "since", "until", "by", "confidence", "simultaneous", "consistent", "candidates",
                 "top", "format", "raw_csv", "limit", "offset", "full")
-#: A frequency estimate of more values than this is answered with its DEFAULT_PAGE largest rows
-#: unless the query asks for a page (limit/offset) or for every row (full=true).
-LARGE_DOMAIN = 10_000
-DEFAULT_PAGE = 1_000
 MAX_PAGE = 100_000
 #: Queries of a sketch with at least this many cells (or full=true ones) are *heavy*: at most
 #: ``max_heavy_queries`` of them run at once per worker, the others get 503 + Retry-After.
@@ -179,18 +176,9 @@ def _count(name: str, value: Any, low: int, high: int) -> int | None:
 
 
 def page_of(spec: Any, q: Mapping[str, Any]) -> tuple[int, int] | None:
-    """(offset, limit) of the rows a frequency estimate answers, ranked by estimate, or None for
-    all: the page asked (limit/offset; ``top`` for metrics other than discover), else a large
-    domain's DEFAULT_PAGE largest rows unless ``full``. Other frames ignore it."""
-    if q.get("full"):
-        return None
-    if q.get("limit") is not None or q.get("offset") is not None:
-        return (q.get("offset") or 0, q.get("limit") or DEFAULT_PAGE)
-    if q.get("top") is not None and not server_half(spec).discovers_strings:
-        return (0, q["top"])
-    if (spec.domain_size or 0) > LARGE_DOMAIN:
-        return (0, DEFAULT_PAGE)
-    return None
+    """(offset, limit) of the rows a frequency estimate answers for parsed query fields ``q``:
+    the query layer's page rule (collector/estimates.py ``page_rows``)."""
+    return page_rows(spec, top=q.get("top"), limit=q.get("limit"), offset=q.get("offset"), full=bool(q.get("full")))
 
 
 def is_heavy(spec: Any, q: Mapping[str, Any]) -> bool:

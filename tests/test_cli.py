@@ -302,15 +302,24 @@ def test_top_keeps_the_largest_estimates(run, registry_file, tmp_path):
 
 
 def test_large_tables_are_cut_to_the_largest_with_a_note(run, registry_file, tmp_path, monkeypatch):
-    from cli import estimate_cmd
+    from collector import estimates
 
-    monkeypatch.setattr(estimate_cmd, "TABLE_MAX_ROWS", 10)
+    monkeypatch.setattr(estimates, "DEFAULT_PAGE", 10)
     db = tmp_path / "s.sqlite"
     run("simulate", "--metrics", str(registry_file), "--metric", "country", "--clients", "5000",
         "--seed", "2", "--db", str(db), "--silent")
     result = run("estimate", "--metrics", str(registry_file), "--metric", "country", "--db", str(db))
     assert "showing the 10 largest of 40" in result.stderr
     assert len(result.stdout.strip().splitlines()) == 12  # header line, column line, 10 rows
+
+
+def test_estimate_help_names_the_query_layers_page_rule():
+    """--help states the page rule without loading numpy: its numbers are the query layer's."""
+    from cli import estimate_cmd
+    from collector import estimates
+
+    assert (estimate_cmd.TABLE_MAX_ROWS, estimate_cmd.LARGE_DOMAIN) == (estimates.DEFAULT_PAGE,
+                                                                         estimates.LARGE_DOMAIN)
 
 
 def test_metrics_check_shows_report_size_beside_variance(run, tmp_path):
