@@ -101,7 +101,7 @@ impl.estimate = lambda _sketch: est     # the frame's own work below, not a seco
 from estimators.frequency import estimate_frame
 cols = estimate_frame(spec, sketch, rows_wanted=(0, 1000), columns=True, digits="table")
 mark("frame: tail p-values, Holm over d, page, intervals")
-from cli.estimate_cmd import largest
+from collector.estimates import largest
 from cli.output import format_frame
 text = format_frame(largest(cols, 1000), "table")
 mark("output: table of 1,000 rows")

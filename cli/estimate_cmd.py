@@ -105,7 +105,7 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
              plot_path: str | None, log_scale: bool, top: int | None, all_rows: bool, raw_csv: bool,
              silent: bool, fmt: str, output: str | None) -> None:
     """Estimate METRIC's frequencies with confidence intervals."""
-    from collector.estimates import DEFAULT_PAGE, EstimateQuery, is_large, run_estimate
+    from collector.estimates import DEFAULT_PAGE, EstimateQuery, is_large, largest, run_estimate, top_series
 
     from .output import format_frame
     from .store_rules import StoreRules
@@ -248,34 +248,6 @@ def default_page(spec: MetricSpec, top: int | None, fmt: str, all_rows: bool, by
     if by is not None or truth or plot_path or not spec.domain_size or spec.kind is Kind.NUMERIC:
         return None
     return page_rows(spec, top=top, full=all_rows and top is None, table=fmt == "table")
-
-
-def top_series(df, top: int):
-    """Rows of the ``top`` values with the largest estimate summed over the windows (attrs kept)."""
-    keep = top_values(df, top)
-    out = df[df["value"].isin(keep)]
-    out.attrs = dict(df.attrs)
-    return out
-
-
-def top_values(df, top: int) -> list:
-    """The ``top`` values of a series with the largest total estimate, largest first."""
-    totals = df.groupby("value", sort=False)["estimate"].sum(min_count=1).fillna(0.0)
-    return list(totals.sort_values(ascending=False, kind="stable").index[:top])
-
-
-def largest(df, top: int):
-    """The ``top`` rows with the largest estimates, largest first (attrs kept)."""
-    from estimators.columns import Columns
-
-    if isinstance(df, Columns):   # a page is ranked already; more rows than asked: as a DataFrame
-        if len(df) <= top:
-            return df.sorted_descending("estimate")
-        df = df.to_frame()
-    out = df.nlargest(top, "estimate") if len(df) > top else \
-        df.sort_values("estimate", ascending=False, kind="stable")
-    out.attrs = dict(df.attrs)
-    return out
 
 
 def remote_estimate(url: str, token_file: str | None, metrics_file: str | None, metric: str,

@@ -33,7 +33,7 @@ from estimators.series import series_frame, window_span, windows_in_range
 from sketches import server_half
 
 __all__ = ["DEFAULT_PAGE", "LARGE_DOMAIN", "CompareQuery", "EstimateQuery", "QueryRefused", "Rules", "Side",
-           "is_large", "page_rows", "privacy", "run_compare", "run_estimate"]
+           "is_large", "largest", "page_rows", "privacy", "run_compare", "run_estimate", "top_series", "top_values"]
 
 #: Progress callback: told which step runs ("loading theme", "estimating theme from 3,000 reports").
 Step = Callable[[str], None]
@@ -189,6 +189,35 @@ def side_of(q: EstimateQuery) -> Side:
     label = f"window {q.windows[0]}" if q.windows else \
         f"{q.since or '...'} to {q.until or '...'}" if (q.since or q.until) else "all windows"
     return Side(q.windows, q.since, q.until, label)
+
+
+def top_values(df: Any, top: int) -> list:
+    """The ``top`` values of a series with the largest total estimate over its windows, largest first."""
+    totals = df.groupby("value", sort=False)["estimate"].sum(min_count=1).fillna(0.0)
+    return list(totals.sort_values(ascending=False, kind="stable").index[:top])
+
+
+def top_series(df: Any, top: int) -> Any:
+    """A series' rows of its ``top`` values (``top_values``), attrs kept."""
+    keep = top_values(df, top)
+    out = df[df["value"].isin(keep)]
+    out.attrs = dict(df.attrs)
+    return out
+
+
+def largest(df: Any, top: int) -> Any:
+    """The ``top`` rows of a frame with the largest estimates, largest first (attrs kept); a
+    Columns page (ranked already) of at most ``top`` rows stays Columns."""
+    from estimators.columns import Columns
+
+    if isinstance(df, Columns):
+        if len(df) <= top:
+            return df.sorted_descending("estimate")
+        df = df.to_frame()
+    out = df.nlargest(top, "estimate") if len(df) > top else \
+        df.sort_values("estimate", ascending=False, kind="stable")
+    out.attrs = dict(df.attrs)
+    return out
 
 
 async def run_estimate(spec: MetricSpec, store: Any, q: EstimateQuery, rules: Rules | None = None,

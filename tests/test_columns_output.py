@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cli.estimate_cmd import largest
 from cli.output import columns_to_table, format_frame, frame_to_table
 from client_sdk.registry import Kind
+from collector.estimates import largest
 from conformance import golden
 from estimators.columns import Columns, count_text, same_count_texts
 from estimators.frequency import estimate_frame
