@@ -256,17 +256,21 @@ def remote_estimate(url: str, token_file: str | None, metrics_file: str | None, 
                     top: int | None = None, cacert: str | None = None, all_rows: bool = False):
     """Ask a collector's query API; the DataFrame it returns, as the local path would build it
     (``top``: the API's top, a page of that many rows; ``all_rows``: full=true)."""
+    from sketches import server_half
+
     from .remote import fetch_estimates, frame_from_json, read_token, ssl_context
 
     if token_file is None:
         raise click.UsageError("--url needs --token-file FILE (the collector's query token)")
     spec = load_metric(metrics_file, metric)[1] if metrics_file else None
     cands = read_candidates(candidates, spec) if spec is not None else _read_lines(candidates)
+    # a discover metric's top is how many strings to find; for the others a page (collector/estimates.py)
+    discovers = spec is not None and server_half(spec).discovers_strings
     params = {"window": window, "since": since, "until": until, "confidence": repr(confidence),
               "simultaneous": "true" if simultaneous else None,
               "consistent": "true" if consistent else None, "by": by, "format": "json",
-              "top": None if top is None or spec is None or spec.protocol != "discover" else str(top),
-              "limit": None if top is None or (spec is not None and spec.protocol == "discover") or by else str(top),
+              "top": None if top is None or not discovers else str(top),
+              "limit": None if top is None or discovers or by else str(top),
               "full": "true" if all_rows and not top and not by else None}
     df = frame_from_json(fetch_estimates(url, metric, read_token(token_file), params, cands,
                                          ssl_context(cacert)))

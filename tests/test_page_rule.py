@@ -36,3 +36,27 @@ def test_api_and_cli_pages_agree():
         assert page_of(spec, {"full": True}) is None and default_page(spec, None, "csv", True, None, None, None) is None
         assert default_page(spec, 4, "table", True, None, None, None) == (0, 4)   # --top wins over --all
         assert default_page(spec, 4, "table", False, "window", None, None) is None
+
+
+def test_remote_estimate_asks_top_of_discover_and_a_page_of_the_others(monkeypatch, tmp_path):
+    """--url --top N: a discover metric's top (how many strings), else limit (the page)."""
+    import pytest
+
+    from cli import estimate_cmd, remote
+
+    class Asked(Exception):
+        pass
+
+    def fake_fetch(url, metric, token, params, candidates=None, context=None):  # noqa: ANN001, ANN202
+        raise Asked(params)
+
+    monkeypatch.setattr(remote, "fetch_estimates", fake_fetch)
+    token = tmp_path / "token.txt"
+    token.write_text("t\n")
+    for registry, metric, want in (("docs/examples/discovery.toml", "home_page", {"top": "7", "limit": None}),
+                                   ("docs/examples/metrics.toml", "country", {"top": None, "limit": "7"})):
+        with pytest.raises(Asked) as asked:
+            estimate_cmd.remote_estimate("http://127.0.0.1:9", str(token), registry, metric, None, None, None,
+                                         0.95, False, False, None, top=7)
+        params = asked.value.args[0]
+        assert {k: params[k] for k in want} == want
