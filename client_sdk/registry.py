@@ -59,13 +59,17 @@ from .errors import DomainError, RegistryError, UnknownMetricError
 from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
 from .protocols.device import DeviceHalf, numpy_types
 from .protocols.factory import (
+    AUTO_STRING,
     DEFAULT_MAX_REPORT_BYTES,
     build_protocol,
     choose_longitudinal_protocol,
     choose_numeric_protocol,
     choose_protocol,
+    domain_refusal,
+    epsilon_optional,
     option_keys,
     report_bytes,
+    reports_strings,
 )
 from .protocols.numeric import NUMERIC_PROTOCOL_NAMES, linspace_list
 from .window_charge import WindowCharges, cumulative_charges
@@ -776,22 +780,24 @@ class _MetricParser:
             raise self.fail(f"a joint metric uses auto or one of {', '.join(joint_protocols())} (their count "
                             "estimates' covariance is known: docs/math.md, \"Joint reports\")", "protocol")
         if kind is Kind.STRING:
-            protocol = "rappor" if requested == "auto" else requested
-            if protocol not in ("rappor", "discover"):
+            protocol = AUTO_STRING if requested == "auto" else requested
+            if not reports_strings(protocol):
                 raise self.fail("string metrics use protocol rappor (decode a candidate list; or auto) or "
                                 "discover (find the frequent strings without one)", "protocol")
             return protocol
-        if requested in ("rappor", "discover"):
+        if requested == "auto":
+            return requested
+        if reports_strings(requested):
             raise self.fail(f"{requested} is for string metrics; use kind = \"string\"", "protocol")
-        if requested == "rr" and d != 2:
-            raise self.fail("rr is binary randomised response; it needs a boolean metric or 2 "
-                            "categories or buckets (use grr for more)", "protocol")
+        refusal = domain_refusal(requested, d)
+        if refusal is not None:
+            raise self.fail(refusal, "protocol")
         return requested
 
     def epsilon(self, protocol: str) -> float | None:
         epsilon = self.table.get("epsilon")
         if epsilon is None:
-            if protocol != "rappor":
+            if protocol == "auto" or not epsilon_optional(protocol):
                 raise self.fail("missing; set the per-report privacy budget, e.g. epsilon = 1.0", "epsilon")
             return None
         if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) \

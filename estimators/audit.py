@@ -47,13 +47,11 @@ from scipy.special import logsumexp
 from client_sdk.errors import LdptError
 from client_sdk.hashing import derive_cohort
 from client_sdk.registry import Kind, MetricSpec
-from sketches import server_half
+from sketches import ServerHalf, server_half
 from sketches.longitudinal import MemoisedServer
 from sketches.memobitmean import MemoBitMeanServer
 from sketches.olh import OLHServer
 
-#: Protocols the attacker has a likelihood for.
-SUPPORTED = ("rr", "grr", "olh", "oue", "sue", "rappor", "lgrr", "losue", "loloha", "dbitflip", "memobitmean")
 #: Seconds per simulated day (the SDK's windows are UTC days; OLH re-derives its cohort daily).
 DAY = 86_400
 #: Confidence of the accuracy intervals.
@@ -69,10 +67,18 @@ class AuditError(LdptError):
 
 # --- the SDK's encoding path ---------------------------------------------------------------------
 
+def supported(spec: MetricSpec) -> bool:
+    """Whether the attacker has a likelihood for ``spec``'s protocol: its server half defines
+    ``audit_chain`` (rr, grr, olh, oue, sue, rappor and the memoised ones), the one place it is said."""
+    return type(server_half(spec)).audit_chain is not ServerHalf.audit_chain
+
+
 def check_supported(spec: MetricSpec) -> None:
-    if spec.protocol not in SUPPORTED:
-        raise AuditError(f"metric {spec.name!r} uses {spec.protocol}; the audit's attacker has likelihoods "
-                         f"for {', '.join(SUPPORTED)}")
+    """AuditError unless the audit's attacker has a likelihood for ``spec``'s protocol."""
+    if not supported(spec):
+        raise AuditError(f"metric {spec.name!r} uses {spec.protocol}, for which the audit's attacker has no "
+                         "likelihood (its server half defines no audit_chain); audit a metric of rr, grr, olh, "
+                         "oue, sue, rappor or a memoised protocol")
 
 
 def sdk_reports(spec: MetricSpec, secret: bytes, value: Any, count: int) -> list[Any]:
@@ -293,8 +299,8 @@ def link(spec: MetricSpec, value: Any, history: int, devices: int) -> LinkRow:
     return LinkRow(proto.name, proto.epsilon, proto.epsilon_longitudinal, history, devices, auc, reid)
 
 
-__all__ = ["AuditError", "DistinguishRow", "LinkRow", "SUPPORTED", "accuracy_interval", "chain_for",
-           "chain_loglik", "distinguish", "ledger_epsilon", "link", "sdk_reports"]
+__all__ = ["AuditError", "DistinguishRow", "LinkRow", "accuracy_interval", "chain_for",
+           "chain_loglik", "distinguish", "ledger_epsilon", "link", "sdk_reports", "supported"]
 
 
 def comparison_specs(spec: MetricSpec) -> list[MetricSpec]:
@@ -316,6 +322,7 @@ def comparison_specs(spec: MetricSpec) -> list[MetricSpec]:
                 out.append(parse_metric(f"{spec.name}.{name}", table))
             except LdptError:
                 continue   # e.g. a domain too large for loloha's decoder
-    if spec.protocol != "rappor":
-        out.append(parse_metric("rappor-default", {"kind": "string"}))
+    baseline = parse_metric("rappor-default", {"kind": "string"})   # auto: RAPPOR's defaults
+    if baseline.protocol != spec.protocol:
+        out.append(baseline)
     return out

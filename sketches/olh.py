@@ -308,7 +308,7 @@ class OLHServer(ServerHalf):
         """Raise ValueError unless Φ (equal cohorts) has full rank, i.e. every c(v) is identifiable
         (the linear family always has full rank): the device's GF(2) certificate, else numpy's
         Cholesky factor of Φ̄ decides."""
-        if not self.linear and not self.device._full_rank_mod2():
+        if not self.linear and not self.device.full_rank_mod2():
             self._equal_factor  # noqa: B018 - builds and checks
 
     @functools.cached_property

@@ -466,3 +466,77 @@ def test_no_module_of_the_sdk_wheel_imports_numpy_or_a_server_package():
     sketches/randomness.py, sketches/memo.py and sketches/hashing.py, and the lazy numpy proxy
     with them."""
     assert sdk_wheel_offenders() == {}
+
+
+def protocol_names() -> frozenset[str]:
+    """Every protocol name a registry may write (client_sdk.protocols and its numeric module)."""
+    from client_sdk.protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
+    from client_sdk.protocols.numeric import NUMERIC_PROTOCOL_NAMES
+
+    return frozenset(PROTOCOL_NAMES + LONGITUDINAL_PROTOCOL_NAMES + LONGITUDINAL_NUMERIC_NAMES
+                     + NUMERIC_PROTOCOL_NAMES)
+
+
+def name_branches(source: str, names: frozenset[str]) -> list[str]:
+    """Lines of ``source`` that branch on a protocol's name (issue 29 §2): a comparison (==, !=,
+    in, not in) with a protocol-name literal or a collection holding one, and any tuple, list or
+    set literal of two or more protocol names (a list of protocols kept outside the registry)."""
+    def named(node: ast.AST) -> bool:
+        return isinstance(node, ast.Constant) and node.value in names
+
+    def names_in(node: ast.AST) -> int:
+        return sum(map(named, node.elts)) if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else 0
+
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(named(x) or names_in(x) for x in (node.left, *node.comparators)):
+            found.add(node.lineno)
+        elif names_in(node) >= 2:
+            found.add(node.lineno)
+    return [f"{line}: {source.splitlines()[line - 1].strip()}" for line in sorted(found)]
+
+
+#: Where a protocol's name may be branched on: the protocols themselves and their registries —
+#: the device halves and client_sdk/protocols/factory.py, the server halves and sketches/registry.py.
+NAME_HOMES = ("client_sdk/protocols/", "sketches/")
+#: Modules still branching on names, each a known remainder (issue 29 §2): cli/ is being moved
+#: to the query layer, client_sdk/encoder_block.py rebuilt from the device halves (other changes of
+#: issue 29); remove an entry when its module stops branching.
+NAME_BRANCHES_NOT_YET_MOVED = frozenset({
+    "cli/audit_cmd.py", "cli/estimate_cmd.py", "cli/metrics_cmd.py", "cli/plan_cmd.py", "cli/rappor_cmd.py",
+    "client_sdk/encoder_block.py",   # its block checks, being rebuilt from the device halves
+    "client_sdk/joint.py",           # JOINT_PROTOCOLS: the protocols whose count covariance is derived
+    "client_sdk/window_charge.py",   # "grr" there is window_law()'s chain kind, not a protocol
+})
+
+
+def name_branch_offenders(root: Path = ROOT) -> dict[str, list[str]]:
+    names = protocol_names()
+    out = {}
+    for package in PACKAGES:
+        for path in package_modules(package, root):
+            rel = path.relative_to(root).as_posix()
+            if rel.startswith(NAME_HOMES) or package == "conformance":
+                continue
+            hits = name_branches(path.read_text(encoding="utf-8"), names)
+            if hits:
+                out[rel] = hits
+    return out
+
+
+def test_name_branches_sees_every_form():
+    """A comparison with a name or a collection of names, and a tuple of names, are found; one name
+    assigned, a message naming protocols and an unrelated comparison are not."""
+    source = ('if name == "olh":\n    pass\nok = proto.name in ("rr", "grr")\nX = ("oue", "sue")\n'
+              'y = "rr"\nmsg = f"use olh or hr"\nif kind != "csv":\n    pass\nz = "hr" != p\n'
+              'w = [p for p in ps if p not in {"ss"}]\n')
+    found = [hit.split(":")[0] for hit in name_branches(source, protocol_names())]
+    assert found == ["1", "3", "4", "9", "10"], found
+
+
+def test_no_protocol_name_branches_outside_the_protocol_registry():
+    """One dispatch per verb (issue 29 §2): what a caller needs to know of a protocol, its half
+    declares once (docs/design.md, "Two halves"); no module outside the protocols branches on a name."""
+    offenders = name_branch_offenders()
+    unexpected = {path: hits for path, hits in offenders.items() if path not in NAME_BRANCHES_NOT_YET_MOVED}
+    assert not unexpected, unexpected

@@ -136,7 +136,7 @@ def test_seeded_samples_of_both_paths_fit_the_exact_law(name, d, eps, options, x
 
 
 def test_the_gf2_rank_certificate_agrees_with_the_numpy_check():
-    """OLH's design check on a device (client_sdk/protocols/olh.py, ``_full_rank_mod2``): whenever
+    """OLH's design check on a device (client_sdk/protocols/olh.py, ``full_rank_mod2``): whenever
     it certifies full rank, the numpy Cholesky check accepts the design too; designs it cannot
     certify go to the exact rank modulo a prime on the device, and to that check on the server
     (sketches/olh.py): the two decide alike."""
@@ -148,7 +148,7 @@ def test_the_gf2_rank_certificate_agrees_with_the_numpy_check():
             for m in range(max(1, -(-(d - 1) // (g - 1))), 9):
                 proto = OLH(OLHParams(d=d, epsilon=2.0, m=m, g=g))
                 half = server_half(proto)
-                if proto._full_rank_mod2():
+                if proto.full_rank_mod2():
                     certified += 1
                     half._equal_factor  # noqa: B018 - raises ValueError if numpy finds it singular
                 else:

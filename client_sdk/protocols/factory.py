@@ -20,6 +20,8 @@ from .numeric import NUMERIC_PROTOCOL_NAMES
 AUTO_CANDIDATES = ("rr", "grr", "oue", "sue", "olh", "hr", "ss")
 #: Protocols for string metrics only (an open set of values).
 STRING_PROTOCOLS = ("rappor", "discover")
+#: What `auto` is for a string metric: RAPPOR, decoding a candidate list.
+AUTO_STRING = STRING_PROTOCOLS[0]
 #: Memoised protocols `auto` chooses among when the metric has epsilon_inf (dBitFlipPM's
 #: variance is k/d times larger: it is chosen by name, for its (d+1)·ε∞ lifetime bound).
 AUTO_LONGITUDINAL = ("lgrr", "losue", "loloha")
@@ -64,11 +66,27 @@ def build_protocol(name: str, domain_size: int | None, epsilon: float | None,
     return protocol_module(name).from_options(domain_size, epsilon, dict(options or {}))
 
 
+def reports_strings(name: str) -> bool:
+    """Whether protocol ``name`` is for string metrics (an open set of values)."""
+    return name in STRING_PROTOCOLS
+
+
+def domain_refusal(name: str, domain_size: int | None) -> str | None:
+    """Why protocol ``name`` cannot serve a domain of this size (its module's ``domain_refusal``:
+    rr is binary), or None."""
+    refusal = getattr(protocol_module(name), "domain_refusal", None)
+    return None if refusal is None else refusal(domain_size)
+
+
+def epsilon_optional(name: str) -> bool:
+    """Whether a metric of protocol ``name`` may leave epsilon out (its module's
+    ``EPSILON_OPTIONAL``: RAPPOR's ε follows from prob_f, prob_p, prob_q and the hashes)."""
+    return bool(getattr(protocol_module(name), "EPSILON_OPTIONAL", False))
+
+
 def applicable(name: str, domain_size: int) -> bool:
     """Whether `auto` may consider ``name`` for a domain of this size."""
-    if name == "rr":
-        return domain_size == 2
-    return name not in STRING_PROTOCOLS
+    return not reports_strings(name) and domain_refusal(name, domain_size) is None
 
 
 def per_item_variance(protocol: DeviceHalf) -> float:

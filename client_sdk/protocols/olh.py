@@ -329,7 +329,7 @@ class OLH(DeviceHalf):
         the server half when it is built (numpy: milliseconds, where the plain-Python elimination
         took 1.7 s at d = 500 and 15 s at d = 1,024 — on every registry load). The device encodes
         the same under any design: the rank decides only whether the server can decode."""
-        if self.linear or self._full_rank_mod2():
+        if self.linear or self.full_rank_mod2():
             return
         if self.params.d > EAGER_CHECK_MAX_DOMAIN:
             self.design_unverified = True
@@ -351,7 +351,7 @@ class OLH(DeviceHalf):
             rows[hash_one(s, v, g)] |= 1 << v
         return rows
 
-    def _full_rank_mod2(self) -> bool:
+    def full_rank_mod2(self) -> bool:
         """True when the design X (rows: cells (s, y); columns: values) has rank d over GF(2).
 
         A certificate of full rank over the reals (a d×d minor that is odd is non-zero), found

@@ -60,6 +60,8 @@ from .unary import pack_bits
 DEFAULT_OPTIONS: dict[str, Any] = {"bloom_bits": 128, "hashes": 2, "cohorts": 64,
                                    "prob_f": 0.5, "prob_p": 0.5, "prob_q": 0.75}
 OPTION_KEYS: frozenset[str] = frozenset(DEFAULT_OPTIONS)
+#: A RAPPOR metric may leave epsilon out: ε follows from prob_f, prob_p, prob_q and the hashes.
+EPSILON_OPTIONAL = True
 
 MAX_BLOOM_BITS = 1 << 16   # 8 KiB per report
 MAX_HASHES = 64
@@ -331,4 +333,4 @@ def from_options(domain_size: int | None, epsilon: float | None, options: dict[s
     return Rappor(params)
 
 
-__all__ = ["DEFAULT_OPTIONS", "OPTION_KEYS", "RapporParams", "Rappor", "from_options", "worst_case_epsilon"]
+__all__ = ["DEFAULT_OPTIONS", "EPSILON_OPTIONAL", "OPTION_KEYS", "RapporParams", "Rappor", "from_options", "worst_case_epsilon"]

@@ -61,6 +61,14 @@ class RR(DirectDevice):
 OPTION_KEYS: frozenset[str] = frozenset()
 
 
+def domain_refusal(domain_size: int | None) -> str | None:
+    """Why a metric of ``domain_size`` values cannot use rr (it is binary), or None."""
+    if domain_size == 2:
+        return None
+    return ("rr is binary randomised response; it needs a boolean metric or 2 categories or buckets "
+            "(use grr for more)")
+
+
 def from_options(domain_size: int, epsilon: float, options: dict[str, Any]) -> RR:
     """Build from registry fields (RR takes no extra options; the domain must be boolean)."""
     return RR(RRParams(d=domain_size, epsilon=epsilon))
