@@ -396,9 +396,7 @@ def _rows(je: JointEstimate, confidence: float) -> list[dict[str, Any]]:
                             estimate=r, std_err=s, ci_low=lo, ci_high=hi, p_value=math.nan,
                             ci_unbounded=unbounded))
     for i, j in itertools.combinations(range(len(parts)), 2):
-        # unpooled in the frame: the golden digests pin its arithmetic (docs/math.md §13, "Test of
-        # independence"); JointEstimate.independence pools by default
-        w, dof, p = je.independence(i, j, min_count=0.0)
+        w, dof, p = je.independence(i, j)   # rare values pooled (docs/math.md §13, "Test of independence")
         out.append(dict(statistic=f"independence {parts[i].name}, {parts[j].name}",
                         value=f"chi2 (df {dof})", estimate=w, std_err=math.nan, ci_low=math.nan,
                         ci_high=math.nan, p_value=p))
