@@ -24,7 +24,6 @@ from client_sdk.randomness import SCALE
 _TWO64 = 1 << 64
 
 
-
 def raw64_bit_generators() -> tuple[type, ...]:
     """numpy bit generators whose raw output is 64 uniform bits (MT19937's raw output is 32).
     A function, not a constant: numpy.random loads on first use, so an estimate, which draws
