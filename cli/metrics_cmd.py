@@ -5,9 +5,10 @@ from __future__ import annotations
 import click
 
 from client_sdk.registry import MetricSpec, load_registry
+from estimators.plan import numeric_rows
 
 from .common import LdptGroup, format_table
-from .plan_cmd import _bits, numeric_rows
+from .plan_cmd import _bits
 
 
 @click.group(cls=LdptGroup)

@@ -357,6 +357,17 @@ class ServerHalf(abc.ABC):
     #: it (RAPPOR's PRR): a summed range's intervals are too narrow (estimators/memo_range.py).
     memo_without_range_bound: bool = False
 
+    # --- planning (estimators/plan.py, ``ldpt plan``) ----------------------------------------------
+    def expected_empty_cohorts(self, n: int) -> float:
+        """Cohorts that ``n`` reports leave empty on average where the estimate rests on every
+        cohort's sketch (OLH's); 0 for protocols without such cohorts."""
+        return 0.0
+
+    def design_note(self, n: int | None = None) -> str:
+        """One line on what sizes the sketch (OLH's hash family and cohorts, HR's field) and, where
+        ``n`` reports leave cohorts empty, what that costs; "" where nothing needs saying."""
+        return ""
+
     # --- shuffling (estimators/amplification.py) -------------------------------------------------
     @property
     def krr_size(self) -> int | None:

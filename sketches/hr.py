@@ -45,6 +45,10 @@ class HRServer(PureServer):
     def cell_shape(self) -> tuple[int, ...]:
         return (self.device.k,)
 
+    def design_note(self, n: int | None = None) -> str:
+        """The field F_g^t whose points are the outputs, and how many there are."""
+        return f"F_{self.params.g}^{self.params.t}, {self.params.k:,} outputs"
+
     def output_probabilities(self, index: int) -> np.ndarray:
         """Q(y | x) over y = s·g + b: p'/m where b = ⟨a_s, x⟩, q'/m elsewhere."""
         dev = self.device

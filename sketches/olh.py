@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -419,6 +420,29 @@ class OLHServer(ServerHalf):
     def linking_number(self) -> tuple[str, int, bool, bool] | None:
         """The cohort in [0, m), re-derived every UTC day: it links the reports of one day only."""
         return "OLH cohort", int(self.params.m), False, False
+
+    # --- planning (estimators/plan.py) --------------------------------------------------------------
+    def expected_empty_cohorts(self, n: int) -> float:
+        """m(1 − 1/m)^n: each of n reports falls in one of m cohorts uniformly; the decoder rests on
+        every cohort (an empty one leaves its share of each value unidentified)."""
+        m = self.params.m
+        return m * math.exp(n * math.log1p(-1 / m)) if m > 1 else 0.0
+
+    def design_note(self, n: int | None = None) -> str:
+        """The hash family, g and the cohorts with the inflation they cost; for the linear family,
+        where ``n`` reports leave cohorts empty, how many and what fills them."""
+        params = self.params
+        family = getattr(params, "family", "random")
+        empty = self.expected_empty_cohorts(n) if n else 0.0
+        if family == "linear" and empty >= 0.5:
+            # E[empty] = m e^(−n/m) < 1/2 from n >= m ln(2m)
+            needed = math.ceil(params.m * math.log(2 * params.m))
+            return (f"linear family, g={params.g}, {params.m:,} cohorts: ~{empty:,.0f} stay empty at "
+                    f"{n:,} reports ({n / params.m:.1f} per cohort), which widens every "
+                    f"interval by their unidentified share; use hr (no cohorts) or >= {needed:,} reports")
+        if family == "linear":
+            return f"linear family, g={params.g}, {params.m:,} cohorts (inflation ~1 + m/n)"
+        return f"{params.m:,} cohorts, g={params.g}, inflation {params.approx_inflation:.3f}"
 
 
 OPTION_KEYS: frozenset[str] = frozenset({"cohorts", "hash_range", "hash_family"})

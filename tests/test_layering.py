@@ -503,7 +503,7 @@ NAME_HOMES = ("client_sdk/protocols/", "sketches/")
 #: to the query layer, client_sdk/encoder_block.py rebuilt from the device halves (other changes of
 #: issue 29); remove an entry when its module stops branching.
 NAME_BRANCHES_NOT_YET_MOVED = frozenset({
-    "cli/audit_cmd.py", "cli/estimate_cmd.py", "cli/metrics_cmd.py", "cli/plan_cmd.py", "cli/rappor_cmd.py",
+    "cli/audit_cmd.py", "cli/estimate_cmd.py", "cli/metrics_cmd.py", "cli/rappor_cmd.py",
     "client_sdk/encoder_block.py",   # its block checks, being rebuilt from the device halves
     "client_sdk/joint.py",           # JOINT_PROTOCOLS: the protocols whose count covariance is derived
     "client_sdk/window_charge.py",   # "grr" there is window_law()'s chain kind, not a protocol

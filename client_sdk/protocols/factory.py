@@ -89,16 +89,23 @@ def applicable(name: str, domain_size: int) -> bool:
     return not reports_strings(name) and domain_refusal(name, domain_size) is None
 
 
-def per_item_variance(protocol: DeviceHalf) -> float:
-    """n·(mean over the domain of Var[f̂(v)]): the figure `auto` minimises.
+def mean_count_variance(protocol: DeviceHalf, n: int) -> float:
+    """The mean over the domain of Var[ĉ(v)] for ``n`` reports, ``variance(n, n/d)`` (a device or
+    server half): what `auto` scores and `ldpt plan` prints (per_item_variance).
 
     Every variance here is linear in the true count, n·a + c(v)·b, and the counts average n/d
     over the domain whatever the distribution, so the mean per-item variance (the MSE of the
-    frequency vector, per item) is exactly ``variance(n, n/d)``. At f = 0 alone (the docs/math.md
-    §2 table) GRR and SS tie at small d, yet SS wins by 10–20% on real, skewed data.
+    count vector, per item) is exactly ``variance(n, n/d)``."""
+    return float(protocol.variance(n, n / protocol.domain_size))
+
+
+def per_item_variance(protocol: DeviceHalf) -> float:
+    """n·(mean over the domain of Var[f̂(v)]): the figure `auto` minimises (mean_count_variance
+    over n, at n = 10⁶). At f = 0 alone (the docs/math.md §2 table) GRR and SS tie at small d, yet
+    SS wins by 10–20% on real, skewed data.
     """
     n = 1_000_000
-    return float(protocol.variance(n, n / protocol.domain_size)) / n
+    return mean_count_variance(protocol, n) / n
 
 
 def choose_protocol(domain_size: int, epsilon: float,
