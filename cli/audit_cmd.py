@@ -60,7 +60,7 @@ def audit(metrics_file: str, metric: str, reports: list[int], pair: str | None, 
     """
     import pandas as pd
 
-    from estimators.audit import check_supported, comparison_specs, distinguish, link
+    from estimators.audit import check_supported, comparison_specs, distinguish, link, linkable
     from sketches.metric_arrays import bucket_of
 
     _, spec = load_metric(metrics_file, metric)
@@ -95,7 +95,7 @@ def audit(metrics_file: str, metric: str, reports: list[int], pair: str | None, 
         links = [] if no_link else [dataclasses.asdict(link(s, str(a) if s.kind is Kind.STRING else a, k,
                                                             link_devices))
                                     for s in comparison_specs(spec) for k in link_history
-                                    if s.protocol != "olh"]
+                                    if linkable(s)]
     except LdptError as exc:
         raise click.ClickException(f"{metrics_file}: metric {metric!r}: {exc}") from None
     dist = pd.DataFrame(rows)

@@ -128,9 +128,11 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
         raise click.UsageError("--cacert applies to an https:// --url")
     with Working(f"estimating {metric}", silent) as progress:
         if source == "url":
+            from client_sdk.protocols.factory import reports_strings
+
             df = remote_estimate(url, token_file, metrics_file, metric, window, since, until, confidence,
                                  simultaneous, consistent, candidates, by, top, cacert, all_rows=all_rows)
-            string_metric = df.attrs.get("protocol") in ("rappor", "discover")
+            string_metric = reports_strings(str(df.attrs.get("protocol")))
         else:
             registry, spec = load_metric(require_registry(metrics_file), metric)
             string_metric = spec.kind.value == "string"

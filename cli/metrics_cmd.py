@@ -6,6 +6,7 @@ import click
 
 from client_sdk.registry import MetricSpec, load_registry
 from estimators.plan import numeric_rows
+from sketches import server_half
 
 from .common import LdptGroup, format_table
 from .plan_cmd import _bits
@@ -51,9 +52,9 @@ def check(file: str, max_segments: int | None) -> None:
     for note in notes:
         click.echo(note)
     for spec in registry:
-        if spec.protocol == "loloha":
-            g = spec.protocol_impl.params.g
-            click.echo(f"{spec.name}: loloha memoises per hashed value: at most g = {g} x eps inf = "
+        g = server_half(spec).hashed_memo_keys
+        if g is not None:
+            click.echo(f"{spec.name}: {spec.protocol} memoises per hashed value: at most g = {g} x eps inf = "
                        f"{g * spec.protocol_impl.epsilon_longitudinal:.4f} over the lifetime")
     for line in device_warnings(registry) + memo_window_notes(registry):
         click.echo(line, err=True)

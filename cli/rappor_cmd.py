@@ -140,7 +140,7 @@ def export_cmd(metrics_file: str, metric: str, db: str, candidates: str, out_dir
     from .estimate_cmd import load_sketch, read_candidates
 
     _, spec = load_metric(metrics_file, metric)
-    if spec.protocol != "rappor":
+    if not server_half(spec).exports_google_rappor:
         raise click.ClickException(f"metric {metric!r} uses protocol {spec.protocol}, not rappor")
     if window and (since or until):
         raise click.UsageError("use either --window or --since/--until, not both")

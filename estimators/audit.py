@@ -81,6 +81,14 @@ def check_supported(spec: MetricSpec) -> None:
                          "oue, sue, rappor or a memoised protocol")
 
 
+def linkable(spec: MetricSpec) -> bool:
+    """Whether the linkability game (``link``) applies: it takes the cohort a report carries in
+    clear as the device's for life (``cohort_permanent``); a cohort re-derived every UTC day (OLH's)
+    carries nothing to link reports by across days."""
+    proto = server_half(spec)
+    return not proto.uses_cohorts or proto.cohort_permanent
+
+
 def sdk_reports(spec: MetricSpec, secret: bytes, value: Any, count: int) -> list[Any]:
     """``count`` wire payloads of one device (``secret``) reporting ``value`` on consecutive days,
     encoded as ``client_sdk.client.ClientCore._encode`` does."""
@@ -270,8 +278,8 @@ def link(spec: MetricSpec, value: Any, history: int, devices: int) -> LinkRow:
     earlier reports and one later one (SDK path). Scores every (earlier, later) pair."""
     check_supported(spec)
     proto = server_half(spec)
-    if isinstance(proto, OLHServer) and not isinstance(proto, MemoisedServer):
-        raise AuditError("olh re-derives its cohort daily: its reports carry nothing to link by")
+    if not linkable(spec):
+        raise AuditError(f"{proto.name} re-derives its cohort daily: its reports carry nothing to link by")
     hist, later, cohorts = [], [], []
     for _ in range(devices):
         wires = sdk_reports(spec, os.urandom(32), value, history + 1)
@@ -300,7 +308,7 @@ def link(spec: MetricSpec, value: Any, history: int, devices: int) -> LinkRow:
 
 
 __all__ = ["AuditError", "DistinguishRow", "LinkRow", "accuracy_interval", "chain_for",
-           "chain_loglik", "distinguish", "ledger_epsilon", "link", "sdk_reports", "supported"]
+           "chain_loglik", "distinguish", "ledger_epsilon", "link", "linkable", "sdk_reports", "supported"]
 
 
 def comparison_specs(spec: MetricSpec) -> list[MetricSpec]:

@@ -357,6 +357,18 @@ class ServerHalf(abc.ABC):
     #: it (RAPPOR's PRR): a summed range's intervals are too narrow (estimators/memo_range.py).
     memo_without_range_bound: bool = False
 
+    #: Whether its sketch is google/rappor's (Erlingsson et al. 2014): per-cohort Bloom-bit counts
+    #: under params k, h, m, p, q, f, which ``ldpt rappor export`` writes as that project's
+    #: params.csv and counts.csv (estimators/rappor_io.py).
+    exports_google_rappor: bool = False
+
+    # --- memoisation (``ldpt metrics check``) ------------------------------------------------------
+    @property
+    def hashed_memo_keys(self) -> int | None:
+        """g when a device memoises one response per hashed value, not per value (LOLOHA, Arcolezi
+        et al. 2023): its lifetime ε is then at most g·ε∞, however many values it holds; None elsewhere."""
+        return None
+
     # --- planning (estimators/plan.py, ``ldpt plan``) ----------------------------------------------
     def expected_empty_cohorts(self, n: int) -> float:
         """Cohorts that ``n`` reports leave empty on average where the estimate rests on every

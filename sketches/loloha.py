@@ -32,6 +32,11 @@ RARE_SHARE = 0.05
 class LOLOHAServer(GRRChainServer, OLHServer):
     """LOLOHA on the server: OLH's m×g counters and decoder, two rounds in simulation."""
 
+    @property
+    def hashed_memo_keys(self) -> int | None:
+        """g: one memoised response per hash cell of the device's permanent cohort."""
+        return int(self.params.g)
+
     def memo_output_probabilities(self, index: int) -> np.ndarray:
         """P(round-1 response | x = index, cohort s), shape (m, g)."""
         m, g = self.params.m, self.params.g

@@ -53,6 +53,8 @@ class RapporServer(ServerHalf):
 
     #: The PRR is memoised, and its decoder has no range bound yet (docs/rappor.md).
     memo_without_range_bound = True
+    #: Its sketch is google/rappor's, as that project's tools read it (estimators/rappor_io.py).
+    exports_google_rappor = True
 
     def __init__(self, device: Rappor) -> None:
         super().__init__(device)
