@@ -6,6 +6,7 @@ import click
 import numpy as np
 import pandas as pd
 
+from collector.estimates import largest, top_values
 from estimators.formats import printable
 
 #: What `--plot` says when matplotlib (the `plot` extra) is missing.
@@ -49,7 +50,7 @@ def plot_estimates(df: pd.DataFrame, path: str, *, top: int = 50, log_scale: boo
     if kind == "numeric-histogram":  # the bucket rows, in bucket order; mean and quantiles are in the table
         shown = df[df["statistic"] == "count"]
     else:
-        shown = df.sort_values("estimate", ascending=False, kind="stable").head(top)
+        shown = largest(df, top)
     x = np.arange(len(shown))
     fig, ax = plt.subplots(figsize=(min(20, max(6, 0.35 * len(shown) + 2)), 4.5))
     err = np.vstack([shown["estimate"] - shown["ci_low"], shown["ci_high"] - shown["estimate"]])
@@ -102,8 +103,7 @@ def plot_series(df: pd.DataFrame, path: str, top: int, log_scale: bool = False) 
         rows = df[df["statistic"] == "count"]
     else:
         rows = df
-    totals = rows.groupby("value", sort=False)["estimate"].sum(min_count=1).fillna(0.0)
-    values = list(totals.sort_values(ascending=False, kind="stable").index[:top])
+    values = top_values(rows, top)
     windows = list(dict.fromkeys(df["window"]))
     x = np.arange(len(windows))
     fig, ax = plt.subplots(figsize=(max(7, 0.3 * len(windows) + 3), 4.8))
@@ -128,7 +128,8 @@ def plot_series(df: pd.DataFrame, path: str, top: int, log_scale: bool = False) 
     else:
         _count_axis(ax, log_scale)
     a = df.attrs
-    what = "" if mean or len(totals) <= len(values) else f" — {len(values)} of {len(totals)} values by total"
+    every = rows["value"].nunique()
+    what = "" if mean or every <= len(values) else f" — {len(values)} of {every} values by total"
     ax.set_title(f"{a.get('metric')} by window — {a.get('protocol')}, ε={a.get('epsilon', float('nan')):.3g}, "
                  f"{100 * a.get('confidence', 0.95):.0f}% bands{what}", fontsize=9)
     handles, labels = ax.get_legend_handles_labels()

@@ -34,6 +34,8 @@ import pandas as pd
 
 from estimators.formats import printable
 
+from .estimates import largest, top_values
+
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 FONT = 'font-family="system-ui, sans-serif" font-size="11"'
 #: Rows of a bar chart (the table under it lists them all).
@@ -232,12 +234,11 @@ def estimates_svg(df: pd.DataFrame, width: int | None = None) -> str:
                               f"mean{' (' + unit + ')' if unit else ''}, range [{_fmt(lo)}, {_fmt(hi)}]",
                               f"{a.get('metric')}: mean, {conf}", PALETTE[0], PALETTE[0], zero_line=False,
                               width=width)
-    rows = df[df["statistic"] == "count"] if kind in ("numeric-histogram", "joint") else \
-        df.sort_values("estimate", ascending=False, kind="stable")
-    if kind == "joint" and len(rows) > MAX_ROWS:  # many cells: the largest, as for a frequency metric
-        rows = rows.sort_values("estimate", ascending=False, kind="stable")
+    rows = df[df["statistic"] == "count"] if kind in ("numeric-histogram", "joint") else df
     cells = len(rows)
-    rows = rows.head(MAX_ROWS)
+    # a frequency metric's largest rows; a joint metric's cells in order, or its largest when many
+    ranked = kind != "numeric-histogram" and (kind != "joint" or cells > MAX_ROWS)
+    rows = largest(rows, MAX_ROWS) if ranked else rows.head(MAX_ROWS)
     n = float(a.get("n_reports") or 1)
     labels = [str(v) for v in rows["value"]]
     scale = np.full(len(rows), n)
@@ -346,12 +347,11 @@ def series_svg(df: pd.DataFrame, top: int = 5, values: list[str] | None = None,
         scale, axis = True, "proportion of the window's reports"
     windows = list(dict.fromkeys(df["window"]))
     n_per = df.drop_duplicates("window").set_index("window")["n"].reindex(windows).to_numpy(float)
-    totals = rows.groupby("value", sort=False)["estimate"].sum(min_count=1).fillna(0.0)
     if values:
-        known = {str(v): v for v in totals.index}
+        known = {str(v): v for v in rows["value"].dropna().unique()}
         values = [known[str(v)] for v in values if str(v) in known][:len(PALETTE)]
     if not values:
-        values = list(totals.sort_values(ascending=False, kind="stable").index[:top])
+        values = top_values(rows, top)
     width = chart_width(width, SERIES_WIDTH)
     narrow = width < NARROW
     lines = []
