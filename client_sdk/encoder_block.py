@@ -26,8 +26,8 @@ from .protocols.projective import dimension, directions, is_prime
 ENCODER_VERSION = 1
 
 
-def protocol_block(name: str, proto: DeviceHalf) -> dict[str, Any]:
-    """The resolved integers of protocol ``name`` (docs/conformance.md, "The encoder block"), as
+def protocol_block(proto: DeviceHalf) -> dict[str, Any]:
+    """The resolved integers of protocol ``proto`` (docs/conformance.md, "The encoder block"), as
     its device half states them (``DeviceHalf.encoder_block``)."""
     return proto.encoder_block()
 
@@ -35,7 +35,7 @@ def protocol_block(name: str, proto: DeviceHalf) -> dict[str, Any]:
 def encoder_block(spec: Any) -> dict[str, Any]:
     """The ``encoder`` object of one published metric (a ``MetricSpec``)."""
     block: dict[str, Any] = {"version": ENCODER_VERSION, "protocol": spec.protocol}
-    block.update(protocol_block(spec.protocol, spec.protocol_impl))
+    block.update(protocol_block(spec.protocol_impl))
     if spec.is_histogram:
         block["edges"] = list(spec.edge_list)
     if spec.is_mean:

@@ -508,7 +508,7 @@ def table_vectors() -> dict[str, Any]:
     def add(label: str, name: str, d: int | None, eps: float | None, options: dict[str, Any],
             tables: Callable[[Any, dict[str, Any]], dict[str, Any]], note: str = "") -> None:
         proto = build_server(name, d, eps, options)
-        block = {"version": 1, "protocol": name, **protocol_block(name, proto)}
+        block = {"version": 1, "protocol": name, **protocol_block(proto)}
         configs.append({"label": label, "protocol": name, "encoder": block,
                         "epsilon": proto.epsilon, "epsilon_longitudinal": proto.epsilon_longitudinal,
                         "note": note, "tables": tables(proto, block)})
