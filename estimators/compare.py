@@ -72,28 +72,10 @@ def _proportion_variance(count_se: np.ndarray, proportion: np.ndarray, n: int) -
 
 def _support_counts(spec: MetricSpec, sketch: Sketch) -> np.ndarray | None:
     """Each value's support count Σᵢ 1[v ∈ S(yᵢ)] where it is Bin(n, λ_v) with λ_v the same in
-    two windows drawn from one population, else None.
-
-    A pure protocol's own. OLH (Wang et al. 2017): a report in cohort s supports v when its y is
-    H_s(v); cohorts are uniform and independent of the value, so every report supports v with one
-    probability λ_v = E_s[q' + (p' − q')·Σ_{u: H_s(u) = H_s(v)} π_u] and S(v) = Σ_s T[s, H_s(v)] is
-    Bin(n, λ_v); equal populations give equal λ_v. Only OLH's random family (and the linear family
-    with one cohort, which is GRR) tabulates H_s(v) here."""
-    from sketches.base import PureServer
-    from sketches.olh import OLHServer
-
-    proto = server_half(spec)
-    if isinstance(proto, PureServer):
-        return np.asarray(proto.support_counts(sketch), dtype=np.float64)
-    if type(proto) is not OLHServer:
-        return None      # LOLOHA and the others: memoised or not a one-count law
-    small = proto.small_count_model(sketch)
-    if small is not None:
-        return small[0]
-    if proto.linear:
-        return None
-    table = np.asarray(sketch.counts, dtype=np.float64)
-    return np.take_along_axis(table, proto.hash_table, axis=1).sum(axis=0)
+    two windows drawn from one population, else None: the server half's ``support_counts`` (a
+    pure protocol's; OLH's, Wang et al. 2017)."""
+    counts = server_half(spec).support_counts(sketch)
+    return None if counts is None else np.asarray(counts, dtype=np.float64)
 
 
 def _exact_p_values(spec: MetricSpec, sketch_a: Sketch, sketch_b: Sketch, fa: pd.DataFrame, fb: pd.DataFrame,
@@ -146,17 +128,15 @@ def _null_variance(spec: MetricSpec, fa: pd.DataFrame, fb: pd.DataFrame, a: np.n
     Under the null both sides share π, which the pooled estimate pins down from the larger side,
     so the test's variance is evaluated there (a score test). For pure protocols the randomisation
     variance is recomputed at the pooled count; other protocols, and memoised ranges, keep each
-    side's own (their variance is not a known function of the count alone)."""
-    from sketches.base import PureServer, pure_variance
-
+    side's own (their variance is not a known function of the count alone: the server half's
+    ``variance_from_count``)."""
     pooled = np.clip((n_a * a + n_b * b) / (n_a + n_b), 0.0, 1.0)
     proto = server_half(spec)
-    support = proto.support_probabilities() or (0.0, 0.0)
     ranged = "range_variance" in fa.attrs or "range_variance" in fb.attrs
     out = np.zeros(pooled.shape)
     for n_w, frame in ((n_a, fa), (n_b, fb)):
-        if isinstance(proto, PureServer) and not ranged and "bias_bounds" not in frame.attrs:
-            rand = pure_variance(n_w, pooled * n_w, *support) / (n_w * n_w)
+        if proto.variance_from_count and not ranged and "bias_bounds" not in frame.attrs:
+            rand = proto.variance(n_w, pooled * n_w) / (n_w * n_w)
         else:
             rand = (frame["std_err"].to_numpy(float) / n_w) ** 2
         out += rand + pooled * (1.0 - pooled) / n_w

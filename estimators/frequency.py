@@ -23,7 +23,7 @@ import numpy as np
 from client_sdk.errors import EstimationError
 from client_sdk.registry import Kind, MetricSpec
 from sketches import server_half
-from sketches.base import PureServer, Sketch
+from sketches.base import Sketch
 
 from .columns import Columns
 from .consistency import norm_sub
@@ -155,10 +155,8 @@ class FrequencyRows:
         # an estimate with a bounded bias b ∈ [b_lo, b_hi] (OLH with empty cohorts): c = ĉ − b − noise
         self.b_lo, self.b_hi = (est.extra or {}).get("bias_bounds", (0.0, 0.0))
         self.empty = (est.extra or {}).get("empty_cohorts")
-        support = est.extra.get("support") if est.extra else None
-        self.model = (proto.support_counts(sketch) if support is None else support, proto.p, proto.q) \
-            if isinstance(proto, PureServer) \
-            else getattr(proto, "small_count_model", lambda _: None)(sketch)  # one-cohort OLH is GRR
+        support = est.extra.get("support") if est.extra else None   # HR's estimate computes it
+        self.model = proto.small_count_model(sketch, support)   # pure protocols; one-cohort OLH is GRR
         del est, support
         self.sampled = self.ones = None
         self.p_value = self.p_bounds = self.detected = self.z_scores = self.tails = None

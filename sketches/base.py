@@ -314,6 +314,26 @@ class ServerHalf(abc.ABC):
         support probabilities' (1 − q*)/(p* − q*) and q*/(p* − q*); None: it is (or is not derived)."""
         return None
 
+    # --- a support count's exact law (estimators/compare.py, estimators/frequency.py) ---------------
+    def support_counts(self, sketch: Sketch) -> np.ndarray | None:
+        """Each value's support count S(v) = Σᵢ 1[v ∈ S(yᵢ)] where it is Bin(n, λ_v), with λ_v the
+        same in two windows of fresh reports drawn from one population (the exact test of two
+        windows, estimators/compare.py); None where no such count is derived."""
+        return None
+
+    def small_count_model(self, sketch: Sketch, support: np.ndarray | None = None) \
+            -> tuple[np.ndarray, float, float] | None:
+        """(S, p*, q*) where the estimate is the pure one (docs/math.md §2) and each value's support
+        count S(v) is exactly Bin(c_v, p*) + Bin(n − c_v, q*): the exact small-count test and
+        interval of docs/math.md §8 apply. ``support``: S, when the estimate has computed it
+        already (HR's). None elsewhere."""
+        return None
+
+    #: Whether ``variance(n, c)`` is exactly Var[ĉ(v)] at a true count c whatever the other values'
+    #: counts (a pure protocol's, docs/math.md §2), so a score test may evaluate it at a pooled
+    #: count (estimators/compare.py); where False it is not a known function of the count alone.
+    variance_from_count: bool = False
+
     # --- a count's test of "nobody holds v" (estimators/frequency.py) -------------------------------
     def sampled_support(self, sketch: Sketch) -> tuple[np.ndarray, np.ndarray, float] | None:
         """(n_v, C_v, q) where each value is seen by a random subset of the reports only: the
@@ -406,9 +426,18 @@ class PureServer(ServerHalf):
     def q(self) -> float:
         return self.device.q
 
+    #: Var[ĉ(v)] = n q*(1−q*)/(p*−q*)² + c(1−p*−q*)/(p*−q*): the count alone (docs/math.md §2).
+    variance_from_count = True
+
     def support_counts(self, sketch: Sketch) -> np.ndarray:
-        """Σᵢ 1[v ∈ S(yᵢ)] for every v (the sketch itself for most pure protocols)."""
+        """Σᵢ 1[v ∈ S(yᵢ)] for every v (the sketch itself for most pure protocols): each report of
+        fresh coins supports v w.p. λ_v = q* + (p* − q*)·π_v, so S(v) is Bin(n, λ_v)."""
         return sketch.counts[0]
+
+    def small_count_model(self, sketch: Sketch, support: np.ndarray | None = None) \
+            -> tuple[np.ndarray, float, float] | None:
+        """(S, p, q): a pure protocol's support count is Bin(c_v, p*) + Bin(n − c_v, q*)."""
+        return (self.support_counts(sketch) if support is None else support), self.p, self.q
 
     def estimate(self, sketch: Sketch) -> CountEstimate:
         n = sketch.total_reports

@@ -13,7 +13,7 @@ import numpy as np
 from client_sdk.protocols.loloha import LOLOHA
 from client_sdk.protocols.olh import hash_one
 
-from .base import Payloads
+from .base import Payloads, Sketch
 from .lgrr import GRRChainServer
 from .olh import OLHServer, hash_values
 from .randomness import RandomLike, as_random_source
@@ -36,6 +36,11 @@ class LOLOHAServer(GRRChainServer, OLHServer):
     def hashed_memo_keys(self) -> int | None:
         """g: one memoised response per hash cell of the device's permanent cohort."""
         return int(self.params.g)
+
+    def support_counts(self, sketch: Sketch) -> np.ndarray | None:
+        """None: the exact test of two windows' support counts is derived for one round of local
+        hashing (OLH's), not for LOLOHA's memoised first round (compare keeps its normal test)."""
+        return None
 
     def memo_output_probabilities(self, index: int) -> np.ndarray:
         """P(round-1 response | x = index, cohort s), shape (m, g)."""

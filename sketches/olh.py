@@ -169,7 +169,8 @@ class OLHServer(ServerHalf):
         s = np.asarray(payloads["cohort"], dtype=np.int64)
         return s * self.params.g + np.asarray(payloads["y"], dtype=np.int64), s
 
-    def small_count_model(self, sketch: Sketch) -> tuple[np.ndarray, float, float] | None:
+    def small_count_model(self, sketch: Sketch, support: np.ndarray | None = None) \
+            -> tuple[np.ndarray, float, float] | None:
         """(support counts, p*, q*) when this OLH is a pure protocol, else None.
 
         The linear family with one cohort (t = 1: g >= d, H(v) = v) is GRR on [g]: support T[0, v],
@@ -178,6 +179,20 @@ class OLHServer(ServerHalf):
         if not (self.linear and self.params.m == 1):
             return None
         return np.asarray(sketch.counts, dtype=np.float64)[0, :self.params.d], self.p, self.q
+
+    def support_counts(self, sketch: Sketch) -> np.ndarray | None:
+        """S(v) = Σ_s T[s, H_s(v)] (Wang et al. 2017): a report in cohort s supports v when its y is
+        H_s(v). Cohorts are uniform and independent of the value, so every report supports v with
+        one probability λ_v = E_s[q' + (p' − q')·Σ_{u: H_s(u) = H_s(v)} π_u] and S(v) is Bin(n, λ_v).
+        The random family tabulates H_s(v) (``hash_table``), the linear one only with one cohort
+        (GRR on [g], ``small_count_model``); None for the others."""
+        small = self.small_count_model(sketch)
+        if small is not None:
+            return small[0]
+        if self.linear:
+            return None
+        table = np.asarray(sketch.counts, dtype=np.float64)
+        return np.take_along_axis(table, self.hash_table, axis=1).sum(axis=0)
 
     def estimate(self, sketch: Sketch) -> CountEstimate:
         """Weighted least squares ĉ = Φ⁻¹ Σ_s A_sᵀ Z_s with sandwich per-item variances."""

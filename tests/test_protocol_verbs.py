@@ -1,0 +1,136 @@
+"""What a caller asks of a protocol, each declared once by its halves (issue 29 §2): the verbs that
+replaced the type and name dispatch of estimators/compare.py and estimators/frequency.py, and
+discover's groups, checked against their own definitions on distinct inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from client_sdk.errors import InvalidPayload
+from client_sdk.protocols.olh import hash_one
+from sketches import build_server
+
+#: One server half of every count protocol, at parameters where each variant is distinct.
+COUNT_PROTOCOLS = {
+    "rr": (2, 1.0, {}), "grr": (6, 1.0, {}), "oue": (6, 1.0, {}), "sue": (6, 1.0, {}),
+    "hr": (6, 1.0, {}), "ss": (8, 1.0, {}),
+    "olh": (12, 1.0, {}), "olh-linear-1": (12, 2.0, {"hash_family": "linear", "hash_range": 13}),
+    "olh-linear": (12, 1.0, {"hash_family": "linear"}),
+    "lgrr": (6, 1.0, {"epsilon_inf": 3.0}), "losue": (6, 1.0, {"epsilon_inf": 3.0}),
+    "loloha": (6, 1.0, {"epsilon_inf": 3.0}), "dbitflip": (6, 1.0, {"epsilon_inf": 3.0}),
+}
+
+
+def count_server(label: str):
+    d, eps, options = COUNT_PROTOCOLS[label]
+    return build_server(label.split("-")[0], d, eps, options)
+
+
+def filled_sketch(proto, n: int = 3_000, seed: int = 7):
+    """A sketch of ``n`` seeded reports of a skewed population, and their payloads."""
+    rng = np.random.default_rng(seed)
+    d = proto.domain_size
+    weights = np.arange(1, d + 1, dtype=np.float64)
+    x = rng.choice(d, size=n, p=weights / weights.sum())
+    payloads = proto.encode(x, rng)
+    sketch = proto.new_sketch()
+    proto.accumulate(sketch, payloads)
+    return sketch, payloads
+
+
+def test_the_olh_families_are_the_variants_the_table_names():
+    """The parameters above give what their labels say (else the tests below test less)."""
+    assert not count_server("olh").linear
+    assert count_server("olh-linear-1").linear and count_server("olh-linear-1").params.m == 1
+    assert count_server("olh-linear").linear and count_server("olh-linear").params.m > 1
+
+
+@pytest.mark.parametrize("label", sorted(COUNT_PROTOCOLS))
+def test_support_counts_are_each_value_s_supporting_reports_or_none(label):
+    """``support_counts`` is Σᵢ 1[v ∈ S(yᵢ)], counted here from the reports themselves, for the pure
+    protocols and OLH's tabulated families; None for the memoised LOLOHA, dBitFlipPM (no one-count
+    law) and the linear OLH with several cohorts (H_s(v) not tabulated)."""
+    proto = count_server(label)
+    sketch, payloads = filled_sketch(proto)
+    got = proto.support_counts(sketch)
+    if label in ("loloha", "dbitflip", "olh-linear"):
+        assert got is None
+        return
+    d = proto.domain_size
+    if label == "olh":   # a report in cohort s supports v when y = H_s(v) (the device's hash)
+        g = proto.params.g
+        want = np.zeros(d, dtype=np.int64)
+        for s, y in zip(payloads["cohort"].tolist(), payloads["y"].tolist()):
+            want += np.array([hash_one(s, v, g) == y for v in range(d)])
+    elif label in ("rr", "grr", "lgrr", "olh-linear-1"):   # one value a report: S(y) = {y} (t = 1: H(v) = v)
+        want = np.bincount(payloads["y"], minlength=d)[:d]
+    elif label in ("oue", "sue", "losue"):   # a report supports the values whose bit is set
+        want = np.unpackbits(payloads["bits"], axis=1, bitorder="little")[:, :d].sum(axis=0)
+    elif label == "ss":   # a report supports the values of its subset
+        want = np.bincount(payloads["subset"].ravel().astype(np.int64), minlength=d)
+    else:   # HR: the values whose Hadamard row agrees with the output; the pure estimator's S
+        want = proto.support_counts(sketch)
+        counts, _ = pure_counts(proto, want, sketch.total_reports)
+        np.testing.assert_allclose(counts, proto.estimate(sketch).counts, rtol=1e-12, atol=1e-9)
+    np.testing.assert_array_equal(np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64))
+
+
+def pure_counts(proto, support, n):
+    from sketches.base import pure_estimate
+
+    return pure_estimate(support, n, proto.p, proto.q)
+
+
+@pytest.mark.parametrize("label", sorted(COUNT_PROTOCOLS))
+def test_the_small_count_model_is_the_pure_estimate_s_law(label):
+    """``small_count_model``: (S, p*, q*) exactly where the estimate is the pure one — every pure
+    protocol and the one-cohort linear OLH (GRR on [g]) — so (S − n q*)/(p* − q*) is the estimate."""
+    proto = count_server(label)
+    sketch, _ = filled_sketch(proto)
+    model = proto.small_count_model(sketch)
+    pure = label in ("rr", "grr", "oue", "sue", "hr", "ss", "olh-linear-1", "lgrr", "losue")
+    assert (model is not None) == pure, label
+    if model is not None:
+        support, p, q = model
+        counts, _ = pure_counts(proto, support, sketch.total_reports)
+        np.testing.assert_allclose(counts, proto.estimate(sketch).counts, rtol=1e-9, atol=1e-6)
+        given = np.arange(proto.domain_size, dtype=np.float64)   # a support passed in is the one used
+        assert proto.small_count_model(sketch, given)[0] is given or label == "olh-linear-1"
+
+
+@pytest.mark.parametrize("label", sorted(COUNT_PROTOCOLS))
+def test_variance_from_count_means_the_variance_is_the_pure_formula(label):
+    """Where ``variance_from_count`` holds, ``variance(n, c)`` is docs/math.md §2's formula at c for
+    any c (so compare may evaluate it at a pooled count); it holds for the pure protocols only."""
+    proto = count_server(label)
+    pure = label in ("rr", "grr", "oue", "sue", "hr", "ss", "lgrr", "losue")
+    assert proto.variance_from_count == pure, label
+    if pure:
+        n, c = 5_000, np.array([0.0, 17.5, 2_500.0])
+        delta = proto.p - proto.q
+        want = n * proto.q * (1 - proto.q) / delta ** 2 + c * (1 - proto.p - proto.q) / delta
+        np.testing.assert_allclose(proto.variance(n, c), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize(("max_length", "seeds"), [(3, 5), (5, 2)])
+def test_discover_clear_cohorts_and_held_out_groups_are_its_groups(max_length, seeds):
+    """Both are the L + 1 groups, each for its own reason, checked on parameters where groups,
+    seeds and cohorts (groups × seeds) all differ: the group in clear ranges over exactly the
+    groups (the wire refuses the next one), and the held-out group (the last) holds a 1/G share of
+    the devices, G = held_out_groups, so G·n_h estimates n."""
+    proto = build_server("discover", None, 4.0, {"max_length": max_length, "seeds": seeds})
+    groups = max_length + 1
+    assert len({groups, seeds, proto.cohorts}) == 3
+    assert proto.clear_cohorts == groups
+    assert proto.held_out_groups == groups
+    n = 40_000
+    payloads = proto.encode(["www.example"] * n, np.random.default_rng(3))
+    assert set(np.unique(payloads[proto.cohort_field]).tolist()) == set(range(proto.clear_cohorts))
+    proto.from_wire([[proto.clear_cohorts - 1, 0, 0]])
+    with pytest.raises(InvalidPayload) as refused:
+        proto.from_wire([[proto.clear_cohorts, 0, 0]])
+    assert refused.value.field == proto.cohort_field
+    held = int((payloads["group"] == groups - 1).sum())
+    share = 1 / proto.held_out_groups
+    assert abs(proto.held_out_groups * held - n) <= 4 * proto.held_out_groups * np.sqrt(n * share * (1 - share))
