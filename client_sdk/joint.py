@@ -46,9 +46,6 @@ PART_KEYS = {"categorical": ("name", "kind", "categories"),
              "boolean": ("name", "kind"),
              "numeric": ("name", "kind", "range", "buckets", "unit")}
 PART_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
-#: Protocols a joint metric may use: those whose count estimates' covariance docs/math.md
-#: ("Joint reports") gives exactly; `auto` picks among them within max_report_bytes.
-JOINT_PROTOCOLS = ("grr", "oue", "sue", "ss")
 
 
 def _edge_text(x: float) -> str:

@@ -62,11 +62,13 @@ from .protocols.factory import (
     AUTO_STRING,
     DEFAULT_MAX_REPORT_BYTES,
     build_protocol,
+    carries_joint,
     choose_longitudinal_protocol,
     choose_numeric_protocol,
     choose_protocol,
     domain_refusal,
     epsilon_optional,
+    joint_protocols,
     option_keys,
     report_bytes,
     reports_strings,
@@ -401,13 +403,6 @@ def bucket_labels(edges: Sequence[float]) -> tuple[str, ...]:
     text = [_edge_text(float(e)) for e in edges]
     last = len(text) - 2
     return tuple(f"[{text[i]}, {text[i + 1]}{']' if i == last else ')'}" for i in range(last + 1))
-
-
-def joint_protocols() -> tuple[str, ...]:
-    """The protocols a joint metric may use (client_sdk.joint.JOINT_PROTOCOLS, loaded on first use)."""
-    from .joint import JOINT_PROTOCOLS
-
-    return JOINT_PROTOCOLS
 
 
 def _joint_cell(joint: JointDomain, value: Any) -> int:
@@ -776,7 +771,7 @@ class _MetricParser:
 
     def declared_protocol(self, kind: Kind, requested: str, d: int | None) -> str:
         """The protocol before `auto` is resolved, checked against the metric's kind and domain."""
-        if kind is Kind.JOINT and requested != "auto" and requested not in joint_protocols():
+        if kind is Kind.JOINT and requested != "auto" and not carries_joint(requested):
             raise self.fail(f"a joint metric uses auto or one of {', '.join(joint_protocols())} (their count "
                             "estimates' covariance is known: docs/math.md, \"Joint reports\")", "protocol")
         if kind is Kind.STRING:

@@ -505,7 +505,6 @@ NAME_HOMES = ("client_sdk/protocols/", "sketches/")
 #: half (test_the_cli_branches_on_no_protocol_name).
 NAME_BRANCHES_NOT_YET_MOVED = frozenset({
     "client_sdk/encoder_block.py",   # its block checks, being rebuilt from the device halves
-    "client_sdk/joint.py",           # JOINT_PROTOCOLS: the protocols whose count covariance is derived
     "client_sdk/window_charge.py",   # "grr" there is window_law()'s chain kind, not a protocol
 })
 

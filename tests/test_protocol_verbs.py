@@ -1,6 +1,7 @@
 """What a caller asks of a protocol, each declared once by its halves (issue 29 §2): the verbs that
-replaced the type and name dispatch of estimators/compare.py and estimators/frequency.py, and
-discover's groups, checked against their own definitions on distinct inputs."""
+replaced the type and name dispatch of estimators/compare.py, estimators/frequency.py and
+client_sdk/joint.py, and discover's groups, checked against their own definitions on distinct
+inputs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import numpy as np
 import pytest
 
 from client_sdk.errors import InvalidPayload
+from client_sdk.protocols import LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
+from client_sdk.protocols.factory import carries_joint, joint_protocols, reports_strings
 from client_sdk.protocols.olh import hash_one
 from sketches import build_server
 
@@ -111,6 +114,30 @@ def test_variance_from_count_means_the_variance_is_the_pure_formula(label):
         delta = proto.p - proto.q
         want = n * proto.q * (1 - proto.q) / delta ** 2 + c * (1 - proto.p - proto.q) / delta
         np.testing.assert_allclose(proto.variance(n, c), want, rtol=1e-12)
+
+
+def test_joint_protocols_are_those_whose_pair_law_is_derived():
+    """A device half carries a joint metric (its module's CARRIES_JOINT) exactly where its server
+    half gives the pair probabilities the joint covariance needs (estimators/joint.py)."""
+    for name in PROTOCOL_NAMES + LONGITUDINAL_PROTOCOL_NAMES:
+        if reports_strings(name):
+            assert not carries_joint(name)
+            continue
+        d, eps, options = COUNT_PROTOCOLS[name]
+        assert carries_joint(name) == (build_server(name, d, eps, options).pair_probabilities() is not None), name
+    assert joint_protocols() == ("grr", "oue", "sue", "ss")
+    assert not carries_joint("no-such-protocol")
+
+
+def test_a_joint_metric_of_another_protocol_is_refused_with_the_list():
+    from client_sdk.errors import RegistryError
+    from client_sdk.registry import parse_metric
+
+    table = {"kind": "joint", "epsilon": 2.0, "protocol": "olh",
+             "of": [{"name": "os", "kind": "categorical", "categories": ["a", "b"]}, {"name": "x", "kind": "boolean"}]}
+    with pytest.raises(RegistryError, match="auto or one of grr, oue, sue, ss"):
+        parse_metric("j", table)
+    assert parse_metric("j", dict(table, protocol="ss")).protocol == "ss"
 
 
 @pytest.mark.parametrize(("max_length", "seeds"), [(3, 5), (5, 2)])

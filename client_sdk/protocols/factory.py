@@ -84,6 +84,23 @@ def epsilon_optional(name: str) -> bool:
     return bool(getattr(protocol_module(name), "EPSILON_OPTIONAL", False))
 
 
+def carries_joint(name: str) -> bool:
+    """Whether a joint metric may use protocol ``name``: its module's ``CARRIES_JOINT``, set where
+    docs/math.md ("Joint reports") gives the count estimates' covariance exactly (False for a name
+    that is no protocol)."""
+    try:
+        module = protocol_module(name)
+    except KeyError:
+        return False
+    return bool(getattr(module, "CARRIES_JOINT", False))
+
+
+def joint_protocols() -> tuple[str, ...]:
+    """The protocols a joint metric may use, in PROTOCOL_NAMES order (a joint metric is a product
+    of fixed domains: the string protocols' modules are not loaded to ask)."""
+    return tuple(name for name in PROTOCOL_NAMES if not reports_strings(name) and carries_joint(name))
+
+
 def applicable(name: str, domain_size: int) -> bool:
     """Whether `auto` may consider ``name`` for a domain of this size."""
     return not reports_strings(name) and domain_refusal(name, domain_size) is None
@@ -113,7 +130,7 @@ def choose_protocol(domain_size: int, epsilon: float,
                     candidates: tuple[str, ...] | None = None) -> str:
     """Protocol with the smallest per-item variance among those whose report is at most
     ``max_report_bytes``; near-ties (AUTO_TIE_MARGIN) go to the smaller payload.
-    ``candidates`` narrows AUTO_CANDIDATES (joint metrics: client_sdk.joint.JOINT_PROTOCOLS).
+    ``candidates`` narrows AUTO_CANDIDATES (joint metrics: ``joint_protocols()``).
     ValueError when no protocol can be built (epsilon too small for the probability grid) or
     none fits the budget."""
     scored = []

@@ -90,6 +90,9 @@ class GRR(DirectDevice):
 
 
 OPTION_KEYS: frozenset[str] = frozenset()
+#: A joint metric may use it: its count estimates' covariance is derived exactly (docs/math.md,
+#: "Joint reports"; protocols.factory.carries_joint).
+CARRIES_JOINT = True
 
 
 def from_options(domain_size: int, epsilon: float, options: dict[str, Any]) -> GRR:

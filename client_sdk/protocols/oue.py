@@ -9,9 +9,12 @@ from typing import Any
 
 from .unary import OUE, OUEParams
 
-__all__ = ["OUE", "OUEParams", "OPTION_KEYS", "from_options"]
+__all__ = ["CARRIES_JOINT", "OUE", "OUEParams", "OPTION_KEYS", "from_options"]
 
 OPTION_KEYS: frozenset[str] = frozenset()
+#: A joint metric may use it: its count estimates' covariance is derived exactly (docs/math.md,
+#: "Joint reports"; protocols.factory.carries_joint).
+CARRIES_JOINT = True
 
 
 def from_options(domain_size: int, epsilon: float, options: dict[str, Any]) -> OUE:

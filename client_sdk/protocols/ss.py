@@ -140,6 +140,9 @@ class SS(DeviceHalf):
 
 
 OPTION_KEYS: frozenset[str] = frozenset()
+#: A joint metric may use it: its count estimates' covariance is derived exactly (docs/math.md,
+#: "Joint reports"; protocols.factory.carries_joint).
+CARRIES_JOINT = True
 
 
 def from_options(domain_size: int, epsilon: float, options: dict[str, Any]) -> SS:
