@@ -91,36 +91,9 @@ def remote_compare(url: str, token_file: str | None, metric: str, a: str | tuple
                    b: str | tuple[str, str], confidence: float, alpha: float, control: str,
                    simultaneous: bool, cacert: str | None = None):
     """The collector's ``/v1/metrics/{name}/compare`` answer as a DataFrame."""
-    import json
-    import urllib.error
-    import urllib.parse
-    import urllib.request
-
-    from .remote import (
-        RemoteError,
-        _problem_detail,
-        _unreachable,
-        frame_from_json,
-        open_query,
-        read_token,
-        ssl_context,
-    )
+    from .remote import fetch_comparison, frame_from_json, read_token, ssl_context
 
     if token_file is None:
         raise click.UsageError("--url needs --token-file FILE (the collector's query token)")
-    params = {"a": _label(a), "b": _label(b), "confidence": repr(confidence), "alpha": repr(alpha),
-              "control": control, "simultaneous": "true" if simultaneous else None, "format": "json"}
-    query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
-    endpoint = f"{url.rstrip('/')}/v1/metrics/{urllib.parse.quote(metric, safe='')}/compare?{query}"
-    req = urllib.request.Request(endpoint, headers={"Authorization": f"Bearer {read_token(token_file)}",
-                                                    "Accept": "application/json"})
-    try:
-        with open_query(req, context=ssl_context(cacert)) as resp:
-            doc = json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        raise RemoteError(f"{url}: HTTP {exc.code}: {_problem_detail(exc.code, exc.read())}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise _unreachable(url, exc) from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("estimates"), list):
-        raise RemoteError(f"{url}: the answer is not a comparison document")
-    return frame_from_json(doc)
+    return frame_from_json(fetch_comparison(url, metric, read_token(token_file), _label(a), _label(b), confidence,
+                                            alpha, control, simultaneous, ssl_context(cacert)))

@@ -278,25 +278,38 @@ def open_query(req: urllib.request.Request, timeout: float = REQUEST_TIMEOUT,
     return opener.open(req, timeout=timeout)
 
 
-def fetch_estimates(url: str, metric: str, token: str, params: dict[str, Any],
-                    candidates: list[str] | None = None, context: ssl.SSLContext | None = None) -> dict[str, Any]:
-    """GET (or, with candidates, POST) the estimates API; the parsed {"meta", "estimates"}."""
-    endpoint = f"{url.rstrip('/')}/v1/metrics/{urllib.parse.quote(metric, safe='')}/estimates"
-    query = {k: v for k, v in params.items() if v is not None}
+def fetch_answer(url: str, path: str, token: str, query: dict[str, Any], body: dict[str, Any] | None = None,
+                 context: ssl.SSLContext | None = None) -> bytes:
+    """The bytes of a query API answer: GET ``path`` with ``query`` (None values left out), or with
+    ``body`` POST both as JSON, with the bearer token. A problem answer raises RemoteError with the
+    collector's detail; no answer, RemoteError saying it cannot reach the collector."""
+    endpoint = f"{url.rstrip('/')}{path}"
+    fields = {k: v for k, v in query.items() if v is not None}
     headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
-    if candidates is None:
-        req = urllib.request.Request(f"{endpoint}?{urllib.parse.urlencode(query)}", headers=headers)
+    if body is None:
+        req = urllib.request.Request(f"{endpoint}?{urllib.parse.urlencode(fields)}", headers=headers)
     else:
-        body = json.dumps({**query, "candidates": candidates}).encode()
-        req = urllib.request.Request(endpoint, data=body, method="POST",
+        req = urllib.request.Request(endpoint, data=json.dumps({**fields, **body}).encode(), method="POST",
                                      headers={**headers, "Content-Type": "application/json"})
     try:
         with open_query(req, context=context) as resp:
-            data = resp.read()
+            return resp.read()
     except urllib.error.HTTPError as exc:
         raise RemoteError(f"{url}: HTTP {exc.code}: {_problem_detail(exc.code, exc.read())}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise _unreachable(url, exc) from None
+
+
+def metric_path(metric: str, verb: str) -> str:
+    """``/v1/metrics/{name}/{verb}`` with the name escaped."""
+    return f"/v1/metrics/{urllib.parse.quote(metric, safe='')}/{verb}"
+
+
+def fetch_estimates(url: str, metric: str, token: str, params: dict[str, Any],
+                    candidates: list[str] | None = None, context: ssl.SSLContext | None = None) -> dict[str, Any]:
+    """GET (or, with candidates, POST) the estimates API; the parsed {"meta", "estimates"}."""
+    data = fetch_answer(url, metric_path(metric, "estimates"), token, params,
+                        None if candidates is None else {"candidates": candidates}, context)
     try:
         doc = json.loads(data)
     except ValueError:
@@ -304,6 +317,21 @@ def fetch_estimates(url: str, metric: str, token: str, params: dict[str, Any],
     if not isinstance(doc, dict) or not isinstance(doc.get("estimates"), list):
         raise RemoteError(f"{url}: the answer is not an estimate document; is this an ldpt "
                           "collector's address?")
+    return doc
+
+
+def fetch_comparison(url: str, metric: str, token: str, a: str, b: str, confidence: float, alpha: float,
+                     control: str, simultaneous: bool, context: ssl.SSLContext | None = None) -> dict[str, Any]:
+    """The compare API's answer (``a``, ``b``: a window or D1..D2 each); the parsed document."""
+    params = {"a": a, "b": b, "confidence": repr(confidence), "alpha": repr(alpha), "control": control,
+              "simultaneous": "true" if simultaneous else None, "format": "json"}
+    data = fetch_answer(url, metric_path(metric, "compare"), token, params, context=context)
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        raise _unreachable(url, exc) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("estimates"), list):
+        raise RemoteError(f"{url}: the answer is not a comparison document")
     return doc
 
 
