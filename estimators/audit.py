@@ -45,12 +45,9 @@ from scipy import stats
 from scipy.special import logsumexp
 
 from client_sdk.errors import LdptError
-from client_sdk.hashing import derive_cohort
+from client_sdk.protocols.device import Context
 from client_sdk.registry import Kind, MetricSpec
 from sketches import ServerHalf, server_half
-from sketches.longitudinal import MemoisedServer
-from sketches.memobitmean import MemoBitMeanServer
-from sketches.olh import OLHServer
 
 #: Seconds per simulated day (the SDK's windows are UTC days; OLH re-derives its cohort daily).
 DAY = 86_400
@@ -81,30 +78,33 @@ def check_supported(spec: MetricSpec) -> None:
                          "oue, sue, rappor or a memoised protocol")
 
 
+def daily_cohorts(spec: MetricSpec) -> bool:
+    """Whether a report's cohort in clear is re-derived every UTC day (OLH's, not permanent:
+    ``cohort_permanent``): a device's reports are then independent, each of its own cohort's chain."""
+    proto = server_half(spec)
+    return proto.uses_cohorts and not proto.cohort_permanent
+
+
 def linkable(spec: MetricSpec) -> bool:
     """Whether the linkability game (``link``) applies: it takes the cohort a report carries in
     clear as the device's for life (``cohort_permanent``); a cohort re-derived every UTC day (OLH's)
     carries nothing to link reports by across days."""
-    proto = server_half(spec)
-    return not proto.uses_cohorts or proto.cohort_permanent
+    return not daily_cohorts(spec)
 
 
 def sdk_reports(spec: MetricSpec, secret: bytes, value: Any, count: int) -> list[Any]:
-    """``count`` wire payloads of one device (``secret``) reporting ``value`` on consecutive days,
-    encoded as ``client_sdk.client.ClientCore._encode`` does."""
-    proto = server_half(spec)
+    """``count`` wire payloads of one device (``secret``) reporting ``value`` on consecutive UTC
+    days 0, 1, ..., encoded as ``client_sdk.client.ClientCore._encode`` does: the device half's
+    ``encode_one`` with the secret, the metric and the day (memoised rounds from the secret, OLH's
+    cohort from the day, fresh coins from the OS CSPRNG)."""
+    device = server_half(spec).device
     if spec.kind is Kind.STRING:
-        return [proto.encode_secret_one(value, secret, spec.name) for _ in range(count)]  # type: ignore[attr-defined]
-    if isinstance(proto, MemoBitMeanServer):   # the device's α-point rounding, then the memoised bit
-        idx = proto.alpha_round(normalised(spec, value), secret, spec.name)
-        return [proto.encode_secret_one(idx, secret, spec.name) for _ in range(count)]
-    idx = spec.indices([value])[0]
-    if isinstance(proto, MemoisedServer):
-        return [proto.encode_secret_one(idx, secret, spec.name) for _ in range(count)]
-    if isinstance(proto, OLHServer):   # the client's cohort: HMAC(secret, metric, day), new every day
-        return [proto.randomise(idx, derive_cohort(secret, f"olh\x00{spec.name}\x00{day}", proto.cohorts))
-                for day in range(count)]
-    return [proto.randomise(idx) for _ in range(count)]
+        key, idx = value, -1
+    elif spec.is_mean:   # the grid point the device reports (memobitmean: α-rounded by its secret)
+        key, idx = "", device.report_index(normalised(spec, value), secret, spec.name)
+    else:
+        key, idx = "", spec.indices([value])[0]
+    return [device.encode_one(idx, key, Context(secret, spec.name, day)) for day in range(count)]
 
 
 def normalised(spec: MetricSpec, value: Any) -> float:
@@ -114,14 +114,12 @@ def normalised(spec: MetricSpec, value: Any) -> float:
     return (x - lo) * (2.0 / (hi - lo)) - 1.0
 
 
-def grid_mixture(spec: MetricSpec, value: Any) -> list[tuple[float, int]]:
-    """memobitmean: (probability, grid point) a device holding ``value`` rounds to. Its α is a
-    secret uniform 32-bit word, unknown to the attacker: it rounds up w.p. ⌊frac·2^32⌋/2^32."""
-    proto = server_half(spec)
-    pos = (normalised(spec, value) + 1.0) * (proto.grid / 2)
-    low = math.floor(pos)
-    up = math.floor((pos - low) * (1 << 32)) / (1 << 32)
-    return [(w, min(j, proto.grid)) for w, j in ((1.0 - up, low), (up, low + 1)) if w > 0]
+def audit_inputs(spec: MetricSpec, value: Any) -> list[tuple[float, Any]]:
+    """(probability, chain input) over what a device holding ``value`` encodes, as far as the
+    attacker knows: the server half's ``audit_inputs`` of the value as the chain takes it (a mean
+    metric's normalised t, which memobitmean's secret α rounds to one of two grid points)."""
+    x = normalised(spec, value) if spec.is_mean else value
+    return server_half(spec).audit_inputs(x)
 
 
 # --- likelihoods ------------------------------------------------------------------------------------
@@ -138,10 +136,10 @@ class Chain:
 
 def chain_for(spec: MetricSpec, value: Any, cohort: int | None) -> Chain:
     """The chain of one device (its cohort, if any) holding ``value``: its server half's
-    ``audit_chain`` of the value's domain index (a string metric's candidate, a mean metric's
-    grid point, as they are)."""
+    ``audit_chain`` of the value's domain index (a histogram's bucket label too; a string metric's
+    candidate and a mean metric's grid point as they are)."""
     proto = server_half(spec)
-    x = value if spec.kind in (Kind.STRING, Kind.NUMERIC) else spec.indices([value])[0]
+    x = value if spec.kind is Kind.STRING or spec.is_mean else spec.indices([value])[0]
     chain = proto.audit_chain(x, cohort)
     if chain is None:
         raise AuditError(f"no likelihood for {proto.name}")
@@ -207,9 +205,7 @@ def accuracy_interval(correct: int, trials: int) -> tuple[float, float]:
 
 def _loglik_of_device(spec: MetricSpec, value: Any, wires: list[Any]) -> float:
     counts, cohorts = report_stats(spec, wires)
-    proto = server_half(spec)
-    if isinstance(proto, OLHServer) and not isinstance(proto, MemoisedServer):
-        # a fresh cohort each day: independent reports, each with its own hashed value
+    if daily_cohorts(spec):   # a fresh cohort each day: independent reports, each with its own hashed value
         return float(sum(chain_loglik(chain_for(spec, value, int(s)), c, 1) for c, s in zip(counts, cohorts)))
     cohort = None if cohorts is None else int(cohorts[0])
     return float(likelihood(spec, value, {cohort})(cohort, counts.sum(axis=0), len(wires)))
@@ -217,18 +213,21 @@ def _loglik_of_device(spec: MetricSpec, value: Any, wires: list[Any]) -> float:
 
 def likelihood(spec: MetricSpec, value: Any, cohorts: set[int | None]):
     """``ll(cohort, stats, total)``: log P(reports of one device holding ``value``) — its cohort's
-    chain, or for memobitmean the mixture over the grid points its secret α may round to."""
-    if isinstance(server_half(spec), MemoBitMeanServer):
-        mixture = grid_mixture(spec, value)
-        grid_chains = {j: chain_for(spec, j, None) for _, j in mixture}
+    chain, or the mixture of chains over the inputs its secret may make it encode (``audit_inputs``:
+    memobitmean's two grid points around the value)."""
+    mixture = audit_inputs(spec, value)
+    if len(mixture) > 1:
+        chains = {(c, x): chain_for(spec, x, c) for c in cohorts for _, x in mixture}
 
         def mixed(cohort: int | None, stats_: np.ndarray, total: int | np.ndarray) -> np.ndarray:
-            return logsumexp([math.log(w) + chain_loglik(grid_chains[j], stats_, total) for w, j in mixture], axis=0)
+            return logsumexp([math.log(w) + chain_loglik(chains[cohort, x], stats_, total) for w, x in mixture],
+                             axis=0)
         return mixed
-    chains = {c: chain_for(spec, value, c) for c in cohorts}
+    ((_, x),) = mixture
+    chains1 = {c: chain_for(spec, x, c) for c in cohorts}
 
     def single(cohort: int | None, stats_: np.ndarray, total: int | np.ndarray) -> np.ndarray:
-        return chain_loglik(chains[cohort], stats_, total)
+        return chain_loglik(chains1[cohort], stats_, total)
     return single
 
 

@@ -280,6 +280,11 @@ class ServerHalf(abc.ABC):
         chain, the bit vector of a "bit" chain; None where the audit has no likelihood."""
         return None
 
+    def audit_inputs(self, x: Any) -> list[tuple[float, Any]]:
+        """(probability, ``audit_chain`` input) over what a device holding ``x`` may encode, as far
+        as the attacker knows (it does not know the device's secret): ``x`` itself by default."""
+        return [(1.0, x)]
+
     # --- a joint metric's cells (estimators/joint.py) ---------------------------------------------
     def pair_probabilities(self) -> tuple[float, float, float, float] | None:
         """(p*, q*, r₁, r₂) of one fresh report: the support probabilities and the pair

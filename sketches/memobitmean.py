@@ -6,6 +6,7 @@ wire and the mean estimator are sketches.numeric's, the permanent share sketches
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -86,6 +87,14 @@ class MemoBitMeanServer(MemoisedServer, NumericServer):
         """Grid point x's memoised bit (1 w.p. P1_x), flipped w.p. γ every report."""
         gamma = self.params.gamma_threshold / (1 << 32)
         return "bit", self.memo_output_probabilities(int(x))[1:], 1.0 - gamma, gamma
+
+    def audit_inputs(self, x: Any) -> list[tuple[float, Any]]:
+        """The grid points normalised t = ``x`` rounds to, with their probabilities: the device's α
+        (``alpha_round``) is a secret uniform 32-bit word, so it rounds up w.p. ⌊frac·2^32⌋/2^32."""
+        pos = (min(1.0, max(-1.0, float(x))) + 1.0) * (self.grid / 2)
+        low = math.floor(pos)
+        up = math.floor((pos - low) * (1 << 32)) / (1 << 32)
+        return [(w, min(j, self.grid)) for w, j in ((1.0 - up, low), (up, low + 1)) if w > 0]
 
     def report_statistics(self, payloads: Payloads) -> np.ndarray | None:
         """The reported bit."""

@@ -161,3 +161,58 @@ def test_discover_clear_cohorts_and_held_out_groups_are_its_groups(max_length, s
     held = int((payloads["group"] == groups - 1).sum())
     share = 1 / proto.held_out_groups
     assert abs(proto.held_out_groups * held - n) <= 4 * proto.held_out_groups * np.sqrt(n * share * (1 - share))
+
+
+def test_the_audit_encodes_olh_in_the_cohort_of_each_day():
+    """The audit's SDK path (the device half's encode_one) puts day k's report in the cohort
+    HMAC(secret, "olh", metric, k) — a different one most days — and the attacker's likelihood
+    then takes each report's own cohort (``daily_cohorts``), OLH's alone among the protocols."""
+    from client_sdk.hashing import derive_cohort
+    from client_sdk.registry import parse_metric
+    from estimators.audit import daily_cohorts, linkable, sdk_reports
+
+    spec = parse_metric("olh_m", {"kind": "categorical", "categories": [f"v{i}" for i in range(12)],
+                                  "protocol": "olh", "epsilon": 1.0})
+    secret = bytes(range(32))
+    wires = sdk_reports(spec, secret, "v3", 20)
+    m = spec.protocol_impl.cohorts
+    assert [w[0] for w in wires] == [derive_cohort(secret, f"olh\x00olh_m\x00{day}", m) for day in range(20)]
+    assert len({w[0] for w in wires}) > 1
+    assert daily_cohorts(spec) and not linkable(spec)
+    for name, (d, eps, options) in COUNT_PROTOCOLS.items():
+        other = parse_metric("x", {"kind": "categorical", "categories": [f"v{i}" for i in range(d)],
+                                   "protocol": name.split("-")[0], "epsilon": eps, **options})
+        assert daily_cohorts(other) == name.startswith("olh"), name
+
+
+@pytest.mark.parametrize("value", [0.0, 3.3, 7.25, 10.0])
+def test_memobitmean_audit_inputs_are_the_alpha_rounding_law(value):
+    """The attacker's mixture (``audit_inputs``) is the law of the grid point devices' secret α
+    round ``value`` to (``report_index``, the SDK's): over 4,000 secrets the share rounded up is
+    the mixture's weight within 4 standard errors, and only its two grid points occur."""
+    from client_sdk.registry import parse_metric
+    from estimators.audit import audit_inputs, normalised
+
+    spec = parse_metric("mm", {"kind": "numeric", "range": [0, 10], "protocol": "memobitmean",
+                               "epsilon": 1.0, "epsilon_inf": 3.0})
+    mixture = dict((j, w) for w, j in audit_inputs(spec, value))
+    assert abs(sum(mixture.values()) - 1.0) < 1e-12
+    device = spec.protocol_impl
+    n = 4_000
+    got = [device.report_index(normalised(spec, value), i.to_bytes(4, "big") * 8, "mm") for i in range(n)]
+    assert set(got) <= set(mixture)
+    for j, w in mixture.items():
+        share = got.count(j) / n
+        assert abs(share - w) <= 4 * np.sqrt(w * (1 - w) / n) + 1e-12, (j, share, w)
+
+
+@pytest.mark.statistical
+def test_a_histogram_metric_is_audited_by_its_bucket():
+    """A histogram's values are bucket labels: the attacker's chain is its bucket's (it used to be
+    handed the label itself and failed), and its accuracy stays under the ε bound."""
+    from client_sdk.registry import parse_metric
+    from estimators.audit import distinguish
+
+    spec = parse_metric("h", {"kind": "numeric", "range": [0, 10], "buckets": 5, "protocol": "grr", "epsilon": 1.0})
+    row = distinguish(spec, ("[0, 2)", "[8, 10]"), 2, 400, np.random.default_rng(5))
+    assert row.ci_low <= row.bound and row.accuracy > 0.5

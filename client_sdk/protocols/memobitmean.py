@@ -163,6 +163,10 @@ class MemoBitMean(MemoisedDevice, NumericDevice):
         up = alpha < math.floor((pos - low) * SCALE)
         return min(low + int(up), self.grid)
 
+    def report_index(self, t: float, secret: bytes, metric: str) -> int:
+        """The α-rounded grid index: the same for every report of one value (what is memoised)."""
+        return self.alpha_round(t, secret, metric)
+
     def memo_key_of_value(self, t: float, secret: bytes, metric: str) -> str:
         """The ledger's memo key of a normalised value: its α-rounded grid point."""
         return self.memo_key(self.alpha_round(t, secret, metric), secret, metric)

@@ -142,6 +142,11 @@ class NumericDevice(DeviceHalf):
             low += 1
         return min(low, self.grid)
 
+    def report_index(self, t: float, secret: bytes, metric: str) -> int:
+        """The grid index a device reports for normalised t: randomised rounding with fresh coins
+        (``discretise_one``); a memoised mean rounds by its secret instead (memobitmean)."""
+        return self.discretise_one(t)
+
     def encode_one(self, index: int, key: str, ctx: Context) -> int:
         """The uniform one-report encoder: ``randomise`` of the grid index with the context's words."""
         return self.randomise(index, None, ctx.words)
