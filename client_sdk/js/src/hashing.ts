@@ -6,8 +6,8 @@
  *   lp(x)  = 4-byte big-endian length ‖ x;   text = UTF-8, lone surrogates as 3 bytes (WTF-8)
  */
 
-import { sha256 } from "@noble/hashes/sha2";
-import { shake256 } from "@noble/hashes/sha3";
+import { sha256 } from "./sha256.js";
+import { keccakP } from "@noble/hashes/sha3";
 
 /** Lower-case hex of bytes. */
 export const hexOf = (b: Uint8Array): string => Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
@@ -56,7 +56,7 @@ function be32(n: number): Uint8Array {
   return Uint8Array.of(n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255);
 }
 
-/** HMAC-SHA256 (RFC 2104) over noble's SHA-256; pinned by every keyed derivation vector. */
+/** HMAC-SHA256 (RFC 2104) over src/sha256.ts; pinned by every keyed derivation vector. */
 export function hmacSha256(key: Uint8Array, msg: Uint8Array): Uint8Array {
   const k = new Uint8Array(64);
   k.set(key.length > 64 ? sha256(key) : key);
@@ -74,8 +74,29 @@ export function le32(bytes: Uint8Array): Uint32Array {
   return out;
 }
 
-/** The first `n` little-endian words of SHAKE-256(msg) (an XOF: prefixes agree). */
-export const shakeWords = (msg: Uint8Array, n: number): Uint32Array => le32(shake256(msg, { dkLen: 4 * n }));
+/**
+ * The first `n` little-endian words of SHAKE-256(msg) (FIPS 202: rate 136 bytes, suffix 0x1F, pad10*1;
+ * an XOF, so prefixes agree), the sponge over noble's Keccak-f[1600] permutation: the state as 50
+ * little-endian words, so the output words are read from it directly.
+ */
+export function shakeWords(msg: Uint8Array, n: number): Uint32Array {
+  const state = new Uint32Array(50);
+  const out = new Uint32Array(n);
+  const padded = new Uint8Array(msg.length + 136 - (msg.length % 136));
+  padded.set(msg);
+  padded[msg.length] ^= 0x1f;
+  padded[padded.length - 1] ^= 0x80;
+  const words = le32(padded);
+  for (let i = 0; i < words.length; i += 34) {
+    for (let j = 0; j < 34; j++) state[j] ^= words[i + j];
+    keccakP(state);
+  }
+  for (let i = 0; i < n; i++) {
+    if (i && i % 34 === 0) keccakP(state);
+    out[i] = state[i % 34];
+  }
+  return out;
+}
 
 /** ⌊2^32/k⌋·k: words below it reduce mod k without bias. */
 export const acceptLimit = (k: number): number => Math.floor(4294967296 / k) * k;

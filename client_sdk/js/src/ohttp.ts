@@ -6,7 +6,7 @@
  *
  * HPKE (RFC 9180, base mode) for the one suite DHKEM(X25519, HKDF-SHA256) / HKDF-SHA256 /
  * AES-128-GCM is composed here from the platform's WebCrypto (X25519 key generation and
- * exchange, AES-128-GCM) and the SDK's HMAC-SHA256 (@noble/hashes) for the labeled HKDF steps:
+ * exchange, AES-128-GCM) and the SDK's HMAC-SHA256 (src/hashing.ts) for the labeled HKDF steps:
  * the library @hpke/core adds 6.5 KB gzip to the bundle for the same operations, more than
  * the sealed bundle's budget allows (docs/benchmarks.md). The tests check this composition
  * against RFC 9180 A.1.1, RFC 9458 Appendix A, the Python reference's vectors, and @hpke/core
