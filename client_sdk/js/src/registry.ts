@@ -10,6 +10,7 @@ import { ledgerKey, sha256Hex, utf8, valueDigest } from "./hashing.js";
 import type { DeviceCaps, Found, Metric, Registry } from "./metrics.js";
 import { dbitflip, lgrr, loloha, losue } from "./protocols/memoised.js";
 import { grr, hr, olh, rr, ss, unary } from "./protocols/frequency.js";
+import { checkBlock } from "./protocols/checks.js";
 import { alphaRound, alphaWord, discretise, duchi, hybrid, laplace, memobitmean, piecewise } from "./protocols/numeric.js";
 import { discover, rappor } from "./protocols/strings.js";
 import { type Block, type BlockOf, type Context, type Encoder, SecretCache } from "./protocols/types.js";
@@ -29,11 +30,13 @@ const ENCODERS: { [P in Block["protocol"]]: (b: BlockOf<P>) => Encoder } = {
   duchi, bitmean: duchi, laplace, piecewise, hybrid, memobitmean,
 };
 
-/** The one-report encoder of a published encoder object (RegistryError if unknown). */
+/** The one-report encoder of a published encoder object: a RegistryError naming the member if the
+ * block fails a check of docs/conformance.md (never a silent encode), or if it is unknown. */
 export function encoderFor(block: Block): Encoder {
-  if (block.version !== ENCODER_VERSION) {
-    throw new RegistryError(`encoder version ${block.version} is unknown: upgrade this SDK`);
-  }
+  checkBlock(block, (field, check) => {
+    throw new RegistryError(`field ${field}: ${check ? `the encoder block fails check ${check} of docs/conformance.md, `
+      + "\"Checks an SDK applies to a block\"" : `encoder version ${block.version} is unknown: upgrade this SDK`}`);
+  });
   const make = ENCODERS[block.protocol] as ((b: Block) => Encoder) | undefined;   // unknown: a newer block
   if (make === undefined) throw new RegistryError(`protocol ${block.protocol} is unknown: upgrade this SDK`);
   return make(block);
