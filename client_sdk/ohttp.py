@@ -15,6 +15,12 @@ One suite is supported: DHKEM(X25519, HKDF-SHA256) 0x0020, HKDF-SHA256 0x0001, A
 0x0001 — native in WebCrypto in current browsers and Node, and RFC 9458's own example.
 HPKE is pyhpke's (with ``cryptography``): an optional extra of the SDK
 (``pip install 'ldp-telemetry-sdk[sealed]'``), imported on the first seal or open only.
+
+Both ends live here, the gateway's (``PrivateKey``, ``open_request``, ``seal_response``) beside the
+client's: they share one key schedule (header, info, the exported response secret, the response
+key and nonce), which then has one home, and the gateway half is pure functions over the same
+extra, with no server package and no numpy (docs/design.md, "Two distributions").
+collector/gateway.py and collector.testing.FakeCollector open requests with it.
 """
 
 from __future__ import annotations

@@ -1,24 +1,26 @@
-"""Test doubles for apps embedding the SDK: a collector in memory and transports to reach it.
+"""Test doubles for apps embedding the SDK: transports to a collector in memory, and the doubles
+that need no server code.
 
 Not part of the production surface (``client_sdk.__all__``): import them from here.
 
 ```python
-from client_sdk.testing import FakeCollector, Fault, MemoryTransport
+from client_sdk.testing import Fault, MemoryTransport, RecordingCollector
 ```
 
-``FakeCollector`` answers ``POST /v1/reports`` like the real collector: it decodes and
-validates every body with the collector's own code (``collector.ingest.BatchDecoder`` and
-its RFC 9457 problems), so the double cannot drift from the service. That import happens
-when a FakeCollector is built, never when the SDK is imported: the SDK must not load the
-collector (tests/test_layering.py exempts exactly this module, for the collector and the
-protocols' server halves in sketches/, which give an empty sketch). On top it dedupes batch ids
-(same id and body: duplicate; another body: 422), accumulates sketches so tests can
-estimate from what the SDK sent, and fails on request (``Fault``: status codes with
-Retry-After, dropped connections, acknowledgements lost after the commit).
-``MemoryTransport`` / ``AsyncMemoryTransport`` connect a client to it without a socket.
-Given ``gateway_keys`` (``client_sdk.ohttp.PrivateKey``), it is also the collector's Oblivious
-HTTP gateway: ``GET``/``POST /.well-known/ohttp-gateway`` publish the keys and open sealed
-batches, ingesting the batch inside as above and sealing the answer (docs/wire-format.md).
+``MemoryTransport`` / ``AsyncMemoryTransport`` connect a client to a collector double without a
+socket: any object with ``handle(method, path, headers, body) -> Response``.
+
+``FakeCollector`` — the collector in memory, validating every body with the collector's own
+decoder and accumulating sketches — ships with the server distribution (ldp-telemetry), as
+``collector.testing.FakeCollector``: decoding and validating a report is its protocol's server
+half, which the SDK wheel does not hold (issue 29). This module keeps a thin hook for it:
+``client_sdk.testing.FakeCollector`` (and ``MemoryTransport()`` without a collector) resolve it
+through the ``ldp_telemetry.testing`` entry point that distribution declares, so no module of
+the SDK imports server code; with the SDK alone installed the hook raises ImportError naming
+what to install. ``Fault`` scripts its failures (status codes with Retry-After, dropped
+connections, acknowledgements lost after the commit); ``problem``, ``accepted`` and
+``domain_response`` are the collector's answers, shaped as the real one's, for it and for
+``RecordingCollector``.
 
 ``RecordingCollector`` is the double for an app that installed the SDK alone
 (``ldp-telemetry-sdk``, without the collector): it accepts every batch and keeps its decoded
@@ -39,12 +41,11 @@ import asyncio
 import collections
 import dataclasses
 import errno
-import hashlib
 import importlib
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import msgpack
@@ -53,18 +54,21 @@ from .aio import AsyncTransport
 from .registry import Registry
 from .transport import (
     DOMAINS_PATH,
-    MSGPACK,
     PROBLEM_BASE,
     REGISTRY_PATH,
     REPORTS_PATH,
     USER_AGENT,
     Response,
     Transport,
-    TransportError,
 )
 
-__all__ = ["AsyncMemoryTransport", "FakeCollector", "Fault", "FlockMsvcrt", "ManualClock", "MemoryTransport",
-           "RecordingCollector", "problem"]
+__all__ = ["AsyncMemoryTransport", "Fault", "FlockMsvcrt", "ManualClock", "MemoryTransport", "RecordingCollector",
+           "accepted", "domain_response", "problem", "server_double"]
+
+#: The entry-point group where the server distribution names its test doubles (``FakeCollector``).
+DOUBLES_GROUP = "ldp_telemetry.testing"
+#: The doubles the hook resolves there (``client_sdk.testing.FakeCollector``).
+SERVER_DOUBLES = ("FakeCollector",)
 
 
 class ManualClock:
@@ -123,9 +127,34 @@ def problem(status: int, slug: str, detail: str, **members: Any) -> Response:
     return Response(status, headers, json.dumps(doc).encode())
 
 
-def _ok(accepted: int, duplicate: bool) -> Response:
+def accepted(reports: int, duplicate: bool) -> Response:
+    """The collector's 200 to a batch: how many reports it accepted, and whether the batch id was
+    already committed (a retry)."""
     return Response(200, {"content-type": "application/json"},
-                    json.dumps({"accepted": accepted, "duplicate": duplicate}).encode())
+                    json.dumps({"accepted": reports, "duplicate": duplicate}).encode())
+
+
+def server_double(name: str, group: str = DOUBLES_GROUP) -> Any:
+    """The test double ``name`` the server distribution registers under the entry-point ``group``
+    (ldp-telemetry's ``FakeCollector``: collector.testing), loaded on first use; ImportError naming
+    what to install when none is registered (the SDK alone, or an editable install from before the
+    entry point: ``pip install -e .`` again)."""
+    from importlib.metadata import entry_points
+
+    found = [ep for ep in entry_points(group=group) if ep.name == name]
+    if not found:
+        raise ImportError(f"{name} needs the collector's code, which the SDK does not ship: install "
+                          f"ldp-telemetry (pip install -e . in a checkout) and use "
+                          f"client_sdk.testing.{name} or collector.testing.{name}; with the SDK alone, "
+                          "use RecordingCollector")
+    return found[0].load()
+
+
+def __getattr__(name: str) -> Any:
+    """``client_sdk.testing.FakeCollector``: the server distribution's, through ``server_double``."""
+    if name in SERVER_DOUBLES:
+        return server_double(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclasses.dataclass
@@ -151,159 +180,6 @@ class Fault:
             raise ValueError(f"Fault status {self.status}: a scripted failure is an HTTP 4xx or 5xx")
 
 
-class FakeCollector:
-    """Wire format v1 in memory: the collector's validation, batch-id dedupe, sketches."""
-
-    def __init__(self, registry: Registry | None = None, *,
-                 clock: Callable[[], float] = time.time, gateway_keys: Any = None) -> None:
-        # Lazily (see the module docstring): the collector's own decoder and problem type.
-        try:
-            from collector.ingest import BatchDecoder
-            from collector.problems import Problem
-        except ImportError as exc:  # the SDK-only distribution has no collector
-            raise ImportError("FakeCollector validates with the collector's code: install ldp-telemetry "
-                              "(pip install -e . in a checkout), or use RecordingCollector") from exc
-
-        self._problem_type = Problem
-        self.registry = registry
-        # Without a registry only the envelope is checked: every metric is accepted.
-        self._decoder = BatchDecoder(registry if registry is not None else Registry({}, "none"))
-        self._clock = clock
-        self.lock = threading.Lock()
-        self.faults: collections.deque[Fault] = collections.deque()
-        self.requests: list[tuple[str, str, dict[str, str], bytes]] = []   # every request seen
-        self.committed: dict[bytes, bytes] = {}                             # batch id -> digest
-        self.batches: list[dict[str, Any]] = []                             # committed, decoded
-        self.duplicates = 0
-        self.accepted_reports = 0
-        self.sketches: dict[tuple[str, str], Any] = {}
-        self.respond: Callable[[bytes], Response | None] | None = None    # custom hook
-        self.gateway_keys: list[Any] = list(gateway_keys or ())          # ohttp.PrivateKey, newest first
-        self.envelopes: list[bytes] = []                                   # sealed bodies received
-
-    def fail(self, *faults: Fault) -> None:
-        """Queue faults for the next POSTs (one each)."""
-        with self.lock:
-            self.faults.extend(faults)
-
-    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Response:
-        """Answer one request; raises TransportError for "drop"/"lost-ack" faults."""
-        from .ohttp import GATEWAY_PATH
-
-        with self.lock:
-            self.requests.append((method, path, dict(headers), body))
-            posting = method == "POST" and path in (REPORTS_PATH, GATEWAY_PATH)
-            fault = self.faults.popleft() if (self.faults and posting) else None
-        if method == "GET" and path == REGISTRY_PATH and self.registry is not None:
-            return Response(200, {"content-type": "application/json"},
-                            json.dumps(self.registry.to_json()).encode())
-        if method == "GET" and path.startswith(DOMAINS_PATH) and self.registry is not None:
-            return _domain_response(self.registry, path)
-        if path == GATEWAY_PATH and self.gateway_keys:
-            return self._gateway(method, headers, body, fault)
-        if method != "POST" or path != REPORTS_PATH:
-            return problem(404, "not-found", f"no route {method} {path}")
-        if fault is not None and fault.kind == "drop":
-            raise TransportError("connection dropped (scripted)")
-        if fault is not None and fault.kind == "status":
-            return problem(fault.status, fault.slug, "scripted failure", retry_after=fault.retry_after)
-        if self.respond is not None:
-            custom = self.respond(body)
-            if custom is not None:
-                return custom
-        ctype = {k.lower(): v for k, v in headers.items()}.get("content-type", "")
-        if ctype.split(";")[0].strip() != MSGPACK:
-            return problem(415, "unsupported-media-type", f"expected {MSGPACK}, got {ctype!r}")
-        response = self.ingest(body)
-        if fault is not None and fault.kind == "lost-ack":
-            raise TransportError("connection dropped after the commit (scripted)")
-        return response
-
-    def _gateway(self, method: str, headers: Mapping[str, str], body: bytes, fault: Fault | None) -> Response:
-        """The gateway's half (collector/gateway.py), in memory."""
-        from . import bhttp, ohttp
-
-        if method == "GET":
-            return Response(200, {"content-type": ohttp.KEYS_TYPE},
-                            ohttp.encode_key_configs(k.config for k in self.gateway_keys))
-        if fault is not None and fault.kind == "drop":
-            raise TransportError("connection dropped (scripted)")
-        if fault is not None and fault.kind == "status":
-            return problem(fault.status, fault.slug, "scripted failure", retry_after=fault.retry_after)
-        ctype = {k.lower(): v for k, v in headers.items()}.get("content-type", "")
-        if ctype.split(";")[0].strip() != ohttp.REQUEST_TYPE:
-            return problem(415, "unsupported-media-type", f"expected {ohttp.REQUEST_TYPE}, got {ctype!r}")
-        with self.lock:
-            self.envelopes.append(body)
-        try:
-            opened = ohttp.open_request({k.config.key_id: k for k in self.gateway_keys}, body)
-        except ohttp.KeyProblem as exc:
-            resp = problem(400, "ohttp-key", str(exc))
-            doc = dict(json.loads(resp.body), type=ohttp.KEY_PROBLEM_TYPE)
-            return Response(400, resp.headers, json.dumps(doc).encode())
-        except ohttp.OhttpError as exc:
-            return problem(400, "undecodable-envelope", str(exc))
-        try:
-            content = bhttp.decode_request(opened.message).content
-        except bhttp.BinaryHTTPError as exc:
-            inner = problem(400, "undecodable-body", str(exc))
-        else:
-            custom = self.respond(content) if self.respond is not None else None
-            inner = custom if custom is not None else self.ingest(content)
-        message = ohttp.inner_response(inner.status, list(inner.headers.items()), inner.body)
-        answer = Response(200, {"content-type": ohttp.RESPONSE_TYPE}, ohttp.seal_response(opened, message))
-        if fault is not None and fault.kind == "lost-ack":
-            raise TransportError("connection dropped after the commit (scripted)")
-        return answer
-
-    def _decode(self, body: bytes) -> tuple[bytes, int, dict[tuple[str, str], Any]]:
-        """(batch id, reports, sketch deltas) through the collector's decoder; raises Problem."""
-        if self.registry is None:
-            doc = msgpack.unpackb(body, raw=False, strict_map_key=True) if body else None
-            batch_id, reports = self._decoder._envelope(doc)
-            return batch_id, len(reports), {}
-        window = time.strftime("%Y-%m-%d", time.gmtime(self._clock()))
-        pending = self._decoder.decode(body, window)
-        deltas = {(key.metric, key.fingerprint): sketch for key, sketch in pending.deltas.items()}
-        return pending.batch_id, pending.reports, deltas
-
-    def ingest(self, body: bytes) -> Response:
-        """Decode, validate and commit one batch (all or nothing), as the collector does."""
-        try:
-            batch_id, reports, deltas = self._decode(body)
-        except self._problem_type as exc:
-            return problem(exc.status, exc.slug, exc.detail, retry_after=exc.retry_after, **exc.extra)
-        except Exception as exc:  # noqa: BLE001 - registry=None: any undecodable body is a 400
-            return problem(400, "undecodable-body", f"not msgpack: {exc}")
-        digest = hashlib.sha256(body).digest()
-        with self.lock:
-            seen = self.committed.get(batch_id)
-            if seen is not None:
-                if seen != digest:
-                    return problem(422, "batch-id-conflict", "batch id reused with a different body")
-                self.duplicates += 1
-                return _ok(reports, True)
-            self.committed[batch_id] = digest
-            self.batches.append(msgpack.unpackb(body, raw=False))
-            self.accepted_reports += reports
-            for key, sketch in deltas.items():
-                old = self.sketches.get(key)
-                self.sketches[key] = sketch if old is None else old.merge(sketch)
-        return _ok(reports, False)
-
-    def sketch(self, metric: str) -> Any:
-        """The accumulated sketch of a metric (under its current fingerprint)."""
-        if self.registry is None:
-            raise ValueError("FakeCollector() without a registry keeps no sketches")
-        spec = self.registry.get(metric)
-        sketch = self.sketches.get((metric, spec.fingerprint))
-        if sketch is None:   # the protocol's empty sketch: its server half's (lazily, as the collector's code)
-            from sketches import server_half
-
-            sketch = server_half(spec).new_sketch()
-        return sketch
-
-
 class RecordingCollector:
     """Accepts every ``POST /v1/reports`` (200) and keeps each batch, decoded: no validation.
 
@@ -326,7 +202,7 @@ class RecordingCollector:
             return Response(200, {"content-type": "application/json"},
                             json.dumps(self.registry.to_json()).encode())
         if method == "GET" and path.startswith(DOMAINS_PATH) and self.registry is not None:
-            return _domain_response(self.registry, path)
+            return domain_response(self.registry, path)
         if method != "POST" or path != REPORTS_PATH:
             return problem(404, "not-found", f"no route {method} {path}")
         try:
@@ -339,7 +215,7 @@ class RecordingCollector:
             if not duplicate:
                 self._ids.add(batch_id)
                 self.batches.append(doc)
-        return _ok(len(reports), duplicate)
+        return accepted(len(reports), duplicate)
 
     def reports(self, metric: str | None = None) -> list[Any]:
         """Every report received (its wire dict), optionally of one metric only."""
@@ -347,7 +223,7 @@ class RecordingCollector:
             return [r for b in self.batches for r in b["reports"] if metric is None or r.get("m") == metric]
 
 
-def _domain_response(registry: Registry, path: str) -> Response:
+def domain_response(registry: Registry, path: str) -> Response:
     """GET /v1/registry/domains/{metric}: a file domain's values, one per line, as the collector."""
     import urllib.parse
 
@@ -362,11 +238,11 @@ def _domain_response(registry: Registry, path: str) -> Response:
 
 
 class MemoryTransport(Transport):
-    """A transport wired straight to a FakeCollector (or any handler): tests, benchmarks."""
+    """A transport wired straight to a collector double (any object with ``handle``: FakeCollector,
+    RecordingCollector): tests, benchmarks. Without one, a FakeCollector (``server_double``)."""
 
-    def __init__(self, collector: FakeCollector | RecordingCollector | None = None, *,
-                 latency: float = 0.0) -> None:
-        self.collector = collector if collector is not None else FakeCollector()
+    def __init__(self, collector: Any = None, *, latency: float = 0.0) -> None:
+        self.collector = collector if collector is not None else server_double("FakeCollector")()
         self.latency = latency
 
     def request(self, method: str, path: str, body: bytes | None = None,
@@ -378,7 +254,7 @@ class MemoryTransport(Transport):
 
 
 class AsyncMemoryTransport(MemoryTransport, AsyncTransport):
-    """A FakeCollector behind both the sync and the async interface (tests)."""
+    """A collector double behind both the sync and the async interface (tests)."""
 
     async def arequest(self, method: str, path: str, body: bytes | None = None,
                        headers: Mapping[str, str] | None = None) -> Response:

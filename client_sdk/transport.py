@@ -4,8 +4,9 @@ A transport does one thing: send a request and return the response, or raise
 ``TransportError`` when no HTTP response came back (connection refused or dropped,
 timeout). Deciding what to retry is the uploader's job (``RetryPolicy``).
 
-The test doubles (``FakeCollector``, ``MemoryTransport``, ``Fault``) live in
-``client_sdk.testing``, outside the production surface.
+The test doubles (``MemoryTransport``, ``Fault``, ``RecordingCollector``) live in
+``client_sdk.testing``, outside the production surface; ``FakeCollector``, which validates with
+the collector's code, in the server distribution's ``collector.testing``.
 
 Only fixed headers go on the wire, the same lines in the same order from every SDK
 (``wire_headers``; docs/wire-format.md, "Request headers"; conformance/vectors/headers.json): a

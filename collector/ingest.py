@@ -115,7 +115,7 @@ class BatchDecoder:
             doc = _decode_checking_duplicates(body)
         except Exception as exc:  # msgpack raises many types on hostile input; all mean 400
             raise Problem("undecodable-body", f"not a msgpack document: {_short(exc)}") from None
-        batch_id, reports = self._envelope(doc)
+        batch_id, reports = self.envelope(doc)
         try:
             dims = self.batch_dimensions(doc.get("d"))
             deltas = self.validate_reports(reports, window, dims)
@@ -125,7 +125,9 @@ class BatchDecoder:
         return PendingBatch(batch_id=batch_id, digest=hashlib.sha256(body).digest(),
                             deltas=deltas, reports=len(reports))
 
-    def _envelope(self, doc: Any) -> tuple[bytes, list[Any]]:
+    def envelope(self, doc: Any) -> tuple[bytes, list[Any]]:
+        """(batch id, reports) of a decoded body whose envelope is wire format v1's (Problem
+        naming the field otherwise); the reports themselves are not looked at."""
         if not isinstance(doc, dict):
             raise Problem("invalid-batch", "the body must be a msgpack map with keys v, batch_id, "
                           f"reports; got {_type_name(doc)}")

@@ -26,7 +26,8 @@ from aiohttp import web
 
 from client_sdk import files
 from client_sdk.registry import Registry, parse_registry
-from client_sdk.testing import FakeCollector, FlockMsvcrt
+from client_sdk.testing import FlockMsvcrt
+from collector.testing import FakeCollector
 
 from .collector_support import free_port  # noqa: F401 - one helper for both suites
 

@@ -144,7 +144,8 @@ def test_conversation_sealed(case: dict, tmp_path: Path) -> None:
     answer inside the encapsulated response ('drop': no outer response), so the same rules hold,
     and a resend is the same envelope byte for byte."""
     from client_sdk import Seal, ohttp
-    from client_sdk.testing import FakeCollector, MemoryTransport
+    from client_sdk.testing import MemoryTransport
+    from collector.testing import FakeCollector
 
     registry = parse_registry(generate.DELIVERY_TOML, "conformance/delivery")
     gateway = FakeCollector(registry, gateway_keys=[ohttp.PrivateKey.generate(3)])

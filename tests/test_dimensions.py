@@ -110,7 +110,8 @@ def test_segment_keys_round_trip_and_entropy():
 # --- SDK --------------------------------------------------------------------------------------
 def test_sdk_sends_bucketed_dimensions_per_batch(tmp_path):
     from client_sdk import TelemetryClient
-    from client_sdk.testing import FakeCollector, MemoryTransport
+    from client_sdk.testing import MemoryTransport
+    from collector.testing import FakeCollector
 
     reg = registry(metric_dims='["os", "app_version"]', extra="reports_per_window = 2\n")
     fake = FakeCollector(reg)

@@ -392,7 +392,8 @@ def test_itertools_pairs_cover_values():  # the audit's value set has distinct k
 # --- SDK and collector -------------------------------------------------------------------------------------
 def test_sdk_report_goes_through_the_collectors_validation(tmp_path):
     from client_sdk import RetryPolicy, TelemetryClient
-    from client_sdk.testing import FakeCollector, MemoryTransport
+    from client_sdk.testing import MemoryTransport
+    from collector.testing import FakeCollector
 
     registry = parse_registry('[metrics.home_page]\nkind = "string"\nprotocol = "discover"\n'
                               'epsilon = 4.0\nmax_length = 8\nseeds = 64\n')

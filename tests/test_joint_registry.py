@@ -119,7 +119,8 @@ def test_joint_only_fields_and_protocols():
 
 def test_sdk_reports_a_tuple_as_one_value_for_one_epsilon(tmp_path):
     from client_sdk import TelemetryClient
-    from client_sdk.testing import FakeCollector, MemoryTransport
+    from client_sdk.testing import MemoryTransport
+    from collector.testing import FakeCollector
 
     reg = parse_registry(JOINT)
     fake = FakeCollector(reg)

@@ -17,10 +17,11 @@ from client_sdk.domains import NumberedDomain, domain_digest, domain_text
 from client_sdk.errors import RegistryError
 from client_sdk.registry import load_registry, parse_registry
 from client_sdk.remote import cached_domains, registry_from_json
-from client_sdk.testing import FakeCollector, MemoryTransport
+from client_sdk.testing import MemoryTransport
 from collector.app import create_app
 from collector.config import make_config
 from collector.registry_http import accepts_gzip, not_modified, registry_representation
+from collector.testing import FakeCollector
 
 from .collector_support import CollectorTestServer
 

@@ -15,9 +15,6 @@ FORBIDDEN = {
     "estimators": {"collector", "cli"},
     "collector": {"cli"},
 }
-#: The one exemption: client_sdk.testing builds FakeCollector on the collector's own ingest
-#: code, imported when a FakeCollector is constructed (never at module level, never by the SDK).
-LAZY_UPWARD = {"client_sdk/testing.py": {"collector", "sketches"}}
 
 
 def package_modules(package: str, root: Path = ROOT) -> list[Path]:
@@ -65,8 +62,7 @@ def test_no_upward_imports(package):
     for path in package_modules(package):
         rel = path.relative_to(ROOT).as_posix()
         upward = imported_packages(path) & FORBIDDEN[package]
-        allowed = LAZY_UPWARD.get(rel, set())
-        if upward - allowed or module_level_packages(path) & FORBIDDEN[package]:
+        if upward:
             offenders.append(f"{rel} imports {sorted(upward)}")
     assert not offenders, offenders
 
@@ -88,13 +84,6 @@ def test_forbidden_holds_every_direction_design_md_states():
     missing = {(low, high) for i, layer in enumerate(layers) for low in layer
                for high in {p for above in layers[:i] for p in above} if high not in FORBIDDEN.get(low, set())}
     assert not missing, missing
-
-
-def test_the_lazy_exemption_is_still_needed_and_lazy():
-    """client_sdk.testing really uses the collector (else drop the exemption), only lazily."""
-    for rel, packages in LAZY_UPWARD.items():
-        assert packages <= imported_packages(ROOT / rel), rel
-        assert not module_level_packages(ROOT / rel) & packages, rel
 
 
 def module_level_packages(path: Path) -> set[str]:
@@ -121,8 +110,7 @@ def test_sdk_needs_only_msgpack_beyond_the_standard_library():
     for path in package_modules("client_sdk"):
         rel = str(path.relative_to(ROOT))
         offenders |= {(n, rel) for n in module_level_packages(path) - eager if n not in sys.stdlib_module_names}
-        lazy_here = lazy | LAZY_UPWARD.get(path.relative_to(ROOT).as_posix(), set())
-        offenders |= {(n, rel) for n in imported_packages(path) - lazy_here if n not in sys.stdlib_module_names}
+        offenders |= {(n, rel) for n in imported_packages(path) - lazy if n not in sys.stdlib_module_names}
     assert not offenders, offenders
 
 
@@ -360,8 +348,7 @@ def test_a_split_protocol_s_device_half_names_no_numpy():
 
 
 #: What no module of the SDK wheel may import, at any level (issue 29): the numeric stack and the
-#: server packages. client_sdk/testing.py's FakeCollector is the one exemption (LAZY_UPWARD), for
-#: collector and sketches only, inside functions (test_the_lazy_exemption_is_still_needed_and_lazy).
+#: server packages, with no exemption (FakeCollector, which needs the collector, is collector.testing's).
 NUMERIC_STACK = frozenset({"numpy", "scipy", "pandas"})
 SERVER_PACKAGES = frozenset({"sketches", "collector", "estimators", "cli"})
 
@@ -410,14 +397,11 @@ def sdk_wheel_modules(root: Path = ROOT) -> list[Path]:
 
 
 def sdk_wheel_offenders(root: Path = ROOT) -> dict[str, list[str]]:
-    """Each SDK wheel module's imports of the numeric stack or a server package (LAZY_UPWARD's
-    lazy server imports aside), by path."""
+    """Each SDK wheel module's imports of the numeric stack or a server package, by path."""
     offenders = {}
     for path in sdk_wheel_modules(root):
         rel = path.relative_to(root).as_posix()
-        allowed = LAZY_UPWARD.get(rel, set())
-        hits = [h for h in banned_imports(path.read_text(encoding="utf-8"), NUMERIC_STACK | SERVER_PACKAGES)
-                if h.split(": ")[1] not in allowed]
+        hits = banned_imports(path.read_text(encoding="utf-8"), NUMERIC_STACK | SERVER_PACKAGES)
         if hits:
             offenders[rel] = hits
     return offenders
@@ -461,8 +445,9 @@ def test_the_wheel_scan_covers_the_package_tree():
 
 def test_no_module_of_the_sdk_wheel_imports_numpy_or_a_server_package():
     """Issue 29's bar: no module the ldp-telemetry-sdk wheel ships imports numpy, scipy or pandas
-    at any level, nor a module of sketches, collector, estimators or cli (FakeCollector's lazy
-    collector and sketches aside). No module is exempt: the last vectorised paths left with
+    at any level, nor a module of sketches, collector, estimators or cli. No module is exempt:
+    FakeCollector moved to collector/testing.py (the SDK resolves it by an entry point), and the
+    last vectorised paths left with
     sketches/randomness.py, sketches/memo.py and sketches/hashing.py, and the lazy numpy proxy
     with them."""
     assert sdk_wheel_offenders() == {}

@@ -21,7 +21,8 @@ from cli.main import main
 from client_sdk import RetryPolicy, TelemetryClient
 from client_sdk.ledger import read_ledger
 from client_sdk.state import MemoryState
-from client_sdk.testing import FakeCollector, MemoryTransport
+from client_sdk.testing import MemoryTransport
+from collector.testing import FakeCollector
 from sketches import server_half
 
 from .sdk_support import make_registry

@@ -21,7 +21,8 @@ from client_sdk import AsyncTelemetryClient, MemoryState, TelemetryClient
 from client_sdk.errors import DomainError, RegistryError
 from client_sdk.protocols.factory import choose_numeric_protocol
 from client_sdk.registry import Kind, parse_registry
-from client_sdk.testing import AsyncMemoryTransport, FakeCollector, MemoryTransport
+from client_sdk.testing import AsyncMemoryTransport, MemoryTransport
+from collector.testing import FakeCollector
 from estimators.frequency import estimate_frame
 from estimators.numeric import QUANTILES
 from estimators.simulation import NumericPopulation, draw_population, numeric_truth, simulate_sketch

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,14 +18,22 @@ from sketches import server_half
 
 from .sdk_support import REGISTRY_TOML, file_lock, make_registry  # noqa: F401 - file_lock: autouse
 
+try:
+    import tomllib
+except ImportError:   # Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+
 EXPECTED_EXPORTS = {
     "AsyncHTTPTransport", "AsyncTelemetryClient", "AsyncTransport", "AsyncUploader",
     "ClientOptions", "DropPolicy", "FileState", "HTTPTransport", "LdptError", "MemoryState",
     "OutboxLimits", "Refusal", "RetryPolicy", "Seal", "Sealer", "TelemetryClient", "Transport", "TransportError",
     "Uploader", "load_registry", "read_ledger", "registry_from_json",
 }
-#: Test doubles: importable from client_sdk.testing only, never from the production surface.
-TEST_DOUBLES = {"AsyncMemoryTransport", "FakeCollector", "Fault", "MemoryTransport"}
+#: Test doubles: importable from client_sdk.testing only, never from the production surface
+#: (FakeCollector too, through the hook: test_fake_collector_resolves_through_the_entry_point).
+TEST_DOUBLES = {"AsyncMemoryTransport", "Fault", "MemoryTransport", "RecordingCollector"}
 
 
 def test_exported_names_are_exactly_the_public_surface():
@@ -45,6 +54,32 @@ def test_test_doubles_live_in_client_sdk_testing_only():
         assert getattr(client_sdk.testing, name) is not None
         assert name in client_sdk.testing.__all__
         assert not hasattr(client_sdk, name) and not hasattr(client_sdk.transport, name)
+
+
+def test_fake_collector_resolves_through_the_entry_point(tmp_path, monkeypatch):
+    """``client_sdk.testing.FakeCollector`` is the server distribution's collector.testing.FakeCollector,
+    found through the entry point pyproject.toml declares (no SDK module imports the collector);
+    a group nobody fills gives ImportError naming what to install, not a silent stand-in."""
+    import importlib
+
+    import client_sdk.testing
+    from collector.testing import FakeCollector
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["entry-points"]
+    target = declared[client_sdk.testing.DOUBLES_GROUP]["FakeCollector"]
+    module, attr = target.split(":")
+    assert getattr(importlib.import_module(module), attr) is FakeCollector
+    planted = tmp_path / "planted_doubles-1.0.dist-info"   # an installed distribution naming the same target
+    planted.mkdir()
+    (planted / "METADATA").write_text("Metadata-Version: 2.1\nName: planted-doubles\nVersion: 1.0\n")
+    (planted / "entry_points.txt").write_text(f"[ldpt_tests.planted]\nFakeCollector = {target}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert client_sdk.testing.server_double("FakeCollector", "ldpt_tests.planted") is FakeCollector
+    with pytest.raises(ImportError, match="install ldp-telemetry"):
+        client_sdk.testing.server_double("FakeCollector", "ldpt_tests.nobody")
+    with pytest.raises(AttributeError):
+        client_sdk.testing.NotADouble  # noqa: B018
+    assert "FakeCollector" not in client_sdk.testing.__all__   # `import *` must work with the SDK alone
 
 
 @pytest.mark.parametrize("kwargs", [{"kind": "lost_ack"}, {"kind": "timeout"}, {"kind": "status", "status": 200},

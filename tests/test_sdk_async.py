@@ -7,7 +7,8 @@ import threading
 import time
 
 from client_sdk import AsyncHTTPTransport, AsyncTelemetryClient, MemoryState, RetryPolicy
-from client_sdk.testing import AsyncMemoryTransport, FakeCollector, Fault
+from client_sdk.testing import AsyncMemoryTransport, Fault
+from collector.testing import FakeCollector
 
 from .sdk_support import WireServer, decode_body, file_lock, make_registry  # noqa: F401 - file_lock: autouse
 

@@ -15,9 +15,10 @@ from client_sdk import MemoryState, RetryPolicy, TelemetryClient
 from client_sdk.errors import DomainError, LdptError, UnknownMetricError
 from client_sdk.queue import DiskOutbox, DropPolicy, OutboxLimits, StoredBatch
 from client_sdk.registry import parse_registry
-from client_sdk.testing import FakeCollector, Fault, MemoryTransport
+from client_sdk.testing import Fault, MemoryTransport
 from client_sdk.transport import Response
 from client_sdk.uploader import Batcher, QueuedReport, pack_batch
+from collector.testing import FakeCollector
 from sketches import server_half
 
 from .sdk_support import REGISTRY_TOML, decode_body, file_lock, make_registry, wait_until  # noqa: F401 - file_lock: autouse
@@ -546,7 +547,7 @@ def test_close_flushes_within_its_timeout(tmp_path, registry, fake):
 
 def test_a_client_needs_a_state_and_a_way_to_send(registry):
     with pytest.raises(ValueError, match="state_dir"):
-        TelemetryClient(registry=registry, transport=MemoryTransport())
+        TelemetryClient(registry=registry, transport=MemoryTransport(FakeCollector()))
     with pytest.raises(ValueError, match="endpoint"):
         TelemetryClient(registry=registry, state=MemoryState())
 

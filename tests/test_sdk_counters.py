@@ -8,7 +8,8 @@ import re
 from pathlib import Path
 
 from client_sdk import TelemetryClient
-from client_sdk.testing import FakeCollector, MemoryTransport
+from client_sdk.testing import MemoryTransport
+from collector.testing import FakeCollector
 
 from .sdk_support import make_registry
 

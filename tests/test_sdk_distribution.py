@@ -123,6 +123,13 @@ def wheel_metadata(wheel: Path) -> tuple[set[str], list[str]]:
     return tops, [line.split(": ", 1)[1] for line in meta.splitlines() if line.startswith("Requires-Dist: ")]
 
 
+def wheel_entry_points(wheel: Path) -> str:
+    """The wheel's entry_points.txt ("" when it declares none)."""
+    with zipfile.ZipFile(wheel) as z:
+        found = [n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt")]
+        return z.read(found[0]).decode() if found else ""
+
+
 def plan_values(registry_path: Path, rng: np.random.Generator) -> dict[str, list]:
     """Each metric's true value per install: skewed categories, Zipf strings, uniform numbers."""
     plan: dict[str, list] = {}
@@ -172,6 +179,9 @@ def test_the_sdk_wheel_alone_reports_every_metric_kind_to_a_real_collector(tmp_p
     # the server halves of the protocols (sketches) and ldpt shuffle ship with the server, never the SDK
     assert main_tops == {"cli", "collector", "estimators", "shuffler", "sketches"}
     assert f"ldp-telemetry-sdk=={__version__}" in main_requires
+    # client_sdk.testing.FakeCollector's hook: the server wheel names its double, the SDK wheel nothing
+    assert "[ldp_telemetry.testing]\nFakeCollector = collector.testing:FakeCollector" in wheel_entry_points(main_wheel)
+    assert "ldp_telemetry.testing" not in wheel_entry_points(sdk_wheel)
 
     env_dir = tmp_path / "sdk-env"
     venv.create(env_dir, with_pip=True)

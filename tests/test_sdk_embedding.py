@@ -22,9 +22,10 @@ from client_sdk.errors import RegistryError, StateError
 from client_sdk.ledger import LEDGER_FILE
 from client_sdk.queue import MemoryOutbox, StoredBatch
 from client_sdk.state import FileState, UnusableState
-from client_sdk.testing import FakeCollector, FlockMsvcrt, MemoryTransport
+from client_sdk.testing import FlockMsvcrt, MemoryTransport
 from client_sdk.transport import Response, TransportError
 from client_sdk.uploader import Batcher, pack_batch
+from collector.testing import FakeCollector
 
 from .sdk_support import file_lock, make_registry  # noqa: F401 - file_lock: autouse
 
@@ -249,10 +250,10 @@ def test_a_corrupt_secret_is_moved_aside_and_replaced(tmp_path, registry, caplog
 def test_a_missing_or_mismatched_registry_file_disables_reporting_instead_of_raising(tmp_path, registry, caplog):
     missing = tmp_path / "metrics.toml"
     with pytest.raises(RegistryError, match="not found"):
-        TelemetryClient(registry=missing, state=MemoryState(), transport=MemoryTransport(), strict=True)
+        TelemetryClient(registry=missing, state=MemoryState(), transport=MemoryTransport(FakeCollector()), strict=True)
     with caplog.at_level(logging.ERROR, logger="client_sdk"):
-        client = TelemetryClient(registry=missing, state=MemoryState(), transport=MemoryTransport())
-        pinned = TelemetryClient(registry=registry, state=MemoryState(), transport=MemoryTransport(),
+        client = TelemetryClient(registry=missing, state=MemoryState(), transport=MemoryTransport(FakeCollector()))
+        pinned = TelemetryClient(registry=registry, state=MemoryState(), transport=MemoryTransport(FakeCollector()),
                                  pins={"theme": "0" * 32})
     for c in (client, pinned):
         assert c.report("crash", True) is False and c.stats()["disabled"] == 1
@@ -482,9 +483,9 @@ def test_one_options_object_for_both_clients(tmp_path, registry):
     assert list(sync_params) == list(async_params)
     assert "options" in sync_params and "batch_size" not in sync_params
     with pytest.raises(TypeError, match="batch_sise"):
-        TelemetryClient(registry=registry, state=MemoryState(), transport=MemoryTransport(), batch_sise=5)
+        TelemetryClient(registry=registry, state=MemoryState(), transport=MemoryTransport(FakeCollector()), batch_sise=5)
     opts = ClientOptions(batch_size=7, retry=FAST)
-    client = TelemetryClient(registry=registry, state=MemoryState(), transport=MemoryTransport(),
+    client = TelemetryClient(registry=registry, state=MemoryState(), transport=MemoryTransport(FakeCollector()),
                              options=opts, max_batch_age=2.0)
     assert client.options == dataclasses.replace(opts, max_batch_age=2.0)
     assert client.uploader.batcher.batch_size == 7 and client.uploader.batcher.max_batch_age == 2.0

@@ -10,8 +10,8 @@ import pytest
 
 from client_sdk import HTTPTransport, RetryPolicy, TelemetryClient
 from client_sdk.errors import FingerprintMismatch, RegistryError
-from client_sdk.testing import FakeCollector
 from client_sdk.transport import TransportError
+from collector.testing import FakeCollector
 
 from .sdk_support import WireServer, decode_body, file_lock, make_registry, refusing_port  # noqa: F401 - file_lock: autouse
 

@@ -28,7 +28,8 @@ from client_sdk.ledger import (
     read_ledger,
     window_name,
 )
-from client_sdk.testing import FakeCollector, MemoryTransport
+from client_sdk.testing import MemoryTransport
+from collector.testing import FakeCollector
 from sketches import server_half
 
 from .sdk_support import REGISTRY_TOML, file_lock, make_registry, wait_until  # noqa: F401 - file_lock: autouse
@@ -113,7 +114,7 @@ def test_a_corrupt_ledger_disables_reporting_instead_of_crashing(tmp_path):
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "ledger.json").write_text("garbage")
     client = TelemetryClient(registry=make_registry(), state_dir=tmp_path / "state",
-                             transport=MemoryTransport())
+                             transport=MemoryTransport(FakeCollector()))
     assert client.report("crash", True) is False
     assert client.stats()["disabled"] == 1
     client.close(0.2)
@@ -129,7 +130,7 @@ def test_a_ledger_with_wrongly_typed_fields_disables_reporting(tmp_path):
     (state / "ledger.json").write_text(json.dumps(doc))
     with pytest.raises(LedgerError, match="lifetime_epsilon"):
         read_ledger(state)
-    client = TelemetryClient(registry=make_registry(), state_dir=state, transport=MemoryTransport())
+    client = TelemetryClient(registry=make_registry(), state_dir=state, transport=MemoryTransport(FakeCollector()))
     assert client.report("crash", True) is False
     assert client.stats()["disabled"] == 1 and client.stats()["internal_error"] == 0
     client.close(0.2)

@@ -12,7 +12,8 @@ import pytest
 
 from client_sdk import RetryPolicy, TelemetryClient
 from client_sdk.queue import DiskOutbox, MemoryOutbox, OutboxLimits, StoredBatch
-from client_sdk.testing import FakeCollector, Fault, ManualClock, MemoryTransport
+from client_sdk.testing import Fault, ManualClock, MemoryTransport
+from collector.testing import FakeCollector
 
 from .sdk_support import make_registry
 

@@ -22,8 +22,9 @@ from client_sdk import TelemetryClient
 from client_sdk.errors import StateError
 from client_sdk.registry import parse_registry
 from client_sdk.state import UnusableState
-from client_sdk.testing import FakeCollector, MemoryTransport
+from client_sdk.testing import MemoryTransport
 from client_sdk.uploader import RetryPolicy
+from collector.testing import FakeCollector
 from sketches import server_half
 
 from .sdk_support import file_lock  # noqa: F401 - autouse: both lock implementations

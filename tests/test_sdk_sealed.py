@@ -12,8 +12,9 @@ import sys
 import pytest
 
 from client_sdk import AsyncTelemetryClient, RetryPolicy, Seal, Sealer, TelemetryClient, Uploader, ohttp
-from client_sdk.testing import AsyncMemoryTransport, FakeCollector, Fault, MemoryTransport
+from client_sdk.testing import AsyncMemoryTransport, Fault, MemoryTransport
 from client_sdk.transport import Response
+from collector.testing import FakeCollector
 
 from .sdk_support import make_registry
 
@@ -234,7 +235,7 @@ def test_seal_options_are_checked_when_the_app_starts(tmp_path):
     with pytest.raises(ValueError, match="mode"):
         Seal("direct")
     with pytest.raises(TypeError, match="Seal.gateway"):
-        TelemetryClient(transport=MemoryTransport(), registry=make_registry(), state_dir=tmp_path / "x",
+        TelemetryClient(transport=MemoryTransport(FakeCollector()), registry=make_registry(), state_dir=tmp_path / "x",
                         seal="gateway")
     with pytest.raises(ValueError, match="key configuration"):
         Sealer(Seal.relay("https://relay.example/x"), None)
@@ -245,9 +246,9 @@ def test_the_sdk_loads_no_hpke_until_a_batch_is_sealed():
     code = ("import sys\n"
             "from client_sdk import Seal, TelemetryClient, ohttp\n"
             "from client_sdk.state import MemoryState\n"
-            "from client_sdk.testing import MemoryTransport\n"
+            "from client_sdk.testing import MemoryTransport, RecordingCollector\n"
             "key = Seal.gateway(key_config=ohttp.encode_key_configs([ohttp.KeyConfig(1, 32, bytes(32))]))\n"
-            "c = TelemetryClient(transport=MemoryTransport(), registry={'metrics': {}}, state=MemoryState(), seal=key)\n"
+            "c = TelemetryClient(transport=MemoryTransport(RecordingCollector()), registry={'metrics': {}}, state=MemoryState(), seal=key)\n"
             "c.close(0.1)\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyhpke', 'cryptography')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -19,7 +19,8 @@ from client_sdk.state import (
     load_or_create_secret,
     value_digest,
 )
-from client_sdk.testing import FakeCollector, MemoryTransport
+from client_sdk.testing import MemoryTransport
+from collector.testing import FakeCollector
 
 from .sdk_support import file_lock, make_registry, wait_until  # noqa: F401 - file_lock: autouse
 

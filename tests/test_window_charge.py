@@ -15,7 +15,7 @@ import pytest
 from client_sdk import TelemetryClient
 from client_sdk.ledger import Book, Charge, Refusal, apply
 from client_sdk.registry import parse_registry
-from client_sdk.testing import FakeCollector, MemoryTransport
+from client_sdk.testing import MemoryTransport
 from client_sdk.window_charge import (
     EXACT_REPORTS,
     _best_splits,
@@ -24,6 +24,7 @@ from client_sdk.window_charge import (
     next_charge,
     window_epsilon,
 )
+from collector.testing import FakeCollector
 from sketches import server_half
 
 DAY = 20_000
