@@ -484,12 +484,10 @@ def name_branches(source: str, names: frozenset[str]) -> list[str]:
 #: Where a protocol's name may be branched on: the protocols themselves and their registries —
 #: the device halves and client_sdk/protocols/factory.py, the server halves and sketches/registry.py.
 NAME_HOMES = ("client_sdk/protocols/", "sketches/")
-#: Modules still branching on names, each a known remainder (issue 29 §2):
-#: client_sdk/encoder_block.py rebuilt from the device halves (other changes of issue 29); remove an
-#: entry when its module stops branching. cli/ has none: what it asks of a protocol is a verb of its
-#: half (test_the_cli_branches_on_no_protocol_name).
+#: Modules still branching on names, each a known remainder (issue 29 §2); remove an entry when its
+#: module stops branching. cli/ has none: what it asks of a protocol is a verb of its half
+#: (test_the_cli_branches_on_no_protocol_name).
 NAME_BRANCHES_NOT_YET_MOVED = frozenset({
-    "client_sdk/encoder_block.py",   # its block checks, being rebuilt from the device halves
     "client_sdk/window_charge.py",   # "grr" there is window_law()'s chain kind, not a protocol
 })
 

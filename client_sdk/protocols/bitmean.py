@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .duchi import OPTION_KEYS, BitMean, params_from_options
+from .duchi import BLOCK, OPTION_KEYS, BitMean, params_from_options
 
-__all__ = ["OPTION_KEYS", "BitMean", "from_options"]
+__all__ = ["BLOCK", "OPTION_KEYS", "BitMean", "from_options"]
 
 
 def from_options(domain_size: int | None, epsilon: float, options: dict[str, Any]) -> BitMean:

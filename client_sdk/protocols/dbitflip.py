@@ -31,10 +31,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from ..memo import MemoCache
 from ..randomness import SCALE, realised, threshold_floor
+from .blocks import BlockProtocol, BlockReader, MemoEncoder, PermanentCohorts
 from .device import DeviceHalf, check_domain_and_epsilon
 from .longitudinal import MemoisedDevice, SymmetricSecondRound, chain, check_epsilon_pair, log_ratio
 
@@ -197,3 +199,54 @@ def from_options(domain_size: int | None, epsilon: float | None, options: dict[s
     eps_inf = check_epsilon_pair(epsilon, options.get("epsilon_inf"), "dbitflip")
     return DBitFlip(DBitFlipParams(d=domain_size, epsilon=float(epsilon), epsilon_inf=eps_inf,  # type: ignore[arg-type]
                                    sampled=options.get("sampled_buckets", 1)))
+
+
+class DBitFlipBlock(MemoEncoder):
+    """dBitFlipPM's one-report encoder from the block: the device's permanent window w (HMAC of the
+    secret and metric), memo bits z_i = M32 < (i = pos ? p1 : 2^32 − p1) for i < sampled, then
+    y_i = u_i < (z_i ? p2 : 2^32 − p2); the report is [w, Σ y_i 2^i]."""
+
+    __slots__ = ("d", "sampled", "p1", "p2", "cohorts")
+    name = "dbitflip"
+
+    def __init__(self, block: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.d: int = block["d"]
+        self.sampled: int = block["sampled"]
+        self.p1: int = block["p1_threshold"]
+        self.p2: int = block["p2_threshold"]
+        self.cohorts = PermanentCohorts(COHORT_SCOPE, self.d)
+
+    def cohort(self, secret: bytes, metric: str) -> int:
+        return self.cohorts.of(secret, metric)
+
+    def memo_index(self, index: int, secret: bytes, metric: str) -> int:
+        """The value's position in the device's window, or ``sampled`` when outside it."""
+        pos = (index - self.cohorts.of(secret, metric)) % self.d
+        return pos if pos < self.sampled else self.sampled
+
+    def first_round(self, memo_input: int, memo: Any) -> list[bool]:
+        t1 = self.p1
+        t0 = SCALE - t1
+        return [u < (t1 if i == memo_input else t0) for i, u in enumerate(memo.words(self.sampled))]
+
+    def second_round(self, first: list[bool], source: Any) -> int:
+        t2 = self.p2
+        t0 = SCALE - t2
+        y = 0
+        for i, (b, u) in enumerate(zip(first, source.words(len(first)))):
+            if u < (t2 if b else t0):
+                y |= 1 << i
+        return y
+
+    def wire(self, second: int, cohort: int | None) -> list[int]:
+        return [cohort, second]  # type: ignore[list-item]
+
+
+def check_block(reader: BlockReader) -> None:
+    """(7) a window of at most d buckets."""
+    if reader.int("sampled") > reader.int("d"):
+        reader.fail("sampled", "sampled (buckets a device reports) must be at most d")
+
+
+BLOCK = BlockProtocol(DBitFlipBlock, check_block)

@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -47,6 +47,7 @@ from ..errors import DomainError
 from ..hashing import derive_cohort, encode_text
 from ..randomness import OS_WORDS, SCALE, WordSource
 from ._epsilon import log_up
+from .blocks import BlockProtocol, BlockReader, check_keep
 from .device import Context, DeviceHalf, numpy_types
 from .grr import GRROnRange
 
@@ -252,3 +253,42 @@ def from_options(domain_size: int | None, epsilon: float | None, options: dict[s
     return Discover(DiscoverParams(
         epsilon=float(epsilon), max_length=max_length,
         seeds=int(default_seeds(g) if seeds is None else seeds), g=g))
+
+
+class DiscoverBlock:
+    """discover's one-report encoder from the block: the device's group (HMAC of the secret and
+    metric), seed = BELOW(seeds), then GRR on [g] of the hashed key of the group's prefix; the
+    report is [group, seed, y]."""
+
+    __slots__ = ("max_length", "groups", "seeds", "g", "keep")
+
+    def __init__(self, block: Mapping[str, Any]) -> None:
+        self.max_length: int = block["max_length"]
+        self.groups: int = block["groups"]
+        self.seeds: int = block["seeds"]
+        self.g: int = block["g"]
+        self.keep: int = block["keep_threshold"]
+
+    def encode_one(self, index: int, key: str, ctx: Context) -> list[int]:
+        """One report of the string ``key`` (truncated to ``max_length`` UTF-8 bytes)."""
+        if not isinstance(key, str):
+            raise DomainError(f"discover values are strings, got {type(key).__name__}")
+        group = derive_cohort(ctx.secret, f"discover\x00{ctx.metric}", self.groups)
+        fp = fingerprint(key_bytes(truncate(key, self.max_length), min(group + 1, self.max_length)))
+        src, g = ctx.words, self.g
+        seed = src.below(self.seeds)
+        h = bucket_one(seed, fp, g)
+        if src.word() < self.keep:
+            return [group, seed, h]
+        other = src.below(g - 1)
+        return [group, seed, other + (other >= h)]
+
+
+def check_block(reader: BlockReader) -> None:
+    """(3) the keep threshold on [g], (8) one group per prefix level."""
+    check_keep(reader.block.get("g"), reader)
+    if reader.int("groups") != reader.int("max_length") + 1:
+        reader.fail("groups", "groups must be max_length + 1")
+
+
+BLOCK = BlockProtocol(DiscoverBlock, check_block)

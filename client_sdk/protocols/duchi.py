@@ -19,12 +19,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Mapping
 from decimal import ROUND_CEILING, Decimal, localcontext
 from fractions import Fraction
 from typing import Any
 
 from ..randomness import OS_WORDS, WordSource
 from ._epsilon import DIGITS, exp_at_least, log_up
+from .blocks import U64, BlockProtocol, BlockReader, MeanEncoder
 from .numeric import SCALE64, NumericDevice, check_grid_and_epsilon
 
 DEFAULT_GRID = 256
@@ -152,3 +154,31 @@ def params_from_options(epsilon: float, options: dict[str, Any]) -> DuchiParams:
 def from_options(domain_size: int | None, epsilon: float, options: dict[str, Any]) -> Duchi:
     """Build from registry fields (the domain size is not used: numeric metrics have a range)."""
     return Duchi(params_from_options(epsilon, options))
+
+
+class DuchiBlock(MeanEncoder):
+    """Duchi's (and 1BitMean's) one-report encoder from the block: u = W64; y = [u < A + j·D]."""
+
+    __slots__ = ("low", "step")
+
+    def __init__(self, block: Mapping[str, Any]) -> None:
+        super().__init__(block)
+        self.low = int(block["low"])     # A and D out of 2^64, decimal strings in the block
+        self.step = int(block["step"])
+
+    def randomise(self, index: int, source: WordSource = OS_WORDS) -> int:
+        """One bit of grid index ``index``."""
+        return int(source.word64() < self.low + self.step * index)
+
+
+def check_duchi(reader: BlockReader, duchi: Any, prefix: str) -> None:
+    """(11) Duchi's thresholds (the block's, or hybrid's nested ``duchi``): A + K·D ≤ 2^64."""
+    grid = reader.block.get("grid")
+    if not isinstance(duchi, Mapping) or duchi.get("grid") != grid:
+        reader.fail(prefix + "grid", "a nested block's grid must be the block's")
+    low, step = reader.u64(duchi.get("low"), prefix + "low"), reader.u64(duchi.get("step"), prefix + "step")
+    if low + grid * step > U64:
+        reader.fail(prefix + "step", "low + grid × step must be at most 2^64")
+
+
+BLOCK = BlockProtocol(DuchiBlock, lambda reader: check_duchi(reader, reader.block, ""))

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from ..randomness import OS_WORDS, SCALE, WordSource, realised, threshold_floor
+from .blocks import BlockProtocol, IndexEncoder, check_keep
 from .device import DirectDevice, check_domain_and_epsilon
 
 
@@ -98,3 +100,23 @@ CARRIES_JOINT = True
 def from_options(domain_size: int, epsilon: float, options: dict[str, Any]) -> GRR:
     """Build from registry fields (GRR takes no extra options)."""
     return GRR(GRRParams(d=domain_size, epsilon=epsilon))
+
+
+class GRRBlock(IndexEncoder):
+    """GRR's one-report encoder from its block: u = W32; keep x if u < keep, else a uniform other value."""
+
+    __slots__ = ("d", "keep")
+
+    def __init__(self, block: Mapping[str, Any]) -> None:
+        self.d: int = block["d"]
+        self.keep: int = block["keep_threshold"]
+
+    def randomise(self, index: int, source: WordSource = OS_WORDS) -> int:
+        """One report of the looked-up index."""
+        if source.word() < self.keep:
+            return index
+        other = source.below(self.d - 1)
+        return other + (other >= index)
+
+
+BLOCK = BlockProtocol(GRRBlock, lambda reader: check_keep(reader.block.get("d"), reader))

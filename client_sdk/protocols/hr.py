@@ -40,14 +40,25 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
 from ..randomness import OS_WORDS, WordSource
 from ._epsilon import log_up
+from .blocks import BlockProtocol, BlockReader, IndexEncoder, check_keep
 from .device import Context, DeviceHalf, check_domain_and_epsilon, numpy_types, pure_variance_one
 from .grr import GRROnRange
-from .projective import dimension, direction_code_one, directions, hyperplane, inner_one, is_prime, primes
+from .projective import (
+    check_field,
+    dimension,
+    direction_code_one,
+    directions,
+    hyperplane,
+    inner_one,
+    is_prime,
+    primes,
+)
 
 #: Largest output alphabet K = m·g (the sketch has K int64 counters: d = 10⁷ fits, 256 MiB).
 MAX_CELLS = 1 << 25
@@ -197,3 +208,35 @@ def from_options(domain_size: int | None, epsilon: float | None, options: dict[s
     if not is_prime(g):
         raise ValueError(f"hash_range must be a prime (the field size), got {g}")
     return HR(HRParams(d=domain_size, epsilon=float(epsilon), g=g, t=dimension(domain_size, g)))
+
+
+class HRBlock(IndexEncoder):
+    """Hadamard response's one-report encoder from the block: s = BELOW(m), b = ⟨a_s, x⟩ mod g, then
+    GRR on [g] of b; the report is s·g + the residue."""
+
+    __slots__ = ("g", "t", "m", "keep")
+
+    def __init__(self, block: Mapping[str, Any]) -> None:
+        self.g: int = block["g"]
+        self.t: int = block["t"]
+        self.m: int = block["m"]
+        self.keep: int = block["keep_threshold"]
+
+    def randomise(self, index: int, source: WordSource = OS_WORDS) -> int:
+        """One report of the looked-up index."""
+        g = self.g
+        s = source.below(self.m)
+        h = inner_one(direction_code_one(s, g, self.t), index, g)
+        if source.word() < self.keep:
+            return s * g + h
+        other = source.below(g - 1)
+        return s * g + other + (other >= h)
+
+
+def check_block(reader: BlockReader) -> None:
+    """(3) the keep threshold on [g], (4) the projective field."""
+    check_keep(reader.block.get("g"), reader)
+    check_field(reader)
+
+
+BLOCK = BlockProtocol(HRBlock, check_block)

@@ -19,12 +19,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from ..randomness import OS_WORDS, SCALE, WordSource
-from .duchi import Duchi, DuchiParams
+from .blocks import BlockProtocol, BlockReader, MeanEncoder
+from .duchi import Duchi, DuchiBlock, DuchiParams, check_duchi
 from .numeric import NumericDevice, check_grid_and_epsilon
-from .piecewise import MAX_GRID, Piecewise, PiecewiseParams
+from .piecewise import MAX_GRID, Piecewise, PiecewiseBlock, PiecewiseParams, check_piecewise
 
 DEFAULT_GRID = 256
 _GOLDEN = (math.sqrt(5) - 1) / 2
@@ -200,3 +202,33 @@ OPTION_KEYS: frozenset[str] = frozenset({"grid"})
 def from_options(domain_size: int | None, epsilon: float, options: dict[str, Any]) -> Hybrid:
     """Build from registry fields (the domain size is not used: numeric metrics have a range)."""
     return Hybrid(HybridParams(epsilon=epsilon, grid=options.get("grid", DEFAULT_GRID)))
+
+
+class HybridBlock(MeanEncoder):
+    """The hybrid mechanism's one-report encoder from the block: u = W32; u < h: the nested
+    piecewise draw (cells 0 … K + w − 1), else K + w + the nested Duchi draw."""
+
+    __slots__ = ("h", "piecewise", "duchi", "offset")
+
+    def __init__(self, block: Mapping[str, Any]) -> None:
+        super().__init__(block)
+        self.h: int = block["h"]
+        self.piecewise = PiecewiseBlock(block["piecewise"])
+        self.duchi = DuchiBlock(block["duchi"])
+        self.offset = self.piecewise.grid + self.piecewise.window   # Duchi's cells follow the piecewise ones
+
+    def randomise(self, index: int, source: WordSource = OS_WORDS) -> int:
+        """One output cell of grid index ``index``."""
+        if source.word() < self.h:
+            return self.piecewise.randomise(index, source)
+        return self.offset + self.duchi.randomise(index, source)
+
+
+def check_block(reader: BlockReader) -> None:
+    """(10) the nested piecewise window, (11) the nested Duchi thresholds."""
+    check_piecewise(reader, reader.block.get("piecewise"), "piecewise.")
+    check_duchi(reader, reader.block.get("duchi"), "duchi.")
+
+
+#: ``h`` is P(the piecewise part) out of 2^32.
+BLOCK = BlockProtocol(HybridBlock, check_block, thresholds=("h",))

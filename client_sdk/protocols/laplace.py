@@ -32,11 +32,13 @@ import functools
 import itertools
 import math
 import operator
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
 from ..randomness import OS_WORDS, WordSource
 from ._epsilon import log_up
+from .blocks import BlockProtocol, BlockReader, MeanEncoder
 from .numeric import SCALE64, NumericDevice, check_grid_and_epsilon
 
 DEFAULT_GRID = 32
@@ -250,3 +252,34 @@ OPTION_KEYS: frozenset[str] = frozenset({"grid"})
 def from_options(domain_size: int | None, epsilon: float, options: dict[str, Any]) -> Laplace:
     """Build from registry fields (the domain size is not used: numeric metrics have a range)."""
     return Laplace(LaplaceParams(epsilon=epsilon, grid=options.get("grid", DEFAULT_GRID)))
+
+
+class LaplaceBlock(MeanEncoder):
+    """Discrete Laplace's one-report encoder from the block: u = W64; i = the number of bounds ≤ u;
+    y = min(max(j + i − K, 0), K + 2L)."""
+
+    __slots__ = ("bounds", "last")
+
+    def __init__(self, block: Mapping[str, Any]) -> None:
+        super().__init__(block)
+        self.bounds = [int(b) for b in block["bounds"]]   # out of 2^64, decimal strings in the block
+        self.last = self.grid + 2 * block["window"]
+
+    def randomise(self, index: int, source: WordSource = OS_WORDS) -> int:
+        """One output cell of grid index ``index``."""
+        i = bisect.bisect_right(self.bounds, source.word64())
+        return min(max(index + i - self.grid, 0), self.last)
+
+
+def check_block(reader: BlockReader) -> None:
+    """(12) the inverse CDF: 2·(K + L) non-decreasing bounds out of 2^64."""
+    grid = reader.block.get("grid")
+    window, bounds = reader.int("window"), reader.block.get("bounds")
+    if not isinstance(bounds, list) or len(bounds) != 2 * (grid + window):
+        reader.fail("bounds", f"bounds must hold 2 × (grid + window) = {2 * (grid + window)} words")
+    words = [reader.u64(b, "bounds") for b in bounds]
+    if any(x > y for x, y in zip(words, words[1:])):
+        reader.fail("bounds", "bounds must be non-decreasing")
+
+
+BLOCK = BlockProtocol(LaplaceBlock, check_block)

@@ -22,12 +22,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
 from ..memo import MemoCache
 from ..randomness import realised
 from ._epsilon import log_up
+from .blocks import BlockProtocol, MemoEncoder
 from .device import check_domain_and_epsilon
 from .grr import GRR
 from .grr import keep_threshold as grr_keep_threshold
@@ -177,3 +179,36 @@ def from_options(domain_size: int | None, epsilon: float | None, options: dict[s
         raise ValueError(f"unknown lgrr option(s) {sorted(unknown)}; lgrr takes epsilon_inf")
     eps_inf = check_epsilon_pair(epsilon, options.get("epsilon_inf"), "lgrr")
     return LGRR(LGRRParams(d=domain_size, epsilon=float(epsilon), epsilon_inf=eps_inf))  # type: ignore[arg-type]
+
+
+class GRRChainBlock(MemoEncoder):
+    """The two GRR rounds on [k] from a block's thresholds (L-GRR: k = d; LOLOHA: k = g): memo
+    z = GRR_p1 of the memo input, then y = GRR_p2 of z from fresh words (the other value is drawn
+    even when kept: ``grr_round_one``)."""
+
+    __slots__ = ("k", "p1", "p2")
+
+    def __init__(self, k: int, block: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.k = k
+        self.p1: int = block["p1_threshold"]
+        self.p2: int = block["p2_threshold"]
+
+    def first_round(self, memo_input: int, memo: Any) -> int:
+        return grr_round_one(memo_input, self.k, self.p1, memo)
+
+    def second_round(self, first: int, source: Any) -> int:
+        return grr_round_one(first, self.k, self.p2, source)
+
+
+class LGRRBlock(GRRChainBlock):
+    """L-GRR's one-report encoder from the block (module docstring); the report is y."""
+
+    __slots__ = ()
+    name = "lgrr"
+
+    def __init__(self, block: Mapping[str, Any]) -> None:
+        super().__init__(block["d"], block)
+
+
+BLOCK = BlockProtocol(LGRRBlock)

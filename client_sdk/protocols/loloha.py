@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any
 
-from .lgrr import GRRChain, GRRChainRoundsDevice, closed_form_p2
+from .blocks import BlockProtocol, PermanentCohorts
+from .lgrr import GRRChain, GRRChainBlock, GRRChainRoundsDevice, closed_form_p2
 from .longitudinal import chain, check_epsilon_pair
 from .olh import EAGER_CHECK_MAX_DOMAIN, MAX_DOMAIN, OLH, OLHParams, default_cohorts, hash_one
 
@@ -163,3 +165,28 @@ def from_options(domain_size: int | None, epsilon: float | None, options: dict[s
             or domain_size <= EAGER_CHECK_MAX_DOMAIN:
         proto.check_design()
     return proto
+
+
+class LOLOHABlock(GRRChainBlock):
+    """LOLOHA's one-report encoder from the block: the device's permanent cohort s (HMAC of the
+    secret and metric), the two GRR rounds on [g] of the hashed value H_s(x); the report is [s, y]."""
+
+    __slots__ = ("cohorts",)
+    name = "loloha"
+
+    def __init__(self, block: Mapping[str, Any]) -> None:
+        super().__init__(block["g"], block)
+        self.cohorts = PermanentCohorts(COHORT_SCOPE, block["m"])
+
+    def cohort(self, secret: bytes, metric: str) -> int:
+        return self.cohorts.of(secret, metric)
+
+    def memo_index(self, index: int, secret: bytes, metric: str) -> int:
+        """H_s(x): the memoised response depends on the hashed value alone."""
+        return hash_one(self.cohorts.of(secret, metric), index, self.k)
+
+    def wire(self, second: int, cohort: int | None) -> list[int]:
+        return [cohort, second]  # type: ignore[list-item]
+
+
+BLOCK = BlockProtocol(LOLOHABlock)

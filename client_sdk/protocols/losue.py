@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
 from ..memo import MemoCache
 from ..randomness import SCALE, realised, threshold_ceil
 from ._epsilon import log_up
+from .blocks import BlockProtocol, BlockReader, MemoEncoder
 from .longitudinal import MemoisedDevice, SymmetricSecondRound, chain, check_epsilon_pair
 from .unary import UnaryEncoding, check_thresholds, pack_bits
 
@@ -146,3 +148,42 @@ def from_options(domain_size: int | None, epsilon: float | None, options: dict[s
         raise ValueError(f"unknown losue option(s) {sorted(unknown)}; losue takes epsilon_inf")
     eps_inf = check_epsilon_pair(epsilon, options.get("epsilon_inf"), "losue")
     return LOSUE(LOSUEParams(d=domain_size, epsilon=float(epsilon), epsilon_inf=eps_inf))  # type: ignore[arg-type]
+
+
+class LOSUEBlock(MemoEncoder):
+    """L-OSUE's one-report encoder from the block: memo bits z_i = M32 < (i = x ? p1 : q1), then
+    y_i = u_i < (z_i ? p2 : 2^32 − p2) from fresh words, packed little-endian."""
+
+    __slots__ = ("d", "p1", "q1", "p2", "width")
+    name = "losue"
+
+    def __init__(self, block: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.d: int = block["d"]
+        self.p1: int = block["p1_threshold"]
+        self.q1: int = block["q1_threshold"]
+        self.p2: int = block["p2_threshold"]
+        self.width = (self.d + 7) // 8
+
+    def first_round(self, memo_input: int, memo: Any) -> list[bool]:
+        u = memo.words(self.d)
+        bits = [w < self.q1 for w in u]
+        bits[memo_input] = u[memo_input] < self.p1
+        return bits
+
+    def second_round(self, first: list[bool], source: Any) -> list[int]:
+        t1 = self.p2
+        t0 = SCALE - t1
+        return [i for i, (b, w) in enumerate(zip(first, source.words(len(first)))) if w < (t1 if b else t0)]
+
+    def wire(self, second: list[int], cohort: int | None) -> bytes:
+        return pack_bits(second, self.width)
+
+
+def check_block(reader: BlockReader) -> None:
+    """(9) the first round is OUE's: p1 = 2^31."""
+    if reader.block.get("p1_threshold") != 1 << 31:
+        reader.fail("p1_threshold", "p1_threshold must be 2^31 (L-OSUE's first round)")
+
+
+BLOCK = BlockProtocol(LOSUEBlock, check_block)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -32,7 +33,8 @@ from ..hashing import check_secret
 from ..memo import MemoCache, MemoWords
 from ..randomness import SCALE
 from ._epsilon import log_up
-from .duchi import DuchiParams
+from .blocks import BlockProtocol, MemoEncoder
+from .duchi import DuchiParams, check_duchi
 from .longitudinal import MemoisedDevice, check_epsilon_pair, largest_threshold
 from .numeric import SCALE64, NumericDevice, check_grid_and_epsilon
 
@@ -187,3 +189,35 @@ def from_options(domain_size: int | None, epsilon: float | None, options: dict[s
     eps_inf = check_epsilon_pair(epsilon, options.get("epsilon_inf"), "memobitmean")
     return MemoBitMean(MemoBitMeanParams(epsilon=float(epsilon), epsilon_inf=eps_inf,  # type: ignore[arg-type]
                                          grid=options.get("grid", DEFAULT_GRID)))
+
+
+class MemoBitMeanBlock(MemoEncoder):
+    """The memoised one-bit mean's one-report encoder from the block: the device's α-point rounding
+    (no CSPRNG word), the memo bit [M64 < A + j·D] (two memo words, low first), then y = bit xor
+    [W32 < gamma]."""
+
+    __slots__ = ("grid", "low", "step", "gamma")
+    name = "memobitmean"
+
+    def __init__(self, block: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.grid: int = block["grid"]
+        self.low = int(block["low"])     # out of 2^64, decimal strings in the block
+        self.step = int(block["step"])
+        self.gamma: int = block["gamma_threshold"]
+
+    def alpha_round(self, t: float, secret: bytes, metric: str) -> int:
+        """The grid index of normalised t under the device's α (fixed per secret and metric)."""
+        alpha = MemoWords(check_secret(secret), metric, ALPHA_KEY).word()
+        pos = (min(1.0, max(-1.0, float(t))) + 1.0) * (self.grid / 2)
+        low = math.floor(pos)
+        return min(low + int(alpha < math.floor((pos - low) * SCALE)), self.grid)
+
+    def first_round(self, memo_input: int, memo: Any) -> int:
+        return int(memo.word64() < self.low + self.step * memo_input)
+
+    def second_round(self, first: int, source: Any) -> int:
+        return first ^ int(source.word() < self.gamma)
+
+
+BLOCK = BlockProtocol(MemoBitMeanBlock, lambda reader: check_duchi(reader, reader.block, ""))

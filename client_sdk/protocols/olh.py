@@ -77,6 +77,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import struct
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -84,6 +85,7 @@ from ..hashing import derive_cohort
 from ..randomness import OS_WORDS, SCALE, WordSource
 from . import projective as proj
 from ._epsilon import log_up
+from .blocks import BlockProtocol, BlockReader, check_keep
 from .device import Context, DeviceHalf, check_domain_and_epsilon, numpy_types, pure_variance_one
 from .grr import GRROnRange
 
@@ -481,3 +483,52 @@ def _linear_from_options(d: int, epsilon: float, options: dict[str, Any]) -> OLH
         raise ValueError(f"the linear family with hash_range {g} has exactly {m} cohorts for d = {d}; "
                          "leave cohorts unset")
     return OLH(OLHParams(d=d, epsilon=epsilon, m=m, g=g, family="linear"))
+
+
+class OLHBlock:
+    """OLH's one-report encoder from the block: the device's cohort s of the UTC day (HMAC of the
+    secret, metric and day), then GRR on [g] of H_s(x); the report is [s, y]."""
+
+    __slots__ = ("m", "g", "t", "linear", "keep", "cohorts")
+
+    def __init__(self, block: Mapping[str, Any]) -> None:
+        self.m: int = block["m"]
+        self.g: int = block["g"]
+        self.linear = block["family"] == "linear"
+        self.t: int = block.get("t", 0)
+        self.keep: int = block["keep_threshold"]
+        self.cohorts: dict[tuple[bytes, str, int], int] = {}   # in memory only, bounded
+
+    def cohort_of_day(self, secret: bytes, metric: str, day: int) -> int:
+        """The cohort for ``metric`` on UTC day ``day`` (re-derived daily: no stable identifier)."""
+        key = (secret, metric, day)
+        cohort = self.cohorts.get(key)
+        if cohort is None:
+            if len(self.cohorts) > 256:
+                self.cohorts.clear()
+            cohort = self.cohorts[key] = derive_cohort(secret, f"olh\x00{metric}\x00{day}", self.m)
+        return cohort
+
+    def encode_one(self, index: int, key: str, ctx: Context) -> list[int]:
+        """One report of the looked-up index in the context's cohort of the day."""
+        s, g, src = self.cohort_of_day(ctx.secret, ctx.metric, ctx.day), self.g, ctx.words
+        h = proj.inner_one(proj.direction_code_one(s, g, self.t), index, g) if self.linear else hash_one(s, index, g)
+        if src.word() < self.keep:
+            return [s, h]
+        other = src.below(g - 1)
+        return [s, other + (other >= h)]
+
+
+def check_block(reader: BlockReader) -> None:
+    """(2) ``t`` with the linear family only, (3) the keep threshold on [g], (4) the linear family's field."""
+    linear = reader.block.get("family") == "linear"
+    if linear and "t" not in reader.block:
+        reader.fail("t", "the linear family needs t (base-g digits of a value)")
+    if not linear and "t" in reader.block:
+        reader.fail("t", "t belongs to the linear family only")
+    check_keep(reader.block.get("g"), reader)
+    if linear:
+        proj.check_field(reader)
+
+
+BLOCK = BlockProtocol(OLHBlock, check_block)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .unary import OUE, OUEParams
+from .unary import BLOCK, OUE, OUEParams
 
-__all__ = ["CARRIES_JOINT", "OUE", "OUEParams", "OPTION_KEYS", "from_options"]
+__all__ = ["BLOCK", "CARRIES_JOINT", "OUE", "OUEParams", "OPTION_KEYS", "from_options"]
 
 OPTION_KEYS: frozenset[str] = frozenset()
 #: A joint metric may use it: its count estimates' covariance is derived exactly (docs/math.md,

@@ -26,11 +26,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
 from ..randomness import OS_WORDS, SCALE, WordSource
 from ._epsilon import exp_at_least, log_up
+from .blocks import BlockProtocol, BlockReader, MeanEncoder
 from .numeric import NumericDevice, check_grid_and_epsilon
 
 DEFAULT_GRID = 256
@@ -261,3 +263,43 @@ OPTION_KEYS: frozenset[str] = frozenset({"grid"})
 def from_options(domain_size: int | None, epsilon: float, options: dict[str, Any]) -> Piecewise:
     """Build from registry fields (the domain size is not used: numeric metrics have a range)."""
     return Piecewise(PiecewiseParams(epsilon=epsilon, grid=options.get("grid", DEFAULT_GRID)))
+
+
+class PiecewiseBlock(MeanEncoder):
+    """The discrete Piecewise Mechanism's one-report encoder from the block: r uniform on [0, T)
+    (T = w·a + K·b, 32-bit words by rejection); r < w·a: the window cell j + ⌊r/a⌋, else the other
+    cell c = ⌊(r − w·a)/b⌋ (shifted past the window when c ≥ j)."""
+
+    __slots__ = ("window", "a", "b", "total", "inside")
+
+    def __init__(self, block: Mapping[str, Any]) -> None:
+        super().__init__(block)
+        self.window: int = block["window"]
+        self.a: int = block["a"]
+        self.b: int = block["b"]
+        self.inside = self.window * self.a
+        self.total = self.inside + self.grid * self.b
+
+    def randomise(self, index: int, source: WordSource = OS_WORDS) -> int:
+        """One output cell of grid index ``index``."""
+        r = source.below32(self.total)
+        if r < self.inside:
+            return index + r // self.a
+        rest = (r - self.inside) // self.b
+        return rest + self.window if rest >= index else rest
+
+
+def check_piecewise(reader: BlockReader, pw: Any, prefix: str) -> None:
+    """(10) the piecewise window (the block's, or hybrid's nested ``piecewise``): 1 ≤ w ≤ K, a ≥ 1,
+    b ≥ 0, w·a + K·b ≤ 2^32."""
+    grid = reader.block.get("grid")
+    if not isinstance(pw, Mapping) or pw.get("grid") != grid:
+        reader.fail(prefix + "grid", "a nested block's grid must be the block's")
+    window = reader.int("window", pw)
+    if not 1 <= window <= grid or reader.int("a", pw) < 1 or reader.int("b", pw) < 0:
+        reader.fail(prefix + "window", f"window must be in [1, grid = {grid}], a ≥ 1 and b ≥ 0")
+    if window * pw["a"] + grid * pw["b"] > SCALE:
+        reader.fail(prefix + "a", "window × a + grid × b must be at most 2^32")
+
+
+BLOCK = BlockProtocol(PiecewiseBlock, lambda reader: check_piecewise(reader, reader.block, ""))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 
 @functools.cache
@@ -83,3 +84,15 @@ def inner_one(u: int, x: int, g: int) -> int:
         acc += (u % g) * (x % g)
         u, x = u // g, x // g
     return acc % g
+
+
+def check_field(reader: Any) -> None:
+    """(4) of a block over the projective field (hr, olh's linear family): g a prime, t = ⌈log_g d⌉,
+    m = (g^t − 1)/(g − 1) (a ``client_sdk.protocols.blocks.BlockReader``)."""
+    d, g, t, m = (reader.int(k) for k in ("d", "g", "t", "m"))
+    if not is_prime(g):
+        reader.fail("g", f"g = {g} must be a prime (the field size)")
+    if t != dimension(d, g):
+        reader.fail("t", f"t = {t} must be ⌈log_g d⌉ = {dimension(d, g)} (g^(t−1) < d ≤ g^t)")
+    if m != directions(g, t):
+        reader.fail("m", f"m = {m} must be (g^t − 1)/(g − 1) = {directions(g, t)}")

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -53,6 +54,7 @@ from ..errors import DomainError
 from ..hashing import bloom_positions_one_list, check_secret, derive_cohort, prr_words_list
 from ..randomness import OS_WORDS, SCALE, WordSource, realised, threshold_ceil, threshold_floor
 from ._epsilon import log_up
+from .blocks import BlockProtocol, BlockReader
 from .device import Context, DeviceHalf, numpy_types
 from .unary import pack_bits
 
@@ -334,3 +336,60 @@ def from_options(domain_size: int | None, epsilon: float | None, options: dict[s
 
 
 __all__ = ["DEFAULT_OPTIONS", "EPSILON_OPTIONAL", "OPTION_KEYS", "RapporParams", "Rappor", "from_options", "worst_case_epsilon"]
+
+
+class RapporBlock:
+    """RAPPOR's one-report encoder from the block: the device's cohort (one per device), the
+    memoised PRR of the value's Bloom bits (from the secret), then the IRR from fresh words:
+    S_i = u_i < (B'_i ? q : p); the report is [cohort, bytes]."""
+
+    __slots__ = ("k", "h", "m", "half_f", "fake", "p", "q", "width", "cohorts", "prrs")
+
+    def __init__(self, block: Mapping[str, Any]) -> None:
+        self.k: int = block["k"]
+        self.h: int = block["h"]
+        self.m: int = block["m"]
+        self.half_f: int = block["half_f_threshold"]
+        self.fake = 2 * self.half_f                      # words below this are the PRR's noise coins
+        self.p: int = block["p_threshold"]
+        self.q: int = block["q_threshold"]
+        self.width = (self.k + 7) // 8
+        self.cohorts: dict[bytes, int] = {}
+        # the PRR per (secret, metric, value) is deterministic: caching it is unobservable (memory only)
+        self.prrs: dict[tuple[bytes, str, str], list[bool]] = {}
+
+    def cohort_of(self, secret: bytes) -> int:
+        """The device's cohort, shared by all its RAPPOR metrics (module docstring)."""
+        cohort = self.cohorts.get(secret)
+        if cohort is None:
+            if len(self.cohorts) > 64:
+                self.cohorts.clear()
+            cohort = self.cohorts[secret] = derive_cohort(secret, COHORT_SCOPE, self.m)
+        return cohort
+
+    def encode_one(self, index: int, key: str, ctx: Context) -> list[Any]:
+        """One report of the string ``key`` (``index`` unused: the values are an open set)."""
+        if not isinstance(key, str):
+            raise DomainError(f"RAPPOR values are strings; value {key!r} at position 0 is a {type(key).__name__}")
+        secret, metric = ctx.secret, ctx.metric
+        cohort = self.cohort_of(check_secret(secret))
+        prr = self.prrs.get((secret, metric, key))
+        if prr is None:
+            if len(self.prrs) >= BLOOM_CACHE_SIZE:
+                self.prrs.clear()
+            bloom = set(bloom_positions_one_list(key, cohort, self.k, self.h))
+            fake, half = self.fake, self.half_f
+            prr = self.prrs[(secret, metric, key)] = [
+                u < half if u < fake else i in bloom for i, u in enumerate(prr_words_list(secret, metric, key, self.k))]
+        p, q = self.p, self.q
+        ones = [i for i, (b, u) in enumerate(zip(prr, ctx.words.words(self.k))) if u < (q if b else p)]
+        return [cohort, pack_bits(ones, self.width)]
+
+
+def check_block(reader: BlockReader) -> None:
+    """(5) at most k hashes per value."""
+    if reader.int("h") > reader.int("k"):
+        reader.fail("h", "h (hashes per value) must be at most k (Bloom filter bits)")
+
+
+BLOCK = BlockProtocol(RapporBlock, check_block)

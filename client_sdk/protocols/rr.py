@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from ..randomness import OS_WORDS, SCALE, WordSource, realised, threshold_ceil
+from .blocks import BlockProtocol, IndexEncoder, check_keep
 from .device import DirectDevice, check_domain_and_epsilon
 
 
@@ -72,3 +74,19 @@ def domain_refusal(domain_size: int | None) -> str | None:
 def from_options(domain_size: int, epsilon: float, options: dict[str, Any]) -> RR:
     """Build from registry fields (RR takes no extra options; the domain must be boolean)."""
     return RR(RRParams(d=domain_size, epsilon=epsilon))
+
+
+class RRBlock(IndexEncoder):
+    """Binary RR's one-report encoder from its block: u = W32; y = x if u < keep, else 1 − x."""
+
+    __slots__ = ("keep",)
+
+    def __init__(self, block: Mapping[str, Any]) -> None:
+        self.keep: int = block["keep_threshold"]
+
+    def randomise(self, index: int, source: WordSource = OS_WORDS) -> int:
+        """One report of the looked-up index (0 or 1)."""
+        return index if source.word() < self.keep else 1 - index
+
+
+BLOCK = BlockProtocol(RRBlock, lambda reader: check_keep(2, reader))

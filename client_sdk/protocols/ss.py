@@ -31,11 +31,13 @@ import dataclasses
 import functools
 import math
 import struct
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
 from ..randomness import OS_WORDS, SCALE, WordSource, realised, threshold_ceil
 from ._epsilon import log_up
+from .blocks import BlockProtocol, BlockReader, IndexEncoder
 from .device import Context, DeviceHalf, check_domain_and_epsilon, pure_variance_one
 
 #: Largest d whose indices travel as uint16 on the wire.
@@ -127,16 +129,22 @@ class SS(DeviceHalf):
 
     def floyd_one(self, x: int, include: bool, draws: list[int]) -> list[int]:
         """Floyd's algorithm for one report on Python ints: the sorted subset (module docstring)."""
-        first = 1 if include else 0
-        chosen: set[int] = {x} if include else set()
-        for j, t in zip(range(self.params.d - 1 - self.s + first, self.params.d - 1), draws[first:]):
-            if t >= x:  # ranks among the values ≠ x -> domain values
-                t += 1
-            if t in chosen:
-                chosen.add(j + 1 if j >= x else j)
-            else:
-                chosen.add(t)
-        return sorted(chosen)
+        return floyd_subset(self.params.d, self.s, x, include, draws)
+
+
+def floyd_subset(d: int, s: int, x: int, include: bool, draws: list[int]) -> list[int]:
+    """The sorted s-subset of one report (docs/conformance.md, "Floyd"): x when ``include``, the
+    other places filled by Floyd's algorithm from ``draws`` (t_i uniform in [0, d − s + i − 1])."""
+    first = 1 if include else 0
+    chosen: set[int] = {x} if include else set()
+    for j, t in zip(range(d - 1 - s + first, d - 1), draws[first:]):
+        if t >= x:  # ranks among the values ≠ x -> domain values
+            t += 1
+        if t in chosen:
+            chosen.add(j + 1 if j >= x else j)
+        else:
+            chosen.add(t)
+    return sorted(chosen)
 
 
 OPTION_KEYS: frozenset[str] = frozenset()
@@ -148,3 +156,31 @@ CARRIES_JOINT = True
 def from_options(domain_size: int, epsilon: float, options: dict[str, Any]) -> SS:
     """Build from registry fields (SS takes no extra options)."""
     return SS(SSParams(d=domain_size, epsilon=epsilon))
+
+
+class SSBlock(IndexEncoder):
+    """Subset selection's one-report encoder from the block: s + 1 words at once (the inclusion
+    word, then the Floyd draws), the subset's indices as little-endian uint16 (d ≤ 65,536) or uint32."""
+
+    __slots__ = ("d", "s", "include", "bounds", "fmt")
+
+    def __init__(self, block: Mapping[str, Any]) -> None:
+        self.d: int = block["d"]
+        self.s: int = block["s"]
+        self.include: int = block["include_threshold"]
+        self.bounds = [SCALE, *range(self.d - self.s, self.d)]   # h_0 = 2^32, h_i = d − s + i − 1
+        self.fmt = f"<{self.s}{'H' if self.d <= UINT16_MAX_D else 'I'}"
+
+    def randomise(self, index: int, source: WordSource = OS_WORDS) -> bytes:
+        """One report of the looked-up index as its wire bytes."""
+        draws = source.belows(self.bounds)
+        return struct.pack(self.fmt, *floyd_subset(self.d, self.s, index, draws[0] < self.include, draws[1:]))
+
+
+def check_block(reader: BlockReader) -> None:
+    """(6) a subset smaller than the domain."""
+    if reader.int("s") >= reader.int("d"):
+        reader.fail("s", "s (subset size) must be below d")
+
+
+BLOCK = BlockProtocol(SSBlock, check_block)

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Any, ClassVar
 
 from ..randomness import OS_WORDS, SCALE, WordSource, realised, threshold_ceil
 from ._epsilon import log_up
+from .blocks import BlockProtocol, IndexEncoder
 from .device import Context, DeviceHalf, check_domain_and_epsilon, pure_variance_one
 
 #: The server's output_probabilities enumerates all 2^d reports; refuse beyond this d.
@@ -159,3 +160,23 @@ class OUE(UnaryEncoding):
 
 class SUE(UnaryEncoding):
     name = "sue"
+
+
+class UnaryBlock(IndexEncoder):
+    """OUE's and SUE's one-report encoder from the block: u_i = W32 for i = 0..d−1, bit i set iff
+    u_i < (p if i = x else q), packed little-endian."""
+
+    __slots__ = ("d", "p", "q", "width")
+
+    def __init__(self, block: Mapping[str, Any]) -> None:
+        self.d: int = block["d"]
+        self.p: int = block["p_threshold"]
+        self.q: int = block["q_threshold"]
+        self.width = (self.d + 7) // 8
+
+    def randomise(self, index: int, source: WordSource = OS_WORDS) -> bytes:
+        """One report of the looked-up index as its ⌈d/8⌉ wire bytes."""
+        return pack_bits(unary_bits(source.words(self.d), index, self.p, self.q), self.width)
+
+
+BLOCK = BlockProtocol(UnaryBlock)
