@@ -56,9 +56,16 @@ from .hashing import encode_text
 from .ledger import Book, Charge, Refusal, RefusalCounts, apply, day_of
 from .options import ClientOptions
 from .protocols.device import Context, numpy_types
-from .protocols.longitudinal import MemoisedDevice
 from .queue import DiskOutbox, MemoryOutbox, OutboxLimits
-from .registry import DeviceBudget, Kind, MetricSpec, Registry, canonical_value, load_registry
+from .registry import (
+    DeviceBudget,
+    Kind,
+    MetricSpec,
+    PublishedMetric,
+    Registry,
+    canonical_value,
+    load_registry,
+)
 from .state import (
     CORRUPT_SECRET_ADVICE,
     REGISTRY_CACHE_FILE,
@@ -132,25 +139,44 @@ def _wall_clock() -> float:
 class _Metric:
     """Per-metric constants the hot path needs, resolved once per registry."""
 
-    __slots__ = ("name", "spec", "proto", "kind", "fingerprint", "index", "string", "max_bytes", "eps", "eps_inf",
+    __slots__ = ("name", "spec", "encoder", "kind", "fingerprint", "index", "string", "max_bytes", "eps", "eps_inf",
                  "memoised", "rpw", "budget", "numeric", "lo", "hi", "scale",
                  "inner_edges", "labels", "two_round", "dev_window", "dev_lifetime", "window_charges")
 
-    def __init__(self, spec: MetricSpec, device: DeviceBudget | None = None) -> None:
-        proto = spec.protocol_impl
-        self.name, self.spec, self.proto, self.kind = spec.name, spec, proto, spec.kind
-        self.fingerprint = spec.fingerprint
+    def __init__(self, spec: MetricSpec, device: DeviceBudget | None = None,
+                 published: PublishedMetric | None = None) -> None:
+        # here, not on the SDK's import: the first metric of a registry loads its protocols
+        from .encoder_block import encoder_block
+        from .protocols.blocks import MemoEncoder, encoder_from_block
+        from .window_charge import WindowCharges
+
+        # One path for every metric: block -> one-report encoder. A published registry's block is
+        # the published one (checked, and compared with this SDK's derivation unless the app's pins
+        # vouch for it: client_sdk.remote.registry_from_json); a TOML registry's, the block its
+        # device half derives from the parameters (docs/conformance.md, "The encoder block").
+        block = published.encoder if published is not None else encoder_block(spec)
+        self.encoder = encoder_from_block(block)
+        self.name, self.spec, self.kind = spec.name, spec, spec.kind
+        if published is not None and not published.derived:   # a compiled registry: nothing derived
+            self.fingerprint, self.eps, self.eps_inf = published.fingerprint, published.epsilon, \
+                published.epsilon_longitudinal
+            charges = block.get("window_charges")
+            self.window_charges = None if charges is None else \
+                WindowCharges(tuple(float(c) for c in charges["cumulative"]), float(charges["slope"]))
+        else:
+            proto = spec.protocol_impl
+            self.fingerprint = spec.fingerprint
+            self.eps = float(proto.epsilon)
+            self.eps_inf = proto.epsilon_longitudinal
+            self.window_charges = spec.window_charges   # None but for a GRR memo at r > 1
         self.string = spec.kind is Kind.STRING
-        self.max_bytes = getattr(proto.params, "max_length", None) if self.string else None
+        self.max_bytes = block.get("max_length") if self.string else None   # discover's device cut
         self.index = spec.domain_index   # a numbered domain computes it: nothing listed
-        self.eps = float(proto.epsilon)
-        self.eps_inf = proto.epsilon_longitudinal
         self.memoised = self.eps_inf is not None
         self.rpw = spec.reports_per_window
-        self.window_charges = spec.window_charges   # None but for a GRR memo at r > 1
         self.budget = spec.lifetime_epsilon
-        # L-GRR, L-OSUE, LOLOHA: memoised first round from the secret, fresh second round
-        self.two_round = isinstance(proto, MemoisedDevice)
+        # L-GRR, L-OSUE, LOLOHA, dBitFlipPM, memobitmean: memoised first round from the secret
+        self.two_round = isinstance(self.encoder, MemoEncoder)
         self.dev_window = device.epsilon_per_window if device is not None else None
         self.dev_lifetime = device.lifetime_epsilon if device is not None else None
         self.numeric = spec.kind is Kind.NUMERIC
@@ -185,8 +211,8 @@ class _Metric:
         if self.inner_edges is None:
             t = (x - self.lo) * self.scale - 1.0
             if self.two_round:
-                return "", self.proto.alpha_round(t, secret, self.name), clipped  # type: ignore[attr-defined]
-            return "", self.proto.discretise_one(t), clipped
+                return "", self.encoder.alpha_round(t, secret, self.name), clipped
+            return "", self.encoder.discretise_one(t), clipped
         idx = bisect.bisect_right(self.inner_edges, x)
         return self.labels[idx], idx, clipped
 
@@ -216,7 +242,9 @@ class _MetricTable:
             with self._lock:
                 rt = self.metrics.get(name)
                 if rt is None:
-                    rt = self.metrics[name] = _Metric(self.registry.metrics[name], self.registry.device)
+                    published = self.registry.published
+                    rt = self.metrics[name] = _Metric(self.registry.metrics[name], self.registry.device,
+                                                      None if published is None else published.get(name))
         return rt
 
 
@@ -532,7 +560,7 @@ class ClientCore:
             self._resync_after_fork()
         now = self._clock()
         if rt.two_round:  # one ε∞ per distinct memo key (LOLOHA: per distinct hashed value)
-            key = rt.proto.memo_key(idx, self._secret, rt.name)  # type: ignore[attr-defined]
+            key = rt.encoder.memo_key(idx, self._secret, rt.name)
         day = day_of(now)
         charge = Charge(rt.name, rt.fingerprint, day, rt.eps, rt.eps_inf,
                         value_digest(self._lkey, rt.fingerprint, key) if rt.memoised else None,  # type: ignore[arg-type]
@@ -564,11 +592,11 @@ class ClientCore:
 
     def _encode(self, rt: _Metric, key: str, idx: int, day: int | None = None) -> Any:
         """The randomised wire payload of one value (the true value goes no further); ``day``:
-        the report's UTC day (default: the clock's). Every protocol is a device half
-        (client_sdk.protocols.device): its one encoder takes the client's secret, the metric and
+        the report's UTC day (default: the clock's). Every metric's encoder is built from its
+        encoder block (client_sdk.protocols.blocks): it takes the client's secret, the metric and
         the day as a Context, and draws its fresh coins from the OS CSPRNG."""
         ctx = Context(self._secret, rt.name, day_of(self._clock()) if day is None else day)  # type: ignore[arg-type]
-        return rt.proto.encode_one(idx, key, ctx)
+        return rt.encoder.encode_one(idx, key, ctx)
 
     # --- refusals and bad input ------------------------------------------------------------------
     def _bad_metric(self, metric: str) -> bool:

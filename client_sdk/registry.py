@@ -52,7 +52,7 @@ import math
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .domains import DomainSource, NumberedDomain, parse_declaration
 from .errors import DomainError, RegistryError, UnknownMetricError
@@ -464,6 +464,21 @@ def parse_device(table: Any, source: str = "<registry>") -> DeviceBudget:
     return DeviceBudget(**values)
 
 
+class PublishedMetric(NamedTuple):
+    """What ``GET /v1/registry`` publishes for one metric besides its table, as the SDK keeps it."""
+
+    #: the ``encoder`` block, checked (client_sdk.encoder_block.check_block): what the SDK encodes from
+    encoder: Mapping[str, Any]
+    fingerprint: str
+    #: ``epsilon_per_report`` and ``epsilon_longitudinal``: what the ledger charges
+    epsilon: float
+    epsilon_longitudinal: float | None
+    #: True when this SDK re-derived the metric from its parameters and found the same fingerprint
+    #: and block (the default); False for a compiled registry read with ``rederive=False``, whose
+    #: pinned fingerprints vouch for it
+    derived: bool = True
+
+
 @dataclasses.dataclass(frozen=True)
 class Registry:
     """All metrics of one TOML file, by name, and the optional device-wide budget."""
@@ -474,6 +489,10 @@ class Registry:
     dimension_table: DimensionTable | None = None
     #: the top-level ``shuffle`` (SHUFFLE_VALUES): every metric's default
     shuffle: str | None = None
+    #: a published registry (client_sdk.remote.registry_from_json): per metric, its checked encoder
+    #: block, which the SDK encodes from, and its published constants; None for a TOML registry,
+    #: whose metrics encode from the block their own device halves derive
+    published: Mapping[str, PublishedMetric] | None = None
 
     def segment_min_reports(self, spec: MetricSpec) -> int:
         """Fewest reports a segment of ``spec`` needs to be shown (per metric, else the table's)."""
@@ -607,9 +626,15 @@ def check_device_fits_one_report(metrics: Mapping[str, MetricSpec], device: Devi
 
 
 def parse_metric(name: str, table: Any, source: str = "<registry>",
-                 dimensions: DimensionTable | None = None, base_dir: Path | None = None) -> MetricSpec:
-    """Validate one [metrics.NAME] table into a MetricSpec (one validator per field below)."""
-    spec = _MetricParser(name, table, source, base_dir).spec()
+                 dimensions: DimensionTable | None = None, base_dir: Path | None = None,
+                 derive: bool = True) -> MetricSpec:
+    """Validate one [metrics.NAME] table into a MetricSpec (one validator per field below).
+
+    ``derive=False`` (a compiled registry whose pinned fingerprints vouch for it,
+    client_sdk.remote.registry_from_json) validates the fields but builds no protocol: the checks
+    that need its derived parameters (report size, a lifetime below one report) were the
+    publisher's, and the start-up searches of the numeric mechanisms are skipped."""
+    spec = _MetricParser(name, table, source, base_dir).spec(derive)
     return _with_dimensions(spec, table, dimensions, source)
 
 
@@ -641,7 +666,7 @@ class _MetricParser:
     def fail(self, message: str, field: str | None = None) -> RegistryError:
         return RegistryError(message, source=self.source, metric=self.name, field=field)
 
-    def spec(self) -> MetricSpec:
+    def spec(self, derive: bool = True) -> MetricSpec:
         self.check_name_and_table()
         kind = self.kind()
         value_range, buckets = _parse_numeric_fields(kind, self.table, self.fail)
@@ -666,6 +691,8 @@ class _MetricParser:
                           range=value_range, buckets=buckets, max_report_bytes=max_bytes,
                           unit=self.unit(kind), parts=parts, domain_source=self.domain_source,
                           shuffle=parse_shuffle(self.table.get("shuffle"), lambda m: self.fail(m, "shuffle")))
+        if not derive:
+            return spec
         try:
             size = report_bytes(spec.protocol_impl)  # also validates the protocol parameters now
         except (ValueError, TypeError) as exc:

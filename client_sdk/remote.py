@@ -9,6 +9,7 @@ version, tampered document) fails loudly instead of sending reports that mix par
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,15 @@ from .errors import FingerprintMismatch, LdptError, RegistryError
 from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
 from .protocols.factory import option_keys
 from .protocols.numeric import NUMERIC_PROTOCOL_NAMES
-from .registry import COMMON_KEYS, DIMENSION_KEYS, Registry, parse_device, parse_metric
+from .registry import (
+    COMMON_KEYS,
+    DIMENSION_KEYS,
+    MetricSpec,
+    PublishedMetric,
+    Registry,
+    parse_device,
+    parse_metric,
+)
 
 #: Members `GET /v1/registry` adds to each metric's TOML table (not registry input).
 PUBLISHED_KEYS = ("name", "resolved_protocol", "fingerprint", "epsilon_per_report",
@@ -40,14 +49,26 @@ def published_file_domain(entry: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 def registry_from_json(doc: Mapping[str, Any] | str | bytes, source: str = "GET /v1/registry",
                        pinned: Mapping[str, str] | None = None,
-                       domains: DomainResolver | None = None) -> Registry:
+                       domains: DomainResolver | None = None, *, rederive: bool = True) -> Registry:
     """A Registry from the published JSON; FingerprintMismatch if a fingerprint disagrees.
 
     ``pinned`` maps metric names to the fingerprints the app was built against; a published
     metric whose fingerprint differs (its parameters changed) is a FingerprintMismatch too.
     ``domains`` gives the values of file domains (``fetch_registry`` fetches and caches them);
     without it a registry that has one is a RegistryError.
+
+    Every metric encodes from its published ``encoder`` block, after ``check_block``. By default
+    (and always for a fetched registry) the SDK also re-derives each metric from its parameters
+    and refuses a fingerprint or block that differs (``check_published_block``): a collector
+    cannot make the device encode at another ε than the fingerprinted parameters give.
+    ``rederive=False`` is for a registry document the app ships (compiled ahead of time, e.g.
+    saved from ``GET /v1/registry``) with a pin for every metric: a metric is then trusted when
+    its fingerprint is the pinned one, and nothing is derived at start-up (the window and
+    mixture searches of the numeric mechanisms are skipped; docs/guide-app-teams.md).
     """
+    if not rederive and not pinned:
+        raise RegistryError("rederive=False needs the app's pins (metric -> fingerprint) for every metric",
+                            source=source)
     if isinstance(doc, (str, bytes)):
         import json  # here: the SDK's import does not load json (docs/benchmarks.md)
 
@@ -59,7 +80,7 @@ def registry_from_json(doc: Mapping[str, Any] | str | bytes, source: str = "GET 
     if not isinstance(entries, list) or not entries:
         raise RegistryError("expected {\"metrics\": [...]} with at least one metric", source=source)
     dims = parse_dimensions(doc["dimensions"], source) if doc.get("dimensions") is not None else None
-    specs = {}
+    specs, published = {}, {}
     for pos, entry in enumerate(entries):
         if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
             raise RegistryError(f"metric #{pos} has no name", source=source)
@@ -84,15 +105,21 @@ def registry_from_json(doc: Mapping[str, Any] | str | bytes, source: str = "GET 
                                     f"{name}); fetch the registry with fetch_registry", source=source,
                                     metric=name, field="categories")
             table["categories"] = list(checked_domain(name, file_domain, domains(name, file_domain), source))
+        if not rederive:
+            specs[name], published[name] = compiled_metric(entry, table, pinned, source, dims)   # type: ignore[arg-type]
+            continue
         spec = parse_metric(name, table, source, dims)
         spec = dataclasses.replace(spec, requested_protocol=requested)
-        published = entry.get("fingerprint")
-        if published is not None and published != spec.fingerprint:
+        fingerprint = entry.get("fingerprint")
+        if fingerprint is not None and fingerprint != spec.fingerprint:
             raise FingerprintMismatch(f"{source}: metric {name!r} is published with fingerprint "
-                                      f"{published} but its parameters give {spec.fingerprint} here; "
+                                      f"{fingerprint} but its parameters give {spec.fingerprint} here; "
                                       "this SDK would not encode what the collector expects (upgrade it)")
         if entry.get("encoder") is not None:
             check_published_block(spec, entry["encoder"], source)
+            impl = spec.protocol_impl
+            published[name] = PublishedMetric(entry["encoder"], spec.fingerprint, float(impl.epsilon),
+                                              impl.epsilon_longitudinal)
         if pinned and name in pinned and pinned[name] != spec.fingerprint:
             raise FingerprintMismatch(f"{source}: metric {name!r} changed: fingerprint {spec.fingerprint}, "
                                       f"the app is pinned to {pinned[name]}; update the app's pin "
@@ -102,7 +129,39 @@ def registry_from_json(doc: Mapping[str, Any] | str | bytes, source: str = "GET 
     if missing:
         raise RegistryError(f"pinned metric(s) {', '.join(missing)} are not published", source=source)
     device = parse_device(doc["device"], source) if doc.get("device") is not None else None
-    return Registry(specs, source, device, dims)
+    return Registry(specs, source, device, dims, published=published)
+
+
+def compiled_metric(entry: Mapping[str, Any], table: dict[str, Any], pinned: Mapping[str, str], source: str,
+                    dims: Any) -> tuple[MetricSpec, PublishedMetric]:
+    """One metric of a compiled registry (``rederive=False``): its table validated without building
+    its protocol, its fingerprint the pinned one, its block checked, its ε as published."""
+    name = entry["name"]
+    fingerprint = entry.get("fingerprint")
+    if name not in pinned:
+        raise RegistryError("rederive=False trusts pinned metrics only; pin this metric or re-derive",
+                            source=source, metric=name, field="fingerprint")
+    if fingerprint != pinned[name]:
+        raise FingerprintMismatch(f"{source}: metric {name!r} changed: fingerprint {fingerprint}, "
+                                  f"the app is pinned to {pinned[name]}; update the app's pin "
+                                  "(a new fingerprint is a new metric for the estimates)")
+    block = entry.get("encoder")
+    if block is None:
+        raise RegistryError("a compiled registry needs each metric's encoder block", source=source,
+                            metric=name, field="encoder")
+    if block.get("protocol") != table["protocol"]:
+        raise RegistryError(f"the encoder block is of protocol {block.get('protocol')!r}, the metric's is "
+                            f"{table['protocol']!r}", source=source, metric=name, field="protocol")
+    eps, eps_inf = entry.get("epsilon_per_report"), entry.get("epsilon_longitudinal")
+    for field, value in (("epsilon_per_report", eps), ("epsilon_longitudinal", eps_inf)):
+        if not (value is None and field == "epsilon_longitudinal") and not (
+                isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0):
+            raise RegistryError(f"{field} must be a positive finite number, got {value!r}", source=source,
+                                metric=name, field=field)
+    spec = dataclasses.replace(parse_metric(name, table, source, dims, derive=False),
+                               requested_protocol=entry.get("protocol", "auto"))
+    return spec, PublishedMetric(block, fingerprint, float(eps), None if eps_inf is None else float(eps_inf),  # type: ignore[arg-type]
+                                 derived=False)
 
 
 def check_published_block(spec: Any, published: Mapping[str, Any], source: str) -> None:

@@ -292,7 +292,7 @@ def client_encode(core: ClientCore, name: str, value: Any, secret: bytes) -> dic
         if rt.max_bytes is not None and len(encode_text(key)) > rt.max_bytes:
             clipped = True
     if rt.two_round:
-        key = rt.proto.memo_key(idx, secret, rt.name)
+        key = rt.encoder.memo_key(idx, secret, rt.name)
     payload = core._encode(rt, key, idx)
     digest = value_digest(core._lkey, rt.fingerprint, key) if rt.memoised else None
     return {"key": key, "index": int(idx), "clipped": clipped, "digest": digest, "payload": wire_json(payload)}

@@ -193,12 +193,12 @@ def test_strict_mode_and_validate_raise(tmp_path, registry, fake):
 
 def test_an_internal_error_is_counted_not_raised(tmp_path, registry, fake, monkeypatch, caplog):
     client = client_for(tmp_path, registry, fake)
-    proto = registry.get("country").protocol_impl   # the device half
+    encoder = client._table.get("country").encoder   # built from the metric's encoder block
 
     def broken(*a, **k):
         raise RuntimeError("encoder bug")
 
-    monkeypatch.setattr(proto, "encode_one", broken)  # the SDK's single-report path
+    monkeypatch.setattr(type(encoder), "encode_one", broken)  # the SDK's single-report path
     with caplog.at_level(logging.ERROR, logger="client_sdk"):
         assert client.report("country", "country-01") is False
         assert client.report("country", "country-01") is False

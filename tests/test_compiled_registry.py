@@ -1,0 +1,116 @@
+"""A registry document the app ships, read with ``registry_from_json(..., rederive=False)``
+(issue 29 §4): every metric encodes from its published block with the published ε, nothing is
+derived at start-up, the pins vouch for it; without that flag the SDK re-derives each metric and
+refuses a block its parameters do not give (a collector cannot change the device's ε)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from client_sdk.client import _MetricTable
+from client_sdk.errors import FingerprintMismatch, RegistryError
+from client_sdk.registry import Registry, parse_registry
+from client_sdk.remote import registry_from_json
+from conformance import golden
+
+from .block_support import reports
+
+#: Memoised metrics whose window charges exceed k·ε₁ (published in their blocks), beside the
+#: registries of every protocol and docs/examples.
+WINDOWED = parse_registry("""
+[metrics.mood]
+kind = "categorical"
+categories = ["a", "b", "c", "d", "e"]
+protocol = "lgrr"
+epsilon = 0.5
+epsilon_inf = 2.0
+reports_per_window = 3
+
+[metrics.start]
+kind = "categorical"
+categories = ["p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8"]
+protocol = "loloha"
+epsilon = 0.5
+epsilon_inf = 2.0
+reports_per_window = 2
+""", "windowed")
+REGISTRIES = {**golden.registries(), "windowed": WINDOWED}
+
+
+def published(registry: Registry) -> dict[str, Any]:
+    """The document GET /v1/registry serves for ``registry``, as JSON."""
+    return json.loads(json.dumps(registry.to_json()))
+
+
+def values_of(registry: Registry):
+    """The file domains' values, as ``fetch_registry`` would fetch them."""
+    return lambda metric, _published: list(registry.get(metric).categories)
+
+
+def pins(doc: dict[str, Any]) -> dict[str, str]:
+    return {m["name"]: m["fingerprint"] for m in doc["metrics"]}
+
+
+def compiled(registry: Registry) -> Registry:
+    doc = published(registry)
+    return registry_from_json(doc, pinned=pins(doc), domains=values_of(registry), rederive=False)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRIES))
+def test_a_compiled_registry_encodes_and_charges_as_the_toml_one(name: str):
+    registry = REGISTRIES[name]
+    local, shipped = _MetricTable(registry), _MetricTable(compiled(registry))
+    for spec in registry:
+        a, b = local.get(spec.name), shipped.get(spec.name)
+        assert (a.fingerprint, a.eps, a.eps_inf, a.window_charges, a.max_bytes, a.two_round, a.memoised) == \
+            (b.fingerprint, b.eps, b.eps_inf, b.window_charges, b.max_bytes, b.two_round, b.memoised), spec.name
+        assert reports(b.encoder, spec) == reports(a.encoder, spec), spec.name
+    assert any(local.get(s.name).window_charges is not None for s in registry) or name != "windowed"
+
+
+def test_a_compiled_registry_derives_nothing():
+    """No protocol is built: the numeric mechanisms' window and mixture searches never run."""
+    shipped = compiled(golden.registries()["conformance"])
+    table = _MetricTable(shipped)
+    for spec in shipped:
+        table.get(spec.name)
+        assert "protocol_impl" not in spec.__dict__ and "fingerprint" not in spec.__dict__, spec.name
+
+
+def test_a_compiled_registry_needs_a_pin_for_every_metric():
+    doc = published(WINDOWED)
+    with pytest.raises(RegistryError, match="needs the app's pins"):
+        registry_from_json(doc, rederive=False)
+    with pytest.raises(RegistryError, match="trusts pinned metrics only") as caught:
+        registry_from_json(doc, pinned={"mood": pins(doc)["mood"]}, rederive=False)
+    assert caught.value.metric == "start"
+    with pytest.raises(FingerprintMismatch, match="the app is pinned to"):
+        registry_from_json(doc, pinned={**pins(doc), "mood": "0" * 32}, rederive=False)
+
+
+def test_a_compiled_registry_still_checks_its_blocks():
+    doc = published(WINDOWED)
+    doc["metrics"][0]["encoder"]["p1_threshold"] = 1 << 33
+    with pytest.raises(RegistryError, match="field 'p1_threshold'"):
+        registry_from_json(doc, pinned=pins(doc), rederive=False)
+    doc = published(WINDOWED)
+    doc["metrics"][0]["epsilon_per_report"] = float("nan")
+    with pytest.raises(RegistryError, match="field 'epsilon_per_report'"):
+        registry_from_json(doc, pinned=pins(doc), rederive=False)
+
+
+def test_by_default_a_block_the_parameters_do_not_give_is_refused():
+    """A collector publishing a consistent block with a larger keep threshold (a larger ε than the
+    fingerprinted parameters give) is refused by the re-derivation, pinned or not."""
+    doc = published(WINDOWED)
+    tampered = copy.deepcopy(doc)
+    tampered["metrics"][0]["encoder"]["p2_threshold"] += 1 << 20
+    with pytest.raises(RegistryError, match="field 'p2_threshold'"):
+        registry_from_json(tampered)
+    with pytest.raises(RegistryError, match="field 'p2_threshold'"):
+        registry_from_json(tampered, pinned=pins(doc))
+    assert registry_from_json(doc, pinned=pins(doc)).published["mood"].derived
