@@ -123,7 +123,7 @@ def simulate_days(spec: MetricSpec, clients: int, distribution: str, days: int, 
     check_metric(spec)
     proto = server_half(spec)
     x, d, redraw = _initial_values(spec, clients, distribution, rng)
-    memoised = isinstance(proto, MemoisedServer)
+    memoised = proto.two_round
     cohorts = rng.integers(0, proto.cohorts, size=clients) if proto.cohorts > 1 else None
     table = None
     if memoised:

@@ -40,7 +40,6 @@ from client_sdk.errors import EstimationError
 from client_sdk.registry import Kind, MetricSpec
 from sketches import server_half
 from sketches.base import Sketch
-from sketches.longitudinal import MemoisedServer
 
 from .frequency import _apply_consistency, estimate_frame
 from .intervals import z_value
@@ -56,8 +55,9 @@ __all__ = ["RANGE_VARIANCE", "is_memoised", "range_frame", "range_variance", "wi
 
 
 def is_memoised(spec: MetricSpec) -> bool:
-    """Whether ``spec``'s reports repeat permanent noise across windows (a memoised protocol)."""
-    return isinstance(server_half(spec), MemoisedServer)
+    """Whether ``spec``'s reports repeat permanent noise across windows (a memoised protocol: the
+    server half's ``two_round``)."""
+    return server_half(spec).two_round
 
 
 def range_variance(permanent: Sequence[np.ndarray], total: Sequence[np.ndarray]) -> np.ndarray:
@@ -88,7 +88,7 @@ def range_frame(spec: MetricSpec, sketches: Sequence[tuple[str, Sketch]], *, con
     reports) and ``attrs["range_variance"]``. With one window of reports it *is* that
     window's ``estimate_frame``."""
     proto = server_half(spec)
-    if not isinstance(proto, MemoisedServer):
+    if not proto.two_round:
         raise EstimationError(f"metric {spec.name!r} is not memoised: estimate its merged sketch")
     if spec.kind is Kind.STRING:
         raise EstimationError(f"metric {spec.name!r}: memoised ranges of string metrics are not supported")

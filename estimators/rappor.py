@@ -174,10 +174,10 @@ def sample_sketch(params: RapporParams, candidates: CandidateMap, proportions: n
 
 
 def params_of(params_or_protocol: RapporParams | Rappor | RapporServer) -> RapporParams:
-    if isinstance(params_or_protocol, (Rappor, RapporServer)):
-        return params_or_protocol.params
-    if isinstance(params_or_protocol, RapporParams):
-        return params_or_protocol
+    """RAPPOR's params, given them or either half of the protocol (whose ``params`` they are)."""
+    params = getattr(params_or_protocol, "params", params_or_protocol)
+    if isinstance(params, RapporParams):
+        return params
     raise EstimationError(f"expected RAPPOR params or protocol, got {type(params_or_protocol).__name__}")
 
 

@@ -173,6 +173,12 @@ class ServerHalf(abc.ABC):
         return self.device.uses_cohorts
 
     @property
+    def two_round(self) -> bool:
+        """Whether reports repeat a memoised first round (the device half's; its server half is a
+        ``sketches.longitudinal.MemoisedServer``): estimators/memo_range.py bounds their ranges."""
+        return self.device.two_round
+
+    @property
     def domain_size(self) -> int:
         return self.device.domain_size
 

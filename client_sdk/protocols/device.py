@@ -62,6 +62,9 @@ class DeviceHalf(abc.ABC):
     name: ClassVar[str]
     #: True when the per-client cohort is part of the report (derived from the client secret).
     uses_cohorts: ClassVar[bool] = False
+    #: True for the two-round protocols (docs/protocols.md, "L-protocols"): a report is a fresh
+    #: second round of a first round memoised per device and value (``longitudinal.MemoisedDevice``).
+    two_round: ClassVar[bool] = False
 
     def __init__(self, params: Any) -> None:
         self.params = params

@@ -143,6 +143,8 @@ class MemoisedDevice(abc.ABC):
     """
 
     _memo: MemoCache
+    #: ``DeviceHalf.two_round``: what this mixin makes a protocol.
+    two_round = True
 
     @property
     @abc.abstractmethod
@@ -241,7 +243,7 @@ class MemoisedDevice(abc.ABC):
 
     def window_law(self) -> tuple[Any, ...] | None:
         """(kind, k or bits, p₁, q₁, p₂, q₂): what the r-report law of one memo key depends on
-        ("grr": a GRR memo over [k]; "bit": independent memo bits, ``bits`` of them moved by a
+        ("cat": a GRR memo over [k]; "bit": independent memo bits, ``bits`` of them moved by a
         change of value); None where window_charge has no exact law (memobitmean)."""
         return None
 
