@@ -104,7 +104,7 @@ def _law(protocol: Any) -> tuple[Any, ...]:
 
 def _joint(law: tuple[Any, ...], eps_inf: float, r: int) -> float:
     kind, k, p1, q1, p2, q2 = law
-    value = _grr_joint(k, p1, q1, p2, q2, r) if kind == "grr" else _bit_joint(p1, q1, p2, q2, r, k)
+    value = _grr_joint(k, p1, q1, p2, q2, r) if kind == "cat" else _bit_joint(p1, q1, p2, q2, r, k)
     return min(value, eps_inf)
 
 

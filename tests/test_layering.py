@@ -484,12 +484,10 @@ def name_branches(source: str, names: frozenset[str]) -> list[str]:
 #: Where a protocol's name may be branched on: the protocols themselves and their registries —
 #: the device halves and client_sdk/protocols/factory.py, the server halves and sketches/registry.py.
 NAME_HOMES = ("client_sdk/protocols/", "sketches/")
-#: Modules still branching on names, each a known remainder (issue 29 §2); remove an entry when its
-#: module stops branching. cli/ has none: what it asks of a protocol is a verb of its half
-#: (test_the_cli_branches_on_no_protocol_name).
-NAME_BRANCHES_NOT_YET_MOVED = frozenset({
-    "client_sdk/window_charge.py",   # "grr" there is window_law()'s chain kind, not a protocol
-})
+#: Modules still branching on names, each a known remainder (issue 29 §2); none is left (the last,
+#: client_sdk/window_charge.py, named its memo law "grr"). cli/ has none either: what it asks of a
+#: protocol is a verb of its half (test_the_cli_branches_on_no_protocol_name).
+NAME_BRANCHES_NOT_YET_MOVED: frozenset[str] = frozenset()
 
 
 def name_branch_offenders(root: Path = ROOT) -> dict[str, list[str]]:
@@ -529,3 +527,85 @@ def test_no_protocol_name_branches_outside_the_protocol_registry():
     offenders = name_branch_offenders()
     unexpected = {path: hits for path, hits in offenders.items() if path not in NAME_BRANCHES_NOT_YET_MOVED}
     assert not unexpected, unexpected
+
+
+def protocol_classes() -> frozenset[str]:
+    """The names of the protocols' halves: every class defined in client_sdk/protocols/ or sketches/
+    that is a device half, a server half or one of their mixins (MemoisedDevice, MemoisedServer)."""
+    import importlib
+    import inspect
+
+    from client_sdk.protocols.device import DeviceHalf
+    from client_sdk.protocols.longitudinal import MemoisedDevice
+    from sketches.base import ServerHalf
+    from sketches.longitudinal import MemoisedServer
+
+    halves = (DeviceHalf, MemoisedDevice, ServerHalf, MemoisedServer)
+    names = set()
+    for package in ("client_sdk.protocols", "sketches"):
+        for path in package_modules(package.replace(".", "/")):
+            module = importlib.import_module(f"{package}.{path.stem}" if path.stem != "__init__" else package)
+            names |= {name for name, obj in vars(module).items()
+                      if inspect.isclass(obj) and obj.__module__ == module.__name__ and issubclass(obj, halves)}
+    return frozenset(names)
+
+
+def type_dispatch(source: str, classes: frozenset[str]) -> list[str]:
+    """Lines of ``source`` that branch on a protocol's type (issue 29 §2): ``isinstance`` or
+    ``issubclass`` against one of ``classes`` (or a tuple holding one), and ``type(x)`` compared
+    (is, is not, ==, !=) with one. Attribute forms (``base.PureServer``) count too."""
+    def named(node: ast.AST) -> bool:
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+        return name in classes
+
+    def holds(node: ast.AST) -> bool:
+        return named(node) or (isinstance(node, ast.Tuple) and any(map(named, node.elts)))
+
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("isinstance", "issubclass") and len(node.args) == 2 and holds(node.args[1]):
+            found.add(node.lineno)
+        elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Call) \
+                and isinstance(node.left.func, ast.Name) and node.left.func.id == "type" \
+                and all(isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)) for op in node.ops) \
+                and any(map(named, node.comparators)):
+            found.add(node.lineno)
+    return [f"{line}: {source.splitlines()[line - 1].strip()}" for line in sorted(found)]
+
+
+def test_the_protocol_classes_are_the_halves():
+    """The scan below knows every half and mixin, and no utility class (a sketch, a params class)."""
+    classes = protocol_classes()
+    assert {"DeviceHalf", "DirectDevice", "MemoisedDevice", "OLH", "LOLOHA", "MemoBitMean", "ServerHalf",
+            "PureServer", "MemoisedServer", "OLHServer", "MemoBitMeanServer", "RapporServer", "HRServer"} <= classes
+    assert not {"Sketch", "CountEstimate", "Context", "OLHParams", "MemoRandom"} & classes
+
+
+def test_type_dispatch_sees_every_form():
+    """isinstance, issubclass (a class, a tuple, a module attribute) and type() comparisons with a
+    half are found; other classes, a type() call compared with a method and an annotation are not."""
+    source = ("if isinstance(p, OLHServer):\n    pass\nok = isinstance(p, (int, base.PureServer))\n"
+              "if type(p) is not OLHServer:\n    pass\nx = issubclass(k, MemoisedDevice)\n"
+              "y = isinstance(p, NumericPopulation)\nz = type(p).audit_chain is not ServerHalf.audit_chain\n"
+              "def f(p: OLHServer) -> None:\n    pass\nw = type(p) == GRR\n")
+    found = [hit.split(":")[0] for hit in type_dispatch(source, protocol_classes())]
+    assert found == ["1", "3", "4", "6", "11"], found
+
+
+def test_no_protocol_type_dispatch_outside_the_protocols():
+    """One dispatch per verb (issue 29 §2): outside client_sdk/protocols/ and sketches/ (and the
+    conformance generator, which enumerates every protocol on purpose) nothing tests a value's
+    protocol class; it asks the half a verb (estimators/compare.py once tested PureServer and
+    OLHServer, the audit OLHServer and MemoBitMeanServer, client.py MemoisedDevice)."""
+    classes = protocol_classes()
+    offenders = {}
+    for package in PACKAGES:
+        if package == "conformance":
+            continue
+        for path in package_modules(package):
+            rel = path.relative_to(ROOT).as_posix()
+            hits = [] if rel.startswith(NAME_HOMES) else type_dispatch(path.read_text(encoding="utf-8"), classes)
+            if hits:
+                offenders[rel] = hits
+    assert not offenders, offenders

@@ -146,7 +146,7 @@ class GRRChainRoundsDevice(MemoisedDevice):
     def window_law(self) -> tuple[Any, ...] | None:
         """A GRR memo over the chain's k values (L-GRR's d, LOLOHA's g hashed cells), GRR again."""
         par = self.params
-        return ("grr", int(par.chain_size), par.p1, par.q1, par.p2, par.q2)
+        return ("cat", int(par.chain_size), par.p1, par.q1, par.p2, par.q2)
 
 
 class LGRR(GRRChainRoundsDevice, GRR):
