@@ -27,6 +27,10 @@ def test_mvn_verify_passes_and_the_jar_is_within_budget() -> None:
     assert "dev/ldptelemetry/sdk/TelemetryClient.class" in names
     # the build strips debugger-only attributes (build-tools/StripLocals.java) but stack traces keep their lines
     assert b"LineNumberTable" in zipfile.ZipFile(JAR).read("dev/ldptelemetry/sdk/TelemetryClient.class")
+    # and the Kotlin metadata of internal classes, which only a Kotlin compiler of this module reads;
+    # public classes keep theirs, so Kotlin callers see properties, defaults and nullability
+    assert b"Lkotlin/Metadata;" in zipfile.ZipFile(JAR).read("dev/ldptelemetry/sdk/TelemetryClient.class")
+    assert b"Lkotlin/Metadata;" not in zipfile.ZipFile(JAR).read("dev/ldptelemetry/sdk/Hashing.class")
     assert not any(n.startswith(("org/junit", "kotlin/", "dev/ldptelemetry/sdk/testing/")) for n in names), \
         "the library jar bundles a dependency or the test doubles"
     testing = zipfile.ZipFile(JAR.with_name(JAR.stem + "-testing.jar")).namelist()

@@ -11,6 +11,14 @@
  * the debugger's names of local variables (and Kotlin's inline-scope markers), a tenth of the jar,
  * and the inline line maps (2.9 KB of it). Run with the JDK's source launcher: java StripLocals.java DIR.
  * Written from the class file format (JVMS §4); it rewrites attribute tables only.
+ *
+ * Given the Kotlin sources as a second argument (java StripLocals.java DIR SOURCES; phase
+ * prepare-package, after the tests compiled against the full classes), it also removes the
+ * kotlin.Metadata annotation from the classes the sources declare `internal` or `private` at top
+ * level, and from their nested classes: only the Kotlin compiler reads it (this SDK uses no
+ * kotlin-reflect), and no other module's compiler may use those classes, so it was 12.9 KB of the jar
+ * that no consumer reads. (A Kotlin caller now sees them as it sees Java classes, public in the
+ * bytecode as they were to Java callers.)
  */
 import java.io.ByteArrayOutputStream;
 import java.io.DataInputStream;
@@ -19,20 +27,54 @@ import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
+import java.nio.charset.StandardCharsets;
+import java.util.HashSet;
 import java.util.List;
+import java.util.Set;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import java.util.stream.Collectors;
 import java.util.stream.Stream;
 
 public final class StripLocals {
+    /** A top-level Kotlin declaration of a class, object or interface that other modules cannot use. */
+    private static final Pattern INTERNAL = Pattern.compile(
+        "^(?:internal|private)\\s+(?:(?:data|abstract|sealed|enum|open|inline|value|fun)\\s+)*(?:class|object|interface)\\s+(\\w+)",
+        Pattern.MULTILINE);
+    private static final Pattern PACKAGE = Pattern.compile("^package\\s+([\\w.]+)", Pattern.MULTILINE);
+
     public static void main(String[] args) throws IOException {
+        Path root = Paths.get(args[0]);
         List<Path> classes;
-        try (Stream<Path> s = Files.walk(Paths.get(args[0]))) {
+        try (Stream<Path> s = Files.walk(root)) {
             classes = s.filter(p -> p.toString().endsWith(".class")).collect(Collectors.toList());
         }
-        for (Path p : classes) Files.write(p, strip(Files.readAllBytes(p)));
+        Set<String> internal = args.length > 1 ? internalClasses(Paths.get(args[1])) : new HashSet<>();
+        for (Path p : classes) {
+            String name = root.relativize(p).toString().replace('\\', '/').replaceAll("\\.class$", "");
+            int nested = name.indexOf('$');
+            boolean dropMetadata = internal.contains(nested < 0 ? name : name.substring(0, nested));
+            Files.write(p, strip(Files.readAllBytes(p), dropMetadata));
+        }
     }
 
-    static byte[] strip(byte[] data) throws IOException {
+    /** The class file names (package/Name) of the classes the Kotlin sources declare internal or private. */
+    static Set<String> internalClasses(Path sources) throws IOException {
+        Set<String> names = new HashSet<>();
+        List<Path> files;
+        try (Stream<Path> s = Files.walk(sources)) {
+            files = s.filter(p -> p.toString().endsWith(".kt")).collect(Collectors.toList());
+        }
+        for (Path f : files) {
+            String text = new String(Files.readAllBytes(f), StandardCharsets.UTF_8);
+            Matcher pkg = PACKAGE.matcher(text);
+            String prefix = pkg.find() ? pkg.group(1).replace('.', '/') + "/" : "";
+            for (Matcher m = INTERNAL.matcher(text); m.find(); ) names.add(prefix + m.group(1));
+        }
+        return names;
+    }
+
+    static byte[] strip(byte[] data, boolean dropMetadata) throws IOException {
         DataInputStream in = new DataInputStream(new java.io.ByteArrayInputStream(data));
         int magic = in.readInt();
         int version = in.readInt();              // minor, major
@@ -81,10 +123,10 @@ public final class StripLocals {
                 out.writeShort(name);
                 out.writeShort(descriptor);
                 // nullability hints (@NotNull, CLASS retention) serve callers: kept on public and protected members
-                attributes(in, out, utf8, (access & 0x0005) == 0 || (access & 0x1000) != 0, refs);
+                attributes(in, out, utf8, (access & 0x0005) == 0 || (access & 0x1000) != 0, refs, false);
             }
         }
-        attributes(in, out, utf8, false, refs);
+        attributes(in, out, utf8, false, refs, dropMetadata);
         if (in.read() != -1) throw new IOException("trailing bytes");
         // the names and descriptors only the dropped tables used are left as empty strings (indices stay)
         ByteArrayOutputStream bytes = new ByteArrayOutputStream(data.length);
@@ -181,7 +223,8 @@ public final class StripLocals {
         }
     }
 
-    private static void attributes(DataInputStream in, DataOutputStream out, String[] utf8, boolean hidden, Refs refs) throws IOException {
+    private static void attributes(DataInputStream in, DataOutputStream out, String[] utf8, boolean hidden, Refs refs,
+                                   boolean dropMetadata) throws IOException {
         int n = in.readUnsignedShort();
         ByteArrayOutputStream kept = new ByteArrayOutputStream();
         DataOutputStream k = new DataOutputStream(kept);
@@ -194,6 +237,10 @@ public final class StripLocals {
             if (hidden && ("RuntimeInvisibleAnnotations".equals(s) || "RuntimeInvisibleParameterAnnotations".equals(s))) continue;
             if ("SourceDebugExtension".equals(s)) continue;
             if ("Code".equals(s)) body = code(body, utf8, refs);
+            if (dropMetadata && "RuntimeVisibleAnnotations".equals(s)) {
+                body = without(body, utf8, "Lkotlin/Metadata;");
+                if (body == null) continue;
+            }
             refs.used[name] = true;
             refs.attribute(s, body);
             k.writeShort(name);
@@ -203,6 +250,29 @@ public final class StripLocals {
         }
         out.writeShort(count);
         out.write(kept.toByteArray());
+    }
+
+    /** An annotations attribute's body without the annotations of type [type]; null when none is left. */
+    private static byte[] without(byte[] body, String[] utf8, String type) throws IOException {
+        java.io.ByteArrayInputStream bytes = new java.io.ByteArrayInputStream(body);
+        DataInputStream in = new DataInputStream(bytes);
+        Refs skip = new Refs(new boolean[utf8.length]);   // reads one annotation; marks nothing that is kept
+        int n = in.readUnsignedShort();
+        ByteArrayOutputStream kept = new ByteArrayOutputStream();
+        int count = 0;
+        for (int i = 0; i < n; i++) {
+            int start = body.length - bytes.available();
+            skip.annotation(in);
+            int end = body.length - bytes.available();
+            if (type.equals(utf8[u2(body, start)])) continue;
+            kept.write(body, start, end - start);
+            count++;
+        }
+        if (count == 0) return null;
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        new DataOutputStream(out).writeShort(count);
+        kept.writeTo(out);
+        return out.toByteArray();
     }
 
     private static byte[] code(byte[] body, String[] utf8, Refs refs) throws IOException {
