@@ -30,6 +30,7 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -62,15 +63,9 @@ from .base import (
     plan_merge,
     wants_flat,
 )
-from .shuffled import (
-    ShuffledBatch,
-    ShuffledOutcome,
-    ShuffleRecord,
-    batch_records,
-    finite_epsilon,
-    merge_records,
-    upsert_assignments,
-)
+
+if TYPE_CHECKING:  # .shuffled loads with the first commit: a reader (`ldpt estimate`) never needs it
+    from .shuffled import ShuffledBatch, ShuffledOutcome, ShuffleRecord
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ldpt_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -104,11 +99,20 @@ _SCHEMA_V4 = (
     max_envelope_reports INTEGER NOT NULL,
     PRIMARY KEY (metric, fingerprint, window))""",
 )
-_UPSERT_SHUFFLE = f"""
+
+
+def _upsert_shuffle() -> str:
+    """The upsert of one ``ShuffleRecord`` row (``COMBINE``'s merge), built where a commit first
+    needs it: ``upsert_assignments`` lives in .shuffled, which a reader never loads."""
+    from .shuffled import upsert_assignments
+
+    return f"""
 INSERT INTO shuffle_windows VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (metric, fingerprint, window) DO UPDATE SET
     {upsert_assignments("", "excluded.", "min", "max")}
 """
+
+
 BUSY_TIMEOUT_MS = 30_000
 #: After a checkpoint the WAL file is truncated to at most this many bytes (SQLite otherwise
 #: keeps the file at its largest size: on a small disk the WAL held all the space deletes freed).
@@ -207,6 +211,9 @@ class SQLiteStore(SketchStore):
     defer_compaction = False
 
     def commit(self, batches: Sequence[PendingBatch | ShuffledBatch]) -> list[BatchOutcome | ShuffledOutcome]:
+        # here: only a commit handles shuffled batches, so a reader never loads .shuffled
+        from .shuffled import ShuffledBatch, ShuffledOutcome, batch_records, finite_epsilon, merge_records
+
         now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         with self._lock:
             conn = self._conn
@@ -254,12 +261,13 @@ class SQLiteStore(SketchStore):
                     members = tuple(dedupe(m) for m in batch.members)
                     merge_records(records, batch_records(batch, [o is BatchOutcome.APPLIED for o in members]))
                     outcomes.append(ShuffledOutcome(BatchOutcome.APPLIED, members))
+                upsert = _upsert_shuffle() if records else ""
                 for r in records.values():
-                    conn.execute(_UPSERT_SHUFFLE, (r.metric, r.fingerprint, r.window, r.reports, r.envelopes,
-                                                   r.batches, r.smallest_batch, r.largest_batch,
-                                                   r.smallest_segment, r.smallest_cohort,
-                                                   finite_epsilon(r.envelope_epsilon), r.min_reports,
-                                                   r.max_reports, r.max_envelope_reports))
+                    conn.execute(upsert, (r.metric, r.fingerprint, r.window, r.reports, r.envelopes,
+                                          r.batches, r.smallest_batch, r.largest_batch,
+                                          r.smallest_segment, r.smallest_cohort,
+                                          finite_epsilon(r.envelope_epsilon), r.min_reports,
+                                          r.max_reports, r.max_envelope_reports))
                 touched = []
                 for key, summed in sum_deltas(applied, sparse=self.sparse).items():
                     if isinstance(summed, SparseDelta):
@@ -562,6 +570,10 @@ class SQLiteStore(SketchStore):
         with self._lock:
             rows = self._conn.execute(f"SELECT * FROM shuffle_windows WHERE {where} ORDER BY window",
                                       args).fetchall()
+        if not rows:
+            return []
+        from .shuffled import ShuffleRecord  # here: a store no shuffler wrote to never loads it
+
         return [ShuffleRecord(*row) for row in rows]
 
     def shuffled_batch(self, batch_id: bytes) -> bytes | None:

@@ -10,12 +10,14 @@ to its result by itself: the command imports no asyncio (~20 ms of a fresh proce
 from __future__ import annotations
 
 from collections.abc import Coroutine, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sketches.base import Sketch
 
 from .base import WindowInfo
-from .shuffled import ShuffleRecord
+
+if TYPE_CHECKING:  # an annotation: a store no shuffler wrote to never loads .shuffled
+    from .shuffled import ShuffleRecord
 
 T = TypeVar("T")
 
