@@ -572,9 +572,11 @@ def parse_registry(data: str | Mapping[str, Any], source: str = "<registry>",
                             + (f" (did you mean [{guess}]?)" if guess else ""), source=source)
     shuffle = parse_shuffle(data.get("shuffle"), lambda message: RegistryError(message, source=source,
                                                                                 field="shuffle"))
-    from .dimensions import parse_dimensions
+    dims = None
+    if "dimensions" in data:
+        from .dimensions import parse_dimensions  # here: a registry without [dimensions] never loads it
 
-    dims = parse_dimensions(data["dimensions"], source) if "dimensions" in data else None
+        dims = parse_dimensions(data["dimensions"], source)
     tables = data.get("metrics")
     if not isinstance(tables, Mapping) or not tables:
         raise RegistryError("no metrics declared; add a [metrics.NAME] table", source=source)
@@ -644,9 +646,11 @@ def _with_dimensions(spec: MetricSpec, table: Mapping[str, Any], dimensions: Dim
     def fail(message: str, field: str) -> RegistryError:
         return RegistryError(message, source=source, metric=spec.name, field=field)
 
-    from .dimensions import parse_metric_dimensions
+    dims: tuple[DimensionSpec, ...] = ()
+    if table.get("dimensions") is not None:
+        from .dimensions import parse_metric_dimensions  # here: a metric without dimensions never loads it
 
-    dims = parse_metric_dimensions(table.get("dimensions"), dimensions, fail)
+        dims = parse_metric_dimensions(table["dimensions"], dimensions, fail)
     min_reports = table.get("min_reports")
     if min_reports is not None and (isinstance(min_reports, bool) or not isinstance(min_reports, int)
                                     or min_reports < 1):

@@ -23,7 +23,6 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from client_sdk.dimensions import DEFAULT_MIN_REPORTS
 from client_sdk.errors import EstimationError, LdptError
 from client_sdk.registry import Kind, MetricSpec
 from collector.storage.base import date_filter_ok
@@ -335,6 +334,8 @@ def _with_unit(spec: MetricSpec, df: Any) -> Any:
 async def _breakdown(spec: MetricSpec, store: Any, q: EstimateQuery, rules: Rules) -> Any:
     """``by=os`` (or ``by=os,channel``): estimates per segment, small ones suppressed
     (estimators/breakdown.py)."""
+    # here: a metric without dimensions never loads client_sdk.dimensions
+    from client_sdk.dimensions import DEFAULT_MIN_REPORTS
     from estimators.breakdown import breakdown_frame, group_sketches, parse_by, segment_keys
 
     try:
