@@ -1,5 +1,6 @@
 package dev.ldptelemetry.sdk
 
+import java.math.BigInteger
 
 /**
  * Every protocol's one-report encoder, from the published `encoder` object alone
@@ -477,10 +478,95 @@ internal class MemoBitMeanEncoder(b: Block) : Encoder {
 /** The encoder layout this SDK understands. */
 internal const val ENCODER_VERSION = 1L
 
-/** The one-report encoder of a published encoder object ([RegistryException] if unknown). */
+/** (1) members that are integers: JSON integers (Long), not 4.0 nor true */
+private val INTEGERS = "d m g t k h s sampled seeds max_length groups grid window a b".split(' ')
+private val U64: BigInteger = BigInteger.ONE.shiftLeft(64)
+private const val U32 = 1L shl 32
+
+/**
+ * The checks an SDK applies to a published block (docs/conformance.md, "Checks an SDK applies to a
+ * block", numbered and applied in that order; the schema's own conditions too, as this SDK does
+ * not validate against it): a [RegistryException] naming the first member that disagrees, so that
+ * no report is encoded from an inconsistent block (conformance/vectors/invalid_blocks.json pins
+ * the member). One function with one failure path, for the jar's budget.
+ */
+internal fun checkBlock(b: Map<String, Any?>) {
+    // the one failure: the member and the check's number (0: the layout's version)
+    fun fail(field: String, check: Int): Nothing = throw RegistryException("field $field: " + if (check == 0) {
+        "encoder version ${b["version"]} is not known to this SDK; upgrade it"
+    } else "the encoder block fails check $check of docs/conformance.md, \"Checks an SDK applies to a block\"")
+    fun need(ok: Boolean, field: String, check: Int) { if (!ok) fail(field, check) }
+    fun int(o: Map<*, *>, k: String): Long = o[k] as? Long ?: fail(k, 1)   // (1): present, a JSON integer
+    fun word(x: Any?, field: String, check: Int): BigInteger {   // out of 2^64, as decimal text without a leading 0
+        val s = x as? String
+        if (s == null || s.isEmpty() || s.any { it !in '0'..'9' } || (s.length > 1 && s[0] == '0')) fail(field, check)
+        return BigInteger(s).also { need(it <= U64, field, check) }
+    }
+    fun rising(x: Any?, n: Long): Boolean {   // n finite numbers, strictly increasing
+        val list = x as? List<*> ?: return false
+        var last = Double.NEGATIVE_INFINITY
+        for (e in list) {
+            val v = (e as? Number)?.toDouble() ?: return false
+            if (v.isInfinite() || v.isNaN() || v <= last) return false
+            last = v
+        }
+        return list.size.toLong() == n
+    }
+    val p = b["protocol"]
+    val hybrid = p == "hybrid"
+    fun nested(k: String, check: Int): Map<*, *> {   // hybrid's nested draw, on the block's grid
+        val o = if (hybrid) b[k] as? Map<*, *> else b
+        if (o == null || o["grid"] != b["grid"]) fail("$k.grid", check)
+        return o
+    }
+
+    need(b["version"] == ENCODER_VERSION, "version", 0)
+    for (k in INTEGERS) if (k in b && !(hybrid && k == "h")) int(b, k)                                        // (1)
+    for (k in b.keys) if (k.endsWith("_threshold") || (hybrid && k == "h")) need(int(b, k) in 0..U32, k, 1)
+    val linear = b["family"] == "linear"
+    need(p != "olh" || linear == ("t" in b), "t", 2)                                                          // (2)
+    val r = when (p) { "rr" -> 2L; "grr" -> int(b, "d"); "olh", "hr", "discover" -> int(b, "g"); else -> 0L }   // (3)
+    if (r != 0L || p == "grr") need(int(b, "keep_threshold").toDouble() * r > U32, "keep_threshold", 3)
+    if (p == "hr" || (p == "olh" && linear)) {                                                                // (4)
+        val d = int(b, "d"); val g = int(b, "g"); val t = int(b, "t"); val m = int(b, "m")
+        var q = 2L
+        while (g % q != 0L && q * q < g) q++
+        need(g > 1 && (g == q || g % q != 0L), "g", 4)   // no divisor q with q² ≤ g
+        var digits = 1L; var points = 1L; var size = g
+        while (size < d) { digits++; points = points * g + 1; size = if (size > d / g) d else size * g }
+        need(t == digits, "t", 4)
+        need(m == points, "m", 4)
+    }
+    if (p == "rappor") need(int(b, "h") <= int(b, "k"), "h", 5)
+    if (p == "ss") need(int(b, "s") < int(b, "d"), "s", 6)
+    if (p == "dbitflip") need(int(b, "sampled") <= int(b, "d"), "sampled", 7)
+    if (p == "discover") need(int(b, "groups") == int(b, "max_length") + 1, "groups", 8)
+    if (p == "losue") need(b["p1_threshold"] == 1L shl 31, "p1_threshold", 9)
+    if (p == "piecewise" || hybrid) {                                                                         // (10)
+        val o = nested("piecewise", 10); val f = if (hybrid) "piecewise." else ""
+        val grid = int(b, "grid"); val w = int(o, "window"); val a = int(o, "a"); val c = int(o, "b")
+        need(w in 1..grid && a >= 1 && c >= 0, f + "window", 10)
+        need(w.toDouble() * a + grid.toDouble() * c <= U32, f + "a", 10)
+    }
+    if (p == "duchi" || p == "bitmean" || p == "memobitmean" || hybrid) {                                    // (11)
+        val o = nested("duchi", 11); val f = if (hybrid) "duchi." else ""
+        val low = word(o["low"], f + "low", 11)
+        need(low + BigInteger.valueOf(int(b, "grid")) * word(o["step"], f + "step", 11) <= U64, f + "step", 11)
+    }
+    if (p == "laplace") {                                                                                     // (12)
+        val bounds = b["bounds"] as? List<*>
+        need(bounds != null && bounds.size.toLong() == 2 * (int(b, "grid") + int(b, "window")), "bounds", 12)
+        var last = BigInteger.ZERO
+        for (x in bounds!!) last = word(x, "bounds", 12).also { need(it >= last, "bounds", 12) }
+    }
+    if ("edges" in b) need(rising(b["edges"], ((b["d"] as? Long) ?: 2L) + 1), "edges", 13)
+    if ("range" in b) need(rising(b["range"], 2), "range", 14)
+}
+
+/** The one-report encoder of a published encoder object: a [RegistryException] naming the member
+ * if the block fails a check of [checkBlock] (never a silent encode), or if it is unknown. */
 internal fun encoderFor(block: Map<String, Any?>): Encoder {
-    val version = block["version"]
-    if (version != ENCODER_VERSION) throw RegistryException("encoder version $version is not known to this SDK; upgrade it")
+    checkBlock(block)
     val b = Block(block)
     return when (b.protocol) {
         "rr" -> RrEncoder(b)
