@@ -549,7 +549,7 @@ def table_vectors() -> dict[str, Any]:
         by_cohort = []
         for s in range(b["m"]):
             tab = exact.direct(b["g"], b["keep_threshold"])
-            hashed = [p._hash_one(s, x) for x in range(b["d"])]
+            hashed = [p.cohort_hash(s, x) for x in range(b["d"])]
             by_cohort.append({"hashed": hashed, **tab})
         full = p.output_probabilities  # (m, g) per x
         for s, entry in enumerate(by_cohort):

@@ -199,8 +199,9 @@ class ServerHalf(abc.ABC):
         return self.device.payload_bits
 
     def __getattr__(self, name: str) -> Any:
-        """Protocol-specific device constants (thresholds, ``randomise``, ``memo_key``, ...)."""
-        if name.startswith("__") or name == "device":
+        """Protocol-specific device constants (thresholds, ``randomise``, ``memo_key``, ...): the
+        device half's public names only — its private ones are its own (issue 29 §2)."""
+        if name.startswith("_") or name == "device":
             raise AttributeError(name)
         return getattr(self.device, name)
 

@@ -124,7 +124,7 @@ class OLHServer(ServerHalf):
         else:
             s = self._check_cohorts(cohorts, x.shape)
         if n == 1:  # device path: one report, Python-integer hash (no table, no array overhead)
-            h = np.array([self._hash_one(int(s[0]), int(x[0]))], dtype=np.int64)
+            h = np.array([self.cohort_hash(int(s[0]), int(x[0]))], dtype=np.int64)
         else:
             h = self._hash(s, x)
         keep = bernoulli(source, self.device.keep_threshold, n)

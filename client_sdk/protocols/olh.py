@@ -269,7 +269,7 @@ class OLH(DeviceHalf):
             out["t"] = par.t
         return out
 
-    def _hash_one(self, s: int, x: int) -> int:
+    def cohort_hash(self, s: int, x: int) -> int:
         """H_s(x) for one cohort and value, in either family."""
         g = self.params.g
         if self.linear:
@@ -300,7 +300,7 @@ class OLH(DeviceHalf):
         s = src.below(m) if cohort is None else int(cohort)
         if not 0 <= s < m:
             raise ValueError(f"cohorts must be integers in [0, {m}), one per value")
-        h = self._hash_one(s, x)
+        h = self.cohort_hash(s, x)
         if src.word() < self.keep_threshold:
             return [s, h]
         other = src.below(g - 1)
