@@ -29,10 +29,9 @@ window's own estimate being exact.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -125,8 +124,9 @@ def range_frame(spec: MetricSpec, sketches: Sequence[tuple[str, Sketch]], *, con
     return freq
 
 
-@dataclasses.dataclass(frozen=True)
-class RangeLumps:
+# A NamedTuple rather than a frozen dataclass: alike here, without the methods a dataclass compiles
+# as its module loads (a fresh `ldpt estimate` imports this module, issue 32).
+class RangeLumps(NamedTuple):
     """A range's lumps per value (``range_lumps``): singles of size ``single_jump`` at Poisson rate
     ``single_rate``, events of size ``event_jump`` at rate ``event_rate``, and ``fresh`` — the part of
     the range's fresh variance that the lumps carry (the normal rest keeps at least the remainder)."""
