@@ -216,3 +216,14 @@ def test_a_histogram_metric_is_audited_by_its_bucket():
     spec = parse_metric("h", {"kind": "numeric", "range": [0, 10], "buckets": 5, "protocol": "grr", "epsilon": 1.0})
     row = distinguish(spec, ("[0, 2)", "[8, 10]"), 2, 400, np.random.default_rng(5))
     assert row.ci_low <= row.bound and row.accuracy > 0.5
+
+
+def test_a_server_half_reads_its_device_half_s_public_names_only():
+    """A server half reads a protocol constant through its device half (OLH's hash of one value,
+    the keep threshold), never a private name of it: that would cross the packages (issue 29 §2)."""
+    proto = count_server("olh")
+    assert proto.cohort_hash(2, 5) == hash_one(2, 5, proto.params.g)
+    assert proto.keep_threshold == proto.device.keep_threshold
+    assert hasattr(proto.device, "_cohorts")
+    with pytest.raises(AttributeError):
+        proto._cohorts  # noqa: B018
