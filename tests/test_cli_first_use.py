@@ -167,3 +167,33 @@ def test_frequency_estimate_does_not_import_scipy_stats(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-3:] == ["hr []", "grr []", "oue []"]
+
+
+#: What a fresh `ldpt estimate` of a plain metric from a SQLite store does not import (issue 32):
+#: the store's shuffled-batch records (no shuffler wrote to it), the dimensions of a registry
+#: that declares none.
+NOT_ON_THE_ESTIMATE_PATH = ("collector.storage.shuffled", "client_sdk.dimensions", "estimators.breakdown")
+
+
+def test_a_fresh_store_estimate_imports_only_what_it_uses(tmp_path):
+    """The console script's estimate of an hr metric loads none of NOT_ON_THE_ESTIMATE_PATH,
+    and prints the same table as the command run in process."""
+    registry = tmp_path / "metrics.toml"
+    registry.write_text('[metrics.hr]\nkind = "categorical"\ncategories = { ids = 4096 }\nprotocol = "hr"\n'
+                        'epsilon = 2.0\n', encoding="utf-8")
+    db = tmp_path / "store.sqlite"
+    args = ["estimate", "--metrics", str(registry), "--metric", "hr", "--db", str(db), "--silent", "--top", "5"]
+    runner = CliRunner()
+    assert runner.invoke(main, ["simulate", "--metrics", str(registry), "--metric", "hr", "--clients", "3000",
+                                "--db", str(db), "--silent", "--seed", "1"]).exit_code == 0
+    in_process = runner.invoke(main, args)
+    assert in_process.exit_code == 0, in_process.output
+    code = ("import atexit, json, sys\n"
+            f"atexit.register(lambda: print(json.dumps([m for m in {NOT_ON_THE_ESTIMATE_PATH!r} "
+            "if m in sys.modules]), file=sys.stderr))\n"
+            f"sys.argv = ['ldpt', *{args!r}]\nfrom cli.main import run\nrun()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stderr.strip().splitlines()[-1]) == []
+    assert done.stdout == in_process.stdout
+
