@@ -11,7 +11,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from .common import FiniteFloatRange, Working, emit, load_metric, output_options, read_lines, validate_url
+from .common import (
+    FiniteFloatRange,
+    Working,
+    emit,
+    load_metric,
+    output_options,
+    read_lines,
+    startup_imports,
+    validate_url,
+)
 from .dates import validate_date, validate_day
 
 if TYPE_CHECKING:
@@ -105,10 +114,18 @@ def estimate(metrics_file: str | None, metric: str, db: str | None, postgres: st
              plot_path: str | None, log_scale: bool, top: int | None, all_rows: bool, raw_csv: bool,
              silent: bool, fmt: str, output: str | None) -> None:
     """Estimate METRIC's frequencies with confidence intervals."""
-    from collector.estimates import DEFAULT_PAGE, EstimateQuery, is_large, largest, run_estimate, top_series
+    with startup_imports():
+        from collector.estimates import (
+            DEFAULT_PAGE,
+            EstimateQuery,
+            is_large,
+            largest,
+            run_estimate,
+            top_series,
+        )
 
-    from .output import format_frame
-    from .store_rules import StoreRules
+        from .output import format_frame
+        from .store_rules import StoreRules
 
     if plot_path:  # before any work: a missing extra must not cost a long estimate first
         from .plot import require_matplotlib

@@ -13,6 +13,7 @@ import importlib.util
 
 import click
 
+from . import common
 from .common import LdptGroup
 
 #: name -> (module, attribute, the one line `ldpt --help` shows without importing the module;
@@ -88,7 +89,8 @@ def run() -> None:
     object the command's imports made (~25,000: numpy, click, the query layer), a few percent of
     a fresh `ldpt estimate` (issue 32); the process ends here, so they are frozen instead (the
     memory is the operating system's to take back). In process (tests, ``CliRunner``) ``main`` is
-    called as it is."""
+    called as it is; here a command's start-up imports are frozen too (cli.common.startup_imports)."""
+    common.FREEZE_STARTUP = True
     try:
         main()
     finally:

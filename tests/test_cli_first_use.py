@@ -197,3 +197,16 @@ def test_a_fresh_store_estimate_imports_only_what_it_uses(tmp_path):
     assert json.loads(done.stderr.strip().splitlines()[-1]) == []
     assert done.stdout == in_process.stdout
 
+
+def test_startup_imports_freezes_only_in_the_console_script():
+    """In process ``startup_imports`` leaves the collector alone; once ``cli.main.run`` has set
+    FREEZE_STARTUP it pauses the GC inside and freezes what was made, then turns it back on."""
+    code = ("import gc\nimport cli.common as common\n"
+            "with common.startup_imports():\n    made = [[] for _ in range(1000)]\n"
+            "print(gc.get_freeze_count(), gc.isenabled())\n"
+            "common.FREEZE_STARTUP = True\n"
+            "with common.startup_imports():\n    more = [[] for _ in range(1000)]\n    print(gc.isenabled())\n"
+            "print(gc.get_freeze_count() >= 2000, gc.isenabled())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:3] == ["0 True", "False", "True True"]
