@@ -162,7 +162,7 @@ class _Metric:
                 published.epsilon_longitudinal
             charges = block.get("window_charges")
             self.window_charges = None if charges is None else \
-                WindowCharges(tuple(float(c) for c in charges["cumulative"]), float(charges["slope"]))
+                WindowCharges.from_json(charges, self.eps, spec.reports_per_window)   # checked by the registry
         else:
             proto = spec.protocol_impl
             self.fingerprint = spec.fingerprint

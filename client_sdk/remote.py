@@ -19,6 +19,7 @@ from .domains import domain_digest, values_from_text
 from .encoder_block import check_block, encoder_block
 from .errors import FingerprintMismatch, LdptError, RegistryError
 from .protocols import LONGITUDINAL_NUMERIC_NAMES, LONGITUDINAL_PROTOCOL_NAMES, PROTOCOL_NAMES
+from .protocols.blocks import block_protocol
 from .protocols.factory import option_keys
 from .protocols.numeric import NUMERIC_PROTOCOL_NAMES
 from .registry import (
@@ -160,8 +161,36 @@ def compiled_metric(entry: Mapping[str, Any], table: dict[str, Any], pinned: Map
                                 metric=name, field=field)
     spec = dataclasses.replace(parse_metric(name, table, source, dims, derive=False),
                                requested_protocol=entry.get("protocol", "auto"))
+    check_compiled_charges(spec, block, float(eps), eps_inf, source)   # type: ignore[arg-type]
     return spec, PublishedMetric(block, fingerprint, float(eps), None if eps_inf is None else float(eps_inf),  # type: ignore[arg-type]
                                  derived=False)
+
+
+def check_compiled_charges(spec: MetricSpec, block: Mapping[str, Any], eps: float, eps_inf: float | None,
+                           source: str) -> None:
+    """RegistryError when what a compiled metric's ledger would charge does not fit how its block
+    encodes: a memoised block (``BlockProtocol.memoised``) needs an ε∞ of at least ε₁ (else no new
+    value is charged to the lifetime), a block that is not memoised has none, and its window
+    charges are finite figures of at least k·ε₁ (``WindowCharges.from_json``)."""
+    def fail(message: str, field: str) -> RegistryError:
+        return RegistryError(message, source=source, metric=spec.name, field=field)
+
+    found = block_protocol(block.get("protocol"))
+    if found is not None and found.memoised and (eps_inf is None or eps_inf < eps):
+        raise fail(f"a {block['protocol']} block memoises its first round: the ledger charges ε∞ for each new "
+                   f"value, so epsilon_longitudinal must be a number of at least epsilon_per_report = {eps!r}, "
+                   f"got {eps_inf!r}", "epsilon_longitudinal")
+    if found is not None and not found.memoised and eps_inf is not None:
+        raise fail(f"a {block['protocol']} block memoises nothing: epsilon_longitudinal must be absent, got "
+                   f"{eps_inf!r}", "epsilon_longitudinal")
+    charges = block.get("window_charges")
+    if charges is not None:
+        from .window_charge import WindowCharges
+
+        try:
+            WindowCharges.from_json(charges, eps, spec.reports_per_window)
+        except ValueError as exc:
+            raise fail(str(exc), "window_charges") from None
 
 
 def check_published_block(spec: Any, published: Mapping[str, Any], source: str) -> None:

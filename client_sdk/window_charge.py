@@ -143,6 +143,29 @@ class WindowCharges(NamedTuple):
     def to_json(self) -> dict[str, Any]:
         return {"cumulative": list(self.cumulative), "slope": self.slope}
 
+    @classmethod
+    def from_json(cls, value: Any, epsilon: float, reports_per_window: int) -> WindowCharges:
+        """The charges an encoder block publishes (``to_json``'s form), checked before a ledger
+        charges from them; ValueError saying what is wrong. Every figure a finite number (a NaN
+        passes every budget check: docs/conformance.md, "The encoder block"), J = min(r, EXACT_REPORTS)
+        of them, and none below what r reports of ε₁ each cost (W(k) >= k·ε₁, module docstring)."""
+        if not isinstance(value, dict) or set(value) != {"cumulative", "slope"}:
+            raise ValueError("window_charges must be an object {\"cumulative\": [...], \"slope\": s}")
+        cumulative, slope = value["cumulative"], value["slope"]
+        figures = [*cumulative, slope] if isinstance(cumulative, list) else None
+        if figures is None or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                      and math.isfinite(x) for x in figures):
+            raise ValueError("window_charges' cumulative and slope must be finite numbers")
+        top = min(reports_per_window, EXACT_REPORTS)
+        if len(cumulative) != top:
+            raise ValueError(f"window_charges must list C(1)..C({top}) for {reports_per_window} reports per "
+                             f"window, not {len(cumulative)} figures")
+        floor = epsilon * (1 - _SAME)
+        if slope < floor or any(c < k * floor for k, c in enumerate(cumulative, start=1)):
+            raise ValueError(f"window_charges below k × ε₁ = k × {epsilon!r}: k reports would be charged less "
+                             "than their ε₁ each")
+        return cls(tuple(float(c) for c in cumulative), float(slope))
+
 
 @functools.lru_cache(maxsize=64)
 def _charges(law: tuple[Any, ...], eps1: float, eps_inf: float, reports: int) -> WindowCharges | None:

@@ -114,3 +114,46 @@ def test_by_default_a_block_the_parameters_do_not_give_is_refused():
     with pytest.raises(RegistryError, match="field 'p2_threshold'"):
         registry_from_json(tampered, pinned=pins(doc))
     assert registry_from_json(doc, pinned=pins(doc)).published["mood"].derived
+
+
+def tampered(mutate) -> dict[str, Any]:
+    """WINDOWED's published document with its first metric (mood: L-GRR, 3 reports per window) changed."""
+    doc = published(WINDOWED)
+    mutate(doc["metrics"][0])
+    return doc
+
+
+@pytest.mark.parametrize("charges", [
+    {"cumulative": [0.5, float("nan"), 1.5], "slope": 0.51},      # NaN passes every budget check
+    {"cumulative": ["0.5", "1.0", "1.5"], "slope": 0.51},         # numbers as strings
+    {"cumulative": [0.5, 1.0, 1.5], "slope": True},               # a bool as a number
+    {"cumulative": [0.5, 1.0, 1.5], "slope": float("inf")},
+    {"cumulative": [0.0, 0.0, 0.0], "slope": 0.0},                # charges nothing for a report
+    {"cumulative": [0.5, 1.0], "slope": 0.51},                    # J = min(reports_per_window, 64) = 3
+    {"cumulative": [0.5, 1.0, 1.5]},                              # no slope
+    [0.5, 1.0, 1.5],                                              # not an object
+])
+def test_a_compiled_registry_refuses_window_charges_that_are_not_finite_figures(charges: Any):
+    """docs/conformance.md: an SDK refuses a registry whose window charges are not finite numbers;
+    the compiled path charges from them unchecked otherwise (and a list crashed with a TypeError)."""
+    doc = tampered(lambda m: m["encoder"].__setitem__("window_charges", charges))
+    with pytest.raises(RegistryError, match="field 'window_charges'") as caught:
+        registry_from_json(doc, pinned=pins(doc), rederive=False)
+    assert caught.value.metric == "mood"
+
+
+def test_a_compiled_memoised_metric_needs_its_longitudinal_epsilon():
+    """Without epsilon_longitudinal an L-GRR block still encodes memoised reports, but the ledger
+    would charge no ε∞ for a new value: the lifetime budget would not bound what is revealed."""
+    doc = tampered(lambda m: m.pop("epsilon_longitudinal"))
+    with pytest.raises(RegistryError, match="field 'epsilon_longitudinal'") as caught:
+        registry_from_json(doc, pinned=pins(doc), rederive=False)
+    assert caught.value.metric == "mood"
+    doc = tampered(lambda m: m.__setitem__("epsilon_longitudinal", m["epsilon_per_report"] / 2))
+    with pytest.raises(RegistryError, match="field 'epsilon_longitudinal'"):
+        registry_from_json(doc, pinned=pins(doc), rederive=False)
+    url = published(golden.registries()["conformance"])
+    url["metrics"] = [m for m in url["metrics"] if m["resolved_protocol"] == "rappor"]
+    url["metrics"][0].pop("epsilon_longitudinal")   # RAPPOR's permanent randomised response is memoised
+    with pytest.raises(RegistryError, match="field 'epsilon_longitudinal'"):
+        registry_from_json(url, pinned=pins(url), rederive=False)

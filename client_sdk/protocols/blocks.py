@@ -72,6 +72,9 @@ class BlockProtocol(NamedTuple):
     check: BlockCheck | None = None
     #: members besides the ``*_threshold`` ones that are probabilities out of 2^32 (and may reach it)
     thresholds: tuple[str, ...] = ()
+    #: whether its first round is memoised per value (the L-protocols, RAPPOR's permanent randomised
+    #: response): the ledger must then charge ε∞ for each new value, so its metric publishes one
+    memoised: bool = False
 
 
 def block_protocol(name: Any) -> BlockProtocol | None:

@@ -249,4 +249,4 @@ def check_block(reader: BlockReader) -> None:
         reader.fail("sampled", "sampled (buckets a device reports) must be at most d")
 
 
-BLOCK = BlockProtocol(DBitFlipBlock, check_block)
+BLOCK = BlockProtocol(DBitFlipBlock, check_block, memoised=True)

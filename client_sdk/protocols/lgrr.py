@@ -211,4 +211,4 @@ class LGRRBlock(GRRChainBlock):
         super().__init__(block["d"], block)
 
 
-BLOCK = BlockProtocol(LGRRBlock)
+BLOCK = BlockProtocol(LGRRBlock, memoised=True)

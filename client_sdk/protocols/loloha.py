@@ -189,4 +189,4 @@ class LOLOHABlock(GRRChainBlock):
         return [cohort, second]  # type: ignore[list-item]
 
 
-BLOCK = BlockProtocol(LOLOHABlock)
+BLOCK = BlockProtocol(LOLOHABlock, memoised=True)

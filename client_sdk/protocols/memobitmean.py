@@ -220,4 +220,4 @@ class MemoBitMeanBlock(MemoEncoder):
         return first ^ int(source.word() < self.gamma)
 
 
-BLOCK = BlockProtocol(MemoBitMeanBlock, lambda reader: check_duchi(reader, reader.block, ""))
+BLOCK = BlockProtocol(MemoBitMeanBlock, lambda reader: check_duchi(reader, reader.block, ""), memoised=True)

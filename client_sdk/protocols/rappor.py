@@ -392,4 +392,4 @@ def check_block(reader: BlockReader) -> None:
         reader.fail("h", "h (hashes per value) must be at most k (Bloom filter bits)")
 
 
-BLOCK = BlockProtocol(RapporBlock, check_block)
+BLOCK = BlockProtocol(RapporBlock, check_block, memoised=True)
