@@ -132,6 +132,8 @@ def test_concurrent_overlapping_groups_apply_each_batch_once(schema_dsn, registr
     bodies = batches_of(registry, 80, seed=4, size=4)
     pend = [decoder.decode(b, WINDOW) for b in bodies]
 
+    first_groups_done = asyncio.Barrier(2)
+
     async def collector(store, order, seed):
         rng = random.Random(seed)
         outcomes = {}
@@ -140,6 +142,8 @@ def test_concurrent_overlapping_groups_apply_each_batch_once(schema_dsn, registr
             rng.shuffle(group)
             for b, o in zip(group, await store.acommit(group)):
                 outcomes.setdefault(bytes(b.batch_id), []).append(o)
+            if not start:   # the two first groups are disjoint: both collectors write before either
+                await first_groups_done.wait()   # can make all of the other's batches duplicates
         return outcomes
 
     async def scenario():
