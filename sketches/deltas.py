@@ -11,10 +11,9 @@ See docs/design.md, "Sparse deltas" and "Compaction".
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -41,8 +40,9 @@ def blob_to_counts(blob: bytes, cell_shape: tuple[int, ...]) -> np.ndarray:
     return np.frombuffer(blob, dtype="<i8").reshape(cell_shape).astype(np.int64, copy=False)
 
 
-@dataclasses.dataclass(frozen=True)
-class SparseDelta:
+# A NamedTuple rather than a frozen dataclass: alike for its users, without the methods a dataclass
+# compiles as its module loads (every store, and so a fresh `ldpt estimate`, imports it: issue 32).
+class SparseDelta(NamedTuple):
     """The non-zero cells of one sketch delta, in the sketch's *flat space*.
 
     The flat space of a sketch with m cohorts of ``width`` cells each is its counters
