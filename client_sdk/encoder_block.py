@@ -67,14 +67,19 @@ def check_block(block: Mapping[str, Any], metric: str, source: str = "GET /v1/re
     if block.get("version") != ENCODER_VERSION:
         reader.fail("version", f"encoder version {block.get('version')!r} is unknown: upgrade this SDK")
     registered = block_protocol(block.get("protocol"))
-    thresholds = () if registered is None else registered.thresholds
+    if registered is None:
+        reader.fail("protocol", f"protocol {block.get('protocol')!r} is unknown: upgrade this SDK")
+    for key in registered.members:                                           # (1) every member present
+        if key not in block:
+            reader.fail(key, f"a {block['protocol']} block needs {key} (docs/conformance.md, \"The encoder block\")")
+    thresholds = registered.thresholds
     for key in _INTEGERS:                                                    # (1) integers
         if key in block and key not in thresholds:
             reader.int(key)
     for key in _THRESHOLDS + thresholds:
         if key in block and not 0 <= reader.int(key) <= SCALE:
             reader.fail(key, f"{key} must be in [0, 2^32]")
-    if registered is not None and registered.check is not None:             # (2)–(12)
+    if registered.check is not None:                                         # (2)–(12)
         registered.check(reader)
     edges = block.get("edges")
     if edges is not None:                                                    # (13) histogram edges

@@ -76,3 +76,23 @@ def test_a_consistent_block_that_is_not_the_parameters_own_is_refused(metric: st
     check_block(block, metric)
     with pytest.raises(RegistryError, match=f"metric '{metric}': field '{member}'"):
         registry_from_json(with_block(metric, block))
+
+
+SCHEMA_DEFS = block_types.load_schema()["$defs"]
+
+
+@pytest.mark.parametrize("entry", REGISTRY["metrics"], ids=[m["name"] for m in REGISTRY["metrics"]])
+def test_a_block_without_a_member_its_protocol_needs_is_refused(entry: dict[str, Any]) -> None:
+    """Every member the schema requires of the block's protocol, left out, is a RegistryError naming
+    it, in the checks and in both reading paths (before: a KeyError from the encoder of a compiled
+    registry, a TypeError from the mean mechanisms' checks)."""
+    name, block = entry["name"], entry["encoder"]
+    pins = {m["name"]: m["fingerprint"] for m in REGISTRY["metrics"]}
+    for member in SCHEMA_DEFS[block["protocol"]]["required"]:
+        partial = {k: v for k, v in block.items() if k != member}
+        with pytest.raises(RegistryError) as caught:
+            check_block(partial, name)
+        assert (caught.value.metric, caught.value.field) == (name, member)
+        for rederive in (True, False):
+            with pytest.raises(RegistryError, match=f"metric '{name}': field '{member}'"):
+                registry_from_json(with_block(name, partial), pinned=pins, rederive=rederive)

@@ -75,6 +75,9 @@ class BlockProtocol(NamedTuple):
     #: whether its first round is memoised per value (the L-protocols, RAPPOR's permanent randomised
     #: response): the ledger must then charge ε∞ for each new value, so its metric publishes one
     memoised: bool = False
+    #: the members its encoder reads besides ``version`` and ``protocol`` (the schema's ``required``,
+    #: conformance/encoder-block.schema.json): a block without one is refused, not a KeyError
+    members: tuple[str, ...] = ()
 
 
 def block_protocol(name: Any) -> BlockProtocol | None:

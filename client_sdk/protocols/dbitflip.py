@@ -249,4 +249,5 @@ def check_block(reader: BlockReader) -> None:
         reader.fail("sampled", "sampled (buckets a device reports) must be at most d")
 
 
-BLOCK = BlockProtocol(DBitFlipBlock, check_block, memoised=True)
+BLOCK = BlockProtocol(DBitFlipBlock, check_block, memoised=True,
+                      members=("d", "sampled", "p1_threshold", "p2_threshold"))

@@ -291,4 +291,4 @@ def check_block(reader: BlockReader) -> None:
         reader.fail("groups", "groups must be max_length + 1")
 
 
-BLOCK = BlockProtocol(DiscoverBlock, check_block)
+BLOCK = BlockProtocol(DiscoverBlock, check_block, members=("max_length", "groups", "seeds", "g", "keep_threshold"))

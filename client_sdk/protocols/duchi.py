@@ -181,4 +181,5 @@ def check_duchi(reader: BlockReader, duchi: Any, prefix: str) -> None:
         reader.fail(prefix + "step", "low + grid × step must be at most 2^64")
 
 
-BLOCK = BlockProtocol(DuchiBlock, lambda reader: check_duchi(reader, reader.block, ""))
+BLOCK = BlockProtocol(DuchiBlock, lambda reader: check_duchi(reader, reader.block, ""),
+                      members=("grid", "low", "step", "range"))

@@ -119,4 +119,5 @@ class GRRBlock(IndexEncoder):
         return other + (other >= index)
 
 
-BLOCK = BlockProtocol(GRRBlock, lambda reader: check_keep(reader.block.get("d"), reader))
+BLOCK = BlockProtocol(GRRBlock, lambda reader: check_keep(reader.block.get("d"), reader),
+                      members=("d", "keep_threshold"))

@@ -239,4 +239,4 @@ def check_block(reader: BlockReader) -> None:
     check_field(reader)
 
 
-BLOCK = BlockProtocol(HRBlock, check_block)
+BLOCK = BlockProtocol(HRBlock, check_block, members=("d", "g", "t", "m", "keep_threshold"))

@@ -231,4 +231,4 @@ def check_block(reader: BlockReader) -> None:
 
 
 #: ``h`` is P(the piecewise part) out of 2^32.
-BLOCK = BlockProtocol(HybridBlock, check_block, thresholds=("h",))
+BLOCK = BlockProtocol(HybridBlock, check_block, thresholds=("h",), members=("grid", "h", "piecewise", "duchi", "range"))

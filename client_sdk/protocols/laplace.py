@@ -282,4 +282,4 @@ def check_block(reader: BlockReader) -> None:
         reader.fail("bounds", "bounds must be non-decreasing")
 
 
-BLOCK = BlockProtocol(LaplaceBlock, check_block)
+BLOCK = BlockProtocol(LaplaceBlock, check_block, members=("grid", "window", "bounds", "range"))

@@ -211,4 +211,4 @@ class LGRRBlock(GRRChainBlock):
         super().__init__(block["d"], block)
 
 
-BLOCK = BlockProtocol(LGRRBlock, memoised=True)
+BLOCK = BlockProtocol(LGRRBlock, memoised=True, members=("d", "p1_threshold", "p2_threshold"))

@@ -189,4 +189,4 @@ class LOLOHABlock(GRRChainBlock):
         return [cohort, second]  # type: ignore[list-item]
 
 
-BLOCK = BlockProtocol(LOLOHABlock, memoised=True)
+BLOCK = BlockProtocol(LOLOHABlock, memoised=True, members=("d", "m", "g", "p1_threshold", "p2_threshold"))

@@ -186,4 +186,5 @@ def check_block(reader: BlockReader) -> None:
         reader.fail("p1_threshold", "p1_threshold must be 2^31 (L-OSUE's first round)")
 
 
-BLOCK = BlockProtocol(LOSUEBlock, check_block, memoised=True)
+BLOCK = BlockProtocol(LOSUEBlock, check_block, memoised=True,
+                      members=("d", "p1_threshold", "q1_threshold", "p2_threshold"))

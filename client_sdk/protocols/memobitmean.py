@@ -220,4 +220,5 @@ class MemoBitMeanBlock(MemoEncoder):
         return first ^ int(source.word() < self.gamma)
 
 
-BLOCK = BlockProtocol(MemoBitMeanBlock, lambda reader: check_duchi(reader, reader.block, ""), memoised=True)
+BLOCK = BlockProtocol(MemoBitMeanBlock, lambda reader: check_duchi(reader, reader.block, ""), memoised=True,
+                      members=("grid", "low", "step", "gamma_threshold", "range"))

@@ -531,4 +531,4 @@ def check_block(reader: BlockReader) -> None:
         proj.check_field(reader)
 
 
-BLOCK = BlockProtocol(OLHBlock, check_block)
+BLOCK = BlockProtocol(OLHBlock, check_block, members=("d", "m", "g", "family", "keep_threshold"))

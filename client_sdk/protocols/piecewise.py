@@ -302,4 +302,5 @@ def check_piecewise(reader: BlockReader, pw: Any, prefix: str) -> None:
         reader.fail(prefix + "a", "window × a + grid × b must be at most 2^32")
 
 
-BLOCK = BlockProtocol(PiecewiseBlock, lambda reader: check_piecewise(reader, reader.block, ""))
+BLOCK = BlockProtocol(PiecewiseBlock, lambda reader: check_piecewise(reader, reader.block, ""),
+                      members=("grid", "window", "a", "b", "range"))

@@ -392,4 +392,5 @@ def check_block(reader: BlockReader) -> None:
         reader.fail("h", "h (hashes per value) must be at most k (Bloom filter bits)")
 
 
-BLOCK = BlockProtocol(RapporBlock, check_block, memoised=True)
+BLOCK = BlockProtocol(RapporBlock, check_block, memoised=True,
+                      members=("k", "h", "m", "half_f_threshold", "p_threshold", "q_threshold"))

@@ -89,4 +89,4 @@ class RRBlock(IndexEncoder):
         return index if source.word() < self.keep else 1 - index
 
 
-BLOCK = BlockProtocol(RRBlock, lambda reader: check_keep(2, reader))
+BLOCK = BlockProtocol(RRBlock, lambda reader: check_keep(2, reader), members=("d", "keep_threshold"))

@@ -183,4 +183,4 @@ def check_block(reader: BlockReader) -> None:
         reader.fail("s", "s (subset size) must be below d")
 
 
-BLOCK = BlockProtocol(SSBlock, check_block)
+BLOCK = BlockProtocol(SSBlock, check_block, members=("d", "s", "include_threshold"))

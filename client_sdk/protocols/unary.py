@@ -179,4 +179,4 @@ class UnaryBlock(IndexEncoder):
         return pack_bits(unary_bits(source.words(self.d), index, self.p, self.q), self.width)
 
 
-BLOCK = BlockProtocol(UnaryBlock)
+BLOCK = BlockProtocol(UnaryBlock, members=("d", "p_threshold", "q_threshold"))
