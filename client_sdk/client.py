@@ -147,7 +147,7 @@ class _Metric:
                  published: PublishedMetric | None = None) -> None:
         # here, not on the SDK's import: the first metric of a registry loads its protocols
         from .encoder_block import encoder_block
-        from .protocols.blocks import MemoEncoder, encoder_from_block
+        from .protocols.blocks import encoder_from_block
         from .window_charge import WindowCharges
 
         # One path for every metric: block -> one-report encoder. A published registry's block is
@@ -176,7 +176,7 @@ class _Metric:
         self.rpw = spec.reports_per_window
         self.budget = spec.lifetime_epsilon
         # L-GRR, L-OSUE, LOLOHA, dBitFlipPM, memobitmean: memoised first round from the secret
-        self.two_round = isinstance(self.encoder, MemoEncoder)
+        self.two_round = self.encoder.two_round
         self.dev_window = device.epsilon_per_window if device is not None else None
         self.dev_lifetime = device.lifetime_epsilon if device is not None else None
         self.numeric = spec.kind is Kind.NUMERIC

@@ -535,12 +535,13 @@ def protocol_classes() -> frozenset[str]:
     import importlib
     import inspect
 
+    from client_sdk.protocols.blocks import BlockEncoder
     from client_sdk.protocols.device import DeviceHalf
     from client_sdk.protocols.longitudinal import MemoisedDevice
     from sketches.base import ServerHalf
     from sketches.longitudinal import MemoisedServer
 
-    halves = (DeviceHalf, MemoisedDevice, ServerHalf, MemoisedServer)
+    halves = (DeviceHalf, MemoisedDevice, ServerHalf, MemoisedServer, BlockEncoder)
     names = set()
     for package in ("client_sdk.protocols", "sketches"):
         for path in package_modules(package.replace(".", "/")):
@@ -578,7 +579,8 @@ def test_the_protocol_classes_are_the_halves():
     """The scan below knows every half and mixin, and no utility class (a sketch, a params class)."""
     classes = protocol_classes()
     assert {"DeviceHalf", "DirectDevice", "MemoisedDevice", "OLH", "LOLOHA", "MemoBitMean", "ServerHalf",
-            "PureServer", "MemoisedServer", "OLHServer", "MemoBitMeanServer", "RapporServer", "HRServer"} <= classes
+            "PureServer", "MemoisedServer", "OLHServer", "MemoBitMeanServer", "RapporServer", "HRServer",
+            "BlockEncoder", "MemoEncoder", "IndexEncoder", "MeanEncoder", "OLHBlock", "GRRChainBlock"} <= classes
     assert not {"Sketch", "CountEstimate", "Context", "OLHParams", "MemoRandom"} & classes
 
 
@@ -597,7 +599,8 @@ def test_no_protocol_type_dispatch_outside_the_protocols():
     """One dispatch per verb (issue 29 §2): outside client_sdk/protocols/ and sketches/ (and the
     conformance generator, which enumerates every protocol on purpose) nothing tests a value's
     protocol class; it asks the half a verb (estimators/compare.py once tested PureServer and
-    OLHServer, the audit OLHServer and MemoBitMeanServer, client.py MemoisedDevice)."""
+    OLHServer, the audit OLHServer and MemoBitMeanServer, client.py MemoisedDevice and then MemoEncoder;
+    the block encoders count as protocol classes)."""
     classes = protocol_classes()
     offenders = {}
     for package in PACKAGES:

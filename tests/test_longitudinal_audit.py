@@ -151,7 +151,7 @@ def test_sdk_memoised_round_is_deterministic_and_distributed_as_enumerated(name)
     s = secrets[0]
     wire = [proto.encode_secret_one(x, s, "m") for _ in range(5)]
     assert all(w is not None for w in wire)
-    assert len(proto.device._memo._cache) == 1   # the device half's memo: one entry
+    assert len(proto.device.block_encoder.memo._cache) == 1   # the device half's encoder memo: one entry
 
 
 def test_audit_rejects_a_leaking_memoised_round_and_an_understated_epsilon():

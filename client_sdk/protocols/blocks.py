@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from ..errors import RegistryError
 from ..hashing import check_secret, derive_cohort
@@ -114,7 +114,21 @@ def u64_member(block: Mapping[str, Any], key: str) -> int:
     return int(block[key])
 
 
-class IndexEncoder:
+class BlockEncoder:
+    """Base of every one-report encoder built from a block: ``encode_one(index, key, ctx)``, and
+    what the client asks of a protocol's reports without testing the encoder's class."""
+
+    __slots__ = ()
+    #: True for the two-round protocols (``MemoEncoder``), as ``DeviceHalf.two_round``: a report is a
+    #: fresh round of a first round memoised per device and value, whose ``memo_key`` the ledger charges.
+    two_round: ClassVar[bool] = False
+
+    def encode_one(self, index: int, key: str, ctx: Context) -> Any:
+        """The randomised wire payload of the looked-up ``index`` (string metrics: of ``key``)."""
+        raise NotImplementedError
+
+
+class IndexEncoder(BlockEncoder):
     """Base of the encoders whose report depends on the domain index alone (no secret, no day):
     ``encode_one`` is ``randomise`` with the context's words."""
 
@@ -147,7 +161,7 @@ class MeanEncoder(IndexEncoder):
         return min(low, self.grid)
 
 
-class MemoEncoder:
+class MemoEncoder(BlockEncoder):
     """Base of the memoised protocols' encoders (lgrr, losue, loloha, dbitflip, memobitmean): the
     first round memoised per (secret, metric, memo key) from the memo stream, the second round from
     fresh words (docs/protocols.md, "L-protocols"). Subclasses set ``name`` and give the rounds,
@@ -155,6 +169,7 @@ class MemoEncoder:
 
     __slots__ = ("memo",)
     name: str = ""
+    two_round = True
 
     def __init__(self) -> None:
         self.memo = MemoCache()
@@ -213,5 +228,5 @@ class PermanentCohorts:
         return cohort
 
 
-__all__ = ["MemoEncoder", "PermanentCohorts", "BlockCheck", "BlockProtocol", "BlockReader", "IndexEncoder", "MeanEncoder", "block_protocol",
+__all__ = ["BlockEncoder", "MemoEncoder", "PermanentCohorts", "BlockCheck", "BlockProtocol", "BlockReader", "IndexEncoder", "MeanEncoder", "block_protocol",
            "check_keep", "encoder_from_block", "u64_member"]

@@ -34,7 +34,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..memo import MemoCache
 from ..randomness import SCALE, realised, threshold_floor
 from .blocks import BlockProtocol, BlockReader, MemoEncoder, PermanentCohorts
 from .device import DeviceHalf, check_domain_and_epsilon
@@ -97,10 +96,6 @@ class DBitFlip(MemoisedDevice, DeviceHalf):
     name = "dbitflip"
     uses_cohorts = True
 
-    def __init__(self, params: DBitFlipParams) -> None:
-        super().__init__(params)
-        self._memo = MemoCache()
-
     @property
     def domain_size(self) -> int:
         return self.params.d
@@ -144,12 +139,6 @@ class DBitFlip(MemoisedDevice, DeviceHalf):
         return n * n * (noise + sampling)
 
     # --- one report --------------------------------------------------------------------------------
-    def cohort_of(self, secret: bytes, metric: str) -> int:
-        """This device's permanent window for ``metric`` (HMAC of the secret; cached in memory)."""
-        return self.permanent_cohort(secret, metric, COHORT_SCOPE, self.params.d)
-
-    def memo_index(self, index: int, secret: bytes, metric: str) -> int:
-        return self.memo_index_in_cohort(index, self.cohort_of(secret, metric))
 
     def memo_index_in_cohort(self, index: int, cohort: int | None) -> int:
         """Position of the value in window ``cohort``, or d (none): all round 1 depends on."""
@@ -157,28 +146,6 @@ class DBitFlip(MemoisedDevice, DeviceHalf):
             raise ValueError(f"cohorts must be integers in [0, {self.params.d}), one per value")
         pos = (index - cohort) % self.params.d
         return pos if pos < self.params.sampled else self.params.sampled
-
-    def first_round_one(self, memo_input: int, source: Any) -> list[bool]:
-        """Round 1 of one input: bit i is uᵢ < T₁ at the value's position, < 2^32 − T₁ elsewhere."""
-        t1 = self.params.p1_threshold
-        t0 = SCALE - t1
-        return [u < (t1 if i == memo_input else t0) for i, u in enumerate(source.words(self.params.sampled))]
-
-    def second_round_one(self, first: list[bool], source: Any) -> int:
-        """Round 2 of one response, as the report's integer Σ bitᵢ·2^i."""
-        t2 = self.params.p2_threshold
-        t0 = SCALE - t2
-        y = 0
-        for i, (b, u) in enumerate(zip(first, source.words(len(first)))):
-            if u < (t2 if b else t0):
-                y |= 1 << i
-        return y
-
-    def wire_one(self, second: int, cohort: int | None) -> list[int]:
-        return [int(cohort), second]  # type: ignore[arg-type]
-
-    def sdk_cohort(self, secret: bytes, metric: str) -> int:
-        return self.cohort_of(secret, metric)
 
     def window_law(self) -> tuple[Any, ...] | None:
         """The window's memo bits, flipped: a change of value moves two (one if d = 1)."""

@@ -16,6 +16,7 @@ A protocol is two halves over one frozen params dataclass (docs/design.md, "Two 
 from __future__ import annotations
 
 import abc
+import functools
 import math
 import operator
 import sys
@@ -102,9 +103,24 @@ class DeviceHalf(abc.ABC):
         """This protocol's resolved integers in the published ``encoder`` object
         (docs/conformance.md, "The encoder block"; client_sdk.encoder_block adds the rest)."""
 
-    @abc.abstractmethod
+    @functools.cached_property
+    def block_encoder(self) -> Any:
+        """The one-report encoder built from this half's own ``encoder_block()``
+        (client_sdk/protocols/blocks.py), built once: the one home of the protocol's draw, which
+        every report of this half goes through, as the client's do."""
+        from .blocks import block_protocol  # the protocols' registry imports this module
+
+        return block_protocol(self.name).encoder(self.encoder_block())  # type: ignore[union-attr]
+
     def encode_one(self, index: int, key: str, ctx: Context) -> Any:
-        """The randomised wire payload of domain index ``index`` (string metrics: of ``key``)."""
+        """The randomised wire payload of domain index ``index`` (string metrics: of ``key``):
+        the block encoder's, after the device-side check of the index."""
+        return self.block_encoder.encode_one(self.check_index(index), key, ctx)
+
+    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> Any:
+        """One report of ``index`` from ``source`` (the OS CSPRNG by default), for the protocols
+        whose report depends on the index alone (``blocks.IndexEncoder``); others override it."""
+        return self.block_encoder.randomise(self.check_index(index), source or OS_WORDS)
 
     @abc.abstractmethod
     def variance(self, n: int, true_count: float) -> float:
@@ -146,13 +162,6 @@ class DirectDevice(DeviceHalf):
 
     def encoder_block(self) -> dict[str, Any]:
         return {"d": self.params.d, "keep_threshold": self.keep_threshold}
-
-    @abc.abstractmethod
-    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
-        """One report of ``index`` from ``source`` (the OS CSPRNG by default)."""
-
-    def encode_one(self, index: int, key: str, ctx: Context) -> int:
-        return self.randomise(index, None, ctx.words)
 
     def variance(self, n: int, true_count: float) -> float:
         return pure_variance_one(n, true_count, self.p, self.q)

@@ -47,7 +47,7 @@ from ..errors import DomainError
 from ..hashing import derive_cohort, encode_text
 from ..randomness import OS_WORDS, SCALE, WordSource
 from ._epsilon import log_up
-from .blocks import BlockProtocol, BlockReader, check_keep
+from .blocks import BlockEncoder, BlockProtocol, BlockReader, check_keep
 from .device import Context, DeviceHalf, numpy_types
 from .grr import GRROnRange
 
@@ -206,28 +206,18 @@ class Discover(DeviceHalf):
         return vals
 
     def group_of(self, secret: bytes, metric: str) -> int:
-        """The device's group: HMAC of its secret and the metric (uniform, stable)."""
-        return derive_cohort(secret, f"discover\x00{metric}", self.params.groups)
+        """The device's group: HMAC of its secret and the metric (uniform, stable; the block encoder's)."""
+        return self.block_encoder.group_of(secret, metric)
 
     def encode_secret_one(self, value: str, secret: bytes, metric: str,
                           source: WordSource | None = None) -> list[int]:
         """One device's report [group, seed, y] from the OS CSPRNG (the SDK path; tests may
-        inject ``source``)."""
-        par = self.params
-        if not isinstance(value, str):
-            raise DomainError(f"discover values are strings, got {type(value).__name__}")
-        group = self.group_of(secret, metric)
-        fp = fingerprint(key_bytes(truncate(value, par.max_length), min(group + 1, par.max_length)))
-        src = source or OS_WORDS
-        seed = src.below(par.seeds)
-        h = bucket_one(seed, fp, par.g)
-        if src.word() < self.keep_threshold:
-            return [group, seed, h]
-        other = src.below(par.g - 1)
-        return [group, seed, other + (other >= h)]
+        inject ``source``): the block encoder's."""
+        return self.block_encoder.encode_one(-1, value, Context(secret, metric, 0, source or OS_WORDS))
 
     def encode_one(self, index: int, key: str, ctx: Context) -> list[int]:
-        return self.encode_secret_one(key, ctx.secret, ctx.metric, ctx.words)
+        """The report of the string ``key`` (``index`` unused: the values are an open set)."""
+        return self.block_encoder.encode_one(index, key, ctx)
 
 
 OPTION_KEYS: frozenset[str] = frozenset({"max_length", "seeds", "hash_range"})
@@ -255,7 +245,7 @@ def from_options(domain_size: int | None, epsilon: float | None, options: dict[s
         seeds=int(default_seeds(g) if seeds is None else seeds), g=g))
 
 
-class DiscoverBlock:
+class DiscoverBlock(BlockEncoder):
     """discover's one-report encoder from the block: the device's group (HMAC of the secret and
     metric), seed = BELOW(seeds), then GRR on [g] of the hashed key of the group's prefix; the
     report is [group, seed, y]."""
@@ -269,11 +259,15 @@ class DiscoverBlock:
         self.g: int = block["g"]
         self.keep: int = block["keep_threshold"]
 
+    def group_of(self, secret: bytes, metric: str) -> int:
+        """The device's group: HMAC of its secret and the metric (uniform, stable)."""
+        return derive_cohort(secret, f"discover\x00{metric}", self.groups)
+
     def encode_one(self, index: int, key: str, ctx: Context) -> list[int]:
         """One report of the string ``key`` (truncated to ``max_length`` UTF-8 bytes)."""
         if not isinstance(key, str):
             raise DomainError(f"discover values are strings, got {type(key).__name__}")
-        group = derive_cohort(ctx.secret, f"discover\x00{ctx.metric}", self.groups)
+        group = self.group_of(ctx.secret, ctx.metric)
         fp = fingerprint(key_bytes(truncate(key, self.max_length), min(group + 1, self.max_length)))
         src, g = ctx.words, self.g
         seed = src.below(self.seeds)

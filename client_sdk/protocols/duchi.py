@@ -130,11 +130,6 @@ class Duchi(NumericDevice):
         # thresholds out of 2^64 as decimal strings (client_sdk.encoder_block: beyond 2^53)
         return {"grid": self.params.grid, "low": str(self.low_threshold), "step": str(self.step)}
 
-    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
-        """One bit: 1 iff a 64-bit word (two 32-bit ones, low first) is below T_j."""
-        j = self.check_index(index)
-        return int((source or OS_WORDS).word64() < self.low_threshold + self.step * j)
-
 
 class BitMean(Duchi):
     """Ding et al. (2017)'s 1BitMean: Duchi's mechanism under the name Windows telemetry uses."""

@@ -81,15 +81,6 @@ class GRR(DirectDevice):
 
     name = "grr"
 
-    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
-        """GRR for one value in Python integers: keep x if u < T, else a uniform other value."""
-        x = self.check_index(index)
-        src = source or OS_WORDS
-        if src.word() < self.keep_threshold:
-            return x
-        other = src.below(self.params.d - 1)
-        return other + (other >= x)
-
 
 OPTION_KEYS: frozenset[str] = frozenset()
 #: A joint metric may use it: its count estimates' covariance is derived exactly (docs/math.md,

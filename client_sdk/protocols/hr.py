@@ -47,7 +47,7 @@ from typing import Any
 from ..randomness import OS_WORDS, WordSource
 from ._epsilon import log_up
 from .blocks import BlockProtocol, BlockReader, IndexEncoder, check_keep
-from .device import Context, DeviceHalf, check_domain_and_epsilon, numpy_types, pure_variance_one
+from .device import DeviceHalf, check_domain_and_epsilon, numpy_types, pure_variance_one
 from .grr import GRROnRange
 from .projective import (
     check_field,
@@ -168,21 +168,6 @@ class HR(DeviceHalf):
     def encoder_block(self) -> dict[str, Any]:
         par = self.params
         return {"d": par.d, "g": par.g, "t": par.t, "m": par.m, "keep_threshold": par.keep_threshold}
-
-    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
-        """One report in Python integers: the same draws as the server's vectorised ``encode``."""
-        x = self.check_index(index)
-        g = self.g
-        src = source or OS_WORDS
-        s = src.below(self.m)
-        h = inner_one(direction_code_one(s, g, self.t), x, g)
-        if src.word() < self.keep_threshold:
-            return s * g + h
-        other = src.below(g - 1)
-        return s * g + other + (other >= h)
-
-    def encode_one(self, index: int, key: str, ctx: Context) -> int:
-        return self.randomise(index, None, ctx.words)
 
     def variance(self, n: int, true_count: float) -> float:
         return pure_variance_one(n, true_count, self.p, self.q)

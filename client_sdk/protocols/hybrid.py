@@ -188,13 +188,6 @@ class Hybrid(NumericDevice):
         return {"grid": self.grid, "h": int(self.alpha * (1 << 32)), "piecewise": self._pm.encoder_block(),
                 "duchi": self._duchi.encoder_block()}
 
-    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
-        j = self.check_index(index)
-        src = source or OS_WORDS
-        if src.word() < self._h:
-            return self._pm.cell_one(j, src)
-        return self._m + self._duchi.randomise(j, None, src)
-
 
 OPTION_KEYS: frozenset[str] = frozenset({"grid"})
 

@@ -192,11 +192,6 @@ class Laplace(NumericDevice):
         # the bounds out of 2^64 as decimal strings (client_sdk.encoder_block: beyond 2^53)
         return {"grid": self._k, "window": self._l, "bounds": [str(b) for b in self._bounds]}
 
-    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
-        j = self.check_index(index)
-        i = bisect.bisect_right(self._bounds, (source or OS_WORDS).word64())
-        return min(max(j + i - self._k, 0), self.cells - 1)
-
 
 def _integer_rows(weights: list[int], k: int, window: int) -> list[list[int]]:
     """The server's integer table (``sketches.laplace``) as lists of Python ints (plain Python: built on devices)."""

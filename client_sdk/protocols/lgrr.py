@@ -26,7 +26,6 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from ..memo import MemoCache
 from ..randomness import realised
 from ._epsilon import log_up
 from .blocks import BlockProtocol, MemoEncoder
@@ -127,18 +126,9 @@ class GRRChainRoundsDevice(MemoisedDevice):
 
     params: GRRChain
 
-    def _init_memo(self) -> None:
-        self._memo = MemoCache()
-
     @property
     def epsilon_longitudinal(self) -> float:
         return log_up(Fraction(self.params.p1) / Fraction(self.params.q1))
-
-    def first_round_one(self, memo_input: int, source: Any) -> int:
-        return grr_round_one(memo_input, self.params.chain_size, self.params.p1_threshold, source)
-
-    def second_round_one(self, first: int, source: Any) -> int:
-        return grr_round_one(first, self.params.chain_size, self.params.p2_threshold, source)
 
     #: A GRR memo: r reports of one value can reveal more than r·ε₁.
     window_charged = True
@@ -155,16 +145,9 @@ class LGRR(GRRChainRoundsDevice, GRR):
 
     name = "lgrr"
 
-    def __init__(self, params: LGRRParams) -> None:
-        super().__init__(params)
-        self._init_memo()
-
     def encoder_block(self) -> dict[str, Any]:
         par = self.params
         return {"d": par.d, "p1_threshold": par.p1_threshold, "p2_threshold": par.p2_threshold}
-
-    def wire_one(self, second: int, cohort: int | None) -> int:
-        return second
 
 
 OPTION_KEYS: frozenset[str] = frozenset({"epsilon_inf"})

@@ -104,37 +104,23 @@ class LOLOHA(GRRChainRoundsDevice, OLH):
 
     name = "loloha"
 
-    def __init__(self, params: LOLOHAParams) -> None:
-        super().__init__(params)
-        self._init_memo()
-
     def encoder_block(self) -> dict[str, Any]:
         par = self.params
         return {"d": par.d, "m": par.m, "g": par.g, "p1_threshold": par.p1_threshold,
                 "p2_threshold": par.p2_threshold}
 
-    def cohort_of(self, secret: bytes, metric: str) -> int:
-        """This client's permanent cohort for ``metric`` (HMAC of the secret; cached in memory)."""
-        return self.permanent_cohort(secret, metric, COHORT_SCOPE, self.params.m)
-
-    def memo_index(self, index: int, secret: bytes, metric: str) -> int:
-        """The hashed value H_s(x): the memoised response depends on nothing else."""
-        return hash_one(self.cohort_of(secret, metric), index, self.params.g)
-
     @property
     def memo_key_space(self) -> int:
         return self.params.g
+
+    def cohort_hash(self, s: int, x: int) -> int:
+        """H_s(x), the random family's (LOLOHA hashes as OLH's random family, never linear)."""
+        return hash_one(s, x, self.params.g)
 
     def memo_index_in_cohort(self, index: int, cohort: int | None) -> int:
         if cohort is None or not 0 <= cohort < self.params.m:
             raise ValueError(f"cohorts must be integers in [0, {self.params.m}), one per value")
         return hash_one(int(cohort), index, self.params.g)
-
-    def sdk_cohort(self, secret: bytes, metric: str) -> int:
-        return self.cohort_of(secret, metric)
-
-    def wire_one(self, second: int, cohort: int | None) -> list[int]:
-        return [int(cohort), second]  # type: ignore[arg-type]
 
 
 OPTION_KEYS: frozenset[str] = frozenset({"epsilon_inf", "hash_range", "cohorts"})

@@ -27,10 +27,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ..hashing import check_secret, derive_cohort
-from ..memo import MemoCache
 from ..randomness import OS_WORDS, SCALE, WordSource, realised
 from ._epsilon import log_up
+from .device import Context
 
 
 def check_epsilon_pair(epsilon: float | None, epsilon_inf: Any, protocol: str) -> float:
@@ -136,13 +135,13 @@ class MemoisedDevice(abc.ABC):
     """Device mixin of the two-round protocols: the memo key, the memoised first round of one
     value and the SDK's report path, in plain Python (no numpy).
 
-    Subclasses implement ``first_round_one``/``second_round_one``/``wire_one`` and, where the
-    memoised response depends on less than the value (LOLOHA: the hashed value; dBitFlipPM: its
-    position in the sampled window), ``memo_index``/``memo_index_in_cohort``. The vectorised
+    Every round is the block encoder's (``DeviceHalf.block_encoder``, a ``blocks.MemoEncoder``):
+    the one home of the protocol's draw. Where the memoised response depends on less than the
+    value (LOLOHA: the hashed value; dBitFlipPM: its position in the sampled window), a subclass
+    gives ``memo_index_in_cohort`` for reports in a given cohort (``randomise``). The vectorised
     rounds are the server half's (``sketches.longitudinal.MemoisedServer``).
     """
 
-    _memo: MemoCache
     #: ``DeviceHalf.two_round``: what this mixin makes a protocol.
     two_round = True
 
@@ -157,45 +156,38 @@ class MemoisedDevice(abc.ABC):
         return self.domain_size  # type: ignore[attr-defined]
 
     def memo_index(self, index: int, secret: bytes, metric: str) -> int:
-        """The index the memoised response depends on (the value itself, unless hashed)."""
-        return index
+        """The index the memoised response depends on (the value itself, unless hashed or
+        windowed): the block encoder's."""
+        return self.block_encoder.memo_index(index, secret, metric)  # type: ignore[attr-defined]
 
     def memo_key(self, index: int, secret: bytes, metric: str) -> str:
         """Ledger/memo key of a value: one ε∞ charge per distinct key over the lifetime."""
-        return f"{self.name}:{self.memo_index(index, secret, metric)}"  # type: ignore[attr-defined]
+        return self.block_encoder.memo_key(index, secret, metric)  # type: ignore[attr-defined]
 
-    @abc.abstractmethod
     def first_round_one(self, memo_input: int, source: WordSource) -> Any:
-        """The first round of one memo input in plain Python, the same words in the same order as
-        the server's vectorised ``first_round`` (``client_sdk.memo.MemoWords`` gives the SDK the
-        words ``MemoRandom`` gives a batch)."""
+        """The first round of one memo input, the same words in the same order as the server's
+        vectorised ``first_round`` (``client_sdk.memo.MemoWords`` gives the SDK the words
+        ``MemoRandom`` gives a batch): the block encoder's."""
+        return self.block_encoder.first_round(memo_input, source)  # type: ignore[attr-defined]
 
-    @abc.abstractmethod
     def second_round_one(self, first: Any, source: WordSource) -> Any:
-        """The fresh second round of one first-round response in plain Python."""
+        """The fresh second round of one first-round response: the block encoder's."""
+        return self.block_encoder.second_round(first, source)  # type: ignore[attr-defined]
 
-    @abc.abstractmethod
     def wire_one(self, second: Any, cohort: int | None) -> Any:
         """The wire payload of one second-round response (``to_wire`` of a batch of one)."""
+        return self.block_encoder.wire(second, cohort)  # type: ignore[attr-defined]
 
     def encode_secret_one(self, index: int, secret: bytes, metric: str,
                           source: WordSource | None = None) -> Any:
-        """One report of one client (the SDK path, plain Python): memoised first round, fresh
-        second round from ``source`` (the OS CSPRNG unless a test injects one)."""
+        """One report of one client (the SDK path): the block encoder's memoised first round from
+        the secret, fresh second round from ``source`` (the OS CSPRNG unless a test injects one)."""
         x = self.check_index(index)  # type: ignore[attr-defined]
-        secret = check_secret(secret)
-        key = self.memo_key(x, secret, metric)
-        memo_in = self.memo_index(x, secret, metric)
-        first = self._memo.get(secret, metric, key, lambda src: self.first_round_one(memo_in, src))
-        return self.wire_one(self.second_round_one(first, source or OS_WORDS), self.sdk_cohort(secret, metric))
-
-    def encode_one(self, index: int, key: str, ctx: Any) -> Any:
-        """The uniform one-report encoder (client_sdk.protocols.device): ``encode_secret_one``
-        with the context's secret, metric and words."""
-        return self.encode_secret_one(index, ctx.secret, ctx.metric, ctx.words)
+        return self.block_encoder.encode_one(x, "", Context(secret, metric, 0, source or OS_WORDS))  # type: ignore[attr-defined]
 
     def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> Any:
-        """One report with fresh coins in both rounds (a new client reporting once), plain Python."""
+        """One report with fresh coins in both rounds (a new client reporting once): the block
+        encoder's rounds, the first from ``source`` instead of the memo stream."""
         x = self.check_index(index)  # type: ignore[attr-defined]
         src = source or OS_WORDS
         if self.uses_cohorts and cohort is None:  # type: ignore[attr-defined]
@@ -207,9 +199,10 @@ class MemoisedDevice(abc.ABC):
         """The memo index of one value in a given cohort (the value itself unless hashed)."""
         return index
 
-    def sdk_cohort(self, secret: bytes, metric: str) -> int | None:
-        """The client's cohort as an int (None for protocols without cohorts)."""
-        return None
+    def cohort_of(self, secret: bytes, metric: str) -> int | None:
+        """The device's permanent cohort for ``metric`` (None for protocols without cohorts): the
+        block encoder's (HMAC of the secret, cached in memory)."""
+        return self.block_encoder.cohort(secret, metric)  # type: ignore[attr-defined]
 
     @property
     def second_round_keep(self) -> float:
@@ -222,18 +215,6 @@ class MemoisedDevice(abc.ABC):
         """
         params = self.params  # type: ignore[attr-defined]
         return float(params.p2 - params.q2)
-
-    def permanent_cohort(self, secret: bytes, metric: str, scope: str, size: int) -> int:
-        """A device's permanent cohort in [0, size) for ``metric``: HMAC of the secret under
-        ``scope`` (LOLOHA's seed, dBitFlipPM's window), cached in memory (at most 64 entries)."""
-        cache: dict[tuple[bytes, str], int] = self.__dict__.setdefault("_permanent_cohorts", {})
-        key = (secret, metric)
-        cohort = cache.get(key)
-        if cohort is None:
-            if len(cache) > 64:
-                cache.clear()
-            cohort = cache[key] = derive_cohort(secret, scope + metric, size)
-        return cohort
 
     # --- what r reports of one window reveal (client_sdk/window_charge.py) ------------------------
     #: Whether W(r), the ε of r reports in one window, can exceed r·ε₁ (a GRR memo: L-GRR, LOLOHA),

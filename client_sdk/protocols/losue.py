@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from ..memo import MemoCache
 from ..randomness import SCALE, realised, threshold_ceil
 from ._epsilon import log_up
 from .blocks import BlockProtocol, BlockReader, MemoEncoder
@@ -102,7 +101,6 @@ class LOSUE(MemoisedDevice, UnaryEncoding):
     def __init__(self, params: LOSUEParams) -> None:
         super().__init__(params)   # UnaryEncoding: round-1 thresholds, payload width
         self.p, self.q = params.p, params.q   # one report: the chain's support probabilities
-        self._memo = MemoCache()
 
     @property
     def epsilon_longitudinal(self) -> float:
@@ -112,23 +110,6 @@ class LOSUE(MemoisedDevice, UnaryEncoding):
         par = self.params
         return {"d": par.d, "p1_threshold": par.p_threshold, "q1_threshold": par.q_threshold,
                 "p2_threshold": par.p2_threshold}
-
-    def first_round_one(self, memo_input: int, source: Any) -> list[bool]:
-        """Round 1 of one value: d words, bit i is uᵢ < T_q₁, bit x is u_x < T_p₁."""
-        u = source.words(self.params.d)
-        q1 = self.params.q_threshold
-        bits = [w < q1 for w in u]
-        bits[memo_input] = u[memo_input] < self.params.p_threshold
-        return bits
-
-    def second_round_one(self, first: list[bool], source: Any) -> list[int]:
-        """Round 2 of one response: the indices of the reported 1 bits."""
-        t1 = self.params.p2_threshold
-        t0 = SCALE - t1
-        return [i for i, (b, w) in enumerate(zip(first, source.words(len(first)))) if w < (t1 if b else t0)]
-
-    def wire_one(self, second: list[int], cohort: int | None) -> bytes:
-        return pack_bits(second, self.width)
 
     def window_law(self) -> tuple[Any, ...] | None:
         """OUE memo bits, SUE flips: a change of value moves two of them."""

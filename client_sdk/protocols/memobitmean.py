@@ -30,7 +30,7 @@ from fractions import Fraction
 from typing import Any
 
 from ..hashing import check_secret
-from ..memo import MemoCache, MemoWords
+from ..memo import MemoWords
 from ..randomness import SCALE
 from ._epsilon import log_up
 from .blocks import BlockProtocol, MemoEncoder
@@ -91,7 +91,6 @@ class MemoBitMean(MemoisedDevice, NumericDevice):
 
     def __init__(self, params: MemoBitMeanParams) -> None:
         super().__init__(params)
-        self._memo = MemoCache()
         a, d = params.first.low_threshold, params.first.step   # out of 2^64 (duchi.py)
         self._t1_ints = [a + d * j for j in range(params.grid + 1)]  # round-1 thresholds, out of 2^64
         self._gamma = params.gamma_threshold
@@ -145,25 +144,11 @@ class MemoBitMean(MemoisedDevice, NumericDevice):
         return {"grid": self.grid, "low": str(first.low_threshold), "step": str(first.step),
                 "gamma_threshold": self.params.gamma_threshold}
 
-    def first_round_one(self, memo_input: int, source: Any) -> int:
-        """The first round of one grid index: a 64-bit word (two 32-bit ones, low first) < T₁(j)."""
-        return int(source.word64() < self._t1_ints[memo_input])
-
-    def second_round_one(self, first: int, source: Any) -> int:
-        """The second round of one bit: flipped iff a fresh word is < γ."""
-        return first ^ int(source.word() < self._gamma)
-
-    def wire_one(self, second: int, cohort: int | None) -> int:
-        return second
-
     # --- the device: α-point rounding and memoisation from the secret ---------------------------
     def alpha_round(self, t: float, secret: bytes, metric: str) -> int:
-        """The grid index of normalised t under the device's α (fixed per secret and metric)."""
-        alpha = MemoWords(check_secret(secret), metric, ALPHA_KEY).word()
-        pos = (min(1.0, max(-1.0, float(t))) + 1.0) * (self.grid / 2)
-        low = math.floor(pos)
-        up = alpha < math.floor((pos - low) * SCALE)
-        return min(low + int(up), self.grid)
+        """The grid index of normalised t under the device's α (fixed per secret and metric): the
+        block encoder's."""
+        return self.block_encoder.alpha_round(t, secret, metric)
 
     def report_index(self, t: float, secret: bytes, metric: str) -> int:
         """The α-rounded grid index: the same for every report of one value (what is memoised)."""

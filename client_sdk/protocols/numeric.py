@@ -35,8 +35,8 @@ import functools
 import math
 from typing import Any
 
-from ..randomness import OS_WORDS, SCALE, WordSource
-from .device import Context, DeviceHalf
+from ..randomness import OS_WORDS, WordSource
+from .device import DeviceHalf
 
 #: Mechanisms whose probabilities need finer steps than 2^-32 test 64-bit words against them.
 SCALE64 = 1 << 64
@@ -97,7 +97,7 @@ class NumericDevice(DeviceHalf):
     """The device half of a discrete mean mechanism on the input grid t_j = −1 + 2j/K, j = 0..K.
 
     Subclasses provide ``grid`` (K), ``cells``, ε from their integer thresholds, ``second_moments``
-    (E[v² | j] in plain floats) and ``randomise`` from a grid index to an output cell; the server
+    (E[v² | j] in plain floats) and an encoder block whose block encoder maps a grid index to an output cell; the server
     half (``sketches.numeric.NumericServer``) adds the tables and the vectorised verbs.
     """
 
@@ -117,10 +117,6 @@ class NumericDevice(DeviceHalf):
         """E[v(y)² | j] for j = 0..K as plain floats, from the mechanism's integer weights: what
         ``worst_case_variance`` (and with it ``auto``, on devices too) needs."""
 
-    @abc.abstractmethod
-    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
-        """One report (an output cell) of grid index ``index`` from ``source`` (the OS CSPRNG by default)."""
-
     # --- shape ----------------------------------------------------------------------------------
     @property
     def domain_size(self) -> int:
@@ -134,22 +130,15 @@ class NumericDevice(DeviceHalf):
     # --- one report -----------------------------------------------------------------------------
     def discretise_one(self, t: float, source: WordSource | None = None) -> int:
         """Randomised rounding of one normalised value (clipped to [−1, 1]) to a grid index, in plain
-        Python (SDK hot path): up with probability floor(frac·2^32)/2^32, so E[t_j] = t up to 2^-32
-        of a grid step (``sketches.numeric.NumericServer.discretise`` is the batch form)."""
-        pos = (min(1.0, max(-1.0, t)) + 1.0) * (self.grid / 2)
-        low = math.floor(pos)
-        if (source or OS_WORDS).word() < math.floor((pos - low) * SCALE):
-            low += 1
-        return min(low, self.grid)
+        Python: the block encoder's (``blocks.MeanEncoder.discretise_one``), up with probability
+        floor(frac·2^32)/2^32, so E[t_j] = t up to 2^-32 of a grid step
+        (``sketches.numeric.NumericServer.discretise`` is the batch form)."""
+        return self.block_encoder.discretise_one(t, source or OS_WORDS)
 
     def report_index(self, t: float, secret: bytes, metric: str) -> int:
         """The grid index a device reports for normalised t: randomised rounding with fresh coins
         (``discretise_one``); a memoised mean rounds by its secret instead (memobitmean)."""
         return self.discretise_one(t)
-
-    def encode_one(self, index: int, key: str, ctx: Context) -> int:
-        """The uniform one-report encoder: ``randomise`` of the grid index with the context's words."""
-        return self.randomise(index, None, ctx.words)
 
     # --- what auto scores -----------------------------------------------------------------------
     def value_variance_one(self, t: float, second: list[float]) -> float:

@@ -85,7 +85,7 @@ from ..hashing import derive_cohort
 from ..randomness import OS_WORDS, SCALE, WordSource
 from . import projective as proj
 from ._epsilon import log_up
-from .blocks import BlockProtocol, BlockReader, check_keep
+from .blocks import BlockEncoder, BlockProtocol, BlockReader, check_keep
 from .device import Context, DeviceHalf, check_domain_and_epsilon, numpy_types, pure_variance_one
 from .grr import GRROnRange
 
@@ -246,7 +246,6 @@ class OLH(DeviceHalf):
         self.linear = getattr(params, "family", "random") == "linear"  # LOLOHA: random only
         self.p, self.q = params.p, params.q
         self.keep_threshold = params.keep_threshold
-        self._cohorts: dict[tuple[bytes, str, int], int] = {}
         #: set by ``check_design`` when it leaves the decision to the server half (numpy)
         self.design_unverified = False
 
@@ -270,41 +269,20 @@ class OLH(DeviceHalf):
         return out
 
     def cohort_hash(self, s: int, x: int) -> int:
-        """H_s(x) for one cohort and value, in either family."""
-        g = self.params.g
-        if self.linear:
-            return proj.inner_one(proj.direction_code_one(s, g, self.params.t), x, g)
-        return hash_one(s, x, g)
-
-    def cohort_of_day(self, secret: bytes, metric: str, day: int) -> int:
-        """The client's cohort for ``metric`` on UTC day ``day``: HMAC(secret, metric, day), re-derived
-        every day so that it is no stable identifier across windows (cached in memory)."""
-        key = (secret, metric, day)
-        cohort = self._cohorts.get(key)
-        if cohort is None:
-            if len(self._cohorts) > 256:
-                self._cohorts.clear()
-            cohort = self._cohorts[key] = derive_cohort(secret, f"olh\x00{metric}\x00{day}", self.params.m)
-        return cohort
-
-    def encode_one(self, index: int, key: str, ctx: Context) -> list[int]:
-        """One report of ``index`` in the cohort of the context's secret, metric and UTC day."""
-        return self.randomise(index, self.cohort_of_day(ctx.secret, ctx.metric, ctx.day), ctx.words)
+        """H_s(x) for one cohort and value, in either family (the block encoder's)."""
+        return self.block_encoder.cohort_hash(s, x)
 
     def randomise(self, index: int, cohort: int | None = None,
                   source: WordSource | None = None) -> list[int]:
-        """OLH for one value in Python integers: GRR on [g] of H_s(x); wire form [cohort, y]."""
+        """One report [s, y] in cohort ``cohort`` (uniform from ``source`` when None): the block
+        encoder's draw in a given cohort, not the device's cohort of the day."""
         x = self.check_index(index)
-        m, g = self.params.m, self.params.g
+        m = self.params.m
         src = source or OS_WORDS
         s = src.below(m) if cohort is None else int(cohort)
         if not 0 <= s < m:
             raise ValueError(f"cohorts must be integers in [0, {m}), one per value")
-        h = self.cohort_hash(s, x)
-        if src.word() < self.keep_threshold:
-            return [s, h]
-        other = src.below(g - 1)
-        return [s, other + (other >= h)]
+        return self.block_encoder.report_in_cohort(x, s, src)
 
     def variance(self, n: int, true_count: float) -> float:
         """Var[ĉ(v)] with equal cohorts n_s = n/m for an item of count c whose population is otherwise
@@ -485,7 +463,7 @@ def _linear_from_options(d: int, epsilon: float, options: dict[str, Any]) -> OLH
     return OLH(OLHParams(d=d, epsilon=epsilon, m=m, g=g, family="linear"))
 
 
-class OLHBlock:
+class OLHBlock(BlockEncoder):
     """OLH's one-report encoder from the block: the device's cohort s of the UTC day (HMAC of the
     secret, metric and day), then GRR on [g] of H_s(x); the report is [s, y]."""
 
@@ -509,14 +487,22 @@ class OLHBlock:
             cohort = self.cohorts[key] = derive_cohort(secret, f"olh\x00{metric}\x00{day}", self.m)
         return cohort
 
-    def encode_one(self, index: int, key: str, ctx: Context) -> list[int]:
-        """One report of the looked-up index in the context's cohort of the day."""
-        s, g, src = self.cohort_of_day(ctx.secret, ctx.metric, ctx.day), self.g, ctx.words
-        h = proj.inner_one(proj.direction_code_one(s, g, self.t), index, g) if self.linear else hash_one(s, index, g)
+    def cohort_hash(self, s: int, x: int) -> int:
+        """H_s(x) in either family: ⟨a_s, x⟩ mod g (linear) or the keyed hash of (s, x) (random)."""
+        g = self.g
+        return proj.inner_one(proj.direction_code_one(s, g, self.t), x, g) if self.linear else hash_one(s, x, g)
+
+    def report_in_cohort(self, index: int, s: int, src: WordSource) -> list[int]:
+        """GRR on [g] of H_s(x) in cohort s: keep iff W32 < keep, else a uniform other residue."""
+        h = self.cohort_hash(s, index)
         if src.word() < self.keep:
             return [s, h]
-        other = src.below(g - 1)
+        other = src.below(self.g - 1)
         return [s, other + (other >= h)]
+
+    def encode_one(self, index: int, key: str, ctx: Context) -> list[int]:
+        """One report of the looked-up index in the context's cohort of the day."""
+        return self.report_in_cohort(index, self.cohort_of_day(ctx.secret, ctx.metric, ctx.day), ctx.words)
 
 
 def check_block(reader: BlockReader) -> None:

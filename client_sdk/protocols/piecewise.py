@@ -242,20 +242,6 @@ class Piecewise(NumericDevice):
     def encoder_block(self) -> dict[str, Any]:
         return {"grid": self._k, "window": self._w, "a": self._a, "b": self._b}
 
-    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
-        return self.cell_one(self.check_index(index), source)
-
-    def cell_one(self, j: int, source: WordSource | None = None) -> int:
-        """One report for grid index j from the OS CSPRNG, in plain Python: r uniform on the
-        2^32-word rejection of the server's ``uniform_below_total`` (u < ⌊2^32/total⌋·total),
-        then the cell."""
-        r = (source or OS_WORDS).below32(self._total)
-        inside = self._w * self._a
-        if r < inside:
-            return j + r // self._a
-        rest = (r - inside) // self._b
-        return rest + self._w if rest >= j else rest
-
 
 OPTION_KEYS: frozenset[str] = frozenset({"grid"})
 

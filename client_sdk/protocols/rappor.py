@@ -54,7 +54,7 @@ from ..errors import DomainError
 from ..hashing import bloom_positions_one_list, check_secret, derive_cohort, prr_words_list
 from ..randomness import OS_WORDS, SCALE, WordSource, realised, threshold_ceil, threshold_floor
 from ._epsilon import log_up
-from .blocks import BlockProtocol, BlockReader
+from .blocks import BlockEncoder, BlockProtocol, BlockReader
 from .device import Context, DeviceHalf, numpy_types
 from .unary import pack_bits
 
@@ -212,10 +212,6 @@ class Rappor(DeviceHalf):
         self.fake_threshold = 2 * self.half_f_threshold   # words below this are PRR noise coins
         self.p_threshold, self.q_threshold = params.p_threshold, params.q_threshold
         self.width = (params.k + 7) // 8                   # ⌈k/8⌉ payload bytes
-        self._cohort_cache: dict[tuple[bytes, int], int] = {}
-        # PRR per (secret, metric, value): deterministic, so caching changes nothing observable;
-        # in memory only (never on disk), bounded, for the SDK's repeated values.
-        self._prr_cache: dict[tuple[bytes, str, str], list[bool]] = {}
 
     @property
     def domain_size(self) -> int:
@@ -259,50 +255,28 @@ class Rappor(DeviceHalf):
 
         Deriving it per metric would give a client one independent cohort per metric, and the
         tuple of cohorts would single it out across reports; a shared one reveals log2(m) bits
-        in all. ``metric`` is accepted for symmetry and ignored.
+        in all. ``metric`` is accepted for symmetry and ignored (the block encoder's cohort).
         """
-        key = (secret, self.params.m)
-        cohort = self._cohort_cache.get(key)
-        if cohort is None:
-            if len(self._cohort_cache) > 64:
-                self._cohort_cache.clear()
-            cohort = self._cohort_cache[key] = derive_cohort(secret, COHORT_SCOPE, self.params.m)
-        return cohort
+        return self.block_encoder.cohort_of(secret)
 
     def encode_secret_one(self, value: str, secret: bytes, metric: str,
                           source: WordSource | None = None) -> list[Any]:
-        """One client's report of one string, as its wire payload [cohort, IRR bytes] (SDK path).
-
-        The same PRR (HMAC-derived, memoised) and IRR (fresh OS-CSPRNG words unless a test
-        injects ``source``) as the server's ``encode`` with a secret, in plain Python; a repeated
-        value skips the HMAC and Bloom hashing.
-        """
-        if not isinstance(value, str):
-            raise DomainError(f"RAPPOR values are strings; value {value!r} at position 0 is "
-                              f"a {type(value).__name__}")
-        key = (secret, metric, value)
-        prr = self._prr_cache.get(key)
-        cohort = self.cohort_of(check_secret(secret), metric)
-        if prr is None:
-            if len(self._prr_cache) >= BLOOM_CACHE_SIZE:
-                self._prr_cache.clear()
-            bloom = set(bloom_positions_one_list(value, cohort, self.params.k, self.params.h))
-            prr = self._prr_cache[key] = self.prr_one(bloom, prr_words_list(secret, metric, value, self.params.k))
-        return [cohort, self.irr_one(prr, source or OS_WORDS)]
+        """One client's report of one string, as its wire payload [cohort, IRR bytes] (SDK path):
+        the block encoder's PRR (HMAC-derived, memoised) and IRR (fresh OS-CSPRNG words unless a
+        test injects ``source``)."""
+        return self.block_encoder.encode_one(-1, value, Context(secret, metric, 0, source or OS_WORDS))
 
     def encode_one(self, index: int, key: str, ctx: Context) -> list[Any]:
-        return self.encode_secret_one(key, ctx.secret, ctx.metric, ctx.words)
+        """The report of the string ``key`` (``index`` unused: the values are an open set)."""
+        return self.block_encoder.encode_one(index, key, ctx)
 
     def prr_one(self, bloom: set[int], words: list[int]) -> list[bool]:
-        """The PRR of one value in plain Python: B'ᵢ = uᵢ < T/2 if uᵢ < T, else Bᵢ (T/2^32 = f, realised)."""
-        t_fake, t_half = self.fake_threshold, self.half_f_threshold
-        return [u < t_half if u < t_fake else i in bloom for i, u in enumerate(words)]
+        """The PRR of one value from its Bloom bits and PRR words: the block encoder's."""
+        return self.block_encoder.prr(bloom, words)
 
     def irr_one(self, prr: list[bool], source: WordSource) -> bytes:
-        """The IRR of one report, packed as the wire bytes: Sᵢ = 1 iff uᵢ < (T_q if B'ᵢ else T_p)."""
-        t_p, t_q = self.p_threshold, self.q_threshold
-        ones = [i for i, (b, u) in enumerate(zip(prr, source.words(self.params.k))) if u < (t_q if b else t_p)]
-        return pack_bits(ones, self.width)
+        """The IRR of one report, packed as the wire bytes: the block encoder's."""
+        return self.block_encoder.irr(prr, source)
 
 
 def from_options(domain_size: int | None, epsilon: float | None, options: dict[str, Any]) -> Rappor:
@@ -338,7 +312,7 @@ def from_options(domain_size: int | None, epsilon: float | None, options: dict[s
 __all__ = ["DEFAULT_OPTIONS", "EPSILON_OPTIONAL", "OPTION_KEYS", "RapporParams", "Rappor", "from_options", "worst_case_epsilon"]
 
 
-class RapporBlock:
+class RapporBlock(BlockEncoder):
     """RAPPOR's one-report encoder from the block: the device's cohort (one per device), the
     memoised PRR of the value's Bloom bits (from the secret), then the IRR from fresh words:
     S_i = u_i < (B'_i ? q : p); the report is [cohort, bytes]."""
@@ -378,12 +352,19 @@ class RapporBlock:
             if len(self.prrs) >= BLOOM_CACHE_SIZE:
                 self.prrs.clear()
             bloom = set(bloom_positions_one_list(key, cohort, self.k, self.h))
-            fake, half = self.fake, self.half_f
-            prr = self.prrs[(secret, metric, key)] = [
-                u < half if u < fake else i in bloom for i, u in enumerate(prr_words_list(secret, metric, key, self.k))]
+            prr = self.prrs[(secret, metric, key)] = self.prr(bloom, prr_words_list(secret, metric, key, self.k))
+        return [cohort, self.irr(prr, ctx.words)]
+
+    def prr(self, bloom: set[int], words: list[int]) -> list[bool]:
+        """The PRR of one value: B'ᵢ = uᵢ < half_f if uᵢ < 2·half_f (noise coins), else Bᵢ."""
+        fake, half = self.fake, self.half_f
+        return [u < half if u < fake else i in bloom for i, u in enumerate(words)]
+
+    def irr(self, prr: list[bool], source: WordSource) -> bytes:
+        """The IRR of one PRR, packed as the wire bytes: Sᵢ = 1 iff uᵢ < (q if B'ᵢ else p)."""
         p, q = self.p, self.q
-        ones = [i for i, (b, u) in enumerate(zip(prr, ctx.words.words(self.k))) if u < (q if b else p)]
-        return [cohort, pack_bits(ones, self.width)]
+        return pack_bits([i for i, (b, u) in enumerate(zip(prr, source.words(self.k))) if u < (q if b else p)],
+                         self.width)
 
 
 def check_block(reader: BlockReader) -> None:

@@ -54,11 +54,6 @@ class RR(DirectDevice):
 
     name = "rr"
 
-    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> int:
-        """Binary RR for one value in Python integers: truthful iff u < T."""
-        x = self.check_index(index)
-        return x if (source or OS_WORDS).word() < self.keep_threshold else 1 - x
-
 
 OPTION_KEYS: frozenset[str] = frozenset()
 

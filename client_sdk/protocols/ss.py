@@ -28,7 +28,6 @@ packed index list.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import struct
 from collections.abc import Mapping
@@ -38,7 +37,7 @@ from typing import Any
 from ..randomness import OS_WORDS, SCALE, WordSource, realised, threshold_ceil
 from ._epsilon import log_up
 from .blocks import BlockProtocol, BlockReader, IndexEncoder
-from .device import Context, DeviceHalf, check_domain_and_epsilon, pure_variance_one
+from .device import DeviceHalf, check_domain_and_epsilon, pure_variance_one
 
 #: Largest d whose indices travel as uint16 on the wire.
 UINT16_MAX_D = 1 << 16
@@ -109,23 +108,6 @@ class SS(DeviceHalf):
 
     def variance(self, n: int, true_count: float) -> float:
         return pure_variance_one(n, true_count, self.p, self.q)
-
-    @functools.cached_property
-    def single_bounds(self) -> list[int]:
-        """Bounds of one report's draws: 2^32 (the inclusion word), then j_i + 1 = d−s+i for i < s."""
-        d, s = self.params.d, self.s
-        return [SCALE, *range(d - s, d)]
-
-    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> bytes:
-        """One report in plain Python, the draws of the server's ``encode`` (one urandom call
-        from the OS CSPRNG)."""
-        x = self.check_index(index)
-        draws = (source or OS_WORDS).belows(self.single_bounds)
-        subset = self.floyd_one(x, draws[0] < self.include_threshold, draws[1:])
-        return struct.pack(f"<{self.s}{self.wire_char}", *subset)
-
-    def encode_one(self, index: int, key: str, ctx: Context) -> bytes:
-        return self.randomise(index, None, ctx.words)
 
     def floyd_one(self, x: int, include: bool, draws: list[int]) -> list[int]:
         """Floyd's algorithm for one report on Python ints: the sorted subset (module docstring)."""

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 from ..randomness import OS_WORDS, SCALE, WordSource, realised, threshold_ceil
 from ._epsilon import log_up
 from .blocks import BlockProtocol, IndexEncoder
-from .device import Context, DeviceHalf, check_domain_and_epsilon, pure_variance_one
+from .device import DeviceHalf, check_domain_and_epsilon, pure_variance_one
 
 #: The server's output_probabilities enumerates all 2^d reports; refuse beyond this d.
 MAX_ENUMERATED_D = 16
@@ -115,16 +115,6 @@ class UnaryEncoding(DeviceHalf):
     def encoder_block(self) -> dict[str, Any]:
         par = self.params
         return {"d": par.d, "p_threshold": par.p_threshold, "q_threshold": par.q_threshold}
-
-    def randomise(self, index: int, cohort: int | None = None, source: WordSource | None = None) -> bytes:
-        """One report in plain Python: the same threshold tests as the server's ``encode`` on d
-        words (bit i is 1 iff uᵢ < T_q, bit x iff u_x < T_p), packed little-endian as the wire."""
-        x = self.check_index(index)
-        return pack_bits(unary_bits((source or OS_WORDS).words(self.params.d), x,
-                                    self.p_threshold, self.q_threshold), self.width)
-
-    def encode_one(self, index: int, key: str, ctx: Context) -> bytes:
-        return self.randomise(index, None, ctx.words)
 
     def variance(self, n: int, true_count: float) -> float:
         return pure_variance_one(n, true_count, self.p, self.q)
