@@ -197,22 +197,24 @@ class FrequencyRows:
         if band is None:
             return None
         lo, tail, rel = band
-        s = np.empty(np.shape(support), dtype=np.int64)
-        np.rint(np.asarray(support, dtype=np.float64), out=s, casting="unsafe")
+        support = np.asarray(support)
+        d = support.shape[0]
         may = tail * (1.0 - rel) <= alpha            # at each entry of the band: p's low bound <= α
         first = int(np.argmax(may))                  # the last entry (0) always may
-        if first and may[first:].all():              # from one support count on: a comparison over d
-            candidates = np.flatnonzero(s >= lo + first)
+        if first and may[first:].all():              # from one support count on: a comparison over d,
+            # on the counts as they are (no rounded copy of all d): x >= K − ½ holds wherever
+            # rint(x) >= K, and a candidate more only brings its own p-value along
+            candidates = np.flatnonzero(support >= lo + first - 0.5)
         else:
-            candidates = np.flatnonzero(may[np.clip(s - lo, 0, tail.shape[0] - 1)])
-        p = tail[np.clip(s[candidates] - lo, 0, tail.shape[0] - 1)]
-        low = detect_among(candidates, p * (1.0 - rel), s.shape[0], alpha, control)
-        high = detect_among(candidates, np.minimum(p * (1.0 + rel) + TAIL_ABS_ERROR, 1.0), s.shape[0], alpha,
+            candidates = np.flatnonzero(may[np.clip(_rounded(support) - lo, 0, tail.shape[0] - 1)])
+        p = tail[np.clip(_rounded(support[candidates]) - lo, 0, tail.shape[0] - 1)]
+        low = detect_among(candidates, p * (1.0 - rel), d, alpha, control)
+        high = detect_among(candidates, np.minimum(p * (1.0 + rel) + TAIL_ABS_ERROR, 1.0), d, alpha,
                             control)   # both procedures reject more as p-values fall
         if not np.array_equal(low, high):
             return None
-        self.tails = (s, lo, tail, rel)
-        detected = np.zeros(s.shape[0], dtype=bool)
+        self.tails = (support, lo, tail, rel)
+        detected = np.zeros(d, dtype=bool)
         detected[low] = True
         return detected
 
@@ -301,7 +303,7 @@ class FrequencyRows:
             from .tails import TAIL_ABS_ERROR
 
             s, lo, tail, rel = self.tails
-            p = tail[np.clip(pick(s) - lo, 0, tail.shape[0] - 1)]
+            p = tail[np.clip(_rounded(pick(s)) - lo, 0, tail.shape[0] - 1)]
             low, high = p * (1.0 - rel), np.minimum(p * (1.0 + rel) + TAIL_ABS_ERROR, 1.0)
         elif self.p_bounds is None:
             return pick(self.p_value)
@@ -353,6 +355,16 @@ class FrequencyRows:
                 f"is not identified, so every estimate may be off by {b_lo:+,.1f} to {b_hi:+,.1f} (the "
                 "intervals and tests include it); more reports fill the cohorts, and hr has none"))
         return out
+
+
+def _rounded(counts: np.ndarray) -> np.ndarray:
+    """Support counts as int64 (a float count, such as HR's transform's, to the nearest integer)."""
+    counts = np.asarray(counts)
+    if counts.dtype.kind in "iu":
+        return counts.astype(np.int64, copy=False)
+    out = np.empty(counts.shape, dtype=np.int64)
+    np.rint(counts, out=out, casting="unsafe")
+    return out
 
 
 def ranked_rows(counts: np.ndarray, offset: int, limit: int) -> np.ndarray:
