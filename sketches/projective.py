@@ -12,6 +12,10 @@ import numpy as np
 
 from client_sdk.protocols.projective import direction_starts, directions
 
+#: Rows of the (m, g) table transformed at once by ``line_sums``: the float64 copy numpy makes of
+#: an integer table is then one block's (1 MB at g = 11), reused, not a second table of fresh pages.
+RFFT_ROWS = 1 << 14
+
 
 def direction_codes(s: np.ndarray, g: int, t: int) -> np.ndarray:
     """Integer code of direction s: g^j + (s − start_j) for the j whose block holds s."""
@@ -80,7 +84,8 @@ def line_sums(table: np.ndarray, g: int, t: int, d: int) -> np.ndarray:
     table = np.asarray(table)
     half, m = g // 2 + 1, table.shape[0]
     hat = np.empty((half, m), dtype=np.complex128)         # k = 0 .. g//2, a row per k: gathers read a row
-    np.fft.rfft(table.T, axis=0, out=hat)
+    for start in range(0, m, RFFT_ROWS):   # numpy converts an integer table to float64 first: a block at a time
+        np.fft.rfft(table[start:start + RFFT_ROWS].T, axis=0, out=hat[:, start:start + RFFT_ROWS])
     hat = hat.reshape(-1)
     spectrum = np.empty(g ** (t - 1) * half, dtype=np.complex128)
     spectrum[0] = float(table.sum())                       # F(0)
