@@ -139,6 +139,9 @@ class PublishedMetric implements Metric {
     }
     this.block = block;
     this.kind = String(entry.kind);
+    if (this.kind === "numeric" && block.range == null && block.edges == null) {   // what lookup() scales by
+      throw new RegistryError(`metric ${this.name}: field range: a numeric metric's block needs range (or edges)`);
+    }
     this.fingerprint = String(entry.fingerprint);
     this.epsilon = number(entry.epsilon_per_report, `metric ${this.name}: epsilon_per_report`);
     this.epsilonLongitudinal = entry.epsilon_longitudinal == null ? null

@@ -6,10 +6,12 @@
  */
 
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { test } from "node:test";
 
 import { loadRegistry, RegistryError } from "../src/registry.js";
-import { vectors } from "./support.js";
+import { repoRoot, vectors } from "./support.js";
 
 const REGISTRY = vectors("registry.json").registry;
 const CASES: { reason: string; metric: string; field: string; block: unknown }[] = vectors("invalid_blocks.json").cases;
@@ -37,5 +39,19 @@ test("a non-integer integer member is refused by name (4.5, a string, a boolean;
   for (const [member, value] of [["d", 4.5], ["d", "5"], ["d", true], ["keep_threshold", 2 ** 32 + 1], ["keep_threshold", -1]]) {
     assert.throws(() => loadRegistry(withBlock("theme", { ...theme, [member as string]: value })),
       (e: Error) => e.message.startsWith(`metric theme: field ${member}: `), `${member} = ${value}`);
+  }
+});
+
+test("a block without a member its protocol needs is refused by name (the schema's required members)", () => {
+  const defs = JSON.parse(readFileSync(join(repoRoot(), "conformance", "encoder-block.schema.json"), "utf8")).$defs;
+  for (const m of REGISTRY.metrics) {
+    for (const member of defs[m.encoder.protocol].required.filter((k: string) => k !== "version" && k !== "protocol")) {
+      for (const value of [undefined, null]) {
+        const block = { ...m.encoder, [member]: value };
+        if (value === undefined) delete block[member];
+        assert.throws(() => loadRegistry(withBlock(m.name, block)), (e: Error) =>
+          e instanceof RegistryError && e.message.startsWith(`metric ${m.name}: field ${member}: `), `${m.name} without ${member}`);
+      }
+    }
   }
 });

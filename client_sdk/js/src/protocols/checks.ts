@@ -15,6 +15,20 @@ const KEEP_R: Record<string, string | number> = { rr: 2, grr: "d", olh: "g", hr:
 
 type Members = Record<string, any>;
 
+const GRR = "d keep_threshold", UNARY = "d p_threshold q_threshold", DUCHI = "grid low step";
+/** (1) the members each protocol's encoder reads besides version and protocol (the schema's `required`
+ * but a mean metric's `range`, which the value lookup reads: registry.ts):
+ * an encoder reading a missing threshold as undefined would compare every word false, e.g. OUE
+ * would never set the true value's bit, which a report then rules out */
+const MEMBERS: Record<string, string> = {
+  rr: GRR, grr: GRR, oue: UNARY, sue: UNARY, ss: "d s include_threshold", olh: "d m g family keep_threshold",
+  hr: "d g t m keep_threshold", rappor: "k h m half_f_threshold p_threshold q_threshold",
+  discover: "max_length groups seeds g keep_threshold", lgrr: "d p1_threshold p2_threshold",
+  losue: "d p1_threshold q1_threshold p2_threshold", loloha: "d m g p1_threshold p2_threshold",
+  dbitflip: "d sampled p1_threshold p2_threshold", duchi: DUCHI, bitmean: DUCHI, piecewise: "grid window a b",
+  hybrid: "grid h piecewise duchi", laplace: "grid window bounds", memobitmean: "grid low step gamma_threshold",
+};
+
 /** Calls `fail(member, check)` (which throws) at the first check of the list block `b` breaks. */
 export function checkBlock(b: Members, fail: (field: string, check: number) => never): void {
   const p = b.protocol;
@@ -34,6 +48,7 @@ export function checkBlock(b: Members, fail: (field: string, check: number) => n
   };
 
   need(b.version === 1, "version", 0);   // a newer layout: upgrade this SDK
+  for (const k of MEMBERS[p]?.split(" ") ?? []) need(b[k] != null, k, 1);                                  // (1)
   for (const k of INTEGERS) if (k in b && !(hybrid && k === "h")) int(b, k);                              // (1)
   for (const k of Object.keys(b)) {
     if (k.endsWith("_threshold") || (hybrid && k === "h")) need(int(b, k) >= 0 && b[k] <= U32, k, 1);
