@@ -70,7 +70,7 @@ def check_block(block: Mapping[str, Any], metric: str, source: str = "GET /v1/re
     if registered is None:
         reader.fail("protocol", f"protocol {block.get('protocol')!r} is unknown: upgrade this SDK")
     for key in registered.members:                                           # (1) every member present
-        if key not in block:
+        if block.get(key) is None:   # JSON null too, which the TypeScript SDK reads as absent
             reader.fail(key, f"a {block['protocol']} block needs {key} (docs/conformance.md, \"The encoder block\")")
     thresholds = registered.thresholds
     for key in _INTEGERS:                                                    # (1) integers

@@ -88,8 +88,10 @@ def test_a_block_without_a_member_its_protocol_needs_is_refused(entry: dict[str,
     registry, a TypeError from the mean mechanisms' checks)."""
     name, block = entry["name"], entry["encoder"]
     pins = {m["name"]: m["fingerprint"] for m in REGISTRY["metrics"]}
-    for member in SCHEMA_DEFS[block["protocol"]]["required"]:
+    for member, null in [(m, null) for m in SCHEMA_DEFS[block["protocol"]]["required"] for null in (False, True)]:
         partial = {k: v for k, v in block.items() if k != member}
+        if null:   # JSON null, as the TypeScript SDK reads it: absent
+            partial[member] = None
         with pytest.raises(RegistryError) as caught:
             check_block(partial, name)
         assert (caught.value.metric, caught.value.field) == (name, member)
