@@ -38,7 +38,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ._lazy import LazyLogger, logging
 from .device_clock import ElapsedClock, system_elapsed
@@ -308,6 +308,22 @@ def resolve_registry(registry: Registry | str | os.PathLike[str] | Mapping[str, 
     return reg
 
 
+class EncodedValue(NamedTuple):
+    """One value's report as ``report()`` computes it before the ledger and the queue
+    (``ClientCore.encode_value``): what the conformance report vectors pin (docs/conformance.md)."""
+
+    #: the value's key in the domain; for a memoised metric, the memo key the ledger charges
+    key: str
+    #: the domain index (the grid index of a mean, −1 for a string metric)
+    index: int
+    #: whether the value was clipped to the range, or a string cut to discover's length
+    clipped: bool
+    #: the ledger's digest of a memoised metric's key (None for the others)
+    digest: str | None
+    #: the randomised wire payload
+    payload: Any
+
+
 class ClientCore:
     """Everything but the driver: state, registry, budget mirror, encode, queue (sync & async).
 
@@ -444,7 +460,7 @@ class ClientCore:
 
             from .startup import RegistryResolver  # only for a registry fetched in the background
 
-            self._resolver = RegistryResolver(fetch, self._install_registry, self._registry_failed,
+            self._resolver = RegistryResolver(fetch, self.install_registry, self._registry_failed,
                                               self.options.retry)
             self._resolver.start()
             return
@@ -455,10 +471,12 @@ class ClientCore:
                 raise
             self._registry_failed(exc)              # e.g. the app's metrics.toml went missing
             return
-        self._install_registry(resolved)
+        self.install_registry(resolved)
 
-    def _install_registry(self, registry: Registry) -> None:
-        """Make ``registry`` current, then encode the reports that waited for it."""
+    def install_registry(self, registry: Registry) -> None:
+        """Make ``registry`` current, then encode the reports that waited for it (the start-up's
+        and the background fetch's last step; a test or the conformance generator may call it
+        on a client built without one)."""
         table = _table_for(registry)
         for name in registry.metrics:  # resolve now: a 10⁶-value domain takes ~0.3 s, not report()'s
             table.get(name)
@@ -542,25 +560,15 @@ class ClientCore:
             if self._strict:
                 raise LdptError(f"metric {metric!r} was rejected by the collector (registry changed)")
             return False
-        if rt.numeric:
-            found = rt.number(value, self._secret) if rt.two_round else rt.number(value)
-            if found is None:
-                return self._bad_value(rt, value)
-            key, idx, clipped = found
-            if clipped:
-                self._counters["clipped"] += 1
-        else:
-            found = rt.lookup(value)
-            if found is None:
-                return self._bad_value(rt, value)
-            if rt.max_bytes is not None and len(encode_text(found[0])) > rt.max_bytes:
-                self._counters["clipped"] += 1  # discover: truncated on the device (docs/discovery.md)
-            key, idx = found
+        found = self._looked_up(rt, value)
+        if found is None:
+            return self._bad_value(rt, value)
+        key, idx, clipped = found
+        if clipped:
+            self._counters["clipped"] += 1   # discover: truncated on the device (docs/discovery.md)
         if self._resync:
             self._resync_after_fork()
         now = self._clock()
-        if rt.two_round:  # one ε∞ per distinct memo key (LOLOHA: per distinct hashed value)
-            key = rt.encoder.memo_key(idx, self._secret, rt.name)
         day = day_of(now)
         charge = Charge(rt.name, rt.fingerprint, day, rt.eps, rt.eps_inf,
                         value_digest(self._lkey, rt.fingerprint, key) if rt.memoised else None,  # type: ignore[arg-type]
@@ -589,6 +597,40 @@ class ClientCore:
             return False
         self._counters["reported"] += 1
         return True
+
+    def _looked_up(self, rt: _Metric, value: Any) -> tuple[str, int, bool] | None:
+        """(key, index, clipped) of one value of metric ``rt``, None outside its domain: a number
+        rounded to the grid (fresh coins, or the secret's α for a memoised mean), a category or
+        string looked up (a string longer than discover keeps is clipped); for a memoised metric
+        the key is the memo key, one ε∞ per distinct key (LOLOHA: per distinct hashed value)."""
+        if rt.numeric:
+            found = rt.number(value, self._secret) if rt.two_round else rt.number(value)
+            if found is None:
+                return None
+            key, idx, clipped = found
+        else:
+            found = rt.lookup(value)
+            if found is None:
+                return None
+            key, idx = found
+            clipped = rt.max_bytes is not None and len(encode_text(key)) > rt.max_bytes
+        if rt.two_round:
+            key = rt.encoder.memo_key(idx, self._secret, rt.name)
+        return key, idx, clipped
+
+    def encode_value(self, metric: str, value: Any) -> EncodedValue:
+        """One value's report of ``metric`` as ``report()`` computes it, without charging the ledger
+        or queueing anything (the conformance generator's entry point: docs/conformance.md). The
+        registry must be installed; DomainError for a value outside the domain."""
+        rt = self._table.get(metric) if self._table is not None else None
+        if rt is None:
+            raise RegistryError(f"metric {metric!r} is not in an installed registry")
+        found = self._looked_up(rt, value)
+        if found is None:
+            _raise_domain_error(rt, value)
+        key, idx, clipped = found   # type: ignore[misc]
+        digest = value_digest(self._lkey, rt.fingerprint, key) if rt.memoised else None  # type: ignore[arg-type]
+        return EncodedValue(key, idx, clipped, digest, self._encode(rt, key, idx))
 
     def _encode(self, rt: _Metric, key: str, idx: int, day: int | None = None) -> Any:
         """The randomised wire payload of one value (the true value goes no further); ``day``:

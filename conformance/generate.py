@@ -5,7 +5,7 @@
 
 Every vector is computed by the SDK's own code paths: the registry document is
 ``Registry.to_json()`` (what ``GET /v1/registry`` serves), reports go through the client's
-value lookup and ``ClientCore._encode``, charges through ``client_sdk.ledger.apply`` and batches
+value lookup and encoder (``ClientCore.encode_value``), charges through ``client_sdk.ledger.apply`` and batches
 through ``client_sdk.uploader.pack_batch``. The one-report encoders draw their randomness from
 ``os.urandom``; here it is replaced, for the duration of one report, by a fixed byte stream
 (``ByteStream``), so a vector pins "given these bytes, this payload". Nothing in the SDK changes
@@ -279,23 +279,12 @@ def registry_vectors(registry: Any) -> dict[str, Any]:
 
 # --- reports through the client's code path --------------------------------------------------------
 def client_encode(core: ClientCore, name: str, value: Any, secret: bytes) -> dict[str, Any]:
-    """What ``ClientCore._report`` computes for one value, up to the randomised payload.
-
-    Mirrors the lookup part of ``_report`` (value -> key, index) and calls the client's own
-    ``_encode``; the ledger digest of a memoised key is included."""
-    rt = core._table.get(name)
-    clipped = False
-    if rt.numeric:
-        key, idx, clipped = rt.number(value, secret) if rt.two_round else rt.number(value)
-    else:
-        key, idx = rt.lookup(value)
-        if rt.max_bytes is not None and len(encode_text(key)) > rt.max_bytes:
-            clipped = True
-    if rt.two_round:
-        key = rt.encoder.memo_key(idx, secret, rt.name)
-    payload = core._encode(rt, key, idx)
-    digest = value_digest(core._lkey, rt.fingerprint, key) if rt.memoised else None
-    return {"key": key, "index": int(idx), "clipped": clipped, "digest": digest, "payload": wire_json(payload)}
+    """What ``report()`` computes for one value, up to the randomised payload
+    (``ClientCore.encode_value``: the lookup, the memo key and the ledger digest of a memoised
+    metric, the encoder); ``secret`` is the core's own."""
+    out = core.encode_value(name, value)
+    return {"key": out.key, "index": int(out.index), "clipped": out.clipped, "digest": out.digest,
+            "payload": wire_json(out.payload)}
 
 
 REPORT_VALUES: dict[str, list[Any]] = {
@@ -338,7 +327,7 @@ def report_vectors(registry: Any) -> dict[str, Any]:
     for s_index, secret in enumerate(SECRETS[:2]):
         core = ClientCore(registry=registry, state=MemoryState(secret=secret),
                           options=ClientOptions(strict=True, clock=lambda: DAY * 86_400.0 + 3_600.0))
-        core._install_registry(registry)
+        core.install_registry(registry)
         for name, values in REPORT_VALUES.items():
             for value in values:
                 for prefix in PREFIXES:
@@ -350,7 +339,7 @@ def report_vectors(registry: Any) -> dict[str, Any]:
     for day in (DAY + 1, DAY + 365):
         core = ClientCore(registry=registry, state=MemoryState(secret=SECRETS[0]),
                           options=ClientOptions(strict=True, clock=lambda d=day: d * 86_400.0))
-        core._install_registry(registry)
+        core.install_registry(registry)
         for name in ("region", "city"):
             data = rng.randbytes(64)
             out, used = with_bytes(data, lambda n=name, c=core: client_encode(c, n, REPORT_VALUES[n][0], SECRETS[0]))

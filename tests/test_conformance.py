@@ -51,7 +51,7 @@ def test_report_vectors_are_driven_by_the_given_bytes() -> None:
     secret = generate.SECRETS[0]
     core = ClientCore(registry=registry, state=MemoryState(secret=secret),
                       options=ClientOptions(strict=True, clock=lambda: generate.DAY * 86_400.0))
-    core._install_registry(registry)
+    core.install_registry(registry)
     moved = set()
     for case in cases:
         if case["secret"] != 0 or case["day"] != generate.DAY or not case["random"]:
