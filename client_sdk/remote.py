@@ -161,9 +161,21 @@ def compiled_metric(entry: Mapping[str, Any], table: dict[str, Any], pinned: Map
                                 metric=name, field=field)
     spec = dataclasses.replace(parse_metric(name, table, source, dims, derive=False),
                                requested_protocol=entry.get("protocol", "auto"))
+    check_compiled_domain(spec, block, source)
     check_compiled_charges(spec, block, float(eps), eps_inf, source)   # type: ignore[arg-type]
     return spec, PublishedMetric(block, fingerprint, float(eps), None if eps_inf is None else float(eps_inf),  # type: ignore[arg-type]
                                  derived=False)
+
+
+def check_compiled_domain(spec: MetricSpec, block: Mapping[str, Any], source: str) -> None:
+    """RegistryError when a compiled metric's block encodes over another domain than the metric's
+    own (its categories, buckets or booleans, known without deriving anything): GRR at a larger d
+    keeps the value with the published p but spreads the rest over values that do not exist, a
+    larger ε than the published one (P(x | x)/P(x | x′) = (d − 1)·p/(1 − p))."""
+    d, size = block.get("d"), spec.domain_size
+    if d is not None and size is not None and d != size:
+        raise RegistryError(f"the encoder block is over d = {d} values, the metric's domain has {size}", source=source,
+                            metric=spec.name, field="d")
 
 
 def check_compiled_charges(spec: MetricSpec, block: Mapping[str, Any], eps: float, eps_inf: float | None,

@@ -157,3 +157,39 @@ def test_a_compiled_memoised_metric_needs_its_longitudinal_epsilon():
     url["metrics"][0].pop("epsilon_longitudinal")   # RAPPOR's permanent randomised response is memoised
     with pytest.raises(RegistryError, match="field 'epsilon_longitudinal'"):
         registry_from_json(url, pinned=pins(url), rederive=False)
+
+
+DOMAINS = parse_registry("""
+[metrics.theme]
+kind = "categorical"
+categories = ["light", "dark", "system", "contrast", "sepia"]
+protocol = "grr"
+epsilon = 1.0
+
+[metrics.crash]
+kind = "boolean"
+protocol = "rr"
+epsilon = 1.0
+
+[metrics.latency]
+kind = "numeric"
+range = [0, 400]
+buckets = 4
+protocol = "oue"
+epsilon = 1.0
+""", "domains")
+
+
+@pytest.mark.parametrize("name, d", [("theme", 1 << 40), ("theme", 6), ("theme", 4), ("crash", 3), ("latency", 5)])
+def test_a_compiled_block_over_another_domain_than_its_metric_is_refused(name: str, d: int):
+    """GRR at d = 2^40 for five themes keeps the value with the published p but spreads the rest over
+    2^40 values: P(x | x) / P(x | x') ≈ 2^40·p/(1 − p), an ε near 28 charged as 1; a smaller d reports
+    outside no value it should. The metric's own domain size is known without deriving anything."""
+    doc = published(DOMAINS)
+    entry = next(m for m in doc["metrics"] if m["name"] == name)
+    entry["encoder"]["d"] = d
+    if "edges" in entry["encoder"]:   # consistent with d, so that only the domain disagrees
+        entry["encoder"]["edges"] = [0, 50, 100, 200, 300, 400][: d + 1]
+    with pytest.raises(RegistryError, match="field 'd'") as caught:
+        registry_from_json(doc, pinned=pins(doc), rederive=False)
+    assert caught.value.metric == name
