@@ -151,6 +151,10 @@ class PublishedMetric implements Metric {
     const w = block.window_charges;   // finite numbers or refused (a NaN would pass every budget check)
     this.windowCharges = w ? [...w.cumulative, w.slope].map((x) => number(x, "window_charges")) : null;
     this.domain = domainOf(this.name, this.kind, entry.categories, domains);
+    const size = typeof this.domain === "number" ? this.domain : this.domain.size;
+    if ((this.kind === "categorical" || this.kind === "boolean") && (block as { d?: number }).d !== size) {   // GRR at a larger d: a larger ε
+      throw new RegistryError(`metric ${this.name}: field d: the encoder block is over d = ${(block as { d?: number }).d} values, the domain has ${size}`);
+    }
     if (block.edges) {
       const e = block.edges.map(edgeText);
       for (let i = 0; i + 1 < e.length; i++) this.labels.push(`[${e[i]}, ${e[i + 1]}${i === e.length - 2 ? "]" : ")"}`);

@@ -55,3 +55,11 @@ test("a block without a member its protocol needs is refused by name (the schema
     }
   }
 });
+
+test("a block over another domain than its metric's is refused (GRR at d = 2^40 for five themes: ε ≈ 28, not 2)", () => {
+  for (const [metric, d] of [["theme", 2 ** 40], ["theme", 6], ["theme", 4], ["crash", 3], ["country", 41]] as const) {
+    const block = { ...REGISTRY.metrics.find((m: { name: string }) => m.name === metric).encoder, d };
+    assert.throws(() => loadRegistry(withBlock(metric, block)), (e: Error) =>
+      e instanceof RegistryError && e.message.startsWith(`metric ${metric}: field d: `), `${metric} at d = ${d}`);
+  }
+});
