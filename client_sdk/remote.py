@@ -65,7 +65,10 @@ def registry_from_json(doc: Mapping[str, Any] | str | bytes, source: str = "GET 
     ``rederive=False`` is for a registry document the app ships (compiled ahead of time, e.g.
     saved from ``GET /v1/registry``) with a pin for every metric: a metric is then trusted when
     its fingerprint is the pinned one, and nothing is derived at start-up (the window and
-    mixture searches of the numeric mechanisms are skipped; docs/guide-app-teams.md).
+    mixture searches of the numeric mechanisms are skipped; docs/guide-app-teams.md). The
+    fingerprint pins the parameters, not the block: the block's thresholds and the ε it states
+    are trusted as the app's own build artifact, so a document fetched at run time must never
+    take this path, and the app's tests should read the shipped one with ``rederive=True``.
     """
     if not rederive and not pinned:
         raise RegistryError("rederive=False needs the app's pins (metric -> fingerprint) for every metric",
