@@ -12,9 +12,11 @@ import numpy as np
 
 from client_sdk.protocols.projective import direction_starts, directions
 
-#: Rows of the (m, g) table transformed at once by ``line_sums``: the float64 copy numpy makes of
-#: an integer table is then one block's (1 MB at g = 11), reused, not a second table of fresh pages.
-RFFT_ROWS = 1 << 14
+#: Cells (rows × inner × outer dimension) of each matrix product ``line_sums`` makes. OpenBLAS
+#: runs a product above ~2^16 complex (2^18 real) multiply-adds on several threads, whose
+#: spinning after the call costs a fresh process more CPU than the product itself; below it, the
+#: calling thread does all of it.
+PRODUCT_CELLS = 1 << 16
 
 
 def direction_codes(s: np.ndarray, g: int, t: int) -> np.ndarray:
@@ -74,40 +76,83 @@ def multiples(g: int, t: int) -> np.ndarray:
 def line_sums(table: np.ndarray, g: int, t: int, d: int) -> np.ndarray:
     """Σ_s table[s, ⟨a_s, x⟩] for x ∈ [d] (float64), table of shape (m, g) (int64 or float64).
 
-    The table is real, so its spectrum is Hermitian (F(−ξ) = conj F(ξ)): the inverse transform
-    is a real one over half the last axis, and only that half of F is built, one axis
-    transformed at a time, in place. The half spectrum is gathered block by block
+    The table is real, so its spectrum is Hermitian (F(−ξ) = conj F(ξ)): only half of F is built
+    and the last inverse is a real one. Each length-g DFT is a product with a g × g matrix
+    (``_dft_matrices``), made by BLAS in blocks of rows: pocketfft's transforms of a prime
+    length g > 7 are its generic radix, O(g²) per point with a loop's overhead, ~3x the
+    instructions of the product. The half spectrum is gathered block by block
     (``_block_spectrum``): the codes whose leading nonzero digit j is k are k·a_s for the
     directions s of block j, a digit-wise permutation of the block's rows — no (m, g) direction
-    table, no index array; k > g//2 reads the conjugate at g − k. Over g^t = 1.8·10⁶ cells
-    this takes ~1.2x a numpy fast Walsh–Hadamard transform of 2²⁰ (bench/estimate.py's floor)."""
+    table, no index array; k > g//2 reads the conjugate at g − k. The inverse transforms take
+    the digit axes first to last, each product writing its output axis last, so after the t − 1
+    complex axes the half axis leads and the real inverse over it leaves x in C order; the first
+    product keeps only the leading digits some x < d has. Over g^t = 1.8·10⁶ cells this takes
+    ~0.6x a numpy fast Walsh–Hadamard transform of 2²⁰ (bench/estimate.py's floor)."""
     table = np.asarray(table)
     half, m = g // 2 + 1, table.shape[0]
+    forward, inverse, real_inverse = _dft_matrices(g)
     hat = np.empty((half, m), dtype=np.complex128)         # k = 0 .. g//2, a row per k: gathers read a row
-    for start in range(0, m, RFFT_ROWS):   # numpy converts an integer table to float64 first: a block at a time
-        np.fft.rfft(table[start:start + RFFT_ROWS].T, axis=0, out=hat[:, start:start + RFFT_ROWS])
-    hat = hat.reshape(-1)
+    pairs = hat.view(np.float64).reshape(half, m, 2)       # (Re, Im) of F_k(s)
+    rows = max(1, PRODUCT_CELLS // (2 * g))
+    block = np.empty((min(rows, m), g))                    # the table a block at a time, as float64
+    for start in range(0, m, rows):
+        part = block[:min(rows, m - start)]
+        part[...] = table[start:start + rows]
+        for k in range(half):
+            np.matmul(part, forward[k], out=pairs[k, start:start + rows])
+    flat = hat.reshape(-1)
     spectrum = np.empty(g ** (t - 1) * half, dtype=np.complex128)
     spectrum[0] = float(table.sum())                       # F(0)
-    spectrum[1:half] = hat[m:half * m:m]                   # block 0: a = e_0, the codes k < half
-    rows = hat.reshape(half, m)
+    spectrum[1:half] = flat[m:half * m:m]                  # block 0: a = e_0, the codes k < half
     for j in range(1, t):                                  # block j fills the codes k·g^j + low
         size = g ** (j - 1) * half
         for k in range(1, g):
-            _block_spectrum(rows, g, j, k, spectrum[k * size:(k + 1) * size])
-    # numpy's C-order reshape puts digit t−1−j on axis j, for F and for x alike. After the
-    # first axis only its rows that hold some x < d are transformed further, and the real
-    # inverse writes them into the rfft table's memory (2·(g//2 + 1)·m >= g^t doubles)
-    a = spectrum.reshape((g,) * (t - 1) + (half,))
+            _block_spectrum(hat, g, j, k, spectrum[k * size:(k + 1) * size])
+    # numpy's C-order reshape puts digit t−1−j on axis j, for F and for x alike; the products
+    # alternate between the spectrum's memory and the rfft table's (both >= g^(t−1)·(g//2 + 1))
+    current, free = spectrum, flat
     for axis in range(t - 1):
-        np.fft.ifft(a, axis=axis, out=a)
-        if axis == 0:
-            a = a[:-(-d // g ** (t - 1))]
-    shape = a.shape[:-1] + (g,)
-    out = hat.view(np.float64)[:math.prod(shape)].reshape(shape)
-    full = np.fft.irfft(a, n=g, axis=t - 1, out=out).reshape(-1)[:d]
-    full *= float(g ** (t - 1))
-    return full
+        leading = current.reshape(g, -1)
+        width = -(-d // g ** (t - 1)) if axis == 0 else g   # digit t−1 of x < d
+        out = free[:leading.shape[1] * width].reshape(-1, width)
+        _products(leading.T, inverse[:, :width], out)
+        current, free = out.reshape(-1), current
+    halves = current.reshape(half, -1)
+    full = free.view(np.float64)[:halves.shape[1] * g].reshape(-1, g)
+    _products(halves.T, real_inverse, full, real=True)
+    return full.reshape(-1)[:d]
+
+
+@functools.lru_cache(maxsize=8)
+def _dft_matrices(g: int) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
+    """The DFT of length g as matrices: per k ≤ g//2 the (g, 2) real matrix taking a row of the
+    table to (Re, Im) of its F_k = Σ_y row[y] ω^{−ky}; the (g, g) unnormalised inverse
+    ω^{+ky}; and the (g//2 + 1, g) real inverse from the half axis, 1/g · w_k ω^{ky} with w_k = 2
+    for the k whose conjugate −k is not in the half (1 for 0 and, g even, g/2)."""
+    half, angle = g // 2 + 1, 2 * math.pi / g
+    ks, ys = np.arange(half), np.arange(g)
+    phase = angle * (np.outer(ks, ys) % g)                 # reduced mod g: exact angles
+    forward = tuple(np.ascontiguousarray(np.stack([np.cos(row), -np.sin(row)], axis=1)) for row in phase)
+    inverse = np.exp(1j * angle * (np.outer(ys, ys) % g))
+    weights = np.where((2 * ks) % g == 0, 1.0, 2.0) / g
+    real_inverse = weights[:, None] * np.exp(1j * phase)
+    for matrix in (*forward, inverse, real_inverse):
+        matrix.setflags(write=False)
+    return forward, inverse, real_inverse
+
+
+def _products(a: np.ndarray, b: np.ndarray, out: np.ndarray, real: bool = False) -> None:
+    """out = a @ b (its real part if ``real``) in blocks of rows of at most ``PRODUCT_CELLS``
+    multiply-adds each (one thread; ``a`` may be a transposed view, read as BLAS reads it)."""
+    rows = max(1, PRODUCT_CELLS // (a.shape[1] * b.shape[1]))
+    scratch = np.empty((min(rows, a.shape[0]), b.shape[1]), dtype=np.complex128) if real else None
+    for start in range(0, a.shape[0], rows):
+        if scratch is None:
+            np.matmul(a[start:start + rows], b, out=out[start:start + rows])
+        else:
+            part = scratch[:min(rows, a.shape[0] - start)]
+            np.matmul(a[start:start + rows], b, out=part)
+            out[start:start + rows] = part.real
 
 
 def _block_spectrum(rows: np.ndarray, g: int, j: int, k: int, out: np.ndarray) -> None:
