@@ -16,7 +16,7 @@ from sketches import projective as P
 from sketches.projective import direction_codes, inner, line_masses, line_sums
 
 CASES = [(2, 5, 32), (2, 4, 11), (3, 4, 80), (3, 3, 20), (5, 3, 125), (7, 2, 40), (11, 3, 1_000), (13, 2, 169),
-         (17, 2, 100)]
+         (17, 2, 100), (11, 1, 5), (5, 2, 1), (23, 2, 500)]
 
 
 def incidence(g: int, t: int, d: int) -> np.ndarray:
@@ -33,6 +33,15 @@ def test_line_sums_are_sums_over_lines(g: int, t: int, d: int) -> None:
     h = incidence(g, t, d)
     want = table[np.arange(m)[:, None], h].sum(axis=0)
     np.testing.assert_allclose(line_sums(table, g, t, d), want, rtol=1e-10, atol=1e-8 * np.abs(table).sum())
+
+
+@pytest.mark.parametrize("g,t,d", [(2, 4, 11), (11, 3, 1_000), (23, 2, 500)])
+def test_line_sums_of_integer_and_strided_tables(g: int, t: int, d: int) -> None:
+    """An integer table (hr's counts) and a Fortran-ordered one transform as their float64 C-order copy."""
+    table = np.random.default_rng(g + t).integers(0, 10_000, (directions(g, t), g))
+    want = line_sums(np.ascontiguousarray(table, dtype=np.float64), g, t, d)
+    np.testing.assert_array_equal(line_sums(table, g, t, d), want)
+    np.testing.assert_array_equal(line_sums(np.asfortranarray(table), g, t, d), want)
 
 
 @pytest.mark.parametrize("g,t,d", CASES)
