@@ -92,14 +92,14 @@ def line_sums(table: np.ndarray, g: int, t: int, d: int) -> np.ndarray:
     half, m = g // 2 + 1, table.shape[0]
     forward, inverse, real_inverse = _dft_matrices(g)
     hat = np.empty((half, m), dtype=np.complex128)         # k = 0 .. g//2, a row per k: gathers read a row
-    pairs = hat.view(np.float64).reshape(half, m, 2)       # (Re, Im) of F_k(s)
-    rows = max(1, PRODUCT_CELLS // (2 * g))
+    rows = max(1, PRODUCT_CELLS // (2 * half * g))
     block = np.empty((min(rows, m), g))                    # the table a block at a time, as float64
+    spectra = np.empty((min(rows, m), half), dtype=np.complex128)
     for start in range(0, m, rows):
-        part = block[:min(rows, m - start)]
+        part, out = block[:min(rows, m - start)], spectra[:min(rows, m - start)]
         part[...] = table[start:start + rows]
-        for k in range(half):
-            np.matmul(part, forward[k], out=pairs[k, start:start + rows])
+        np.matmul(part, forward, out=out.view(np.float64))
+        hat[:, start:start + rows] = out.T
     flat = hat.reshape(-1)
     spectrum = np.empty(g ** (t - 1) * half, dtype=np.complex128)
     spectrum[0] = float(table.sum())                       # F(0)
@@ -124,19 +124,21 @@ def line_sums(table: np.ndarray, g: int, t: int, d: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=8)
-def _dft_matrices(g: int) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
-    """The DFT of length g as matrices: per k ≤ g//2 the (g, 2) real matrix taking a row of the
-    table to (Re, Im) of its F_k = Σ_y row[y] ω^{−ky}; the (g, g) unnormalised inverse
+def _dft_matrices(g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The DFT of length g as matrices: the (g, 2·(g//2 + 1)) real matrix taking a row of the
+    table to (Re, Im) of its F_k = Σ_y row[y] ω^{−ky} for k = 0 .. g//2, interleaved as numpy
+    lays out complex numbers (one product per block of rows, then a strided copy per k into
+    the row-per-k table: packing the block once, not once per k); the (g, g) unnormalised inverse
     ω^{+ky}; and the (g//2 + 1, g) real inverse from the half axis, 1/g · w_k ω^{ky} with w_k = 2
     for the k whose conjugate −k is not in the half (1 for 0 and, g even, g/2)."""
     half, angle = g // 2 + 1, 2 * math.pi / g
     ks, ys = np.arange(half), np.arange(g)
     phase = angle * (np.outer(ks, ys) % g)                 # reduced mod g: exact angles
-    forward = tuple(np.ascontiguousarray(np.stack([np.cos(row), -np.sin(row)], axis=1)) for row in phase)
+    forward = np.stack([np.cos(phase.T), -np.sin(phase.T)], axis=2).reshape(g, 2 * half)
     inverse = np.exp(1j * angle * (np.outer(ys, ys) % g))
     weights = np.where((2 * ks) % g == 0, 1.0, 2.0) / g
     real_inverse = weights[:, None] * np.exp(1j * phase)
-    for matrix in (*forward, inverse, real_inverse):
+    for matrix in (forward, inverse, real_inverse):
         matrix.setflags(write=False)
     return forward, inverse, real_inverse
 
