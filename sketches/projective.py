@@ -87,7 +87,7 @@ def line_sums(table: np.ndarray, g: int, t: int, d: int) -> np.ndarray:
     the digit axes first to last, each product writing its output axis last, so after the t − 1
     complex axes the half axis leads and the real inverse over it leaves x in C order; the first
     product keeps only the leading digits some x < d has. Over g^t = 1.8·10⁶ cells this takes
-    ~0.6x a numpy fast Walsh–Hadamard transform of 2²⁰ (bench/estimate.py's floor)."""
+    ~0.5–0.8x a numpy fast Walsh–Hadamard transform of 2²⁰ (bench/estimate.py's floor)."""
     table = np.asarray(table)
     half, m = g // 2 + 1, table.shape[0]
     forward, inverse, real_inverse = _dft_matrices(g)
