@@ -184,6 +184,10 @@ class Metric internal constructor(entry: Map<String, Any?>, domains: Map<String,
             else -> domains[name] ?: throw RegistryException("metric $name: no domain list (a file domain not fetched)")
         }
         domain.forEachIndexed { i, v -> index[v] = i }
+        val size = if (ids > 0) ids else domain.size.toLong()
+        if ((kind == "categorical" || kind == "boolean") && block["d"] != size) {   // GRR at a larger d: a larger ε
+            throw RegistryException("metric $name: field d: the encoder block is over d = ${block["d"]} values, the domain has $size")
+        }
         edges = (block["edges"] as? List<*>)?.let { list -> DoubleArray(list.size) { number(list[it], "encoder.edges") } }
         labels = edges?.let { e ->
             val text = Array(e.size) { edgeText(e[it]) }

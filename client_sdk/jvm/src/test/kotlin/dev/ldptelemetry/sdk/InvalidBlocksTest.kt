@@ -40,6 +40,22 @@ class InvalidBlocksTest {
     }
 
     @Test
+    fun `a block over another domain than its metric's is refused`() {
+        // GRR at d = 2^40 for five themes keeps the value with the published p but spreads the rest
+        // over 2^40 values: ε ≈ 28 where the ledger charges the published ε
+        for ((metric, d) in listOf("theme" to (1L shl 40), "theme" to 6L, "theme" to 4L, "crash" to 3L, "country" to 41L)) {
+            val metrics = registry["metrics"].l().map { e ->
+                val entry = e.m()
+                if (entry["name"] != metric) entry
+                else LinkedHashMap(entry).also { it["encoder"] = LinkedHashMap(entry["encoder"].m()).also { b -> b["d"] = d } }
+            }
+            val doc = LinkedHashMap(registry).also { it["metrics"] = metrics }
+            val e = assertThrows(RegistryException::class.java) { Registry.parse(Json.write(doc)) }
+            assertTrue(e.message!!.startsWith("metric $metric: field d: "), "$metric at d = $d: ${e.message}")
+        }
+    }
+
+    @Test
     fun `an integer member must be a JSON integer, a threshold within 2^32`() {
         val theme = registry["metrics"].l().map { it.m() }.first { it["name"] == "theme" }
         for ((member, value) in listOf("d" to 5.0, "d" to true, "d" to "5", "keep_threshold" to 3.0e9,
