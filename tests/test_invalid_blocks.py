@@ -98,3 +98,15 @@ def test_a_block_without_a_member_its_protocol_needs_is_refused(entry: dict[str,
         for rederive in (True, False):
             with pytest.raises(RegistryError, match=f"metric '{name}': field '{member}'"):
                 registry_from_json(with_block(name, partial), pinned=pins, rederive=rederive)
+
+
+@pytest.mark.parametrize("rederive", [True, False])
+def test_a_metric_listed_twice_is_refused(rederive: bool) -> None:
+    """The later entry would replace the earlier one unseen (another block, another ε); the
+    document is refused naming the metric, as the TypeScript and Kotlin SDKs refuse it."""
+    doc = copy.deepcopy(REGISTRY)
+    doc["metrics"].append(copy.deepcopy(next(m for m in doc["metrics"] if m["name"] == "theme")))
+    pins = {m["name"]: m["fingerprint"] for m in doc["metrics"]}
+    with pytest.raises(RegistryError, match="listed twice") as caught:
+        registry_from_json(doc, pinned=pins, rederive=rederive)
+    assert caught.value.metric == "theme" and caught.value.field == "name"

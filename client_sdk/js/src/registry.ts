@@ -229,6 +229,7 @@ export function loadRegistry(doc: unknown, pins?: Record<string, string>, random
   const metrics = new Map<string, Metric>();
   for (const entry of parsed.metrics) {
     const metric = new PublishedMetric(entry, random, domains);
+    if (metrics.has(metric.name)) throw new RegistryError(`metric ${metric.name}: field name: listed twice`);
     const pin = pins?.[metric.name];
     if (pin !== undefined && pin !== metric.fingerprint) {
       throw new RegistryError(`metric ${metric.name}: fingerprint ${metric.fingerprint}, pinned ${pin}`);

@@ -63,3 +63,10 @@ test("a block over another domain than its metric's is refused (GRR at d = 2^40 
       e instanceof RegistryError && e.message.startsWith(`metric ${metric}: field d: `), `${metric} at d = ${d}`);
   }
 });
+
+test("a metric listed twice is refused, not overwritten by the later entry", () => {
+  const doc = structuredClone(REGISTRY);
+  const theme = doc.metrics.find((m: { name: string }) => m.name === "theme");
+  doc.metrics.push({ ...structuredClone(theme), encoder: { ...theme.encoder } });
+  assert.throws(() => loadRegistry(doc), (e: Error) => e instanceof RegistryError && e.message === "metric theme: field name: listed twice");
+});

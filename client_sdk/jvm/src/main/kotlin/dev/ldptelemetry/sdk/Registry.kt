@@ -42,6 +42,7 @@ class Registry private constructor(
             for (entry in entries) {
                 @Suppress("UNCHECKED_CAST")
                 val m = Metric(entry as? Map<String, Any?> ?: throw RegistryException("a metric entry is not an object"), domains)
+                if (m.name in metrics) throw RegistryException("metric ${m.name}: field name: listed twice")
                 val pin = pins[m.name]
                 if (pin != null && pin != m.fingerprint) {
                     throw RegistryException("metric ${m.name} changed: fingerprint ${m.fingerprint}, the app is pinned to $pin")

@@ -56,6 +56,14 @@ class InvalidBlocksTest {
     }
 
     @Test
+    fun `a metric listed twice is refused, not overwritten by the later entry`() {
+        val metrics = registry["metrics"].l()
+        val doc = LinkedHashMap(registry).also { it["metrics"] = metrics + metrics.first { e -> e.m()["name"] == "theme" } }
+        val e = assertThrows(RegistryException::class.java) { Registry.parse(Json.write(doc)) }
+        assertEquals("metric theme: field name: listed twice", e.message)
+    }
+
+    @Test
     fun `an integer member must be a JSON integer, a threshold within 2^32`() {
         val theme = registry["metrics"].l().map { it.m() }.first { it["name"] == "theme" }
         for ((member, value) in listOf("d" to 5.0, "d" to true, "d" to "5", "keep_threshold" to 3.0e9,
