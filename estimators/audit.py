@@ -73,7 +73,7 @@ def supported(spec: MetricSpec) -> bool:
 def check_supported(spec: MetricSpec) -> None:
     """AuditError unless the audit's attacker has a likelihood for ``spec``'s protocol."""
     if not supported(spec):
-        raise AuditError(f"metric {spec.name!r} uses {spec.protocol}, for which the audit's attacker has no "
+        raise AuditError(f"it uses {spec.protocol}, for which the audit's attacker has no "
                          "likelihood (its server half defines no audit_chain); audit a metric of rr, grr, olh, "
                          "oue, sue, rappor or a memoised protocol")
 

@@ -207,6 +207,7 @@ def test_cli_errors_name_the_file_and_field(tmp_path):
     assert out.exit_code != 0 and "--pair" in out.output
     out = runner.invoke(main, ["audit", "--metrics", str(path), "--metric", "hadamard", "--trials", "20"])
     assert out.exit_code != 0 and str(path) in out.output and "hadamard" in out.output
+    assert out.output.count("'hadamard'") == 1, out.output   # named once, by the CLI's prefix
     out = runner.invoke(main, ["audit", "--metrics", str(path), "--metric", "flag", "--reports", "0"])
     assert out.exit_code != 0 and "--reports" in out.output
     out = runner.invoke(main, ["audit", "--metrics", str(path), "--metric", "flag", "--pair", "true,true"])
