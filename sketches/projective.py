@@ -90,7 +90,7 @@ def line_sums(table: np.ndarray, g: int, t: int, d: int) -> np.ndarray:
     ~0.5–0.8x a numpy fast Walsh–Hadamard transform of 2²⁰ (bench/estimate.py's floor)."""
     table = np.asarray(table)
     half, m = g // 2 + 1, table.shape[0]
-    forward, inverse, real_inverse = _dft_matrices(g)
+    real_forward, _, inverse, real_inverse = _dft_matrices(g)
     hat = np.empty((half, m), dtype=np.complex128)         # k = 0 .. g//2, a row per k: gathers read a row
     rows = max(1, PRODUCT_CELLS // (2 * half * g))
     block = np.empty((min(rows, m), g))                    # the table a block at a time, as float64
@@ -98,7 +98,7 @@ def line_sums(table: np.ndarray, g: int, t: int, d: int) -> np.ndarray:
     for start in range(0, m, rows):
         part, out = block[:min(rows, m - start)], spectra[:min(rows, m - start)]
         part[...] = table[start:start + rows]
-        np.matmul(part, forward, out=out.view(np.float64))
+        np.matmul(part, real_forward, out=out.view(np.float64))
         hat[:, start:start + rows] = out.T
     flat = hat.reshape(-1)
     spectrum = np.empty(g ** (t - 1) * half, dtype=np.complex128)
@@ -124,23 +124,27 @@ def line_sums(table: np.ndarray, g: int, t: int, d: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=8)
-def _dft_matrices(g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The DFT of length g as matrices: the (g, 2·(g//2 + 1)) real matrix taking a row of the
-    table to (Re, Im) of its F_k = Σ_y row[y] ω^{−ky} for k = 0 .. g//2, interleaved as numpy
-    lays out complex numbers (one product per block of rows, then a strided copy per k into
-    the row-per-k table: packing the block once, not once per k); the (g, g) unnormalised inverse
-    ω^{+ky}; and the (g//2 + 1, g) real inverse from the half axis, 1/g · w_k ω^{ky} with w_k = 2
-    for the k whose conjugate −k is not in the half (1 for 0 and, g even, g/2)."""
+def _dft_matrices(g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The DFT of length g as matrices, each of a product ``line_sums`` or ``line_masses`` makes:
+
+    - ``real_forward`` (g, 2·(g//2 + 1)) real: a row of reals to (Re, Im) of its
+      F_k = Σ_y row[y] ω^{−ky} for k = 0 .. g//2, interleaved as numpy lays out complex numbers
+      (one product per block of rows for every k: BLAS packs the block once, not once per k);
+    - ``forward`` and ``inverse`` (g, g) complex: ω^{−ky} and ω^{+ky}, unnormalised;
+    - ``real_inverse`` (g//2 + 1, g) complex: the real inverse from the half axis, 1/g · w_k ω^{ky}
+      with w_k = 2 for the k whose conjugate −k is not in the half (1 for 0 and, g even, g/2); a
+      product keeps the real part (the imaginary parts of F_0 and F_{g/2} are dropped, as irfft's)."""
     half, angle = g // 2 + 1, 2 * math.pi / g
     ks, ys = np.arange(half), np.arange(g)
     phase = angle * (np.outer(ks, ys) % g)                 # reduced mod g: exact angles
-    forward = np.stack([np.cos(phase.T), -np.sin(phase.T)], axis=2).reshape(g, 2 * half)
+    real_forward = np.stack([np.cos(phase.T), -np.sin(phase.T)], axis=2).reshape(g, 2 * half)
     inverse = np.exp(1j * angle * (np.outer(ys, ys) % g))
+    forward = np.conj(inverse)
     weights = np.where((2 * ks) % g == 0, 1.0, 2.0) / g
     real_inverse = weights[:, None] * np.exp(1j * phase)
-    for matrix in (forward, inverse, real_inverse):
+    for matrix in (real_forward, forward, inverse, real_inverse):
         matrix.setflags(write=False)
-    return forward, inverse, real_inverse
+    return real_forward, forward, inverse, real_inverse
 
 
 def _products(a: np.ndarray, b: np.ndarray, out: np.ndarray, real: bool = False) -> None:
@@ -179,36 +183,47 @@ def _block_spectrum(rows: np.ndarray, g: int, j: int, k: int, out: np.ndarray) -
         target[...] = block
 
 
-def _half_index(code: np.ndarray, g: int) -> np.ndarray:
-    """Position of each code (whose last digit, code mod g, is at most g//2) in the flattened
-    half spectrum of shape (g,)*(t−1) + (g//2 + 1,)."""
-    return (code // g) * (g // 2 + 1) + code % g
-
-
 def line_masses(c: np.ndarray, g: int, t: int) -> np.ndarray:
     """M[s, y] = Σ_{x: ⟨a_s,x⟩ = y} c(x), shape (m, g), for c over the first len(c) values.
 
-    c is real: its DFT is computed over half the last axis (rfft, then the other axes), F at a
-    code whose last digit is above g//2 read as the conjugate at the opposite code, and each
-    line's masses are a real inverse transform over k = 0 .. g//2 (irfft) — ~3x faster than
-    the complex transforms and ~40 % of their memory."""
+    c is real: its DFT is computed over half the last axis (a real product per row of g values,
+    then one complex product per other digit axis, each writing its output axis last, so the half
+    axis ends up leading: ``_rotated_half_index``), F at a code whose last digit is above g//2 read
+    as the conjugate at the opposite code, and each line's masses are a real inverse over
+    k = 0 .. g//2 — the matrices of ``line_sums`` (pocketfft's generic radix for prime g > 7 took
+    ~3x the instructions)."""
     half = g // 2 + 1
-    padded = np.zeros(g ** t)
-    padded[:c.shape[0]] = c
-    a = np.fft.rfft(padded.reshape((g,) * t), axis=t - 1)
+    real_forward, forward, _, real_inverse = _dft_matrices(g)
+    padded = np.zeros((g ** (t - 1), g))
+    padded.reshape(-1)[:c.shape[0]] = c
+    current = np.empty(g ** (t - 1) * half, dtype=np.complex128)
+    _products(padded, real_forward, current.view(np.float64).reshape(g ** (t - 1), 2 * half))
     del padded
-    for axis in range(t - 1):
-        a = np.fft.fft(a, axis=axis)
-    a = a.ravel()
+    free = np.empty_like(current)
+    for _ in range(t - 1):
+        leading = current.reshape(g, -1)
+        out = free.reshape(-1, g)
+        _products(leading.T, forward, out)
+        current, free = free, current
+    del free
     idx = multiples(g, t)
     hat = np.empty((idx.shape[0], half), dtype=np.complex128)
     for k in range(half):
         code, opposite = idx[:, k], idx[:, (g - k) % g]
         direct = code % g < half
-        hat[:, k] = np.where(direct, a[_half_index(np.where(direct, code, 0), g)],
-                             np.conj(a[_half_index(np.where(direct, 0, opposite), g)]))
-    del a
-    return np.fft.irfft(hat, n=g, axis=1)
+        hat[:, k] = np.where(direct, current[_rotated_half_index(np.where(direct, code, 0), g, t)],
+                             np.conj(current[_rotated_half_index(np.where(direct, 0, opposite), g, t)]))
+    del current
+    masses = np.empty((idx.shape[0], g))
+    _products(hat, real_inverse, masses, real=True)
+    return masses
+
+
+def _rotated_half_index(code: np.ndarray, g: int, t: int) -> np.ndarray:
+    """Position of each code (last digit at most g//2) in ``line_masses``'s half spectrum, whose
+    axes the products left as (last digit, then the others in C order): (code mod g)·g^(t−1)
+    + code div g."""
+    return (code % g) * g ** (t - 1) + code // g
 
 
 __all__ = ["direction_codes", "inner", "line_masses", "line_sums", "multiples"]
