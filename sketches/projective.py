@@ -12,10 +12,10 @@ import numpy as np
 
 from client_sdk.protocols.projective import direction_starts, directions
 
-#: Cells (rows × inner × outer dimension) of each matrix product ``line_sums`` makes. OpenBLAS
-#: runs a product above ~2^16 complex (2^18 real) multiply-adds on several threads, whose
-#: spinning after the call costs a fresh process more CPU than the product itself; below it, the
-#: calling thread does all of it.
+#: Cells (rows × inner × outer dimension) of each matrix product ``line_sums`` and
+#: ``line_masses`` make. OpenBLAS runs a product above ~2^16 complex (2^18 real) multiply-adds on
+#: several threads, whose spinning after the call costs a fresh process more CPU than the product
+#: itself; below it, the calling thread does all of it.
 PRODUCT_CELLS = 1 << 16
 
 
