@@ -595,13 +595,12 @@ def test_rappor_cohort_is_one_per_client_across_metrics():
 
 def test_olh_cohort_changes_with_the_utc_day(tmp_path, registry, fake, monkeypatch):
     client = client_for(tmp_path, registry, fake)
-    rt = client._table.get("app")
     day0 = 20_000 * 86_400.0
     cohorts = []
     for day in range(12):
         monkeypatch.setattr(time, "time", lambda d=day: day0 + d * 86_400 + 5)
-        first = client._encode(rt, "", 0)[0]   # a report's [cohort, y]: the cohort of the clock's day
-        assert client._encode(rt, "", 1)[0] == first  # stable within the day
+        first = client.encode_value("app", "a").payload[0]   # a report's [cohort, y]: the clock's day's cohort
+        assert client.encode_value("app", "b").payload[0] == first  # stable within the day
         cohorts.append(first)
     assert len(set(cohorts)) > 1
     client.close(1.0)
