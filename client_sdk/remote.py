@@ -84,14 +84,13 @@ def registry_from_json(doc: Mapping[str, Any] | str | bytes, source: str = "GET 
     if not isinstance(entries, list) or not entries:
         raise RegistryError("expected {\"metrics\": [...]} with at least one metric", source=source)
     dims = parse_dimensions(doc["dimensions"], source) if doc.get("dimensions") is not None else None
-    specs, published, seen = {}, {}, set()
+    specs, published = {}, {}
     for pos, entry in enumerate(entries):
         if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
             raise RegistryError(f"metric #{pos} has no name", source=source)
         name = entry["name"]
-        if name in seen:   # the later entry would replace the earlier one unseen
+        if name in specs:   # the later entry would replace the earlier one unseen
             raise RegistryError("listed twice", source=source, metric=name, field="name")
-        seen.add(name)
         if entry.get("encoder") is not None:   # never encode from an inconsistent block (docs/conformance.md)
             check_block(entry["encoder"], name, source)
         requested = entry.get("protocol", "auto")
